@@ -1,0 +1,52 @@
+# Setup, build, tests and demo. `make demo` and `make test` each do the whole setup on a
+# fresh machine: .venv, build dependencies, cxlkit with its extras, then run.
+PY ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+DEPS_STAMP := $(VENV)/.deps-stamp
+BUILD_STAMP := $(VENV)/.build-stamp
+CBUILD := build/c
+PYTEST_ARGS ?=
+# torch==2.13.0: the CPU build this machine keeps on disk (any other version downloads GBs).
+BUILD_DEPS := scikit-build-core>=0.10 nanobind>=2.4 ninja cmake>=3.18
+RUN_DEPS := numpy typer rich matplotlib pytest hypothesis torch==2.13.0
+
+.PHONY: all venv deps build ctest pytest test demo clean test-vm
+all: build
+
+$(VPY):
+	$(PY) -m venv $(VENV)
+
+$(DEPS_STAMP): pyproject.toml Makefile | $(VPY)
+	$(VPY) -m pip install --upgrade pip
+	$(VPY) -m pip install $(BUILD_DEPS) $(RUN_DEPS)
+	touch $@
+
+deps: $(DEPS_STAMP)
+
+# One build at a time (flock): several shells may rebuild the same tree.
+build: deps
+	@mkdir -p build
+	flock build/.lock $(VPY) -m pip install --no-build-isolation --no-deps -e '.[all]'
+	touch $(BUILD_STAMP)
+
+# libcxlkit alone, without Python, and its C tests (exit 77 = skip).
+ctest:
+	@mkdir -p build
+	flock build/.lock sh -c 'cmake -S . -B $(CBUILD) -G Ninja -DCXLKIT_PYTHON=OFF \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null && cmake --build $(CBUILD)'
+	ctest --test-dir $(CBUILD) --output-on-failure
+
+# pytest exit code 5 means "no tests collected": not a failure of the suite.
+pytest: build
+	$(VPY) -m pytest -q $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
+test: build ctest pytest
+
+demo: build
+	$(VENV)/bin/cxlkit demo
+
+clean:
+	rm -rf build $(VENV)/.build-stamp
+
+-include tests/vm/vm.mk

@@ -1,0 +1,174 @@
+/* cxlkit.h — the whole C ABI of libcxlkit.
+ * Unless noted, calls return 0 or -errno; none print, none abort, none throw.
+ * Out-parameters come last. Thread-safe unless a section says otherwise. */
+#ifndef CXLKIT_H
+#define CXLKIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(CXLKIT_BUILDING)
+#define CXK_API __attribute__((visibility("default")))
+#else
+#define CXK_API
+#endif
+
+#define CXK_VERSION_MAJOR 0
+#define CXK_VERSION_MINOR 1
+#define CXK_VERSION_PATCH 0
+/* "0.1.0"; never NULL. */
+CXK_API const char *cxk_version(void);
+
+/* ---- Fault injection: make the Nth call of a named syscall fail ----------------
+ * Names are the syscall wrappers of the sys section ("mbind", "set_mempolicy",
+ * "get_mempolicy", "move_pages", "migrate_pages", "memfd_create", "mmap", "munmap",
+ * "madvise", "open", "ftruncate", "fstat"). The nth (1-based) call counted from this
+ * call fails with -err, once. nth == 0 disarms the name. The environment variable
+ * CXLKIT_FAULT=name:nth:errno[,name:nth:errno...] (errno as a number or a name such as
+ * ENOMEM) arms faults when the library loads. -EINVAL for an unknown name, nth < 0
+ * or err <= 0. */
+CXK_API int cxk_fault_inject(const char *name, int nth, int err);
+/* Disarm every fault. */
+CXK_API void cxk_fault_clear(void);
+/* Calls of `name` made since load (faulted ones included); -EINVAL for an unknown name. */
+CXK_API int64_t cxk_fault_calls(const char *name);
+
+/* ---- sys: raw syscalls, cpuid --------------------------------------------------
+ * Thin wrappers: same arguments as the kernel's, -errno instead of errno. */
+CXK_API long cxk_mbind(void *addr, unsigned long len, int mode, const unsigned long *nodemask,
+                       unsigned long maxnode, unsigned flags);
+CXK_API long cxk_set_mempolicy(int mode, const unsigned long *nodemask, unsigned long maxnode);
+CXK_API long cxk_get_mempolicy(int *mode, unsigned long *nodemask, unsigned long maxnode,
+                               void *addr, unsigned long flags);
+/* status[i] receives the node of pages[i] (nodes == NULL) or a negative errno per page. */
+CXK_API long cxk_move_pages(int pid, unsigned long count, void **pages, const int *nodes,
+                            int *status, int flags);
+/* Returns the number of pages that could not be moved (>= 0) or -errno. */
+CXK_API long cxk_migrate_pages(int pid, unsigned long maxnode, const unsigned long *old_nodes,
+                               const unsigned long *new_nodes);
+/* Returns a file descriptor (>= 0) or -errno. */
+CXK_API int cxk_memfd_create(const char *name, unsigned flags);
+
+/* Anonymous private mapping of nbytes (rounded up to the page size), not populated.
+ * -EINVAL for nbytes == 0, -ENOMEM when the kernel refuses. */
+CXK_API int cxk_map_anon(size_t nbytes, void **out);
+/* Shared mapping of [offset, offset+nbytes) of fd; align (a power of two, 0 = page size)
+ * is the required alignment of the address (2 MiB for devdax). */
+CXK_API int cxk_map_fd(int fd, size_t nbytes, uint64_t offset, size_t align, int writable,
+                       void **out);
+CXK_API int cxk_unmap(void *addr, size_t nbytes);
+/* Fault in [addr, addr+nbytes) for writing under the range's memory policy
+ * (MADV_POPULATE_WRITE, or touching each page on kernels before 5.14). */
+CXK_API int cxk_populate(void *addr, size_t nbytes);
+CXK_API size_t cxk_page_size(void);
+
+enum cxk_cpu_feature {
+    CXK_CPU_CLFLUSHOPT = 1u << 0,
+    CXK_CPU_CLWB = 1u << 1,
+    CXK_CPU_AVX2 = 1u << 2,
+    CXK_CPU_AVX512F = 1u << 3,
+    CXK_CPU_AVX512BW = 1u << 4,
+    CXK_CPU_AVX512BF16 = 1u << 5,
+    CXK_CPU_MOVDIR64B = 1u << 6,
+    CXK_CPU_FMA = 1u << 7,
+    CXK_CPU_F16C = 1u << 8,
+};
+/* Bit set of cxk_cpu_feature the CPU and the OS (XSAVE state) both support. */
+CXK_API uint32_t cxk_cpu_features(void);
+
+/* ---- Memory operations: flush, invalidate, non-temporal copy, fences -----------
+ * The primitives of the pool's publish/read protocol (DESIGN.md principle 2) and of the
+ * copy engines. Cache-line granularity is 64 bytes. Safe from any thread. */
+#define CXK_CACHELINE 64
+/* Write back the lines of [addr, addr+nbytes) (clwb, else clflushopt, else clflush);
+ * the lines may stay cached (clwb). Follow with cxk_sfence before publishing. */
+CXK_API void cxk_flush(const void *addr, size_t nbytes);
+/* Write back and evict the lines (clflushopt/clflush), so the next read comes from memory:
+ * the invalidate-before-read of a non-coherent pool. Ends with a full fence. */
+CXK_API void cxk_invalidate(const void *addr, size_t nbytes);
+CXK_API void cxk_sfence(void);
+CXK_API void cxk_mfence(void);
+/* memcpy with non-temporal stores for the 64-byte-aligned body of dst (AVX-512, AVX2 or
+ * SSE2 streaming stores), ordinary stores for the edges; ends with sfence. */
+CXK_API void cxk_nt_copy(void *dst, const void *src, size_t nbytes);
+/* memcpy then flush of dst then sfence: the payload half of a publish. */
+CXK_API void cxk_copy_flush(void *dst, const void *src, size_t nbytes);
+/* invalidate src then memcpy: the read half on a non-coherent pool. */
+CXK_API void cxk_copy_invalidate(void *dst, const void *src, size_t nbytes);
+/* Store 8 bytes with a non-temporal store (movnti) then sfence: flags and headers that
+ * another host polls. dst 8-byte aligned. */
+CXK_API void cxk_nt_store64(uint64_t *dst, uint64_t value);
+/* The instruction cxk_flush uses: "clwb", "clflushopt" or "clflush". */
+CXK_API const char *cxk_flush_kind(void);
+
+/* ---- Placement: memory policies on ranges, the task, and residency ------------ */
+#define CXK_MAX_POLICY_NODES 64   /* nodes named by one policy */
+#define CXK_MAX_NODE_ID 1023      /* highest node id a policy may name */
+
+enum cxk_policy_mode {
+    CXK_POLICY_DEFAULT = 0,    /* the task's policy (usually local) */
+    CXK_POLICY_BIND = 1,       /* nodes[0..n) strictly (MPOL_BIND) */
+    CXK_POLICY_PREFERRED = 2,  /* nodes[0] first, others on pressure (MPOL_PREFERRED) */
+    CXK_POLICY_INTERLEAVE = 3, /* page-by-page round robin (MPOL_INTERLEAVE) */
+    CXK_POLICY_WEIGHTED = 4,   /* kernel MPOL_WEIGHTED_INTERLEAVE (6.9+): system-wide sysfs
+                                  weights; weights[] here are ignored by the kernel */
+    CXK_POLICY_STRIPE = 5,     /* software interleave: chunk_bytes chunks bound in turn, node i
+                                  taking weights[i] consecutive chunks per round */
+};
+
+struct cxk_policy {
+    int32_t mode;                            /* enum cxk_policy_mode */
+    uint32_t nnodes;                         /* entries used in nodes/weights */
+    int32_t nodes[CXK_MAX_POLICY_NODES];     /* distinct node ids, 0..CXK_MAX_NODE_ID */
+    uint32_t weights[CXK_MAX_POLICY_NODES];  /* STRIPE: >= 1 each; 0 means 1 */
+    uint64_t chunk_bytes;                    /* STRIPE: multiple of the page size; 0 = 2 MiB */
+};
+
+/* Checks a policy: -EINVAL for a bad mode, nnodes out of range (DEFAULT: 0; PREFERRED: 1;
+ * others 1..CXK_MAX_POLICY_NODES), a node id out of range or repeated, or a bad chunk. */
+CXK_API int cxk_policy_check(const struct cxk_policy *pol);
+
+#define CXK_APPLY_MIGRATE 1u  /* move pages that already exist (MPOL_MF_MOVE) */
+#define CXK_APPLY_STRICT 2u   /* fail with -EIO if some page could not be moved */
+/* Apply pol to [addr, addr+nbytes); addr page-aligned. -EINVAL for a bad policy,
+ * -EOPNOTSUPP for WEIGHTED on a kernel without MPOL_WEIGHTED_INTERLEAVE, else the
+ * kernel's -errno (-EIO: pages not moved under CXK_APPLY_STRICT). */
+CXK_API int cxk_policy_apply(void *addr, size_t nbytes, const struct cxk_policy *pol,
+                             unsigned flags);
+/* Set the calling thread's policy (inherited by children and kept across execve);
+ * STRIPE is a range policy and gives -EINVAL here. */
+CXK_API int cxk_policy_set_task(const struct cxk_policy *pol);
+
+/* Where the pages of [addr, addr+nbytes) are. pages_per_node[n] += pages on node n for
+ * n < max_nodes; *not_present counts pages not faulted in (or on a node >= max_nodes
+ * when they cannot be attributed). node_of_page, when not NULL, has one entry per page:
+ * the node, or -ENOENT for a page not present. addr page-aligned. */
+CXK_API int cxk_residency(const void *addr, size_t nbytes, uint64_t *pages_per_node,
+                          uint32_t max_nodes, uint64_t *not_present, int32_t *node_of_page);
+
+/* The node that the Nth page (0-based) of a range under pol is meant to be on, or -1 when
+ * the policy does not fix it (DEFAULT, PREFERRED fallback, WEIGHTED/INTERLEAVE whose
+ * phase the kernel picks). BIND to one node and STRIPE are exact. */
+CXK_API int cxk_policy_intended_node(const struct cxk_policy *pol, uint64_t page_index,
+                                     size_t page_size);
+
+/* Allocation = page-aligned anonymous mapping + policy + (optionally) populate, so that
+ * every page is first touched under the policy. Free with cxk_unmap(addr, nbytes). */
+#define CXK_ALLOC_POPULATE 1u
+CXK_API int cxk_alloc(size_t nbytes, const struct cxk_policy *pol, unsigned flags, void **out);
+
+/* ---- Pinning: page-lock host memory for a GPU (cudaHostRegister) --------------
+ * The CUDA runtime is loaded with dlopen when first needed; -ENODEV when it is not
+ * present or reports no device. */
+CXK_API int cxk_pin_available(void);   /* 1 if pinning is possible, else -ENODEV */
+CXK_API int cxk_pin(void *addr, size_t nbytes);
+CXK_API int cxk_unpin(void *addr);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CXLKIT_H */

@@ -1,0 +1,297 @@
+// sys.cpp — the one place for raw syscalls (mempolicy family, memfd, mmap helpers), cpuid
+// feature detection, and the fault-injection hook that lets tests fail any of them.
+#include "sys.h"
+
+#include <cpuid.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "cxlkit.h"
+
+namespace cxk {
+namespace {
+
+const char *const kSysNames[] = {"mbind", "set_mempolicy", "get_mempolicy", "move_pages",
+                                 "migrate_pages", "memfd_create", "mmap", "munmap",
+                                 "madvise", "open", "ftruncate", "fstat"};
+static_assert(sizeof(kSysNames) / sizeof(kSysNames[0]) == size_t(Sys::count_), "names");
+
+struct Fault {
+    std::atomic<int64_t> calls{0};
+    std::atomic<int64_t> fire_at{0};  // absolute call number that fails; 0 = disarmed
+    std::atomic<int> err{0};
+};
+Fault g_faults[size_t(Sys::count_)];
+
+int sys_index(const char *name) {
+    if (!name) return -1;
+    for (size_t i = 0; i < size_t(Sys::count_); ++i)
+        if (std::strcmp(name, kSysNames[i]) == 0) return int(i);
+    return -1;
+}
+
+struct ErrnoName { const char *name; int value; };
+const ErrnoName kErrnoNames[] = {
+    {"EPERM", EPERM},   {"ENOENT", ENOENT}, {"ESRCH", ESRCH},   {"EINTR", EINTR},
+    {"EIO", EIO},       {"ENXIO", ENXIO},   {"EBADF", EBADF},   {"EAGAIN", EAGAIN},
+    {"ENOMEM", ENOMEM}, {"EACCES", EACCES}, {"EFAULT", EFAULT}, {"EBUSY", EBUSY},
+    {"EEXIST", EEXIST}, {"ENODEV", ENODEV}, {"EINVAL", EINVAL}, {"ENFILE", ENFILE},
+    {"EMFILE", EMFILE}, {"EFBIG", EFBIG},   {"ENOSPC", ENOSPC}, {"EROFS", EROFS},
+    {"ENOSYS", ENOSYS}, {"EOPNOTSUPP", EOPNOTSUPP}, {"ETIMEDOUT", ETIMEDOUT},
+};
+
+int parse_errno(const std::string &s) {
+    for (const auto &e : kErrnoNames)
+        if (s == e.name) return e.value;
+    char *end = nullptr;
+    long v = std::strtol(s.c_str(), &end, 10);
+    if (end == s.c_str() || *end != '\0' || v <= 0 || v > 4095) return -1;
+    return int(v);
+}
+
+// CXLKIT_FAULT=name:nth:errno[,...] — parsed once when the library loads. A malformed
+// entry is ignored (a library must not abort its host process), but only that entry.
+__attribute__((constructor)) void arm_faults_from_env() {
+    const char *env = std::getenv("CXLKIT_FAULT");
+    if (!env || !*env) return;
+    std::string all(env);
+    size_t pos = 0;
+    while (pos <= all.size()) {
+        size_t comma = all.find(',', pos);
+        std::string item = all.substr(pos, comma == std::string::npos ? std::string::npos
+                                                                      : comma - pos);
+        size_t c1 = item.find(':'), c2 = item.rfind(':');
+        if (c1 != std::string::npos && c2 != c1) {
+            std::string name = item.substr(0, c1);
+            long nth = std::strtol(item.substr(c1 + 1, c2 - c1 - 1).c_str(), nullptr, 10);
+            int err = parse_errno(item.substr(c2 + 1));
+            if (err > 0 && nth > 0) cxk_fault_inject(name.c_str(), int(nth), err);
+        }
+        if (comma == std::string::npos) break;
+        pos = comma + 1;
+    }
+}
+
+long ret(long r) { return r < 0 ? -errno : r; }
+
+}  // namespace
+
+int fault_check(Sys s) noexcept {
+    Fault &f = g_faults[size_t(s)];
+    int64_t n = f.calls.fetch_add(1, std::memory_order_relaxed) + 1;
+    int64_t at = f.fire_at.load(std::memory_order_acquire);
+    // acquire pairs with the release in cxk_fault_inject: err is visible once fire_at is
+    if (at != 0 && at == n && f.fire_at.compare_exchange_strong(at, 0))
+        return -f.err.load(std::memory_order_relaxed);
+    return 0;
+}
+
+Fd &Fd::operator=(Fd &&o) noexcept {
+    if (this != &o) {
+        if (fd >= 0) ::close(fd);
+        fd = o.fd;
+        o.fd = -1;
+    }
+    return *this;
+}
+Fd::~Fd() {
+    if (fd >= 0) ::close(fd);
+}
+
+int sys_open(const char *path, int flags, unsigned mode) noexcept {
+    if (int e = fault_check(Sys::open)) return e;
+    return int(ret(::open(path, flags | O_CLOEXEC, mode)));
+}
+int sys_ftruncate(int fd, long long len) noexcept {
+    if (int e = fault_check(Sys::ftruncate)) return e;
+    return int(ret(::ftruncate(fd, off_t(len))));
+}
+int sys_fstat(int fd, struct stat *st) noexcept {
+    if (int e = fault_check(Sys::fstat)) return e;
+    return int(ret(::fstat(fd, st)));
+}
+
+}  // namespace cxk
+
+using cxk::fault_check;
+using cxk::Sys;
+
+extern "C" {
+
+const char *cxk_version(void) { return CXLKIT_VERSION_STRING; }
+
+int cxk_fault_inject(const char *name, int nth, int err) {
+    int i = cxk::sys_index(name);
+    if (i < 0 || nth < 0 || (nth > 0 && err <= 0)) return -EINVAL;
+    cxk::Fault &f = cxk::g_faults[i];
+    if (nth == 0) {
+        f.fire_at.store(0, std::memory_order_release);
+        return 0;
+    }
+    f.err.store(err, std::memory_order_relaxed);
+    // release pairs with the acquire in fault_check
+    f.fire_at.store(f.calls.load(std::memory_order_relaxed) + nth, std::memory_order_release);
+    return 0;
+}
+
+void cxk_fault_clear(void) {
+    for (auto &f : cxk::g_faults) f.fire_at.store(0, std::memory_order_release);
+}
+
+int64_t cxk_fault_calls(const char *name) {
+    int i = cxk::sys_index(name);
+    if (i < 0) return -EINVAL;
+    return cxk::g_faults[i].calls.load(std::memory_order_relaxed);
+}
+
+long cxk_mbind(void *addr, unsigned long len, int mode, const unsigned long *nodemask,
+               unsigned long maxnode, unsigned flags) {
+    if (int e = fault_check(Sys::mbind)) return e;
+    return cxk::ret(syscall(SYS_mbind, addr, len, mode, nodemask, maxnode, flags));
+}
+
+long cxk_set_mempolicy(int mode, const unsigned long *nodemask, unsigned long maxnode) {
+    if (int e = fault_check(Sys::set_mempolicy)) return e;
+    return cxk::ret(syscall(SYS_set_mempolicy, mode, nodemask, maxnode));
+}
+
+long cxk_get_mempolicy(int *mode, unsigned long *nodemask, unsigned long maxnode, void *addr,
+                       unsigned long flags) {
+    if (int e = fault_check(Sys::get_mempolicy)) return e;
+    return cxk::ret(syscall(SYS_get_mempolicy, mode, nodemask, maxnode, addr, flags));
+}
+
+long cxk_move_pages(int pid, unsigned long count, void **pages, const int *nodes, int *status,
+                    int flags) {
+    if (int e = fault_check(Sys::move_pages)) return e;
+    return cxk::ret(syscall(SYS_move_pages, pid, count, pages, nodes, status, flags));
+}
+
+long cxk_migrate_pages(int pid, unsigned long maxnode, const unsigned long *old_nodes,
+                       const unsigned long *new_nodes) {
+    if (int e = fault_check(Sys::migrate_pages)) return e;
+    return cxk::ret(syscall(SYS_migrate_pages, pid, maxnode, old_nodes, new_nodes));
+}
+
+int cxk_memfd_create(const char *name, unsigned flags) {
+    if (int e = fault_check(Sys::memfd_create)) return e;
+    return int(cxk::ret(syscall(SYS_memfd_create, name, flags)));
+}
+
+size_t cxk_page_size(void) {
+    static const size_t ps = size_t(sysconf(_SC_PAGESIZE));
+    return ps;
+}
+
+int cxk_map_anon(size_t nbytes, void **out) {
+    if (!out || nbytes == 0) return -EINVAL;
+    size_t ps = cxk_page_size();
+    if (nbytes > SIZE_MAX - ps) return -ENOMEM;
+    if (int e = fault_check(Sys::mmap)) return e;
+    void *p = mmap(nullptr, (nbytes + ps - 1) & ~(ps - 1), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return -errno;
+    *out = p;
+    return 0;
+}
+
+int cxk_map_fd(int fd, size_t nbytes, uint64_t offset, size_t align, int writable, void **out) {
+    size_t ps = cxk_page_size();
+    if (!out || nbytes == 0 || fd < 0) return -EINVAL;
+    if (align == 0) align = ps;
+    if ((align & (align - 1)) != 0 || align < ps || offset % ps != 0) return -EINVAL;
+    if (nbytes > SIZE_MAX - align) return -ENOMEM;
+    int prot = PROT_READ | (writable ? PROT_WRITE : 0);
+    if (int e = fault_check(Sys::mmap)) return e;
+    if (align == ps) {
+        void *p = mmap(nullptr, nbytes, prot, MAP_SHARED, fd, off_t(offset));
+        if (p == MAP_FAILED) return -errno;
+        *out = p;
+        return 0;
+    }
+    // Reserve align extra bytes of address space, then place the mapping on the first
+    // aligned address inside it (MAP_FIXED replaces the reservation) and trim the slop.
+    size_t span = nbytes + align;
+    void *res = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (res == MAP_FAILED) return -errno;
+    uintptr_t base = (uintptr_t(res) + align - 1) & ~uintptr_t(align - 1);
+    void *p = mmap(reinterpret_cast<void *>(base), nbytes, prot, MAP_SHARED | MAP_FIXED, fd,
+                   off_t(offset));
+    if (p == MAP_FAILED) {
+        int e = errno;
+        munmap(res, span);
+        return -e;
+    }
+    size_t head = base - uintptr_t(res);
+    size_t mapped = (nbytes + ps - 1) & ~(ps - 1);
+    if (head) munmap(res, head);
+    size_t tail = span - head - mapped;
+    if (tail) munmap(reinterpret_cast<void *>(base + mapped), tail);
+    *out = p;
+    return 0;
+}
+
+int cxk_unmap(void *addr, size_t nbytes) {
+    if (!addr || nbytes == 0) return -EINVAL;
+    if (int e = fault_check(Sys::munmap)) return e;
+    return munmap(addr, nbytes) == 0 ? 0 : -errno;
+}
+
+int cxk_populate(void *addr, size_t nbytes) {
+    if (!addr || nbytes == 0) return -EINVAL;
+    if (int e = fault_check(Sys::madvise)) return e;
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+    if (madvise(addr, nbytes, MADV_POPULATE_WRITE) == 0) return 0;
+    if (errno != EINVAL) return -errno;
+    // Kernel before 5.14: touch every page; the write faults it in under the range policy.
+    size_t ps = cxk_page_size();
+    auto *p = static_cast<volatile unsigned char *>(addr);
+    for (size_t off = 0; off < nbytes; off += ps) p[off] = p[off];
+    return 0;
+}
+
+uint32_t cxk_cpu_features(void) {
+    static const uint32_t features = [] {
+        uint32_t f = 0;
+        unsigned a, b, c, d;
+        if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+        const bool osxsave = c & (1u << 27);
+        uint64_t xcr0 = 0;
+        if (osxsave) {
+            unsigned lo, hi;
+            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            xcr0 = (uint64_t(hi) << 32) | lo;
+        }
+        const bool ymm = (xcr0 & 0x6) == 0x6;     // SSE + AVX state saved by the OS
+        const bool zmm = (xcr0 & 0xe6) == 0xe6;   // + opmask, ZMM_Hi256, Hi16_ZMM
+        if (ymm && (c & (1u << 12))) f |= CXK_CPU_FMA;
+        if (ymm && (c & (1u << 29))) f |= CXK_CPU_F16C;
+        if (__get_cpuid_max(0, nullptr) < 7) return f;
+        __cpuid_count(7, 0, a, b, c, d);
+        if (b & (1u << 23)) f |= CXK_CPU_CLFLUSHOPT;
+        if (b & (1u << 24)) f |= CXK_CPU_CLWB;
+        if (ymm && (b & (1u << 5))) f |= CXK_CPU_AVX2;
+        if (zmm && (b & (1u << 16))) f |= CXK_CPU_AVX512F;
+        if (zmm && (b & (1u << 30))) f |= CXK_CPU_AVX512BW;
+        if (c & (1u << 28)) f |= CXK_CPU_MOVDIR64B;
+        unsigned a1, b1, c1, d1;
+        __cpuid_count(7, 1, a1, b1, c1, d1);
+        if (zmm && (a1 & (1u << 5))) f |= CXK_CPU_AVX512BF16;
+        return f;
+    }();
+    return features;
+}
+
+}  // extern "C"

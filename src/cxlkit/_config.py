@@ -1,0 +1,40 @@
+"""The one table of CXLKIT_* environment variables, read in one place."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+# name -> (default, meaning); `cxlkit --help-env` and docs/config.md render this table.
+ENV: dict[str, tuple[str, str]] = {
+    "CXLKIT_SYSFS_ROOT": ("/sys", "root of sysfs (tests point it at a fixture tree)"),
+    "CXLKIT_PROCFS_ROOT": ("/proc", "root of procfs (numa_maps for audit)"),
+    "CXLKIT_FAULT": ("", "name:nth:errno[,...]: fail the nth call of a syscall (tests)"),
+    "CXLKIT_HOST_ID": ("", "host id in a shared pool (default: derived from the machine id)"),
+    "CXLKIT_POOL": ("cxlkit-default", "the embedded pool: /dev/shm/<name> or a path"),
+    "CXLKIT_SIMD": ("", "force a SIMD level for kernels: scalar, avx2 or avx512"),
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    sysfs_root: Path
+    procfs_root: Path
+    host_id: str
+    pool: str
+    simd: str
+
+
+def config() -> Config:
+    """Read the environment now (cheap; tests change it between calls)."""
+
+    def get(name: str) -> str:
+        return os.environ.get(name, ENV[name][0])
+
+    return Config(
+        sysfs_root=Path(get("CXLKIT_SYSFS_ROOT")),
+        procfs_root=Path(get("CXLKIT_PROCFS_ROOT")),
+        host_id=get("CXLKIT_HOST_ID"),
+        pool=get("CXLKIT_POOL"),
+        simd=get("CXLKIT_SIMD"),
+    )

@@ -1,0 +1,28 @@
+"""Test helpers that ship with cxlkit: fault injection into the native syscall layer."""
+from __future__ import annotations
+
+import errno as _errno
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from . import _native
+
+SYSCALLS = ("mbind", "set_mempolicy", "get_mempolicy", "move_pages", "migrate_pages",
+            "memfd_create", "mmap", "munmap", "madvise", "open", "ftruncate", "fstat")
+
+
+@contextmanager
+def inject_fault(name: str, nth: int = 1, err: int | str = _errno.ENOMEM) -> Iterator[None]:
+    """Within the block, the nth call of syscall `name` (counted from entry) fails with err
+    (a number or a name such as "EPERM"). Disarmed on exit."""
+    code = getattr(_errno, err) if isinstance(err, str) else err
+    _native.fault_inject(name, nth, code)
+    try:
+        yield
+    finally:
+        _native.fault_inject(name, 0, 0)
+
+
+def syscall_count(name: str) -> int:
+    """Calls of syscall `name` made through cxlkit since it loaded."""
+    return _native.fault_calls(name)
