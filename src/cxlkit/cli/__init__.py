@@ -1,0 +1,1 @@
+"""The `cxlkit` command line (typer + rich); the only floor that prints."""

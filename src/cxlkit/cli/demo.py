@@ -1,0 +1,63 @@
+"""`cxlkit demo`: the main job on whatever this machine has (the embedded default without CXL):
+tiers, every placement policy with its audit, then each workload's own demo section."""
+from __future__ import annotations
+
+import importlib
+import time
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .. import policy as P
+from .. import topology
+from .main import app
+
+# Workload sections, in order: (title, module, function taking the console).
+SECTIONS: tuple[tuple[str, str, str], ...] = ()
+
+
+def demo_policies(nbytes: int) -> list[P.Policy]:
+    """Every policy this machine can run, over its memory nodes."""
+    nodes = topology.memory_nodes()
+    pols = [P.bind(n) for n in nodes] + [P.preferred(nodes[-1]), P.interleave(nodes)]
+    if topology.weighted_interleave_weights() is not None:
+        pols.append(P.weighted(nodes))
+    pols.append(P.stripe(nodes, [2] + [1] * (len(nodes) - 1)))
+    return pols
+
+
+def placement_section(con: Console, nbytes: int = 64 << 20) -> bool:
+    """Allocate under each policy and compare intended with actual pages per node."""
+    t = Table(title=f"placement of {nbytes >> 20} MiB under each policy (pages per node)")
+    for col in ("policy", "intended", "actual", "not present", "ms", "ok"):
+        t.add_column(col)
+    all_ok = True
+    for pol in demo_policies(nbytes):
+        t0 = time.perf_counter()
+        with P.alloc(nbytes, pol) as buf:
+            ms = (time.perf_counter() - t0) * 1e3
+            a = buf.audit()
+        intended = ", ".join(f"N{n}={lo}" if lo == hi else f"N{n}={lo}..{hi}"
+                             for n, (lo, hi) in sorted(a.intended.items()))
+        actual = ", ".join(f"N{n}={c}" for n, c in sorted(a.actual.pages.items()))
+        all_ok &= a.ok
+        t.add_row(str(pol), intended, actual, str(a.actual.not_present), f"{ms:.1f}",
+                  "[green]yes[/green]" if a.ok else "[red]no: " + "; ".join(a.problems) + "[/red]")
+    con.print(t)
+    return all_ok
+
+
+@app.command()
+def demo() -> None:
+    """Run the main job here: tiers, placement with audit, and each workload's demo."""
+    con = Console()
+    con.rule("[bold]cxlkit demo")
+    tiers = importlib.import_module("cxlkit.cli.tiers")
+    tiers.print_tiers(con, topology.discover())
+    ok = placement_section(con)
+    for title, module, func in SECTIONS:
+        con.rule(f"[bold]{title}")
+        getattr(importlib.import_module(module), func)(con)
+    if not ok:
+        raise typer.Exit(1)

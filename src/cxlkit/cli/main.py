@@ -1,0 +1,25 @@
+"""`cxlkit <noun> [<verb>]`: the entry point; each noun lives in its own module here."""
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="CXL and tiered memory for AI and HPC: tiers, placement, pool, bench.")
+
+# Each module registers its commands on `app` (or adds a sub-typer) when imported.
+_COMMAND_MODULES = (
+    "cxlkit.cli.placement",  # run, audit, policy
+    "cxlkit.cli.demo",
+)
+
+
+def _load() -> None:
+    import importlib
+
+    for name in _COMMAND_MODULES:
+        importlib.import_module(name)
+
+
+def main() -> None:
+    _load()
+    app()

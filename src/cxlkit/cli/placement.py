@@ -1,0 +1,175 @@
+"""`cxlkit run` (numactl with weighted interleave), `cxlkit audit PID`, `cxlkit policy weights`."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .. import audit as _audit
+from .. import policy as P
+from .. import topology
+from .main import app
+
+policy_app = typer.Typer(no_args_is_help=True, help="Memory policies and kernel weights.")
+app.add_typer(policy_app, name="policy")
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    Console(stderr=True).print(f"[red]cxlkit: {msg}[/red]")
+    raise typer.Exit(code)
+
+
+def _run_policy(bind: Optional[str], preferred: Optional[int], interleave: Optional[str],
+                weighted: Optional[str]) -> P.Policy:
+    given = [x for x in (bind, preferred, interleave, weighted) if x is not None]
+    if len(given) != 1:
+        raise ValueError("give exactly one of --bind, --preferred, --interleave, --weighted")
+    if bind is not None:
+        return P.bind(P.parse_nodes(bind))
+    if preferred is not None:
+        return P.preferred(preferred)
+    if interleave is not None:
+        return P.interleave(P.parse_nodes(interleave))
+    assert weighted is not None
+    return P.weighted(P.parse_weights(weighted) if ":" in weighted else P.parse_nodes(weighted))
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def run(
+    cmd: list[str] = typer.Argument(..., help="the program and its arguments (after --)"),
+    bind: Optional[str] = typer.Option(None, "--bind", help="nodes, e.g. 1 or 0,1"),
+    preferred: Optional[int] = typer.Option(None, "--preferred", help="one node"),
+    interleave: Optional[str] = typer.Option(None, "--interleave", help="nodes, e.g. 0,1"),
+    weighted: Optional[str] = typer.Option(
+        None, "--weighted", help="kernel weighted interleave: A:w,B:w (must match the kernel's "
+        "system-wide weights) or A,B (the kernel's weights as they are)"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="do not print the policy"),
+) -> None:
+    """Run CMD with a memory policy (set_mempolicy, then exec): numactl that knows weighted
+    interleave on any numactl version."""
+    try:
+        pol = _run_policy(bind, preferred, interleave, weighted)
+        kw = P.validate(pol)
+        P.set_task_policy(pol)
+    except (ValueError, OSError) as e:
+        _fail(str(e))
+    if not quiet:
+        note = ""
+        if pol.mode == "weighted" and kw:
+            note = " (kernel weights " + ",".join(f"{n}:{w}" for n, w in kw.items()) + ")"
+        Console(stderr=True).print(f"cxlkit run: {pol}{note} -> {' '.join(cmd)}")
+    try:
+        os.execvp(cmd[0], cmd)
+    except OSError as e:
+        _fail(f"cannot run {cmd[0]!r}: {e.strerror}", 127)
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / (1 << 20):,.1f}"
+
+
+@app.command()
+def audit(
+    pid: int = typer.Argument(..., help="process id"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+    all_mappings: bool = typer.Option(False, "--all", help="also mappings with no pages"),
+) -> None:
+    """Where a process's pages are, per mapping and in total (/proc/PID/numa_maps)."""
+    try:
+        pp = _audit.audit_pid(pid)
+    except (ValueError, OSError) as e:
+        _fail(str(e))
+    totals = pp.totals()
+    if as_json:
+        doc = {
+            "pid": pid,
+            "totals_bytes": {str(n): b for n, b in totals.items()},
+            "mappings": [
+                {"address": f"0x{m.address:x}", "policy": m.policy, "kind": m.kind,
+                 "page_size_kb": m.page_size_kb,
+                 "pages": {str(n): c for n, c in sorted(m.pages.items())}}
+                for m in pp.mappings if all_mappings or m.pages
+            ],
+        }
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    nodes = sorted({n for m in pp.mappings for n in m.pages})
+    t = Table(title=f"pages per node of pid {pid} (MiB)")
+    t.add_column("address")
+    t.add_column("policy")
+    t.add_column("mapping", overflow="fold")
+    for n in nodes:
+        t.add_column(f"node {n}", justify="right")
+    for m in pp.mappings:
+        if not (all_mappings or m.pages):
+            continue
+        t.add_row(f"{m.address:x}", m.policy, m.kind,
+                  *[_mib(m.pages.get(n, 0) * m.page_size_kb * 1024) for n in nodes])
+    t.add_section()
+    t.add_row("total", "", "", *[_mib(totals.get(n, 0)) for n in nodes], style="bold")
+    Console().print(t)
+
+
+@policy_app.command("weights")
+def weights_cmd(
+    spec: Optional[str] = typer.Argument(None, help="node:weight list, e.g. 0:3,1:1"),
+    from_bench: Optional[str] = typer.Option(
+        None, "--from-bench", help="compute weights from a `cxlkit bench memory --json` result"),
+    apply: bool = typer.Option(False, "--apply", help="write them to the kernel (root)"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+) -> None:
+    """Show the kernel's weighted-interleave weights beside proposed ones; --apply writes them."""
+    current = topology.weighted_interleave_weights()
+    try:
+        if spec is not None and from_bench is not None:
+            raise ValueError("give either node:weight pairs or --from-bench, not both")
+        proposed: dict[int, int] | None = None
+        if spec is not None:
+            proposed = P.parse_weights(spec)
+        elif from_bench is not None:
+            from ..bench.weights import weights_table  # the bench floor, imported on demand
+
+            proposed, _ = weights_table(from_bench)
+        if proposed is not None:
+            have = topology.memory_nodes()
+            for n in proposed:
+                if n not in have:
+                    raise ValueError(f"node {n} has no memory on this machine")
+    except (ValueError, OSError) as e:
+        _fail(str(e))
+    if apply:
+        if proposed is None:
+            _fail("--apply needs weights: node:weight pairs or --from-bench")
+        try:
+            P.write_kernel_weights(proposed)
+        except (ValueError, OSError) as e:
+            _fail(f"cannot write weights: {e}")
+        current = topology.weighted_interleave_weights()
+    if as_json:
+        typer.echo(json.dumps({
+            "kernel": None if current is None else {str(n): w for n, w in current.items()},
+            "proposed": None if proposed is None else {str(n): w for n, w in proposed.items()},
+            "applied": apply,
+        }))
+        return
+    con = Console()
+    if current is None:
+        con.print("this kernel has no weighted interleave (Linux 6.9+): use a stripe policy")
+    t = Table(title="weighted-interleave weights")
+    t.add_column("node", justify="right")
+    t.add_column("kernel", justify="right")
+    if proposed is not None:
+        t.add_column("proposed", justify="right")
+    for n in sorted(set(current or {}) | set(proposed or {})):
+        row = [str(n), str((current or {}).get(n, "-"))]
+        if proposed is not None:
+            row.append(str(proposed.get(n, "-")))
+        t.add_row(*row)
+    con.print(t)
+    if apply:
+        con.print("applied")
