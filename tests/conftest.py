@@ -1,0 +1,43 @@
+"""Shared fixtures: fault-hook hygiene, machine facts, and a minimal writable sysfs tree."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from cxlkit import _native, topology
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+@pytest.fixture(autouse=True)
+def _no_armed_faults():
+    yield
+    _native.fault_clear()
+
+
+@pytest.fixture
+def memory_nodes() -> list[int]:
+    return topology.memory_nodes()
+
+
+@pytest.fixture
+def two_nodes(memory_nodes) -> list[int]:
+    if len(memory_nodes) < 2:
+        pytest.skip("needs two NUMA nodes with memory: run `make test-vm`")
+    return memory_nodes[:2]
+
+
+def make_sysfs(root: Path, *, nodes: str = "0-1", weights: dict[int, int] | None = None) -> Path:
+    """A minimal sysfs tree: has_memory, and weighted-interleave weights when given."""
+    d = root / "devices/system/node"
+    d.mkdir(parents=True)
+    (d / "has_memory").write_text(nodes + "\n")
+    if weights is not None:
+        w = root / topology.WEIGHTED_INTERLEAVE_DIR
+        w.mkdir(parents=True)
+        for n, v in weights.items():
+            (w / f"node{n}").write_text(f"{v}\n")
+    return root
