@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-# name -> (default, meaning); `cxlkit --help-env` and docs/config.md render this table.
+# name -> (default, meaning); docs/config.md lists the same table for users.
 ENV: dict[str, tuple[str, str]] = {
     "CXLKIT_SYSFS_ROOT": ("/sys", "root of sysfs (tests point it at a fixture tree)"),
     "CXLKIT_PROCFS_ROOT": ("/proc", "root of procfs (numa_maps for audit)"),
