@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 BUILD_DEPS := scikit-build-core>=0.10 nanobind>=2.4 ninja cmake>=3.18
 RUN_DEPS := numpy typer rich matplotlib pytest hypothesis torch==2.13.0 transformers
 
-.PHONY: all venv deps build ctest pytest test demo clean test-vm
+.PHONY: all venv deps build ctest ctest-asan pytest test demo clean test-vm
 all: build
 
 $(VPY):
@@ -37,11 +37,18 @@ ctest:
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null && cmake --build $(CBUILD)'
 	ctest --test-dir $(CBUILD) --output-on-failure
 
+# The C tests again under AddressSanitizer + UBSan (the debug job of STYLE.md).
+ctest-asan:
+	@mkdir -p build
+	flock build/.lock sh -c 'cmake -S . -B build/asan -G Ninja -DCXLKIT_PYTHON=OFF \
+	  -DCMAKE_BUILD_TYPE=Debug -DCXLKIT_SANITIZE=address,undefined >/dev/null && cmake --build build/asan'
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 ctest --test-dir build/asan --output-on-failure
+
 # pytest exit code 5 means "no tests collected": not a failure of the suite.
 pytest: build
 	$(VPY) -m pytest -q $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
-test: build ctest pytest
+test: build ctest ctest-asan pytest
 
 demo: build
 	$(VENV)/bin/cxlkit demo
