@@ -168,6 +168,53 @@ CXK_API int cxk_pin_available(void);   /* 1 if pinning is possible, else -ENODEV
 CXK_API int cxk_pin(void *addr, size_t nbytes);
 CXK_API int cxk_unpin(void *addr);
 
+/* ---- KV cache: scatter/gather between an engine's paged KV tensors and pool blocks ----
+ * A block image is the KV of one block of tokens for all layers, laid out canonically as
+ * [layers][K,V][tokens][kv_heads][head_dim]. A plan says where each contiguous run of an
+ * image lives in the engine's tensors: run i copies nbytes between image offset img_off and
+ * bases[base] + block_id * block_stride[base] + eng_off. Plans come from cxlkit.kv.layout
+ * (strides of per-layer or all-layers-contiguous tensors); the calls only move bytes.
+ * Thread-safe: plans and block lists are read-only; callers own the memory they name. */
+struct cxk_kv_seg {
+    uint32_t base;     /* index into the plan's bases */
+    uint32_t reserved; /* 0 */
+    int64_t eng_off;   /* bytes from bases[base] + block_id * block_stride[base] */
+    uint64_t img_off;  /* bytes from the start of the block image */
+    uint64_t nbytes;
+};
+struct cxk_kv_plan {
+    uint32_t nbases;
+    uint32_t nsegs;
+    const uint64_t *bases;        /* engine tensor addresses */
+    const int64_t *block_stride;  /* bytes between consecutive block ids, per base */
+    const uint64_t *extent;       /* bytes addressable from each base: runs must stay inside */
+    const struct cxk_kv_seg *segs;
+    uint64_t image_bytes;         /* runs must stay inside [0, image_bytes) */
+};
+#define CXK_KV_FLUSH 1u       /* gather: write each image back (clwb/clflushopt) + sfence */
+#define CXK_KV_NT 2u          /* gather: non-temporal stores into the images, then sfence */
+#define CXK_KV_INVALIDATE 4u  /* scatter: evict the image lines before reading them */
+/* Check a plan: -EINVAL for NULL arrays, a base index out of range, a run outside the image
+ * or a reserved field not 0. */
+CXK_API int cxk_kv_plan_check(const struct cxk_kv_plan *plan);
+/* Engine -> images: for each i < nblocks copy block block_ids[i] into images[i]. The publish
+ * half of a put: with CXK_KV_FLUSH or CXK_KV_NT the bytes are in memory when it returns.
+ * -EINVAL for a bad plan or flags, -ERANGE for a block id whose runs leave a base's extent
+ * (checked for every block before any byte moves). */
+CXK_API int cxk_kv_gather(const struct cxk_kv_plan *plan, const int64_t *block_ids,
+                          void *const *images, size_t nblocks, unsigned flags);
+/* Images -> engine, the reverse; sums (NULL, or nblocks entries) receives cxk_kv_checksum of
+ * each image as copied, computed over the destination bytes just written. */
+CXK_API int cxk_kv_scatter(const struct cxk_kv_plan *plan, const int64_t *block_ids,
+                           const void *const *images, size_t nblocks, unsigned flags,
+                           uint64_t *sums);
+/* 64-bit checksum of an image (Fletcher-style over 64-bit lanes, then mixed): cheap enough to
+ * run at memory speed, meant to catch torn or stale copies, not adversaries. Never 0. */
+CXK_API uint64_t cxk_kv_checksum(const void *image, size_t nbytes);
+/* The same checksum over an image's runs in the engine (the plan's order), without copying. */
+CXK_API int cxk_kv_checksum_engine(const struct cxk_kv_plan *plan, int64_t block_id,
+                                   uint64_t *sum);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,204 @@
+// kv.cpp — the KV copy engine: batched scatter/gather of block images between the pool and an
+// engine's paged tensors following a plan of contiguous runs, with the flush / non-temporal /
+// invalidate variants the pool's publish and read protocol needs, and the block checksum.
+#include "kv.h"
+
+#include <immintrin.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "cxlkit.h"
+
+namespace cxk::kv {
+
+namespace {
+
+inline void fold_word(Checksum &c, uint64_t w) noexcept {
+    unsigned l = unsigned(c.words & 3);
+    c.a[l] += w;
+    c.b[l] += c.a[l];
+    ++c.words;
+}
+
+inline uint64_t mix(uint64_t z) noexcept {  // splitmix64's finalizer
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+}  // namespace
+
+void Checksum::update(const void *p, size_t n) noexcept {
+    auto *s = static_cast<const uint8_t *>(p);
+    nbytes += n;
+    while (ncarry && n) {  // finish a word a previous run left open
+        carry[ncarry++] = *s++;
+        --n;
+        if (ncarry == 8) {
+            uint64_t w;
+            std::memcpy(&w, carry, 8);
+            fold_word(*this, w);
+            ncarry = 0;
+        }
+    }
+    while (n >= 8 && (words & 3)) {  // realign to lane 0 for the wide loop
+        uint64_t w;
+        std::memcpy(&w, s, 8);
+        fold_word(*this, w);
+        s += 8;
+        n -= 8;
+    }
+    // four independent lanes: the compiler vectorizes this loop
+    uint64_t la[4] = {a[0], a[1], a[2], a[3]}, lb[4] = {b[0], b[1], b[2], b[3]};
+    size_t chunks = n / 32;
+    for (size_t i = 0; i < chunks; ++i) {
+        uint64_t w[4];
+        std::memcpy(w, s + 32 * i, 32);
+        for (int l = 0; l < 4; ++l) {
+            la[l] += w[l];
+            lb[l] += la[l];
+        }
+    }
+    for (int l = 0; l < 4; ++l) {
+        a[l] = la[l];
+        b[l] = lb[l];
+    }
+    words += 4 * chunks;
+    s += 32 * chunks;
+    n -= 32 * chunks;
+    while (n >= 8) {
+        uint64_t w;
+        std::memcpy(&w, s, 8);
+        fold_word(*this, w);
+        s += 8;
+        n -= 8;
+    }
+    while (n--) carry[ncarry++] = *s++;
+}
+
+uint64_t Checksum::finish() noexcept {
+    if (ncarry) {
+        uint8_t pad[8] = {};
+        std::memcpy(pad, carry, ncarry);
+        uint64_t w;
+        std::memcpy(&w, pad, 8);
+        fold_word(*this, w);
+        ncarry = 0;
+    }
+    uint64_t h = mix(nbytes ^ 0x6b76636b73756d31ull);  // "kvcksum1"
+    for (int l = 0; l < 4; ++l) h = mix(h ^ a[l]) + mix(h ^ b[l] ^ uint64_t(l));
+    return h ? h : 1;
+}
+
+namespace {
+
+bool valid_plan(const cxk_kv_plan *p) noexcept {
+    if (!p || !p->bases || !p->block_stride || !p->extent || (p->nsegs && !p->segs)) return false;
+    for (uint32_t i = 0; i < p->nsegs; ++i) {
+        const cxk_kv_seg &g = p->segs[i];
+        if (g.base >= p->nbases || g.reserved != 0) return false;
+        if (g.img_off > p->image_bytes || g.nbytes > p->image_bytes - g.img_off) return false;
+    }
+    return true;
+}
+
+// Every run of block b inside its base's extent: [eng_off + b*stride, +nbytes) within [0, extent).
+bool block_in_range(const cxk_kv_plan *p, int64_t b) noexcept {
+    if (b < 0) return false;
+    for (uint32_t i = 0; i < p->nsegs; ++i) {
+        const cxk_kv_seg &g = p->segs[i];
+        __int128 lo = __int128(g.eng_off) + __int128(b) * p->block_stride[g.base];
+        if (lo < 0 || lo + __int128(g.nbytes) > __int128(p->extent[g.base])) return false;
+    }
+    return true;
+}
+
+inline char *eng_addr(const cxk_kv_plan *p, const cxk_kv_seg &g, int64_t b) noexcept {
+    return reinterpret_cast<char *>(p->bases[g.base] + uint64_t(g.eng_off) +
+                                    uint64_t(b) * uint64_t(p->block_stride[g.base]));
+}
+
+int check_call(const cxk_kv_plan *plan, const int64_t *ids, const void *imgs, size_t n) noexcept {
+    if (!valid_plan(plan) || (n && (!ids || !imgs))) return -EINVAL;
+    for (size_t i = 0; i < n; ++i)
+        if (!block_in_range(plan, ids[i])) return -ERANGE;
+    return 0;
+}
+
+}  // namespace
+}  // namespace cxk::kv
+
+extern "C" {
+
+int cxk_kv_plan_check(const struct cxk_kv_plan *plan) {
+    return cxk::kv::valid_plan(plan) ? 0 : -EINVAL;
+}
+
+int cxk_kv_gather(const struct cxk_kv_plan *plan, const int64_t *block_ids, void *const *images,
+                  size_t nblocks, unsigned flags) {
+    using namespace cxk::kv;
+    if (flags & ~(CXK_KV_FLUSH | CXK_KV_NT)) return -EINVAL;
+    if (int r = check_call(plan, block_ids, images, nblocks)) return r;
+    for (size_t i = 0; i < nblocks; ++i) {
+        if (!images[i]) return -EINVAL;
+    }
+    for (size_t i = 0; i < nblocks; ++i) {
+        char *img = static_cast<char *>(images[i]);
+        for (uint32_t s = 0; s < plan->nsegs; ++s) {
+            const cxk_kv_seg &g = plan->segs[s];
+            const char *src = eng_addr(plan, g, block_ids[i]);
+            if (flags & CXK_KV_NT) cxk_nt_copy(img + g.img_off, src, g.nbytes);
+            else std::memcpy(img + g.img_off, src, g.nbytes);
+        }
+        if ((flags & CXK_KV_FLUSH) && !(flags & CXK_KV_NT)) cxk_flush(img, plan->image_bytes);
+    }
+    // pairs with the reader's invalidate + header check: the caller writes the block header
+    // only after this fence, so a reader that sees the header sees these bytes
+    if (flags) cxk_sfence();
+    return 0;
+}
+
+int cxk_kv_scatter(const struct cxk_kv_plan *plan, const int64_t *block_ids,
+                   const void *const *images, size_t nblocks, unsigned flags, uint64_t *sums) {
+    using namespace cxk::kv;
+    if (flags & ~CXK_KV_INVALIDATE) return -EINVAL;
+    if (int r = check_call(plan, block_ids, images, nblocks)) return r;
+    for (size_t i = 0; i < nblocks; ++i) {
+        if (!images[i]) return -EINVAL;
+    }
+    for (size_t i = 0; i < nblocks; ++i) {
+        const char *img = static_cast<const char *>(images[i]);
+        // drop stale lines a non-coherent pool may have left in this host's cache; pairs with
+        // the writer's flush before it published the header
+        if (flags & CXK_KV_INVALIDATE) cxk_invalidate(img, plan->image_bytes);
+        Checksum c;
+        for (uint32_t s = 0; s < plan->nsegs; ++s) {
+            const cxk_kv_seg &g = plan->segs[s];
+            char *dst = eng_addr(plan, g, block_ids[i]);
+            std::memcpy(dst, img + g.img_off, g.nbytes);
+            if (sums) c.update(dst, g.nbytes);  // the bytes just written are still in cache
+        }
+        if (sums) sums[i] = c.finish();
+    }
+    return 0;
+}
+
+uint64_t cxk_kv_checksum(const void *image, size_t nbytes) {
+    cxk::kv::Checksum c;
+    c.update(image, nbytes);
+    return c.finish();
+}
+
+int cxk_kv_checksum_engine(const struct cxk_kv_plan *plan, int64_t block_id, uint64_t *sum) {
+    using namespace cxk::kv;
+    if (!sum) return -EINVAL;
+    if (int r = check_call(plan, &block_id, plan, 1)) return r;
+    Checksum c;
+    for (uint32_t s = 0; s < plan->nsegs; ++s)
+        c.update(eng_addr(plan, plan->segs[s], block_id), plan->segs[s].nbytes);
+    *sum = c.finish();
+    return 0;
+}
+
+}  // extern "C"
