@@ -33,6 +33,8 @@ HMAT = {
     1: (250, 10 * 1024),   # CPU-less far node
     2: (300, 8 * 1024),    # NVDIMM node / the CXL generic port
 }
+NVDIMM_BYTES = 512 * MIB   # the NVDIMM of devdax, devdax-kmem and two-hosts
+CXL_BYTES = 256 * MIB      # the volatile CXL Type-3 device of cxl: the smallest region
 TOPOLOGIES = ("numa", "devdax", "devdax-kmem", "cxl", "two-hosts")
 DEFAULT_TIMEOUT_S = 600.0
 
@@ -87,7 +89,8 @@ def _numa_args(machine: str, mem: str, *, node2: bool) -> list[str]:
 
 
 def _nvdimm_args(backing: Path) -> list[str]:
-    return ["-object", f"memory-backend-file,id=nv0,share=on,mem-path={backing},size=512M",
+    return ["-object",
+            f"memory-backend-file,id=nv0,share=on,mem-path={backing},size={NVDIMM_BYTES}",
             "-device", "nvdimm,id=nvdimm0,memdev=nv0,node=2"]
 
 
@@ -120,7 +123,7 @@ def topology_spec(topology: str, rundir: Path, *, host: str = "") -> GuestSpec:
         return GuestSpec(False, _numa_args("q35,hmat=on", "2G", node2=False))
     if topology in ("devdax", "devdax-kmem"):
         backing = rundir / "nvdimm.img"
-        _sparse(backing, 512 * MIB)
+        _sparse(backing, NVDIMM_BYTES)
         return GuestSpec(False, _numa_args("q35,nvdimm=on,hmat=on", "2G,slots=2,maxmem=3G",
                                            node2=True) + _nvdimm_args(backing),
                          prep=_PREP_KMEM if topology == "devdax-kmem" else _PREP_DEVDAX)
@@ -138,7 +141,7 @@ def topology_spec(topology: str, rundir: Path, *, host: str = "") -> GuestSpec:
         # memory is MMIO to QEMU (slow under TCG): 256 MiB, onlined movable so the kernel
         # keeps its own data off it.
         a = _numa_args("q35,cxl=on,hmat=on", "2G", node2=True) + [
-            "-object", "memory-backend-ram,id=cxlmem0,size=256M",
+            "-object", f"memory-backend-ram,id=cxlmem0,size={CXL_BYTES}",
             "-device", "pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1",
             "-device", "cxl-rp,port=0,bus=cxl.1,id=rp0,chassis=0,slot=2",
             "-device", "cxl-type3,bus=rp0,volatile-memdev=cxlmem0,id=cxl-vmem0,sn=1",
@@ -331,7 +334,7 @@ def run(cmd: str | Sequence[str], topology: str = "numa", chroot: bool = True,
 
 def _run_two_hosts(rundir: Path, cmd: str | Sequence[str], chroot: bool, env: dict[str, str],
                    deadline: float) -> tuple[int, str]:
-    _sparse(rundir / "shared-pool.img", 512 * MIB)
+    _sparse(rundir / "shared-pool.img", NVDIMM_BYTES)
     da, db = rundir / "a", rundir / "b"
     a = _start("host a", da, topology_spec("two-hosts", da, host="a"), cmd, "two-hosts",
                chroot, env)

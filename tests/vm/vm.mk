@@ -1,0 +1,25 @@
+# The QEMU test rig (tests/vm): `make vm-setup` builds the guest (apt only, root),
+# `make test-vm` runs the vm-marked tests in one fresh guest per topology and prints the wall
+# time of each. VM_TOPOLOGIES=numa make test-vm picks some; VM_PYTEST_ARGS passes pytest args.
+VM_DIR := tests/vm
+VM_TOPOLOGIES ?= numa devdax devdax-kmem cxl two-hosts
+VM_PYTEST_ARGS ?=
+VM_TIMEOUT ?= 900
+
+.PHONY: vm-setup test-vm vm-run vm-clean
+
+vm-setup:
+	$(VM_DIR)/setup.sh
+
+test-vm: vm-setup build
+	$(VPY) $(VM_DIR)/rig.py test --timeout $(VM_TIMEOUT) \
+	  $(foreach t,$(VM_TOPOLOGIES),-t $(t)) -- $(VM_PYTEST_ARGS)
+
+# Run VM_CMD in a fresh guest, e.g. make vm-run VM_TOPOLOGY=cxl VM_CMD='numactl -H'
+VM_TOPOLOGY ?= numa
+VM_CMD ?= numactl -H
+vm-run: vm-setup
+	$(VPY) $(VM_DIR)/rig.py run -t $(VM_TOPOLOGY) -- sh -c '$(VM_CMD)'
+
+vm-clean:
+	rm -rf $(VM_DIR)/.work
