@@ -1,0 +1,499 @@
+// adam.cpp — the Adam C ABI: validation, per-step constants, SIMD level choice (cpuid,
+// CXLKIT_SIMD, per call), and thread teams that follow memory (one team per NUMA node,
+// pinned to that node's CPUs, each updating the chunks whose params live on its node).
+#include <pthread.h>
+#include <sched.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "adam.h"
+#include "cxlkit.h"
+
+namespace cxk::adam {
+namespace {
+
+bool level_available(int level) {
+    const uint32_t f = cxk_cpu_features();
+    switch (level) {
+        case CXK_SIMD_SCALAR: return true;
+        case CXK_SIMD_AVX2: return (f & CXK_CPU_AVX2) && (f & CXK_CPU_F16C);
+        case CXK_SIMD_AVX512: return (f & CXK_CPU_AVX512F) != 0;
+        default: return false;
+    }
+}
+
+// CXLKIT_SIMD, read once: AUTO when unset/empty/"auto", a level, or -EINVAL.
+int env_level() {
+    static const int level = [] {
+        const char *e = std::getenv("CXLKIT_SIMD");
+        if (!e || !*e || !std::strcmp(e, "auto")) return int(CXK_SIMD_AUTO);
+        if (!std::strcmp(e, "scalar")) return int(CXK_SIMD_SCALAR);
+        if (!std::strcmp(e, "avx2")) return int(CXK_SIMD_AVX2);
+        if (!std::strcmp(e, "avx512")) return int(CXK_SIMD_AVX512);
+        return -EINVAL;
+    }();
+    return level;
+}
+
+int best_level() {
+    return level_available(CXK_SIMD_AVX512) ? CXK_SIMD_AVX512
+           : level_available(CXK_SIMD_AVX2) ? CXK_SIMD_AVX2
+                                            : CXK_SIMD_SCALAR;
+}
+
+int resolve(int requested) {
+    int level = requested;
+    if (level == CXK_SIMD_AUTO) {
+        level = env_level();
+        if (level < 0) return level;
+        if (level == CXK_SIMD_AUTO) return best_level();
+    }
+    if (level < CXK_SIMD_SCALAR || level > CXK_SIMD_AVX512) return -EINVAL;
+    return level_available(level) ? level : -ENOTSUP;
+}
+
+Kernel kernel_of(int level) {
+    switch (level) {
+        case CXK_SIMD_AVX512: return step_avx512;
+        case CXK_SIMD_AVX2: return step_avx2;
+        default: return step_scalar;
+    }
+}
+
+bool finite(double x) { return std::isfinite(x); }
+
+int check_hparams(const cxk_adam_hparams *h) {
+    if (!h) return -EINVAL;
+    if (!finite(h->lr) || !finite(h->beta1) || !finite(h->beta2) || !finite(h->eps) ||
+        !finite(h->weight_decay) || !finite(h->grad_scale))
+        return -EINVAL;
+    if (h->lr < 0 || h->eps < 0 || h->weight_decay < 0) return -EINVAL;
+    if (h->beta1 < 0 || h->beta1 >= 1 || h->beta2 < 0 || h->beta2 >= 1) return -EINVAL;
+    if (h->step < 1) return -EINVAL;
+    const uint32_t known = CXK_ADAM_DECOUPLED | CXK_ADAM_MAXIMIZE | CXK_ADAM_BIAS_CORRECTION |
+                           CXK_ADAM_NT_STATE | CXK_ADAM_NT_COPY;
+    if (h->flags & ~known) return -EINVAL;
+    return 0;
+}
+
+int check_tensors(const cxk_adam_tensor *t, size_t nt) {
+    if (nt && !t) return -EINVAL;
+    for (size_t i = 0; i < nt; ++i) {
+        const cxk_adam_tensor &x = t[i];
+        if (x.grad_dtype < CXK_DTYPE_F32 || x.grad_dtype > CXK_DTYPE_F16) return -EINVAL;
+        if (x.copy_dtype < CXK_DTYPE_NONE || x.copy_dtype > CXK_DTYPE_F16) return -EINVAL;
+        if ((x.copy_dtype == CXK_DTYPE_NONE) != (x.param_copy == nullptr)) return -EINVAL;
+        if (x.n == 0) continue;
+        if (!x.param || !x.exp_avg || !x.exp_avg_sq || !x.grad) return -EINVAL;
+        if (uintptr_t(x.param) & 3) return -EINVAL;
+    }
+    return 0;
+}
+
+Coeffs coeffs_of(const cxk_adam_hparams *h) {
+    Coeffs c{};
+    const bool bias = h->flags & CXK_ADAM_BIAS_CORRECTION;
+    const double step = double(h->step);
+    const double bc1 = bias ? 1.0 - std::pow(h->beta1, step) : 1.0;
+    const double bc2 = bias ? 1.0 - std::pow(h->beta2, step) : 1.0;
+    c.scale = float(h->grad_scale);
+    c.neg_step = float(-(h->lr / bc1));
+    c.bc2_sqrt = float(std::sqrt(bc2));
+    c.eps = float(h->eps);
+    c.omb1 = float(1.0 - h->beta1);
+    c.b2 = float(h->beta2);
+    c.omb2 = float(1.0 - h->beta2);
+    c.decoupled = h->flags & CXK_ADAM_DECOUPLED;
+    c.l2 = !c.decoupled && h->weight_decay != 0;
+    c.wd = c.l2 ? float(h->weight_decay) : 0.0f;
+    c.decay = c.decoupled ? float(1.0 - h->lr * h->weight_decay) : 1.0f;
+    c.maximize = h->flags & CXK_ADAM_MAXIMIZE;
+    c.nt_state = h->flags & CXK_ADAM_NT_STATE;
+    c.nt_copy = h->flags & CXK_ADAM_NT_COPY;
+    return c;
+}
+
+size_t dsize(int dt) { return dt == CXK_DTYPE_F32 ? 4 : dt == CXK_DTYPE_NONE ? 0 : 2; }
+
+Span span_of(const cxk_adam_tensor &t, uint64_t begin, uint64_t n) {
+    Span s;
+    s.p = t.param + begin;
+    s.m = t.exp_avg + begin;
+    s.v = t.exp_avg_sq + begin;
+    s.g = static_cast<const unsigned char *>(t.grad) + begin * dsize(t.grad_dtype);
+    s.copy = t.param_copy
+                 ? static_cast<unsigned char *>(t.param_copy) + begin * dsize(t.copy_dtype)
+                 : nullptr;
+    s.n = size_t(n);
+    s.gdt = t.grad_dtype;
+    s.cdt = t.copy_dtype;
+    return s;
+}
+
+// Prepare a step: validated constants and the kernel, or -errno.
+int prepare(const cxk_adam_hparams *h, const cxk_adam_tensor *t, size_t nt, Coeffs *c,
+            Kernel *k) {
+    int r = check_hparams(h);
+    if (r < 0) return r;
+    if ((r = check_tensors(t, nt)) < 0) return r;
+    const int level = resolve(h->simd);
+    if (level < 0) return level;
+    *c = coeffs_of(h);
+    *k = kernel_of(level);
+    return 0;
+}
+
+// ---- sysfs: memory nodes, their CPUs and distances (read at team creation) ----
+
+std::string read_text(const std::string &path) {
+    std::string out;
+    if (FILE *f = std::fopen(path.c_str(), "re")) {
+        char buf[4096];
+        size_t got;
+        while ((got = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, got);
+        std::fclose(f);
+    }
+    return out;
+}
+
+// "0-3,8" -> {0,1,2,3,8}; anything unparsable ends the list.
+std::vector<int> parse_list(const std::string &s) {
+    std::vector<int> out;
+    const char *p = s.c_str();
+    while (*p) {
+        char *e;
+        long lo = std::strtol(p, &e, 10);
+        if (e == p) break;
+        long hi = lo;
+        p = e;
+        if (*p == '-') {
+            hi = std::strtol(p + 1, &e, 10);
+            if (e == p + 1) break;
+            p = e;
+        }
+        for (long x = lo; x <= hi && x - lo < 65536; ++x) out.push_back(int(x));
+        if (*p == ',') ++p;
+        else break;
+    }
+    return out;
+}
+
+const char *kNodeDir = "/sys/devices/system/node/node";
+
+std::vector<int> node_cpus(int node) {
+    return parse_list(read_text(kNodeDir + std::to_string(node) + "/cpulist"));
+}
+
+// Distances from node to every node id (index = node id); empty when unknown.
+std::vector<int> node_distances(int node) {
+    std::vector<int> d;
+    std::string s = read_text(kNodeDir + std::to_string(node) + "/distance");
+    const char *p = s.c_str();
+    char *e;
+    for (long x = std::strtol(p, &e, 10); e != p; x = std::strtol(p, &e, 10)) {
+        d.push_back(int(x));
+        p = e;
+    }
+    return d;
+}
+
+std::vector<int> memory_nodes() {
+    std::vector<int> n = parse_list(read_text("/sys/devices/system/node/has_memory"));
+    if (n.empty()) n.push_back(0);  // no NUMA sysfs: one node
+    return n;
+}
+
+// CPUs a team for `node` runs on: its own CPUs we may use, else those of the nearest node
+// that has some, else every CPU we may use.
+std::vector<int> team_cpus(int node, const cpu_set_t &allowed) {
+    auto usable = [&](const std::vector<int> &cpus) {
+        std::vector<int> out;
+        for (int c : cpus)
+            if (c >= 0 && c < CPU_SETSIZE && CPU_ISSET(c, &allowed)) out.push_back(c);
+        return out;
+    };
+    std::vector<int> own = usable(node_cpus(node));
+    if (!own.empty()) return own;
+    std::vector<int> dist = node_distances(node);
+    std::vector<int> best;
+    int best_d = 1 << 30;
+    for (size_t other = 0; other < dist.size(); ++other) {
+        if (int(other) == node || dist[other] >= best_d) continue;
+        std::vector<int> c = usable(node_cpus(int(other)));
+        if (!c.empty()) best = c, best_d = dist[other];
+    }
+    if (!best.empty()) return best;
+    std::vector<int> all;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &allowed)) all.push_back(c);
+    return all;
+}
+
+}  // namespace
+}  // namespace cxk::adam
+
+// ---- teams ----
+
+struct Chunk {
+    uint32_t tensor;
+    uint64_t begin, n;
+};
+
+struct Group {
+    int node = 0;
+    bool own_cpus = true;  // false: borrowed from the nearest node (a CPU-less node)
+    std::vector<int> cpus;
+    std::vector<std::thread> threads;
+    std::vector<Chunk> work;
+    std::atomic<size_t> next{0};
+    uint64_t last_chunks = 0;
+};
+
+struct cxk_adam_team {
+    std::vector<std::unique_ptr<Group>> groups;
+    uint64_t chunk_bytes = 1 << 20;
+    bool pinned = false;
+    std::mutex mu;
+    std::condition_variable cv_work, cv_done;
+    uint64_t gen = 0;     // bumped under mu to start a step
+    size_t pending = 0;   // threads still working on step `gen`
+    bool stop = false;
+    // The step in progress: written under mu before gen is bumped, read by workers after
+    // they see the new gen under mu (the mutex orders the two).
+    cxk::adam::Coeffs coeffs{};
+    cxk::adam::Kernel kernel = nullptr;
+    const cxk_adam_tensor *tensors = nullptr;
+
+    void worker(Group *g) {
+        uint64_t seen = 0;
+        for (;;) {
+            {
+                std::unique_lock<std::mutex> lk(mu);
+                cv_work.wait(lk, [&] { return stop || gen != seen; });
+                if (stop) return;
+                seen = gen;
+            }
+            for (;;) {
+                const size_t k = g->next.fetch_add(1, std::memory_order_relaxed);
+                if (k >= g->work.size()) break;
+                const Chunk &c = g->work[k];
+                kernel(coeffs, cxk::adam::span_of(tensors[c.tensor], c.begin, c.n));
+            }
+            std::lock_guard<std::mutex> lk(mu);
+            if (--pending == 0) cv_done.notify_one();  // pairs with the wait in run()
+        }
+    }
+
+    void shutdown() {
+        {
+            std::lock_guard<std::mutex> lk(mu);
+            stop = true;
+        }
+        cv_work.notify_all();
+        for (auto &g : groups)
+            for (auto &t : g->threads)
+                if (t.joinable()) t.join();
+    }
+
+    size_t nthreads() const {
+        size_t n = 0;
+        for (auto &g : groups) n += g->threads.size();
+        return n;
+    }
+
+    void run() {
+        std::unique_lock<std::mutex> lk(mu);
+        pending = nthreads();
+        ++gen;
+        cv_work.notify_all();
+        cv_done.wait(lk, [&] { return pending == 0; });
+    }
+};
+
+extern "C" {
+
+int cxk_adam_step(const cxk_adam_hparams *h, const cxk_adam_tensor *t, size_t nt) {
+    cxk::adam::Coeffs c;
+    cxk::adam::Kernel k;
+    int r = cxk::adam::prepare(h, t, nt, &c, &k);
+    if (r < 0) return r;
+    for (size_t i = 0; i < nt; ++i)
+        if (t[i].n) k(c, cxk::adam::span_of(t[i], 0, t[i].n));
+    return 0;
+}
+
+int cxk_adam_simd(void) { return cxk::adam::resolve(CXK_SIMD_AUTO); }
+
+const char *cxk_simd_name(int simd) {
+    switch (simd) {
+        case CXK_SIMD_AUTO: return "auto";
+        case CXK_SIMD_SCALAR: return "scalar";
+        case CXK_SIMD_AVX2: return "avx2";
+        case CXK_SIMD_AVX512: return "avx512";
+        default: return "?";
+    }
+}
+
+int cxk_adam_team_create(const cxk_adam_team_opts *opts, cxk_adam_team **out) {
+    using namespace cxk::adam;
+    if (!out) return -EINVAL;
+    *out = nullptr;
+    cxk_adam_team_opts o{};
+    if (opts) o = *opts;
+    if (o.nnodes > CXK_MAX_POLICY_NODES) return -EINVAL;
+    if (o.chunk_bytes == 0) o.chunk_bytes = 1 << 20;
+    if (o.chunk_bytes % 64) return -EINVAL;
+    if (o.nnodes == 0) {
+        std::vector<int> mem = memory_nodes();
+        if (mem.size() > CXK_MAX_POLICY_NODES) mem.resize(CXK_MAX_POLICY_NODES);
+        o.nnodes = uint32_t(mem.size());
+        for (size_t i = 0; i < mem.size(); ++i) o.nodes[i] = mem[i], o.threads[i] = 0;
+    }
+    for (uint32_t i = 0; i < o.nnodes; ++i) {
+        if (o.nodes[i] < 0 || o.nodes[i] > CXK_MAX_NODE_ID || o.threads[i] > 1024)
+            return -EINVAL;
+        for (uint32_t j = 0; j < i; ++j)
+            if (o.nodes[j] == o.nodes[i]) return -EINVAL;
+    }
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return -errno;
+
+    std::unique_ptr<cxk_adam_team> team(new (std::nothrow) cxk_adam_team);
+    if (!team) return -ENOMEM;
+    team->chunk_bytes = o.chunk_bytes;
+    team->pinned = o.pin != 0;
+    try {
+        for (uint32_t i = 0; i < o.nnodes; ++i) {
+            auto g = std::make_unique<Group>();
+            g->node = o.nodes[i];
+            std::vector<int> own = node_cpus(g->node);
+            g->cpus = team_cpus(g->node, allowed);
+            g->own_cpus = false;
+            for (int c : own)
+                if (!g->cpus.empty() && c == g->cpus[0]) g->own_cpus = true;
+            uint32_t n = o.threads[i];
+            if (n == 0) {
+                // A CPU-less node (CXL) saturates its link with fewer threads than a socket
+                // has cores; half of the borrowed CPUs is the default, tune with threads[].
+                n = uint32_t(g->cpus.size());
+                if (!g->own_cpus) n /= 2;
+                if (n == 0) n = 1;
+            }
+            team->groups.push_back(std::move(g));
+            Group *gp = team->groups.back().get();
+            for (uint32_t k = 0; k < n; ++k) {
+                gp->threads.emplace_back([t = team.get(), gp] { t->worker(gp); });
+                if (team->pinned && !gp->cpus.empty()) {
+                    cpu_set_t set;
+                    CPU_ZERO(&set);
+                    for (int c : gp->cpus) CPU_SET(c, &set);
+                    int r = pthread_setaffinity_np(gp->threads.back().native_handle(),
+                                                   sizeof set, &set);
+                    if (r != 0) {
+                        team->shutdown();
+                        return -r;
+                    }
+                }
+            }
+        }
+    } catch (const std::system_error &) {
+        team->shutdown();
+        return -EAGAIN;
+    } catch (const std::bad_alloc &) {
+        team->shutdown();
+        return -ENOMEM;
+    }
+    *out = team.release();
+    return 0;
+}
+
+void cxk_adam_team_destroy(cxk_adam_team *team) {
+    if (!team) return;
+    team->shutdown();
+    delete team;
+}
+
+int cxk_adam_team_step(cxk_adam_team *team, const cxk_adam_hparams *h, const cxk_adam_tensor *t,
+                       size_t nt) {
+    if (!team) return -EINVAL;
+    cxk::adam::Coeffs c;
+    cxk::adam::Kernel k;
+    int r = cxk::adam::prepare(h, t, nt, &c, &k);
+    if (r < 0) return r;
+    try {
+        // Chunks end at chunk_bytes boundaries of the param address, so a chunk never
+        // straddles two stripe chunks when the stripe chunk is a multiple of ours.
+        std::vector<Chunk> chunks;
+        std::vector<void *> pages;
+        const uintptr_t cb = team->chunk_bytes, ps = cxk_page_size();
+        for (size_t i = 0; i < nt; ++i) {
+            const uintptr_t base = uintptr_t(t[i].param);
+            for (uint64_t b = 0; b < t[i].n;) {
+                const uintptr_t a = base + b * 4;
+                const uint64_t room = (((a / cb) + 1) * cb - a) / 4;
+                const uint64_t n = room < t[i].n - b ? room : t[i].n - b;
+                chunks.push_back({uint32_t(i), b, n});
+                pages.push_back(reinterpret_cast<void *>(a & ~(ps - 1)));
+                b += n;
+            }
+        }
+        if (chunks.empty()) {
+            for (auto &g : team->groups) g->last_chunks = 0;
+            return 0;
+        }
+        std::vector<int> status(chunks.size(), 0);
+        long q = cxk_move_pages(0, pages.size(), pages.data(), nullptr, status.data(), 0);
+        if (q < 0) return int(q);
+        for (auto &g : team->groups) {
+            g->work.clear();
+            g->next.store(0, std::memory_order_relaxed);
+        }
+        for (size_t j = 0; j < chunks.size(); ++j) {
+            Group *dst = team->groups[0].get();  // not present or no team of its node
+            for (auto &g : team->groups)
+                if (status[j] >= 0 && g->node == status[j]) dst = g.get();
+            dst->work.push_back(chunks[j]);
+        }
+        for (auto &g : team->groups) g->last_chunks = g->work.size();
+    } catch (const std::bad_alloc &) {
+        return -ENOMEM;
+    }
+    {
+        std::lock_guard<std::mutex> lk(team->mu);
+        team->coeffs = c;
+        team->kernel = k;
+        team->tensors = t;
+    }
+    team->run();
+    return 0;
+}
+
+int cxk_adam_team_info(const cxk_adam_team *team, uint32_t cap, int32_t *nodes, uint32_t *threads,
+                       int32_t *cpus, uint64_t *chunks, uint32_t *nteams) {
+    if (!team) return -EINVAL;
+    const uint32_t n = uint32_t(team->groups.size());
+    if (nteams) *nteams = n;
+    for (uint32_t i = 0; i < n && i < cap; ++i) {
+        const Group &g = *team->groups[i];
+        if (nodes) nodes[i] = g.node;
+        if (threads) threads[i] = uint32_t(g.threads.size());
+        if (cpus) cpus[i] = team->pinned && !g.cpus.empty() ? g.cpus[0] : -1;
+        if (chunks) chunks[i] = g.last_chunks;
+    }
+    return 0;
+}
+
+}  // extern "C"

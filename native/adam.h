@@ -1,0 +1,66 @@
+// adam.h — private: the per-ISA Adam kernels behind cxk_adam_step (adam.cpp validates,
+// picks the level and splits the work) and the one element recipe they all follow.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace cxk::adam {
+
+// Per-step constants, fp32 as the kernels use them (derived in double in adam.cpp).
+struct Coeffs {
+    float scale;       // grad_scale
+    float neg_step;    // -lr / bc1
+    float bc2_sqrt;    // sqrt(1 - beta2^step)
+    float eps;
+    float omb1;        // 1 - beta1
+    float b2, omb2;    // beta2, 1 - beta2
+    float wd;          // L2 weight decay added to the gradient (0 when decoupled)
+    float decay;       // 1 - lr*wd when decoupled, else 1
+    bool maximize, l2, decoupled;
+    bool nt_state, nt_copy;
+};
+
+// One contiguous run of elements of a cxk_adam_tensor (dtypes: enum cxk_dtype).
+struct Span {
+    float *p, *m, *v;
+    const void *g;
+    void *copy;
+    size_t n;
+    int gdt, cdt;
+};
+
+using Kernel = void (*)(const Coeffs &, const Span &);
+void step_scalar(const Coeffs &c, const Span &s);
+void step_avx2(const Coeffs &c, const Span &s);    // pre: AVX2 + F16C
+void step_avx512(const Coeffs &c, const Span &s);  // pre: AVX-512F
+
+// The recipe in scalar form; every SIMD variant performs these operations in this order
+// (no FMA), so their results are bitwise those of step_scalar.
+inline void element(const Coeffs &c, float gin, float &p, float &m, float &v) {
+    float g = gin * c.scale;
+    if (c.maximize) g = -g;
+    if (c.l2) g = g + c.wd * p;
+    if (c.decoupled) p = p * c.decay;
+    m = m + c.omb1 * (g - m);
+    v = c.b2 * v + c.omb2 * (g * g);
+    float d = __builtin_sqrtf(v) / c.bc2_sqrt + c.eps;
+    p = p + (c.neg_step * m) / d;
+}
+
+// bf16 / fp16 <-> fp32, round to nearest even; NaN becomes the quiet NaN torch writes.
+inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = uint32_t(h) << 16;
+    float f;
+    __builtin_memcpy(&f, &u, 4);
+    return f;
+}
+inline uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    __builtin_memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+    return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+
+}  // namespace cxk::adam

@@ -1,0 +1,77 @@
+// adam_avx512.cpp — the AVX-512F Adam kernel: 16 fp32 lanes; bf16 grads widened with
+// vpmovzxwd + shift, fp16 with vcvtph2ps; bf16 copies rounded with integer ops (vcvtneps2bf16
+// flushes subnormals, torch does not), fp16 copies with vcvtps2ph. Built with -mavx512f
+// -mf16c -ffp-contract=off (native/isa.cmake).
+#include <immintrin.h>
+
+#include "adam_simd.h"
+
+namespace cxk::adam {
+namespace {
+
+struct V512 {
+    using F = __m512;
+    static constexpr size_t W = 16;
+    static constexpr uintptr_t kAlign = 64;
+    static F set1(float x) { return _mm512_set1_ps(x); }
+    static F load(const float *p) { return _mm512_loadu_ps(p); }
+    template <bool NT>
+    static void store(float *p, F x) {
+        if constexpr (NT) _mm512_stream_ps(p, x);
+        else _mm512_storeu_ps(p, x);
+    }
+    static F add(F a, F b) { return _mm512_add_ps(a, b); }
+    static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
+    static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+    static F div(F a, F b) { return _mm512_div_ps(a, b); }
+    static F sqrt(F a) { return _mm512_sqrt_ps(a); }
+    static F neg(F a) {  // flips the sign bit, as scalar -x does
+        return _mm512_castsi512_ps(
+            _mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32(int(0x80000000u))));
+    }
+    static void sfence() { _mm_sfence(); }
+
+    template <int GDT>
+    static F load_grad(const void *g, size_t i) {
+        if constexpr (GDT == CXK_DTYPE_F32) {
+            return _mm512_loadu_ps(static_cast<const float *>(g) + i);
+        } else {
+            __m256i h = _mm256_loadu_si256(
+                reinterpret_cast<const __m256i *>(static_cast<const uint16_t *>(g) + i));
+            if constexpr (GDT == CXK_DTYPE_BF16)
+                return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+            else
+                return _mm512_cvtph_ps(h);
+        }
+    }
+
+    template <int CDT, bool NT>
+    static void store_copy(void *c, size_t i, F p) {
+        if constexpr (CDT == CXK_DTYPE_F32) {
+            store<NT>(static_cast<float *>(c) + i, p);
+        } else {
+            __m256i h;
+            if constexpr (CDT == CXK_DTYPE_BF16) {
+                // round to nearest even: u + 0x7fff + lsb, keep the high half; NaN -> 0x7fc0
+                __m512i u = _mm512_castps_si512(p);
+                __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+                __m512i r = _mm512_srli_epi32(
+                    _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+                __mmask16 nan = _mm512_cmp_ps_mask(p, p, _CMP_UNORD_Q);
+                r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7fc0));
+                h = _mm512_cvtepi32_epi16(r);
+            } else {
+                h = _mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            }
+            auto *dst = reinterpret_cast<__m256i *>(static_cast<uint16_t *>(c) + i);
+            if constexpr (NT) _mm256_stream_si256(dst, h);
+            else _mm256_storeu_si256(dst, h);
+        }
+    }
+};
+
+}  // namespace
+
+void step_avx512(const Coeffs &c, const Span &s) { run_simd<V512>(c, s); }
+
+}  // namespace cxk::adam

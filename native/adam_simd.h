@@ -1,0 +1,120 @@
+// adam_simd.h — private: the loop shared by the SIMD Adam kernels (adam_avx2.cpp,
+// adam_avx512.cpp): aligned-body peeling for non-temporal stores, the vector recipe of
+// adam.h's element(), and tails through a zero-padded stack block.
+// Everything here has internal linkage: each ISA file compiles its own copy with its own
+// flags, so the linker can never hand one file's AVX-512 code to another.
+#pragma once
+#include <cstring>
+
+#include "adam.h"
+#include "cxlkit.h"
+
+namespace cxk::adam {
+namespace {
+
+constexpr size_t dtype_size(int dt) { return dt == CXK_DTYPE_F32 ? 4 : dt == CXK_DTYPE_NONE ? 0 : 2; }
+
+inline bool aligned_to(const void *p, uintptr_t a) { return (uintptr_t(p) & (a - 1)) == 0; }
+
+// V: the ISA's traits: W lanes of fp32 in V::F; loads/stores of each dtype; arithmetic.
+template <class V, int GDT, int CDT>
+struct Loop {
+    using F = typename V::F;
+    F scale, neg_step, bc2, eps, omb1, b2, omb2, wd, decay;
+    bool maximize, l2, decoupled;
+
+    explicit Loop(const Coeffs &c)
+        : scale(V::set1(c.scale)), neg_step(V::set1(c.neg_step)), bc2(V::set1(c.bc2_sqrt)),
+          eps(V::set1(c.eps)), omb1(V::set1(c.omb1)), b2(V::set1(c.b2)),
+          omb2(V::set1(c.omb2)), wd(V::set1(c.wd)), decay(V::set1(c.decay)),
+          maximize(c.maximize), l2(c.l2), decoupled(c.decoupled) {}
+
+    // W elements at index i; NTP / NTC: stream the state / the copy (aligned there).
+    template <bool NTP, bool NTC>
+    inline void block(float *p, float *m, float *v, const void *g, void *copy, size_t i) const {
+        F gv = V::mul(V::template load_grad<GDT>(g, i), scale);
+        if (maximize) gv = V::neg(gv);
+        F pv = V::load(p + i);
+        if (l2) gv = V::add(gv, V::mul(wd, pv));
+        if (decoupled) pv = V::mul(pv, decay);
+        F mv = V::load(m + i);
+        mv = V::add(mv, V::mul(omb1, V::sub(gv, mv)));
+        F vv = V::load(v + i);
+        vv = V::add(V::mul(b2, vv), V::mul(omb2, V::mul(gv, gv)));
+        F d = V::add(V::div(V::sqrt(vv), bc2), eps);
+        pv = V::add(pv, V::div(V::mul(neg_step, mv), d));
+        V::template store<NTP>(p + i, pv);
+        V::template store<NTP>(m + i, mv);
+        V::template store<NTP>(v + i, vv);
+        if constexpr (CDT != CXK_DTYPE_NONE) V::template store_copy<CDT, NTC>(copy, i, pv);
+    }
+
+    // Fewer than W elements: run one block on a zero-padded copy (zeros are harmless:
+    // v = 0 gives d = eps) and copy the results back.
+    void tail(const Span &s, size_t i, size_t k) const {
+        alignas(64) float pb[V::W] = {}, mb[V::W] = {}, vb[V::W] = {};
+        alignas(64) unsigned char gb[V::W * 4] = {}, cb[V::W * 4] = {};
+        constexpr size_t gs = dtype_size(GDT), cs = dtype_size(CDT);
+        std::memcpy(pb, s.p + i, k * 4);
+        std::memcpy(mb, s.m + i, k * 4);
+        std::memcpy(vb, s.v + i, k * 4);
+        std::memcpy(gb, static_cast<const unsigned char *>(s.g) + i * gs, k * gs);
+        block<false, false>(pb, mb, vb, gb, cb, 0);
+        std::memcpy(s.p + i, pb, k * 4);
+        std::memcpy(s.m + i, mb, k * 4);
+        std::memcpy(s.v + i, vb, k * 4);
+        if constexpr (CDT != CXK_DTYPE_NONE)
+            std::memcpy(static_cast<unsigned char *>(s.copy) + i * cs, cb, k * cs);
+    }
+
+    template <bool NTP, bool NTC>
+    void body(const Span &s, size_t i, size_t end) const {
+        for (; i < end; i += V::W) block<NTP, NTC>(s.p, s.m, s.v, s.g, s.copy, i);
+    }
+
+    void run(const Coeffs &c, const Span &s) const {
+        const size_t n = s.n;
+        size_t head = 0;
+        if (c.nt_state || c.nt_copy) {
+            // Peel until p sits on a vector boundary; m, v and copy stream only if that
+            // boundary is theirs too (page-aligned buffers always qualify).
+            head = ((V::kAlign - (uintptr_t(s.p) & (V::kAlign - 1))) & (V::kAlign - 1)) / 4;
+            if (head > n) head = n;
+        }
+        for (size_t i = 0; i < head; i += V::W) tail(s, i, head - i < V::W ? head - i : V::W);
+        const size_t end = head + (n - head) / V::W * V::W;
+        const bool ntp = c.nt_state && aligned_to(s.p + head, V::kAlign) &&
+                         aligned_to(s.m + head, V::kAlign) && aligned_to(s.v + head, V::kAlign);
+        const bool ntc = c.nt_copy && CDT != CXK_DTYPE_NONE &&
+                         aligned_to(static_cast<unsigned char *>(s.copy) + head * dtype_size(CDT),
+                                    V::kAlign * dtype_size(CDT) / 4);
+        if (ntp && ntc) body<true, true>(s, head, end);
+        else if (ntp) body<true, false>(s, head, end);
+        else if (ntc) body<false, true>(s, head, end);
+        else body<false, false>(s, head, end);
+        if (end < n) tail(s, end, n - end);
+        if (ntp || ntc) V::sfence();  // streaming stores are weakly ordered: drain them
+    }
+};
+
+template <class V, int GDT>
+void run_g(const Coeffs &c, const Span &s) {
+    switch (s.cdt) {
+        case CXK_DTYPE_F32: return Loop<V, GDT, CXK_DTYPE_F32>(c).run(c, s);
+        case CXK_DTYPE_BF16: return Loop<V, GDT, CXK_DTYPE_BF16>(c).run(c, s);
+        case CXK_DTYPE_F16: return Loop<V, GDT, CXK_DTYPE_F16>(c).run(c, s);
+        default: return Loop<V, GDT, CXK_DTYPE_NONE>(c).run(c, s);
+    }
+}
+
+template <class V>
+void run_simd(const Coeffs &c, const Span &s) {
+    switch (s.gdt) {
+        case CXK_DTYPE_BF16: return run_g<V, CXK_DTYPE_BF16>(c, s);
+        case CXK_DTYPE_F16: return run_g<V, CXK_DTYPE_F16>(c, s);
+        default: return run_g<V, CXK_DTYPE_F32>(c, s);
+    }
+}
+
+}  // namespace
+}  // namespace cxk::adam

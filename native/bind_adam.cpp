@@ -1,0 +1,185 @@
+// bind_adam.cpp — binding of the Adam kernel: one step over a list of tensors (numpy arrays,
+// torch tensors or any DLPack/buffer-protocol CPU array, without copies) and AdamTeam, the
+// per-node thread teams. Arrays are taken unconstrained so nanobind never converts (copies)
+// one: a copy would silently receive the update. Shape, dtype size and contiguity are
+// checked here; the caller (cxlkit.train.adam) says what the 16-bit dtypes are.
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bind.h"
+#include "cxlkit.h"
+
+namespace cxk::py {
+namespace {
+
+using Arr = nb::ndarray<>;
+using RoArr = nb::ndarray<nb::ro>;
+// (lr, beta1, beta2, eps, weight_decay, grad_scale, step, flags, simd)
+using HParams = std::tuple<double, double, double, double, double, double, int64_t, uint32_t,
+                           int32_t>;
+// (param, exp_avg, exp_avg_sq, grad, grad_dtype, param_copy or None, copy_dtype)
+using TensorArgs = std::tuple<Arr, Arr, Arr, RoArr, int32_t, std::optional<Arr>, int32_t>;
+
+size_t dtype_bytes(int32_t dt) { return dt == CXK_DTYPE_F32 ? 4 : 2; }
+
+template <class A>
+void check_array(const A &a, const char *what, size_t idx, size_t itemsize, size_t n) {
+    const std::string name = std::string(what) + " of tensor " + std::to_string(idx);
+    if (a.device_type() != nb::device::cpu::value)
+        throw nb::value_error((name + ": expected a CPU array").c_str());
+    if (size_t(a.dtype().bits) != itemsize * 8 || a.dtype().lanes != 1)
+        throw nb::value_error((name + ": expected " + std::to_string(itemsize * 8) +
+                               "-bit elements, got " + std::to_string(a.dtype().bits))
+                                  .c_str());
+    if (a.size() != n)
+        throw nb::value_error((name + ": " + std::to_string(a.size()) + " elements, expected " +
+                               std::to_string(n))
+                                  .c_str());
+    int64_t want = 1;  // C-contiguous: strides (in elements) are suffix products of the shape
+    for (size_t d = a.ndim(); d-- > 0;) {
+        if (a.shape(d) != 1 && a.stride(d) != want)
+            throw nb::value_error((name + ": expected a contiguous array").c_str());
+        want *= int64_t(a.shape(d));
+    }
+}
+
+cxk_adam_hparams to_hparams(const HParams &h) {
+    cxk_adam_hparams p{};
+    std::tie(p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, p.grad_scale, p.step, p.flags,
+             p.simd) = h;
+    return p;
+}
+
+std::vector<cxk_adam_tensor> to_tensors(const std::vector<TensorArgs> &ts) {
+    std::vector<cxk_adam_tensor> out;
+    out.reserve(ts.size());
+    for (size_t i = 0; i < ts.size(); ++i) {
+        const auto &[p, m, v, g, gdt, copy, cdt] = ts[i];
+        if (gdt < CXK_DTYPE_F32 || gdt > CXK_DTYPE_F16)
+            throw nb::value_error(("grad_dtype of tensor " + std::to_string(i) + ": " +
+                                   std::to_string(gdt)).c_str());
+        if (copy.has_value() != (cdt != CXK_DTYPE_NONE) || cdt < CXK_DTYPE_NONE ||
+            cdt > CXK_DTYPE_F16)
+            throw nb::value_error(("param_copy/copy_dtype of tensor " + std::to_string(i) +
+                                   " do not match").c_str());
+        const size_t n = p.size();
+        if (p.dtype() != nb::dtype<float>())
+            throw nb::value_error(("param of tensor " + std::to_string(i) +
+                                   ": expected float32").c_str());
+        check_array(p, "param", i, 4, n);
+        check_array(m, "exp_avg", i, 4, n);
+        check_array(v, "exp_avg_sq", i, 4, n);
+        if (m.dtype() != nb::dtype<float>() || v.dtype() != nb::dtype<float>())
+            throw nb::value_error(("exp_avg/exp_avg_sq of tensor " + std::to_string(i) +
+                                   ": expected float32").c_str());
+        check_array(g, "grad", i, dtype_bytes(gdt), n);
+        cxk_adam_tensor t{};
+        t.param = static_cast<float *>(p.data());
+        t.exp_avg = static_cast<float *>(m.data());
+        t.exp_avg_sq = static_cast<float *>(v.data());
+        t.grad = g.data();
+        t.n = n;
+        t.grad_dtype = gdt;
+        t.copy_dtype = cdt;
+        if (copy) {
+            check_array(*copy, "param_copy", i, dtype_bytes(cdt), n);
+            t.param_copy = copy->data();
+        }
+        out.push_back(t);
+    }
+    return out;
+}
+
+struct AdamTeam {
+    cxk_adam_team *team = nullptr;
+
+    AdamTeam(const std::vector<int> &nodes, const std::vector<unsigned> &threads,
+             uint64_t chunk_bytes, bool pin) {
+        if (nodes.size() > CXK_MAX_POLICY_NODES)
+            throw nb::value_error("an AdamTeam names at most 64 nodes");
+        if (!threads.empty() && threads.size() != nodes.size())
+            throw nb::value_error("threads must give one count per node");
+        cxk_adam_team_opts o{};
+        o.nnodes = uint32_t(nodes.size());
+        for (size_t i = 0; i < nodes.size(); ++i) {
+            o.nodes[i] = nodes[i];
+            o.threads[i] = threads.empty() ? 0 : threads[i];
+        }
+        o.chunk_bytes = chunk_bytes;
+        o.pin = pin ? 1 : 0;
+        check(cxk_adam_team_create(&o, &team), "adam team");
+    }
+    ~AdamTeam() { cxk_adam_team_destroy(team); }
+    void require_open() const {
+        if (!team) throw nb::value_error("AdamTeam is closed");
+    }
+    void close() {
+        cxk_adam_team_destroy(team);
+        team = nullptr;
+    }
+    // [(node, threads, first cpu or -1, chunks in the last step)]
+    std::vector<std::tuple<int, unsigned, int, uint64_t>> info() const {
+        require_open();
+        uint32_t n = 0;
+        check(cxk_adam_team_info(team, 0, nullptr, nullptr, nullptr, nullptr, &n), "adam team");
+        std::vector<int32_t> nodes(n), cpus(n);
+        std::vector<uint32_t> threads(n);
+        std::vector<uint64_t> chunks(n);
+        check(cxk_adam_team_info(team, n, nodes.data(), threads.data(), cpus.data(),
+                                 chunks.data(), &n),
+              "adam team");
+        std::vector<std::tuple<int, unsigned, int, uint64_t>> out;
+        for (uint32_t i = 0; i < n; ++i) out.emplace_back(nodes[i], threads[i], cpus[i], chunks[i]);
+        return out;
+    }
+};
+
+}  // namespace
+}  // namespace cxk::py
+
+CXK_BIND(adam) {
+    using namespace cxk::py;
+    m.attr("DTYPE_NONE") = int(CXK_DTYPE_NONE);
+    m.attr("DTYPE_F32") = int(CXK_DTYPE_F32);
+    m.attr("DTYPE_BF16") = int(CXK_DTYPE_BF16);
+    m.attr("DTYPE_F16") = int(CXK_DTYPE_F16);
+    m.attr("ADAM_DECOUPLED") = CXK_ADAM_DECOUPLED;
+    m.attr("ADAM_MAXIMIZE") = CXK_ADAM_MAXIMIZE;
+    m.attr("ADAM_BIAS_CORRECTION") = CXK_ADAM_BIAS_CORRECTION;
+    m.attr("ADAM_NT_STATE") = CXK_ADAM_NT_STATE;
+    m.attr("ADAM_NT_COPY") = CXK_ADAM_NT_COPY;
+
+    m.def("adam_simd", [] { return int(check(cxk_adam_simd(), "CXLKIT_SIMD")); });
+    m.def("simd_name", [](int s) { return std::string(cxk_simd_name(s)); });
+
+    nb::class_<AdamTeam>(m, "AdamTeam")
+        .def(nb::init<const std::vector<int> &, const std::vector<unsigned> &, uint64_t, bool>(),
+             nb::arg("nodes"), nb::arg("threads"), nb::arg("chunk_bytes"), nb::arg("pin"))
+        .def("info", &AdamTeam::info)
+        .def("close", &AdamTeam::close)
+        .def_prop_ro("closed", [](const AdamTeam &t) { return t.team == nullptr; });
+
+    m.def(
+        "adam_step",
+        [](const HParams &hp, const std::vector<TensorArgs> &ts, AdamTeam *team) {
+            cxk_adam_hparams h = to_hparams(hp);
+            std::vector<cxk_adam_tensor> t = to_tensors(ts);
+            if (team) team->require_open();
+            int r;
+            {
+                nb::gil_scoped_release unlock;  // a step over a large model takes a while
+                r = team ? cxk_adam_team_step(team->team, &h, t.data(), t.size())
+                         : cxk_adam_step(&h, t.data(), t.size());
+            }
+            check(r, team ? "adam step (node query)" : "adam step");
+        },
+        nb::arg("hparams"), nb::arg("tensors"), nb::arg("team").none());
+}

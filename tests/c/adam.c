@@ -1,0 +1,168 @@
+/* adam.c — the Adam C ABI from C: every SIMD level gives the scalar level's bits on odd
+ * lengths and unaligned starts (fp32/bf16/fp16 grads, each copy dtype, NT stores), bad input
+ * is -EINVAL, a team updates every element and reports where its chunks went, and a failing
+ * node query leaves everything untouched. */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "check.h"
+#include "cxlkit.h"
+
+#define N 1003
+
+static float rnd(uint32_t *s) {
+    *s = *s * 1664525u + 1013904223u;
+    return (float)((int32_t)(*s >> 8) - (1 << 23)) / (float)(1 << 23);
+}
+
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+struct state {
+    float p[N + 16], m[N + 16], v[N + 16], g32[N + 16];
+    uint16_t g16[N + 16], copy[N + 16];
+    float copy32[N + 16];
+};
+
+static void fill(struct state *s) {
+    uint32_t seed = 12345;
+    for (int i = 0; i < N + 16; ++i) {
+        s->p[i] = rnd(&seed);
+        s->m[i] = rnd(&seed) * 0.1f;
+        s->v[i] = fabsf(rnd(&seed)) * 0.01f;
+        s->g32[i] = rnd(&seed);
+        s->g16[i] = to_bf16(s->g32[i]);
+        s->copy[i] = 0;
+        s->copy32[i] = 0;
+    }
+}
+
+static struct cxk_adam_tensor tensor_of(struct state *s, int off, int gdt, int cdt) {
+    struct cxk_adam_tensor t;
+    memset(&t, 0, sizeof t);
+    t.param = s->p + off;
+    t.exp_avg = s->m + off;
+    t.exp_avg_sq = s->v + off;
+    t.grad = gdt == CXK_DTYPE_F32 ? (const void *)(s->g32 + off) : (const void *)(s->g16 + off);
+    t.grad_dtype = gdt;
+    t.copy_dtype = cdt;
+    t.param_copy = cdt == CXK_DTYPE_NONE ? NULL
+                   : cdt == CXK_DTYPE_F32 ? (void *)(s->copy32 + off) : (void *)(s->copy + off);
+    t.n = N;
+    return t;
+}
+
+static struct state ref, got;
+
+int main(void) {
+    struct cxk_adam_hparams h;
+    memset(&h, 0, sizeof h);
+    h.lr = 1e-3, h.beta1 = 0.9, h.beta2 = 0.999, h.eps = 1e-8, h.weight_decay = 0.01;
+    h.grad_scale = 0.5, h.step = 3, h.flags = CXK_ADAM_DECOUPLED | CXK_ADAM_BIAS_CORRECTION;
+
+    const int levels[] = {CXK_SIMD_AVX2, CXK_SIMD_AVX512};
+    const int gdts[] = {CXK_DTYPE_F32, CXK_DTYPE_BF16, CXK_DTYPE_F16};
+    const int cdts[] = {CXK_DTYPE_NONE, CXK_DTYPE_F32, CXK_DTYPE_BF16, CXK_DTYPE_F16};
+    int ran = 0;
+    for (int li = 0; li < 2; ++li) {
+        for (int gi = 0; gi < 3; ++gi)
+            for (int ci = 0; ci < 4; ++ci)
+                for (int off = 0; off < 3; ++off)  /* off > 0: unaligned start */
+                    for (unsigned extra = 0; extra <= (CXK_ADAM_NT_STATE | CXK_ADAM_NT_COPY);
+                         extra += CXK_ADAM_NT_STATE | CXK_ADAM_NT_COPY) {
+                        fill(&ref);
+                        fill(&got);
+                        struct cxk_adam_tensor a = tensor_of(&ref, off, gdts[gi], cdts[ci]);
+                        struct cxk_adam_tensor b = tensor_of(&got, off, gdts[gi], cdts[ci]);
+                        h.simd = CXK_SIMD_SCALAR;
+                        h.flags = CXK_ADAM_DECOUPLED | CXK_ADAM_BIAS_CORRECTION;
+                        CHECK_EQ(cxk_adam_step(&h, &a, 1), 0);
+                        h.simd = levels[li];
+                        h.flags |= extra;
+                        int r = cxk_adam_step(&h, &b, 1);
+                        if (r == -ENOTSUP) continue;  /* this CPU lacks the level */
+                        CHECK_EQ(r, 0);
+                        ++ran;
+                        CHECK(memcmp(&ref, &got, sizeof ref) == 0);
+                    }
+    }
+    if (ran == 0) fprintf(stderr, "note: no SIMD level on this CPU; scalar only\n");
+
+    /* bad input: -EINVAL, nothing written */
+    fill(&got);
+    struct cxk_adam_tensor t = tensor_of(&got, 0, CXK_DTYPE_F32, CXK_DTYPE_NONE);
+    h.simd = CXK_SIMD_AUTO;
+    h.flags = CXK_ADAM_DECOUPLED | CXK_ADAM_BIAS_CORRECTION;
+    struct cxk_adam_hparams bad = h;
+    bad.beta1 = 1.0;
+    CHECK_EQ(cxk_adam_step(&bad, &t, 1), -EINVAL);
+    bad = h, bad.lr = NAN;
+    CHECK_EQ(cxk_adam_step(&bad, &t, 1), -EINVAL);
+    bad = h, bad.step = 0;
+    CHECK_EQ(cxk_adam_step(&bad, &t, 1), -EINVAL);
+    bad = h, bad.flags = 1u << 20;
+    CHECK_EQ(cxk_adam_step(&bad, &t, 1), -EINVAL);
+    bad = h, bad.simd = 9;
+    CHECK_EQ(cxk_adam_step(&bad, &t, 1), -EINVAL);
+    struct cxk_adam_tensor tb = t;
+    tb.grad_dtype = 7;
+    CHECK_EQ(cxk_adam_step(&h, &tb, 1), -EINVAL);
+    tb = t, tb.copy_dtype = CXK_DTYPE_BF16;  /* dtype without a pointer */
+    CHECK_EQ(cxk_adam_step(&h, &tb, 1), -EINVAL);
+    tb = t, tb.exp_avg = NULL;
+    CHECK_EQ(cxk_adam_step(&h, &tb, 1), -EINVAL);
+    struct state fresh;
+    fill(&fresh);
+    CHECK(memcmp(&fresh, &got, sizeof got) == 0);
+    CHECK(strcmp(cxk_simd_name(CXK_SIMD_AVX512), "avx512") == 0);
+    CHECK(cxk_adam_simd() >= CXK_SIMD_SCALAR);
+
+    /* a team of 2 threads on the first memory node gives the single-thread bits */
+    struct cxk_adam_team_opts o;
+    memset(&o, 0, sizeof o);
+    o.chunk_bytes = 256;  /* many chunks for N elements */
+    o.pin = 1;
+    cxk_adam_team *team = NULL;
+    CHECK_EQ(cxk_adam_team_create(NULL, &team), 0);  /* defaults: every memory node */
+    uint32_t nteams = 0;
+    CHECK_EQ(cxk_adam_team_info(team, 0, NULL, NULL, NULL, NULL, &nteams), 0);
+    CHECK(nteams >= 1);
+    int32_t node0;
+    CHECK_EQ(cxk_adam_team_info(team, 1, &node0, NULL, NULL, NULL, &nteams), 0);
+    cxk_adam_team_destroy(team);
+    o.nnodes = 1, o.nodes[0] = node0, o.threads[0] = 2;
+    CHECK_EQ(cxk_adam_team_create(&o, &team), 0);
+    fill(&ref);
+    fill(&got);
+    struct cxk_adam_tensor a = tensor_of(&ref, 1, CXK_DTYPE_BF16, CXK_DTYPE_BF16);
+    struct cxk_adam_tensor b = tensor_of(&got, 1, CXK_DTYPE_BF16, CXK_DTYPE_BF16);
+    CHECK_EQ(cxk_adam_step(&h, &a, 1), 0);
+    CHECK_EQ(cxk_adam_team_step(team, &h, &b, 1), 0);
+    CHECK(memcmp(&ref, &got, sizeof ref) == 0);
+    uint32_t threads;
+    uint64_t chunks;
+    int32_t cpu;
+    CHECK_EQ(cxk_adam_team_info(team, 1, NULL, &threads, &cpu, &chunks, &nteams), 0);
+    CHECK_EQ(threads, 2);
+    CHECK(cpu >= 0);
+    CHECK(chunks >= (N * 4) / 256);
+
+    /* the node query failing: the error comes back and nothing is written */
+    fill(&got);
+    CHECK_EQ(cxk_fault_inject("move_pages", 1, EPERM), 0);
+    CHECK_EQ(cxk_adam_team_step(team, &h, &b, 1), -EPERM);
+    CHECK(memcmp(&fresh, &got, sizeof got) == 0);
+    cxk_adam_team_destroy(team);
+
+    /* bad team options */
+    o.nnodes = 2, o.nodes[1] = node0;  /* repeated node */
+    CHECK_EQ(cxk_adam_team_create(&o, &team), -EINVAL);
+    o.nnodes = 1, o.chunk_bytes = 100;
+    CHECK_EQ(cxk_adam_team_create(&o, &team), -EINVAL);
+    CHECK_EQ(cxk_adam_team_step(NULL, &h, &b, 1), -EINVAL);
+    return 0;
+}
