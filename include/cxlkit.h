@@ -168,6 +168,83 @@ CXK_API int cxk_pin_available(void);   /* 1 if pinning is possible, else -ENODEV
 CXK_API int cxk_pin(void *addr, size_t nbytes);
 CXK_API int cxk_unpin(void *addr);
 
+/* ---- Benchmarks: latency and bandwidth kernels over memory the caller placed ----
+ * The measuring half of `cxlkit bench`. Callers place the memory (cxk_alloc with a BIND
+ * policy) and name the CPUs; these calls run on threads of their own, each pinned with
+ * sched_setaffinity, and never change the caller's affinity. Times are CLOCK_MONOTONIC.
+ * A CPU outside the calling thread's allowed set gives -EINVAL; a thread that cannot be
+ * created gives -EAGAIN. Buffers must stay mapped for the duration of a call. */
+enum cxk_bench_kind {
+    CXK_BENCH_READ = 0,     /* vector loads folded into a sum */
+    CXK_BENCH_WRITE = 1,    /* vector stores (the CPU reads each line for ownership first) */
+    CXK_BENCH_COPY = 2,     /* memcpy src -> dst; counts bytes read + bytes written */
+    CXK_BENCH_NT_WRITE = 3, /* non-temporal stores (no read for ownership), then sfence */
+};
+#define CXK_BENCH_MAX_THREADS 1024
+
+/* Lay a random cyclic permutation over the stride-sized slots of [buf, buf+nbytes): the
+ * first 8 bytes of each slot hold the address of the next, and the chain from buf visits
+ * every slot once before returning (Sattolo's shuffle seeded by seed). stride: a power of two
+ * in 8..nbytes/2. -EINVAL for bad arguments or buf not 8-byte aligned, -ENOMEM. */
+CXK_API int cxk_bench_chase_init(void *buf, size_t nbytes, size_t stride, uint64_t seed);
+
+/* Follow the chain laid in buf for nloads dependent loads (nloads >= 1) on a thread pinned
+ * to cpu (cpu < 0: on the calling thread, as it is pinned). *ns_per_load = elapsed / nloads. */
+CXK_API int cxk_bench_chase(const void *buf, uint64_t nloads, int cpu, double *ns_per_load);
+
+struct cxk_bench_bw {
+    int32_t kind;         /* enum cxk_bench_kind */
+    uint32_t nthreads;    /* 1..CXK_BENCH_MAX_THREADS */
+    const int32_t *cpus;  /* thread i runs on cpus[i % ncpus]; NULL or ncpus 0: unpinned */
+    uint32_t ncpus;
+    uint32_t reps;        /* timed repetitions (>= 1), after one untimed warm-up pass */
+    uint32_t passes;      /* passes over the buffer per repetition (>= 1) */
+};
+/* Bandwidth of opts->kind over [dst, dst+nbytes) (and [src, src+nbytes) for COPY; src is
+ * ignored otherwise). The range is split into nthreads contiguous parts; in each repetition
+ * every thread starts at one barrier and the time runs until the last one finishes.
+ * bytes_per_s[0..reps) receives each repetition's bytes moved / elapsed (COPY counts
+ * 2*nbytes per pass, the STREAM convention). dst and src 64-byte aligned, nbytes a
+ * multiple of 64 and >= 64*nthreads; otherwise -EINVAL. */
+CXK_API int cxk_bench_bandwidth(void *dst, const void *src, size_t nbytes,
+                                const struct cxk_bench_bw *opts, double *bytes_per_s);
+
+struct cxk_bench_loaded {
+    int32_t chase_cpu;        /* CPU of the latency thread (< 0: unpinned) */
+    int32_t kind;             /* what each load generator does: enum cxk_bench_kind */
+    uint32_t ngen;            /* load-generator threads, 1..CXK_BENCH_MAX_THREADS */
+    const int32_t *gen_cpus;  /* generator i on gen_cpus[i % ngen_cpus]; NULL: unpinned */
+    uint32_t ngen_cpus;
+    double rate;              /* total target bytes/s of all generators; 0 = unthrottled */
+    uint64_t duration_ns;     /* the measuring window, >= 1 ms */
+};
+/* Latency under load: generators sweep their parts of gen_buf (ngen parts; each part's two
+ * halves for COPY), throttled to opts->rate by spinning between 16 KiB chunks, while the
+ * latency thread follows the chain laid in chase_buf for duration_ns. *ns_per_load gets the
+ * chase's mean, *gen_bytes_per_s the bandwidth the generators reached in the same window.
+ * gen_buf 64-byte aligned, gen_nbytes >= 32 KiB per generator; otherwise -EINVAL. */
+CXK_API int cxk_bench_loaded_latency(const void *chase_buf, void *gen_buf, size_t gen_nbytes,
+                                     const struct cxk_bench_loaded *opts, double *ns_per_load,
+                                     double *gen_bytes_per_s);
+
+enum cxk_bench_copy_method {
+    CXK_COPY_MEMCPY = 0,     /* memcpy */
+    CXK_COPY_NT = 1,         /* cxk_nt_copy */
+    CXK_COPY_FLUSH = 2,      /* cxk_copy_flush: the publish half of the pool protocol */
+    CXK_COPY_INVALIDATE = 3, /* cxk_copy_invalidate: the read half on a non-coherent pool */
+};
+/* ncopies copies of size bytes by method on a thread pinned to cpu (< 0: calling thread).
+ * Copy i reads src + o and writes dst + o, o = (i mod (span/size)) * size, so consecutive
+ * copies walk through [0, span) of both buffers instead of re-reading one hot range.
+ * *ns_total = elapsed for all copies. -EINVAL for size 0, size > span, ncopies 0, bad method. */
+CXK_API int cxk_bench_copy(void *dst, const void *src, size_t span, size_t size, int method,
+                           uint64_t ncopies, int cpu, double *ns_total);
+
+/* Ask for transparent huge pages on [addr, addr+nbytes) (madvise MADV_HUGEPAGE) before
+ * the range is populated, so a latency sweep measures caches and memory rather than TLB
+ * reach. addr page-aligned. -EINVAL when THP is not built in; the kernel's -errno. */
+CXK_API int cxk_bench_hugepages(void *addr, size_t nbytes);
+
 /* ---- KV cache: scatter/gather between an engine's paged KV tensors and pool blocks ----
  * A block image is the KV of one block of tokens for all layers, laid out canonically as
  * [layers][K,V][tokens][kv_heads][head_dim]. A plan says where each contiguous run of an
