@@ -1,0 +1,181 @@
+"""The rig's own plumbing on the host, without booting a guest: topology arguments, argument
+errors, missing setup, and the run protocol (prep, cmd, rc, timeout) against a fake QEMU that
+runs the guest's scripts directly."""
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import rig
+
+FAKE_QEMU = r'''#!PYTHON
+import os, subprocess, sys, time
+args = sys.argv[1:]
+xfer = next(a.split("path=")[1].split(",")[0] for a in args if a.startswith("local,id=xfer,"))
+open(os.path.join(os.path.dirname(xfer), "fake.pid"), "w").write(str(os.getpid()))
+mode = os.environ.get("FAKE_QEMU_MODE", "ok")
+if mode == "hang":
+    time.sleep(600)
+if os.path.exists(xfer + "/prep.sh"):
+    with open(xfer + "/prep.log", "w") as log:
+        rc = subprocess.call(["sh", xfer + "/prep.sh"], stdout=log, stderr=log)
+    open(xfer + "/prep-rc", "w").write(f"{rc}\n")
+    if rc:
+        sys.exit(0)
+if mode == "crash":
+    sys.exit(1)
+with open(xfer + "/out", "w") as out:
+    rc = subprocess.call(["sh", xfer + "/cmd.sh"], stdout=out, stderr=out)
+open(xfer + "/rc", "w").write(f"{rc}\n")
+'''
+
+
+@pytest.fixture
+def fake_rig(tmp_path, monkeypatch):
+    """A work dir with placeholder kernel/initrd and a fake qemu-system-x86_64 first in PATH."""
+    work = tmp_path / "work"
+    (work / "qemu10/usr/bin").mkdir(parents=True)
+    (work / "vmlinuz").write_bytes(b"")
+    (work / "initramfs.cpio.gz").write_bytes(b"")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for q in (bindir / "qemu-system-x86_64", work / "qemu10/usr/bin/qemu-system-x86_64"):
+        q.write_text(FAKE_QEMU.replace("PYTHON", sys.executable))
+        q.chmod(q.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("CXLKIT_VM_WORK", str(work))
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    return work
+
+
+def _args(spec: rig.GuestSpec) -> str:
+    return " ".join(spec.args)
+
+
+def test_numa_spec_tells_qemu_two_nodes_and_their_hmat_figures(tmp_path):
+    spec = rig.topology_spec("numa", tmp_path)
+    a = _args(spec)
+    assert not spec.qemu10 and spec.prep == ""
+    assert "node,nodeid=0,cpus=0-1,memdev=m0" in a and "node,nodeid=1,memdev=m1" in a
+    assert "nodeid=2" not in a
+    for node in (0, 1):
+        lat, bw = rig.HMAT[node]
+        assert f"target={node},hierarchy=memory,data-type=access-latency,latency={lat}" in a
+        assert f"target={node},hierarchy=memory,data-type=access-bandwidth,bandwidth={bw}M" in a
+
+
+@pytest.mark.parametrize("topo", ["devdax", "devdax-kmem"])
+def test_devdax_specs_put_a_sparse_nvdimm_in_node2_and_format_it_map_mem(tmp_path, topo):
+    spec = rig.topology_spec(topo, tmp_path)
+    assert "nvdimm,id=nvdimm0,memdev=nv0,node=2" in _args(spec)
+    img = tmp_path / "nvdimm.img"
+    assert img.stat().st_size == rig.NVDIMM_BYTES and img.stat().st_blocks == 0
+    assert "-m devdax --map=mem" in spec.prep
+    assert ("--mode=system-ram" in spec.prep) == (topo == "devdax-kmem")
+
+
+def test_cxl_spec_uses_qemu10_a_generic_port_and_the_region_script(tmp_path):
+    spec = rig.topology_spec("cxl", tmp_path)
+    a = _args(spec)
+    assert spec.qemu10
+    assert "cxl-type3,bus=rp0,volatile-memdev=cxlmem0" in a
+    assert "acpi-generic-port,id=gp0,pci-bus=cxl.1,node=2" in a
+    assert f"size={rig.CXL_BYTES}" in a
+    assert "create_ram_region" in spec.prep
+    assert "online_movable" in spec.cmdline
+
+
+def test_two_hosts_spec_shares_one_backing_file_and_only_host_a_formats(tmp_path):
+    a = rig.topology_spec("two-hosts", tmp_path / "a", host="a")
+    b = rig.topology_spec("two-hosts", tmp_path / "b", host="b")
+    shared = f"mem-path={tmp_path / 'shared-pool.img'}"
+    assert shared in _args(a) and shared in _args(b)
+    assert "create-namespace" in a.prep and "create-namespace" not in b.prep
+    assert (a.env, b.env) == ({"CXLKIT_VM_HOST": "a"}, {"CXLKIT_VM_HOST": "b"})
+
+
+def test_two_hosts_spec_with_a_third_host_raises_ValueError(tmp_path):
+    with pytest.raises(ValueError, match="'c'"):
+        rig.topology_spec("two-hosts", tmp_path, host="c")
+
+
+def test_unknown_topology_raises_KeyError_naming_it(tmp_path, fake_rig):
+    with pytest.raises(KeyError, match="torus"):
+        rig.topology_spec("torus", tmp_path)
+    with pytest.raises(KeyError, match="torus"):
+        rig.run("true", "torus")
+
+
+def test_run_rejects_a_bad_command_and_a_bad_timeout(fake_rig):
+    with pytest.raises(TypeError, match="cmd"):
+        rig.run(["echo", 3])
+    with pytest.raises(ValueError, match="timeout"):
+        rig.run("true", timeout=0)
+
+
+def test_run_without_setup_raises_VMError_pointing_at_vm_setup(tmp_path, monkeypatch):
+    monkeypatch.setenv("CXLKIT_VM_WORK", str(tmp_path / "empty"))
+    with pytest.raises(rig.VMError, match="make vm-setup"):
+        rig.run("true")
+
+
+def test_run_returns_the_commands_exit_code_output_and_environment(fake_rig):
+    rc, out = rig.run("echo hello; echo $CXLKIT_VM_TOPOLOGY $MYVAR; pwd; exit 3",
+                      chroot=True, env={"MYVAR": "x y"})
+    assert rc == 3
+    assert out.splitlines() == ["hello", "numa x y", str(rig.PROJECT)]
+    # a failed run keeps its directory for diagnosis
+    assert len(list((fake_rig / "runs").iterdir())) == 1
+
+
+def test_run_of_an_argv_quotes_each_argument_and_cleans_up(fake_rig):
+    rc, out = rig.run(["printf", "%s|", "a b", "$HOME"], chroot=False)
+    assert (rc, out) == (0, "a b|$HOME|")
+    assert list((fake_rig / "runs").iterdir()) == []
+
+
+def test_guest_without_an_exit_code_reports_125_and_says_so(fake_rig, monkeypatch):
+    monkeypatch.setenv("FAKE_QEMU_MODE", "crash")
+    rc, out = rig.run("true")
+    assert rc == rig.RC_NO_REPORT
+    assert "reported no exit code" in out
+
+
+def test_failed_topology_setup_raises_VMError_with_its_log(fake_rig, monkeypatch):
+    monkeypatch.setattr(rig, "_PREP_DEVDAX", "echo no nvdimm here; exit 4\n")
+    with pytest.raises(rig.VMError, match=r"(?s)topology setup failed \(rc 4\).*no nvdimm here"):
+        rig.run("true", "devdax")
+
+
+def test_timeout_kills_qemu_and_raises_VMTimeout(fake_rig, monkeypatch):
+    monkeypatch.setenv("FAKE_QEMU_MODE", "hang")
+    t0 = time.monotonic()
+    with pytest.raises(rig.VMTimeout, match="did not finish in time; QEMU killed"):
+        rig.run("true", timeout=1.0)
+    assert time.monotonic() - t0 < 10
+    pid = int(next((fake_rig / "runs").iterdir()).joinpath("fake.pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_run_tests_reports_rc_wall_time_and_pytest_summary_per_topology(fake_rig, capsys):
+    # the fake runs cmd.sh on the host, so pytest really runs there: --version keeps it short
+    res = rig.run_tests(["numa"], ["--version"], timeout=60)
+    assert [r["topology"] for r in res] == ["numa"]
+    assert res[0]["wall_s"] >= 0
+    assert "##### topology numa" in capsys.readouterr().out
+
+
+def test_cli_run_without_a_command_is_a_usage_error(fake_rig):
+    with pytest.raises(SystemExit) as e:
+        rig.main(["run", "-t", "numa", "--"])
+    assert e.value.code == 2
+
+
+def test_cli_run_returns_the_guests_exit_code(fake_rig, capsys):
+    assert rig.main(["run", "--no-chroot", "--", "sh", "-c", "echo hi; exit 5"]) == 5
+    assert capsys.readouterr().out == "hi\n"
