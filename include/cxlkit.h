@@ -375,6 +375,151 @@ CXK_API int cxk_adam_team_info(const cxk_adam_team *team, uint32_t cap, int32_t 
                                uint32_t *threads, int32_t *cpus, uint64_t *chunks,
                                uint32_t *nteams);
 
+/* ---- Pools: named objects in one memory range shared by processes and hosts ----
+ * Shaped like POSIX shm: open a pool, create / open / close / destroy objects by name.
+ * Layout and protocol: docs/pool-format.md. Offsets (off) are bytes from the pool base
+ * (cxk_pool_base): they mean the same in every process and host; never store pointers in
+ * a pool. A host writes only its own host slot, name table, lease table and partition, so
+ * only the owner host may destroy an object. Handles are thread-safe. Errors beyond the
+ * usual -errno: -EMEDIUMTYPE not a cxlkit pool (foreign or blank superblock),
+ * -EPROTONOSUPPORT unsupported format version, -EBADMSG corrupt (checksum, geometry),
+ * -ERANGE device or size too small, -ENAMETOOLONG name over CXK_POOL_NAME_MAX,
+ * -EEXIST name taken, -ENOENT unknown name, -ENOSPC partition or name table full,
+ * -EAGAIN object not yet published, -EPERM object of another host, -ESTALE object
+ * destroyed or replaced under a reader, -EBUSY host slot owned by another host's tag. */
+typedef struct cxk_pool cxk_pool;
+
+#define CXK_POOL_NAME_MAX 255
+#define CXK_POOL_TAG_MAX 31
+#define CXK_POOL_MAX_HOSTS 64
+#define CXK_POOL_MAX_BACKINGS 16
+#define CXK_POOL_STRIPE_BYTES (2u << 20) /* interleave granule of several backings */
+
+enum cxk_coherence {
+    CXK_COHERENCE_HOST = 0, /* one coherence domain: flushes are no-ops, ordering kept */
+    CXK_COHERENCE_NONE = 1, /* hosts without coherence: flush on publish, invalidate on read */
+};
+
+#define CXK_POOL_CREATE 1u /* format the pool if it does not exist (files: atomically) */
+#define CXK_POOL_EXCL 2u   /* with CREATE: -EEXIST if it exists */
+#define CXK_POOL_FORCE 4u  /* with CREATE on a device: format over foreign data */
+
+struct cxk_pool_opts {
+    uint32_t flags;            /* CXK_POOL_* */
+    int32_t host_id;           /* host slot 0..max_hosts-1; -1: the slot tagged host_tag,
+                                  else a free one */
+    const char *host_tag;      /* this host's name (<= CXK_POOL_TAG_MAX bytes); NULL = "" */
+    int32_t coherence;         /* enum cxk_coherence */
+    int32_t numa_node;         /* >= 0: bind file/memfd backings to this node; -1: none */
+    uint64_t size;             /* CREATE: total bytes (files, memfd); devices use their size */
+    uint32_t max_hosts;        /* CREATE: 1..CXK_POOL_MAX_HOSTS; 0 = 4 */
+    uint32_t mode;             /* CREATE: file mode; 0 = 0600 */
+    uint64_t max_objects;      /* CREATE: names per host; 0 = one per 64 KiB of partition */
+    uint32_t lease_slots;      /* CREATE: lease entries per host; 0 = 1024 */
+    uint32_t lease_timeout_ms; /* CREATE: a host silent this long is dead; 0 = 10000 */
+};
+/* Zeroes opts and sets host_id = -1, numa_node = -1. */
+CXK_API void cxk_pool_opts_init(struct cxk_pool_opts *opts);
+
+/* Open (or with CXK_POOL_CREATE create) the pool on path: a regular file (tmpfs or
+ * hugetlbfs), a devdax character device (/dev/daxX.Y: size and alignment from sysfs),
+ * or "memfd:NAME" (anonymous memory; other processes open /proc/PID/fd/N). A failed
+ * open never writes to the pool. A process that forks must reopen in the child. */
+CXK_API int cxk_pool_open(const char *path, const struct cxk_pool_opts *opts, cxk_pool **out);
+/* The same over several backings of equal size striped at CXK_POOL_STRIPE_BYTES into one
+ * contiguous range (backing i holds granules i, i+n, ...); every host lists them in the
+ * same order. */
+CXK_API int cxk_pool_open_striped(const char *const *paths, uint32_t npaths,
+                                  const struct cxk_pool_opts *opts, cxk_pool **out);
+/* Drops this handle's leases and unmaps. NULL is a no-op. */
+CXK_API int cxk_pool_close(cxk_pool *p);
+CXK_API void *cxk_pool_base(const cxk_pool *p);
+
+struct cxk_pool_stat {
+    uint64_t size;            /* bytes mapped */
+    uint64_t partition_bytes; /* each host's data partition */
+    uint64_t used_bytes;      /* this host: blocks in use, headers included */
+    uint64_t free_bytes;      /* this host: used_bytes + free_bytes == partition_bytes */
+    uint64_t objects;         /* published objects, every host */
+    uint64_t objects_host;    /* published objects of this host */
+    uint64_t max_objects;     /* names per host */
+    uint64_t align;           /* mapping alignment */
+    uint64_t lease_timeout_ns;
+    uint32_t version, max_hosts, host_id, hosts_active, coherence, nbackings;
+    uint8_t uuid[16];
+    char kind[16];            /* "file", "devdax", "memfd", "striped" */
+};
+CXK_API int cxk_pool_stat(cxk_pool *p, struct cxk_pool_stat *st);
+
+enum cxk_obj_state { CXK_OBJ_CREATING = 1, CXK_OBJ_LIVE = 2, CXK_OBJ_DEAD = 3 };
+struct cxk_obj_stat {
+    char name[CXK_POOL_NAME_MAX + 1];
+    uint64_t off;        /* payload offset from the pool base (64-byte aligned) */
+    uint64_t nbytes;
+    uint64_t generation; /* unique per host; changes when a name is re-created */
+    uint64_t checksum;   /* crc32c of the payload | 1 << 32, or 0 when not computed */
+    int64_t created_ns;  /* CLOCK_REALTIME */
+    uint32_t host;       /* owner host slot */
+    uint32_t state;      /* enum cxk_obj_state */
+};
+
+/* Reserve name and allocate nbytes (> 0) in this host's partition; *off is the zeroed,
+ * writable payload. The object is invisible to cxk_obj_open until cxk_obj_publish; the
+ * creator holds a lease until cxk_obj_close. If the creator dies first, the object is
+ * reclaimed. */
+CXK_API int cxk_obj_create(cxk_pool *p, const char *name, uint64_t nbytes, uint64_t *off);
+#define CXK_PUBLISH_CHECKSUM 1u /* record crc32c of the payload for readers to verify */
+/* Publish the object at off (payload flushed, fenced, then the header): from now on
+ * cxk_obj_open finds it. -EINVAL when off is not an unpublished object of this host. */
+CXK_API int cxk_obj_publish(cxk_pool *p, uint64_t off, unsigned flags);
+/* Find a published object by name on any host and take a lease on it (its memory is not
+ * reused while the lease lives); st receives its description. */
+CXK_API int cxk_obj_open(cxk_pool *p, const char *name, struct cxk_obj_stat *st);
+/* Drop one lease this handle holds on off. -ENOENT if it holds none. */
+CXK_API int cxk_obj_close(cxk_pool *p, uint64_t off);
+/* Remove name (this host's objects only). Its memory is freed once no lease holds it. */
+CXK_API int cxk_obj_destroy(cxk_pool *p, const char *name);
+CXK_API int cxk_obj_stat(cxk_pool *p, const char *name, struct cxk_obj_stat *st);
+/* Up to cap published or reserved objects of every host; *n receives how many exist. */
+CXK_API int cxk_obj_list(cxk_pool *p, struct cxk_obj_stat *out, size_t cap, size_t *n);
+/* Seqlock read: invalidate (coherence "none"), copy [pos, pos+nbytes) of the payload at
+ * off, then check that the object still has `generation` and is published: -ESTALE if not,
+ * -ERANGE past its end. */
+CXK_API int cxk_obj_read(cxk_pool *p, uint64_t off, uint64_t generation, uint64_t pos,
+                         void *dst, size_t nbytes);
+/* 0 while the object at off is published with `generation`, else -ESTALE. */
+CXK_API int cxk_obj_validate(cxk_pool *p, uint64_t off, uint64_t generation);
+/* Recompute the payload checksum: -EBADMSG on mismatch, -ENODATA if none was recorded. */
+CXK_API int cxk_obj_verify(cxk_pool *p, uint64_t off);
+/* Make [off, off+nbytes) written by this process visible to other hosts / drop stale
+ * cached copies before reading; no-ops (fences only) under CXK_COHERENCE_HOST. */
+CXK_API void cxk_pool_flush(cxk_pool *p, uint64_t off, uint64_t nbytes);
+CXK_API void cxk_pool_invalidate(cxk_pool *p, uint64_t off, uint64_t nbytes);
+
+struct cxk_fsck_report {
+    uint64_t objects_live, objects_creating, objects_dead, blocks_free;
+    uint64_t bytes_used, bytes_free;      /* all hosts */
+    uint64_t reclaimed_objects;           /* this host: half-created or unleased dead */
+    uint64_t reclaimed_bytes;
+    uint64_t repaired_entries;            /* this host: name entries rebuilt or removed */
+    uint64_t leases_live, leases_expired; /* expired: dead process or silent host */
+    uint64_t duplicate_names;             /* same name published by two hosts */
+    uint64_t errors;                      /* broken block chains, entries without objects
+                                             (other hosts) — data that cannot be trusted */
+};
+#define CXK_FSCK_REPAIR 1u /* repair this host's part (takes its lock) */
+CXK_API int cxk_pool_fsck(cxk_pool *p, unsigned flags, struct cxk_fsck_report *r);
+
+/* Test hook: the nth time (1-based, counted from this call) the pool code reaches crash
+ * point `name`, the process exits at once with status 137 as if killed. Points:
+ * "create.alloc" (block taken, name not yet entered), "create.entry" (name entered),
+ * "publish.header", "destroy.header" (header dead, entry not yet removed),
+ * "destroy.free", "locked" (host lock held). nth == 0 disarms; -EINVAL unknown name. */
+CXK_API int cxk_pool_crash_at(const char *name, int nth);
+/* Size and alignment of devdax device `name` ("dax0.0") under sysfs_root ("/sys"). */
+CXK_API int cxk_pool_dax_geometry(const char *sysfs_root, const char *name, uint64_t *size,
+                                  uint64_t *align);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,166 @@
+// pool.h — private: the pool handle and what pool.cpp, pool_alloc.cpp, pool_names.cpp and
+// pool_backing.cpp share: shared-memory access helpers (atomics + flush/invalidate for the
+// non-coherent mode), the allocator, the name table and the backings.
+#pragma once
+#include <sys/types.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cxlkit.h"
+#include "pool_format.h"
+
+struct cxk_pool {
+    uint8_t *base = nullptr;
+    uint64_t size = 0;             // bytes mapped
+    uint64_t align = 0;
+    char kind[16] = {};
+    int memfd = -1;                // kept open for memfd pools (closing it would free them)
+    bool nc = false;               // coherence "none"
+    uint32_t host = 0;
+    uint64_t boot = 0;
+    pid_t pid = 0;
+    cxk::pool::Superblock geo{};   // validated copy of the superblock
+    std::mutex lease_mu;           // guards my_leases
+    std::vector<uint32_t> my_leases;  // this handle's lease entries (indices in our table)
+    std::thread heart;             // heartbeat: keeps this host's leases alive for others
+    std::mutex heart_mu;
+    std::condition_variable heart_cv;
+    bool heart_stop = false;
+};
+
+namespace cxk::pool {
+
+// ---- shared-memory access -------------------------------------------------------
+template <class T> inline T ld(const T *a) { return __atomic_load_n(a, __ATOMIC_ACQUIRE); }
+template <class T> inline T ldr(const T *a) { return __atomic_load_n(a, __ATOMIC_RELAXED); }
+template <class T> inline void st(T *a, T v) { __atomic_store_n(a, v, __ATOMIC_RELEASE); }
+template <class T> inline void str(T *a, T v) { __atomic_store_n(a, v, __ATOMIC_RELAXED); }
+
+// Make our writes to [a, a+n) visible to other hosts (coherence "none": write back the
+// lines), then a full fence so later stores and loads stay behind them.
+void sync_out(const cxk_pool *p, const void *a, size_t n);
+// Drop cached copies of [a, a+n) so the next loads see other hosts' writes.
+void sync_in(const cxk_pool *p, const void *a, size_t n);
+
+inline HostSlot *slot(const cxk_pool *p, uint32_t h) {
+    return reinterpret_cast<HostSlot *>(p->base + p->geo.host_table_off + h * kHostSlotBytes);
+}
+inline NameEntry *names(const cxk_pool *p, uint32_t h) {
+    return reinterpret_cast<NameEntry *>(p->base + p->geo.names_off + h * p->geo.names_bytes);
+}
+inline Lease *leases(const cxk_pool *p, uint32_t h) {
+    return reinterpret_cast<Lease *>(p->base + p->geo.leases_off + h * p->geo.leases_bytes);
+}
+inline uint64_t part_begin(const cxk_pool *p, uint32_t h) {
+    return p->geo.data_off + h * p->geo.partition_bytes;
+}
+inline uint64_t part_end(const cxk_pool *p, uint32_t h) {
+    return part_begin(p, h) + p->geo.partition_bytes;
+}
+inline ObjHeader *hdr(const cxk_pool *p, uint64_t block) {
+    return reinterpret_cast<ObjHeader *>(p->base + block);
+}
+
+uint32_t crc32c(const void *data, size_t n, uint32_t crc = 0);
+uint64_t name_hash(const char *name, size_t len);
+int64_t now_ns();
+bool pid_alive(uint32_t pid);
+
+// ---- allocator (pool_alloc.cpp): this host's partition, caller holds the host lock -----
+// A partition is a chain of blocks, each starting with an ObjHeader; block_bytes links the
+// chain and is only ever changed by one 8-byte store, so a crash at any point leaves a
+// walkable chain. Free lists and counters are derived and rebuilt by recovery.
+int64_t alloc_block(cxk_pool *p, uint64_t need);   // block offset or -ENOSPC
+void free_block(cxk_pool *p, uint64_t block);      // block is CREATING or DEAD
+void format_partition(cxk_pool *p, uint32_t h);
+inline uint64_t block_need(uint64_t nbytes) {
+    return (kObjHeaderBytes + nbytes + kLine - 1) & ~(kLine - 1);
+}
+
+struct WalkBlock {
+    uint64_t off;
+    uint32_t state;
+    uint64_t gen;
+};
+// Visit every block of host h's partition in order; returns false on a broken chain.
+// Read-only (for other hosts' partitions); the caller syncs in as needed.
+bool walk(const cxk_pool *p, uint32_t h, std::vector<WalkBlock> *out);
+
+// ---- name table (pool_names.cpp) ------------------------------------------------
+// Geometry for max_objects names: prime bucket counts per level, written to the superblock.
+void names_geometry(uint64_t max_objects, Superblock *sb);
+// Slot for a new name in our table (first EMPTY or TOMB in probe order) or -ENOSPC.
+int64_t names_slot(const cxk_pool *p, uint64_t hash);
+// Seqlocked entry write by the owner host (under its lock).
+void entry_write(const cxk_pool *p, NameEntry *e, uint64_t hash, uint64_t block, uint64_t gen,
+                 uint32_t state);
+struct EntryView {
+    uint64_t hash, block, gen;
+    uint32_t state;
+    uint64_t index;
+};
+// Consistent snapshot of entry i of host h; false if it kept changing (a writer died
+// mid-write: recovery fixes it) — treat as absent.
+bool entry_read(const cxk_pool *p, uint32_t h, uint64_t i, EntryView *v);
+// Call fn(view) for every CREATING/LIVE entry of host h whose hash matches, in probe order;
+// fn returns true to stop.
+template <class Fn> void names_probe(const cxk_pool *p, uint32_t h, uint64_t hash, Fn fn);
+uint64_t level_base(const Superblock &g, uint32_t level);
+
+template <class Fn> void names_probe(const cxk_pool *p, uint32_t h, uint64_t hash, Fn fn) {
+    const Superblock &g = p->geo;
+    EntryView v;
+    for (uint32_t l = 0; l + 1 < g.levels; ++l) {
+        uint64_t first = level_base(g, l) + (hash % g.level_buckets[l]) * g.bucket_slots;
+        for (uint32_t s = 0; s < g.bucket_slots; ++s)
+            if (entry_read(p, h, first + s, &v) && v.hash == hash &&
+                (v.state == kEntCreating || v.state == kEntLive) && fn(v))
+                return;
+    }
+    // last level: linear probing, ends at the first bucket holding an EMPTY entry
+    const uint32_t l = g.levels - 1;
+    const uint64_t nb = g.level_buckets[l], b0 = hash % nb, base = level_base(g, l);
+    for (uint64_t i = 0; i < nb; ++i) {
+        uint64_t first = base + ((b0 + i) % nb) * g.bucket_slots;
+        bool empty_seen = false;
+        for (uint32_t s = 0; s < g.bucket_slots; ++s) {
+            if (!entry_read(p, h, first + s, &v)) continue;
+            if (v.state == kEmpty) empty_seen = true;
+            else if (v.hash == hash && (v.state == kEntCreating || v.state == kEntLive) && fn(v))
+                return;
+        }
+        if (empty_seen) return;
+    }
+}
+
+// ---- backings (pool_backing.cpp) ---------------------------------------------------
+struct Backing {
+    std::string path;
+    int fd = -1;
+    bool devdax = false;
+    bool memfd = false;
+    bool created = false;          // we made the file (tmp name, linked into place later)
+    std::string tmp;               // temporary name while formatting
+    uint64_t size = 0;
+    uint64_t align = 0;
+};
+// Open or create one backing; size is the wanted size when creating (0: must exist).
+int backing_open(Backing *b, bool create, bool excl, uint64_t size, uint32_t mode);
+// Map the backings as one range (striped at CXK_POOL_STRIPE_BYTES when there are several).
+int backings_map(std::vector<Backing> &bs, uint64_t total, uint64_t align, uint8_t **out);
+// Publish created files under their real names (first the stripes, backing 0 last):
+// -EEXIST when another process created the pool first.
+int backings_link(std::vector<Backing> &bs);
+void backings_discard(std::vector<Backing> &bs);
+
+// ---- crash points (tests) ----------------------------------------------------------
+enum class Crash { create_alloc, create_entry, publish_header, destroy_header, destroy_free,
+                   locked, count_ };
+void crash_point(Crash c);
+
+}  // namespace cxk::pool

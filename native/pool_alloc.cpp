@@ -1,0 +1,131 @@
+// pool_alloc.cpp — the allocator of one host's partition: a chain of blocks (each headed by
+// its ObjHeader) with boundary tags, segregated free lists by floor(log2(size)), first fit,
+// split and coalesce. Crash-safe by construction: the chain changes only through single
+// 8-byte stores of block_bytes made after the bytes they expose are written; lists and
+// counters are derived and rebuilt by recovery (pool.cpp).
+#include <cstring>
+
+#include "pool.h"
+
+namespace cxk::pool {
+namespace {
+
+uint32_t size_class(uint64_t n) { return 63u - uint32_t(__builtin_clzll(n)); }
+
+void list_push(cxk_pool *p, HostSlot *s, uint64_t off) {
+    ObjHeader *b = hdr(p, off);
+    uint32_t c = size_class(b->block_bytes);
+    b->link.prev = 0;
+    b->link.next = s->free_head[c];
+    if (s->free_head[c]) hdr(p, s->free_head[c])->link.prev = off;
+    s->free_head[c] = off;
+}
+
+void list_remove(cxk_pool *p, HostSlot *s, uint64_t off) {
+    ObjHeader *b = hdr(p, off);
+    uint32_t c = size_class(b->block_bytes);
+    if (b->link.prev) hdr(p, b->link.prev)->link.next = b->link.next;
+    else s->free_head[c] = b->link.next;
+    if (b->link.next) hdr(p, b->link.next)->link.prev = b->link.prev;
+}
+
+void write_free_header(cxk_pool *p, uint64_t off, uint64_t bytes, uint64_t prev_bytes) {
+    ObjHeader *b = hdr(p, off);
+    std::memset(static_cast<void *>(b), 0, kLine);
+    b->magic = kObjMagic;
+    b->block_bytes = bytes;
+    b->prev_bytes = prev_bytes;
+    st(&b->state, uint32_t(kFree));
+    sync_out(p, b, kLine);  // other hosts' walks read it once the chain reaches it
+}
+
+}  // namespace
+
+void format_partition(cxk_pool *p, uint32_t h) {
+    HostSlot *s = slot(p, h);
+    std::memset(s->free_head, 0, sizeof s->free_head);
+    write_free_header(p, part_begin(p, h), p->geo.partition_bytes, 0);
+    list_push(p, s, part_begin(p, h));
+    s->free_bytes = p->geo.partition_bytes;
+    s->used_bytes = 0;
+}
+
+int64_t alloc_block(cxk_pool *p, uint64_t need) {
+    HostSlot *s = slot(p, p->host);
+    if (need > p->geo.partition_bytes) return -ENOSPC;
+    uint64_t found = 0;
+    const uint32_t c0 = size_class(need);
+    // first fit in need's own class (bounded walk), else the head of any larger class,
+    // every block of which is big enough
+    uint64_t off = s->free_head[c0];
+    for (int n = 0; off && n < 64; ++n, off = hdr(p, off)->link.next)
+        if (hdr(p, off)->block_bytes >= need) {
+            found = off;
+            break;
+        }
+    for (uint32_t c = c0 + 1; !found && c < kClasses; ++c) found = s->free_head[c];
+    if (!found) return -ENOSPC;
+
+    ObjHeader *b = hdr(p, found);
+    const uint64_t have = b->block_bytes;
+    list_remove(p, s, found);
+    if (have - need >= kMinBlock) {
+        // The rest becomes a free block: its header is written before the store of
+        // block_bytes that makes it reachable.
+        const uint64_t rest = found + need, end = part_end(p, p->host);
+        write_free_header(p, rest, have - need, need);
+        st(&b->block_bytes, need);
+        sync_out(p, b, kLine);
+        if (rest + (have - need) < end) hdr(p, rest + (have - need))->prev_bytes = have - need;
+        list_push(p, s, rest);
+        s->used_bytes += need;
+        s->free_bytes -= need;
+    } else {
+        s->used_bytes += have;
+        s->free_bytes -= have;
+    }
+    return int64_t(found);
+}
+
+void free_block(cxk_pool *p, uint64_t off) {
+    HostSlot *s = slot(p, p->host);
+    const uint64_t begin = part_begin(p, p->host), end = part_end(p, p->host);
+    ObjHeader *b = hdr(p, off);
+    uint64_t bytes = b->block_bytes;
+    s->used_bytes -= bytes;
+    s->free_bytes += bytes;
+    st(&b->state, uint32_t(kFree));
+    const uint64_t next = off + bytes;
+    if (next < end && ld(&hdr(p, next)->state) == kFree) {
+        list_remove(p, s, next);
+        bytes += hdr(p, next)->block_bytes;
+        st(&b->block_bytes, bytes);
+    }
+    if (off > begin && b->prev_bytes && ld(&hdr(p, off - b->prev_bytes)->state) == kFree) {
+        const uint64_t prev = off - b->prev_bytes;
+        list_remove(p, s, prev);
+        bytes += hdr(p, prev)->block_bytes;
+        st(&hdr(p, prev)->block_bytes, bytes);
+        off = prev;
+    }
+    if (off + bytes < end) hdr(p, off + bytes)->prev_bytes = bytes;
+    list_push(p, s, off);
+    sync_out(p, hdr(p, off), kLine);
+}
+
+bool walk(const cxk_pool *p, uint32_t h, std::vector<WalkBlock> *out) {
+    const uint64_t begin = part_begin(p, h), end = part_end(p, h);
+    uint64_t off = begin;
+    while (off < end) {
+        ObjHeader *b = hdr(p, off);
+        if (h != p->host) sync_in(p, b, kLine);
+        const uint64_t bytes = ld(&b->block_bytes);
+        if (b->magic != kObjMagic || bytes < kMinBlock || bytes % kLine || bytes > end - off)
+            return false;
+        out->push_back({off, ld(&b->state), b->gen});
+        off += bytes;
+    }
+    return true;
+}
+
+}  // namespace cxk::pool

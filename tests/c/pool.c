@@ -1,0 +1,196 @@
+/* pool.c — the pool through the C ABI alone: create/publish/open/read/destroy, typed
+ * errors, leases deferring a free, a creator killed at each crash point (fork), fsck. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cxlkit.h"
+
+static int failures = 0;
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+            failures++;                                                              \
+        }                                                                            \
+    } while (0)
+#define CHECK_EQ(a, b)                                                                  \
+    do {                                                                                \
+        long long _a = (long long)(a), _b = (long long)(b);                             \
+        if (_a != _b) {                                                                 \
+            fprintf(stderr, "%s:%d: %s == %lld, expected %lld\n", __FILE__, __LINE__, #a, \
+                    _a, _b);                                                            \
+            failures++;                                                                 \
+        }                                                                               \
+    } while (0)
+
+static char path[256];
+
+static cxk_pool *open_host(int host, unsigned flags) {
+    struct cxk_pool_opts o;
+    cxk_pool_opts_init(&o);
+    o.flags = flags;
+    o.size = 8u << 20;
+    o.host_id = host;
+    o.max_hosts = 2;
+    cxk_pool *p = NULL;
+    int r = cxk_pool_open(path, &o, &p);
+    if (r) fprintf(stderr, "open host %d: %s\n", host, strerror(-r));
+    return p;
+}
+
+static void basics(void) {
+    cxk_pool *p = open_host(0, CXK_POOL_CREATE | CXK_POOL_EXCL);
+    CHECK(p != NULL);
+    if (!p) return;
+    struct stat sb;
+    CHECK_EQ(stat(path, &sb), 0);
+    CHECK_EQ(sb.st_mode & 0777, 0600);
+
+    uint64_t off = 0;
+    CHECK_EQ(cxk_obj_create(p, "alpha", 1000, &off), 0);
+    CHECK_EQ(off % 64, 0);
+    char *base = cxk_pool_base(p);
+    for (int i = 0; i < 1000; ++i) base[off + i] = (char)i;
+    struct cxk_obj_stat st;
+    CHECK_EQ(cxk_obj_open(p, "alpha", &st), -EAGAIN); /* not yet published */
+    CHECK_EQ(cxk_obj_publish(p, off, CXK_PUBLISH_CHECKSUM), 0);
+    CHECK_EQ(cxk_obj_close(p, off), 0); /* the creator's lease */
+    CHECK_EQ(cxk_obj_create(p, "alpha", 10, &off), -EEXIST);
+
+    cxk_pool *q = open_host(1, 0);  /* a second "host" over the same file */
+    CHECK(q != NULL);
+    if (!q) return;
+    CHECK_EQ(cxk_obj_open(q, "alpha", &st), 0);
+    CHECK_EQ(st.off, off);
+    CHECK_EQ(st.nbytes, 1000);
+    CHECK_EQ(st.host, 0);
+    CHECK_EQ(st.state, CXK_OBJ_LIVE);
+    CHECK_EQ(cxk_obj_verify(q, st.off), 0);
+    char buf[1000];
+    CHECK_EQ(cxk_obj_read(q, st.off, st.generation, 0, buf, sizeof buf), 0);
+    CHECK_EQ(buf[999], (char)999);
+    CHECK_EQ(cxk_obj_read(q, st.off, st.generation, 990, buf, 20), -ERANGE);
+    CHECK_EQ(cxk_obj_destroy(q, "alpha"), -EPERM); /* another host's object */
+    CHECK_EQ(cxk_obj_destroy(q, "nope"), -ENOENT);
+    CHECK_EQ(cxk_obj_create(q, "alpha", 10, &off), -EEXIST); /* names are pool-wide */
+
+    struct cxk_pool_stat ps;
+    CHECK_EQ(cxk_pool_stat(p, &ps), 0);
+    uint64_t used_before = ps.used_bytes;
+    CHECK_EQ(ps.used_bytes + ps.free_bytes, ps.partition_bytes);
+    CHECK_EQ(ps.objects, 1);
+    CHECK_EQ(ps.hosts_active, 2);
+
+    /* q's lease keeps the memory: destroy hides the name, the block waits */
+    CHECK_EQ(cxk_obj_destroy(p, "alpha"), 0);
+    CHECK_EQ(cxk_obj_open(p, "alpha", &st), -ENOENT);
+    CHECK_EQ(cxk_obj_validate(q, off, st.generation), -ESTALE);
+    CHECK_EQ(cxk_pool_stat(p, &ps), 0);
+    CHECK_EQ(ps.used_bytes, used_before);
+    CHECK_EQ(cxk_obj_close(q, off), 0);
+    CHECK_EQ(cxk_obj_close(q, off), -ENOENT);
+    struct cxk_fsck_report r;
+    CHECK_EQ(cxk_pool_fsck(p, CXK_FSCK_REPAIR, &r), 0);
+    CHECK_EQ(r.errors, 0);
+    CHECK_EQ(r.objects_dead, 0);
+    CHECK_EQ(cxk_pool_stat(p, &ps), 0);
+    CHECK_EQ(ps.used_bytes, 0);
+
+    /* errors name no state change */
+    char longname[300];
+    memset(longname, 'x', sizeof longname - 1);
+    longname[sizeof longname - 1] = 0;
+    CHECK_EQ(cxk_obj_create(p, longname, 10, &off), -ENAMETOOLONG);
+    CHECK_EQ(cxk_obj_create(p, "", 10, &off), -EINVAL);
+    CHECK_EQ(cxk_obj_create(p, "big", ps.partition_bytes, &off), -ENOSPC);
+    CHECK_EQ(cxk_obj_create(p, "zero", 0, &off), -EINVAL);
+    CHECK_EQ(cxk_pool_close(q), 0);
+    CHECK_EQ(cxk_pool_close(p), 0);
+}
+
+/* A child creates an object and dies at `point`; the next opener or fsck reclaims it. */
+static void crash_at(const char *point) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        cxk_pool *p = open_host(0, 0);
+        if (!p) _exit(2);
+        uint64_t off;
+        cxk_pool_crash_at(point, 1);
+        if (cxk_obj_create(p, "victim", 4096, &off) == 0) {
+            cxk_obj_publish(p, off, 0);
+            cxk_obj_close(p, off);
+            cxk_obj_destroy(p, "victim");
+        }
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 137);
+    cxk_pool *p = open_host(0, 0);
+    CHECK(p != NULL);
+    if (!p) return;
+    struct cxk_fsck_report r;
+    CHECK_EQ(cxk_pool_fsck(p, CXK_FSCK_REPAIR, &r), 0);
+    CHECK_EQ(r.errors, 0);
+    CHECK_EQ(r.objects_creating, 0);
+    CHECK_EQ(r.objects_dead, 0);
+    struct cxk_obj_stat st;
+    int o = cxk_obj_open(p, "victim", &st);
+    if (o == 0) { /* died after publishing: the object is whole; remove it */
+        CHECK_EQ(st.nbytes, 4096);
+        cxk_obj_close(p, st.off);
+        CHECK_EQ(cxk_obj_destroy(p, "victim"), 0);
+    } else {
+        CHECK_EQ(o, -ENOENT);
+    }
+    struct cxk_pool_stat ps;
+    CHECK_EQ(cxk_pool_stat(p, &ps), 0);
+    CHECK_EQ(ps.used_bytes, 0);
+    CHECK_EQ(ps.free_bytes, ps.partition_bytes);
+    cxk_pool_close(p);
+    if (failures) fprintf(stderr, "  (after crash point %s)\n", point);
+}
+
+static void bad_files(void) {
+    char bad[300];
+    snprintf(bad, sizeof bad, "%s.bad", path);
+    FILE *f = fopen(bad, "w");
+    char junk[8192];
+    memset(junk, 'j', sizeof junk);
+    fwrite(junk, 1, sizeof junk, f);
+    fclose(f);
+    struct cxk_pool_opts o;
+    cxk_pool_opts_init(&o);
+    cxk_pool *p = NULL;
+    CHECK_EQ(cxk_pool_open(bad, &o, &p), -EMEDIUMTYPE);
+    o.flags = CXK_POOL_CREATE;
+    o.size = 1 << 20;
+    CHECK_EQ(cxk_pool_open(bad, &o, &p), -EMEDIUMTYPE); /* never formats over a file */
+    f = fopen(bad, "r");
+    CHECK(fread(junk, 1, 16, f) == 16 && junk[0] == 'j');
+    fclose(f);
+    unlink(bad);
+    o.size = 4096 * 4; /* too small for any layout */
+    CHECK_EQ(cxk_pool_open(bad, &o, &p), -ERANGE);
+    CHECK(access(bad, F_OK) != 0); /* nothing left behind */
+    o.flags = 0;
+    CHECK_EQ(cxk_pool_open(bad, &o, &p), -ENOENT);
+    CHECK_EQ(cxk_pool_crash_at("nowhere", 1), -EINVAL);
+}
+
+int main(void) {
+    snprintf(path, sizeof path, "/dev/shm/cxlkit-ctest-pool-%d", (int)getpid());
+    basics();
+    static const char *points[] = {"create.alloc", "create.entry", "publish.header",
+                                   "destroy.header", "destroy.free", "locked"};
+    for (size_t i = 0; i < sizeof points / sizeof points[0]; ++i) crash_at(points[i]);
+    bad_files();
+    unlink(path);
+    if (failures) fprintf(stderr, "%d failure(s)\n", failures);
+    return failures ? 1 : 0;
+}
