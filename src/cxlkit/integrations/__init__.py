@@ -1,0 +1,2 @@
+"""Integrations with other frameworks; each submodule imports its framework, this package
+imports none of them."""

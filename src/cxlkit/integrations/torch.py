@@ -1,0 +1,384 @@
+"""PyTorch integration (the only module of this floor that imports torch): TieredAdamW, an
+optimizer whose fp32 master params and Adam moments live in host memory placed by a training
+plan and are updated by cxlkit's CPU kernel, and ActivationOffload / offload_activations,
+which keep saved activations in a preallocated buffer on a chosen tier."""
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+
+from .. import policy as P
+from .. import topology
+from ..train import adam as A
+from ..train.plan import BudgetExceeded, TrainPlan
+
+log = logging.getLogger("cxlkit")
+
+_SUPPORTED = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _flat_f32(buf: P.Buffer) -> torch.Tensor:
+    return torch.frombuffer(buf, dtype=torch.float32)
+
+
+class TieredAdamW(torch.optim.Optimizer):
+    """AdamW (decoupled=True) or Adam with L2 decay (decoupled=False), stepping on the CPU.
+    Per param group, one buffer of fp32 master params and one of exp_avg + exp_avg_sq are
+    allocated under `plan`'s policies for fp32_params and optimizer_states (budgets enforced:
+    BudgetExceeded) or, without a plan, under `policy` (default: the task's). Gradients may be
+    fp32, bf16 or fp16 (the model's dtype); the kernel upcasts them and writes the updated
+    params back in the model's dtype in the same pass. place_grads / place_params also put the
+    model's grads (bf16_grads) and CPU params (bf16_params) in placed buffers. team: an
+    AdamTeam, a thread count, {node: threads}, or None (the calling thread only).
+    step(grad_scale=s) multiplies every gradient by s first (unscaling, clipping)."""
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2, *, maximize: bool = False, decoupled: bool = True,
+                 plan: TrainPlan | None = None, policy: P.Policy | None = None,
+                 team: A.AdamTeam | int | Mapping[int, int] | None = None,
+                 place_grads: bool = False, place_params: bool = False,
+                 simd: str | None = None, nt_state: bool = False, nt_copy: bool = False) -> None:
+        A.AdamConfig(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, simd=simd)
+        if plan is not None and policy is not None:
+            raise ValueError("give either plan= or policy=, not both")
+        if (place_grads or place_params) and plan is None and policy is None:
+            raise ValueError("place_grads / place_params need a plan= or policy= to place by")
+        self._plan = plan
+        self._policy = policy
+        self._simd = simd
+        self._nt = (nt_state, nt_copy)
+        self._place_grads = place_grads
+        self._place_params = place_params
+        self._buffers: list[tuple[str, P.Buffer]] = []
+        self._views: dict[int, tuple[Any, Any, Any]] = {}  # id(param) -> numpy (master, m, v)
+        self._grad_views: dict[int, torch.Tensor] = {}
+        if isinstance(team, A.AdamTeam) or team is None:
+            self._team = team
+        else:
+            self._team = A.AdamTeam(team)
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                        maximize=maximize, decoupled=decoupled)
+        super().__init__(params, defaults)
+
+    # ---- placement ----
+
+    def _alloc(self, cls: str, nbytes: int) -> P.Buffer:
+        nbytes = max(nbytes, 1)
+        if self._plan is not None:
+            buf = self._plan.alloc(cls, nbytes)
+        else:
+            buf = P.alloc(nbytes, self._policy)
+        self._buffers.append((cls, buf))
+        return buf
+
+    def buffers(self) -> list[tuple[str, P.Buffer]]:
+        """(data class, buffer) of every allocation this optimizer made, for audits."""
+        return list(self._buffers)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        params = group["params"]
+        for p in params:
+            if p.dtype not in _SUPPORTED:
+                raise TypeError(f"param of shape {tuple(p.shape)}: {p.dtype}, expected float32, "
+                                "bfloat16 or float16")
+            if p.is_sparse:
+                raise TypeError("TieredAdamW does not take sparse params")
+        n = sum(p.numel() for p in params)
+        master = _flat_f32(self._alloc("fp32_params", 4 * n))
+        moments = _flat_f32(self._alloc("optimizer_states", 8 * n))
+        moments.zero_()
+        m_all, v_all = moments[:n], moments[n:2 * n]
+        if self._place_grads:
+            gbuf = self._alloc("bf16_grads", sum(p.numel() * p.element_size() for p in params))
+            graw = torch.frombuffer(gbuf, dtype=torch.uint8)
+        if self._place_params:
+            pbuf = self._alloc("bf16_params", sum(p.numel() * p.element_size() for p in params))
+            praw = torch.frombuffer(pbuf, dtype=torch.uint8)
+        off = boff = 0
+        for p in params:
+            k = p.numel()
+            mv = master[off:off + k].view(p.shape)
+            with torch.no_grad():
+                mv.copy_(p.detach().to("cpu", torch.float32))
+            self.state[p] = {"step": torch.tensor(0.0), "exp_avg": m_all[off:off + k].view(p.shape),
+                             "exp_avg_sq": v_all[off:off + k].view(p.shape), "master": mv}
+            self._views[id(p)] = (master[off:off + k].numpy(), m_all[off:off + k].numpy(),
+                                  v_all[off:off + k].numpy())
+            nb = k * p.element_size()
+            if self._place_params and p.device.type == "cpu":
+                view = praw[boff:boff + nb].view(p.dtype).view(p.shape)
+                view.copy_(p.detach())
+                p.data = view
+            if self._place_grads and p.device.type == "cpu":
+                g = graw[boff:boff + nb].view(p.dtype).view(p.shape)
+                g.zero_()
+                self._grad_views[id(p)] = g
+                p.grad = g
+            off += k
+            boff += nb
+
+    # ---- the step ----
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Grads in placed buffers are zeroed in place (they must stay where the plan put
+        them); other grads follow torch (None by default)."""
+        if not self._grad_views:
+            super().zero_grad(set_to_none=set_to_none)
+            return
+        for group in self.param_groups:
+            for p in group["params"]:
+                g = self._grad_views.get(id(p))
+                if g is not None:
+                    g.zero_()
+                    p.grad = g
+                elif p.grad is not None:
+                    if set_to_none:
+                        p.grad = None
+                    else:
+                        p.grad.detach_().zero_()
+
+    def _config(self, group: dict[str, Any]) -> A.AdamConfig:
+        return A.AdamConfig(lr=float(group["lr"]), betas=tuple(group["betas"]),
+                            eps=float(group["eps"]), weight_decay=float(group["weight_decay"]),
+                            decoupled=group["decoupled"], maximize=group["maximize"],
+                            simd=self._simd, nt_state=self._nt[0], nt_copy=self._nt[1])
+
+    @torch.no_grad()
+    def step(self, closure: Any = None, *, grad_scale: float = 1.0) -> Any:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            cfg = self._config(group)
+            by_step: dict[int, list[A.AdamTensor]] = {}
+            back: list[tuple[torch.Tensor, torch.Tensor]] = []  # (param, staged copy)
+            keep: list[torch.Tensor] = []
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise TypeError("TieredAdamW does not take sparse gradients")
+                st = self.state[p]
+                st["step"] += 1
+                g = p.grad.detach()
+                if g.device.type != "cpu" or not g.is_contiguous():
+                    g = g.to("cpu").contiguous()
+                if p.device.type == "cpu" and p.is_contiguous():
+                    copy = p.detach()
+                else:
+                    copy = torch.empty(p.shape, dtype=p.dtype)
+                    back.append((p, copy))
+                keep += [g, copy]
+                mst, m, v = self._views[id(p)]
+                by_step.setdefault(int(st["step"].item()), []).append(
+                    A.AdamTensor(mst, m, v, g, copy))
+            for s, ts in by_step.items():
+                A.step_tensors(ts, cfg, s, grad_scale=grad_scale, team=self._team)
+            for p, copy in back:
+                p.copy_(copy)
+        return loss
+
+    # ---- state ----
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Copies the saved moments (and fp32 master params, when saved; from the params
+        otherwise, as for a torch.optim.AdamW state dict) into the placed buffers, bit for
+        bit, and takes the saved hyperparameters."""
+        saved = state_dict["param_groups"]
+        if len(saved) != len(self.param_groups):
+            raise ValueError(f"state dict has {len(saved)} param groups, this optimizer "
+                             f"{len(self.param_groups)}")
+        ids: dict[int, torch.Tensor] = {}
+        for i, (g, sg) in enumerate(zip(self.param_groups, saved)):
+            if len(g["params"]) != len(sg["params"]):
+                raise ValueError(f"param group {i}: state dict has {len(sg['params'])} params, "
+                                 f"this optimizer {len(g['params'])}")
+            ids.update(zip(sg["params"], g["params"]))
+        for k, v in state_dict["state"].items():
+            if k not in ids:
+                raise KeyError(f"state dict names param {k!r}, which no group holds")
+            p = ids[k]
+            st = self.state[p]
+            for key in ("exp_avg", "exp_avg_sq"):
+                src = v[key]
+                if tuple(src.shape) != tuple(st[key].shape):
+                    raise ValueError(f"param {k}: saved {key} has shape {tuple(src.shape)}, "
+                                     f"expected {tuple(st[key].shape)}")
+                st[key].copy_(src.to(torch.float32))
+            if "master" in v:
+                st["master"].copy_(v["master"].to(torch.float32))
+            else:
+                st["master"].copy_(p.detach().to("cpu", torch.float32))
+            st["step"] = torch.tensor(float(v["step"]))
+        for g, sg in zip(self.param_groups, saved):
+            for key, val in sg.items():
+                if key != "params":
+                    g[key] = tuple(val) if key == "betas" else val
+
+    def close(self) -> None:
+        """Release the team's threads (buffers go with the optimizer)."""
+        if self._team is not None:
+            self._team.close()
+
+
+# ---- activation offload ----
+
+class _Saved:
+    """A saved activation living in the offload buffer: where, and how to rebuild it."""
+
+    __slots__ = ("start", "nbytes", "shape", "stride", "dtype", "device", "__weakref__")
+
+    def __init__(self, start: int, nbytes: int, t: torch.Tensor) -> None:
+        self.start, self.nbytes = start, nbytes
+        self.shape, self.stride = tuple(t.shape), tuple(t.stride())
+        self.dtype, self.device = t.dtype, t.device
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Non-overlapping and dense: its elements fill exactly numel slots in some order."""
+    want = 1
+    for stride, size in sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz > 1):
+        if stride != want:
+            return False
+        want *= size
+    return True
+
+
+def tier_policy(tier: str | int | P.Policy) -> P.Policy:
+    """A tier name (dram, cxl, hbm, pmem: every node of that kind, striped), a node id, or a
+    Policy as is."""
+    if isinstance(tier, P.Policy):
+        return tier
+    if isinstance(tier, int) and not isinstance(tier, bool):
+        return P.bind(tier)
+    if not isinstance(tier, str) or tier not in topology.KINDS:
+        raise ValueError(f"tier {tier!r}: expected one of {', '.join(topology.KINDS)}, a node "
+                         "id or a cxlkit Policy")
+    topo = topology.discover()
+    nodes = [n.id for n in topo.nodes if n.has_memory and n.kind == tier]
+    if not nodes:
+        kinds = sorted({n.kind for n in topo.nodes if n.has_memory})
+        raise ValueError(f"tier {tier!r}: this machine has no {tier} memory (it has: "
+                         f"{', '.join(kinds)})")
+    return P.bind(nodes[0]) if len(nodes) == 1 else P.stripe(nodes)
+
+
+class ActivationOffload:
+    """A preallocated host buffer on a tier for saved activations. Inside `with off:` every
+    tensor autograd saves (at least min_bytes, not a parameter or a view of one, dense) is
+    copied into the buffer and the original freed; backward copies it back (same shape,
+    strides, dtype, device), so gradients are bit-identical to running without it. The buffer
+    is reused from its start whenever every activation of earlier passes has been released.
+    Past its capacity, packing raises BudgetExceeded."""
+
+    def __init__(self, nbytes: int, *, tier: str | int | P.Policy = "dram",
+                 plan: TrainPlan | None = None, min_bytes: int = 1024) -> None:
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
+            raise ValueError(f"nbytes {nbytes!r}: expected an int > 0")
+        self.plan = plan
+        if plan is not None:
+            self._buf = plan.alloc("activations", nbytes)
+        else:
+            self._buf = P.alloc(nbytes, tier_policy(tier))
+        self._raw = torch.frombuffer(self._buf, dtype=torch.uint8)
+        self.capacity = nbytes
+        self.min_bytes = min_bytes
+        self._top = 0        # bump pointer (bytes)
+        self._live = 0       # saved activations not yet released by autograd
+        self.peak_bytes = 0
+        self.saved_count = 0
+        self.saved_bytes = 0
+        self._hooks: Any = None
+
+    @property
+    def buffer(self) -> P.Buffer:
+        return self._buf
+
+    def __enter__(self) -> ActivationOffload:
+        if self._live == 0:
+            self._top = 0
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._hooks.__exit__(*exc)
+        self._hooks = None
+
+    def _released(self) -> None:
+        self._live -= 1
+
+    def _keep(self, t: torch.Tensor) -> bool:
+        base = t._base if t._base is not None else t
+        if isinstance(base, torch.nn.Parameter) or (base.is_leaf and base.requires_grad):
+            return True  # weights stay where they are; only activations move
+        return t.numel() * t.element_size() < self.min_bytes or not _dense(t) \
+            or t.layout != torch.strided
+
+    def _pack(self, t: torch.Tensor) -> Any:
+        if self._keep(t):
+            return t
+        nbytes = t.numel() * t.element_size()
+        start = (self._top + 63) & ~63
+        if start + nbytes > self.capacity:
+            raise BudgetExceeded(f"activation offload buffer full: {nbytes} more bytes at offset "
+                                 f"{start} of {self.capacity} ({self._live} activations live); "
+                                 "make it larger or release the previous pass's graph")
+        h = _Saved(start, nbytes, t)
+        self._view(h).copy_(t.detach())
+        self._top = start + nbytes
+        self._live += 1
+        self.saved_count += 1
+        self.saved_bytes += nbytes
+        self.peak_bytes = max(self.peak_bytes, self._top)
+        weakref.finalize(h, self._released)
+        return h
+
+    def _view(self, h: _Saved) -> torch.Tensor:
+        # Same strides relative to the region's start: the copy is a straight memory copy.
+        flat = self._raw[h.start:h.start + h.nbytes].view(h.dtype)
+        return flat.as_strided(h.shape, h.stride)
+
+    def _unpack(self, h: Any) -> torch.Tensor:
+        if not isinstance(h, _Saved):
+            return h
+        out = torch.empty_strided(h.shape, h.stride, dtype=h.dtype, device=h.device)
+        out.copy_(self._view(h))
+        return out
+
+    def close(self) -> None:
+        del self._raw
+        if self.plan is not None:
+            self.plan.free("activations", self._buf)
+        else:
+            self._buf.close()
+
+
+def offload_activations(nbytes: int, *, tier: str | int | P.Policy = "dram",
+                        plan: TrainPlan | None = None,
+                        min_bytes: int = 1024) -> ActivationOffload:
+    """`with offload_activations(256 << 20, tier="cxl"): loss = model(x)`: a fresh
+    ActivationOffload (keep one and re-enter it every step to reuse its buffer)."""
+    return ActivationOffload(nbytes, tier=tier, plan=plan, min_bytes=min_bytes)
+
+
+def param_count(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def activation_bytes_estimate(batch: int, context: int, layers: int, hidden: int,
+                              gpus: int = 1) -> int:
+    """The footprint model's checkpointed activations, 2*Ng*B*C*L*H bytes."""
+    return 2 * gpus * batch * context * layers * hidden
+
+
+__all__ = ["TieredAdamW", "ActivationOffload", "offload_activations", "tier_policy",
+           "param_count", "activation_bytes_estimate", "BudgetExceeded"]
