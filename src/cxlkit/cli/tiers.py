@@ -1,0 +1,173 @@
+"""`cxlkit tiers`: the memory tiers of this machine (or of a sysfs snapshot) as rich tables,
+or as JSON with stable keys (`--json`). `print_tiers` is reused by `cxlkit demo`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .. import topology as T
+from .main import app
+
+_KIND_STYLE = {"dram": "green", "cxl": "cyan", "hbm": "magenta", "pmem": "yellow"}
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n} B"
+
+
+def _opt(v) -> str:
+    return "-" if v is None else str(v)
+
+
+def _perf(lat: int | None, bw: int | None) -> str:
+    if lat is None and bw is None:
+        return "-"
+    return f"{_opt(lat)} ns\n{_opt(bw)} MB/s"
+
+
+def _hugepages(n: T.Node) -> str:
+    parts = [f"{_size(h.page_kb << 10).replace('.0 ', '')}: {_opt(h.free)}/{_opt(h.total)} free"
+             for h in n.hugepages if h.total]
+    return "\n".join(parts) or "-"
+
+
+# Below this console width the evidence goes under the table, one line per node, instead of
+# being folded into a narrow column.
+EVIDENCE_IN_TABLE_MIN_WIDTH = 140
+
+
+def node_table(topo: T.Topology, *, evidence: bool = True) -> Table:
+    # Columns with nothing to say on this machine (no HMAT, no huge pages, no weighted
+    # interleave) are left out.
+    hmat = any(n.hmat for n in topo.nodes)
+    huge = any(h.total for n in topo.nodes for h in n.hugepages)
+    cols: list[tuple[str, dict]] = [("node", {"no_wrap": True}), ("kind", {"no_wrap": True}),
+                                    ("CPUs", {}), ("total", {"no_wrap": True}),
+                                    ("free", {"no_wrap": True}), ("tier", {"no_wrap": True})]
+    if hmat:
+        cols += [("HMAT read", {}), ("HMAT write", {})]
+    if topo.weighted_interleave:
+        cols.append(("WI", {"no_wrap": True}))
+    if huge:
+        cols.append(("huge pages", {}))
+    if evidence:
+        cols.append(("evidence", {}))
+    t = Table(title=f"memory tiers (sysfs: {topo.root})", show_lines=True)
+    for name, kw in cols:
+        t.add_column(name, overflow="fold", **kw)
+    for n in topo.nodes:
+        style = _KIND_STYLE.get(n.kind, "")
+        kind = f"[{style}]{n.kind}[/{style}]" if style else n.kind
+        if not n.has_memory:
+            kind += "\n[red](no memory)[/red]"
+        a = n.hmat
+        row = [str(n.id), kind, "?" if n.cpus is None else (T.format_cpulist(n.cpus) or "none"),
+               _size(n.mem_total_bytes), _size(n.mem_free_bytes), _opt(n.memory_tier)]
+        if hmat:
+            row += [_perf(a.read_latency_ns, a.read_bandwidth_mbps) if a else "-",
+                    _perf(a.write_latency_ns, a.write_bandwidth_mbps) if a else "-"]
+        if topo.weighted_interleave:
+            row.append(_opt(n.wi_weight))
+        if huge:
+            row.append(_hugepages(n))
+        if evidence:
+            row.append("\n".join(n.evidence))
+        t.add_row(*row)
+    return t
+
+
+def region_table(topo: T.Topology) -> Table:
+    t = Table(title="CXL regions")
+    for col in ("region", "mode", "size", "ways x granularity", "memdevs", "dax", "node",
+                "read (access0)", "committed"):
+        t.add_column(col, overflow="fold")
+    for r in topo.cxl_regions:
+        a = next((x for x in r.access if x.access == 0), None)
+        t.add_row(r.name, _opt(r.mode), _size(r.size_bytes),
+                  f"{_opt(r.interleave_ways)} x {_opt(r.interleave_granularity)}",
+                  ",".join(r.memdevs) or "-", ",".join(r.dax_devices) or "-",
+                  _opt(r.target_node),
+                  _perf(a.read_latency_ns, a.read_bandwidth_mbps) if a else "-",
+                  {True: "yes", False: "no", None: "-"}[r.committed])
+    return t
+
+
+def memdev_table(topo: T.Topology) -> Table:
+    t = Table(title="CXL memory devices")
+    for col in ("memdev", "ram", "pmem", "serial", "PCI device", "device node", "regions"):
+        t.add_column(col, overflow="fold")
+    for m in topo.cxl_memdevs:
+        t.add_row(m.name, _size(m.ram_bytes), _size(m.pmem_bytes), _opt(m.serial),
+                  _opt(m.host), _opt(m.numa_node), ",".join(m.regions) or "-")
+    return t
+
+
+def dax_table(topo: T.Topology) -> Table:
+    t = Table(title="dax devices")
+    for col in ("device", "mode", "size", "align", "target node", "source", "region"):
+        t.add_column(col, no_wrap=True)
+    for d in topo.dax_devices:
+        t.add_row(d.path, d.mode or "[red]no driver[/red]", _size(d.size_bytes),
+                  _size(d.align), _opt(d.target_node), _opt(d.source), _opt(d.region))
+    return t
+
+
+def wi_line(topo: T.Topology) -> str:
+    if not topo.weighted_interleave:
+        return ("weighted interleave: not in this kernel (Linux 6.9+); "
+                "use a stripe policy for software interleave")
+    w = ",".join(f"{n}:{v}" for n, v in (topo.wi_weights or {}).items()) or "none"
+    if topo.wi_auto is None:
+        auto = ("auto mode: no auto file (before Linux 6.16)" if topo.wi_auto_file is None
+                else f"auto mode: unreadable ({topo.wi_auto_file})")
+    else:
+        auto = f"auto mode {'on' if topo.wi_auto else 'off'} ({topo.wi_auto_file})"
+    return f"weighted interleave: kernel weights {w}; {auto}"
+
+
+def print_tiers(con: Console, topo: T.Topology) -> None:
+    wide = con.size.width >= EVIDENCE_IN_TABLE_MIN_WIDTH
+    con.print(node_table(topo, evidence=wide))
+    if not wide:
+        for n in topo.nodes:
+            con.print(f"node {n.id} is {n.kind}: " + "; ".join(n.evidence), highlight=False)
+    if topo.cxl_regions:
+        con.print(region_table(topo))
+    if topo.cxl_memdevs:
+        con.print(memdev_table(topo))
+    if topo.dax_devices:
+        con.print(dax_table(topo))
+    if not (topo.cxl_regions or topo.cxl_memdevs or topo.dax_devices):
+        con.print("no CXL regions, CXL memdevs or dax devices")
+    con.print(wi_line(topo))
+    for w in topo.warnings:
+        con.print(f"[yellow]warning: {w}[/yellow]")
+
+
+@app.command()
+def tiers(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (stable keys) instead."),
+    sysfs_root: Optional[Path] = typer.Option(
+        None, "--sysfs-root", metavar="PATH",
+        help="Read this sysfs tree instead of CXLKIT_SYSFS_ROOT (default /sys)."),
+) -> None:
+    """Memory nodes classified as dram/cxl/hbm/pmem with the evidence, plus CXL and dax devices."""
+    try:
+        topo = T.discover(sysfs_root)
+    except (FileNotFoundError, NotADirectoryError) as e:
+        Console(stderr=True).print(f"[red]cxlkit tiers: {e}[/red]")
+        raise typer.Exit(2)
+    if as_json:
+        typer.echo(json.dumps(topo.to_dict(), indent=2))
+        return
+    print_tiers(Console(), topo)
