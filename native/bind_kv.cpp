@@ -1,9 +1,14 @@
 // bind_kv.cpp — binding of the KV copy engine: KVPlan (a validated copy of a cxk_kv_plan) with
-// batched gather/scatter over image addresses, and the block checksum.
+// batched gather/scatter over image addresses, the block checksum, and KVPool: the KV store's
+// own pool handle with batched put/get/lookup of blocks.
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cerrno>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "bind.h"
@@ -121,4 +126,202 @@ CXK_BIND(kv) {
     m.attr("KV_FLUSH") = int(CXK_KV_FLUSH);
     m.attr("KV_NT") = int(CXK_KV_NT);
     m.attr("KV_INVALIDATE") = int(CXK_KV_INVALIDATE);
+    m.attr("KV_CHECKSUM") = int(CXK_KV_CHECKSUM);
+}
+
+// ---- KVPool: this module's own handle on a pool (through the public cxk_pool_* C API) --------
+namespace cxk::py {
+namespace {
+
+struct KVPool {
+    cxk_pool *p = nullptr;
+    std::string path;
+    ~KVPool() {
+        if (p) cxk_pool_close(p);
+    }
+    cxk_pool *h() const {
+        if (!p) throw nb::value_error(("pool " + path + " is closed").c_str());
+        return p;
+    }
+};
+
+nb::dict obj_dict(const struct cxk_obj_stat &s) {
+    nb::dict d;
+    d["name"] = std::string(s.name);
+    d["off"] = s.off;
+    d["nbytes"] = s.nbytes;
+    d["generation"] = s.generation;
+    d["created_ns"] = s.created_ns;
+    d["host"] = s.host;
+    d["state"] = s.state;
+    return d;
+}
+
+// names and keys as the C calls want them; the strings outlive the call
+struct Names {
+    std::vector<std::string> own;
+    std::vector<const char *> ptrs;
+    explicit Names(const std::vector<std::string> &names) : own(names) {
+        for (auto &s : own) ptrs.push_back(s.c_str());
+    }
+};
+
+std::string keys_blob(const std::vector<nb::bytes> &keys) {
+    std::string out;
+    for (auto &k : keys) {
+        if (k.size() != 32) throw nb::value_error("keys: each key must be 32 bytes");
+        out.append(k.c_str(), 32);
+    }
+    return out;
+}
+
+}  // namespace
+}  // namespace cxk::py
+
+CXK_BIND(kvpool) {
+    using namespace cxk::py;
+    nb::class_<KVPool>(m, "KVPool")
+        .def(
+            "__init__",
+            [](KVPool *self, const std::string &path, bool create, uint64_t size, int host_id,
+               const std::string &host_tag, int coherence, uint32_t max_hosts,
+               uint32_t lease_timeout_ms) {
+                new (self) KVPool();
+                self->path = path;
+                cxk_pool_opts o;
+                cxk_pool_opts_init(&o);
+                o.flags = create ? CXK_POOL_CREATE : 0;
+                o.size = size;
+                o.host_id = host_id;
+                o.host_tag = host_tag.empty() ? nullptr : host_tag.c_str();
+                o.coherence = coherence;
+                o.max_hosts = max_hosts;
+                o.lease_timeout_ms = lease_timeout_ms;
+                int r;
+                {
+                    nb::gil_scoped_release nogil;
+                    r = cxk_pool_open(path.c_str(), &o, &self->p);
+                }
+                check(r, path);
+            },
+            nb::arg("path"), nb::arg("create") = false, nb::arg("size") = 0,
+            nb::arg("host_id") = -1, nb::arg("host_tag") = "", nb::arg("coherence") = 0,
+            nb::arg("max_hosts") = 0, nb::arg("lease_timeout_ms") = 0)
+        .def("close",
+             [](KVPool &k) {
+                 if (k.p) cxk_pool_close(k.p);
+                 k.p = nullptr;
+             })
+        .def_prop_ro("base", [](const KVPool &k) { return uint64_t(cxk_pool_base(k.h())); })
+        .def("stat",
+             [](const KVPool &k) {
+                 struct cxk_pool_stat s;
+                 check(cxk_pool_stat(k.h(), &s), k.path);
+                 nb::dict d;
+                 d["size"] = s.size;
+                 d["partition_bytes"] = s.partition_bytes;
+                 d["used_bytes"] = s.used_bytes;
+                 d["free_bytes"] = s.free_bytes;
+                 d["objects"] = s.objects;
+                 d["host_id"] = s.host_id;
+                 d["max_hosts"] = s.max_hosts;
+                 d["coherence"] = s.coherence;
+                 d["kind"] = std::string(s.kind);
+                 return d;
+             })
+        .def("obj_stat",
+             [](const KVPool &k, const std::string &name) {
+                 struct cxk_obj_stat s;
+                 check(cxk_obj_stat(k.h(), name.c_str(), &s), name);
+                 return obj_dict(s);
+             })
+        .def("list",
+             [](const KVPool &k) {
+                 size_t n = 0;
+                 std::vector<struct cxk_obj_stat> v;
+                 for (;;) {  // the set may grow between the two calls: retry until it fits
+                     check(cxk_obj_list(k.h(), v.data(), v.size(), &n), k.path);
+                     if (n <= v.size()) break;
+                     v.resize(n + 16);
+                 }
+                 nb::list out;
+                 for (size_t i = 0; i < n; ++i) out.append(obj_dict(v[i]));
+                 return out;
+             })
+        .def("destroy",
+             [](const KVPool &k, const std::string &name) {
+                 check(cxk_obj_destroy(k.h(), name.c_str()), name);
+             })
+        .def("create_counters",
+             [](const KVPool &k, const std::string &name, uint64_t nbytes) {
+                 // a host-owned counter object: created and published zeroed once; processes
+                 // of the owner host then update it with atomics (one coherence domain)
+                 uint64_t off = 0;
+                 int r = cxk_obj_create(k.h(), name.c_str(), nbytes, &off);
+                 if (r == 0) {
+                     r = cxk_obj_publish(k.h(), off, 0);
+                     cxk_obj_close(k.h(), off);
+                 }
+                 if (r < 0 && r != -EEXIST) check(r, name);
+                 struct cxk_obj_stat s;
+                 check(cxk_obj_stat(k.h(), name.c_str(), &s), name);
+                 return obj_dict(s);
+             })
+        .def("put",
+             [](const KVPool &k, const KVPlan &plan, const std::vector<std::string> &names,
+                const std::vector<nb::bytes> &keys, nb::bytes layout, Vec1<int64_t> ids,
+                unsigned flags) {
+                 if (names.size() != keys.size() || names.size() != ids.shape(0))
+                     throw nb::value_error("put: names, keys and block ids differ in length");
+                 if (layout.size() > 32) throw nb::value_error("layout: more than 32 bytes");
+                 uint8_t lay[32] = {};
+                 std::memcpy(lay, layout.c_str(), layout.size());
+                 Names nm(names);
+                 std::string kb = keys_blob(keys);
+                 std::vector<int> status(names.size(), 0);
+                 int r;
+                 {
+                     nb::gil_scoped_release nogil;
+                     r = cxk_kv_put(k.h(), &plan.plan, nm.ptrs.data(),
+                                    reinterpret_cast<const uint8_t *>(kb.data()), lay, ids.data(),
+                                    names.size(), flags, status.data());
+                 }
+                 check(r, "kv put");
+                 return std::make_pair(r, status);
+             })
+        .def("get",
+             [](const KVPool &k, const KVPlan &plan, const std::vector<std::string> &names,
+                const std::vector<nb::bytes> &keys, nb::bytes layout, Vec1<int64_t> ids,
+                unsigned flags) {
+                 if (names.size() != keys.size() || names.size() != ids.shape(0))
+                     throw nb::value_error("get: names, keys and block ids differ in length");
+                 if (layout.size() > 32) throw nb::value_error("layout: more than 32 bytes");
+                 uint8_t lay[32] = {};
+                 std::memcpy(lay, layout.c_str(), layout.size());
+                 Names nm(names);
+                 std::string kb = keys_blob(keys);
+                 std::vector<int> status(names.size(), 1);  // 1 = not tried
+                 int r;
+                 {
+                     nb::gil_scoped_release nogil;
+                     r = cxk_kv_get(k.h(), &plan.plan, nm.ptrs.data(),
+                                    reinterpret_cast<const uint8_t *>(kb.data()), lay, ids.data(),
+                                    names.size(), flags, status.data());
+                 }
+                 check(r, "kv get");
+                 return std::make_pair(r, status);
+             })
+        .def("lookup", [](const KVPool &k, const std::vector<std::string> &names) {
+            Names nm(names);
+            size_t hits = 0;
+            check(cxk_kv_lookup(k.h(), nm.ptrs.data(), names.size(), &hits), "kv lookup");
+            return hits;
+        });
+    m.def(
+        "kv_atomic_add",
+        [](uint64_t addr, uint64_t delta) {
+            // counters in a host-owned object: processes of one host are one coherence domain
+            __atomic_fetch_add(reinterpret_cast<uint64_t *>(addr), delta, __ATOMIC_RELAXED);
+        },
+        nb::arg("addr"), nb::arg("delta"));
 }

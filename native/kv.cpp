@@ -7,10 +7,13 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 
 #include "cxlkit.h"
 
 namespace cxk::kv {
+
+static_assert(sizeof(cxk_kv_block_hdr) == CXK_KV_HDR_BYTES, "block header is 128 bytes");
 
 namespace {
 
@@ -198,6 +201,136 @@ int cxk_kv_checksum_engine(const struct cxk_kv_plan *plan, int64_t block_id, uin
     for (uint32_t s = 0; s < plan->nsegs; ++s)
         c.update(eng_addr(plan, plan->segs[s], block_id), plan->segs[s].nbytes);
     *sum = c.finish();
+    return 0;
+}
+
+}  // extern "C"
+
+// ---- blocks in a pool: put / get / lookup over cxk_obj_* ----------------------------------
+namespace cxk::kv {
+namespace {
+
+int64_t realtime_ns() noexcept {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+bool pool_args_ok(cxk_pool *p, const cxk_kv_plan *plan, const char *const *names,
+                  const uint8_t *keys, const uint8_t *layout, const int64_t *ids,
+                  size_t n) noexcept {
+    if (!p || !valid_plan(plan)) return false;
+    if (n && (!names || !keys || !layout || !ids)) return false;
+    return true;
+}
+
+}  // namespace
+}  // namespace cxk::kv
+
+extern "C" {
+
+int cxk_kv_put(struct cxk_pool *p, const struct cxk_kv_plan *plan, const char *const *names,
+               const uint8_t *keys, const uint8_t *layout, const int64_t *block_ids, size_t n,
+               unsigned flags, int *status) {
+    using namespace cxk::kv;
+    if (!pool_args_ok(p, plan, names, keys, layout, block_ids, n) || !status ||
+        (flags & ~CXK_KV_CHECKSUM))
+        return -EINVAL;
+    for (size_t i = 0; i < n; ++i)
+        if (!block_in_range(plan, block_ids[i])) return -ERANGE;
+    auto *base = static_cast<uint8_t *>(cxk_pool_base(p));
+    int stored = 0;
+    for (size_t i = 0; i < n; ++i) {
+        uint64_t off = 0;
+        int r = cxk_obj_create(p, names[i], CXK_KV_HDR_BYTES + plan->image_bytes, &off);
+        if (r < 0) {
+            status[i] = r;  // -EEXIST: another writer has it (immutable, so equal); -ENOSPC
+            continue;
+        }
+        uint8_t *obj = base + off;
+        uint8_t *img = obj + CXK_KV_HDR_BYTES;
+        void *imgs[1] = {img};
+        // plain copies: cxk_obj_publish flushes the whole payload (coherence "none") and
+        // fences before it writes the object header that readers check
+        r = cxk_kv_gather(plan, &block_ids[i], imgs, 1, 0);
+        if (r == 0) {
+            cxk_kv_block_hdr h;
+            std::memset(&h, 0, sizeof h);
+            h.magic = CXK_KV_BLOCK_MAGIC;
+            std::memcpy(h.key, keys + 32 * i, 32);
+            std::memcpy(h.layout, layout, 32);
+            h.image_bytes = plan->image_bytes;
+            h.checksum = (flags & CXK_KV_CHECKSUM) ? cxk_kv_checksum(img, plan->image_bytes) : 0;
+            h.created_ns = realtime_ns();
+            std::memcpy(obj, &h, sizeof h);
+            r = cxk_obj_publish(p, off, 0);
+        }
+        // the creator's lease; on failure the unpublished object is reclaimed by the pool
+        if (r < 0) {
+            cxk_obj_close(p, off);
+            cxk_obj_destroy(p, names[i]);
+            status[i] = r;
+            continue;
+        }
+        cxk_obj_close(p, off);
+        status[i] = 0;
+        ++stored;
+    }
+    return stored;
+}
+
+int cxk_kv_get(struct cxk_pool *p, const struct cxk_kv_plan *plan, const char *const *names,
+               const uint8_t *keys, const uint8_t *layout, const int64_t *block_ids, size_t n,
+               unsigned flags, int *status) {
+    using namespace cxk::kv;
+    if (!pool_args_ok(p, plan, names, keys, layout, block_ids, n) || !status ||
+        (flags & ~(CXK_KV_CHECKSUM | CXK_KV_INVALIDATE)))
+        return -EINVAL;
+    for (size_t i = 0; i < n; ++i)
+        if (!block_in_range(plan, block_ids[i])) return -ERANGE;
+    const auto *base = static_cast<const uint8_t *>(cxk_pool_base(p));
+    const bool verify = flags & CXK_KV_CHECKSUM;
+    int loaded = 0;
+    for (size_t i = 0; i < n; ++i) {
+        struct cxk_obj_stat st;
+        int r = cxk_obj_open(p, names[i], &st);  // takes a lease: the memory is not reused
+        if (r < 0) {
+            status[i] = r;
+            break;
+        }
+        cxk_kv_block_hdr h;
+        if (flags & CXK_KV_INVALIDATE) cxk_pool_invalidate(p, st.off, sizeof h);
+        std::memcpy(&h, base + st.off, sizeof h);
+        if (st.nbytes != CXK_KV_HDR_BYTES + plan->image_bytes || h.magic != CXK_KV_BLOCK_MAGIC ||
+            h.image_bytes != plan->image_bytes || std::memcmp(h.key, keys + 32 * i, 32) != 0 ||
+            std::memcmp(h.layout, layout, 32) != 0 || (verify && h.checksum == 0)) {
+            r = -EBADMSG;
+        } else {
+            const void *imgs[1] = {base + st.off + CXK_KV_HDR_BYTES};
+            uint64_t sum = 0;
+            r = cxk_kv_scatter(plan, &block_ids[i], imgs, 1, flags & CXK_KV_INVALIDATE,
+                               verify ? &sum : nullptr);
+            // the seqlock's second read: the object must still be the one we opened (pairs
+            // with the owner's destroy, which changes the header before the memory is reused)
+            if (r == 0) r = cxk_obj_validate(p, st.off, st.generation);
+            if (r == 0 && verify && sum != h.checksum) r = -EBADMSG;
+        }
+        cxk_obj_close(p, st.off);
+        status[i] = r;
+        if (r < 0) break;
+        ++loaded;
+    }
+    return loaded;
+}
+
+int cxk_kv_lookup(struct cxk_pool *p, const char *const *names, size_t n, size_t *nhits) {
+    if (!p || !nhits || (n && !names)) return -EINVAL;
+    size_t i = 0;
+    for (; i < n; ++i) {
+        struct cxk_obj_stat st;
+        if (cxk_obj_stat(p, names[i], &st) < 0 || st.state != CXK_OBJ_LIVE) break;
+    }
+    *nhits = i;
     return 0;
 }
 

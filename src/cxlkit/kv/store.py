@@ -1,0 +1,266 @@
+"""The KV block store over a shared pool: put / get / lookup of 16-token blocks by chain-hash key,
+eviction of this host's blocks (LRU) when its partition fills, and statistics shared by every
+process of a host. The data path (create, gather, publish; open+lease, scatter, validate) runs in
+native code (cxk_kv_put / cxk_kv_get), one call per batch.
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import _native
+from .layout import BlockLayout, EngineTensors
+
+log = logging.getLogger("cxlkit")
+
+COHERENCE = {"host": 0, "none": 1}
+HDR_BYTES = 128  # CXK_KV_HDR_BYTES: the block header before the image
+STAT_FIELDS = ("lookups", "hits", "misses", "puts", "put_skipped", "bytes_in", "bytes_out",
+               "evictions", "load_errors", "put_errors")
+_STATS_PREFIX = "kv.stats.h"
+
+
+@dataclass
+class KVStats:
+    lookups: int = 0      # keys asked about (lookup and get)
+    hits: int = 0         # keys found (lookup) or loaded (get)
+    misses: int = 0       # get: first key not loaded (missing, stale or corrupt)
+    puts: int = 0         # blocks stored
+    put_skipped: int = 0  # blocks already present (immutable, so not rewritten)
+    bytes_in: int = 0     # image bytes written into the pool
+    bytes_out: int = 0    # image bytes read out of the pool
+    evictions: int = 0
+    load_errors: int = 0  # get: a block that was found but failed to load (stale/corrupt)
+    put_errors: int = 0   # put: blocks not stored for lack of room or another error
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def _open_pool(pool: Any, *, create: bool, size: int, host_id: int | None, coherence: str,
+               max_hosts: int, lease_timeout_ms: int) -> Any:
+    if isinstance(pool, _native.KVPool):
+        return pool
+    path = pool if isinstance(pool, (str, os.PathLike)) else getattr(pool, "path", None)
+    if path is None:
+        raise TypeError("pool: expected a path, a cxlkit.Pool or a KVPool")
+    path = os.fspath(path)
+    if "/" not in path and not path.startswith("memfd:"):
+        path = f"/dev/shm/{path}"  # a bare name is the embedded default's form
+    if coherence not in COHERENCE:
+        raise ValueError(f"coherence: {coherence!r} is not one of {sorted(COHERENCE)}")
+    hid = -1 if host_id is None else host_id
+    if isinstance(hid, bool) or not isinstance(hid, int) or hid < -1:
+        raise ValueError(f"host_id: expected an int >= 0, got {host_id!r}")
+    return _native.KVPool(path, create=create, size=size, host_id=hid,
+                          coherence=COHERENCE[coherence], max_hosts=max_hosts,
+                          lease_timeout_ms=lease_timeout_ms)
+
+
+class Store:
+    """KV blocks of one model (layout + namespace) in a pool.
+
+    pool: a pool path ("/dev/shm/x", "memfd:..."), a bare name (/dev/shm/<name>), a cxlkit.Pool
+    (its path), or a _native.KVPool. create/size/host_id/coherence are used to open it.
+    checksum: record a checksum with every block and verify it on every get (costs one pass
+    over the image on put; on get it is folded into the copy)."""
+
+    def __init__(self, pool: Any, layout: BlockLayout, *, namespace: str = "default",
+                 checksum: bool = False, capacity_bytes: int | None = None,
+                 create: bool = False, size: int = 0, host_id: int | None = None,
+                 coherence: str = "host", max_hosts: int = 0, lease_timeout_ms: int = 0) -> None:
+        if not isinstance(layout, BlockLayout):
+            raise TypeError("layout: expected a BlockLayout")
+        if not isinstance(namespace, str) or not namespace:
+            raise ValueError("namespace: expected a non-empty str (e.g. the model name)")
+        if capacity_bytes is not None and (not isinstance(capacity_bytes, int)
+                                           or capacity_bytes <= 0):
+            raise ValueError(f"capacity_bytes: expected a positive int, got {capacity_bytes!r}")
+        self.layout = layout
+        self.namespace = namespace
+        self.checksum = bool(checksum)
+        self.capacity_bytes = capacity_bytes
+        self._pool = _open_pool(pool, create=create, size=size, host_id=host_id,
+                                coherence=coherence, max_hosts=max_hosts,
+                                lease_timeout_ms=lease_timeout_ms)
+        st = self._pool.stat()
+        self.host_id = st["host_id"]
+        self._nc = st["coherence"] == COHERENCE["none"]
+        # one namespace per (model name, block layout): keys are token hashes only
+        self._prefix = "kv." + hashlib.sha256(namespace.encode() + layout.pack()).hexdigest()[:8] + "."
+        self._layout_bytes = layout.pack()
+        self.block_bytes = HDR_BYTES + layout.nbytes
+        self.stats = KVStats()
+        self._recent: dict[str, int] = {}  # this process's last use of our host's blocks (ns)
+        self._shared = self._pool.create_counters(f"{_STATS_PREFIX}{self.host_id}",
+                                                  8 * len(STAT_FIELDS))
+
+    # -- keys ------------------------------------------------------------------------------
+    def name(self, key: bytes) -> str:
+        return self._prefix + key.hex()
+
+    def _names(self, keys: Sequence[bytes]) -> list[str]:
+        out = []
+        for k in keys:
+            if not isinstance(k, (bytes, bytearray)) or len(k) != 32:
+                raise ValueError("keys: each key must be 32 bytes (from cxlkit.kv.block_hashes)")
+            out.append(self._prefix + bytes(k).hex())
+        return out
+
+    def _count(self, **deltas: int) -> None:
+        base = self._pool.base + self._shared["off"]
+        for k, v in deltas.items():
+            if v:
+                setattr(self.stats, k, getattr(self.stats, k) + v)
+                _native.kv_atomic_add(base + 8 * STAT_FIELDS.index(k), v)
+
+    def _check(self, keys: Sequence[bytes], engine: EngineTensors, block_ids: Sequence[int]):
+        if not isinstance(engine, EngineTensors):
+            raise TypeError("engine: expected cxlkit.kv.EngineTensors")
+        if engine.layout != self.layout:
+            raise ValueError(f"engine layout {engine.layout} differs from the store's "
+                             f"{self.layout}")
+        names = self._names(keys)
+        ids = engine.check_blocks(block_ids)
+        if len(ids) != len(names):
+            raise ValueError(f"{len(names)} keys but {len(ids)} block ids")
+        return names, ids
+
+    # -- data path ---------------------------------------------------------------------------
+    def put(self, keys: Sequence[bytes], source: EngineTensors, block_ids: Sequence[int]) -> int:
+        """Store source's blocks block_ids[i] under keys[i]; returns how many were new."""
+        names, ids = self._check(keys, source, block_ids)
+        flags = _native.KV_CHECKSUM if self.checksum else 0
+        if self.capacity_bytes is not None:
+            self._make_room(len(names) * self.block_bytes, budget=True)
+        todo = list(range(len(names)))
+        stored = skipped = 0
+        for attempt in range(3):
+            n, status = self._pool.put(source.plan, [names[i] for i in todo],
+                                       [bytes(keys[i]) for i in todo], self._layout_bytes,
+                                       ids[todo], flags)
+            stored += n
+            now = time.time_ns()
+            retry = []
+            for i, s in zip(todo, status):
+                if s == 0:
+                    self._recent[names[i]] = now
+                elif s == -errno.EEXIST:
+                    skipped += 1
+                elif s == -errno.ENOSPC and attempt < 2:
+                    retry.append(i)
+                else:
+                    log.warning("kv put %s: %s", names[i], os.strerror(-s))
+            if not retry:
+                todo = []
+                break
+            todo = retry
+            if self._make_room(len(todo) * self.block_bytes) == 0:
+                break
+        self._count(puts=stored, put_skipped=skipped, bytes_in=stored * self.layout.nbytes,
+                    put_errors=len(names) - stored - skipped)
+        return stored
+
+    def get(self, keys: Sequence[bytes], dest: EngineTensors, block_ids: Sequence[int]) -> int:
+        """Load the leading blocks keys[0..k) into dest's block_ids; returns k. Blocks after k
+        (a miss, or one that failed validation) are untouched or garbage: recompute them."""
+        names, ids = self._check(keys, dest, block_ids)
+        flags = (_native.KV_CHECKSUM if self.checksum else 0) | (
+            _native.KV_INVALIDATE if self._nc else 0)
+        n, status = self._pool.get(dest.plan, names, [bytes(k) for k in keys],
+                                   self._layout_bytes, ids, flags)
+        now = time.time_ns()
+        for nm in names[:n]:
+            if nm in self._recent:
+                self._recent[nm] = now
+        failed = n < len(names) and status[n] not in (-errno.ENOENT, -errno.EAGAIN)
+        if failed:
+            log.warning("kv get %s: %s (treated as a miss)", names[n], os.strerror(-status[n]))
+        self._count(lookups=len(names), hits=n, misses=int(n < len(names)),
+                    bytes_out=n * self.layout.nbytes, load_errors=int(failed))
+        return n
+
+    def lookup(self, keys: Sequence[bytes]) -> int:
+        """Number of leading keys whose blocks are in the pool now (they may be evicted later:
+        get reports what it actually loaded)."""
+        names = self._names(keys)
+        n = self._pool.lookup(names)
+        self._count(lookups=len(names), hits=n)
+        return n
+
+    # -- capacity ------------------------------------------------------------------------------
+    def blocks(self, *, all_hosts: bool = False) -> list[dict]:
+        """This namespace's blocks (of this host unless all_hosts)."""
+        return [o for o in self._pool.list() if o["name"].startswith(self._prefix)
+                and (all_hosts or o["host"] == self.host_id) and o["state"] == 2]
+
+    def used_bytes(self) -> int:
+        return sum(o["nbytes"] for o in self.blocks())
+
+    def _make_room(self, need: int, budget: bool = False) -> int:
+        own = self.blocks()
+        if budget:  # stay within capacity_bytes of this namespace on this host
+            excess = sum(o["nbytes"] for o in own) + need - self.capacity_bytes
+        else:  # the partition is full: free need bytes
+            excess = need
+        if excess <= 0:
+            return 0
+        # least recently used first: this process's last use, else the block's creation
+        own.sort(key=lambda o: self._recent.get(o["name"], o["created_ns"]))
+        freed = evicted = 0
+        for o in own:
+            if freed >= excess:
+                break
+            try:
+                self._pool.destroy(o["name"])  # readers holding a lease keep the memory
+            except FileNotFoundError:
+                continue  # another process of this host evicted it first
+            self._recent.pop(o["name"], None)
+            freed += o["nbytes"]
+            evicted += 1
+        self._count(evictions=evicted)
+        return evicted
+
+    def evict(self, nbytes: int) -> int:
+        """Evict at least nbytes of this host's blocks (LRU); returns how many blocks."""
+        return self._make_room(nbytes)
+
+    def clear(self) -> int:
+        """Destroy every block of this namespace on this host."""
+        return self._make_room(1 << 62)
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def host_stats(pool: Any) -> dict[int, dict[str, int]]:
+    """Counters of every host that used a KV store in this pool (shared by its processes)."""
+    kp = pool if isinstance(pool, _native.KVPool) else _open_pool(
+        pool, create=False, size=0, host_id=None, coherence="host", max_hosts=0,
+        lease_timeout_ms=0)
+    out = {}
+    for o in kp.list():
+        if o["name"].startswith(_STATS_PREFIX) and o["state"] == 2:
+            raw = np.frombuffer(_read(kp, o), dtype="<u8")
+            out[o["host"]] = dict(zip(STAT_FIELDS, (int(x) for x in raw)))
+    return out
+
+
+def _read(kp: Any, o: dict) -> bytes:
+    import ctypes
+
+    return ctypes.string_at(kp.base + o["off"], o["nbytes"])
