@@ -361,6 +361,15 @@ def test_unreadable_file_reads_as_None_with_warning(tmp_path):
                for w in topo.warnings)
 
 
+def test_devdax_device_targeting_a_dram_node_does_not_change_its_kind(tmp_path):
+    root = copy_fixture("devdax", tmp_path)
+    (root / "bus/dax/devices/dax0.0/target_node").write_text("0\n")
+    topo = T.discover(root)
+    assert topo.dax("dax0.0").target_node == 0
+    assert topo.node(0).kind == "dram"
+    assert not any("dax0.0" in e for e in topo.node(0).evidence)
+
+
 def test_unbound_dax_device_has_no_mode(tmp_path):
     root = copy_fixture("devdax", tmp_path)
     (root / "bus/dax/devices/dax0.0/driver").unlink()

@@ -596,9 +596,11 @@ def _classify(nid: int, raw: dict, nodes: dict[int, dict], tier_of: dict[int, in
 
     pmem_ev, cxl_ev, hmem_ev = [], [], []
     for x in dax:
-        if x.target_node != nid:
+        # Only memory onlined by kmem belongs to the node; a devdax device merely names the
+        # node its memory would join (often one that is not even online).
+        if x.target_node != nid or x.mode != "system-ram":
             continue
-        how = f"{x.name}, {x.mode or 'no driver'}"
+        how = f"{x.name}, {x.mode}"
         if x.source == "nvdimm":
             pmem_ev.append(f"target node of nvdimm {x.region or 'region'} ({how})")
         elif x.source == "cxl":
