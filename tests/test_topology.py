@@ -370,6 +370,17 @@ def test_devdax_device_targeting_a_dram_node_does_not_change_its_kind(tmp_path):
     assert not any("dax0.0" in e for e in topo.node(0).evidence)
 
 
+def test_driver_that_is_not_a_link_warns(tmp_path):
+    root = copy_fixture("devdax", tmp_path)
+    drv = root / "bus/dax/devices/dax0.0/driver"
+    drv.unlink()
+    drv.write_text("device_dax\n")
+    topo = T.discover(str(root))
+    assert topo.dax("dax0.0").mode is None
+    assert any(w.startswith("bus/dax/devices/dax0.0/driver: unreadable link (OSError)")
+               for w in topo.warnings)
+
+
 def test_unbound_dax_device_has_no_mode(tmp_path):
     root = copy_fixture("devdax", tmp_path)
     (root / "bus/dax/devices/dax0.0/driver").unlink()
