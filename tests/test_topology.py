@@ -272,10 +272,18 @@ def test_memoryless_node_is_listed_but_flagged(tmp_path):
     topo = T.discover(root)
     n1 = topo.node(1)
     assert not n1.has_memory and n1.mem_total_bytes == 0
-    assert n1.evidence[0] == "no memory (not in has_memory)"
+    assert n1.evidence[0] == "no memory (MemTotal 0)"
     assert [n.id for n in topo.nodes_of_kind("dram")] == [0]
     assert [n.id for n in topo.nodes_of_kind("dram", include_memoryless=True)] == [0, 1]
     assert topo.memory_node_ids == [0]
+
+
+def test_node_missing_from_has_memory_is_flagged(tmp_path):
+    root = copy_fixture("two-socket", tmp_path)
+    (root / NODE / "has_memory").write_text("1\n")
+    n0 = T.discover(root).node(0)
+    assert not n0.has_memory and n0.mem_total_bytes
+    assert n0.evidence[0] == "no memory (not in has_memory)"
 
 
 # ---------------------------------------------------------------- errors and degraded input

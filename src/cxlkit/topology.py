@@ -586,7 +586,8 @@ def _classify(nid: int, raw: dict, nodes: dict[int, dict], tier_of: dict[int, in
     ev: list[str] = []
     cpus = raw["cpus"]
     if not raw["has_memory"]:
-        ev.append("no memory (not in has_memory)")
+        ev.append("no memory (" + ("MemTotal 0" if raw["total"] == 0
+                                   else "not in has_memory") + ")")
     if cpus:
         ev.append(f"has CPUs {format_cpulist(cpus)}")
     elif cpus is None:
