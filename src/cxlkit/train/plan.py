@@ -330,7 +330,7 @@ class TrainPlan:
                 "fits": self.fits, "shortfall_bytes": self.shortfall}
 
 
-def plan(footprint: Footprint, tiers: list[Tier] | None = None, *,
+def plan_training(footprint: Footprint, tiers: list[Tier] | None = None, *,
          mode: str = "tiered") -> TrainPlan:
     """Place every class of the footprint on the tiers (default: this machine's).
     tiered: latency-tolerant classes (bf16 params/grads, activations) on CXL striped over
@@ -390,12 +390,14 @@ def plan(footprint: Footprint, tiers: list[Tier] | None = None, *,
     return TrainPlan(footprint, tiers, mode, classes)
 
 
-def parse_count(text: str | int | float) -> int:
-    """'7e9', '7B', '32k', '1.5M', 4096 -> an int (k/m/b/g/t: 1e3 steps; B = billion)."""
+def parse_count(text: str | int | float, *, binary: bool = False) -> int:
+    """'7e9', '7B', '1.5M', 4096 -> an int (k/m/b/g/t in steps of 1000; B = billion).
+    binary=True makes k/m/g steps of 1024, as context lengths are spoken of ('32k' = 32768)."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         return _pos_int("count", text)
     t = str(text).strip().lower()
-    mult = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}.get(t[-1:], 1)
+    step = 1024.0 if binary else 1000.0
+    mult = {"k": step, "m": step ** 2, "b": 1e9, "g": step ** 3, "t": step ** 4}.get(t[-1:], 1)
     try:
         v = float(t[:-1] if mult != 1 else t) * mult
     except ValueError:
