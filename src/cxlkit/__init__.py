@@ -3,11 +3,12 @@ from . import _native
 from .policy import (Buffer, Policy, PlacementAudit, Residency, WeightedInterleaveUnsupported,
                      WeightMismatchError, alloc, bind, default, interleave, place, preferred,
                      residency, stripe, weighted)
+from .topology import Topology, discover
 
 __version__ = _native.version()
 
 __all__ = [
     "Buffer", "Policy", "PlacementAudit", "Residency", "WeightedInterleaveUnsupported",
     "WeightMismatchError", "alloc", "bind", "default", "interleave", "place", "preferred",
-    "residency", "stripe", "weighted", "__version__",
+    "residency", "stripe", "weighted", "Topology", "discover", "__version__",
 ]
