@@ -9,6 +9,8 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -178,6 +180,11 @@ CXK_BIND(adam) {
                 nb::gil_scoped_release unlock;  // a step over a large model takes a while
                 r = team ? cxk_adam_team_step(team->team, &h, t.data(), t.size())
                          : cxk_adam_step(&h, t.data(), t.size());
+            }
+            if (r == -EINVAL && cxk_adam_simd() == -EINVAL) {
+                const char *e = std::getenv("CXLKIT_SIMD");
+                raise_errno(EINVAL, std::string("CXLKIT_SIMD=") + (e ? e : "") +
+                                        " (expected scalar, avx2, avx512 or auto)");
             }
             check(r, team ? "adam step (node query)" : "adam step");
         },
