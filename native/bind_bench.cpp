@@ -91,7 +91,7 @@ CXK_BIND(bench) {
         }
         check(r, "bandwidth run");
         return out;
-    }, nb::arg("dst"), nb::arg("src"), nb::arg("kind"), nb::arg("nthreads"), nb::arg("cpus"),
+    }, nb::arg("dst"), nb::arg("src").none(), nb::arg("kind"), nb::arg("nthreads"), nb::arg("cpus"),
        nb::arg("reps"), nb::arg("passes"));
 
     m.def("bench_loaded_latency", [](nb::handle chase, nb::handle gen, int chase_cpu, int kind,

@@ -1,0 +1,227 @@
+"""`cxlkit bench copy`: the host copy paths the workloads use — memcpy, non-temporal copy,
+copy + flush (the pool's publish), invalidate + copy (the read on a non-coherent pool) —
+per (source node, destination node) pair and size 64 B .. 64 MiB; and the GPU copy matrix
+behind a small CUDA interface that says so when no GPU is present."""
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Protocol
+
+from .. import _native
+from . import machine as M
+from .memory import DOC_VERSION, MiB, Progress, place
+
+METHODS = ("memcpy", "nt", "flush", "invalidate")
+
+
+@dataclass(frozen=True)
+class CopySettings:
+    sizes: tuple[int, ...]
+    span_bytes: int   # each buffer; copies walk through it so sources are not cache-hot
+    target_s: float   # per repetition
+    reps: int
+    hugepages: bool = True
+    quick: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.sizes or min(self.sizes) < 1 or max(self.sizes) > self.span_bytes:
+            raise ValueError(f"sizes {list(self.sizes)}: expected 1..span_bytes "
+                             f"({self.span_bytes})")
+        if self.reps < 1:
+            raise ValueError(f"reps {self.reps}: expected >= 1")
+
+
+def copy_settings(quick: bool = False, **override) -> CopySettings:
+    if quick:
+        base = dict(sizes=tuple(64 << (3 * i) for i in range(7)) + (64 * MiB,),  # 64 B x8 .. 64M
+                    span_bytes=64 * MiB, target_s=0.01, reps=3, quick=True)
+    else:
+        base = dict(sizes=tuple(64 << (2 * i) for i in range(11)),  # 64 B x4 .. 64 MiB
+                    span_bytes=256 * MiB, target_s=0.05, reps=5)
+    base.update(override)
+    return CopySettings(**base)
+
+
+def time_copy(dst, src, size: int, method: str, *, cpu: int, target_s: float,
+              reps: int) -> list[float]:
+    """ns per copy of `size` bytes, one value per repetition (each about target_s)."""
+    if method not in METHODS:
+        raise ValueError(f"method {method!r}: expected one of {', '.join(METHODS)}")
+    m = _native.BENCH_COPY_METHODS[method]
+    calib = max(1, (1 * MiB) // size)
+    est = _native.bench_copy(dst, src, size, m, calib, cpu) / calib
+    n = max(1, min(int(target_s * 1e9 / max(est, 1.0)), 1 << 30))
+    return [_native.bench_copy(dst, src, size, m, n, cpu) / n for _ in range(reps)]
+
+
+def run(pairs: Sequence[tuple[int, int]] | None = None, *, quick: bool = False,
+        config: CopySettings | None = None, cpu: int | None = None,
+        progress: Progress | None = None, gpu: bool = True) -> dict:
+    """Every (src, dst) pair of memory nodes (or `pairs`); the copying thread runs on `cpu`
+    (default: the first CPU of the first node with CPUs, where an application would run)."""
+    cfg = config or copy_settings(quick)
+    have = [f.node for f in M.nodes()]
+    if pairs is None:
+        pairs = [(s, d) for s in have for d in have]
+    for s, d in pairs:
+        for n in (s, d):
+            if n not in have:
+                raise ValueError(f"node {n} has no memory on this machine (nodes with "
+                                 f"memory: {','.join(map(str, have))})")
+    if cpu is None:
+        cpu = next(iter(M.cpu_nodes().values()))[0]
+    elif cpu not in M.allowed_cpus():
+        raise ValueError(f"cpu {cpu}: not one this process may run on "
+                         f"({','.join(map(str, M.allowed_cpus()))})")
+    steps: list[tuple[str, Callable[[], None]]] = []
+    out_pairs: list[dict] = []
+    for s, d in pairs:
+        entry = {"src": s, "dst": d, "methods": {m: [] for m in METHODS}}
+        out_pairs.append(entry)
+        bufs: dict = {}
+
+        def alloc(s: int = s, d: int = d, bufs: dict = bufs) -> None:
+            bufs["src"] = place(cfg.span_bytes, s, hugepages=cfg.hugepages)
+            bufs["dst"] = place(cfg.span_bytes, d, hugepages=cfg.hugepages)
+            bufs["src"].numpy()[:] = 1  # sources hold data, not the zero page's promise
+        steps.append((f"{s}->{d}: placing", alloc))
+        for method in METHODS:
+            def measure(method: str = method, entry: dict = entry, bufs: dict = bufs) -> None:
+                for size in cfg.sizes:
+                    ns = time_copy(bufs["dst"], bufs["src"], size, method, cpu=cpu,
+                                   target_s=cfg.target_s, reps=cfg.reps)
+                    med = float(statistics.median(ns))
+                    entry["methods"][method].append(
+                        {"bytes": size, "ns_per_copy": med, "gbps": size / med,
+                         "samples_ns": ns})
+            steps.append((f"{s}->{d}: {method}", measure))
+
+        def free(bufs: dict = bufs) -> None:
+            for b in bufs.values():
+                b.close()
+        steps.append((f"{s}->{d}: freeing", free))
+    t0 = time.perf_counter()
+    for i, (what, fn) in enumerate(steps):
+        if progress:
+            progress(i, len(steps), what)
+        fn()
+    if progress:
+        progress(len(steps), len(steps), "done")
+    params = asdict(cfg)
+    params.update(cpu=cpu, pairs=[list(p) for p in pairs],
+                  elapsed_s=round(time.perf_counter() - t0, 2),
+                  gbps="1e9 bytes copied per second (each byte counted once)")
+    figures = {"pairs": out_pairs,
+               "gpu": gpu_matrix([f.node for f in M.nodes()]) if gpu else None}
+    return {"kind": "copy", "version": DOC_VERSION, "machine": M.machine(),
+            "kernel": M.kernel(), "date": M.now(), "parameters": params, "figures": figures}
+
+
+# ---- GPU copies: host node <-> device, one device at a time and all at once ----
+
+class CudaCopier(Protocol):
+    """What the GPU matrix needs from a CUDA runtime."""
+
+    def devices(self) -> list[int]: ...
+    # Seconds for one copy of nbytes between a host buffer and device `dev`;
+    # direction "h2d" or "d2h". Concurrent: one copy per listed device at the same time.
+    def copy_seconds(self, host, devs: Sequence[int], nbytes: int, direction: str) -> float: ...
+
+
+def no_gpu_reason() -> str | None:
+    """None when a GPU can be used; else why not (the CUDA runtime, then torch)."""
+    if not _native.pin_available():
+        return "no GPU present: the CUDA runtime (libcudart) is not loadable or reports no device"
+    try:
+        import torch
+    except ImportError:
+        return "a CUDA device is present but torch is not installed to drive copies"
+    if not torch.cuda.is_available():
+        return "a CUDA device is present but this torch build has no CUDA"
+    return None
+
+
+class TorchCuda:
+    """CudaCopier over torch.cuda: pinned (cudaHostRegister) host memory, one stream per
+    device, timed with CUDA events."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+
+    def devices(self) -> list[int]:
+        return list(range(self.torch.cuda.device_count()))
+
+    def copy_seconds(self, host, devs: Sequence[int], nbytes: int, direction: str) -> float:
+        torch = self.torch
+        h = host.torch()
+        work = []
+        for i, d in enumerate(devs):  # device i uses its own nbytes of the host buffer
+            dev = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{d}")
+            work.append((h[i * nbytes:(i + 1) * nbytes], dev, torch.cuda.Stream(device=d)))
+        for d in devs:
+            torch.cuda.synchronize(d)
+        t0 = time.perf_counter()
+        for hp, dev, s in work:
+            with torch.cuda.stream(s):
+                if direction == "h2d":
+                    dev.copy_(hp, non_blocking=True)
+                else:
+                    hp.copy_(dev, non_blocking=True)
+        for _, _, s in work:
+            s.synchronize()
+        return time.perf_counter() - t0
+
+
+def gpu_matrix(host_nodes: Sequence[int], *, backend: CudaCopier | None = None,
+               nbytes: int = 64 * MiB, reps: int = 3) -> dict:
+    """{available, reason} or {available, devices, rows: [{node, device|"all", h2d_gbps,
+    d2h_gbps}]}; host memory bound to each node and page-locked."""
+    if backend is None:
+        reason = no_gpu_reason()
+        if reason is not None:
+            return {"available": False, "reason": reason}
+        backend = TorchCuda()
+    devs = backend.devices()
+    if not devs:
+        return {"available": False, "reason": "the CUDA runtime reports no device"}
+    rows = []
+    for n in host_nodes:
+        with place(nbytes * len(devs), n, hugepages=False) as host:
+            pinned = _pin(host)
+            for target in [[d] for d in devs] + ([devs] if len(devs) > 1 else []):
+                row = {"node": n, "device": target[0] if len(target) == 1 else "all",
+                       "pinned": pinned}
+                for direction in ("h2d", "d2h"):
+                    secs = [backend.copy_seconds(host, target, nbytes, direction)
+                            for _ in range(reps)]
+                    row[f"{direction}_gbps"] = nbytes * len(target) / statistics.median(secs) / 1e9
+                rows.append(row)
+            if pinned:
+                host.unpin()
+    return {"available": True, "devices": devs, "bytes": nbytes, "rows": rows}
+
+
+def _pin(host) -> bool:
+    try:
+        host.pin()
+        return True
+    except OSError:
+        return False  # pageable copies still work; the row says they were not pinned
+
+
+def summary(doc: dict) -> list[dict]:
+    """Per pair and method: GB/s at the largest size and ns per copy at the smallest."""
+    out = []
+    for p in doc["figures"]["pairs"]:
+        for m, pts in p["methods"].items():
+            if pts:
+                out.append({"src": p["src"], "dst": p["dst"], "method": m,
+                            "small_bytes": pts[0]["bytes"], "small_ns": pts[0]["ns_per_copy"],
+                            "large_bytes": pts[-1]["bytes"], "large_gbps": pts[-1]["gbps"]})
+    return out
+

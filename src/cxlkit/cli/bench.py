@@ -1,0 +1,264 @@
+"""`cxlkit bench memory` and `cxlkit bench copy`: run the measurements with a progress bar,
+print rich tables, write the JSON document and PNG plots; and the demo's quick section."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .main import app
+
+bench_app = typer.Typer(no_args_is_help=True,
+                        help="Measure the tiers: latency, bandwidth, loaded latency, copy paths.")
+app.add_typer(bench_app, name="bench")
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    Console(stderr=True).print(f"[red]error:[/red] {msg}")
+    raise typer.Exit(code)
+
+
+def _nodes(spec: Optional[str]) -> Optional[list[int]]:
+    from ..policy import parse_nodes
+
+    return None if spec is None else parse_nodes(spec)
+
+
+def _run_with_bar(con: Console, quiet: bool, fn):
+    """fn(progress_callback) under a rich progress bar (none when quiet)."""
+    if quiet:
+        return fn(None)
+    with Progress(TextColumn("{task.description:<42}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=con, transient=True) as bar:
+        task = bar.add_task("starting", total=1)
+
+        def cb(done: int, total: int, what: str) -> None:
+            bar.update(task, completed=done, total=total, description=what)
+        return fn(cb)
+
+
+def _write(doc: dict, out: Optional[Path], as_json: bool, con: Console) -> None:
+    text = json.dumps(doc, indent=1)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+        if not as_json:
+            con.print(f"result: {out}")
+    if as_json:
+        typer.echo(text)
+
+
+def _f(x, fmt: str = "{:.1f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def memory_tables(con: Console, doc: dict) -> None:
+    from ..bench.memory import KINDS
+    from ..bench.weights import weights_from
+
+    t = Table(title=f"memory per node — {doc['machine']['cpu']}, Linux {doc['kernel']}")
+    for c in ("node", "kind", "CPUs", "idle latency ns", *(f"{k} GB/s" for k in KINDS),
+              "weight"):
+        t.add_column(c, justify="right" if c not in ("kind", "CPUs") else "left")
+    nodes = doc["figures"]["nodes"]
+    try:
+        w = weights_from(doc)
+    except ValueError:
+        w = {}
+    for n, e in nodes.items():
+        lat = e["latency"][-1]["ns"] if e["latency"] else None
+        t.add_row(n, e["kind"], ",".join(map(str, e["initiator_cpus"])), _f(lat),
+                  *(_f(e["peak_gbps"].get(k)) for k in KINDS), str(w.get(int(n), "-")))
+    con.print(t)
+
+    for n, e in nodes.items():
+        t = Table(title=f"node {n}: latency by buffer size")
+        t.add_column("buffer")
+        t.add_column("ns/load", justify="right")
+        for p in e["latency"]:
+            t.add_row(_size(p["bytes"]), _f(p["ns"]))
+        con.print(t)
+        t = Table(title=f"node {n}: bandwidth (GB/s, median) by threads")
+        t.add_column("threads", justify="right")
+        for k in KINDS:
+            t.add_column(k, justify="right")
+        counts = sorted({p["threads"] for k in KINDS for p in e["bandwidth"][k]})
+        for c in counts:
+            row = [str(c)]
+            for k in KINDS:
+                v = next((p["gbps"] for p in e["bandwidth"][k] if p["threads"] == c), None)
+                row.append(_f(v))
+            t.add_row(*row)
+        con.print(t)
+        if e.get("loaded_latency"):
+            t = Table(title=f"node {n}: loaded latency ({doc['parameters']['loaded_kind']} load)")
+            for c in ("target GB/s", "reached GB/s", "ns/load"):
+                t.add_column(c, justify="right")
+            for p in e["loaded_latency"]:
+                tgt = "none" if p["target_gbps"] == 0 else (
+                    "max" if p["target_gbps"] is None else _f(p["target_gbps"]))
+                t.add_row(tgt, _f(p["gbps"]), _f(p["ns"]))
+            con.print(t)
+        elif e.get("loaded_latency_note"):
+            con.print(f"node {n}: loaded latency not measured: {e['loaded_latency_note']}")
+    ref = doc["figures"].get("reference") or {}
+    for n, r in ref.items():
+        con.print(f"node {n}: copy, 1 thread {r['copy_1thread_gbps']:.1f} GB/s vs numpy copy "
+                  f"{r['numpy_copy_gbps']:.1f} GB/s (ratio {r['ratio']:.2f}, same run)")
+    m = doc["figures"].get("matrix")
+    if m:
+        t = Table(title="CPU node x memory node: latency ns / read GB/s")
+        t.add_column("CPUs of")
+        for mn in m["mem_nodes"]:
+            t.add_column(f"mem {mn}", justify="right")
+        for i, cn in enumerate(m["cpu_nodes"]):
+            t.add_row(f"node {cn}", *(f"{_f(m['latency_ns'][i][j])} / {_f(m['read_gbps'][i][j])}"
+                                      for j in range(len(m["mem_nodes"]))))
+        con.print(t)
+    elif doc["figures"].get("matrix_note"):
+        con.print(f"matrix: {doc['figures']['matrix_note']}")
+
+
+def _size(n: int) -> str:
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div:
+            return f"{n / div:g} {unit}"
+    return f"{n} B"
+
+
+@bench_app.command("memory")
+def memory_cmd(
+    quick: bool = typer.Option(False, "--quick", help="fewer sizes and repetitions (< 1 min)"),
+    nodes: Optional[str] = typer.Option(None, "--nodes", help="memory nodes to measure, e.g. 0,1"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="write the JSON result here"),
+    as_json: bool = typer.Option(False, "--json", help="print the JSON result, no tables"),
+    plots: Optional[Path] = typer.Option(None, "--plots", help="write PNG plots to this directory"),
+    hugepages: bool = typer.Option(True, "--hugepages/--no-hugepages",
+                                   help="ask for transparent huge pages (madvise) on buffers"),
+    threads: Optional[str] = typer.Option(None, "--threads",
+                                          help="thread counts to sweep, e.g. 1,2,4 (default 1..N)"),
+    load_kind: str = typer.Option("read", "--load-kind",
+                                  help="what loaded-latency generators do: read|write|copy|nt_write"),
+    reps: Optional[int] = typer.Option(None, "--reps", help="repetitions per figure (median)"),
+    matrix: bool = typer.Option(True, "--matrix/--no-matrix", help="CPU x memory node matrix"),
+) -> None:
+    """Latency, bandwidth (thread sweep), loaded latency per node, and the cross-node matrix."""
+    from ..bench import memory as BM
+
+    con = Console(stderr=as_json)
+    try:
+        over: dict = {"hugepages": hugepages, "loaded_kind": load_kind}
+        if threads is not None:
+            over["thread_counts"] = tuple(_nodes(threads) or ())
+        if reps is not None:
+            over["reps"] = reps
+        cfg = BM.settings(quick, **over)
+        doc = _run_with_bar(con, as_json, lambda cb: BM.run(
+            _nodes(nodes), config=cfg, progress=cb, matrix=matrix))
+    except (ValueError, KeyError) as e:
+        _fail(str(e))
+    except OSError as e:
+        _fail(f"measurement failed: {e}", 1)
+    if not as_json:
+        memory_tables(con, doc)
+    _write(doc, out, as_json, con)
+    if plots is not None:
+        from ..bench.plot import plot_memory
+
+        for p in plot_memory(doc, plots):
+            con.print(f"plot: {p}")
+
+
+def copy_tables(con: Console, doc: dict) -> None:
+    for p in doc["figures"]["pairs"]:
+        t = Table(title=f"copy node {p['src']} -> node {p['dst']} (CPU "
+                        f"{doc['parameters']['cpu']}): GB/s (ns per copy)")
+        t.add_column("size", justify="right")
+        methods = [m for m, pts in p["methods"].items() if pts]
+        for m in methods:
+            t.add_column(m, justify="right")
+        for i, pt in enumerate(p["methods"][methods[0]]):
+            t.add_row(_size(pt["bytes"]), *(
+                f"{p['methods'][m][i]['gbps']:.2f} ({p['methods'][m][i]['ns_per_copy']:.0f})"
+                for m in methods))
+        con.print(t)
+    g = doc["figures"].get("gpu")
+    if g is None:
+        return
+    if not g["available"]:
+        con.print(f"GPU copies: {g['reason']}")
+        return
+    t = Table(title=f"GPU copies, {_size(g['bytes'])} per device (GB/s)")
+    for c in ("host node", "device", "pinned", "host->device", "device->host"):
+        t.add_column(c, justify="right")
+    for r in g["rows"]:
+        t.add_row(str(r["node"]), str(r["device"]), "yes" if r["pinned"] else "no",
+                  _f(r["h2d_gbps"]), _f(r["d2h_gbps"]))
+    con.print(t)
+
+
+@bench_app.command("copy")
+def copy_cmd(
+    quick: bool = typer.Option(False, "--quick", help="fewer sizes and repetitions"),
+    nodes: Optional[str] = typer.Option(None, "--nodes",
+                                        help="memory nodes; every ordered pair of them is run"),
+    cpu: Optional[int] = typer.Option(None, "--cpu", help="CPU of the copying thread"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="write the JSON result here"),
+    as_json: bool = typer.Option(False, "--json", help="print the JSON result, no tables"),
+    plots: Optional[Path] = typer.Option(None, "--plots", help="write PNG plots to this directory"),
+    gpu: bool = typer.Option(True, "--gpu/--no-gpu", help="the GPU copy matrix (needs CUDA)"),
+) -> None:
+    """memcpy, non-temporal, copy+flush and invalidate+copy per node pair and size; GPU copies."""
+    from ..bench import copy as BC
+
+    con = Console(stderr=as_json)
+    try:
+        ns = _nodes(nodes)
+        pairs = None if ns is None else [(s, d) for s in ns for d in ns]
+        doc = _run_with_bar(con, as_json, lambda cb: BC.run(
+            pairs, quick=quick, cpu=cpu, progress=cb, gpu=gpu))
+    except (ValueError, KeyError) as e:
+        _fail(str(e))
+    except OSError as e:
+        _fail(f"measurement failed: {e}", 1)
+    if not as_json:
+        copy_tables(con, doc)
+    _write(doc, out, as_json, con)
+    if plots is not None:
+        from ..bench.plot import plot_copy
+
+        for p in plot_copy(doc, plots):
+            con.print(f"plot: {p}")
+
+
+def run_demo(console: Console) -> None:
+    """The demo's section: a quick latency and read-bandwidth figure per node, and the
+    weighted-interleave weights cxlkit would use from them (beside the kernel's)."""
+    from .. import topology
+    from ..bench import memory as BM
+    from ..bench.weights import weights_from
+
+    t = Table(title="memory per node (quick: 64 MiB chase, read with every initiator CPU)")
+    for c in ("node", "kind", "CPUs", "latency ns", "read GB/s"):
+        t.add_column(c, justify="right")
+    bws = {}
+    for f in BM.M.nodes():
+        cpus = list(f.initiator_cpus)
+        with BM.place(64 << 20, f.node, hugepages=True) as buf:
+            ns = BM._median(BM.chase_latency(buf, cpu=cpus[0], target_s=0.03, reps=3))
+            bw = BM._median(BM.bandwidth(buf, None, "read", len(cpus), cpus, target_s=0.03,
+                                         reps=3)) / 1e9
+        bws[f.node] = bw
+        t.add_row(str(f.node), f.kind, ",".join(map(str, cpus)), f"{ns:.1f}", f"{bw:.1f}")
+    console.print(t)
+    w = weights_from(bws)
+    kw = topology.weighted_interleave_weights()
+    cur = "kernel has no weighted interleave" if kw is None else \
+        ", ".join(f"{n}:{kw.get(n, 1)}" for n in w)
+    console.print("weighted-interleave weights from read bandwidth: "
+                  + ", ".join(f"{n}:{v}" for n, v in w.items()) + f"  (kernel now: {cur})")

@@ -1,0 +1,331 @@
+"""bench memory: the native kernels through the binding, the run and its document, the node
+facts, and the two validations against independent references measured in the same test
+(numpy copy for bandwidth, a separate C pointer chase for latency)."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import textwrap
+
+import numpy as np
+import pytest
+
+import cxlkit
+from cxlkit import _native, topology
+from cxlkit.bench import machine as M
+from cxlkit.bench import memory as BM
+from cxlkit.testing import inject_fault
+
+KiB, MiB = 1 << 10, 1 << 20
+CPUS = sorted(os.sched_getaffinity(0))
+NODE = topology.memory_nodes()[0]
+FORBIDDEN_CPU = next(c for c in range(4096) if c not in CPUS)
+
+
+def tiny(**over) -> BM.Settings:
+    base = dict(latency_sizes=(16 * KiB, 1 * MiB), latency_target_s=0.005,
+                bandwidth_bytes=4 * MiB, bandwidth_target_s=0.005, thread_counts=None,
+                loaded_fractions=(0.5,), loaded_window_s=0.01, loaded_kind="read",
+                matrix_latency_bytes=1 * MiB, reps=1)
+    base.update(over)
+    return BM.Settings(**base)
+
+
+# ---- the binding ----
+
+def test_chase_init_lays_one_cycle_through_every_slot():
+    with cxlkit.alloc(256 * KiB, cxlkit.bind(NODE)) as buf:
+        _native.bench_chase_init(buf, 64, 5)
+        ptrs = np.frombuffer(buf, dtype=np.uint64).reshape(-1, 8)[:, 0].copy()
+        idx = (ptrs - np.uint64(buf.address)) // np.uint64(64)
+        assert sorted(idx.tolist()) == list(range(len(idx)))  # a permutation
+        i, steps = 0, 0
+        while True:
+            i, steps = int(idx[i]), steps + 1
+            if i == 0:
+                break
+        assert steps == len(idx)  # a single cycle
+
+
+def test_chase_on_a_cpu_not_allowed_raises_OSError_naming_the_cpu():
+    with cxlkit.alloc(64 * KiB, cxlkit.bind(NODE)) as buf:
+        _native.bench_chase_init(buf, 64, 1)
+        with pytest.raises(OSError) as e:
+            _native.bench_chase(buf, 1000, FORBIDDEN_CPU)
+        assert e.value.errno == errno.EINVAL and str(FORBIDDEN_CPU) in str(e.value)
+
+
+def test_chase_init_with_a_bad_stride_raises_OSError_EINVAL():
+    with cxlkit.alloc(64 * KiB, cxlkit.bind(NODE)) as buf:
+        with pytest.raises(OSError) as e:
+            _native.bench_chase_init(buf, 48, 1)
+        assert e.value.errno == errno.EINVAL and "chase buffer" in str(e.value)
+
+
+def test_native_calls_on_an_empty_buffer_raise_ValueError():
+    with pytest.raises(ValueError, match="empty"):
+        _native.bench_chase_init(bytearray(), 64, 1)
+
+
+def test_bandwidth_of_an_unknown_kind_raises_ValueError_before_native():
+    with cxlkit.alloc(1 * MiB, cxlkit.bind(NODE)) as buf:
+        with pytest.raises(ValueError, match="kind 'fast'"):
+            BM.bandwidth(buf, None, "fast", 1, CPUS, target_s=0.001, reps=1)
+
+
+def test_copy_bandwidth_with_a_smaller_source_raises_ValueError():
+    with cxlkit.alloc(1 * MiB, cxlkit.bind(NODE)) as d, cxlkit.alloc(64 * KiB) as s:
+        with pytest.raises(ValueError, match="smaller"):
+            _native.bench_bandwidth(d, s, _native.BENCH_KINDS["copy"], 1, [], 1, 1)
+
+
+def test_bandwidth_on_a_cpu_not_allowed_raises_OSError():
+    with cxlkit.alloc(1 * MiB, cxlkit.bind(NODE)) as buf:
+        with pytest.raises(OSError) as e:
+            BM.bandwidth(buf, None, "read", 1, [FORBIDDEN_CPU], target_s=0.001, reps=1)
+        assert e.value.errno == errno.EINVAL
+
+
+@pytest.mark.parametrize("kind", BM.KINDS)
+def test_each_bandwidth_kind_moves_the_bytes_it_claims(kind):
+    with cxlkit.alloc(2 * MiB, cxlkit.bind(NODE)) as d, cxlkit.alloc(2 * MiB) as s:
+        s.numpy()[:] = np.arange(2 * MiB, dtype=np.uint64).astype(np.uint8)
+        d.numpy()[:] = 0
+        out = BM.bandwidth(d, s, kind, len(CPUS), CPUS, target_s=0.002, reps=2)
+        assert len(out) == 2 and all(x > 0 for x in out)
+        if kind == "copy":
+            assert np.array_equal(d.numpy(), s.numpy())
+        elif kind in ("write", "nt_write"):
+            assert (d.numpy() == 0x5A).all()
+        else:
+            assert not d.numpy().any()
+
+
+def test_hugepages_request_fails_with_the_injected_errno():
+    buf = cxlkit.alloc(4 * MiB, cxlkit.bind(NODE), populate=False)
+    with buf, inject_fault("madvise", 1, errno.EPERM):
+        with pytest.raises(PermissionError):
+            _native.bench_hugepages(buf)
+
+
+def test_place_binds_every_page_to_the_node():
+    with BM.place(8 * MiB, NODE, hugepages=True) as buf:
+        assert buf.audit().ok
+        assert buf.residency().pages == {NODE: buf.residency().total}
+
+
+def test_place_on_a_node_without_memory_raises_ValueError():
+    with pytest.raises(ValueError, match="no memory"):
+        BM.place(1 * MiB, max(topology.memory_nodes()) + 1, hugepages=False)
+
+
+def test_loaded_latency_points_run_from_idle_to_unthrottled():
+    with BM.place(1 * MiB, NODE, hugepages=False) as chase, \
+            BM.place(4 * MiB, NODE, hugepages=False) as gen:
+        _native.bench_chase_init(chase, 64, 1)
+        pts = BM.loaded_latency(chase, gen, chase_cpu=CPUS[0], gen_cpus=CPUS[-1:], kind="read",
+                                fractions=(0.25, 1.0), window_s=0.01, reps=1, idle_ns=1.0)
+    assert [p["target_gbps"] is None for p in pts] == [False, False, True]
+    assert pts[0] == {"target_gbps": 0.0, "gbps": 0.0, "ns": 1.0}
+    assert all(p["ns"] > 0 for p in pts)
+    # throttled to a quarter of the unthrottled rate: it does not run over the target
+    assert pts[1]["gbps"] <= pts[1]["target_gbps"] * 1.25
+
+
+# ---- settings and the run ----
+
+def test_thread_sweep_is_every_count_to_8_then_powers_of_two_and_N():
+    assert BM.thread_sweep(1) == [1]
+    assert BM.thread_sweep(2) == [1, 2]
+    assert BM.thread_sweep(20) == [1, 2, 3, 4, 5, 6, 7, 8, 16, 20]
+    assert BM.thread_sweep(4, [1, 3, 64]) == [1, 3]
+
+
+@pytest.mark.parametrize("over, match", [
+    (dict(latency_sizes=(64,)), "latency_sizes"),
+    (dict(reps=0), "reps"),
+    (dict(bandwidth_bytes=4096), "bandwidth_bytes"),
+    (dict(loaded_kind="sideways"), "loaded_kind"),
+    (dict(thread_counts=(0,)), "thread_counts"),
+])
+def test_bad_settings_raise_ValueError_naming_the_knob(over, match):
+    with pytest.raises(ValueError, match=match):
+        tiny(**over)
+
+
+def test_quick_settings_sweep_sizes_across_the_caches_into_memory():
+    q = BM.settings(quick=True)
+    assert q.quick and min(q.latency_sizes) <= 32 * KiB and max(q.latency_sizes) >= 64 * MiB
+    assert BM.settings().latency_sizes[-1] > q.latency_sizes[-1]
+
+
+def test_run_on_a_node_without_memory_raises_ValueError():
+    with pytest.raises(ValueError, match="node 999"):
+        BM.run([999], config=tiny())
+
+
+def test_run_returns_a_json_document_with_every_figure():
+    seen = []
+    doc = BM.run([NODE], config=tiny(), progress=lambda d, t, w: seen.append((d, t, w)))
+    json.dumps(doc)  # serialisable as it is
+    assert {"kind", "version", "machine", "kernel", "date", "parameters", "figures"} <= set(doc)
+    assert doc["kind"] == "memory" and doc["kernel"] == os.uname().release
+    e = doc["figures"]["nodes"][str(NODE)]
+    assert [p["bytes"] for p in e["latency"]] == [16 * KiB, 1 * MiB]
+    assert all(p["ns"] > 0 for p in e["latency"])
+    assert e["placement_ok"] is True
+    for k in BM.KINDS:
+        assert [p["threads"] for p in e["bandwidth"][k]] == BM.thread_sweep(len(CPUS))
+        assert e["peak_gbps"][k] == max(p["gbps"] for p in e["bandwidth"][k]) > 0
+    ref = doc["figures"]["reference"][str(NODE)]
+    assert ref["numpy_copy_gbps"] > 0 and ref["copy_1thread_gbps"] > 0
+    if len(CPUS) > 1:
+        assert e["loaded_latency"][0]["gbps"] == 0 and e["loaded_latency"][-1]["gbps"] > 0
+    else:
+        assert "needs 2 CPUs" in e["loaded_latency_note"]
+    if len(topology.memory_nodes()) == 1:
+        assert doc["figures"]["matrix"] is None and "one node" in doc["figures"]["matrix_note"]
+    # progress: every step announced in order, then done
+    assert [d for d, _, _ in seen] == list(range(len(seen)))
+    assert seen[-1][0] == seen[-1][1] and seen[-1][2] == "done"
+    s = BM.summary(doc)[NODE]
+    assert s["latency_ns"] == e["latency"][-1]["ns"] and s["read_gbps"] == e["peak_gbps"]["read"]
+
+
+def test_matrix_covers_every_cpu_node_and_memory_node():
+    # The matrix steps run here on this machine's one CPU node x one memory node.
+    from contextlib import ExitStack
+
+    plan = BM._Plan()
+    m = BM._plan_matrix(plan, ExitStack(), tiny(), {NODE: tuple(CPUS)}, [NODE])
+    for _, fn in plan.steps:
+        fn()
+    assert m["cpu_nodes"] == [NODE] and m["mem_nodes"] == [NODE]
+    assert m["latency_ns"][0][0] > 0 and m["read_gbps"][0][0] > 0
+
+
+# ---- node facts ----
+
+def _sysfs_two_nodes(root, cpus0: str):
+    d = root / "devices/system/node"
+    for n, cpus, free in ((0, cpus0, 1000), (1, "", 3000)):
+        (d / f"node{n}").mkdir(parents=True)
+        (d / f"node{n}/cpulist").write_text(cpus + "\n")
+        (d / f"node{n}/meminfo").write_text(
+            f"Node {n} MemTotal:       4000 kB\nNode {n} MemFree:        {free} kB\n")
+        (d / f"node{n}/distance").write_text("10 20\n" if n == 0 else "20 10\n")
+    (d / "has_memory").write_text("0-1\n")
+    (d / "online").write_text("0-1\n")
+    return root
+
+
+def test_node_facts_from_sysfs_give_a_cpuless_node_the_nearest_cpus(tmp_path, monkeypatch):
+    root = _sysfs_two_nodes(tmp_path, ",".join(map(str, CPUS)))
+    monkeypatch.delattr(topology, "discover", raising=False)
+    f = {x.node: x for x in M.nodes(root)}
+    assert f[0].kind == "dram" and f[0].initiator_cpus == tuple(CPUS)
+    assert f[1].kind == "cxl" and f[1].cpus == () and f[1].initiator_cpus == tuple(CPUS)
+    assert f[1].free_bytes == 3000 * 1024 and f[1].total_bytes == 4000 * 1024
+    assert M.cpu_nodes(root) == {0: tuple(CPUS)}
+
+
+def test_node_facts_fall_back_to_the_allowed_cpus_when_no_node_has_any(tmp_path, monkeypatch):
+    root = _sysfs_two_nodes(tmp_path, "")
+    monkeypatch.delattr(topology, "discover", raising=False)
+    assert all(x.initiator_cpus == tuple(CPUS) for x in M.nodes(root))
+
+
+def test_node_facts_of_this_machine_use_only_allowed_cpus():
+    for f in M.nodes():
+        assert f.initiator_cpus and set(f.initiator_cpus) <= set(CPUS)
+    m = M.machine()
+    assert m["cpus_allowed"] == len(CPUS) and m["flush"] in ("clwb", "clflushopt", "clflush")
+
+
+# ---- validation against independent references, in the same run ----
+
+def test_copy_bandwidth_agrees_with_numpy_copy_within_15_percent():
+    # Interleaved rounds so that the other tenants of a shared machine load both sides alike;
+    # the median of the per-round ratios is the verdict.
+    ratios = []
+    with BM.place(64 * MiB, NODE, hugepages=False) as d, \
+            BM.place(64 * MiB, NODE, hugepages=False) as s:
+        s.numpy()[:] = 7
+        for _ in range(7):
+            ours = statistics.median(BM.bandwidth(d, s, "copy", 1, CPUS[:1], target_s=0.02,
+                                                  reps=3))
+            ref = statistics.median(BM.numpy_copy(d, s, reps=3))
+            ratios.append(ours / ref)
+    r = statistics.median(ratios)
+    assert 0.85 <= r <= 1.15, f"copy/numpy ratios {ratios}"
+
+
+REF_CHASE = textwrap.dedent(r"""
+    /* An independent pointer chase: its own shuffle, timer and loop, pinned to argv[5]. */
+    #define _GNU_SOURCE
+    #include <sched.h>
+    #include <stdint.h>
+    #include <stdio.h>
+    #include <stdlib.h>
+    #include <sys/mman.h>
+    #include <time.h>
+    int main(int argc, char **argv) {
+        size_t size = strtoull(argv[1], 0, 0), n = size / 64;
+        long loads = atol(argv[2]), reps = atol(argv[3]);
+        cpu_set_t set; CPU_ZERO(&set); CPU_SET(atoi(argv[4]), &set);
+        if (sched_setaffinity(0, sizeof set, &set)) return 2;
+        char *b = mmap(0, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (b == MAP_FAILED) return 3;
+        size_t *perm = malloc(n * sizeof *perm);
+        for (size_t i = 0; i < n; ++i) perm[i] = i;
+        uint64_t x = 88172645463325252ull;
+        for (size_t i = n - 1; i > 0; --i) {  /* Sattolo with xorshift64 */
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            size_t j = x % i, t = perm[i]; perm[i] = perm[j]; perm[j] = t;
+        }
+        for (size_t i = 0; i < n; ++i) *(char **)(b + i * 64) = b + perm[i] * 64;
+        char **p = (char **)b;
+        for (size_t i = 0; i < n; ++i) p = (char **)*p;
+        for (long r = 0; r < reps; ++r) {
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            for (long i = 0; i < loads; ++i) p = (char **)*p;
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            printf("%.4f\n", ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / loads);
+        }
+        return p == 0;
+    }
+""")
+
+
+@pytest.fixture(scope="module")
+def ref_chase(tmp_path_factory):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("needs a C compiler (cc) to build the reference pointer chase")
+    d = tmp_path_factory.mktemp("refchase")
+    (d / "chase.c").write_text(REF_CHASE)
+    subprocess.run([cc, "-O2", "-o", str(d / "chase"), str(d / "chase.c")], check=True)
+    return d / "chase"
+
+
+@pytest.mark.parametrize("size", [256 * KiB, 64 * MiB], ids=["in-cache", "memory"])
+def test_chase_latency_agrees_with_an_independent_c_chase_within_10_percent(ref_chase, size):
+    ratios = []
+    cpu = CPUS[0]
+    with BM.place(size, NODE, hugepages=False) as buf:
+        _native.bench_chase_init(buf, 64, 9)
+        ours0 = BM.chase_latency(buf, cpu=cpu, target_s=0.02, reps=1, prepared=True)[0]
+        loads = max(100_000, int(0.02e9 / ours0))
+        for _ in range(7):
+            ours = statistics.median(BM.chase_latency(buf, cpu=cpu, target_s=0.02, reps=3,
+                                                      prepared=True))
+            out = subprocess.run([str(ref_chase), str(size), str(loads), "3", str(cpu)],
+                                 check=True, capture_output=True, text=True).stdout.split()
+            ratios.append(ours / statistics.median(map(float, out)))
+    r = statistics.median(ratios)
+    assert 0.9 <= r <= 1.1, f"ours/reference ratios {ratios}"
