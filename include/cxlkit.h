@@ -517,6 +517,8 @@ CXK_API int cxk_obj_close(cxk_pool *p, uint64_t off);
 /* Remove name (this host's objects only). Its memory is freed once no lease holds it. */
 CXK_API int cxk_obj_destroy(cxk_pool *p, const char *name);
 CXK_API int cxk_obj_stat(cxk_pool *p, const char *name, struct cxk_obj_stat *st);
+/* The object whose payload is at off (any state but free); -EINVAL if none is there. */
+CXK_API int cxk_obj_stat_at(cxk_pool *p, uint64_t off, struct cxk_obj_stat *st);
 /* Up to cap published or reserved objects of every host; *n receives how many exist. */
 CXK_API int cxk_obj_list(cxk_pool *p, struct cxk_obj_stat *out, size_t cap, size_t *n);
 /* Seqlock read: invalidate (coherence "none"), copy [pos, pos+nbytes) of the payload at

@@ -185,7 +185,7 @@ uint64_t clean_leases(cxk_pool *p) {
 int64_t lease_claim(cxk_pool *p) {
     Lease *t = leases(p, p->host);
     HostSlot *s = slot(p, p->host);
-    const uint32_t want = uint32_t(p->pid) | kClaiming;
+    const uint32_t want = uint32_t(getpid()) | kClaiming;
     for (uint64_t i = 0; i < p->geo.lease_slots; ++i) {
         uint32_t z = 0;
         if (ldr(&t[i].pid) != 0) continue;
@@ -211,7 +211,7 @@ void lease_set(cxk_pool *p, uint64_t i, uint64_t block, uint64_t gen, uint32_t o
     str(&e->block, block);
     str(&e->gen, gen);
     str(&e->obj_host, obj_host);
-    st(&e->pid, uint32_t(p->pid));
+    st(&e->pid, uint32_t(getpid()));
     sync_out(p, e, sizeof *e);
 }
 
@@ -705,6 +705,12 @@ int attach(cxk_pool *p, const char *tag) {
     return 0;
 }
 
+void heart_loop(cxk_pool *p);
+void *heart_main(void *arg) {
+    heart_loop(static_cast<cxk_pool *>(arg));
+    return nullptr;
+}
+
 void heart_loop(cxk_pool *p) {
     const auto period = std::chrono::nanoseconds(p->geo.lease_timeout_ns / 4);
     std::unique_lock<std::mutex> lk(p->heart_mu);
@@ -844,7 +850,7 @@ int open_impl(const char *const *paths, uint32_t npaths, const cxk_pool_opts *op
             sweep_pending(p.get());
         }
         cxk_pool *raw = p.get();
-        raw->heart = std::thread(heart_loop, raw);
+        if (pthread_create(&raw->heart, nullptr, heart_main, raw) == 0) raw->heart_started = true;
         *out = p.release();
         return 0;
     }
@@ -876,12 +882,15 @@ int cxk_pool_open_striped(const char *const *paths, uint32_t npaths,
 
 int cxk_pool_close(cxk_pool *p) {
     if (!p) return 0;
-    {
-        std::lock_guard<std::mutex> lk(p->heart_mu);
-        p->heart_stop = true;
+    // A child of fork has the mapping but not the thread (it lives in the parent).
+    if (p->heart_started && getpid() == p->pid) {
+        {
+            std::lock_guard<std::mutex> lk(p->heart_mu);
+            p->heart_stop = true;
+        }
+        p->heart_cv.notify_all();
+        pthread_join(p->heart, nullptr);
     }
-    p->heart_cv.notify_all();
-    if (p->heart.joinable()) p->heart.join();
     {
         std::lock_guard<std::mutex> lk(p->lease_mu);
         for (uint32_t i : p->my_leases) lease_free(p, i);
@@ -977,7 +986,7 @@ int cxk_obj_create(cxk_pool *p, const char *name, uint64_t nbytes, uint64_t *off
             st(&o->gen, gen);
             o->checksum = 0;
             o->created_ns = now_ns();
-            o->creator_pid = uint32_t(p->pid);
+            o->creator_pid = uint32_t(getpid());
             o->flags = 0;
             o->name_len = uint16_t(len);
             std::memset(o->name, 0, sizeof o->name);
@@ -1154,6 +1163,18 @@ int cxk_obj_stat(cxk_pool *p, const char *name, struct cxk_obj_stat *st_) {
     Found f;
     if (!find_any(p, name, len, name_hash(name, len), &f)) return -ENOENT;
     fill_stat(p, f.host, f.block, st_);
+    return 0;
+}
+
+int cxk_obj_stat_at(cxk_pool *p, uint64_t off, struct cxk_obj_stat *st_) {
+    uint32_t h;
+    if (!p || !st_) return -EINVAL;
+    const uint64_t block = block_of(p, off, &h);
+    if (!block) return -EINVAL;
+    ObjHeader *o = hdr(p, block);
+    if (h != p->host) sync_in(p, o, kObjHeaderBytes);
+    if (o->magic != kObjMagic || ld(&o->state) == kFree) return -EINVAL;
+    fill_stat(p, h, block, st_);
     return 0;
 }
 

@@ -2,13 +2,13 @@
 // pool_backing.cpp share: shared-memory access helpers (atomics + flush/invalidate for the
 // non-coherent mode), the allocator, the name table and the backings.
 #pragma once
+#include <pthread.h>
 #include <sys/types.h>
 
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cxlkit.h"
@@ -23,11 +23,12 @@ struct cxk_pool {
     bool nc = false;               // coherence "none"
     uint32_t host = 0;
     uint64_t boot = 0;
-    pid_t pid = 0;
+    pid_t pid = 0;                 // the opener (leases use the caller's pid: fork works)
     cxk::pool::Superblock geo{};   // validated copy of the superblock
     std::mutex lease_mu;           // guards my_leases
     std::vector<uint32_t> my_leases;  // this handle's lease entries (indices in our table)
-    std::thread heart;             // heartbeat: keeps this host's leases alive for others
+    pthread_t heart{};             // heartbeat: keeps this host's leases alive for others
+    bool heart_started = false;
     std::mutex heart_mu;
     std::condition_variable heart_cv;
     bool heart_stop = false;

@@ -4,6 +4,9 @@ from .policy import (Buffer, Policy, PlacementAudit, Residency, WeightedInterlea
                      WeightMismatchError, alloc, bind, default, interleave, place, preferred,
                      residency, stripe, weighted)
 from .topology import Topology, discover
+from .pool import (ObjectNotPublished, Pool, PoolCorruptError, PoolError, PoolFormatError,
+                   PoolFullError, PoolObject, PoolTooSmallError, PoolVersionError,
+                   StaleObjectError)
 
 __version__ = _native.version()
 
@@ -11,4 +14,6 @@ __all__ = [
     "Buffer", "Policy", "PlacementAudit", "Residency", "WeightedInterleaveUnsupported",
     "WeightMismatchError", "alloc", "bind", "default", "interleave", "place", "preferred",
     "residency", "stripe", "weighted", "Topology", "discover", "__version__",
+    "Pool", "PoolObject", "PoolError", "PoolFormatError", "PoolCorruptError", "PoolVersionError",
+    "PoolTooSmallError", "PoolFullError", "ObjectNotPublished", "StaleObjectError",
 ]

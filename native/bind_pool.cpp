@@ -1,0 +1,373 @@
+// bind_pool.cpp — binding of the pool: PoolHandle (one cxk_pool) and PoolObject (a leased
+// object that exports its payload through the buffer protocol: memoryview / numpy / torch
+// views without copies). cxlkit/pool.py is the public face.
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bind.h"
+#include "cxlkit.h"
+
+namespace cxk::py {
+namespace {
+
+struct PoolObject;
+
+struct PoolHandle {
+    cxk_pool *p = nullptr;
+    std::string label;                 // how errors name the pool
+    uint32_t host_id = 0;
+    std::vector<PoolObject *> objects; // open objects, closed with the pool
+
+    PoolHandle(const std::vector<std::string> &paths, unsigned flags, int host_id,
+               const std::string &tag, int coherence, int numa_node, uint64_t size,
+               uint32_t max_hosts, uint32_t mode, uint64_t max_objects, uint32_t lease_slots,
+               uint32_t lease_timeout_ms) {
+        if (paths.empty()) throw nb::value_error("a pool needs at least one backing path");
+        label = paths[0];
+        for (size_t i = 1; i < paths.size(); ++i) label += "+" + paths[i];
+        cxk_pool_opts o;
+        cxk_pool_opts_init(&o);
+        o.flags = flags;
+        o.host_id = host_id;
+        o.host_tag = tag.c_str();
+        o.coherence = coherence;
+        o.numa_node = numa_node;
+        o.size = size;
+        o.max_hosts = max_hosts;
+        o.mode = mode;
+        o.max_objects = max_objects;
+        o.lease_slots = lease_slots;
+        o.lease_timeout_ms = lease_timeout_ms;
+        std::vector<const char *> cp;
+        for (const auto &s : paths) cp.push_back(s.c_str());
+        int r;
+        {
+            nb::gil_scoped_release unlock;  // formatting touches the metadata pages
+            r = cxk_pool_open_striped(cp.data(), uint32_t(cp.size()), &o, &p);
+        }
+        check(r, label);
+        struct cxk_pool_stat s;
+        r = cxk_pool_stat(p, &s);
+        if (r) {
+            cxk_pool_close(p);
+            p = nullptr;
+            check(r, label);
+        }
+        host_id = s.host_id;
+    }
+    ~PoolHandle();
+    cxk_pool *get() const {
+        if (!p) throw nb::value_error("pool is closed");
+        return p;
+    }
+    void close();
+};
+
+struct PoolObject {
+    nb::object owner;  // the PoolHandle: keeps the mapping alive while we exist
+    PoolHandle *h;
+    std::string name;
+    uint64_t off, nbytes, generation;
+    uint32_t host;
+    bool writable;
+    bool closed = false;
+    Py_ssize_t exports = 0;
+
+    PoolObject(nb::object o, PoolHandle *handle, std::string n, uint64_t off_, uint64_t nb_,
+               uint64_t gen, uint32_t host_, bool w)
+        : owner(std::move(o)), h(handle), name(std::move(n)), off(off_), nbytes(nb_),
+          generation(gen), host(host_), writable(w) {
+        h->objects.push_back(this);
+    }
+    ~PoolObject() {
+        if (!closed && h->p) cxk_obj_close(h->p, off);
+        forget();
+    }
+    void forget() {
+        auto &v = h->objects;
+        for (size_t i = 0; i < v.size(); ++i)
+            if (v[i] == this) {
+                v[i] = v.back();
+                v.pop_back();
+                break;
+            }
+    }
+    std::string what() const { return "object " + name + " in pool " + h->label; }
+    cxk_pool *pool() const {
+        if (closed) throw nb::value_error(("object " + name + " is closed").c_str());
+        return h->get();
+    }
+    void close() {
+        if (closed) return;
+        if (exports > 0)
+            throw nb::buffer_error(("object " + name +
+                                    " is closed while views of it exist; drop them first").c_str());
+        if (h->p) check(cxk_obj_close(h->p, off), what());
+        closed = true;
+    }
+};
+
+PoolHandle::~PoolHandle() {
+    for (PoolObject *o : objects) o->closed = true;
+    if (p) cxk_pool_close(p);
+}
+
+void PoolHandle::close() {
+    if (!p) return;
+    for (PoolObject *o : objects)
+        if (o->exports > 0)
+            throw nb::buffer_error(("pool " + label + " is closed while views of object " +
+                                    o->name + " exist; drop them first").c_str());
+    for (PoolObject *o : objects) o->closed = true;  // the pool's close drops the leases
+    int r = cxk_pool_close(p);
+    p = nullptr;
+    check(r, label);
+}
+
+int object_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+    PoolObject *o = nb::inst_ptr<PoolObject>(self);
+    if (o->closed || !o->h->p) {
+        PyErr_SetString(PyExc_BufferError, "pool object is closed");
+        view->obj = nullptr;
+        return -1;
+    }
+    void *addr = static_cast<char *>(cxk_pool_base(o->h->p)) + o->off;
+    if (PyBuffer_FillInfo(view, self, addr, Py_ssize_t(o->nbytes), o->writable ? 0 : 1,
+                          flags) != 0)
+        return -1;
+    o->exports += 1;
+    return 0;
+}
+
+void object_releasebuffer(PyObject *self, Py_buffer *) {
+    nb::inst_ptr<PoolObject>(self)->exports -= 1;
+}
+
+PyType_Slot object_slots[] = {
+    {Py_bf_getbuffer, reinterpret_cast<void *>(object_getbuffer)},
+    {Py_bf_releasebuffer, reinterpret_cast<void *>(object_releasebuffer)},
+    {0, nullptr}};
+
+nb::dict stat_dict(const struct cxk_obj_stat &s) {
+    nb::dict d;
+    d["name"] = std::string(s.name);
+    d["offset"] = s.off;
+    d["nbytes"] = s.nbytes;
+    d["generation"] = s.generation;
+    d["checksum"] = s.checksum;
+    d["created_ns"] = s.created_ns;
+    d["host"] = s.host;
+    d["state"] = s.state;
+    return d;
+}
+
+}  // namespace
+}  // namespace cxk::py
+
+CXK_BIND(pool) {
+    using namespace cxk::py;
+    m.attr("POOL_CREATE") = CXK_POOL_CREATE;
+    m.attr("POOL_EXCL") = CXK_POOL_EXCL;
+    m.attr("POOL_FORCE") = CXK_POOL_FORCE;
+    m.attr("POOL_NAME_MAX") = CXK_POOL_NAME_MAX;
+    m.attr("POOL_TAG_MAX") = CXK_POOL_TAG_MAX;
+    m.attr("POOL_MAX_HOSTS") = CXK_POOL_MAX_HOSTS;
+    m.attr("POOL_MAX_BACKINGS") = CXK_POOL_MAX_BACKINGS;
+    m.attr("POOL_STRIPE_BYTES") = CXK_POOL_STRIPE_BYTES;
+
+    nb::class_<PoolObject>(m, "PoolObject", nb::type_slots(object_slots))
+        // adopts the lease that PoolHandle.create/open took for (offset, generation)
+        .def("__init__", [](PoolObject *self, nb::handle handle, const std::string &name,
+                            uint64_t off, uint64_t nbytes, uint64_t gen, uint32_t host,
+                            bool writable) {
+            PoolHandle &h = nb::cast<PoolHandle &>(handle);
+            h.get();
+            if (writable && host != h.host_id)
+                raise_errno(EPERM, "object " + name + " (owned by host " + std::to_string(host) +
+                                       ") in pool " + h.label);
+            new (self) PoolObject(nb::borrow(handle), &h, name, off, nbytes, gen, host, writable);
+        }, nb::arg("handle"), nb::arg("name"), nb::arg("offset"), nb::arg("nbytes"),
+           nb::arg("generation"), nb::arg("host"), nb::arg("writable"))
+        .def_ro("name", &PoolObject::name)
+        .def_ro("offset", &PoolObject::off)
+        .def_ro("nbytes", &PoolObject::nbytes)
+        .def_ro("generation", &PoolObject::generation)
+        .def_ro("host", &PoolObject::host)
+        .def_ro("writable", &PoolObject::writable)
+        .def_prop_ro("closed", [](const PoolObject &o) { return o.closed || !o.h->p; })
+        .def_prop_ro("address", [](const PoolObject &o) {
+            return uintptr_t(static_cast<char *>(cxk_pool_base(o.pool())) + o.off);
+        })
+        .def("__len__", [](const PoolObject &o) { return o.nbytes; })
+        .def("close", &PoolObject::close)
+        .def("publish", [](PoolObject &o, bool checksum) {
+            cxk_pool *p = o.pool();
+            int r;
+            {
+                nb::gil_scoped_release unlock;
+                r = cxk_obj_publish(p, o.off, checksum ? CXK_PUBLISH_CHECKSUM : 0);
+            }
+            check(r, o.what());
+        }, nb::arg("checksum"))
+        .def("valid", [](PoolObject &o) {
+            return cxk_obj_validate(o.pool(), o.off, o.generation) == 0;
+        })
+        .def("verify", [](PoolObject &o) {
+            cxk_pool *p = o.pool();
+            int r;
+            {
+                nb::gil_scoped_release unlock;
+                r = cxk_obj_verify(p, o.off);
+            }
+            check(r, o.what());
+        })
+        .def("read_into", [](PoolObject &o, nb::handle dst, uint64_t pos) {
+            cxk_pool *p = o.pool();
+            Py_buffer v;
+            if (PyObject_GetBuffer(dst.ptr(), &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0)
+                throw nb::python_error();
+            int r;
+            {
+                nb::gil_scoped_release unlock;
+                r = cxk_obj_read(p, o.off, o.generation, pos, v.buf, size_t(v.len));
+            }
+            PyBuffer_Release(&v);
+            check(r, o.what());
+        }, nb::arg("dst"), nb::arg("pos"))
+        .def("flush", [](PoolObject &o) { cxk_pool_flush(o.pool(), o.off, o.nbytes); })
+        .def("invalidate", [](PoolObject &o) { cxk_pool_invalidate(o.pool(), o.off, o.nbytes); });
+
+    nb::class_<PoolHandle>(m, "PoolHandle")
+        .def(nb::init<const std::vector<std::string> &, unsigned, int, const std::string &, int,
+                      int, uint64_t, uint32_t, uint32_t, uint64_t, uint32_t, uint32_t>(),
+             nb::arg("paths"), nb::arg("flags"), nb::arg("host_id"), nb::arg("host_tag"),
+             nb::arg("coherence"), nb::arg("numa_node"), nb::arg("size"), nb::arg("max_hosts"),
+             nb::arg("mode"), nb::arg("max_objects"), nb::arg("lease_slots"),
+             nb::arg("lease_timeout_ms"))
+        .def_ro("label", &PoolHandle::label)
+        .def_ro("host_id", &PoolHandle::host_id)
+        .def_prop_ro("closed", [](const PoolHandle &h) { return h.p == nullptr; })
+        .def_prop_ro("address", [](const PoolHandle &h) { return uintptr_t(cxk_pool_base(h.get())); })
+        .def("close", &PoolHandle::close)
+        .def("stat", [](PoolHandle &h) {
+            struct cxk_pool_stat s;
+            check(cxk_pool_stat(h.get(), &s), h.label);
+            nb::dict d;
+            d["size"] = s.size;
+            d["partition_bytes"] = s.partition_bytes;
+            d["used_bytes"] = s.used_bytes;
+            d["free_bytes"] = s.free_bytes;
+            d["objects"] = s.objects;
+            d["objects_host"] = s.objects_host;
+            d["max_objects"] = s.max_objects;
+            d["align"] = s.align;
+            d["lease_timeout_ns"] = s.lease_timeout_ns;
+            d["version"] = s.version;
+            d["max_hosts"] = s.max_hosts;
+            d["host_id"] = s.host_id;
+            d["hosts_active"] = s.hosts_active;
+            d["coherence"] = s.coherence;
+            d["nbackings"] = s.nbackings;
+            d["uuid"] = nb::bytes(reinterpret_cast<const char *>(s.uuid), 16);
+            d["kind"] = std::string(s.kind);
+            return d;
+        })
+        .def("create", [](PoolHandle &h, const std::string &name, uint64_t nbytes) {
+            cxk_pool *p = h.get();
+            uint64_t off = 0;
+            struct cxk_obj_stat s;
+            int r;
+            {
+                nb::gil_scoped_release unlock;  // zeroing a large payload takes a while
+                r = cxk_obj_create(p, name.c_str(), nbytes, &off);
+            }
+            check(r, "object " + name + " in pool " + h.label);
+            check(cxk_obj_stat_at(p, off, &s), "object " + name + " in pool " + h.label);
+            return stat_dict(s);
+        })
+        .def("open", [](PoolHandle &h, const std::string &name) {
+            cxk_pool *p = h.get();
+            struct cxk_obj_stat s;
+            int r;
+            {
+                nb::gil_scoped_release unlock;
+                r = cxk_obj_open(p, name.c_str(), &s);
+            }
+            check(r, "object " + name + " in pool " + h.label);
+            return stat_dict(s);
+        })
+        .def("close_object", [](PoolHandle &h, uint64_t off) {
+            check(cxk_obj_close(h.get(), off), h.label);
+        })
+        .def("destroy", [](PoolHandle &h, const std::string &name) {
+            cxk_pool *p = h.get();
+            int r;
+            {
+                nb::gil_scoped_release unlock;
+                r = cxk_obj_destroy(p, name.c_str());
+            }
+            check(r, "object " + name + " in pool " + h.label);
+        })
+        .def("object_stat", [](PoolHandle &h, const std::string &name) {
+            struct cxk_obj_stat s;
+            check(cxk_obj_stat(h.get(), name.c_str(), &s), "object " + name + " in pool " + h.label);
+            return stat_dict(s);
+        })
+        .def("list", [](PoolHandle &h) {
+            cxk_pool *p = h.get();
+            std::vector<struct cxk_obj_stat> out;
+            size_t n = 0;
+            int r;
+            {
+                nb::gil_scoped_release unlock;
+                for (;;) {
+                    r = cxk_obj_list(p, out.data(), out.size(), &n);
+                    if (r || n <= out.size()) break;
+                    out.resize(n + n / 8 + 16);  // objects may appear meanwhile
+                }
+            }
+            check(r, h.label);
+            nb::list l;
+            for (size_t i = 0; i < n && i < out.size(); ++i) l.append(stat_dict(out[i]));
+            return l;
+        })
+        .def("fsck", [](PoolHandle &h, bool repair) {
+            cxk_pool *p = h.get();
+            struct cxk_fsck_report f;
+            int r;
+            {
+                nb::gil_scoped_release unlock;
+                r = cxk_pool_fsck(p, repair ? CXK_FSCK_REPAIR : 0, &f);
+            }
+            check(r, h.label);
+            nb::dict d;
+            d["objects_live"] = f.objects_live;
+            d["objects_creating"] = f.objects_creating;
+            d["objects_dead"] = f.objects_dead;
+            d["blocks_free"] = f.blocks_free;
+            d["bytes_used"] = f.bytes_used;
+            d["bytes_free"] = f.bytes_free;
+            d["reclaimed_objects"] = f.reclaimed_objects;
+            d["reclaimed_bytes"] = f.reclaimed_bytes;
+            d["repaired_entries"] = f.repaired_entries;
+            d["leases_live"] = f.leases_live;
+            d["leases_expired"] = f.leases_expired;
+            d["duplicate_names"] = f.duplicate_names;
+            d["errors"] = f.errors;
+            return d;
+        }, nb::arg("repair"));
+
+    m.def("pool_crash_at", [](const std::string &point, int nth) {
+        check(cxk_pool_crash_at(point.c_str(), nth), "crash point " + point);
+    });
+    m.def("pool_dax_geometry", [](const std::string &root, const std::string &name) {
+        uint64_t size = 0, align = 0;
+        check(cxk_pool_dax_geometry(root.c_str(), name.c_str(), &size, &align), name);
+        return std::make_tuple(size, align);
+    });
+}

@@ -1,0 +1,478 @@
+"""The shared memory pool: named objects in one memory range that processes and hosts map
+together (a file on tmpfs/hugetlbfs, a devdax device, memfd memory, or several backings
+striped into one range). Layout and protocol: docs/pool-format.md."""
+from __future__ import annotations
+
+import errno
+import os
+import re
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import _native
+from ._config import config
+
+MiB = 1 << 20
+_SHM = Path("/dev/shm")
+_STATES = {1: "creating", 2: "live", 3: "dead"}
+_COHERENCE = {"host": 0, "none": 1}
+
+
+class PoolError(OSError):
+    """A pool could not be used as asked (the subclasses say why)."""
+
+
+class PoolFormatError(PoolError):
+    """Not a cxlkit pool: a foreign or blank superblock."""
+
+
+class PoolCorruptError(PoolError):
+    """The superblock fails its checksum or describes an impossible layout."""
+
+
+class PoolVersionError(PoolError):
+    """The pool was formatted by another on-media format version."""
+
+
+class PoolTooSmallError(PoolError):
+    """The device or size cannot hold the pool's metadata and partitions."""
+
+
+class PoolFullError(PoolError):
+    """This host's partition or name table has no room for the object."""
+
+
+class ObjectNotPublished(PoolError):
+    """The name is reserved by a creator that has not published the object yet."""
+
+
+class StaleObjectError(PoolError):
+    """The object was destroyed or replaced while it was being read."""
+
+
+_OPEN_ERRORS = {
+    errno.EMEDIUMTYPE: (PoolFormatError, "not a cxlkit pool (foreign or blank superblock)"),
+    errno.EBADMSG: (PoolCorruptError, "corrupt pool superblock"),
+    errno.EPROTONOSUPPORT: (PoolVersionError,
+                            f"unsupported pool format version (this cxlkit reads version 1)"),
+    errno.ERANGE: (PoolTooSmallError, "too small for a pool (metadata and partitions)"),
+    errno.EBUSY: (PoolError, "host slot belongs to another host (tag differs) or no slot is free"),
+}
+_OBJECT_ERRORS = {
+    errno.ENOSPC: (PoolFullError, "no room in this host's partition or name table"),
+    errno.EAGAIN: (ObjectNotPublished, "not published yet"),
+    errno.ESTALE: (StaleObjectError, "destroyed or replaced while being read"),
+    errno.EBADMSG: (PoolCorruptError, "payload checksum mismatch"),
+}
+
+
+def _typed(e: OSError, table: dict[int, tuple[type, str]]) -> OSError:
+    if e.errno in table:
+        cls, why = table[e.errno]
+        return cls(e.errno, why, e.filename)
+    return e
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from an int or a string such as "64M", "1G", "4096", "2MiB"."""
+    if isinstance(text, bool):
+        raise TypeError(f"size {text!r}: expected an int or a string such as '64M'")
+    if isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*(\d+)\s*([kKmMgGtT]?)(i?[bB])?\s*", str(text))
+    if not m:
+        raise ValueError(f"size {text!r}: expected a number with an optional K/M/G/T suffix")
+    return int(m.group(1)) << (10 * " KMGT".index(m.group(2).upper() or " "))
+
+
+def resolve(path_or_name: str | os.PathLike[str] | None) -> str:
+    """A pool's backing path: "memfd:NAME" and paths as given; a bare name means the
+    embedded pool file /dev/shm/cxlkit-<name>; None means CXLKIT_POOL."""
+    if path_or_name is None:
+        path_or_name = config().pool
+    if not isinstance(path_or_name, (str, os.PathLike)):
+        raise TypeError(f"pool {path_or_name!r}: expected a path or a name")
+    s = os.fspath(path_or_name)
+    if not s:
+        raise ValueError("pool name is empty")
+    if s.startswith("memfd:") or "/" in s:
+        return s
+    return str(_SHM / (s if s.startswith("cxlkit-") else f"cxlkit-{s}"))
+
+
+def machine_tag() -> str:
+    """This machine's name in a pool's host table: its machine id, else its hostname."""
+    try:
+        mid = Path("/etc/machine-id").read_text().strip()
+    except OSError:
+        mid = ""
+    return (mid or socket.gethostname())[: _native.POOL_TAG_MAX]
+
+
+def _host(host_id: int | str | None) -> tuple[int, str]:
+    """(slot or -1, tag) from host_id, else CXLKIT_HOST_ID, else the machine id."""
+    if host_id is None:
+        env = config().host_id
+        if env:
+            host_id = int(env) if env.strip().isdigit() else env
+    if host_id is None:
+        return -1, machine_tag()
+    if isinstance(host_id, bool) or not isinstance(host_id, (int, str)):
+        raise TypeError(f"host_id {host_id!r}: expected an int slot or a str name")
+    if isinstance(host_id, int):
+        if not 0 <= host_id < _native.POOL_MAX_HOSTS:
+            raise ValueError(f"host_id {host_id}: out of range 0..{_native.POOL_MAX_HOSTS - 1}")
+        return host_id, machine_tag()
+    if not host_id or len(host_id.encode()) > _native.POOL_TAG_MAX:
+        raise ValueError(f"host_id {host_id!r}: expected 1..{_native.POOL_TAG_MAX} bytes")
+    return -1, host_id
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"object name {name!r}: expected a str")
+    n = len(name.encode())
+    if n == 0 or "\0" in name:
+        raise ValueError(f"object name {name!r}: expected 1..{_native.POOL_NAME_MAX} bytes, no NUL")
+    if n > _native.POOL_NAME_MAX:
+        raise ValueError(f"object name {name[:32]!r}...: {n} bytes, longer than "
+                         f"{_native.POOL_NAME_MAX}")
+    return name
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    name: str
+    nbytes: int
+    offset: int        # payload offset from the pool base: the same in every process
+    host: int          # owner host slot
+    generation: int
+    state: str         # "creating", "live" or "dead"
+    checksum: int | None  # crc32c of the payload when recorded
+    created: float     # seconds since the epoch
+
+    @classmethod
+    def _from(cls, d: dict[str, Any]) -> ObjectInfo:
+        ck = d["checksum"]
+        return cls(d["name"], d["nbytes"], d["offset"], d["host"], d["generation"],
+                   _STATES.get(d["state"], str(d["state"])), ck & 0xFFFFFFFF if ck else None,
+                   d["created_ns"] / 1e9)
+
+
+@dataclass(frozen=True)
+class PoolStat:
+    path: str
+    kind: str              # "file", "devdax", "memfd", "striped"
+    size: int
+    version: int
+    uuid: str
+    max_hosts: int
+    host_id: int
+    hosts_active: int
+    coherence: str
+    partition_bytes: int
+    used_bytes: int        # this host
+    free_bytes: int        # this host
+    objects: int           # published, every host
+    objects_host: int      # published, this host
+    max_objects: int       # names per host
+    align: int
+    nbackings: int
+    lease_timeout_s: float
+
+
+@dataclass(frozen=True)
+class FsckReport:
+    objects_live: int
+    objects_creating: int
+    objects_dead: int
+    blocks_free: int
+    bytes_used: int
+    bytes_free: int
+    reclaimed_objects: int
+    reclaimed_bytes: int
+    repaired_entries: int
+    leases_live: int
+    leases_expired: int
+    duplicate_names: int
+    errors: int
+
+    @property
+    def clean(self) -> bool:
+        """Nothing lost or untrustworthy: no broken chains, dangling entries or duplicates."""
+        return self.errors == 0 and self.duplicate_names == 0
+
+
+class PoolObject(_native.PoolObject):
+    """One object of a pool, leased while open: its memory is not reused until close().
+    Exports the payload through the buffer protocol (memoryview, numpy, torch) without
+    copies; objects from create() are writable, opened ones read-only unless asked."""
+
+    def __enter__(self) -> PoolObject:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{self.nbytes} bytes at +{self.offset:#x}"
+        return f"<PoolObject {self.name!r} host={self.host} gen={self.generation} {state}>"
+
+    def publish(self, *, checksum: bool = False) -> None:
+        """Make the object visible to open() on every host: payload flushed and fenced,
+        then the header (with crc32c of the payload when checksum)."""
+        try:
+            super().publish(checksum)
+        except OSError as e:
+            raise _typed(e, _OBJECT_ERRORS) from None
+
+    def read(self, pos: int = 0, nbytes: int | None = None) -> bytes:
+        """A validated copy (seqlock): StaleObjectError if the object changed meanwhile."""
+        n = self.nbytes - pos if nbytes is None else nbytes
+        if pos < 0 or n < 0 or pos + n > self.nbytes:
+            raise ValueError(f"range [{pos}, {pos + n}) outside object {self.name!r} "
+                             f"of {self.nbytes} bytes")
+        out = bytearray(n)
+        try:
+            self.read_into(out, pos)
+        except OSError as e:
+            raise _typed(e, _OBJECT_ERRORS) from None
+        return bytes(out)
+
+    def verify(self) -> None:
+        """Recompute the payload checksum: PoolCorruptError on mismatch, ValueError when
+        none was recorded."""
+        try:
+            super().verify()
+        except OSError as e:
+            if e.errno == errno.ENODATA:
+                raise ValueError(f"object {self.name!r} was published without a checksum") \
+                    from None
+            raise _typed(e, _OBJECT_ERRORS) from None
+
+    def numpy(self, dtype: Any = "uint8", shape: tuple[int, ...] | None = None) -> Any:
+        """A zero-copy numpy view (the whole payload, or the leading `shape` elements)."""
+        import numpy as np
+
+        dt = np.dtype(dtype)
+        count = -1 if shape is None else int(np.prod(shape))
+        a = np.frombuffer(self, dtype=dt, count=count)
+        return a if shape is None else a.reshape(shape)
+
+    def torch(self, dtype: Any = None, shape: tuple[int, ...] | None = None) -> Any:
+        """A zero-copy torch view (torch.uint8 unless dtype is given); read-only objects
+        give tensors torch warns about: do not write to them."""
+        import torch
+
+        dt = dtype if dtype is not None else torch.uint8
+        count = -1 if shape is None else int(torch.Size(shape).numel())
+        t = torch.frombuffer(self, dtype=dt, count=count)
+        return t if shape is None else t.reshape(shape)
+
+
+class Pool:
+    """A pool of named objects shared by processes and hosts.
+
+    Pool("name") opens /dev/shm/cxlkit-name; Pool(path) a file or /dev/daxX.Y;
+    Pool([path, path, ...]) stripes several backings; Pool("memfd:name", size=...) makes
+    anonymous memory. Giving size creates the pool if it does not exist. host_id: an int
+    slot, a str host name, or None for CXLKIT_HOST_ID / the machine id. coherence "host"
+    (one coherence domain) or "none" (hosts that do not share caches)."""
+
+    def __init__(self, path_or_name: str | os.PathLike[str] | Sequence[str] | None = None,
+                 size: int | str | None = None, *, host_id: int | str | None = None,
+                 coherence: str = "host", create: bool | None = None,
+                 exclusive: bool = False, force: bool = False, max_hosts: int | None = None,
+                 max_objects: int | None = None, numa_node: int | None = None,
+                 mode: int = 0o600, group: int | str | None = None,
+                 lease_slots: int | None = None, lease_timeout_ms: int | None = None) -> None:
+        if isinstance(path_or_name, (list, tuple)):
+            if not path_or_name:
+                raise ValueError("a striped pool needs at least one backing")
+            paths = [resolve(p) for p in path_or_name]
+        else:
+            paths = [resolve(path_or_name)]
+        if len(paths) > _native.POOL_MAX_BACKINGS:
+            raise ValueError(f"{len(paths)} backings: at most {_native.POOL_MAX_BACKINGS}")
+        nbytes = 0 if size is None else parse_size(size)
+        if nbytes < 0:
+            raise ValueError(f"size {size!r}: must be positive")
+        if coherence not in _COHERENCE:
+            raise ValueError(f"coherence {coherence!r}: expected 'host' or 'none'")
+        if max_hosts is not None and not 1 <= max_hosts <= _native.POOL_MAX_HOSTS:
+            raise ValueError(f"max_hosts {max_hosts}: expected 1..{_native.POOL_MAX_HOSTS}")
+        if numa_node is not None and (isinstance(numa_node, bool) or numa_node < 0):
+            raise ValueError(f"numa_node {numa_node!r}: expected a node id >= 0")
+        for label, v in (("max_objects", max_objects), ("lease_slots", lease_slots),
+                         ("lease_timeout_ms", lease_timeout_ms)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+                raise ValueError(f"{label} {v!r}: expected a positive int")
+        if create is None:
+            create = nbytes > 0 or force
+        gid = None
+        if group is not None:
+            import grp
+
+            gid = group if isinstance(group, int) else grp.getgrnam(group).gr_gid
+            if mode == 0o600:
+                mode = 0o660
+        slot, tag = _host(host_id)
+        flags = ((_native.POOL_CREATE if create else 0) | (_native.POOL_EXCL if exclusive else 0)
+                 | (_native.POOL_FORCE if force else 0))
+        existed = [os.path.exists(p) for p in paths]
+        try:
+            self._h = _native.PoolHandle(
+                paths, flags, slot, tag, _COHERENCE[coherence],
+                -1 if numa_node is None else numa_node, nbytes, max_hosts or 0, mode,
+                max_objects or 0, lease_slots or 0, lease_timeout_ms or 0)
+        except OSError as e:
+            raise _typed(e, _OPEN_ERRORS) from None
+        if gid is not None:
+            for p, was in zip(paths, existed):
+                if not was and not p.startswith("memfd:"):
+                    os.chown(p, -1, gid)
+        self.paths = paths
+        self.path = paths[0]
+        self.coherence = coherence
+
+    # -- lifetime
+    def close(self) -> None:
+        self._h.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._h.closed
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Pool {self._h.label} host={self._h.host_id}{' closed' if self.closed else ''}>"
+
+    @property
+    def host_id(self) -> int:
+        return self._h.host_id
+
+    @property
+    def address(self) -> int:
+        """The pool base in this process (offsets are relative to it)."""
+        return self._h.address
+
+    # -- objects
+    def create(self, name: str, nbytes: int | None = None, *, data: Any = None,
+               publish: bool | None = None, checksum: bool | None = None) -> PoolObject:
+        """Reserve name and allocate nbytes in this host's partition; returns the writable,
+        zeroed object. With data (bytes-like), nbytes defaults to its length, the data is
+        copied in and the object published. publish=True publishes at once; otherwise call
+        obj.publish() when the payload is written."""
+        _check_name(name)
+        if data is not None:
+            mv = memoryview(data).cast("B")
+            if nbytes is None:
+                nbytes = len(mv)
+            if len(mv) > nbytes:
+                raise ValueError(f"data of {len(mv)} bytes does not fit object {name!r} of "
+                                 f"{nbytes} bytes")
+        if nbytes is None or isinstance(nbytes, bool) or not isinstance(nbytes, int):
+            raise TypeError(f"nbytes {nbytes!r}: expected an int")
+        if nbytes <= 0:
+            raise ValueError(f"nbytes {nbytes}: must be > 0")
+        try:
+            d = self._h.create(name, nbytes)
+        except OSError as e:
+            raise _typed(e, _OBJECT_ERRORS) from None
+        obj = PoolObject(self._h, name, d["offset"], d["nbytes"], d["generation"], d["host"],
+                         True)
+        try:
+            if data is not None:
+                memoryview(obj)[: len(mv)] = mv
+            if publish or (publish is None and data is not None):
+                obj.publish(checksum=bool(checksum if checksum is not None else data is not None))
+        except BaseException:
+            obj.close()
+            self.destroy(name)
+            raise
+        return obj
+
+    def open(self, name: str, *, writable: bool = False) -> PoolObject:
+        """A published object of any host, leased until close(). KeyError if no host has
+        it; ObjectNotPublished while its creator is still writing it."""
+        _check_name(name)
+        try:
+            d = self._h.open(name)
+        except FileNotFoundError:
+            raise KeyError(f"object {name!r} not in pool {self._h.label}") from None
+        except OSError as e:
+            raise _typed(e, _OBJECT_ERRORS) from None
+        try:
+            return PoolObject(self._h, name, d["offset"], d["nbytes"], d["generation"],
+                              d["host"], writable)
+        except BaseException:
+            self._h.close_object(d["offset"])
+            raise
+
+    def destroy(self, name: str) -> None:
+        """Remove one of this host's objects; its memory is reused once no reader leases it.
+        KeyError if unknown; PermissionError if another host owns it."""
+        _check_name(name)
+        try:
+            self._h.destroy(name)
+        except FileNotFoundError:
+            raise KeyError(f"object {name!r} not in pool {self._h.label}") from None
+
+    def __contains__(self, name: str) -> bool:
+        try:
+            self.info(name)
+        except KeyError:
+            return False
+        return True
+
+    def info(self, name: str) -> ObjectInfo:
+        _check_name(name)
+        try:
+            return ObjectInfo._from(self._h.object_stat(name))
+        except FileNotFoundError:
+            raise KeyError(f"object {name!r} not in pool {self._h.label}") from None
+
+    def list(self) -> list[ObjectInfo]:
+        """Objects of every host, published or being created, in partition order."""
+        return [ObjectInfo._from(d) for d in self._h.list()]
+
+    def stat(self) -> PoolStat:
+        d = self._h.stat()
+        return PoolStat(
+            path=self._h.label, kind=d["kind"], size=d["size"], version=d["version"],
+            uuid=d["uuid"].hex(), max_hosts=d["max_hosts"], host_id=d["host_id"],
+            hosts_active=d["hosts_active"],
+            coherence="none" if d["coherence"] else "host",
+            partition_bytes=d["partition_bytes"], used_bytes=d["used_bytes"],
+            free_bytes=d["free_bytes"], objects=d["objects"], objects_host=d["objects_host"],
+            max_objects=d["max_objects"], align=d["align"], nbackings=d["nbackings"],
+            lease_timeout_s=d["lease_timeout_ns"] / 1e9)
+
+    def fsck(self, *, repair: bool = True) -> FsckReport:
+        """Check every host's part; with repair, rebuild this host's part first (reclaim
+        objects of dead creators and unleased dead objects, expire dead processes' leases)."""
+        return FsckReport(**self._h.fsck(repair))
+
+
+def remove(path_or_name: str | os.PathLike[str]) -> None:
+    """Delete a pool file (the shm_unlink of pools); processes that map it keep it until
+    they close. FileNotFoundError if there is none; devices are never removed."""
+    path = resolve(path_or_name)
+    if path.startswith("memfd:") or path.startswith("/dev/dax"):
+        raise ValueError(f"pool {path}: only pool files can be removed")
+    os.unlink(path)
+
+
+def embedded_pools() -> list[Path]:
+    """Pool files in /dev/shm named cxlkit-*."""
+    if not _SHM.is_dir():
+        return []
+    return sorted(p for p in _SHM.glob("cxlkit-*") if p.is_file() and ".tmp." not in p.name)
