@@ -29,7 +29,7 @@ FORBIDDEN_CPU = next(c for c in range(4096) if c not in CPUS)
 def tiny(**over) -> BM.Settings:
     base = dict(latency_sizes=(16 * KiB, 1 * MiB), latency_target_s=0.005,
                 bandwidth_bytes=4 * MiB, bandwidth_target_s=0.005, thread_counts=None,
-                loaded_fractions=(0.5,), loaded_window_s=0.01, loaded_kind="read",
+                loaded_fractions=(0.5,), loaded_window_s=0.03, loaded_kind="read",
                 matrix_latency_bytes=1 * MiB, reps=1)
     base.update(over)
     return BM.Settings(**base)
@@ -128,7 +128,7 @@ def test_loaded_latency_points_run_from_idle_to_unthrottled():
             BM.place(4 * MiB, NODE, hugepages=False) as gen:
         _native.bench_chase_init(chase, 64, 1)
         pts = BM.loaded_latency(chase, gen, chase_cpu=CPUS[0], gen_cpus=CPUS[-1:], kind="read",
-                                fractions=(0.25, 1.0), window_s=0.01, reps=1, idle_ns=1.0)
+                                fractions=(0.25, 1.0), window_s=0.05, reps=1, idle_ns=1.0)
     assert [p["target_gbps"] is None for p in pts] == [False, False, True]
     assert pts[0] == {"target_gbps": 0.0, "gbps": 0.0, "ns": 1.0}
     assert all(p["ns"] > 0 for p in pts)

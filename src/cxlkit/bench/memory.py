@@ -162,7 +162,9 @@ def loaded_latency(chase: P.Buffer, gen: P.Buffer, *, chase_cpu: int, gen_cpus: 
     ns_max, bw_max = point(0.0)
     points = [{"target_gbps": 0.0, "gbps": 0.0, "ns": idle_ns}]
     for f in fractions:
-        if f >= 1.0:
+        # rate 0 would mean unthrottled to the kernel: with no measured maximum (generators
+        # never ran in the window, e.g. descheduled) there is nothing to take a fraction of
+        if f >= 1.0 or bw_max <= 0:
             continue
         ns, bw = point(f * bw_max)
         points.append({"target_gbps": f * bw_max / 1e9, "gbps": bw / 1e9, "ns": ns})
