@@ -311,6 +311,35 @@ CXK_BIND(kvpool) {
                  check(r, "kv get");
                  return std::make_pair(r, status);
              })
+        .def("hold",
+             [](const KVPool &k, const std::string &name) {
+                 // a reader's lease: the object's memory is not reused until release (or until
+                 // this process dies and the pool expires the lease)
+                 struct cxk_obj_stat s;
+                 check(cxk_obj_open(k.h(), name.c_str(), &s), name);
+                 return obj_dict(s);
+             })
+        .def("release",
+             [](const KVPool &k, uint64_t off) { check(cxk_obj_close(k.h(), off), "lease"); })
+        .def("fsck",
+             [](const KVPool &k, bool repair) {
+                 cxk_fsck_report f;
+                 int r;
+                 {
+                     nb::gil_scoped_release nogil;
+                     r = cxk_pool_fsck(k.h(), repair ? CXK_FSCK_REPAIR : 0, &f);
+                 }
+                 check(r, k.path);
+                 nb::dict d;
+                 d["objects_live"] = f.objects_live;
+                 d["objects_dead"] = f.objects_dead;
+                 d["reclaimed_objects"] = f.reclaimed_objects;
+                 d["leases_live"] = f.leases_live;
+                 d["leases_expired"] = f.leases_expired;
+                 d["errors"] = f.errors;
+                 return d;
+             },
+             nb::arg("repair") = false)
         .def("lookup", [](const KVPool &k, const std::vector<std::string> &names) {
             Names nm(names);
             size_t hits = 0;

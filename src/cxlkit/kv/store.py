@@ -10,13 +10,15 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from .. import _native
+from .._config import config
 from .layout import BlockLayout, EngineTensors
 
 log = logging.getLogger("cxlkit")
@@ -57,12 +59,30 @@ def _open_pool(pool: Any, *, create: bool, size: int, host_id: int | None, coher
         path = f"/dev/shm/{path}"  # a bare name is the embedded default's form
     if coherence not in COHERENCE:
         raise ValueError(f"coherence: {coherence!r} is not one of {sorted(COHERENCE)}")
-    hid = -1 if host_id is None else host_id
-    if isinstance(hid, bool) or not isinstance(hid, int) or hid < -1:
+    tag = ""
+    if host_id is None:
+        env = config().host_id
+        if env:
+            try:
+                host_id = int(env)
+            except ValueError:
+                raise ValueError(f"CXLKIT_HOST_ID: expected an int, got {env!r}") from None
+        else:  # the slot tagged with this machine's id, or a free one (DESIGN: derived id)
+            host_id, tag = -1, _machine_tag()
+    if isinstance(host_id, bool) or not isinstance(host_id, int) or host_id < -1:
         raise ValueError(f"host_id: expected an int >= 0, got {host_id!r}")
-    return _native.KVPool(path, create=create, size=size, host_id=hid,
+    return _native.KVPool(path, create=create, size=size, host_id=host_id, host_tag=tag,
                           coherence=COHERENCE[coherence], max_hosts=max_hosts,
                           lease_timeout_ms=lease_timeout_ms)
+
+
+def _machine_tag() -> str:
+    try:
+        with open("/etc/machine-id") as f:
+            mid = f.read().strip()
+    except OSError:
+        mid = os.uname().nodename
+    return hashlib.sha256(mid.encode()).hexdigest()[:16]
 
 
 class Store:
@@ -195,6 +215,22 @@ class Store:
         n = self._pool.lookup(names)
         self._count(lookups=len(names), hits=n)
         return n
+
+    @contextmanager
+    def pin(self, keys: Sequence[bytes]) -> Iterator[int]:
+        """Hold reader leases on the leading present blocks of keys for the duration of the
+        block (their memory is not reused even if the owner evicts them); yields how many."""
+        held = []
+        try:
+            for nm in self._names(keys):
+                try:
+                    held.append(self._pool.hold(nm)["off"])
+                except (FileNotFoundError, BlockingIOError):
+                    break
+            yield len(held)
+        finally:
+            for off in held:
+                self._pool.release(off)
 
     # -- capacity ------------------------------------------------------------------------------
     def blocks(self, *, all_hosts: bool = False) -> list[dict]:
