@@ -9,7 +9,7 @@ CBUILD := build/c
 PYTEST_ARGS ?=
 # torch==2.13.0: the CPU build this machine keeps on disk (any other version downloads GBs).
 BUILD_DEPS := 'scikit-build-core>=0.10' 'nanobind>=2.4' ninja 'cmake>=3.18'
-RUN_DEPS := numpy typer rich matplotlib pytest hypothesis torch==2.13.0 transformers
+RUN_DEPS := numpy typer rich matplotlib pytest hypothesis torch==2.13.0 transformers accelerate
 
 .PHONY: all venv deps build ctest ctest-asan pytest test demo clean test-vm
 all: build

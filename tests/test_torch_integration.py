@@ -1,0 +1,371 @@
+"""cxlkit.integrations.torch: TieredAdamW against torch.optim.AdamW (fp32 and bf16/fp16
+models, param groups, a small Llama from a config for 20 steps with activation offload, HF
+Trainer via optimizers=), exact state_dict round trips, placement of every class where the
+plan says, budgets, and activation offload giving bit-identical gradients."""
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+import torch
+
+import cxlkit
+from cxlkit.integrations.torch import (ActivationOffload, TieredAdamW, offload_activations,
+                                       param_count, tier_policy)
+from cxlkit.train import plan as TP
+
+
+def mlp(seed: int = 0, dtype=torch.float32) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(16, 33), torch.nn.GELU(),
+                               torch.nn.Linear(33, 4)).to(dtype)
+
+
+def data(dtype=torch.float32):
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(64, 16, generator=g).to(dtype), torch.randn(64, 4, generator=g).to(dtype)
+
+
+def train(model, opt, steps, x, y):
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = ((model(x) - y).float() ** 2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_fp32_model_matches_torch_adamw():
+    m1, m2 = mlp(), mlp()
+    o1 = TieredAdamW(m1.parameters(), lr=1e-2, weight_decay=0.05)
+    o2 = torch.optim.AdamW(m2.parameters(), lr=1e-2, weight_decay=0.05, foreach=False)
+    x, y = data()
+    l1, l2 = train(m1, o1, 10, x, y), train(m2, o2, 10, x, y)
+    assert l1 == pytest.approx(l2, rel=1e-5)
+    for a, b in zip(m1.parameters(), m2.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_model_equals_torch_on_upcast_grads(dtype):
+    # torch reference: an fp32 master copy stepped by torch AdamW on the upcast grads of the
+    # low-precision model, then rounded back, exactly what TieredAdamW does in one pass
+    model = mlp(dtype=dtype)
+    ref_model = copy.deepcopy(model)
+    master = [p.detach().float().clone().requires_grad_() for p in ref_model.parameters()]
+    ref_opt = torch.optim.AdamW(master, lr=1e-2, foreach=False)
+    opt = TieredAdamW(model.parameters(), lr=1e-2)
+    x, y = data(dtype)
+    for _ in range(5):
+        for mdl in (model, ref_model):
+            mdl.zero_grad()
+            ((mdl(x) - y).float() ** 2).mean().backward()
+        for p, mp in zip(ref_model.parameters(), master):
+            assert p.grad.dtype == dtype
+            mp.grad = p.grad.float()
+        opt.step()
+        ref_opt.step()
+        with torch.no_grad():
+            for p, mp in zip(ref_model.parameters(), master):
+                p.copy_(mp)
+        for (p, q, mp) in zip(model.parameters(), ref_model.parameters(), master):
+            torch.testing.assert_close(opt.state[p]["master"], mp.detach(), rtol=1e-5,
+                                       atol=1e-6)
+            # the model's params are the master rounded to their dtype, bit for bit
+            assert torch.equal(p.detach(), opt.state[p]["master"].to(dtype))
+
+
+def test_param_groups_take_their_own_hyperparameters():
+    m1, m2 = mlp(), mlp()
+    groups = lambda m: [{"params": m[0].parameters(), "lr": 1e-2},  # noqa: E731
+                        {"params": m[2].parameters(), "lr": 1e-3, "weight_decay": 0.0}]
+    o1 = TieredAdamW(groups(m1))
+    o2 = torch.optim.AdamW(groups(m2), foreach=False)
+    x, y = data()
+    train(m1, o1, 5, x, y)
+    train(m2, o2, 5, x, y)
+    for a, b in zip(m1.parameters(), m2.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert [g["lr"] for g in o1.param_groups] == [1e-2, 1e-3]
+
+
+def test_state_dict_round_trip_is_exact():
+    m1 = mlp(dtype=torch.bfloat16)
+    o1 = TieredAdamW(m1.parameters(), lr=1e-2)
+    x, y = data(torch.bfloat16)
+    train(m1, o1, 3, x, y)
+    f = io.BytesIO()
+    torch.save({"model": m1.state_dict(), "opt": o1.state_dict()}, f)
+    f.seek(0)
+    saved = torch.load(f)
+    m2 = mlp(seed=5, dtype=torch.bfloat16)
+    m2.load_state_dict(saved["model"])
+    o2 = TieredAdamW(m2.parameters(), lr=0.5)
+    o2.load_state_dict(saved["opt"])
+    assert o2.param_groups[0]["lr"] == 1e-2
+    l1, l2 = train(m1, o1, 3, x, y), train(m2, o2, 3, x, y)
+    assert l1 == l2
+    for a, b in zip(m1.parameters(), m2.parameters()):
+        assert torch.equal(a, b)
+        for key in ("master", "exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(o1.state[a][key], o2.state[b][key])
+
+
+def test_loads_a_torch_adamw_state_dict():
+    m1, m2 = mlp(), mlp()
+    o1 = torch.optim.AdamW(m1.parameters(), lr=1e-2, foreach=False)
+    x, y = data()
+    train(m1, o1, 3, x, y)
+    m2.load_state_dict(m1.state_dict())
+    o2 = TieredAdamW(m2.parameters())
+    o2.load_state_dict(o1.state_dict())
+    train(m1, o1, 3, x, y)
+    train(m2, o2, 3, x, y)
+    for a, b in zip(m1.parameters(), m2.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_load_state_dict_rejects_a_mismatched_dict():
+    o = TieredAdamW(mlp().parameters())
+    sd = copy.deepcopy(o.state_dict())  # torch's state_dict shares the state's tensors
+    sd["param_groups"][0]["params"] = sd["param_groups"][0]["params"][:-1]
+    with pytest.raises(ValueError, match="param group 0"):
+        o.load_state_dict(sd)
+    sd = copy.deepcopy(o.state_dict())
+    sd["state"][0]["exp_avg"] = torch.zeros(3)
+    with pytest.raises(ValueError, match="exp_avg has shape"):
+        o.load_state_dict(sd)
+    sd = copy.deepcopy(o.state_dict())
+    sd["state"][99] = sd["state"][0]
+    with pytest.raises(KeyError, match="99"):
+        o.load_state_dict(sd)
+    with pytest.raises(ValueError, match="2 param groups"):
+        o.load_state_dict({"state": {}, "param_groups": sd["param_groups"] * 2})
+
+
+def test_zero_grad_follows_torch_and_placed_grads_stay_placed():
+    m = mlp()
+    o = TieredAdamW(m.parameters())
+    x, y = data()
+    ((m(x) - y) ** 2).mean().backward()
+    o.zero_grad()
+    assert all(p.grad is None for p in m.parameters())
+    ((m(x) - y) ** 2).mean().backward()
+    o.zero_grad(set_to_none=False)
+    assert all(torch.count_nonzero(p.grad) == 0 for p in m.parameters())
+
+    m = mlp(dtype=torch.bfloat16)
+    o = TieredAdamW(m.parameters(), policy=cxlkit.default(), place_grads=True)
+    ptrs = [p.grad.data_ptr() for p in m.parameters()]
+    xb, yb = data(torch.bfloat16)
+    for _ in range(2):
+        ((m(xb) - yb).float() ** 2).mean().backward()
+        assert [p.grad.data_ptr() for p in m.parameters()] == ptrs  # accumulated in place
+        assert any(torch.count_nonzero(p.grad) for p in m.parameters())
+        o.step()
+        o.zero_grad()
+        assert [p.grad.data_ptr() for p in m.parameters()] == ptrs
+        assert all(torch.count_nonzero(p.grad) == 0 for p in m.parameters())
+
+
+def test_every_class_is_where_the_plan_says(memory_nodes):
+    m = mlp(dtype=torch.bfloat16)
+    fp = TP.Footprint(param_count(m), fp32_grads=False)
+    plan = TP.plan_training(fp)
+    o = TieredAdamW(m.parameters(), plan=plan, place_grads=True, place_params=True)
+    off = ActivationOffload(1 << 20, tier=plan.policy("activations"))
+    got = {cls: buf for cls, buf in o.buffers()}
+    assert set(got) == {"fp32_params", "optimizer_states", "bf16_grads", "bf16_params"}
+    for cls, buf in list(got.items()) + [("activations", off.buffer)]:
+        assert buf.policy == plan.policy(cls)
+        audit = buf.audit()
+        assert audit.ok, (cls, audit.problems)
+        assert set(audit.actual.pages) <= set(plan.classes[cls].nodes)
+    assert plan.used["fp32_params"] == 4 * fp.params
+    assert plan.used["optimizer_states"] == 8 * fp.params
+    assert all(p.data_ptr() >= got["bf16_params"].address for p in m.parameters())
+
+
+def test_a_plan_for_a_smaller_model_raises_BudgetExceeded():
+    m = mlp()
+    plan = TP.plan_training(TP.Footprint(param_count(m) - 1))
+    with pytest.raises(TP.BudgetExceeded, match="fp32_params"):
+        TieredAdamW(m.parameters(), plan=plan)
+    assert plan.used.get("fp32_params", 0) == 0
+
+
+def test_bad_arguments_raise_typed_errors():
+    with pytest.raises(TypeError, match="float64"):
+        TieredAdamW([torch.zeros(3, dtype=torch.float64, requires_grad=True)])
+    with pytest.raises(ValueError, match="plan= or policy="):
+        TieredAdamW(mlp().parameters(), place_grads=True)
+    with pytest.raises(ValueError, match="not both"):
+        TieredAdamW(mlp().parameters(), plan=TP.plan_training(TP.Footprint(10**4)),
+                    policy=cxlkit.default())
+    with pytest.raises(ValueError, match="lr"):
+        TieredAdamW(mlp().parameters(), lr=-1.0)
+
+
+def test_team_and_grad_scale():
+    m1, m2 = mlp(), mlp()
+    o1 = TieredAdamW(m1.parameters(), lr=1e-2, team=2)
+    o2 = torch.optim.AdamW(m2.parameters(), lr=1e-2, foreach=False)
+    x, y = data()
+    for _ in range(3):
+        for m in (m1, m2):
+            m.zero_grad()
+            (((m(x) - y) ** 2).mean() * 4).backward()
+        o1.step(grad_scale=0.25)  # unscale by an exact power of two
+        for p in m2.parameters():
+            p.grad *= 0.25
+        o2.step()
+    o1.close()
+    for a, b in zip(m1.parameters(), m2.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+# ---- activation offload ----
+
+def grads_of(model, x, y, off=None):
+    model.zero_grad()
+    if off is not None:
+        with off:
+            loss = ((model(x) - y).float() ** 2).mean()
+    else:
+        loss = ((model(x) - y).float() ** 2).mean()
+    loss.backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_activation_offload_gives_identical_gradients(dtype):
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).to(dtype)
+    x = torch.randn(4, 24, 32).to(dtype)
+    y = torch.randn(4, 24, 32).to(dtype)
+    want = grads_of(model, x, y)
+    off = ActivationOffload(8 << 20, tier="dram")
+    for _ in range(2):  # the second pass reuses the buffer from its start
+        got = grads_of(model, x, y, off)
+        assert all(torch.equal(a, b) for a, b in zip(want, got))
+    assert off.saved_count > 0 and 0 < off.peak_bytes <= 8 << 20
+    assert off._live == 0
+
+
+def test_activation_offload_keeps_strides_of_saved_views():
+    a = torch.randn(8, 16, requires_grad=True)
+    off = offload_activations(1 << 16, tier=cxlkit.default(), min_bytes=0)
+    with off:
+        t = a.exp().t()  # a transposed (non-contiguous, dense) activation
+        loss = (t.sin() * 3).sum()
+    loss.backward()
+    assert torch.equal(a.grad, (a.exp().t().cos() * 3).t() * a.exp())
+    assert off.saved_count >= 1
+
+
+def test_activation_offload_past_its_capacity_raises_BudgetExceeded():
+    a = torch.randn(1024, requires_grad=True)
+    off = ActivationOffload(4096, tier="dram", min_bytes=0)
+    with pytest.raises(TP.BudgetExceeded, match="activation offload buffer full"):
+        with off:
+            b = a.exp()
+            c = b.exp()
+            (c * c).sum()
+    off.close()
+
+
+def test_activation_offload_with_a_plan_charges_the_activation_budget():
+    plan = TP.plan_training(TP.Footprint(1000, 1, 64, 64, 1, 1))
+    budget = plan.budget("activations")
+    off = ActivationOffload(budget, plan=plan)
+    assert plan.remaining("activations") == 0
+    with pytest.raises(TP.BudgetExceeded):
+        ActivationOffload(1, plan=plan)
+    off.close()
+    assert plan.remaining("activations") == budget
+
+
+def test_tier_policy_names_what_the_machine_has():
+    assert tier_policy(0) == cxlkit.bind(0)
+    assert tier_policy(cxlkit.default()) == cxlkit.default()
+    kinds = {n.kind for n in cxlkit.topology.discover().nodes if n.has_memory}
+    for kind in ("dram", "cxl", "hbm", "pmem"):
+        if kind in kinds:
+            assert tier_policy(kind).nodes
+        else:
+            with pytest.raises(ValueError, match=f"no {kind} memory"):
+                tier_policy(kind)
+    with pytest.raises(ValueError, match="tier 'fast'"):
+        tier_policy("fast")
+    with pytest.raises(ValueError, match="nbytes"):
+        ActivationOffload(0)
+
+
+# ---- transformers ----
+
+def test_small_llama_20_steps_with_offload_matches_torch_adamw():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=64)
+    torch.manual_seed(0)
+    m1 = transformers.LlamaForCausalLM(cfg)
+    m2 = copy.deepcopy(m1)
+    o1 = TieredAdamW(m1.parameters(), lr=1e-3)
+    o2 = torch.optim.AdamW(m1.parameters() and m2.parameters(), lr=1e-3, foreach=False)
+    off = ActivationOffload(32 << 20, tier="dram")
+    ids = torch.randint(0, 128, (2, 32), generator=torch.Generator().manual_seed(2))
+    l1, l2 = [], []
+    for _ in range(20):
+        for m, o, losses, use in ((m1, o1, l1, True), (m2, o2, l2, False)):
+            o.zero_grad()
+            if use:
+                with off:
+                    loss = m(input_ids=ids, labels=ids).loss
+            else:
+                loss = m(input_ids=ids, labels=ids).loss
+            loss.backward()
+            o.step()
+            losses.append(loss.item())
+    assert off.saved_count > 0
+    assert l1[-1] < l1[0]
+    assert l1 == pytest.approx(l2, rel=1e-4, abs=1e-5)
+
+
+def test_hf_trainer_runs_with_tiered_adamw(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                   num_hidden_layers=1, num_attention_heads=2,
+                                   num_key_value_heads=1, max_position_embeddings=32)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg)
+    ids = torch.randint(0, 64, (8, 16), generator=torch.Generator().manual_seed(3))
+    ds = [{"input_ids": r, "labels": r} for r in ids]
+    opt = TieredAdamW(model.parameters(), lr=1e-3)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=4,
+                                          per_device_train_batch_size=4, report_to=[],
+                                          use_cpu=True, logging_steps=1, save_strategy="no")
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=ds,
+                                   optimizers=(opt, None))
+    before = [p.detach().clone() for p in model.parameters()]
+    out = trainer.train()
+    assert out.global_step == 4
+    assert int(opt.state[next(model.parameters())]["step"]) == 4
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_step_with_a_grad_missing_skips_that_param():
+    m = mlp()
+    o = TieredAdamW(m.parameters(), lr=1e-2)
+    x, y = data()
+    ((m(x) - y) ** 2).mean().backward()
+    m[2].bias.grad = None
+    before = m[2].bias.detach().clone()
+    o.step()
+    assert torch.equal(m[2].bias, before)
+    assert int(o.state[m[2].bias]["step"]) == 0
+    assert int(o.state[m[0].weight]["step"]) == 1
