@@ -98,7 +98,7 @@ class PrefixCache:
 
 @dataclass
 class GenerateInfo:
-    prefix_tokens: int         # tokens taken from the pool
+    prefix_tokens: int         # tokens taken from the pool (or recomputed apart: split_at)
     ttft_s: float              # prompt in -> first token's logits out
     first_logits: torch.Tensor  # [vocab] fp32 logits of the first generated token
     stored_blocks: int         # blocks this call added to the pool
@@ -106,14 +106,22 @@ class GenerateInfo:
 
 @torch.no_grad()
 def generate(model: Any, prompt_ids: Sequence[int], prefix_cache: PrefixCache | None,
-             max_new_tokens: int = 8, *, save: bool = True) -> tuple[list[int], GenerateInfo]:
+             max_new_tokens: int = 8, *, save: bool = True,
+             split_at: int = 0) -> tuple[list[int], GenerateInfo]:
     """Greedy decoding that takes the prompt's cached prefix from the pool (if any), runs only
-    the rest, and stores the prompt's full blocks for later requests."""
+    the rest, and stores the prompt's full blocks for later requests. Without a prefix cache,
+    split_at > 0 recomputes the first split_at tokens in a forward of their own: the chunking a
+    pooled hit of that length uses, so the two agree bit for bit (one forward over the whole
+    prompt differs from any chunked prefill in the last bits of fp32 sums)."""
     prompt = [int(t) for t in prompt_ids]
     t0 = time.perf_counter()
     cache, n = prefix_cache.load(prompt) if prefix_cache is not None else (None, 0)
     if cache is None:
         cache = DynamicCache()
+        if split_at > 0:
+            model(input_ids=torch.tensor([prompt[:split_at]]), past_key_values=cache,
+                  use_cache=True)
+            n = split_at
     ids = torch.tensor([prompt[n:]], dtype=torch.long)
     out = model(input_ids=ids, past_key_values=cache, use_cache=True)
     logits = out.logits[0, -1].float()
