@@ -307,6 +307,7 @@ def test_tier_policy_names_what_the_machine_has():
 
 # ---- transformers ----
 
+@pytest.mark.slow
 def test_small_llama_20_steps_with_offload_matches_torch_adamw():
     transformers = pytest.importorskip("transformers")
     cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,

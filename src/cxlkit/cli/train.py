@@ -21,12 +21,12 @@ def _gib(n: int) -> str:
 def plan_table(p: TP.TrainPlan, title: str) -> Table:
     """Classes x tiers (GiB), with each class's policy and shortfall, and the nodes' use."""
     t = Table(title=title)
-    t.add_column("class")
+    t.add_column("class", no_wrap=True)
     t.add_column("GiB", justify="right")
     for tier in p.tiers:
         t.add_column(f"N{tier.node} {tier.kind}", justify="right")
     t.add_column("short", justify="right")
-    t.add_column("policy")
+    t.add_column("policy", overflow="fold")
     for row in p.rows():
         c = p.classes[row["class"]]
         t.add_row(row["class"], _gib(c.nbytes),

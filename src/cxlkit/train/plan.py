@@ -402,4 +402,6 @@ def parse_count(text: str | int | float, *, binary: bool = False) -> int:
         v = float(t[:-1] if mult != 1 else t) * mult
     except ValueError:
         raise ValueError(f"count {text!r}: expected a number like 7e9, 7B or 32k") from None
-    return _pos_int("count", round(v))
+    if abs(v - round(v)) > 1e-6 * max(1.0, abs(v)):  # float noise of '0.1k' is fine, '1.5' not
+        raise ValueError(f"count {text!r}: not a whole number")
+    return _pos_int(f"count {text!r}", round(v))
