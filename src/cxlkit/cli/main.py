@@ -9,6 +9,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 # Each module registers its commands on `app` (or adds a sub-typer) when imported.
 _COMMAND_MODULES = (
     "cxlkit.cli.placement",  # run, audit, policy
+    "cxlkit.cli.train",  # plan train
     "cxlkit.cli.tiers",  # tiers
     "cxlkit.cli.demo",
 )
