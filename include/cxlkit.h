@@ -189,8 +189,12 @@ enum cxk_bench_kind {
 CXK_API int cxk_bench_chase_init(void *buf, size_t nbytes, size_t stride, uint64_t seed);
 
 /* Follow the chain laid in buf for nloads dependent loads (nloads >= 1) on a thread pinned
- * to cpu (cpu < 0: on the calling thread, as it is pinned). *ns_per_load = elapsed / nloads. */
-CXK_API int cxk_bench_chase(const void *buf, uint64_t nloads, int cpu, double *ns_per_load);
+ * to cpu (cpu < 0: on the calling thread, as it is pinned). *ns_per_load = the chasing
+ * thread's on-CPU time (CLOCK_THREAD_CPUTIME_ID) / nloads: time it spent descheduled while
+ * other tasks shared its CPU is not counted. *wall_ns_per_load (NULL: not wanted) = wall
+ * time / nloads; the two agree on an idle machine. */
+CXK_API int cxk_bench_chase(const void *buf, uint64_t nloads, int cpu, double *ns_per_load,
+                            double *wall_ns_per_load);
 
 struct cxk_bench_bw {
     int32_t kind;         /* enum cxk_bench_kind */
@@ -220,8 +224,9 @@ struct cxk_bench_loaded {
 };
 /* Latency under load: generators sweep their parts of gen_buf (ngen parts; each part's two
  * halves for COPY), throttled to opts->rate by spinning between 16 KiB chunks, while the
- * latency thread follows the chain laid in chase_buf for duration_ns. *ns_per_load gets the
- * chase's mean, *gen_bytes_per_s the bandwidth the generators reached in the same window.
+ * latency thread follows the chain laid in chase_buf for duration_ns of wall time.
+ * *ns_per_load gets the chase's mean over its on-CPU time (as cxk_bench_chase),
+ * *gen_bytes_per_s the bandwidth the generators reached in the same wall-time window.
  * gen_buf 64-byte aligned, gen_nbytes >= 32 KiB per generator; otherwise -EINVAL. */
 CXK_API int cxk_bench_loaded_latency(const void *chase_buf, void *gen_buf, size_t gen_nbytes,
                                      const struct cxk_bench_loaded *opts, double *ns_per_load,
@@ -482,6 +487,7 @@ struct cxk_pool_stat {
     uint64_t max_objects;     /* names per host */
     uint64_t align;           /* mapping alignment */
     uint64_t lease_timeout_ns;
+    uint64_t data_off;        /* host h's partition starts at data_off + h * partition_bytes */
     uint32_t version, max_hosts, host_id, hosts_active, coherence, nbackings;
     uint8_t uuid[16];
     char kind[16];            /* "file", "devdax", "memfd", "striped" */
@@ -538,6 +544,7 @@ CXK_API void cxk_pool_invalidate(cxk_pool *p, uint64_t off, uint64_t nbytes);
 struct cxk_fsck_report {
     uint64_t objects_live, objects_creating, objects_dead, blocks_free;
     uint64_t bytes_used, bytes_free;      /* all hosts */
+    uint64_t largest_free;                /* largest free block of any host */
     uint64_t reclaimed_objects;           /* this host: half-created or unleased dead */
     uint64_t reclaimed_bytes;
     uint64_t repaired_entries;            /* this host: name entries rebuilt or removed */

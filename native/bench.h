@@ -19,5 +19,7 @@ size_t sweep(int kind, char *dst, const char *src, size_t n) noexcept;
 
 // Monotonic nanoseconds.
 uint64_t now_ns() noexcept;
+// On-CPU nanoseconds of the calling thread.
+uint64_t thread_cpu_ns() noexcept;
 
 }  // namespace cxk::bench

@@ -64,14 +64,14 @@ CXK_BIND(bench) {
 
     m.def("bench_chase", [](nb::handle buf, uint64_t nloads, int cpu) {
         View v(buf, false, "chase buffer");
-        double ns = 0;
+        double ns = 0, wall = 0;
         int r;
         {
             nb::gil_scoped_release unlock;
-            r = cxk_bench_chase(v.data(), nloads, cpu, &ns);
+            r = cxk_bench_chase(v.data(), nloads, cpu, &ns, &wall);
         }
         check(r, "cpu " + std::to_string(cpu));
-        return ns;
+        return std::make_tuple(ns, wall);
     }, nb::arg("buf"), nb::arg("nloads"), nb::arg("cpu"));
 
     m.def("bench_bandwidth", [](nb::handle dst, nb::handle src, int kind, uint32_t nthreads,

@@ -52,15 +52,15 @@ static void test_chase(void) {
     }
     CHECK(p == (void *)buf);
 
-    double ns = 0;
-    CHECK_EQ(cxk_bench_chase(buf, 100000, -1, &ns), 0);
+    double ns = 0, wall = 0;
+    CHECK_EQ(cxk_bench_chase(buf, 100000, -1, &ns, NULL), 0);
     CHECK(ns > 0);
-    CHECK_EQ(cxk_bench_chase(buf, 100000, first_cpu(0), &ns), 0);
-    CHECK(ns > 0);
+    CHECK_EQ(cxk_bench_chase(buf, 100000, first_cpu(0), &ns, &wall), 0);
+    CHECK(ns > 0 && wall > 0);
     int bad = forbidden_cpu();
-    if (bad >= 0) CHECK_EQ(cxk_bench_chase(buf, 1000, bad, &ns), -EINVAL);
-    CHECK_EQ(cxk_bench_chase(buf, 0, -1, &ns), -EINVAL);
-    CHECK_EQ(cxk_bench_chase(NULL, 10, -1, &ns), -EINVAL);
+    if (bad >= 0) CHECK_EQ(cxk_bench_chase(buf, 1000, bad, &ns, NULL), -EINVAL);
+    CHECK_EQ(cxk_bench_chase(buf, 0, -1, &ns, NULL), -EINVAL);
+    CHECK_EQ(cxk_bench_chase(NULL, 10, -1, &ns, NULL), -EINVAL);
 
     CHECK_EQ(cxk_bench_chase_init(buf, n, 48, 1), -EINVAL);     /* not a power of two */
     CHECK_EQ(cxk_bench_chase_init(buf, n, 4, 1), -EINVAL);      /* smaller than a pointer */

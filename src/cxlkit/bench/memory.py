@@ -104,17 +104,22 @@ def place(nbytes: int, node: int, *, hugepages: bool) -> P.Buffer:
 # ---- the measurements (each returns plain numbers; the document is assembled in run()) ----
 
 def chase_latency(buf: P.Buffer, *, cpu: int, target_s: float, reps: int, stride: int = 64,
-                  seed: int = 1, prepared: bool = False) -> list[float]:
-    """ns per dependent load over the whole buffer, one value per repetition. One pass
-    through the chain warms the caches first (capped for large buffers), then a short
-    calibration sizes each repetition to about target_s."""
+                  seed: int = 1, prepared: bool = False,
+                  wall_out: list[float] | None = None) -> list[float]:
+    """ns per dependent load over the whole buffer, one value per repetition, from the chasing
+    thread's on-CPU time (a shared machine's other tasks do not inflate it); wall_out, when
+    given, receives the wall-clock figures. One pass through the chain warms the caches first
+    (capped for large buffers), then a short calibration sizes each repetition to target_s."""
     if not prepared:
         _native.bench_chase_init(buf, stride, seed)
     slots = len(buf) // stride
     _native.bench_chase(buf, min(slots, 1 << 20), cpu)
-    est = _native.bench_chase(buf, 20_000, cpu)
+    est = _native.bench_chase(buf, 20_000, cpu)[0]
     nloads = int(min(max(target_s * 1e9 / max(est, 0.1), 50_000), 1 << 31))
-    return [_native.bench_chase(buf, nloads, cpu) for _ in range(reps)]
+    runs = [_native.bench_chase(buf, nloads, cpu) for _ in range(reps)]
+    if wall_out is not None:
+        wall_out.extend(w for _, w in runs)
+    return [ns for ns, _ in runs]
 
 
 def bandwidth(dst: P.Buffer, src: P.Buffer | None, kind: str, nthreads: int, cpus: Sequence[int],
@@ -225,6 +230,7 @@ def run(nodes: Sequence[int] | None = None, *, quick: bool = False,
             progress(total, total, "done")
     params = asdict(cfg)
     params.update(nodes=chosen, elapsed_s=round(time.perf_counter() - t0, 2),
+                  latency_clock="on-CPU time of the chasing thread (wall_ns: wall clock)",
                   copy_counts="bytes read + bytes written (STREAM convention)",
                   gbps="1e9 bytes per second")
     return {"kind": "memory", "version": DOC_VERSION, "machine": M.machine(),
@@ -236,12 +242,15 @@ def _plan_node(plan: _Plan, stack: ExitStack, cfg: Settings, n: int, cpus: list[
     chase_cpu = cpus[0]
     for size in cfg.latency_sizes:
         def lat(size: int = size) -> None:
+            wall: list[float] = []
             with place(size, n, hugepages=cfg.hugepages) as buf:
                 ns = chase_latency(buf, cpu=chase_cpu, target_s=cfg.latency_target_s,
-                                   reps=cfg.reps, stride=cfg.stride, seed=cfg.seed)
+                                   reps=cfg.reps, stride=cfg.stride, seed=cfg.seed,
+                                   wall_out=wall)
                 if size == max(cfg.latency_sizes):
                     entry["placement_ok"] = buf.audit().ok
-            entry["latency"].append({"bytes": size, "ns": _median(ns), "samples": ns})
+            entry["latency"].append({"bytes": size, "ns": _median(ns), "wall_ns": _median(wall),
+                                     "samples": ns})
         plan.add(f"node {n}: latency {_fmt(size)}", lat)
 
     bufs: dict[str, P.Buffer] = {}
