@@ -370,3 +370,17 @@ def test_step_with_a_grad_missing_skips_that_param():
     assert torch.equal(m[2].bias, before)
     assert int(o.state[m[2].bias]["step"]) == 0
     assert int(o.state[m[0].weight]["step"]) == 1
+
+
+def test_run_demo_trains_and_audits_every_class():
+    from rich.console import Console
+
+    from cxlkit.cli.train import run_demo
+
+    con = Console(record=True, width=120)
+    run_demo(con)
+    out = con.export_text()
+    for text in ("TieredAdamW + activation offload", "optimizer_states", "activations",
+                 "kernel:"):
+        assert text in out
+    assert "no:" not in out  # every audit row says yes

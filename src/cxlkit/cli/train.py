@@ -2,6 +2,7 @@
 placement on the tiers; and run_demo, the training section of `cxlkit demo`."""
 from __future__ import annotations
 
+import gc
 import json
 import time
 from typing import Optional
@@ -14,35 +15,43 @@ from ..train import plan as TP
 from .plan import plan_app
 
 
-def _gib(n: int) -> str:
-    return f"{n / 2**30:,.1f}"
+def _gib(n: int, unit: int = 1 << 30) -> str:
+    return f"{n / unit:,.1f}"
+
+
+def _unit(total: int) -> tuple[int, str]:
+    return (1 << 30, "GiB") if total >= 1 << 30 else (1 << 20, "MiB")
 
 
 def plan_table(p: TP.TrainPlan, title: str) -> Table:
-    """Classes x tiers (GiB), with each class's policy and shortfall, and the nodes' use."""
-    t = Table(title=title)
+    """Classes x tiers, with each class's policy and shortfall, and the nodes' use."""
+    u, uname = _unit(p.footprint.total)
+    t = Table(title=f"{title} ({uname})")
     t.add_column("class", no_wrap=True)
-    t.add_column("GiB", justify="right")
+    t.add_column(uname, justify="right")
     for tier in p.tiers:
         t.add_column(f"N{tier.node} {tier.kind}", justify="right")
     t.add_column("short", justify="right")
     t.add_column("policy", overflow="fold")
     for row in p.rows():
         c = p.classes[row["class"]]
-        t.add_row(row["class"], _gib(c.nbytes),
-                  *[_gib(c.nodes[tier.node]) if tier.node in c.nodes else "-" for tier in p.tiers],
-                  f"[red]{_gib(c.shortfall)}[/red]" if c.shortfall else "-",
+        t.add_row(row["class"], _gib(c.nbytes, u),
+                  *[_gib(c.nodes[tier.node], u) if tier.node in c.nodes else "-"
+                    for tier in p.tiers],
+                  f"[red]{_gib(c.shortfall, u)}[/red]" if c.shortfall else "-",
                   row["policy"] or "-")
     use = p.node_use()
-    t.add_row("[bold]used / can use[/bold]", _gib(p.footprint.total),
-              *[f"{_gib(use[tier.node])} / {_gib(tier.capacity_bytes)}" for tier in p.tiers],
-              f"[red]{_gib(p.shortfall)}[/red]" if p.shortfall else "-", "")
+    t.add_row("[bold]used / can use[/bold]", _gib(p.footprint.total, u),
+              *[f"{_gib(use[tier.node], u)} / {_gib(tier.capacity_bytes, u)}"
+                for tier in p.tiers],
+              f"[red]{_gib(p.shortfall, u)}[/red]" if p.shortfall else "-", "")
     return t
 
 
 def verdict(p: TP.TrainPlan) -> str:
     if p.fits:
-        return f"[green]fits[/green] ({p.mode}): {_gib(p.footprint.total)} GiB placed"
+        u, uname = _unit(p.footprint.total)
+        return f"[green]fits[/green] ({p.mode}): {_gib(p.footprint.total, u)} {uname} placed"
     return (f"[red]does not fit[/red] ({p.mode}): short by {_gib(p.shortfall)} GiB of "
             f"{_gib(p.footprint.total)} GiB; add memory (CXL) or spill optimizer state to "
             "storage")
@@ -94,7 +103,7 @@ def train_cmd(
     con.print(f"P={fp.params:,} params, L={fp.layers}, H={fp.hidden}, C={fp.context}, "
               f"B={fp.batch}, Ng={fp.gpus}: {_gib(fp.total)} GiB in total")
     for p in plans:
-        con.print(plan_table(p, f"training state per class and tier (GiB), {p.mode}"))
+        con.print(plan_table(p, f"training state per class and tier, {p.mode}"))
         con.print(verdict(p))
     src = sorted({t.bandwidth_source for t in tiers})
     con.print(f"bandwidth: {', '.join(src)} (stripe weights follow it; unknown = equal)")
@@ -118,7 +127,7 @@ def run_demo(console: Console) -> None:
     fp = TP.Footprint(nparams, nlayers, dim, seq, batch, 1, fp32_grads=False)
     plan = TP.plan_training(fp)
     console.print(plan_table(plan, f"tiny model: {nparams:,} bf16 params, state per class "
-                                   "(GiB) on this machine"))
+                                   "on this machine"))
     console.print(verdict(plan))
     opt = TieredAdamW(model.parameters(), lr=3e-3, plan=plan, place_grads=True,
                       place_params=True)
@@ -156,3 +165,8 @@ def run_demo(console: Console) -> None:
 
     console.print(f"kernel: {simd_level()}; bf16 grads upcast in registers, bf16 params written "
                   "back in the same pass")
+    # The model's params and the optimizer's state are views of placed buffers: drop them
+    # now rather than at interpreter exit, after the native module is gone.
+    off.close()
+    del model, opt, off, a, au, buf
+    gc.collect()
