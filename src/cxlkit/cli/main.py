@@ -11,6 +11,7 @@ _COMMAND_MODULES = (
     "cxlkit.cli.placement",  # run, audit, policy
     "cxlkit.cli.train",  # plan train
     "cxlkit.cli.tiers",  # tiers
+    "cxlkit.cli.kv",  # kv stats
     "cxlkit.cli.demo",
 )
 
