@@ -427,16 +427,29 @@ int cxk_bench_loaded_latency(const void *chase_buf, void *gen_buf, size_t gen_nb
         const size_t span = copy ? part / 2 / 64 * 64 : part;
         size_t off = 0;
         uint64_t sent = 0, mine = 0;
-        ready.fetch_add(1, std::memory_order_release);
-        const uint64_t g0 = now_ns();
+        bool announced = false, paced_window = false;
+        uint64_t g0 = now_ns();
         int ph;
         while ((ph = phase.load(std::memory_order_acquire)) != 2) {
+            if (ph == 1 && !paced_window) {
+                // The pace restarts with the window: a generator starved during warm-up must
+                // not catch up inside it at full speed.
+                g0 = now_ns();
+                sent = 0;
+                paced_window = true;
+            }
             size_t n = std::min(kLoadChunk, span - off);
             size_t b = copy ? sweep(o->kind, base + span + off, base + off, n)
                             : sweep(o->kind, base + off, nullptr, n);
             off = off + n == span ? 0 : off + n;
             sent += b;
             if (ph == 1) mine += b;
+            // Counted as ready once a chunk is done: the window then opens on generators that
+            // are running, not merely created (a busy shared CPU may start them late).
+            if (!announced) {
+                ready.fetch_add(1, std::memory_order_release);
+                announced = true;
+            }
             // Throttle: stay at or under the pace since the start. The clock read is the
             // wait; no PAUSE, which under KVM's pause-loop exiting hands the core away.
             if (per_gen_rate > 0)

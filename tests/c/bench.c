@@ -125,8 +125,13 @@ static void test_loaded(void) {
     int c0 = first_cpu(0), c1 = first_cpu(1) >= 0 ? first_cpu(1) : c0;
     double ns = 0, bps = 0;
     for (int kind = CXK_BENCH_READ; kind <= CXK_BENCH_NT_WRITE; ++kind) {
-        struct cxk_bench_loaded o = {c0, kind, 1, &c1, 1, 0.0, 20000000};
-        CHECK_EQ(cxk_bench_loaded_latency(chase, gen, gn, &o, &ns, &bps), 0);
+        struct cxk_bench_loaded o = {c0, kind, 1, &c1, 1, 0.0, 50000000};
+        /* A CPU shared with other busy tasks can starve the generator for a whole window:
+         * a few tries before calling zero bandwidth a failure. */
+        for (int tries = 0; tries < 5; ++tries) {
+            CHECK_EQ(cxk_bench_loaded_latency(chase, gen, gn, &o, &ns, &bps), 0);
+            if (bps > 0) break;
+        }
         CHECK(ns > 0 && bps > 0);
     }
     /* Throttled: never above the rate asked (the pace is enforced after every chunk). */
