@@ -77,7 +77,7 @@ def memory_tables(con: Console, doc: dict) -> None:
     con.print(t)
 
     for n, e in nodes.items():
-        t = Table(title=f"node {n}: latency by buffer size")
+        t = Table(title=f"node {n}: latency")
         t.add_column("buffer")
         t.add_column("ns/load", justify="right")
         for p in e["latency"]:

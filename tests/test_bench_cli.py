@@ -1,0 +1,127 @@
+"""`cxlkit bench memory|copy` (tables, --json, --out, --plots, bad input), the PNG plots,
+`cxlkit policy weights --from-bench` on a result, and the demo section."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from cxlkit import topology
+from cxlkit.bench import memory as BM
+from cxlkit.bench.plot import plot_copy, plot_memory
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def app():
+    from cxlkit.cli.main import _load, app
+
+    _load()
+    return app
+
+
+def invoke(app, *args):
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.fixture(scope="module")
+def memory_run(app, tmp_path_factory):
+    """One quick `bench memory` with tables, --out and --plots (the slow part, done once)."""
+    d = tmp_path_factory.mktemp("bench")
+    r = invoke(app, "bench", "memory", "--quick", "--reps", "1", "--threads", "1",
+               "--out", str(d / "r.json"), "--plots", str(d / "png"))
+    return r, d
+
+
+def test_bench_memory_prints_tables_and_writes_result_and_plots(memory_run):
+    r, d = memory_run
+    assert r.exit_code == 0, r.output
+    assert "memory per node" in r.output and "ns/load" in r.output and "buffer" in r.output
+    assert "numpy copy" in r.output
+    doc = json.loads((d / "r.json").read_text())
+    assert doc["kind"] == "memory" and doc["parameters"]["quick"] is True
+    assert doc["parameters"]["thread_counts"] == [1]
+    for n in topology.memory_nodes():
+        assert [p["threads"] for p in doc["figures"]["nodes"][str(n)]["bandwidth"]["read"]] == [1]
+    pngs = sorted(p.name for p in (d / "png").iterdir())
+    assert {"memory_latency.png", "memory_bandwidth.png"} <= set(pngs)
+    assert all((d / "png" / p).read_bytes().startswith(PNG) for p in pngs)
+
+
+def test_policy_weights_from_bench_shows_the_computed_weights(app, memory_run):
+    _, d = memory_run
+    r = invoke(app, "policy", "weights", "--from-bench", str(d / "r.json"))
+    assert r.exit_code == 0, r.output
+    assert "weight" in r.output
+
+
+def test_policy_weights_from_a_file_that_is_not_a_result_fails_naming_it(app, tmp_path):
+    p = tmp_path / "junk.json"
+    p.write_text("[1, 2]")
+    r = invoke(app, "policy", "weights", "--from-bench", str(p))
+    assert r.exit_code != 0 and "junk.json" in r.output
+
+
+def test_bench_memory_json_is_the_document(app):
+    r = invoke(app, "bench", "memory", "--quick", "--reps", "1", "--threads", "1", "--json",
+               "--no-hugepages", "--no-matrix", "--load-kind", "nt_write")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["parameters"]["hugepages"] is False and doc["parameters"]["loaded_kind"] == "nt_write"
+
+
+@pytest.mark.parametrize("args, match", [
+    (("--nodes", "99"), "node 99"),
+    (("--load-kind", "sideways"), "loaded_kind"),
+    (("--reps", "0"), "reps"),
+    (("--nodes", "x"), "nodes 'x'"),
+])
+def test_bench_memory_bad_input_exits_2_naming_it(app, args, match):
+    r = invoke(app, "bench", "memory", "--quick", *args)
+    assert r.exit_code == 2 and match in r.output
+
+
+def test_bench_copy_json_and_plots(app, tmp_path):
+    n = topology.memory_nodes()[0]
+    r = invoke(app, "bench", "copy", "--quick", "--nodes", str(n), "--out", str(tmp_path / "c.json"),
+               "--plots", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    assert f"copy node {n} -> node {n}" in r.output and "GPU copies" in r.output
+    doc = json.loads((tmp_path / "c.json").read_text())
+    assert doc["kind"] == "copy" and doc["figures"]["gpu"] is not None
+    assert (tmp_path / f"copy_{n}_to_{n}.png").read_bytes().startswith(PNG)
+
+
+def test_bench_copy_on_a_cpu_not_allowed_exits_2(app):
+    r = invoke(app, "bench", "copy", "--quick", "--cpu", "4095")
+    assert r.exit_code == 2 and "cpu 4095" in r.output
+
+
+def test_plots_of_a_handmade_document_include_loaded_latency(tmp_path):
+    doc = {"machine": {"cpu": "test cpu"}, "kernel": "6.x", "date": "2026-01-01T00:00:00",
+           "figures": {"nodes": {"0": {
+               "kind": "dram", "latency": [{"bytes": 4096, "ns": 1.0}, {"bytes": 1 << 20, "ns": 80.0}],
+               "bandwidth": {k: [{"threads": 1, "gbps": 10.0}, {"threads": 2, "gbps": 18.0}]
+                             for k in BM.KINDS},
+               "loaded_latency": [{"gbps": 0.0, "ns": 80.0}, {"gbps": 15.0, "ns": 140.0}]}}}}
+    out = plot_memory(doc, tmp_path / "m")
+    assert [p.name for p in out] == ["memory_latency.png", "memory_bandwidth.png",
+                                     "memory_loaded_latency.png"]
+    copy_doc = {**doc, "figures": {"pairs": [{"src": 0, "dst": 1, "methods": {
+        "memcpy": [{"bytes": 64, "gbps": 1.0}, {"bytes": 4096, "gbps": 9.0}], "nt": []}}]}}
+    (p,) = plot_copy(copy_doc, tmp_path / "c")
+    assert p.name == "copy_0_to_1.png" and p.read_bytes().startswith(PNG)
+
+
+def test_demo_section_prints_each_node_and_the_weights():
+    from cxlkit.cli.bench import run_demo
+
+    con = Console(record=True, width=120)
+    run_demo(con)
+    text = con.export_text()
+    assert "memory per node" in text and "weighted-interleave weights from read bandwidth" in text
+    for n in topology.memory_nodes():
+        assert f"{n}:" in text
