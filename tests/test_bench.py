@@ -9,7 +9,7 @@ import os
 import shutil
 import statistics
 import subprocess
-import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -267,46 +267,7 @@ def test_copy_bandwidth_agrees_with_numpy_copy_within_15_percent():
     assert 0.85 <= r <= 1.15, f"copy/numpy ratios {ratios}"
 
 
-REF_CHASE = textwrap.dedent(r"""
-    /* An independent pointer chase: its own shuffle and loop, pinned to argv[4]; prints the
-     * ns per load of each repetition from its thread's on-CPU time, then from wall time. */
-    #define _GNU_SOURCE
-    #include <sched.h>
-    #include <stdint.h>
-    #include <stdio.h>
-    #include <stdlib.h>
-    #include <sys/mman.h>
-    #include <time.h>
-    int main(int argc, char **argv) {
-        size_t size = strtoull(argv[1], 0, 0), n = size / 64;
-        long loads = atol(argv[2]), reps = atol(argv[3]);
-        cpu_set_t set; CPU_ZERO(&set); CPU_SET(atoi(argv[4]), &set);
-        if (sched_setaffinity(0, sizeof set, &set)) return 2;
-        char *b = mmap(0, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (b == MAP_FAILED) return 3;
-        size_t *perm = malloc(n * sizeof *perm);
-        for (size_t i = 0; i < n; ++i) perm[i] = i;
-        uint64_t x = 88172645463325252ull;
-        for (size_t i = n - 1; i > 0; --i) {  /* Sattolo with xorshift64 */
-            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-            size_t j = x % i, t = perm[i]; perm[i] = perm[j]; perm[j] = t;
-        }
-        for (size_t i = 0; i < n; ++i) *(char **)(b + i * 64) = b + perm[i] * 64;
-        char **p = (char **)b;
-        for (size_t i = 0; i < n; ++i) p = (char **)*p;
-        for (long r = 0; r < reps; ++r) {
-            struct timespec t0, t1, w0, w1;
-            clock_gettime(CLOCK_MONOTONIC, &w0);
-            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
-            for (long i = 0; i < loads; ++i) p = (char **)*p;
-            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
-            clock_gettime(CLOCK_MONOTONIC, &w1);
-            printf("%.4f %.4f\n", ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / loads,
-                   ((w1.tv_sec - w0.tv_sec) * 1e9 + (w1.tv_nsec - w0.tv_nsec)) / loads);
-        }
-        return p == 0;
-    }
-""")
+REF_CHASE = Path(__file__).parent / "c" / "ref_chase.c"  # independent of libcxlkit
 
 
 @pytest.fixture(scope="module")
@@ -315,8 +276,7 @@ def ref_chase(tmp_path_factory):
     if cc is None:
         pytest.skip("needs a C compiler (cc) to build the reference pointer chase")
     d = tmp_path_factory.mktemp("refchase")
-    (d / "chase.c").write_text(REF_CHASE)
-    subprocess.run([cc, "-O2", "-o", str(d / "chase"), str(d / "chase.c")], check=True)
+    subprocess.run([cc, "-O2", "-o", str(d / "chase"), str(REF_CHASE)], check=True)
     return d / "chase"
 
 
