@@ -211,6 +211,13 @@ def test_matrix_covers_every_cpu_node_and_memory_node():
     assert m["latency_ns"][0][0] > 0 and m["read_gbps"][0][0] > 0
 
 
+def test_two_nodes_give_a_full_cpu_by_memory_matrix(two_nodes):
+    doc = BM.run(two_nodes, config=tiny())
+    m = doc["figures"]["matrix"]
+    assert m["mem_nodes"] == two_nodes and m["cpu_nodes"] == list(M.cpu_nodes())
+    assert all(v > 0 for row in m["latency_ns"] + m["read_gbps"] for v in row)
+
+
 # ---- node facts ----
 
 def _sysfs_two_nodes(root, cpus0: str):

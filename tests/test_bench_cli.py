@@ -125,3 +125,24 @@ def test_demo_section_prints_each_node_and_the_weights():
     assert "memory per node" in text and "weighted-interleave weights from read bandwidth" in text
     for n in topology.memory_nodes():
         assert f"{n}:" in text
+
+
+def test_memory_tables_show_hmat_matrix_and_why_loaded_latency_is_missing():
+    from cxlkit.cli.bench import memory_tables
+
+    node = {"kind": "cxl", "initiator_cpus": [0], "latency": [{"bytes": 1 << 20, "ns": 250.0}],
+            "bandwidth": {k: [{"threads": 1, "gbps": 20.0}] for k in BM.KINDS},
+            "peak_gbps": {k: 20.0 for k in BM.KINDS}, "loaded_latency": None,
+            "loaded_latency_note": "needs 2 CPUs near node 1 (one chases, others load); has 1",
+            "hmat": {"read_latency_ns": 240, "read_bandwidth_mbps": 32000,
+                     "write_bandwidth_mbps": 30000, "write_latency_ns": 250}}
+    doc = {"machine": {"cpu": "test"}, "kernel": "6.x", "parameters": {"loaded_kind": "read"},
+           "figures": {"nodes": {"1": node}, "reference": {},
+                       "matrix": {"cpu_nodes": [0], "mem_nodes": [0, 1],
+                                  "latency_ns": [[100.0, 250.0]], "read_gbps": [[40.0, 20.0]]}}}
+    con = Console(record=True, width=160)
+    memory_tables(con, doc)
+    text = con.export_text()
+    assert "node 1 HMAT (firmware): read latency 240 ns, read bandwidth 32000 MB/s" in text
+    assert "needs 2 CPUs near node 1" in text
+    assert "100.0 / 40.0" in text and "250.0 / 20.0" in text

@@ -75,6 +75,12 @@ def memory_tables(con: Console, doc: dict) -> None:
         t.add_row(n, e["kind"], ",".join(map(str, e["initiator_cpus"])), _f(lat),
                   *(_f(e["peak_gbps"].get(k)) for k in KINDS), str(w.get(int(n), "-")))
     con.print(t)
+    for n, e in nodes.items():
+        h = e.get("hmat")
+        if h:  # the firmware's figures beside ours (emulated in a VM: compare, don't trust)
+            con.print(f"node {n} HMAT (firmware): read latency {_f(h['read_latency_ns'], '{}')} ns, "
+                      f"read bandwidth {_f(h['read_bandwidth_mbps'], '{}')} MB/s, write bandwidth "
+                      f"{_f(h['write_bandwidth_mbps'], '{}')} MB/s")
 
     for n, e in nodes.items():
         t = Table(title=f"node {n}: latency")
