@@ -234,7 +234,7 @@ int cxk_kv_put(struct cxk_pool *p, const struct cxk_kv_plan *plan, const char *c
                unsigned flags, int *status) {
     using namespace cxk::kv;
     if (!pool_args_ok(p, plan, names, keys, layout, block_ids, n) || !status ||
-        (flags & ~CXK_KV_CHECKSUM))
+        (flags & ~(CXK_KV_CHECKSUM | CXK_KV_NT)))
         return -EINVAL;
     for (size_t i = 0; i < n; ++i)
         if (!block_in_range(plan, block_ids[i])) return -ERANGE;
@@ -250,9 +250,9 @@ int cxk_kv_put(struct cxk_pool *p, const struct cxk_kv_plan *plan, const char *c
         uint8_t *obj = base + off;
         uint8_t *img = obj + CXK_KV_HDR_BYTES;
         void *imgs[1] = {img};
-        // plain copies: cxk_obj_publish flushes the whole payload (coherence "none") and
-        // fences before it writes the object header that readers check
-        r = cxk_kv_gather(plan, &block_ids[i], imgs, 1, 0);
+        // plain or streaming copies: cxk_obj_publish flushes the whole payload (coherence
+        // "none") and fences before it writes the object header that readers check
+        r = cxk_kv_gather(plan, &block_ids[i], imgs, 1, flags & CXK_KV_NT);
         if (r == 0) {
             cxk_kv_block_hdr h;
             std::memset(&h, 0, sizeof h);

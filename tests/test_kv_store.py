@@ -315,3 +315,16 @@ def test_failed_pool_open_syscall_raises_OSError_naming_the_pool(pool_path):
     with inject_fault("open", 1, errno.EACCES):
         with pytest.raises(PermissionError, match="cxlkit-test-kv"):
             Store(pool_path, LAYOUT, host_id=0)
+
+
+def test_streaming_store_puts_round_trip(pool_path):
+    s = open_store(pool_path, nt_stores=True)
+    keys = block_hashes(list(range(32)))
+    src, se = engine()
+    for b, k in enumerate(keys):
+        write_block(src, b, k)
+    assert s.put(keys, se, [0, 1]) == 2
+    dst, de = engine()
+    assert s.get(keys, de, [1, 0]) == 2
+    assert torch.equal(read_block(dst, 1), content(keys[0]))
+    assert torch.equal(read_block(dst, 0), content(keys[1]))

@@ -96,7 +96,8 @@ class Store:
     def __init__(self, pool: Any, layout: BlockLayout, *, namespace: str = "default",
                  checksum: bool = False, capacity_bytes: int | None = None,
                  create: bool = False, size: int = 0, host_id: int | None = None,
-                 coherence: str = "host", max_hosts: int = 0, lease_timeout_ms: int = 0) -> None:
+                 coherence: str = "host", max_hosts: int = 0, lease_timeout_ms: int = 0,
+                 nt_stores: bool = False) -> None:
         if not isinstance(layout, BlockLayout):
             raise TypeError("layout: expected a BlockLayout")
         if not isinstance(namespace, str) or not namespace:
@@ -107,6 +108,9 @@ class Store:
         self.layout = layout
         self.namespace = namespace
         self.checksum = bool(checksum)
+        # streaming stores on put: blocks are written once and read by others; slower than
+        # plain copies on the machine measured so far (docs/kv.md), hence off by default
+        self.nt_stores = bool(nt_stores)
         self.capacity_bytes = capacity_bytes
         self._pool = _open_pool(pool, create=create, size=size, host_id=host_id,
                                 coherence=coherence, max_hosts=max_hosts,
@@ -158,7 +162,8 @@ class Store:
     def put(self, keys: Sequence[bytes], source: EngineTensors, block_ids: Sequence[int]) -> int:
         """Store source's blocks block_ids[i] under keys[i]; returns how many were new."""
         names, ids = self._check(keys, source, block_ids)
-        flags = _native.KV_CHECKSUM if self.checksum else 0
+        flags = (_native.KV_CHECKSUM if self.checksum else 0) | (
+            _native.KV_NT if self.nt_stores else 0)
         if self.capacity_bytes is not None:
             self._make_room(len(names) * self.block_bytes, budget=True)
         todo = list(range(len(names)))
