@@ -33,8 +33,13 @@ step_packages() {
 step_kernel() {
     done_ kernel && return
     local name deb
-    name=$(apt-cache search --names-only '^linux-image-6\.12\.[0-9.]+\+deb[0-9]+-amd64-unsigned$' \
-        | awk '{print $1}' | sort -V | tail -n1)
+    newest() {
+        apt-cache search --names-only '^linux-image-6\.12\.[0-9.]+\+deb[0-9]+-amd64-unsigned$' \
+            | awk '{print $1}' | sort -V | tail -n1
+    }
+    name=$(newest)
+    # Images ship with empty apt lists; the security archive keeps only the newest 6.12.
+    [ -n "$name" ] || { apt-get update -qq; name=$(newest); }
     [ -n "$name" ] || { log "no linux-image-6.12*-amd64-unsigned in the apt lists"; exit 1; }
     log "guest kernel: $name"
     rm -rf "$WORK/kernel" "$WORK/debs/kernel"

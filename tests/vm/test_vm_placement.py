@@ -16,6 +16,28 @@ MiB = 1 << 20
 PAGE = 4096
 
 
+THP = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+def _thp_mode() -> str:
+    text = open(THP).read()
+    return text[text.index("[") + 1:text.index("]")]
+
+
+@pytest.fixture(autouse=True)
+def base_pages():
+    """Debian's kernel defaults to THP=always: an interleaved range then faults in whole 2 MiB
+    folios, one node per folio, while the policies' intent counts 4 KiB pages. These tests
+    check the per-page intent, so they run with THP=madvise (the host's setting here); the
+    THP=always behaviour has its own test below."""
+    before = _thp_mode()
+    with open(THP, "w") as f:
+        f.write("madvise")
+    yield
+    with open(THP, "w") as f:
+        f.write(before)
+
+
 @pytest.fixture
 def kernel_weights_3_1():
     before = topology.weighted_interleave_weights()
@@ -60,6 +82,19 @@ def test_weighted_with_other_kernel_weights_raises_WeightMismatchError():
 
 
 @pytest.mark.topology("numa")
+@pytest.mark.xfail(strict=True, reason=(
+    "known defect, reported to the lead: with THP=always the kernel interleaves 2 MiB folios, "
+    "so 4 MiB under weighted 3:1 lands as whole folios (e.g. 1024/0 pages) and audit() "
+    "reports the miss; alloc() should madvise(MADV_NOHUGEPAGE) interleaved ranges"))
+def test_weighted_3_to_1_holds_with_thp_always_too(kernel_weights_3_1):
+    with open(THP, "w") as f:
+        f.write("always")
+    # 4 MiB = two folios: whichever nodes they land on, never 768/256 pages
+    with cxlkit.alloc(4 * MiB, policy.weighted({0: 3, 1: 1})) as buf:
+        assert buf.audit().ok, buf.audit().problems
+
+
+@pytest.mark.topology("numa")
 def test_stripe_3_to_1_places_whole_chunks_exactly():
     # 8 MiB in 2 MiB chunks, 3 on node 0 then 1 on node 1: exactly 1536 / 512 pages.
     with cxlkit.alloc(8 * MiB, policy.stripe([0, 1], [3, 1])) as buf:
@@ -91,13 +126,14 @@ def test_cxlkit_run_bind_1_then_audit_shows_the_programs_anon_pages_on_node1():
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert run.stdout.readline().strip() == "ready"
-        out = subprocess.run(["cxlkit", "audit", str(run.pid), "--json"], check=True,
-                             capture_output=True, text=True).stdout
+        audit = subprocess.run(["cxlkit", "audit", str(run.pid), "--json"],
+                               capture_output=True, text=True)
     finally:
         run.stdin.close()
         run.wait(timeout=60)
     assert run.returncode == 0
-    doc = json.loads(out)
+    assert audit.returncode == 0, audit.stderr
+    doc = json.loads(audit.stdout)
     assert doc["pid"] == run.pid
     anon = [m for m in doc["mappings"] if not m["kind"].startswith("file:")]
     assert anon, doc
