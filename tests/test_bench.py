@@ -166,6 +166,8 @@ def test_quick_settings_sweep_sizes_across_the_caches_into_memory():
 def test_run_on_a_node_without_memory_raises_ValueError():
     with pytest.raises(ValueError, match="node 999"):
         BM.run([999], config=tiny())
+    with pytest.raises(ValueError, match="named twice"):
+        BM.run([NODE, NODE], config=tiny())
 
 
 def test_run_returns_a_json_document_with_every_figure():

@@ -78,6 +78,8 @@ def test_bench_memory_json_is_the_document(app):
     (("--load-kind", "sideways"), "loaded_kind"),
     (("--reps", "0"), "reps"),
     (("--nodes", "x"), "nodes 'x'"),
+    (("--threads", "many"), "threads 'many'"),
+    (("--threads", "0"), "thread_counts"),
 ])
 def test_bench_memory_bad_input_exits_2_naming_it(app, args, match):
     r = invoke(app, "bench", "memory", "--quick", *args)

@@ -195,6 +195,8 @@ def run(nodes: Sequence[int] | None = None, *, quick: bool = False,
     cfg = config or settings(quick)
     facts = {f.node: f for f in M.nodes()}
     chosen = list(facts) if nodes is None else list(nodes)
+    if len(set(chosen)) != len(chosen):
+        raise ValueError(f"nodes {chosen}: a node is named twice")
     for n in chosen:
         if n not in facts:
             raise ValueError(f"node {n} has no memory on this machine (nodes with memory: "
@@ -296,7 +298,7 @@ def _plan_node(plan: _Plan, stack: ExitStack, cfg: Settings, n: int, cpus: list[
             entry["loaded_latency"] = loaded_latency(
                 chase, gen, chase_cpu=chase_cpu, gen_cpus=cpus[1:], kind=cfg.loaded_kind,
                 fractions=cfg.loaded_fractions, window_s=cfg.loaded_window_s,
-                reps=max(1, cfg.reps // 2), idle_ns=idle_ns)
+                reps=cfg.reps, idle_ns=idle_ns)
         entry["loaded_latency_buffer_bytes"] = cfg.matrix_latency_bytes
     plan.add(f"node {n}: loaded latency", loaded)
 

@@ -29,6 +29,18 @@ def _nodes(spec: Optional[str]) -> Optional[list[int]]:
     return None if spec is None else parse_nodes(spec)
 
 
+def _threads(spec: str) -> tuple[int, ...]:
+    from ..topology import parse_cpulist
+
+    try:
+        counts = tuple(parse_cpulist(spec))
+    except ValueError:
+        counts = ()
+    if not counts:
+        raise ValueError(f"threads {spec!r}: expected counts like 1,2,4 or 1-8")
+    return counts
+
+
 def _run_with_bar(con: Console, quiet: bool, fn):
     """fn(progress_callback) under a rich progress bar (none when quiet)."""
     if quiet:
@@ -160,7 +172,7 @@ def memory_cmd(
     try:
         over: dict = {"hugepages": hugepages, "loaded_kind": load_kind}
         if threads is not None:
-            over["thread_counts"] = tuple(_nodes(threads) or ())
+            over["thread_counts"] = _threads(threads)
         if reps is not None:
             over["reps"] = reps
         cfg = BM.settings(quick, **over)
