@@ -109,9 +109,8 @@ Coeffs coeffs_of(const cxk_adam_hparams *h) {
     const double bc1 = bias ? 1.0 - std::pow(h->beta1, step) : 1.0;
     const double bc2 = bias ? 1.0 - std::pow(h->beta2, step) : 1.0;
     c.scale = float(h->grad_scale);
-    c.neg_step = float(-(h->lr / bc1));
-    c.bc2_sqrt = float(std::sqrt(bc2));
-    c.eps = float(h->eps);
+    c.neg_step = float(-(h->lr * std::sqrt(bc2) / bc1));
+    c.eps = float(h->eps * std::sqrt(bc2));
     c.omb1 = float(1.0 - h->beta1);
     c.b2 = float(h->beta2);
     c.omb2 = float(1.0 - h->beta2);

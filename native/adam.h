@@ -9,9 +9,8 @@ namespace cxk::adam {
 // Per-step constants, fp32 as the kernels use them (derived in double in adam.cpp).
 struct Coeffs {
     float scale;       // grad_scale
-    float neg_step;    // -lr / bc1
-    float bc2_sqrt;    // sqrt(1 - beta2^step)
-    float eps;
+    float neg_step;    // -lr * sqrt(bc2) / bc1, bc = 1 - beta^step
+    float eps;         // eps * sqrt(bc2)
     float omb1;        // 1 - beta1
     float b2, omb2;    // beta2, 1 - beta2
     float wd;          // L2 weight decay added to the gradient (0 when decoupled)
@@ -35,7 +34,10 @@ void step_avx2(const Coeffs &c, const Span &s);    // pre: AVX2 + F16C
 void step_avx512(const Coeffs &c, const Span &s);  // pre: AVX-512F
 
 // The recipe in scalar form; every SIMD variant performs these operations in this order
-// (no FMA), so their results are bitwise those of step_scalar.
+// (no FMA), so their results are bitwise those of step_scalar. torch divides by
+// sqrt(v)/sqrt(bc2) + eps; multiplying numerator and denominator by sqrt(bc2) (folded into
+// neg_step and eps) saves a division per element, which is what bounds the kernel when
+// memory is fast, at the cost of a few ulp against torch.
 inline void element(const Coeffs &c, float gin, float &p, float &m, float &v) {
     float g = gin * c.scale;
     if (c.maximize) g = -g;
@@ -43,7 +45,7 @@ inline void element(const Coeffs &c, float gin, float &p, float &m, float &v) {
     if (c.decoupled) p = p * c.decay;
     m = m + c.omb1 * (g - m);
     v = c.b2 * v + c.omb2 * (g * g);
-    float d = __builtin_sqrtf(v) / c.bc2_sqrt + c.eps;
+    float d = __builtin_sqrtf(v) + c.eps;
     p = p + (c.neg_step * m) / d;
 }
 

@@ -20,12 +20,12 @@ inline bool aligned_to(const void *p, uintptr_t a) { return (uintptr_t(p) & (a -
 template <class V, int GDT, int CDT>
 struct Loop {
     using F = typename V::F;
-    F scale, neg_step, bc2, eps, omb1, b2, omb2, wd, decay;
+    F scale, neg_step, eps, omb1, b2, omb2, wd, decay;
     bool maximize, l2, decoupled;
 
     explicit Loop(const Coeffs &c)
-        : scale(V::set1(c.scale)), neg_step(V::set1(c.neg_step)), bc2(V::set1(c.bc2_sqrt)),
-          eps(V::set1(c.eps)), omb1(V::set1(c.omb1)), b2(V::set1(c.b2)),
+        : scale(V::set1(c.scale)), neg_step(V::set1(c.neg_step)), eps(V::set1(c.eps)),
+          omb1(V::set1(c.omb1)), b2(V::set1(c.b2)),
           omb2(V::set1(c.omb2)), wd(V::set1(c.wd)), decay(V::set1(c.decay)),
           maximize(c.maximize), l2(c.l2), decoupled(c.decoupled) {}
 
@@ -41,7 +41,7 @@ struct Loop {
         mv = V::add(mv, V::mul(omb1, V::sub(gv, mv)));
         F vv = V::load(v + i);
         vv = V::add(V::mul(b2, vv), V::mul(omb2, V::mul(gv, gv)));
-        F d = V::add(V::div(V::sqrt(vv), bc2), eps);
+        F d = V::add(V::sqrt(vv), eps);
         pv = V::add(pv, V::div(V::mul(neg_step, mv), d));
         V::template store<NTP>(p + i, pv);
         V::template store<NTP>(m + i, mv);
