@@ -161,6 +161,16 @@ def step_tensors(tensors: Sequence[AdamTensor], config: AdamConfig, step: int, *
                       team._team if team is not None else None)
 
 
+def step_raw(tensors: Sequence[tuple], config: AdamConfig, step: int, *,
+             grad_scale: float = 1.0, team: AdamTeam | None = None) -> None:
+    """step_tensors for callers that keep the kernel's tuples themselves, (param, exp_avg,
+    exp_avg_sq, grad, grad code, copy or None, copy code) with codes from DTYPES (-1: no
+    copy), to spare the per-tensor checks of AdamTensor on every step. The native layer
+    still checks sizes, element widths and contiguity."""
+    _native.adam_step(config._native(step, grad_scale), list(tensors),
+                      team._team if team is not None else None)
+
+
 def adam_step(param: Any, exp_avg: Any, exp_avg_sq: Any, grad: Any, *, step: int,
               lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
               weight_decay: float = 1e-2, decoupled: bool = True, maximize: bool = False,
