@@ -212,6 +212,13 @@ struct cxk_bench_bw {
  * multiple of 64 and >= 64*nthreads; otherwise -EINVAL. */
 CXK_API int cxk_bench_bandwidth(void *dst, const void *src, size_t nbytes,
                                 const struct cxk_bench_bw *opts, double *bytes_per_s);
+/* cxk_bench_bandwidth, and (cpu_bytes_per_s not NULL) per repetition the sum over threads
+ * of bytes / that thread's on-CPU time: what the team would reach had no other task shared
+ * its CPUs (an estimate — threads descheduled at different times overlap less than it
+ * assumes). Equal to bytes_per_s on an idle machine. */
+CXK_API int cxk_bench_bandwidth_ex(void *dst, const void *src, size_t nbytes,
+                                   const struct cxk_bench_bw *opts, double *bytes_per_s,
+                                   double *cpu_bytes_per_s);
 
 struct cxk_bench_loaded {
     int32_t chase_cpu;        /* CPU of the latency thread (< 0: unpinned) */

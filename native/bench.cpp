@@ -326,6 +326,12 @@ int cxk_bench_chase(const void *buf, uint64_t nloads, int cpu, double *ns_per_lo
 
 int cxk_bench_bandwidth(void *dst, const void *src, size_t nbytes, const struct cxk_bench_bw *o,
                         double *bytes_per_s) {
+    return cxk_bench_bandwidth_ex(dst, src, nbytes, o, bytes_per_s, nullptr);
+}
+
+int cxk_bench_bandwidth_ex(void *dst, const void *src, size_t nbytes,
+                           const struct cxk_bench_bw *o, double *bytes_per_s,
+                           double *cpu_bytes_per_s) {
     if (!dst || !o || !bytes_per_s || !valid_kind(o->kind) || o->nthreads == 0 ||
         o->nthreads > CXK_BENCH_MAX_THREADS || o->reps == 0 || o->passes == 0 ||
         (uintptr_t(dst) & 63) || (nbytes & 63) || nbytes < 64ull * o->nthreads)
@@ -334,10 +340,11 @@ int cxk_bench_bandwidth(void *dst, const void *src, size_t nbytes, const struct 
     if (int e = check_cpus(o->cpus, o->ncpus)) return e;
     const uint32_t nt = o->nthreads, reps = o->reps + 1;  // repetition 0 warms up
     const size_t lines = nbytes / 64;
-    std::vector<uint64_t> start, end;
+    std::vector<uint64_t> start, end, oncpu;  // [thread * reps + rep]
     try {
         start.assign(size_t(nt) * reps, 0);
         end.assign(size_t(nt) * reps, 0);
+        oncpu.assign(size_t(nt) * reps, 0);
     } catch (const std::bad_alloc &) {
         return -ENOMEM;
     }
@@ -350,8 +357,10 @@ int cxk_bench_bandwidth(void *dst, const void *src, size_t nbytes, const struct 
         for (uint32_t r = 0; r < reps; ++r) {
             bar.wait();
             start[size_t(t) * reps + r] = now_ns();
+            const uint64_t c0 = thread_cpu_ns();
             size_t b = 0;
             for (uint32_t p = 0; p < o->passes; ++p) b += sweep(o->kind, d, s, hi - lo);
+            oncpu[size_t(t) * reps + r] = thread_cpu_ns() - c0;
             end[size_t(t) * reps + r] = now_ns();
             if (r == 1) moved[t] = b;
         }
@@ -366,6 +375,12 @@ int cxk_bench_bandwidth(void *dst, const void *src, size_t nbytes, const struct 
             t1 = std::max(t1, end[size_t(t) * reps + r]);
         }
         bytes_per_s[r - 1] = double(total) * 1e9 / double(t1 > t0 ? t1 - t0 : 1);
+        if (cpu_bytes_per_s) {
+            double sum = 0;
+            for (uint32_t t = 0; t < nt; ++t)
+                sum += double(moved[t]) * 1e9 / double(std::max<uint64_t>(oncpu[size_t(t) * reps + r], 1));
+            cpu_bytes_per_s[r - 1] = sum;
+        }
     }
     return 0;
 }

@@ -82,15 +82,16 @@ CXK_BIND(bench) {
         if (s && s->size() < d.size()) throw nb::value_error("source buffer is smaller than dst");
         cxk_bench_bw o{kind, nthreads, cpus.empty() ? nullptr : cpus.data(),
                        uint32_t(cpus.size()), reps, passes};
-        std::vector<double> out(reps ? reps : 1);
+        std::vector<double> out(reps ? reps : 1), oncpu(reps ? reps : 1);
         size_t n = d.size() / 64 * 64;
         int r;
         {
             nb::gil_scoped_release unlock;
-            r = cxk_bench_bandwidth(d.data(), s ? s->data() : nullptr, n, &o, out.data());
+            r = cxk_bench_bandwidth_ex(d.data(), s ? s->data() : nullptr, n, &o, out.data(),
+                                       oncpu.data());
         }
         check(r, "bandwidth run");
-        return out;
+        return std::make_tuple(out, oncpu);
     }, nb::arg("dst"), nb::arg("src").none(), nb::arg("kind"), nb::arg("nthreads"), nb::arg("cpus"),
        nb::arg("reps"), nb::arg("passes"));
 

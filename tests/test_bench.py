@@ -182,6 +182,7 @@ def test_run_returns_a_json_document_with_every_figure():
     assert e["placement_ok"] is True
     for k in BM.KINDS:
         assert [p["threads"] for p in e["bandwidth"][k]] == BM.thread_sweep(len(CPUS))
+        assert all(p["oncpu_gbps"] > 0 for p in e["bandwidth"][k])
         assert e["peak_gbps"][k] == max(p["gbps"] for p in e["bandwidth"][k]) > 0
     ref = doc["figures"]["reference"][str(NODE)]
     assert ref["numpy_copy_gbps"] > 0 and ref["copy_1thread_gbps"] > 0

@@ -45,6 +45,8 @@ def plot_memory(doc: dict, outdir: str | Path, prefix: str = "memory") -> list[P
     ax.legend()
     written.append(_save(fig, out / f"{prefix}_latency.png"))
 
+    from matplotlib.ticker import MaxNLocator
+
     fig = _figure(9, 4.5)
     kinds = ("read", "write", "copy", "nt_write")
     axes = fig.subplots(1, len(kinds), sharey=True)
@@ -56,6 +58,7 @@ def plot_memory(doc: dict, outdir: str | Path, prefix: str = "memory") -> list[P
                         label=f"node {n}")
         ax.set_title(k, fontsize=9)
         ax.set_xlabel("threads")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel("GB/s")
     axes[0].legend()

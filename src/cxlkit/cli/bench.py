@@ -101,7 +101,7 @@ def memory_tables(con: Console, doc: dict) -> None:
         for p in e["latency"]:
             t.add_row(_size(p["bytes"]), _f(p["ns"]))
         con.print(t)
-        t = Table(title=f"node {n}: bandwidth (GB/s, median) by threads")
+        t = Table(title=f"node {n}: bandwidth GB/s by threads, median (on-CPU estimate)")
         t.add_column("threads", justify="right")
         for k in KINDS:
             t.add_column(k, justify="right")
@@ -109,8 +109,9 @@ def memory_tables(con: Console, doc: dict) -> None:
         for c in counts:
             row = [str(c)]
             for k in KINDS:
-                v = next((p["gbps"] for p in e["bandwidth"][k] if p["threads"] == c), None)
-                row.append(_f(v))
+                p = next((p for p in e["bandwidth"][k] if p["threads"] == c), None)
+                row.append("-" if p is None else
+                           f"{p['gbps']:.1f} ({_f(p.get('oncpu_gbps'))})")
             t.add_row(*row)
         con.print(t)
         if e.get("loaded_latency"):
