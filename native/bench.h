@@ -1,4 +1,4 @@
-// bench.h — private to bench.cpp and its C test: the pieces of the benchmark kernels that
+// bench.h — private to bench.cpp: the pieces of the benchmark kernels that
 // are worth naming on their own (thread pinning, the per-kind sweep of one range).
 #pragma once
 #include <cstddef>
@@ -6,7 +6,7 @@
 
 namespace cxk::bench {
 
-// Pin the calling thread to one CPU (sched_setaffinity on the thread id); cpu < 0 leaves
+// Pin the calling thread to one CPU (sched_setaffinity with pid 0); cpu < 0 leaves
 // it as it is. Returns 0 or -errno.
 int pin_self(int cpu) noexcept;
 
