@@ -376,10 +376,12 @@ def run_tests(topologies: Sequence[str], pytest_args: Sequence[str], timeout: fl
             rc, out = RC_NO_REPORT, f"[rig] {type(e).__name__}: {e}"
         wall = time.monotonic() - t0
         print(f"\n##### topology {topo}: rc {rc}, {wall:.1f} s\n{out}", flush=True)
-        summary = [ln for ln in out.splitlines() if " passed" in ln or " failed" in ln
-                   or " error" in ln]
+        # pytest's last line per guest ("3 passed, 29 deselected in 18.66s"); two per two-hosts
+        summary = [ln.strip("= ") for ln in out.splitlines()
+                   if ln.rstrip("= ").endswith("s") and " in " in ln
+                   and any(w in ln for w in (" passed", " failed", " error", " skipped"))]
         results.append({"topology": topo, "rc": rc, "wall_s": round(wall, 1),
-                        "summary": summary[-1].strip("= ") if summary else ""})
+                        "summary": " | ".join(summary)})
     return results
 
 
