@@ -384,3 +384,22 @@ def test_run_demo_trains_and_audits_every_class():
                  "kernel:"):
         assert text in out
     assert "no:" not in out  # every audit row says yes
+
+
+def test_auto_team_starts_threads_only_for_large_models(monkeypatch):
+    import cxlkit.integrations.torch as T
+
+    m1, m2 = mlp(), mlp()
+    x, y = data()
+    small = TieredAdamW(m1.parameters(), lr=1e-2)
+    train(m1, small, 2, x, y)  # the team is decided at the first step
+    monkeypatch.setattr(T, "AUTO_TEAM_PARAMS", 10)
+    big = TieredAdamW(m2.parameters(), lr=1e-2)
+    train(m2, big, 2, x, y)
+    assert small._team is None
+    assert big._team is not None and big._team.threads >= 1
+    for a, b in zip(m1.parameters(), m2.parameters()):
+        assert torch.equal(a, b)  # a team gives the calling thread's bits
+    big.close()
+    with pytest.raises(ValueError, match="team 'many'"):
+        TieredAdamW(mlp().parameters(), team="many")

@@ -20,6 +20,7 @@ from ..train.plan import BudgetExceeded, TrainPlan
 log = logging.getLogger("cxlkit")
 
 _SUPPORTED = (torch.float32, torch.bfloat16, torch.float16)
+AUTO_TEAM_PARAMS = 1 << 20  # team="auto" starts threads from this many params on
 _CODES = {torch.float32: A.DTYPES["float32"], torch.bfloat16: A.DTYPES["bfloat16"],
           torch.float16: A.DTYPES["float16"]}
 
@@ -41,14 +42,16 @@ class TieredAdamW(torch.optim.Optimizer):
     fp32, bf16 or fp16 (the model's dtype); the kernel upcasts them and writes the updated
     params back in the model's dtype in the same pass. place_grads / place_params also put the
     model's grads (bf16_grads) and CPU params (bf16_params) in placed buffers. team: an
-    AdamTeam, a thread count, {node: threads}, or None (the calling thread only).
+    AdamTeam, a thread count, {node: threads}, None (the calling thread only) or "auto": a
+    team on every memory node (AdamTeam()) once the params reach AUTO_TEAM_PARAMS, the
+    calling thread below that, where waking threads costs more than they save.
     step(grad_scale=s) multiplies every gradient by s first (unscaling, clipping)."""
 
     def __init__(self, params: Iterable[Any], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 1e-2, *, maximize: bool = False, decoupled: bool = True,
                  plan: TrainPlan | None = None, policy: P.Policy | None = None,
-                 team: A.AdamTeam | int | Mapping[int, int] | None = None,
+                 team: A.AdamTeam | int | Mapping[int, int] | str | None = "auto",
                  place_grads: bool = False, place_params: bool = False,
                  simd: str | None = None, nt_state: bool = False, nt_copy: bool = False) -> None:
         A.AdamConfig(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, simd=simd)
@@ -66,9 +69,12 @@ class TieredAdamW(torch.optim.Optimizer):
         self._views: dict[int, tuple[Any, Any, Any]] = {}  # id(param) -> numpy (master, m, v)
         self._grad_views: dict[int, torch.Tensor] = {}
         self._copies: dict[int, tuple[int, Any]] = {}  # id(param) -> (data_ptr, numpy view)
-        if isinstance(team, A.AdamTeam) or team is None:
-            self._team = team
-        else:
+        if isinstance(team, str) and team != "auto":
+            raise ValueError(f"team {team!r}: expected an AdamTeam, a thread count, "
+                             "{node: threads}, 'auto' or None")
+        self._team_spec = team
+        self._team: A.AdamTeam | None = team if isinstance(team, A.AdamTeam) else None
+        if team is not None and not isinstance(team, (A.AdamTeam, str)):
             self._team = A.AdamTeam(team)
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                         maximize=maximize, decoupled=decoupled)
@@ -193,11 +199,18 @@ class TieredAdamW(torch.optim.Optimizer):
                 mst, m, v = self._views[id(p)]
                 by_step.setdefault(int(st["step"].item()), []).append(
                     (mst, m, v, _np(g.detach()), _CODES[g.dtype], copy, _CODES[p.dtype]))
+            team = self._auto_team()
             for s, args in by_step.items():
-                A.step_raw(args, cfg, s, grad_scale=grad_scale, team=self._team)
+                A.step_raw(args, cfg, s, grad_scale=grad_scale, team=team)
             for p, staged in back:
                 p.copy_(staged)
         return loss
+
+    def _auto_team(self) -> A.AdamTeam | None:
+        if self._team is None and self._team_spec == "auto" and sum(
+                p.numel() for g in self.param_groups for p in g["params"]) >= AUTO_TEAM_PARAMS:
+            self._team = A.AdamTeam()
+        return self._team
 
     def _copy_view(self, p: torch.Tensor) -> Any:
         # numpy views cross into the kernel four times faster than DLPack; cached per param
@@ -250,6 +263,8 @@ class TieredAdamW(torch.optim.Optimizer):
         """Release the team's threads (buffers go with the optimizer)."""
         if self._team is not None:
             self._team.close()
+            self._team = None
+            self._team_spec = None
 
 
 # ---- activation offload ----
