@@ -84,7 +84,7 @@ def copy_bandwidth(footprint: int, threads: int, reps: int) -> dict[str, float]:
     return out
 
 
-def bench_cxlkit(n: int, threads: int, reps: int, simd: str | None, nt: bool) -> dict[str, float]:
+def bench_cxlkit(n: int, threads: int, reps: int, simd: str | None, nt: str) -> dict[str, float]:
     import torch
 
     import cxlkit
@@ -99,7 +99,8 @@ def bench_cxlkit(n: int, threads: int, reps: int, simd: str | None, nt: bool) ->
     v[:] = 0.0
     g[:] = np.float32(0.01)
     g16[:] = torch.from_numpy(g).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
-    cfg = A.AdamConfig(simd=simd, nt_state=nt, nt_copy=nt)
+    cfg = A.AdamConfig(simd=simd, nt_state=nt in ("state", "both"),
+                       nt_copy=nt in ("copy", "both"))
     out = {}
     with A.AdamTeam(threads) as team:
         for name, (gdt, cdt) in VARIANTS.items():
@@ -185,7 +186,8 @@ def main() -> None:
     ap.add_argument("--threads", default="1,2", help="thread counts")
     ap.add_argument("--reps", type=int, default=5, help="timed steps per figure (median)")
     ap.add_argument("--simd", default=None, help="force a level: scalar, avx2, avx512")
-    ap.add_argument("--nt", action="store_true", help="non-temporal stores for state and copy")
+    ap.add_argument("--nt", choices=("none", "state", "copy", "both"), default="none",
+                    help="non-temporal stores for the state, the copy, or both")
     ap.add_argument("--no-torch", action="store_true", help="skip torch.optim.AdamW(fused)")
     ap.add_argument("--deepspeed-path", default=None,
                     help="a directory holding deepspeed (prepended to PYTHONPATH of the child)")
