@@ -58,7 +58,7 @@ struct PoolHandle {
             p = nullptr;
             check(r, label);
         }
-        host_id = s.host_id;
+        this->host_id = s.host_id;
     }
     ~PoolHandle();
     cxk_pool *get() const {
@@ -267,6 +267,7 @@ CXK_BIND(pool) {
             d["max_objects"] = s.max_objects;
             d["align"] = s.align;
             d["lease_timeout_ns"] = s.lease_timeout_ns;
+            d["data_offset"] = s.data_off;
             d["version"] = s.version;
             d["max_hosts"] = s.max_hosts;
             d["host_id"] = s.host_id;
@@ -352,6 +353,7 @@ CXK_BIND(pool) {
             d["blocks_free"] = f.blocks_free;
             d["bytes_used"] = f.bytes_used;
             d["bytes_free"] = f.bytes_free;
+            d["largest_free"] = f.largest_free;
             d["reclaimed_objects"] = f.reclaimed_objects;
             d["reclaimed_bytes"] = f.reclaimed_bytes;
             d["repaired_entries"] = f.repaired_entries;

@@ -913,6 +913,7 @@ int cxk_pool_stat(cxk_pool *p, struct cxk_pool_stat *st_) {
     st_->max_objects = g.max_objects;
     st_->align = p->align;
     st_->lease_timeout_ns = g.lease_timeout_ns;
+    st_->data_off = g.data_off;
     st_->version = g.version;
     st_->max_hosts = g.max_hosts;
     st_->host_id = p->host;
@@ -1269,7 +1270,11 @@ int cxk_pool_fsck(cxk_pool *p, unsigned flags, struct cxk_fsck_report *r) {
         for (const auto &b : blocks) {
             ObjHeader *o = hdr(p, b.off);
             switch (b.state) {
-                case kFree: r->blocks_free++; r->bytes_free += o->block_bytes; break;
+                case kFree:
+                    r->blocks_free++;
+                    r->bytes_free += o->block_bytes;
+                    r->largest_free = std::max<uint64_t>(r->largest_free, o->block_bytes);
+                    break;
                 case kCreating: r->objects_creating++; break;
                 case kLive: r->objects_live++; break;
                 case kDead: r->objects_dead++; break;

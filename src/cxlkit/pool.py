@@ -182,6 +182,7 @@ class PoolStat:
     align: int
     nbackings: int
     lease_timeout_s: float
+    data_offset: int       # host h's partition: [data_offset + h*partition_bytes, +partition_bytes)
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,7 @@ class FsckReport:
     blocks_free: int
     bytes_used: int
     bytes_free: int
+    largest_free: int      # largest free block (header included) of any host
     reclaimed_objects: int
     reclaimed_bytes: int
     repaired_entries: int
@@ -454,7 +456,7 @@ class Pool:
             partition_bytes=d["partition_bytes"], used_bytes=d["used_bytes"],
             free_bytes=d["free_bytes"], objects=d["objects"], objects_host=d["objects_host"],
             max_objects=d["max_objects"], align=d["align"], nbackings=d["nbackings"],
-            lease_timeout_s=d["lease_timeout_ns"] / 1e9)
+            lease_timeout_s=d["lease_timeout_ns"] / 1e9, data_offset=d["data_offset"])
 
     def fsck(self, *, repair: bool = True) -> FsckReport:
         """Check every host's part; with repair, rebuild this host's part first (reclaim

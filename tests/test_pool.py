@@ -1,0 +1,463 @@
+"""The pool through cxlkit.Pool: objects and views, typed errors for bad input, fault
+injection on open, backings (file, memfd, striped, NUMA-bound), and several processes with
+different host ids sharing one pool file (synchronised by barriers)."""
+from __future__ import annotations
+
+import errno
+import hashlib
+import multiprocessing as mp
+import os
+import struct
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cxlkit
+from cxlkit import _native, pool as poolmod
+from cxlkit.testing import inject_fault
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def path():
+    p = Path(f"/dev/shm/cxlkit-test-{uuid.uuid4().hex[:12]}")
+    yield str(p)
+    for q in p.parent.glob(p.name + "*"):
+        q.unlink()
+
+
+def digest(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+# ---- objects --------------------------------------------------------------------------
+
+def test_create_publish_open_read_roundtrip(path):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0) as pool:
+        obj = pool.create("weights", 4096)
+        a = obj.numpy(np.float32)
+        a[:] = np.arange(1024, dtype=np.float32)
+        del a  # a view pins the object open
+        obj.publish(checksum=True)
+        with pool.open("weights") as r:
+            assert r.offset == obj.offset and r.offset % 64 == 0
+            assert not r.writable
+            np.testing.assert_array_equal(r.numpy(np.float32), np.arange(1024, dtype=np.float32))
+            assert r.read(4, 4) == struct.pack("f", 1.0)
+            r.verify()
+            assert r.valid()
+        obj.close()
+        info = pool.info("weights")
+        assert (info.nbytes, info.host, info.state) == (4096, 0, "live")
+        assert info.checksum is not None
+
+
+def test_create_with_data_publishes_with_checksum(path):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0) as pool:
+        pool.create("blob", data=b"abc" * 100).close()
+        with pool.open("blob") as r:
+            assert r.read() == b"abc" * 100
+            r.verify()
+
+
+def test_torch_view_is_zero_copy(path):
+    torch = pytest.importorskip("torch")
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0) as pool:
+        with pool.create("t", 64 * 4, publish=True) as obj:
+            t = obj.torch(torch.float32, (8, 8))
+            t.fill_(2.5)
+            assert obj.numpy(np.float32)[63] == 2.5
+            del t
+
+
+def test_memoryview_blocks_close_until_released(path):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0) as pool:
+        obj = pool.create("v", 128, publish=True)
+        mv = memoryview(obj)
+        with pytest.raises(BufferError, match="views"):
+            obj.close()
+        with pytest.raises(BufferError, match="views"):
+            pool.close()
+        mv.release()
+        obj.close()
+        assert obj.closed
+        with pytest.raises(ValueError, match="closed"):
+            obj.valid()
+
+
+def test_open_unpublished_raises_ObjectNotPublished(path):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0) as pool:
+        pool.create("draft", 100)
+        with pytest.raises(cxlkit.ObjectNotPublished):
+            pool.open("draft")
+        assert "draft" in pool
+        assert pool.info("draft").state == "creating"
+
+
+def test_create_same_name_twice_raises_FileExistsError(path):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0) as pool:
+        pool.create("x", 10, publish=True)
+        with pytest.raises(FileExistsError) as ei:
+            pool.create("x", 10)
+        assert "x" in str(ei.value)
+
+
+def test_unknown_name_raises_KeyError_naming_it(path):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0) as pool:
+        for op in (pool.open, pool.destroy, pool.info):
+            with pytest.raises(KeyError, match="ghost"):
+                op("ghost")
+        assert "ghost" not in pool
+
+
+def test_bad_names_and_sizes_raise_before_native(path):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0) as pool:
+        with pytest.raises(ValueError, match="longer than 255"):
+            pool.create("n" * 256, 10)
+        with pytest.raises(ValueError):
+            pool.create("", 10)
+        with pytest.raises(TypeError):
+            pool.create(b"bytes", 10)
+        with pytest.raises(ValueError, match="> 0"):
+            pool.create("zero", 0)
+        with pytest.raises(TypeError):
+            pool.create("none")
+        with pytest.raises(ValueError, match="does not fit"):
+            pool.create("small", 2, data=b"abc")
+        pool.create("n" * 255, 10).close()  # the longest name is fine
+
+
+def test_pool_full_raises_PoolFullError_naming_pool(path):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0, max_hosts=2) as pool:
+        part = pool.stat().partition_bytes
+        with pytest.raises(cxlkit.PoolFullError) as ei:
+            pool.create("huge", part)
+        assert ei.value.errno == errno.ENOSPC and path in str(ei.value)
+        objs = []
+        with pytest.raises(cxlkit.PoolFullError):
+            for i in range(10_000):
+                objs.append(pool.create(f"o{i}", 64 * 1024))
+        assert 0 < len(objs) < 10_000
+        assert pool.stat().used_bytes + pool.stat().free_bytes == part
+
+
+def test_name_table_full_raises_PoolFullError(path):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0, max_objects=8) as pool:
+        for i in range(8):
+            pool.create(f"n{i}", 64).close()
+        with pytest.raises(cxlkit.PoolFullError):
+            pool.create("n8", 64)
+        pool.destroy("n0")
+        pool.create("n8", 64).close()
+
+
+def test_destroy_with_reader_lease_defers_free(path):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0, max_hosts=2) as a, \
+            cxlkit.Pool(path, host_id=1) as b:
+        a.create("shared", 1000, data=b"z" * 1000).close()
+        r = b.open("shared")
+        with pytest.raises(PermissionError, match="shared"):
+            b.destroy("shared")  # only the owner host destroys
+        used = a.stat().used_bytes
+        a.destroy("shared")
+        assert a.stat().used_bytes == used  # the reader still holds it
+        assert not r.valid()
+        with pytest.raises(cxlkit.StaleObjectError):
+            r.read()
+        r.close()
+        rep = a.fsck()
+        assert rep.clean and rep.objects_dead == 0 and a.stat().used_bytes == 0
+
+
+def test_writable_open_of_other_hosts_object_raises_PermissionError(path):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0, max_hosts=2) as a, \
+            cxlkit.Pool(path, host_id=1) as b:
+        a.create("mine", 10, publish=True).close()
+        with pytest.raises(PermissionError, match="owned by host 0"):
+            b.open("mine", writable=True)
+        with a.open("mine", writable=True) as w:
+            memoryview(w)[0] = 7
+        assert b.fsck().leases_live == 0
+
+
+def test_list_and_stat_describe_every_host(path):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0, max_hosts=3) as a, \
+            cxlkit.Pool(path, host_id="second") as b:
+        a.create("a1", 10, publish=True).close()
+        b.create("b1", 20, publish=True).close()
+        names = {(o.name, o.host) for o in a.list()}
+        assert names == {("a1", 0), ("b1", b.host_id)}
+        st = b.stat()
+        assert st.objects == 2 and st.objects_host == 1 and st.hosts_active == 2
+        assert st.kind == "file" and st.version == 1 and st.max_hosts == 3
+        assert b.host_id != 0
+
+
+def test_pool_file_mode_is_0600(path):
+    with cxlkit.Pool(path, size=8 * MiB):
+        assert os.stat(path).st_mode & 0o777 == 0o600
+
+
+def test_group_gives_0660_and_the_group(path):
+    with cxlkit.Pool(path, size=8 * MiB, group=os.getgid()):
+        st = os.stat(path)
+        assert st.st_mode & 0o777 == 0o660 and st.st_gid == os.getgid()
+
+
+def test_bare_name_resolves_to_dev_shm():
+    assert poolmod.resolve("kv") == "/dev/shm/cxlkit-kv"
+    assert poolmod.resolve("cxlkit-default") == "/dev/shm/cxlkit-default"
+    assert poolmod.resolve("/tmp/x") == "/tmp/x"
+    assert poolmod.resolve("memfd:m") == "memfd:m"
+
+
+def test_host_id_from_environment(path, monkeypatch):
+    monkeypatch.setenv("CXLKIT_HOST_ID", "2")
+    with cxlkit.Pool(path, size=8 * MiB) as p:
+        assert p.host_id == 2
+    monkeypatch.setenv("CXLKIT_HOST_ID", "node-b")
+    with cxlkit.Pool(path) as p, cxlkit.Pool(path) as q:
+        assert p.host_id == q.host_id  # the same name finds the same slot
+    monkeypatch.delenv("CXLKIT_HOST_ID")
+    with cxlkit.Pool(path) as p:
+        assert p.host_id not in (2,) or p.stat().max_hosts > 2
+
+
+def test_explicit_slot_with_another_hosts_tag_raises(path, monkeypatch):
+    with cxlkit.Pool(path, size=8 * MiB, host_id="alpha") as p:
+        slot = p.host_id
+    monkeypatch.setattr(poolmod, "machine_tag", lambda: "some-other-machine")
+    with pytest.raises(cxlkit.PoolError) as ei:
+        cxlkit.Pool(path, host_id=slot)
+    assert ei.value.errno == errno.EBUSY
+
+
+# ---- opening: bad input never modifies the pool ------------------------------------------
+
+def test_open_missing_pool_raises_FileNotFoundError(path):
+    with pytest.raises(FileNotFoundError) as ei:
+        cxlkit.Pool(path)
+    assert ei.value.filename == path
+
+
+def test_foreign_file_raises_PoolFormatError_and_is_untouched(path):
+    Path(path).write_bytes(b"not a pool" * 1000)
+    before = digest(path)
+    for kw in ({}, {"size": 8 * MiB}):
+        with pytest.raises(cxlkit.PoolFormatError) as ei:
+            cxlkit.Pool(path, **kw)
+        assert path in str(ei.value)
+    assert digest(path) == before
+
+
+def test_corrupt_superblock_raises_PoolCorruptError_and_is_untouched(path):
+    cxlkit.Pool(path, size=8 * MiB).close()
+    with open(path, "r+b") as f:
+        f.seek(40)  # max_hosts, covered by the checksum
+        f.write(b"\x07")
+    before = digest(path)
+    with pytest.raises(cxlkit.PoolCorruptError):
+        cxlkit.Pool(path)
+    assert digest(path) == before
+
+
+def test_wrong_version_raises_PoolVersionError(path):
+    cxlkit.Pool(path, size=8 * MiB).close()
+    with open(path, "r+b") as f:
+        f.seek(8)
+        f.write(struct.pack("<I", 99))
+    before = digest(path)
+    with pytest.raises(cxlkit.PoolVersionError, match="version"):
+        cxlkit.Pool(path)
+    assert digest(path) == before
+
+
+def test_too_small_raises_PoolTooSmallError_and_leaves_no_file(path):
+    with pytest.raises(cxlkit.PoolTooSmallError):
+        cxlkit.Pool(path, size=64 * 1024)
+    assert not os.path.exists(path)
+    assert not list(Path(path).parent.glob(Path(path).name + "*"))
+
+
+def test_exclusive_create_of_existing_raises_FileExistsError(path):
+    cxlkit.Pool(path, size=8 * MiB).close()
+    with pytest.raises(FileExistsError):
+        cxlkit.Pool(path, size=8 * MiB, exclusive=True)
+
+
+def test_bad_arguments_raise_before_native(path):
+    with pytest.raises(ValueError, match="coherence"):
+        cxlkit.Pool(path, size=MiB, coherence="maybe")
+    with pytest.raises(ValueError, match="max_hosts"):
+        cxlkit.Pool(path, size=MiB, max_hosts=65)
+    with pytest.raises(ValueError, match="host_id"):
+        cxlkit.Pool(path, size=MiB, host_id=64)
+    with pytest.raises(ValueError, match="size"):
+        cxlkit.Pool(path, size="lots")
+    with pytest.raises(TypeError):
+        cxlkit.Pool(3.5)
+    with pytest.raises(ValueError, match="host_id"):
+        cxlkit.Pool(path, size=MiB, host_id="x" * 40)
+
+
+@pytest.mark.parametrize("syscall", ["open", "ftruncate", "mmap"])
+def test_fault_while_creating_leaves_nothing(path, syscall):
+    with inject_fault(syscall, 1, "ENOMEM"):
+        with pytest.raises(OSError) as ei:
+            cxlkit.Pool(path, size=8 * MiB)
+    assert ei.value.errno == errno.ENOMEM
+    assert not list(Path(path).parent.glob(Path(path).name + "*"))
+
+
+@pytest.mark.parametrize("syscall", ["open", "fstat", "mmap"])
+def test_fault_while_opening_leaves_pool_untouched(path, syscall):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0) as p:
+        p.create("keep", data=b"k" * 100).close()
+    before = digest(path)
+    with inject_fault(syscall, 1, "EIO"):
+        with pytest.raises(OSError) as ei:
+            cxlkit.Pool(path, host_id=1)
+    assert ei.value.errno == errno.EIO and ei.value.filename == path
+    assert digest(path) == before
+    with cxlkit.Pool(path, host_id=1) as p, p.open("keep") as o:
+        assert o.read() == b"k" * 100
+
+
+# ---- backings ---------------------------------------------------------------------------
+
+def test_memfd_pool(path):
+    with cxlkit.Pool("memfd:cxlkit-test", size=8 * MiB, host_id=0) as p:
+        assert p.stat().kind == "memfd"
+        p.create("m", data=b"memfd").close()
+        with p.open("m") as o:
+            assert o.read() == b"memfd"
+
+
+def test_striped_pool_interleaves_2MiB_granules(path):
+    paths = [path + ".s0", path + ".s1"]
+    with cxlkit.Pool(paths, size=16 * MiB, host_id=0, max_hosts=1) as p:
+        st = p.stat()
+        assert st.kind == "striped" and st.nbackings == 2 and st.size == 16 * MiB
+        obj = p.create("wide", 6 * MiB)
+        a = obj.numpy(np.uint8)
+        a[:] = (np.arange(a.size) // MiB).astype(np.uint8) + 1
+        del a
+        obj.publish()
+        obj.close()
+        off = obj.offset
+    # pool granule k lives in backing k % 2 at (k // 2) * 2 MiB
+    files = [Path(q).read_bytes() for q in paths]
+    g = 2 * MiB
+    for pos in (off, off + 3 * MiB, off + 5 * MiB):
+        k = pos // g
+        byte = files[k % 2][(k // 2) * g + pos % g]
+        assert byte == (pos - off) // MiB + 1
+    with cxlkit.Pool(paths) as p, p.open("wide") as o:
+        assert o.numpy(np.uint8)[5 * MiB] == 6
+    with pytest.raises(OSError):
+        cxlkit.Pool(paths[:1])  # the same pool through the wrong backing list
+
+
+def test_numa_bound_pool_pages_are_on_the_node(path):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0, numa_node=0) as p:
+        with p.create("n", MiB, publish=True) as o:
+            per_node, absent = _native.residency_of_buffer(o, 4)
+            assert absent == 0 and per_node[0] == sum(per_node) > 0
+
+
+def test_dax_geometry_reads_sysfs(tmp_path):
+    d = tmp_path / "bus/dax/devices/dax0.0"
+    d.mkdir(parents=True)
+    (d / "size").write_text("4294967296\n")
+    (d / "align").write_text("2097152\n")
+    assert _native.pool_dax_geometry(str(tmp_path), "dax0.0") == (4 << 30, 2 * MiB)
+    (d / "align").unlink()
+    assert _native.pool_dax_geometry(str(tmp_path), "dax0.0")[1] == 2 * MiB  # pre-5.10
+    (d / "align").write_text("3\n")
+    with pytest.raises(OSError):
+        _native.pool_dax_geometry(str(tmp_path), "dax0.0")
+    with pytest.raises(FileNotFoundError):
+        _native.pool_dax_geometry(str(tmp_path), "dax9.9")
+
+
+def test_remove_deletes_pool_file(path):
+    cxlkit.Pool(path, size=8 * MiB).close()
+    poolmod.remove(path)
+    assert not os.path.exists(path)
+    with pytest.raises(FileNotFoundError):
+        poolmod.remove(path)
+    with pytest.raises(ValueError):
+        poolmod.remove("/dev/dax0.0")
+
+
+# ---- several processes, several hosts -------------------------------------------------------
+
+def _host_worker(path, host, nhosts, per_host, barrier, results):
+    try:
+        _host_work(path, host, nhosts, per_host, barrier, results)
+    except BaseException as e:  # let the others leave their barrier instead of hanging
+        barrier.abort()
+        results.put((host, repr(e), 0))
+        raise
+
+
+def _host_work(path, host, nhosts, per_host, barrier, results):
+    pool = cxlkit.Pool(path, host_id=host)
+    ok = 0
+    for k in range(per_host):
+        data = bytes([host * 16 + k % 16]) * (1000 + k)
+        pool.create(f"h{host}-{k}", data=data).close()
+    barrier.wait()
+    for h in range(nhosts):
+        for k in range(per_host):
+            with pool.open(f"h{h}-{k}") as o:
+                assert o.host == h
+                assert o.read() == bytes([h * 16 + k % 16]) * (1000 + k)
+                o.verify()
+                ok += 1
+    barrier.wait()
+    # every host races for the same names: exactly one wins each
+    wins = 0
+    for r in range(20):
+        barrier.wait()
+        try:
+            pool.create(f"race-{r}", 64, publish=True).close()
+            wins += 1
+        except FileExistsError:
+            pass
+    barrier.wait()
+    for k in range(per_host):
+        pool.destroy(f"h{host}-{k}")
+    for r in range(20):
+        try:
+            pool.destroy(f"race-{r}")
+        except (PermissionError, KeyError):  # another host's, or already gone
+            pass
+    barrier.wait()
+    pool.close()
+    results.put((host, ok, wins))
+
+
+def test_hosts_share_one_pool_file_nothing_torn_or_lost(path):
+    nhosts, per_host = 3, 20
+    cxlkit.Pool(path, size=16 * MiB, max_hosts=nhosts, host_id=0).close()
+    ctx = mp.get_context("spawn")
+    barrier, results = ctx.Barrier(nhosts), ctx.Queue()
+    procs = [ctx.Process(target=_host_worker, args=(path, h, nhosts, per_host, barrier, results))
+             for h in range(nhosts)]
+    for p in procs:
+        p.daemon = True
+        p.start()
+    got = [results.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert all(ok == nhosts * per_host for _, ok, _ in got), got
+    assert sum(w for _, _, w in got) == 20  # unique names across hosts
+    with cxlkit.Pool(path, host_id=0) as pool:
+        assert pool.list() == []
+        rep = pool.fsck()
+        assert rep.clean and rep.objects_live == 0 and rep.leases_live == 0
