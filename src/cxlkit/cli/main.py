@@ -14,6 +14,7 @@ _COMMAND_MODULES = (
     "cxlkit.cli.train",  # plan train
     "cxlkit.cli.tiers",  # tiers
     "cxlkit.cli.kv",  # kv stats
+    "cxlkit.cli.pool",  # pool create, ls, stat, rm, fsck
     "cxlkit.cli.demo",
 )
 

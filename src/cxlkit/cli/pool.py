@@ -1,0 +1,255 @@
+"""`cxlkit pool create | ls | stat | rm | fsck`: manage pools and their objects; run_demo()
+shares an object between two processes (two simulated hosts) for `cxlkit demo`."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing as mp
+import sys
+import time
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .. import pool as P
+from .main import app
+
+pool_app = typer.Typer(no_args_is_help=True, help="Shared memory pools of named objects.")
+app.add_typer(pool_app, name="pool")
+
+POOL_ARG = typer.Argument(None, help="pool name (/dev/shm/cxlkit-NAME), path or /dev/daxX.Y; "
+                          "default: CXLKIT_POOL")
+HOST_OPT = typer.Option(None, "--host-id", help="host slot (int) or host name; default: "
+                        "CXLKIT_HOST_ID, else the machine id")
+JSON_OPT = typer.Option(False, "--json", help="one JSON document on stdout")
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    Console(stderr=True).print(f"[red]cxlkit: {msg}[/red]")
+    raise typer.Exit(code)
+
+
+def _host(host_id: Optional[str]) -> int | str | None:
+    if host_id is None:
+        return None
+    return int(host_id) if host_id.isdigit() else host_id
+
+
+def _open(pool: Optional[str], host_id: Optional[str], **kw) -> P.Pool:
+    try:
+        return P.Pool(pool, host_id=_host(host_id), **kw)
+    except (OSError, ValueError, TypeError) as e:
+        _fail(str(e))
+        raise  # unreachable: _fail exits
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def _stat_table(st: P.PoolStat) -> Table:
+    t = Table(title=f"pool {st.path}", show_header=False)
+    rows = [("kind", st.kind), ("size", _mib(st.size)), ("format version", str(st.version)),
+            ("uuid", st.uuid), ("hosts (active / max)", f"{st.hosts_active} / {st.max_hosts}"),
+            ("this host", str(st.host_id)), ("coherence", st.coherence),
+            ("partition per host", _mib(st.partition_bytes)),
+            ("this host used / free", f"{_mib(st.used_bytes)} / {_mib(st.free_bytes)}"),
+            ("objects (all hosts / this host)", f"{st.objects} / {st.objects_host}"),
+            ("names per host", str(st.max_objects)), ("backings", str(st.nbackings)),
+            ("alignment", f"{st.align} B"), ("lease timeout", f"{st.lease_timeout_s:g} s")]
+    for k, v in rows:
+        t.add_row(k, v)
+    return t
+
+
+@pool_app.command("create")
+def create_cmd(
+    pool: Optional[str] = POOL_ARG,
+    size: str = typer.Option("64M", "--size", help="total bytes (files and memfd), e.g. 1G"),
+    max_hosts: int = typer.Option(4, "--max-hosts", help="host slots (each gets a partition)"),
+    max_objects: Optional[int] = typer.Option(None, "--max-objects", help="names per host"),
+    group: Optional[str] = typer.Option(None, "--group", help="group that may open it (0660)"),
+    numa_node: Optional[int] = typer.Option(None, "--numa-node", help="bind its memory here"),
+    force: bool = typer.Option(False, "--force", help="devices: format over foreign data"),
+    host_id: Optional[str] = HOST_OPT,
+    as_json: bool = JSON_OPT,
+) -> None:
+    """Create (format) a pool; an existing pool is opened as it is."""
+    try:
+        nbytes = P.parse_size(size)
+    except (TypeError, ValueError) as e:
+        _fail(str(e))
+    with _open(pool, host_id, size=nbytes, max_hosts=max_hosts, max_objects=max_objects,
+               group=group, numa_node=numa_node, force=force, create=True) as p:
+        st = p.stat()
+    if as_json:
+        print(json.dumps(dataclasses.asdict(st)))
+    else:
+        Console().print(_stat_table(st))
+
+
+@pool_app.command("ls")
+def ls_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
+           pools: bool = typer.Option(False, "--pools", help="list pool files in /dev/shm"),
+           as_json: bool = JSON_OPT) -> None:
+    """List the objects of a pool (every host's), or with --pools the embedded pool files."""
+    if pools:
+        files = [str(f) for f in P.embedded_pools()]
+        if as_json:
+            print(json.dumps(files))
+        else:
+            for f in files:
+                print(f)
+        return
+    with _open(pool, host_id) as p:
+        objs = p.list()
+    if as_json:
+        print(json.dumps([dataclasses.asdict(o) for o in objs]))
+        return
+    t = Table(title=f"{len(objs)} object(s)")
+    for col in ("name", "bytes", "host", "state", "generation", "offset", "crc32c", "created"):
+        t.add_column(col)
+    for o in objs:
+        t.add_row(o.name, str(o.nbytes), str(o.host), o.state, str(o.generation),
+                  f"{o.offset:#x}", f"{o.checksum:08x}" if o.checksum is not None else "-",
+                  time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(o.created)))
+    Console().print(t)
+
+
+@pool_app.command("stat")
+def stat_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
+             as_json: bool = JSON_OPT) -> None:
+    """Geometry and usage of a pool."""
+    with _open(pool, host_id) as p:
+        st = p.stat()
+    if as_json:
+        print(json.dumps(dataclasses.asdict(st)))
+    else:
+        Console().print(_stat_table(st))
+
+
+@pool_app.command("rm")
+def rm_cmd(pool: str = typer.Argument(..., help="pool name or path"),
+           names: list[str] = typer.Argument(None, help="objects to destroy; none: delete "
+                                             "the pool file itself"),
+           host_id: Optional[str] = HOST_OPT, as_json: bool = JSON_OPT) -> None:
+    """Destroy objects of this host, or delete a pool file (processes that map it keep it
+    until they close)."""
+    if not names:
+        try:
+            P.remove(pool)
+        except (OSError, ValueError) as e:
+            _fail(str(e))
+        if as_json:
+            print(json.dumps({"removed": P.resolve(pool)}))
+        return
+    done, errors = [], {}
+    with _open(pool, host_id) as p:
+        for n in names:
+            try:
+                p.destroy(n)
+                done.append(n)
+            except (KeyError, OSError, ValueError) as e:
+                errors[n] = str(e.args[0] if isinstance(e, KeyError) else e)
+    if as_json:
+        print(json.dumps({"destroyed": done, "errors": errors}))
+    else:
+        for n, msg in errors.items():
+            Console(stderr=True).print(f"[red]cxlkit: {msg}[/red]")
+    if errors:
+        raise typer.Exit(1)
+
+
+@pool_app.command("fsck")
+def fsck_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
+             repair: bool = typer.Option(True, "--repair/--no-repair",
+                                         help="rebuild this host's part first"),
+             as_json: bool = JSON_OPT) -> None:
+    """Check every host's part of a pool (exit 1 if anything cannot be trusted)."""
+    with _open(pool, host_id) as p:
+        rep = p.fsck(repair=repair)
+    if as_json:
+        print(json.dumps({**dataclasses.asdict(rep), "clean": rep.clean}))
+    else:
+        t = Table(title="fsck: " + ("clean" if rep.clean else "PROBLEMS FOUND"),
+                  show_header=False)
+        for k, v in dataclasses.asdict(rep).items():
+            t.add_row(k.replace("_", " "), str(v))
+        Console().print(t)
+    if not rep.clean:
+        raise typer.Exit(1)
+
+
+# ---- demo ----------------------------------------------------------------------------------
+
+def _demo_reader(path: str, name: str, results, done) -> None:
+    """The second process: another host id over the same pool file. Its reply is its own
+    object (a host writes only its own), so it removes the reply once the first has read it."""
+    import numpy as np
+
+    try:
+        with P.Pool(path, host_id="cxlkit-demo-reader") as pool:
+            if name + ".reply" in pool:
+                pool.destroy(name + ".reply")
+            t0 = time.perf_counter()
+            with pool.open(name) as obj:
+                obj.verify()
+                a = obj.numpy(np.float32)
+                total = float(a.sum(dtype=np.float64))
+                del a
+            open_ms = (time.perf_counter() - t0) * 1e3
+            pool.create(name + ".reply", data=np.float64([total]).tobytes()).close()
+            results.put(("ok", pool.host_id, total, open_ms))
+            done.wait(120)
+            pool.destroy(name + ".reply")
+    except BaseException as e:  # report rather than die silently
+        results.put(("error", repr(e), 0.0, 0.0))
+
+
+def run_demo(console: Console) -> None:
+    """Create the embedded pool, publish an array from this process, read and verify it from a
+    second process with another host id, read its reply, clean up and fsck."""
+    import numpy as np
+
+    path = P.resolve(None)
+    name = "demo/matrix"
+    with P.Pool(path, size=64 << 20, create=True) as pool:
+        if name in pool and pool.info(name).host == pool.host_id:
+            pool.destroy(name)  # left by an interrupted run
+        a = np.arange(256 * 1024, dtype=np.float32)  # [262144] f32 = 1 MiB
+        obj = pool.create(name, a.nbytes)
+        obj.numpy(np.float32)[:] = a
+        obj.publish(checksum=True)
+        ctx = mp.get_context("spawn")
+        results, done = ctx.Queue(), ctx.Event()
+        child = ctx.Process(target=_demo_reader, args=(path, name, results, done))
+        child.start()
+        status, host, total, open_ms = results.get(timeout=120)
+        obj.close()
+        if status != "ok":
+            child.join(60)
+            console.print(f"[red]pool demo: the reader failed: {host}[/red]")
+            return
+        with pool.open(name + ".reply") as r:
+            echoed = float(np.frombuffer(r.read(), np.float64)[0])
+        done.set()
+        child.join(60)
+        st = pool.stat()
+        t = Table(title=f"pool demo: {path} ({st.kind}, {_mib(st.size)}, "
+                        f"coherence {st.coherence})")
+        for col in ("step", "host", "result"):
+            t.add_column(col)
+        t.add_row(f"publish {name} (1 MiB f32, crc32c)", str(pool.host_id), "published")
+        t.add_row("open + verify + sum in a second process", str(host),
+                  f"sum {total:.0f} (expected {float(a.sum(dtype=np.float64)):.0f}), "
+                  f"open {open_ms:.2f} ms")
+        t.add_row("reply read back", str(pool.host_id), f"{echoed:.0f}")
+        pool.destroy(name)
+        rep = pool.fsck()
+        t.add_row("fsck", str(pool.host_id),
+                  ("clean" if rep.clean else "PROBLEMS") + f", {rep.objects_live} objects live, "
+                  f"{rep.leases_expired} expired leases")
+        console.print(t)
+

@@ -1,0 +1,80 @@
+"""`cxlkit pool create | ls | stat | rm | fsck` (--json and tables) and the pool demo."""
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+import cxlkit
+from cxlkit.cli import main as cli_main
+from cxlkit.cli.pool import run_demo
+
+cli_main._load()
+runner = CliRunner()
+
+
+@pytest.fixture
+def name(monkeypatch):
+    n = f"cxlkit-test-cli-{uuid.uuid4().hex[:10]}"
+    monkeypatch.setenv("CXLKIT_HOST_ID", "0")
+    yield n
+    Path(f"/dev/shm/{n}").unlink(missing_ok=True)
+
+
+def run(*args: str):
+    return runner.invoke(cli_main.app, ["pool", *args])
+
+
+def test_create_stat_ls_rm_fsck_json(name):
+    r = run("create", name, "--size", "16M", "--max-hosts", "2", "--json")
+    assert r.exit_code == 0, r.output
+    st = json.loads(r.stdout)
+    assert st["size"] == 16 << 20 and st["max_hosts"] == 2 and st["kind"] == "file"
+    with cxlkit.Pool(name) as p:
+        p.create("a", data=b"1234").close()
+    objs = json.loads(run("ls", name, "--json").stdout)
+    assert [(o["name"], o["nbytes"], o["state"]) for o in objs] == [("a", 4, "live")]
+    assert json.loads(run("stat", name, "--json").stdout)["objects"] == 1
+    rep = json.loads(run("fsck", name, "--json").stdout)
+    assert rep["clean"] and rep["objects_live"] == 1
+    r = run("rm", name, "a", "ghost", "--json")
+    assert r.exit_code == 1
+    out = json.loads(r.stdout)
+    assert out["destroyed"] == ["a"] and "ghost" in out["errors"]
+    assert json.loads(run("ls", "--pools", "--json").stdout).count(f"/dev/shm/{name}") == 1
+    assert run("rm", name).exit_code == 0
+    assert not Path(f"/dev/shm/{name}").exists()
+
+
+def test_tables_for_people(name):
+    assert run("create", name, "--size", "16M").exit_code == 0
+    r = run("stat", name)
+    assert r.exit_code == 0 and "partition per host" in r.stdout
+    assert "0 object(s)" in run("ls", name).stdout
+    assert "clean" in run("fsck", name, "--no-repair").stdout
+
+
+def test_errors_exit_2_with_the_reason(name):
+    r = run("stat", name)
+    assert r.exit_code == 2 and name in r.output
+    r = run("create", name, "--size", "lots")
+    assert r.exit_code == 2 and "size" in r.output
+    Path(f"/dev/shm/{name}").write_bytes(b"x" * 8192)
+    r = run("fsck", name)
+    assert r.exit_code == 2 and "not a cxlkit pool" in r.output
+
+
+def test_run_demo_shares_an_object_between_two_processes(name, monkeypatch):
+    monkeypatch.setenv("CXLKIT_POOL", name)
+    monkeypatch.delenv("CXLKIT_HOST_ID")
+    con = Console(record=True, width=200)
+    run_demo(con)
+    text = con.export_text()
+    assert "open + verify + sum in a second process" in text
+    assert "clean" in text and "failed" not in text
+    with cxlkit.Pool(name) as p:
+        assert p.list() == []
