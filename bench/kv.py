@@ -236,7 +236,7 @@ def mooncake(args, llama):
             raise RuntimeError("mooncake setup failed")
         # put: the 64 sub-blocks of each block gathered by put_parts (its scatter-gather put)
         eng = torch.randn(32, 2, nb, 16, 8, 128).to(torch.bfloat16)  # per-layer caches stacked
-        parts = [[memoryview(eng[lyr, kv, b].view(torch.uint8).numpy())
+        parts = [[memoryview(eng[lyr, kv, b].view(torch.uint8).reshape(-1).numpy())
                   for lyr in range(32) for kv in range(2)] for b in range(nb)]
         names = [f"blk-{k.hex()}" for k in llama["keys"]]
 

@@ -140,7 +140,6 @@ class CxlkitConnector(KVConnectorBase_V1):
         self._local: dict[str, int] = {}  # request -> locally computed tokens at lookup
         self._engine: EngineTensors | None = None
         self._failed: set[int] = set()
-        self._saved_layers: set[str] = set()
 
     def _tp_rank(self) -> int:
         if "tp_rank" in self._extra:
@@ -279,8 +278,7 @@ class CxlkitConnector(KVConnectorBase_V1):
 
     def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any,
                       **kwargs: Any) -> None:
-        # a pool block holds all layers of its tokens: written in wait_for_save
-        self._saved_layers.add(layer_name)
+        return  # a pool block holds all layers of its tokens: stored in wait_for_save
 
     def wait_for_save(self) -> None:
         meta = self._get_connector_metadata()
@@ -289,7 +287,6 @@ class CxlkitConnector(KVConnectorBase_V1):
                 self._store.put(t.keys, self._engine, t.block_ids)
             except (OSError, ValueError, IndexError) as e:
                 log.warning("kv save of request %s failed: %s", t.req_id, e)
-        self._saved_layers.clear()
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         return None, None  # loads and saves complete within the step
