@@ -64,10 +64,17 @@ def one_run(a, exe: Path | None, cpus: list[int]) -> dict:
         s.numpy()[:] = 1
         for kind in BM.KINDS:
             for t in sorted({1, len(cpus)}):
-                bw = BM.bandwidth(d, s, kind, t, cpus, target_s=a.target_s, reps=a.reps)
+                oncpu: list[float] = []
+                bw = BM.bandwidth(d, s, kind, t, cpus, target_s=a.target_s, reps=a.reps,
+                                  oncpu_out=oncpu)
                 rec[f"{kind}_gbps_x{t}"] = statistics.median(bw) / 1e9
-        rec["numpy_copy_gbps"] = statistics.median(BM.numpy_copy(d, s, reps=a.reps)) / 1e9
+                rec[f"{kind}_oncpu_gbps_x{t}"] = statistics.median(oncpu) / 1e9
+        ref_cpu: list[float] = []
+        ref = BM.numpy_copy(d, s, reps=a.reps, oncpu_out=ref_cpu)
+        rec["numpy_copy_gbps"] = statistics.median(ref) / 1e9
+        rec["numpy_copy_oncpu_gbps"] = statistics.median(ref_cpu) / 1e9
         rec["copy_ratio"] = rec["copy_gbps_x1"] / rec["numpy_copy_gbps"]
+        rec["copy_oncpu_ratio"] = rec["copy_oncpu_gbps_x1"] / rec["numpy_copy_oncpu_gbps"]
     return rec
 
 

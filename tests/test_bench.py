@@ -263,16 +263,18 @@ def test_node_facts_of_this_machine_use_only_allowed_cpus():
 
 def test_copy_bandwidth_agrees_with_numpy_copy_within_15_percent():
     # Interleaved rounds so that the other tenants of a shared machine load both sides alike;
+    # both sides timed by their thread's on-CPU time (what other tasks take is not counted);
     # the median of the per-round ratios is the verdict.
     ratios = []
     with BM.place(64 * MiB, NODE, hugepages=False) as d, \
             BM.place(64 * MiB, NODE, hugepages=False) as s:
         s.numpy()[:] = 7
         for _ in range(7):
-            ours = statistics.median(BM.bandwidth(d, s, "copy", 1, CPUS[:1], target_s=0.02,
-                                                  reps=3))
-            ref = statistics.median(BM.numpy_copy(d, s, reps=3))
-            ratios.append(ours / ref)
+            ours: list[float] = []
+            ref: list[float] = []
+            BM.bandwidth(d, s, "copy", 1, CPUS[:1], target_s=0.02, reps=3, oncpu_out=ours)
+            BM.numpy_copy(d, s, reps=3, oncpu_out=ref)
+            ratios.append(statistics.median(ours) / statistics.median(ref))
     r = statistics.median(ratios)
     assert 0.85 <= r <= 1.15, f"copy/numpy ratios {ratios}"
 
@@ -292,16 +294,18 @@ def ref_chase(tmp_path_factory):
 
 @pytest.mark.parametrize("size", [256 * KiB, 64 * MiB], ids=["in-cache", "memory"])
 def test_chase_latency_agrees_with_an_independent_c_chase_within_10_percent(ref_chase, size):
+    # Both sides ask for transparent huge pages: with 4 KiB pages a busy shared machine's
+    # context switches make page walks (and so both figures) swing by tens of percent.
     ratios = []
     cpu = CPUS[0]
-    with BM.place(size, NODE, hugepages=False) as buf:
+    with BM.place(size, NODE, hugepages=True) as buf:
         _native.bench_chase_init(buf, 64, 9)
         ours0 = BM.chase_latency(buf, cpu=cpu, target_s=0.02, reps=1, prepared=True)[0]
         loads = max(100_000, int(0.02e9 / ours0))
         for _ in range(7):
             ours = statistics.median(BM.chase_latency(buf, cpu=cpu, target_s=0.02, reps=3,
                                                       prepared=True))
-            out = subprocess.run([str(ref_chase), str(size), str(loads), "3", str(cpu)],
+            out = subprocess.run([str(ref_chase), str(size), str(loads), "3", str(cpu), "1"],
                                  check=True, capture_output=True, text=True).stdout.splitlines()
             ratios.append(ours / statistics.median(float(line.split()[0]) for line in out))
     r = statistics.median(ratios)

@@ -128,7 +128,8 @@ def memory_tables(con: Console, doc: dict) -> None:
     ref = doc["figures"].get("reference") or {}
     for n, r in ref.items():
         con.print(f"node {n}: copy, 1 thread {r['copy_1thread_gbps']:.1f} GB/s vs numpy copy "
-                  f"{r['numpy_copy_gbps']:.1f} GB/s (ratio {r['ratio']:.2f}, same run)")
+                  f"{r['numpy_copy_gbps']:.1f} GB/s (ratio {r['ratio']:.2f}, on-CPU "
+                  f"{r['oncpu_ratio']:.2f}, same run)")
     m = doc["figures"].get("matrix")
     if m:
         t = Table(title="CPU node x memory node: latency ns / read GB/s")
