@@ -403,3 +403,20 @@ def test_auto_team_starts_threads_only_for_large_models(monkeypatch):
     big.close()
     with pytest.raises(ValueError, match="team 'many'"):
         TieredAdamW(mlp().parameters(), team="many")
+
+
+def test_grads_moved_out_of_their_placed_buffer_are_put_back_with_a_warning(caplog):
+    m1, m2 = mlp(), mlp()
+    o1 = TieredAdamW(m1.parameters(), lr=1e-2, policy=cxlkit.default(), place_grads=True)
+    o2 = torch.optim.AdamW(m2.parameters(), lr=1e-2, foreach=False)
+    ptrs = [p.grad.data_ptr() for p in m1.parameters()]
+    x, y = data()
+    for _ in range(2):
+        for m, o in ((m1, o1), (m2, o2)):
+            m.zero_grad()  # the model's, not the optimizer's: grads become None
+            ((m(x) - y) ** 2).mean().backward()
+            o.step()
+    assert "moved out of their placed buffer" in caplog.text
+    assert [p.grad.data_ptr() for p in m1.parameters()] == ptrs
+    for a, b in zip(m1.parameters(), m2.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -69,6 +69,7 @@ class TieredAdamW(torch.optim.Optimizer):
         self._views: dict[int, tuple[Any, Any, Any]] = {}  # id(param) -> numpy (master, m, v)
         self._grad_views: dict[int, torch.Tensor] = {}
         self._copies: dict[int, tuple[int, Any]] = {}  # id(param) -> (data_ptr, numpy view)
+        self._warned_grads = False
         if isinstance(team, str) and team != "auto":
             raise ValueError(f"team {team!r}: expected an AdamTeam, a thread count, "
                              "{node: threads}, 'auto' or None")
@@ -188,6 +189,17 @@ class TieredAdamW(torch.optim.Optimizer):
                     raise TypeError(f"grad of param of shape {tuple(p.shape)}: {g.dtype}")
                 st = self.state[p]
                 st["step"] += 1
+                placed = self._grad_views.get(id(p))
+                if placed is not None and g.data_ptr() != placed.data_ptr():
+                    # something replaced the placed grad (model.zero_grad() sets None, then
+                    # autograd allocates anew): put it back where the plan wants it, loudly
+                    if not self._warned_grads:
+                        log.warning("TieredAdamW: grads were moved out of their placed "
+                                    "buffer (model.zero_grad()?); copying them back each "
+                                    "step. Call the optimizer's zero_grad instead.")
+                        self._warned_grads = True
+                    placed.copy_(g)
+                    p.grad = g = placed
                 if g.device.type != "cpu" or not g.is_contiguous():
                     g = g.to("cpu").contiguous()
                 if p.device.type == "cpu" and p.is_contiguous():
