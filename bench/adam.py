@@ -21,7 +21,8 @@ import numpy as np
 
 # (name, grad dtype, copy dtype): bytes per element from cxlkit.train.adam.bytes_per_element
 VARIANTS = {"fp32": ("float32", None), "bf16_grads": ("bfloat16", None),
-            "fp32+bf16_copy": ("float32", "bfloat16"), "bf16_grads+bf16_copy": ("bfloat16", "bfloat16")}
+            "fp32+bf16_copy": ("float32", "bfloat16"),
+            "bf16_grads+bf16_copy": ("bfloat16", "bfloat16")}
 
 
 def parse_sizes(text: str) -> list[int]:

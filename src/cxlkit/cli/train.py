@@ -68,7 +68,8 @@ def train_cmd(
     params: str = typer.Option(..., "--params", help="parameters, e.g. 7e9 or 7B"),
     layers: int = typer.Option(..., "--layers", help="transformer layers (L)"),
     hidden: int = typer.Option(..., "--hidden", help="hidden size (H)"),
-    context: str = typer.Option(..., "--context", help="tokens per sequence (C), e.g. 32k (= 32768)"),
+    context: str = typer.Option(..., "--context",
+                                help="tokens per sequence (C), e.g. 32k (= 32768)"),
     batch: int = typer.Option(1, "--batch", help="micro-batch per GPU (B)"),
     gpus: int = typer.Option(1, "--gpus", help="GPUs (Ng)"),
     mode: str = typer.Option("tiered", "--mode",
@@ -88,8 +89,8 @@ def train_cmd(
     """Footprint of CPU-offloaded training per class, and where each class goes."""
     con = Console()
     try:
-        fp = TP.Footprint(TP.parse_count(params), layers, hidden, TP.parse_count(context, binary=True),
-                          batch, gpus, fp32_grads)
+        fp = TP.Footprint(TP.parse_count(params), layers, hidden,
+                          TP.parse_count(context, binary=True), batch, gpus, fp32_grads)
         tiers = _tiers(tier, reserve, measure)
         modes = list(TP.MODES) if mode == "all" else [mode]
         plans = [TP.plan_training(fp, tiers, mode=m) for m in modes]
