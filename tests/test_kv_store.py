@@ -328,3 +328,18 @@ def test_streaming_store_puts_round_trip(pool_path):
     assert s.get(keys, de, [1, 0]) == 2
     assert torch.equal(read_block(dst, 1), content(keys[0]))
     assert torch.equal(read_block(dst, 0), content(keys[1]))
+
+
+def test_a_store_over_a_cxlkit_Pool_uses_its_file_and_host(pool_path):
+    import cxlkit.pool
+
+    with cxlkit.pool.Pool(pool_path, size=16 << 20, host_id=2) as pool:
+        s = Store(pool, LAYOUT)
+        assert s.host_id == 2
+        keys = block_hashes(list(range(16)))
+        _, se = engine()
+        assert s.put(keys, se, [0]) == 1
+        assert [b["host"] for b in s.blocks()] == [2]
+        s.close()
+    named = Store(pool_path, LAYOUT, host_id="host-b")
+    assert named.host_id != 2 and named.lookup(keys) == 1

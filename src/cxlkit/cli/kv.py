@@ -18,14 +18,15 @@ app.add_typer(kv_app, name="kv")
 
 
 def _pool_path(pool: str | None) -> str:
-    p = pool or config().pool
-    return p if "/" in p or p.startswith("memfd:") else f"/dev/shm/{p}"
+    from ..pool import resolve
+
+    return resolve(pool or config().pool)
 
 
 def collect(path: str) -> dict:
     from ..kv.store import _STATS_PREFIX, _open_pool, host_stats
 
-    kp = _open_pool(path, create=False, size=0, host_id=None, coherence="host", max_hosts=0,
+    kp = _open_pool(path, create=False, size=0, host_id=None, coherence=None, max_hosts=0,
                     lease_timeout_ms=0)
     try:
         groups: dict[tuple[str, int], dict] = {}

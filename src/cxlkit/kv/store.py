@@ -47,56 +47,57 @@ class KVStats:
         return asdict(self)
 
 
-def _open_pool(pool: Any, *, create: bool, size: int, host_id: int | None, coherence: str,
-               max_hosts: int, lease_timeout_ms: int) -> Any:
+def _open_pool(pool: Any, *, create: bool, size: int, host_id: int | str | None,
+               coherence: str | None, max_hosts: int, lease_timeout_ms: int) -> Any:
+    """This module's own handle on the pool (through the public C API)."""
+    from ..pool import machine_tag, resolve
+
     if isinstance(pool, _native.KVPool):
         return pool
-    path = pool if isinstance(pool, (str, os.PathLike)) else getattr(pool, "path", None)
-    if path is None:
-        raise TypeError("pool: expected a path, a cxlkit.Pool or a KVPool")
-    path = os.fspath(path)
-    if "/" not in path and not path.startswith("memfd:"):
-        path = f"/dev/shm/{path}"  # a bare name is the embedded default's form
+    if hasattr(pool, "paths") and hasattr(pool, "host_id"):  # a cxlkit.Pool: same file and host
+        if len(pool.paths) != 1:
+            raise ValueError("pool: striped pools are not supported by the KV store yet")
+        path = pool.paths[0]
+        host_id = pool.host_id if host_id is None else host_id
+        coherence = coherence or pool.coherence
+    elif isinstance(pool, (str, os.PathLike)):
+        path = resolve(pool)  # a bare name is /dev/shm/cxlkit-<name>, as for cxlkit.Pool
+    else:
+        raise TypeError("pool: expected a path, a pool name, a cxlkit.Pool or a KVPool")
+    coherence = coherence or "host"
     if coherence not in COHERENCE:
         raise ValueError(f"coherence: {coherence!r} is not one of {sorted(COHERENCE)}")
-    tag = ""
+    tag = machine_tag()
     if host_id is None:
         env = config().host_id
         if env:
-            try:
-                host_id = int(env)
-            except ValueError:
-                raise ValueError(f"CXLKIT_HOST_ID: expected an int, got {env!r}") from None
-        else:  # the slot tagged with this machine's id, or a free one (DESIGN: derived id)
-            host_id, tag = -1, _machine_tag()
-    if isinstance(host_id, bool) or not isinstance(host_id, int) or host_id < -1:
-        raise ValueError(f"host_id: expected an int >= 0, got {host_id!r}")
-    return _native.KVPool(path, create=create, size=size, host_id=host_id, host_tag=tag,
+            host_id = int(env) if env.strip().isdigit() else env
+    if host_id is None:
+        slot = -1  # the slot tagged with this machine's id, or a free one
+    elif isinstance(host_id, str):
+        slot, tag = -1, host_id  # a host name
+    elif isinstance(host_id, bool) or not isinstance(host_id, int) or host_id < 0:
+        raise ValueError(f"host_id: expected an int >= 0 or a host name, got {host_id!r}")
+    else:
+        slot = host_id
+    return _native.KVPool(path, create=create, size=size, host_id=slot, host_tag=tag,
                           coherence=COHERENCE[coherence], max_hosts=max_hosts,
                           lease_timeout_ms=lease_timeout_ms)
-
-
-def _machine_tag() -> str:
-    try:
-        with open("/etc/machine-id") as f:
-            mid = f.read().strip()
-    except OSError:
-        mid = os.uname().nodename
-    return hashlib.sha256(mid.encode()).hexdigest()[:16]
 
 
 class Store:
     """KV blocks of one model (layout + namespace) in a pool.
 
-    pool: a pool path ("/dev/shm/x", "memfd:..."), a bare name (/dev/shm/<name>), a cxlkit.Pool
-    (its path), or a _native.KVPool. create/size/host_id/coherence are used to open it.
+    pool: a pool path ("/dev/shm/x"), a bare name (/dev/shm/cxlkit-<name>), a cxlkit.Pool (its
+    file, host and coherence), or a _native.KVPool. create/size/host_id/coherence open it;
+    host_id None means CXLKIT_HOST_ID, else this machine's slot (DESIGN: derived id).
     checksum: record a checksum with every block and verify it on every get (costs one pass
     over the image on put; on get it is folded into the copy)."""
 
     def __init__(self, pool: Any, layout: BlockLayout, *, namespace: str = "default",
                  checksum: bool = False, capacity_bytes: int | None = None,
-                 create: bool = False, size: int = 0, host_id: int | None = None,
-                 coherence: str = "host", max_hosts: int = 0, lease_timeout_ms: int = 0,
+                 create: bool = False, size: int = 0, host_id: int | str | None = None,
+                 coherence: str | None = None, max_hosts: int = 0, lease_timeout_ms: int = 0,
                  nt_stores: bool = False) -> None:
         if not isinstance(layout, BlockLayout):
             raise TypeError("layout: expected a BlockLayout")
@@ -291,7 +292,7 @@ class Store:
 def host_stats(pool: Any) -> dict[int, dict[str, int]]:
     """Counters of every host that used a KV store in this pool (shared by its processes)."""
     kp = pool if isinstance(pool, _native.KVPool) else _open_pool(
-        pool, create=False, size=0, host_id=None, coherence="host", max_hosts=0,
+        pool, create=False, size=0, host_id=None, coherence=None, max_hosts=0,
         lease_timeout_ms=0)
     out = {}
     for o in kp.list():
