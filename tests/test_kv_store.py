@@ -343,3 +343,18 @@ def test_a_store_over_a_cxlkit_Pool_uses_its_file_and_host(pool_path):
         s.close()
     named = Store(pool_path, LAYOUT, host_id="host-b")
     assert named.host_id != 2 and named.lookup(keys) == 1
+
+
+def test_non_coherent_mode_round_trips_with_flush_and_invalidate(pool_path):
+    s = open_store(pool_path, coherence="none")
+    assert s._nc
+    keys = block_hashes(list(range(48)))
+    src, se = engine()
+    for b, k in enumerate(keys):
+        write_block(src, b, k)
+    assert s.put(keys, se, [0, 1, 2]) == 3
+    reader = Store(pool_path, LAYOUT, host_id=1, coherence="none", checksum=True)
+    dst, de = engine()
+    assert reader.get(keys, de, [5, 6, 7]) == 3
+    for b, k in zip([5, 6, 7], keys):
+        assert torch.equal(read_block(dst, b), content(k))
