@@ -204,9 +204,14 @@ def main() -> None:
     simd = A.simd_level() if a.simd is None else a.simd
     for n in parse_sizes(a.sizes):
         for threads in [int(t) for t in a.threads.split(",")]:
-            bw = copy_bandwidth(16 * n, threads, a.reps)  # p, m, v, fp32 grad
-            bound_gbps = max(bw.values())
+            # The copies run right before and right after the kernel (p, m, v and the fp32
+            # grad: the same footprint) and the best of them is the bound, so a shared
+            # machine's noise does not hand the kernel a low bar.
+            bw = copy_bandwidth(16 * n, threads, a.reps)
             results = {"cxlkit": bench_cxlkit(n, threads, a.reps, a.simd, a.nt)}
+            after = copy_bandwidth(16 * n, threads, a.reps)
+            bw = {k: max(v, after[k]) for k, v in bw.items()}
+            bound_gbps = max(bw.values())
             if not a.no_torch:
                 results["torch_fused"] = bench_torch(n, threads, a.reps)
             ds_note = None
