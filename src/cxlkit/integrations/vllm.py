@@ -16,12 +16,14 @@ Importable without vLLM: a minimal stand-in base class is used then (tests drive
 from __future__ import annotations
 
 import enum
+import hashlib
 import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..kv import block_hashes
+from ..kv.hashing import HASH_ALGOS
 from ..kv.layout import BlockLayout, EngineTensors
 from ..kv.store import Store
 
@@ -161,8 +163,13 @@ class CxlkitConnector(KVConnectorBase_V1):
     # ---- keys --------------------------------------------------------------------------------
     def _keys(self, request: Any) -> list[bytes]:
         engine = list(getattr(request, "block_hashes", None) or [])
-        if engine and all(isinstance(h, (bytes, bytearray)) and len(h) == 32 for h in engine):
-            return [bytes(h) for h in engine]  # vLLM's own keys: hits line up with its cache
+        if engine and all(isinstance(h, (bytes, bytearray)) for h in engine):
+            # vLLM's own chain hashes: hits line up with its prefix cache; hashes that are not
+            # 32 bytes (xxhash) still chain, so their SHA-256 is a key as good
+            return [bytes(h) if len(h) == 32 else hashlib.sha256(h).digest() for h in engine]
+        if self._hash_algo not in HASH_ALGOS:
+            raise ValueError(f"prefix_caching_hash_algo {self._hash_algo!r}: cxlkit computes "
+                             f"{HASH_ALGOS} itself; others need the request's block_hashes")
         seed = str(self._extra.get("hash_seed", "0"))
         return block_hashes(request.all_token_ids, self._block_size, hash_algo=self._hash_algo,
                             seed=seed)
