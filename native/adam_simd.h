@@ -69,7 +69,13 @@ struct Loop {
 
     template <bool NTP, bool NTC>
     void body(const Span &s, size_t i, size_t end) const {
-        for (; i < end; i += V::W) block<NTP, NTC>(s.p, s.m, s.v, s.g, s.copy, i);
+        // Local copies: stores through float* could alias *this and s, and the compiler
+        // would reload every constant and pointer per block; locals cannot be aliased.
+        const Loop k(*this);
+        float *p = s.p, *m = s.m, *v = s.v;
+        const void *g = s.g;
+        void *copy = s.copy;
+        for (; i < end; i += V::W) k.template block<NTP, NTC>(p, m, v, g, copy, i);
     }
 
     void run(const Coeffs &c, const Span &s) const {
