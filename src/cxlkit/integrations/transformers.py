@@ -92,8 +92,12 @@ class PrefixCache:
         if got == 0:  # evicted or failed since lookup: a miss
             return None, 0
         ntok = got * lay.block_tokens
-        return DynamicCache(ddp_cache_data=[(k[:, :, :ntok], v[:, :, :ntok])
-                                            for k, v in zip(ks, vs)]), ntok
+        # built from empty views, then handed the loaded tensors: DynamicCache(ddp_cache_data)
+        # would torch.cat them onto empty ones, copying the whole prefix once more
+        cache = DynamicCache(ddp_cache_data=[(k[:, :, :0], v[:, :, :0]) for k, v in zip(ks, vs)])
+        for layer, k, v in zip(cache.layers, ks, vs):
+            layer.keys, layer.values = k[:, :, :ntok], v[:, :, :ntok]
+        return cache, ntok
 
 
 @dataclass
