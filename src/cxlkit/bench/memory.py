@@ -300,6 +300,11 @@ def _plan_node(plan: _Plan, stack: ExitStack, cfg: Settings, n: int, cpus: list[
                              "note": "numpy runs on the calling thread, unpinned"}
     plan.add(f"node {n}: numpy copy reference", ref)
 
+    def free() -> None:  # before the next node's buffers: one node's worth mapped at a time
+        for b in bufs.values():
+            b.close()
+    plan.add(f"node {n}: freeing", free)
+
     if len(cpus) < 2:
         entry["loaded_latency_note"] = (f"needs 2 CPUs near node {n} (one chases, others load); "
                                         f"has {len(cpus)}")
