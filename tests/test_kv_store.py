@@ -358,3 +358,41 @@ def test_non_coherent_mode_round_trips_with_flush_and_invalidate(pool_path):
     assert reader.get(keys, de, [5, 6, 7]) == 3
     for b, k in zip([5, 6, 7], keys):
         assert torch.equal(read_block(dst, b), content(k))
+
+
+def _put_forever(path, started):
+    s = Store(path, LAYOUT, host_id=1, checksum=True)
+    src, se = engine()
+    keys = [block_hashes(list(range(i, i + 16)))[0] for i in range(400)]
+    for b, k in enumerate(keys[:NBLOCKS]):
+        write_block(src, b, k)
+    s.put(keys[:1], se, [0])
+    started.set()
+    i = 1
+    while True:  # killed somewhere in here: mid-gather, mid-publish, between blocks
+        batch = keys[i % 400:i % 400 + 4]
+        for b, k in enumerate(batch):
+            write_block(src, b, k)
+        s.put(batch, se, range(len(batch)))
+        i += 4
+
+
+def test_writers_killed_at_arbitrary_points_leave_only_whole_blocks(pool_path):
+    s = open_store(pool_path, size=64 << 20)
+    ctx = mp.get_context("spawn")
+    keys = [block_hashes(list(range(i, i + 16)))[0] for i in range(400)]
+    for _ in range(3):
+        started = ctx.Event()
+        p = ctx.Process(target=_put_forever, args=(pool_path, started))
+        p.start()
+        assert started.wait(60)
+        os.kill(p.pid, signal.SIGKILL)
+        p.join(30)
+    assert s._pool.fsck(repair=False)["errors"] == 0
+    dst, de = engine()
+    loaded = 0
+    for k in keys:
+        if s.get([k], de, [0]) == 1:
+            loaded += 1
+            assert torch.equal(read_block(dst, 0), content(k))
+    assert loaded >= 1 and s.stats.load_errors == 0
