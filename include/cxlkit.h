@@ -342,43 +342,6 @@ CXK_API int cxk_kv_get(struct cxk_pool *p, const struct cxk_kv_plan *plan, const
 /* Number of leading names that are published (no lease taken, nothing copied). */
 CXK_API int cxk_kv_lookup(struct cxk_pool *p, const char *const *names, size_t n, size_t *nhits);
 
-/* Blocks in a pool: each block is one pool object whose payload starts with this header,
- * followed by the image. The creating host writes it before cxk_obj_publish; it never
- * changes afterwards (objects are immutable; eviction destroys them). */
-struct cxk_pool; /* declared in the Pools section */
-#define CXK_KV_BLOCK_MAGIC 0x314b4c4256584b43ull /* "CKXVBLK1" in memory (little-endian) */
-#define CXK_KV_HDR_BYTES 128
-struct cxk_kv_block_hdr {
-    uint64_t magic;
-    uint8_t key[32];       /* the block's chain hash */
-    uint8_t layout[32];    /* packed layout descriptor (cxlkit.kv.layout.BlockLayout.pack) */
-    uint64_t image_bytes;
-    uint64_t checksum;     /* cxk_kv_checksum of the image, 0 = not recorded */
-    int64_t created_ns;    /* CLOCK_REALTIME */
-    uint8_t reserved[32];
-};
-#define CXK_KV_CHECKSUM 8u  /* put: record the image checksum; get: verify it */
-/* Put n blocks: create names[i] (nbytes CXK_KV_HDR_BYTES + image), gather block_ids[i] into
- * it, write the header (key keys[32*i..], layout), publish, drop the creator's lease.
- * status[i]: 0 stored, -EEXIST already present (not an error: blocks are immutable),
- * -ENOSPC no room (the caller evicts and retries), else -errno; the call goes on after a
- * failed block. Returns -EINVAL for bad arguments, else the number stored (>= 0). */
-CXK_API int cxk_kv_put(struct cxk_pool *p, const struct cxk_kv_plan *plan, const char *const *names,
-                       const uint8_t *keys, const uint8_t *layout, const int64_t *block_ids,
-                       size_t n, unsigned flags, int *status);
-/* Get the leading blocks: for i = 0.. open names[i] (taking a lease), check its header (key,
- * layout, size), scatter the image into block_ids[i] (invalidating first on a non-coherent
- * pool), verify the checksum (CXK_KV_CHECKSUM), re-validate the object's generation, drop
- * the lease. Stops at the first block that fails; status[i] of the blocks tried: 0, or
- * -ENOENT missing, -EAGAIN not yet published, -ESTALE replaced or destroyed while copied,
- * -EBADMSG header or checksum mismatch. Bytes of a failed block in the engine are garbage:
- * only the first return-value blocks were loaded. Returns that count (>= 0) or -EINVAL. */
-CXK_API int cxk_kv_get(struct cxk_pool *p, const struct cxk_kv_plan *plan, const char *const *names,
-                       const uint8_t *keys, const uint8_t *layout, const int64_t *block_ids,
-                       size_t n, unsigned flags, int *status);
-/* Number of leading names that are published (no lease taken, nothing copied). */
-CXK_API int cxk_kv_lookup(struct cxk_pool *p, const char *const *names, size_t n, size_t *nhits);
-
 /* ---- Pools: named objects in one memory range shared by processes and hosts ----
  * Shaped like POSIX shm: open a pool, create / open / close / destroy objects by name.
  * Layout and protocol: docs/pool-format.md. Offsets (off) are bytes from the pool base
