@@ -261,6 +261,7 @@ def test_node_facts_of_this_machine_use_only_allowed_cpus():
 
 # ---- validation against independent references, in the same run ----
 
+@pytest.mark.slow
 def test_copy_bandwidth_agrees_with_numpy_copy_within_15_percent():
     # Interleaved rounds so that the other tenants of a shared machine load both sides alike;
     # both sides timed by their thread's on-CPU time (what other tasks take is not counted);
@@ -292,6 +293,7 @@ def ref_chase(tmp_path_factory):
     return d / "chase"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [256 * KiB, 64 * MiB], ids=["in-cache", "memory"])
 def test_chase_latency_agrees_with_an_independent_c_chase_within_10_percent(ref_chase, size):
     # Both sides ask for transparent huge pages: with 4 KiB pages a busy shared machine's

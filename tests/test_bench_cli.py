@@ -36,6 +36,7 @@ def memory_run(app, tmp_path_factory):
     return r, d
 
 
+@pytest.mark.slow
 def test_bench_memory_prints_tables_and_writes_result_and_plots(memory_run):
     r, d = memory_run
     assert r.exit_code == 0, r.output
@@ -65,6 +66,7 @@ def test_policy_weights_from_a_file_that_is_not_a_result_fails_naming_it(app, tm
     assert r.exit_code != 0 and "junk.json" in r.output
 
 
+@pytest.mark.slow
 def test_bench_memory_json_is_the_document(app):
     r = invoke(app, "bench", "memory", "--quick", "--reps", "1", "--threads", "1", "--json",
                "--no-hugepages", "--no-matrix", "--load-kind", "nt_write")
