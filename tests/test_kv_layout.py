@@ -185,3 +185,33 @@ def test_numpy_arrays_work_as_engine_tensors():
     eng.gather([2], [im.ctypes.data])
     np.testing.assert_array_equal(im.view(np.float32), np.concatenate([a[0, 2].ravel(),
                                                                        a[1, 2].ravel()]))
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None)
+@given(perm=st.permutations("KBTHD"), layers=st.integers(1, 3), heads=st.integers(1, 3),
+       dim=st.sampled_from([1, 2, 8]), tokens=st.integers(1, 5), nblocks=st.integers(1, 4),
+       cross=st.booleans(), data=st.data())
+def test_any_axis_order_round_trips(perm, layers, heads, dim, tokens, nblocks, cross, data):
+    axes = "".join(perm)
+    if axes[-1] != "D":  # head_dim must stay contiguous: move D last
+        axes = axes.replace("D", "") + "D"
+    lay = BlockLayout(layers, heads, dim, "float32", tokens)
+    gen = torch.Generator().manual_seed(data.draw(st.integers(0, 2**31)))
+    if cross:
+        pos = data.draw(st.integers(0, len(axes) - 1))  # L anywhere but after D
+        axes = axes[:pos] + "L" + axes[pos:]
+        entries, make = build("cross_layer", axes, lay, nblocks, "float32", gen)
+    else:
+        entries, make = build("per_layer", axes, lay, nblocks, "float32", gen)
+    eng = make(entries)
+    b = data.draw(st.integers(0, nblocks - 1))
+    im = np.zeros(lay.nbytes, np.uint8)
+    eng.gather([b], [im.ctypes.data])
+    np.testing.assert_array_equal(im, canonical_block(entries, axes, lay, b))
+    zeros = [(torch.zeros_like(t), ly, pt) for t, ly, pt in entries]
+    make(zeros).scatter([b], [im.ctypes.data])
+    np.testing.assert_array_equal(canonical_block(zeros, axes, lay, b), im)
