@@ -461,3 +461,63 @@ def test_hosts_share_one_pool_file_nothing_torn_or_lost(path):
         assert pool.list() == []
         rep = pool.fsck()
         assert rep.clean and rep.objects_live == 0 and rep.leases_live == 0
+
+
+def test_noncoherent_mode_flushes_and_invalidates(path):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0, max_hosts=2, coherence="none") as a, \
+            cxlkit.Pool(path, host_id=1, coherence="none") as b:
+        assert a.stat().coherence == "none"
+        obj = a.create("nc", 4096)
+        obj.numpy()[:] = 9
+        obj.flush()
+        obj.publish(checksum=True)
+        with b.open("nc") as r:
+            r.invalidate()
+            assert r.read() == bytes([9]) * 4096
+            r.verify()
+        obj.close()
+        a.destroy("nc")
+        assert a.fsck().clean
+
+
+def test_memfd_pool_bound_to_node(path):
+    with cxlkit.Pool("memfd:cxlkit-test-numa", size=8 * MiB, host_id=0, numa_node=0) as p:
+        with p.create("n", MiB, publish=True) as o:
+            per_node, absent = _native.residency_of_buffer(o, 4)
+            assert absent == 0 and per_node[0] == sum(per_node) > 0
+
+
+def _lease_holder(path, ready):
+    pool = cxlkit.Pool(path, host_id=1)
+    held = pool.open("leased")  # held until this process is killed
+    assert held.valid()
+    ready.set()
+    ready.wait()
+    while True:
+        os.sched_yield()
+
+
+def test_lease_of_dead_host_expires(path):
+    import signal
+
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0, max_hosts=2) as a:
+        a.create("leased", data=b"x" * 100).close()
+        ctx = mp.get_context("spawn")
+        ready = ctx.Event()
+        child = ctx.Process(target=_lease_holder, args=(path, ready), daemon=True)
+        child.start()
+        assert ready.wait(60)
+        os.kill(child.pid, signal.SIGKILL)
+        child.join()
+        a.destroy("leased")
+        assert a.fsck(repair=False).objects_dead == 1  # host 1 still looks alive
+        # Host 1 falls silent: age its heartbeat (host slot 1, line 0, offset 40) past the
+        # lease timeout instead of waiting it out.
+        with open(path, "r+b") as f:
+            f.seek(4096 + 4096 + 40)
+            f.write(struct.pack("<q", 0))
+        rep = a.fsck(repair=True)
+        assert rep.reclaimed_objects == 1 and rep.objects_dead == 0
+        assert rep.leases_expired == 1 and rep.leases_live == 0
+        assert a.stat().used_bytes == 0
+        assert a.stat().hosts_active == 1
