@@ -451,3 +451,8 @@ def write_kernel_weights(weights: dict[int, int], *, sysfs_root: Path | None = N
             raise FileNotFoundError(2, f"node {n} has no weighted-interleave weight", str(d / f"node{n}"))
     for n, w in weights.items():
         (d / f"node{n}").write_text(f"{w}\n")
+
+
+# Bandwidth-proportional weighted-interleave weights (the kernel's bandwidth-tiering rule
+# applied to measured figures); lives with the measurements it reads, re-exported here.
+from .bench.weights import weights_from  # noqa: E402
