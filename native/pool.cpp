@@ -727,6 +727,8 @@ void heart_loop(cxk_pool *p) {
         }
         if (e == 0) {
             clean_leases(p);
+            if (s->npending) sweep_pending(p);  // objects other hosts' readers held
+            sync_out(p, &s->used_bytes, kLine);
             pthread_mutex_unlock(&s->mutex);
         }
         p->heart_cv.wait_for(lk, period, [p] { return p->heart_stop; });
@@ -954,21 +956,16 @@ int cxk_obj_create(cxk_pool *p, const char *name, uint64_t nbytes, uint64_t *off
         if ((err = lk.err) != 0) goto out;
         HostSlot *s = slot(p, p->host);
         if (s->npending && (++s->ops % 16 == 0 || s->npending == kPendingMax)) sweep_pending(p);
-        if (s->nlive + s->ncreating + s->ndead >= p->geo.max_objects) sweep_pending(p);
-        if (s->nlive + s->ncreating >= p->geo.max_objects) {
-            err = -ENOSPC;  // name table full
-            goto out;
-        }
         if (s->ncreating_list == kCreatingMax) sweep_creating(p);
-        if (s->ncreating_list == kCreatingMax) {
-            err = -EAGAIN;  // too many objects of this host await publishing
-            goto out;
-        }
         bakery_lock(p);
         Found f;
         int64_t idx = -ENOSPC, b = -ENOSPC;
         if (find_any(p, name, len, hash, &f)) {
             err = -EEXIST;
+        } else if (s->nlive + s->ncreating >= p->geo.max_objects) {
+            err = -ENOSPC;  // name table full
+        } else if (s->ncreating_list == kCreatingMax) {
+            err = -EAGAIN;  // too many objects of this host await publishing
         } else if ((idx = names_slot(p, hash)) < 0) {
             err = int(idx);
         } else {
@@ -1104,17 +1101,29 @@ int cxk_obj_close(cxk_pool *p, uint64_t off) {
     if (!p) return -EINVAL;
     const uint64_t block = block_of(p, off, nullptr);
     if (!block) return -EINVAL;
-    std::lock_guard<std::mutex> lk(p->lease_mu);
     Lease *t = leases(p, p->host);
-    for (size_t k = 0; k < p->my_leases.size(); ++k) {
-        const uint32_t i = p->my_leases[k];
-        if (ldr(&t[i].block) != block) continue;
-        lease_free(p, i);
-        p->my_leases[k] = p->my_leases.back();
-        p->my_leases.pop_back();
-        return 0;
+    bool found = false;
+    {
+        std::lock_guard<std::mutex> lk(p->lease_mu);
+        for (size_t k = 0; k < p->my_leases.size(); ++k) {
+            const uint32_t i = p->my_leases[k];
+            if (ldr(&t[i].block) != block) continue;
+            lease_free(p, i);
+            p->my_leases[k] = p->my_leases.back();
+            p->my_leases.pop_back();
+            found = true;
+            break;
+        }
     }
-    return -ENOENT;
+    if (!found) return -ENOENT;
+    // The last reader of one of our destroyed objects frees it now; other hosts' readers
+    // leave it to our next sweep (create, heartbeat).
+    if (block >= part_begin(p, p->host) && block < part_end(p, p->host) &&
+        ld(&hdr(p, block)->state) == kDead) {
+        HostLock hl(p);
+        if (!hl.err) sweep_pending(p);
+    }
+    return 0;
 }
 
 int cxk_obj_destroy(cxk_pool *p, const char *name) {
