@@ -228,8 +228,9 @@ def main() -> None:
     ap.add_argument("--threads", default="1,2", help="thread counts")
     ap.add_argument("--reps", type=int, default=5, help="timed repetitions (medians)")
     ap.add_argument("--simd", default=None, help="force a level: scalar, avx2, avx512")
-    ap.add_argument("--nt", choices=("none", "state", "copy", "both"), default="none",
-                    help="non-temporal stores for the state, the copy, or both")
+    ap.add_argument("--nt", choices=("none", "state", "copy", "both"), default="copy",
+                    help="non-temporal stores for the state, the copy (default, as TieredAdamW "
+                    "does for large models), or both")
     ap.add_argument("--no-torch", action="store_true", help="skip torch.optim.AdamW(fused)")
     ap.add_argument("--deepspeed-path", default=None,
                     help="a directory holding deepspeed (prepended to the child's PYTHONPATH)")

@@ -420,3 +420,14 @@ def test_grads_moved_out_of_their_placed_buffer_are_put_back_with_a_warning(capl
     assert [p.grad.data_ptr() for p in m1.parameters()] == ptrs
     for a, b in zip(m1.parameters(), m2.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_nt_copy_gives_the_same_bits_and_rejects_bad_values():
+    m1, m2 = mlp(dtype=torch.bfloat16), mlp(dtype=torch.bfloat16)
+    o1 = TieredAdamW(m1.parameters(), lr=1e-2, nt_copy=True, nt_state=True)
+    o2 = TieredAdamW(m2.parameters(), lr=1e-2, nt_copy=False)
+    x, y = data(torch.bfloat16)
+    assert train(m1, o1, 3, x, y) == train(m2, o2, 3, x, y)
+    assert all(torch.equal(a, b) for a, b in zip(m1.parameters(), m2.parameters()))
+    with pytest.raises(ValueError, match="nt_copy"):
+        TieredAdamW(mlp().parameters(), nt_copy="yes")
