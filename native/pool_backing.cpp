@@ -68,8 +68,10 @@ int backing_open(Backing *b, bool create, bool excl, uint64_t size, uint32_t mod
     }
     if (fd < 0) return fd;
     b->fd = fd;
-    if (create && excl) return -EEXIST;
     if (int r = sys_fstat(fd, &st)) return r;
+    // a file that exists is a pool (files appear only whole); a device is one only if
+    // formatted, which the caller checks
+    if (create && excl && S_ISREG(st.st_mode)) return -EEXIST;
     if (S_ISCHR(st.st_mode)) {
         b->devdax = true;
         return cxk_pool_dax_geometry("/sys", base_name(b->path).c_str(), &b->size, &b->align);
@@ -136,8 +138,7 @@ void backings_discard(std::vector<Backing> &bs) {
     for (auto &b : bs) {
         if (!b.tmp.empty()) unlink(b.tmp.c_str());
         b.tmp.clear();
-        if (b.fd >= 0 && !b.memfd) close(b.fd);
-        else if (b.fd >= 0 && b.memfd) close(b.fd);
+        if (b.fd >= 0) close(b.fd);
         b.fd = -1;
     }
 }

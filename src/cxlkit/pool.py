@@ -57,9 +57,11 @@ _OPEN_ERRORS = {
     errno.EMEDIUMTYPE: (PoolFormatError, "not a cxlkit pool (foreign or blank superblock)"),
     errno.EBADMSG: (PoolCorruptError, "corrupt pool superblock"),
     errno.EPROTONOSUPPORT: (PoolVersionError,
-                            f"unsupported pool format version (this cxlkit reads version 1)"),
+                            "unsupported pool format version (this cxlkit reads version 1)"),
     errno.ERANGE: (PoolTooSmallError, "too small for a pool (metadata and partitions)"),
     errno.EBUSY: (PoolError, "host slot belongs to another host (tag differs) or no slot is free"),
+    errno.EINVAL: (PoolError, "bad geometry: device size not a multiple of its alignment, "
+                              "stripes of unequal size, or not the backing list it was made with"),
 }
 _OBJECT_ERRORS = {
     errno.ENOSPC: (PoolFullError, "no room in this host's partition or name table"),
