@@ -401,6 +401,9 @@ CXK_API int cxk_pool_open_striped(const char *const *paths, uint32_t npaths,
 /* Drops this handle's leases and unmaps. NULL is a no-op. */
 CXK_API int cxk_pool_close(cxk_pool *p);
 CXK_API void *cxk_pool_base(const cxk_pool *p);
+/* memfd pools: the descriptor that holds the memory (other processes open the pool as
+ * "/proc/PID/fd/FD"); -ENOENT for other backings. */
+CXK_API int cxk_pool_fd(const cxk_pool *p);
 
 struct cxk_pool_stat {
     uint64_t size;            /* bytes mapped */

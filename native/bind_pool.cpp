@@ -254,6 +254,10 @@ CXK_BIND(pool) {
         .def_prop_ro("closed", [](const PoolHandle &h) { return h.p == nullptr; })
         .def_prop_ro("address", [](const PoolHandle &h) { return uintptr_t(cxk_pool_base(h.get())); })
         .def("close", &PoolHandle::close)
+        .def_prop_ro("fd", [](const PoolHandle &h) {
+            int fd = cxk_pool_fd(h.get());
+            return fd >= 0 ? nb::object(nb::int_(fd)) : nb::none();
+        })
         .def("stat", [](PoolHandle &h) {
             struct cxk_pool_stat s;
             check(cxk_pool_stat(h.get(), &s), h.label);

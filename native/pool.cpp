@@ -906,6 +906,11 @@ int cxk_pool_close(cxk_pool *p) {
 
 void *cxk_pool_base(const cxk_pool *p) { return p ? p->base : nullptr; }
 
+int cxk_pool_fd(const cxk_pool *p) {
+    if (!p) return -EINVAL;
+    return p->memfd >= 0 ? p->memfd : -ENOENT;
+}
+
 int cxk_pool_stat(cxk_pool *p, struct cxk_pool_stat *st_) {
     if (!p || !st_) return -EINVAL;
     std::memset(st_, 0, sizeof *st_);

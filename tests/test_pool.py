@@ -328,12 +328,26 @@ def test_fault_while_opening_leaves_pool_untouched(path, syscall):
 
 # ---- backings ---------------------------------------------------------------------------
 
-def test_memfd_pool(path):
-    with cxlkit.Pool("memfd:cxlkit-test", size=8 * MiB, host_id=0) as p:
+def _memfd_reader(shared_path, out):
+    with cxlkit.Pool(shared_path, host_id=1) as p, p.open("m") as o:
+        out.put(o.read())
+
+
+def test_memfd_pool_shared_through_proc_fd(path):
+    with cxlkit.Pool("memfd:cxlkit-test", size=8 * MiB, host_id=0, max_hosts=2) as p:
         assert p.stat().kind == "memfd"
+        assert p.shared_path.startswith(f"/proc/{os.getpid()}/fd/")
         p.create("m", data=b"memfd").close()
         with p.open("m") as o:
             assert o.read() == b"memfd"
+        ctx = mp.get_context("spawn")
+        out = ctx.Queue()
+        child = ctx.Process(target=_memfd_reader, args=(p.shared_path, out), daemon=True)
+        child.start()
+        assert out.get(timeout=60) == b"memfd"
+        child.join(60)
+    with cxlkit.Pool(path, size=8 * MiB) as f:
+        assert f.shared_path == path
 
 
 def test_striped_pool_interleaves_2MiB_granules(path):

@@ -364,6 +364,13 @@ class Pool:
         return self._h.host_id
 
     @property
+    def shared_path(self) -> str:
+        """The path other processes open this pool with: for memfd pools
+        /proc/<pid>/fd/<fd> (valid while this process keeps the pool open)."""
+        fd = self._h.fd
+        return f"/proc/{os.getpid()}/fd/{fd}" if fd is not None else self.path
+
+    @property
     def address(self) -> int:
         """The pool base in this process (offsets are relative to it)."""
         return self._h.address
