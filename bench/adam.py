@@ -9,8 +9,8 @@ One JSON line per (size, threads, variant, implementation).
 
 Each thread count runs in a child with OMP_NUM_THREADS set (DeepSpeed's op takes its
 threads from OpenMP). Inside it every repetition times every implementation and every copy
-once, round robin, so a shared machine's noise falls on all of them alike; figures are
-medians over the repetitions.
+once, round robin in an order rotated per repetition, so a shared machine's noise falls on
+all of them alike; figures are medians over the repetitions.
 """
 from __future__ import annotations
 
@@ -185,17 +185,19 @@ def worker(a: argparse.Namespace) -> None:
         copies = copy_runs(n, threads, keep)
         times: dict[tuple[str, str], list[float]] = {}
         gbps: dict[str, list[float]] = {k: [] for k in copies}
+        tasks = [(impl, variant, fn) for impl, runs in impls.items()
+                 for variant, fn in runs.items()] + [("copy", k, fn) for k, fn in copies.items()]
         for rep in range(a.reps + 1):  # repetition 0 warms (page faults, thread start)
-            for impl, runs in impls.items():
-                for variant, fn in runs.items():
-                    t0 = time.perf_counter()
-                    fn()
-                    if rep:
-                        times.setdefault((impl, variant), []).append(time.perf_counter() - t0)
-            for name, fn in copies.items():
+            # rotate the order: whatever runs first after a copy pays for writing back the
+            # copy's dirty lines, so no one task may always be first
+            for impl, name, fn in tasks[rep % len(tasks):] + tasks[:rep % len(tasks)]:
+                t0 = time.perf_counter()
                 g = fn()
-                if rep:
+                dt = time.perf_counter() - t0
+                if rep and impl == "copy":
                     gbps[name].append(g)
+                elif rep:
+                    times.setdefault((impl, name), []).append(dt)
         bw = {k: round(statistics.median(v), 2) for k, v in gbps.items()}
         bound_gbps = max(bw.values())
         for variant, (gdt, cdt) in VARIANTS.items():
