@@ -26,8 +26,11 @@ if os.path.exists(xfer + "/prep.sh"):
     open(xfer + "/prep-rc", "w").write(f"{rc}\n")
     if rc:
         sys.exit(0)
-if mode == "crash":
-    sys.exit(1)
+console = next(a[5:] for a in args if a.startswith("file:"))
+if mode == "crash" or (mode == "crash-once" and not os.path.exists(os.environ["CXLKIT_VM_WORK"] + "/crashed")):
+    open(console, "w").write("[    2.85] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI\n")
+    open(os.environ["CXLKIT_VM_WORK"] + "/crashed", "w").close()
+    sys.exit(0)
 with open(xfer + "/out", "w") as out:
     rc = subprocess.call(["sh", xfer + "/cmd.sh"], stdout=out, stderr=out)
 open(xfer + "/rc", "w").write(f"{rc}\n")
@@ -142,6 +145,19 @@ def test_guest_without_an_exit_code_reports_125_and_says_so(fake_rig, monkeypatc
     rc, out = rig.run("true")
     assert rc == rig.RC_NO_REPORT
     assert "reported no exit code" in out
+
+
+def test_a_guest_that_dies_before_init_is_booted_once_more_and_says_so(fake_rig, monkeypatch):
+    monkeypatch.setenv("FAKE_QEMU_MODE", "crash-once")
+    rc, out = rig.run("echo ran")
+    assert rc == 0
+    first, rest = out.split("\n", 1)
+    assert first.startswith("[rig] numa: the guest died before /init (")
+    assert "Oops: int3" in first
+    assert rest == "ran\n"
+    # the crashed run stays for diagnosis, the good one is cleaned up
+    kept = list((fake_rig / "runs").iterdir())
+    assert len(kept) == 1 and "Oops" in (kept[0] / "console.log").read_text()
 
 
 def test_failed_topology_setup_raises_VMError_with_its_log(fake_rig, monkeypatch):
