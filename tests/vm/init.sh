@@ -30,8 +30,12 @@ fi
 
 if [ -e /xfer/chroot ]; then
     # The host root, read-only; a cache makes python's many stat/open calls bearable under TCG.
-    mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,ro,cache=loose hostroot /host \
-        || { echo "init: cannot mount the hostroot share" > /xfer/out; echo 125 > /xfer/rc; finish; }
+    if ! mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,ro,cache=loose \
+            hostroot /host; then
+        echo "init: cannot mount the hostroot share" > /xfer/out
+        echo 125 > /xfer/rc
+        finish
+    fi
     mount -t proc proc /host/proc
     mount -t sysfs sysfs /host/sys
     mount -t devtmpfs devtmpfs /host/dev

@@ -170,8 +170,8 @@ def _artifacts() -> dict[str, Path]:
     return need
 
 
-def _qemu_command(spec: GuestSpec, xfer: Path, console: Path, chroot: bool) -> tuple[list[str],
-                                                                                     dict[str, str]]:
+def _qemu_command(spec: GuestSpec, xfer: Path, console: Path,
+                  chroot: bool) -> tuple[list[str], dict[str, str]]:
     art = _artifacts()
     env = dict(os.environ)
     if spec.qemu10:
@@ -238,8 +238,9 @@ class _Guest:
     def result(self) -> tuple[int, str]:
         prep_rc = self.xfer / "prep-rc"
         if prep_rc.exists() and prep_rc.read_text().strip() != "0":
-            raise VMError(f"{self.name}: topology setup failed (rc {prep_rc.read_text().strip()})"
-                          f":\n{_read(self.xfer / 'prep.log')}\n{_tail(self.rundir / 'console.log')}")
+            raise VMError(f"{self.name}: topology setup failed (rc "
+                          f"{prep_rc.read_text().strip()}):\n{_read(self.xfer / 'prep.log')}\n"
+                          f"{_tail(self.rundir / 'console.log')}")
         rc_file = self.xfer / "rc"
         out = _read(self.xfer / "out")
         if not rc_file.exists():
@@ -313,8 +314,10 @@ def run(cmd: str | Sequence[str], topology: str = "numa", chroot: bool = True,
     and /dev/shm are tmpfs, cwd is the project); chroot=False in the busybox initramfs.
     two-hosts runs `cmd` in both guests (CXLKIT_VM_HOST=a, then b once a has formatted the
     shared device) and returns the first non-zero code and both outputs.
+    `env` adds variables to the command's environment.
     Raises VMTimeout after `timeout` seconds (QEMU killed), VMError when setup is missing or
-    the topology could not be prepared, KeyError for an unknown topology."""
+    the topology could not be prepared, KeyError for an unknown topology, ValueError /
+    TypeError for bad arguments."""
     if not isinstance(cmd, str) and (not isinstance(cmd, Sequence) or
                                      not all(isinstance(c, str) for c in cmd)):
         raise TypeError(f"cmd {cmd!r}: expected a shell string or a sequence of str")
@@ -322,9 +325,14 @@ def run(cmd: str | Sequence[str], topology: str = "numa", chroot: bool = True,
         raise KeyError(f"topology {topology!r}: expected one of {', '.join(TOPOLOGIES)}")
     if not timeout > 0:
         raise ValueError(f"timeout {timeout!r}: expected seconds > 0")
+    env = dict(env or {})
+    for k, v in env.items():
+        if not isinstance(k, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+            raise ValueError(f"env name {k!r}: expected a shell variable name")
+        if not isinstance(v, str):
+            raise TypeError(f"env {k}={v!r}: expected a str value")
     _artifacts()
     deadline = time.monotonic() + timeout
-    env = dict(env or {})
     rundir = _new_rundir(topology)
     ok = False
     try:

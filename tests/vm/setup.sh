@@ -113,8 +113,8 @@ step_initramfs() {
     for m in $mods; do
         # --show-depends prints "insmod PATH" per module in load order, "builtin X" otherwise;
         # -C /dev/null: the host's modprobe.d (ndctl's "install libnvdimm" rule) must not apply.
-        modprobe -C /dev/null -d "$kroot" -S "$kver" --show-depends "$m" | awk '$1 == "insmod" {print $2}' \
-        | while read -r path; do
+        modprobe -C /dev/null -d "$kroot" -S "$kver" --show-depends "$m" \
+        | awk '$1 == "insmod" {print $2}' | while read -r path; do
             local rel=${path#"$kroot"/}
             rel=${rel%.xz}
             rel=${rel%.zst}

@@ -27,9 +27,10 @@ if os.path.exists(xfer + "/prep.sh"):
     if rc:
         sys.exit(0)
 console = next(a[5:] for a in args if a.startswith("file:"))
-if mode == "crash" or (mode == "crash-once" and not os.path.exists(os.environ["CXLKIT_VM_WORK"] + "/crashed")):
+crashed = os.environ["CXLKIT_VM_WORK"] + "/crashed"
+if mode == "crash" or (mode == "crash-once" and not os.path.exists(crashed)):
     open(console, "w").write("[    2.85] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI\n")
-    open(os.environ["CXLKIT_VM_WORK"] + "/crashed", "w").close()
+    open(crashed, "w").close()
     sys.exit(0)
 with open(xfer + "/out", "w") as out:
     rc = subprocess.call(["sh", xfer + "/cmd.sh"], stdout=out, stderr=out)
@@ -117,6 +118,10 @@ def test_run_rejects_a_bad_command_and_a_bad_timeout(fake_rig):
         rig.run(["echo", 3])
     with pytest.raises(ValueError, match="timeout"):
         rig.run("true", timeout=0)
+    with pytest.raises(ValueError, match="env name 'A;rm'"):
+        rig.run("true", env={"A;rm": "x"})
+    with pytest.raises(TypeError, match="env N=3"):
+        rig.run("true", env={"N": 3})
 
 
 def test_run_without_setup_raises_VMError_pointing_at_vm_setup(tmp_path, monkeypatch):

@@ -5,16 +5,16 @@
 set -eu
 C=/sys/bus/cxl/devices
 
-wait_for() {  # wait_for <test args...>: poll up to 10 s
+wait_for() {  # wait_for '<shell condition>': re-evaluated every 0.1 s, for up to 10 s
     i=0
-    while ! test "$@"; do
+    while ! eval "$1" > /dev/null 2>&1; do
         i=$((i + 1))
-        if [ $i -gt 100 ]; then echo "cxl-ram-region: timed out waiting for: test $*"; exit 1; fi
+        if [ $i -gt 100 ]; then echo "cxl-ram-region: timed out waiting for: $1"; exit 1; fi
         sleep 0.1
     done
 }
 
-wait_for -e $C/mem0
+wait_for '[ -e $C/mem0 ]'
 # mem0's endpoint port (endpointN) appears once cxl_mem has probed; its first decoder is N.0.
 ep=""
 i=0
@@ -44,14 +44,18 @@ echo 1 > $C/$region/commit
     || echo "$region" > /sys/bus/cxl/drivers/cxl_region/bind
 
 # dax_cxl gives the region a dax device; kmem onlines it into the node the platform assigned.
-wait_for -d $C/$region/dax_$region
+wait_for '[ -d $C/$region/dax_$region ]'
 dax=""
-wait_for -n "$(ls /sys/bus/dax/devices/ 2>/dev/null)"
+wait_for '[ -n "$(ls /sys/bus/dax/devices/)" ]'
 for d in /sys/bus/dax/devices/*; do
     [ "$(basename "$(readlink -f "$d/..")")" = "dax_$region" ] && dax=$(basename "$d")
 done
-[ -n "$dax" ] || { echo "cxl-ram-region: no dax device under dax_$region"; ls -l /sys/bus/dax/devices/; exit 1; }
+if [ -z "$dax" ]; then
+    echo "cxl-ram-region: no dax device under dax_$region"
+    ls -l /sys/bus/dax/devices/
+    exit 1
+fi
 node=$(cat /sys/bus/dax/devices/$dax/target_node)
-wait_for -n "$(ls -d /sys/devices/system/node/node$node/memory* 2>/dev/null)"
+wait_for "ls -d /sys/devices/system/node/node$node/memory*"
 printf 'region=%s\nnode=%s\nsize=%s\ndax=%s\n' "$region" "$node" "$size" "$dax" > /xfer/cxl.facts
 cat /xfer/cxl.facts
