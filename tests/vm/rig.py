@@ -444,7 +444,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         rc, out = run(cmd if len(cmd) > 1 else cmd[0], a.topology, not a.no_chroot, a.timeout,
                       keep=a.keep)
         sys.stdout.write(out)
-        print(f"[rig] topology {a.topology}: rc {rc}, {time.monotonic() - t0:.1f} s",
+        sys.stdout.flush()
+        sep = "\n" if out and not out.endswith("\n") else ""
+        print(f"{sep}[rig] topology {a.topology}: rc {rc}, {time.monotonic() - t0:.1f} s",
               file=sys.stderr)
         return rc
     extra = a.pytest_args[1:] if a.pytest_args[:1] == ["--"] else a.pytest_args
