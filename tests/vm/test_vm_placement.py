@@ -142,3 +142,27 @@ def test_cxlkit_run_bind_1_then_audit_shows_the_programs_anon_pages_on_node1():
         assert set(m["pages"]) == {"1"}, m
         assert m["policy"].startswith("bind:1"), m
     assert int(doc["totals_bytes"]["1"]) >= 8 * MiB
+
+
+@pytest.mark.topology("numa")
+def test_cxlkit_run_weighted_3_to_1_lands_the_programs_buffer_3_to_1(kernel_weights_3_1):
+    run = subprocess.Popen(["cxlkit", "run", "--weighted", "0:3,1:1", "--quiet", "--",
+                            "/usr/bin/python3", "-c", _PROG],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert run.stdout.readline().strip() == "ready"
+        audit = subprocess.run(["cxlkit", "audit", str(run.pid), "--json"],
+                               capture_output=True, text=True)
+    finally:
+        run.stdin.close()
+        run.wait(timeout=60)
+    assert run.returncode == 0
+    assert audit.returncode == 0, audit.stderr
+    maps = json.loads(audit.stdout)["mappings"]
+    # the 8 MiB buffer is the largest anonymous mapping: 2048 pages in rounds of 3+1
+    buf = max((m for m in maps if not m["kind"].startswith("file:")),
+              key=lambda m: sum(m["pages"].values()))
+    pages = {int(n): c for n, c in buf["pages"].items()}
+    assert sum(pages.values()) >= 2048
+    assert abs(pages[0] - 3 * pages[1]) <= 4 * 3, pages
+    assert "weighted" in buf["policy"], buf
