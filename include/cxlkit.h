@@ -342,6 +342,90 @@ CXK_API int cxk_kv_get(struct cxk_pool *p, const struct cxk_kv_plan *plan, const
 /* Number of leading names that are published (no lease taken, nothing copied). */
 CXK_API int cxk_kv_lookup(struct cxk_pool *p, const char *const *names, size_t n, size_t *nhits);
 
+/* ---- Optimizer: mixed-precision CPU Adam / AdamW ---------------------------------
+ * One pass over fp32 master params, exp_avg and exp_avg_sq per element: gradients in fp32,
+ * bf16 or fp16 are upcast in registers, scaled by grad_scale, and an optional bf16, fp16 or
+ * fp32 copy of the updated params is written in the same pass. Per element, in fp32:
+ *   g = grad*grad_scale; if MAXIMIZE g = -g; if weight decay is L2 (no DECOUPLED) g += wd*p
+ *   if DECOUPLED p *= 1 - lr*wd
+ *   m += (1-beta1)*(g-m);  v = beta2*v + (1-beta2)*(g*g)
+ *   p += ((-lr*sqrt(bc2)/bc1)*m) / (sqrt(v) + eps*sqrt(bc2))
+ *   with bc = 1-beta^step (1 without BIAS_CORRECTION): torch's update with numerator and
+ *   denominator multiplied by sqrt(bc2), one division per element fewer (a few ulp apart).
+ * No fused multiply-add is used, so every SIMD level gives the bits of the scalar one.
+ * The level is the best the CPU offers unless CXLKIT_SIMD (read once, at the first call)
+ * or cxk_adam_hparams.simd forces one. */
+enum cxk_dtype { CXK_DTYPE_NONE = -1, CXK_DTYPE_F32 = 0, CXK_DTYPE_BF16 = 1, CXK_DTYPE_F16 = 2 };
+enum cxk_simd { CXK_SIMD_AUTO = 0, CXK_SIMD_SCALAR = 1, CXK_SIMD_AVX2 = 2, CXK_SIMD_AVX512 = 3 };
+
+#define CXK_ADAM_DECOUPLED 1u        /* AdamW: decay the params, not the gradient */
+#define CXK_ADAM_MAXIMIZE 2u         /* ascend */
+#define CXK_ADAM_BIAS_CORRECTION 4u  /* divide by 1-beta^step (torch always does) */
+#define CXK_ADAM_NT_STATE 8u         /* non-temporal stores for p, m, v (aligned body) */
+#define CXK_ADAM_NT_COPY 16u         /* non-temporal stores for param_copy (aligned body) */
+
+struct cxk_adam_hparams {
+    double lr, beta1, beta2, eps, weight_decay, grad_scale;
+    int64_t step;    /* 1 for the first step */
+    uint32_t flags;  /* CXK_ADAM_* */
+    int32_t simd;    /* enum cxk_simd; AUTO = CXLKIT_SIMD or the best available */
+};
+
+/* One tensor: n elements in each array; param, exp_avg, exp_avg_sq and param_copy must not
+ * overlap one another; param 4-byte aligned. param_copy is NULL iff copy_dtype is NONE. */
+struct cxk_adam_tensor {
+    float *param;
+    float *exp_avg;
+    float *exp_avg_sq;
+    const void *grad;   /* grad_dtype elements */
+    void *param_copy;   /* copy_dtype elements or NULL */
+    uint64_t n;
+    int32_t grad_dtype; /* F32, BF16 or F16 */
+    int32_t copy_dtype; /* NONE, F32, BF16 or F16 */
+};
+
+/* Update ntensors tensors on the calling thread. -EINVAL for bad hyperparameters
+ * (lr, eps or weight_decay < 0, a beta outside [0,1), anything not finite, step < 1) or a
+ * bad tensor (NULL array with n > 0, bad dtype, copy pointer/dtype mismatch) or an unknown
+ * name in CXLKIT_SIMD; -ENOTSUP when the forced SIMD level is not available here.
+ * Everything is checked before any element is written. */
+CXK_API int cxk_adam_step(const struct cxk_adam_hparams *h, const struct cxk_adam_tensor *t,
+                          size_t ntensors);
+/* The level AUTO resolves to here (CXLKIT_SIMD or the best available), or -errno as above. */
+CXK_API int cxk_adam_simd(void);
+/* "scalar", "avx2", "avx512", "auto"; "?" for anything else. */
+CXK_API const char *cxk_simd_name(int simd);
+
+/* Thread teams that follow memory: one team per memory node, its threads pinned to the
+ * node's CPUs (a CPU-less node, e.g. CXL, uses the CPUs of the nearest node that has some).
+ * A step cuts every tensor at chunk_bytes boundaries of the param address, asks the kernel
+ * which node holds each chunk's first param page (move_pages) and lets that node's team
+ * update the chunk; a chunk on a node without a team, or not faulted in, goes to the first
+ * team. Teams never take each other's chunks. One step at a time per team object. */
+typedef struct cxk_adam_team cxk_adam_team;
+struct cxk_adam_team_opts {
+    uint32_t nnodes;                         /* 0 = every memory node of this machine */
+    int32_t nodes[CXK_MAX_POLICY_NODES];     /* distinct node ids */
+    uint32_t threads[CXK_MAX_POLICY_NODES];  /* per node, <= 1024; 0 = the node's CPUs (a
+                                                CPU-less node: half its nearest node's) */
+    uint64_t chunk_bytes;                    /* of fp32 params, multiple of 64; 0 = 1 MiB */
+    uint32_t pin;                            /* 1 = pin each team to its CPUs */
+};
+/* opts NULL = defaults. -EINVAL for a bad node list, thread count or chunk, -EAGAIN when a
+ * thread cannot be started, the -errno of pinning otherwise. */
+CXK_API int cxk_adam_team_create(const struct cxk_adam_team_opts *opts, cxk_adam_team **out);
+CXK_API void cxk_adam_team_destroy(cxk_adam_team *team);
+/* As cxk_adam_step, run by the teams while the caller waits; also the -errno of the
+ * move_pages node query (nothing written then). */
+CXK_API int cxk_adam_team_step(cxk_adam_team *team, const struct cxk_adam_hparams *h,
+                               const struct cxk_adam_tensor *t, size_t ntensors);
+/* For i < min(cap, *nteams): nodes[i], threads[i], cpus[i] (the first CPU the team may
+ * run on, -1 unpinned) and chunks[i] = chunks team i updated in the last step. Output
+ * arrays may be NULL. */
+CXK_API int cxk_adam_team_info(const cxk_adam_team *team, uint32_t cap, int32_t *nodes,
+                               uint32_t *threads, int32_t *cpus, uint64_t *chunks,
+                               uint32_t *nteams);
+
 /* ---- Pools: named objects in one memory range shared by processes and hosts ----
  * Shaped like POSIX shm: open a pool, create / open / close / destroy objects by name.
  * Layout and protocol: docs/pool-format.md. Offsets (off) are bytes from the pool base
