@@ -62,8 +62,12 @@ step_kernel() {
 step_qemu10() {
     done_ qemu10 && return
     local apt="$WORK/apt" uri
-    uri=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE)' \
-        | awk '$2 == "bookworm" {print $1; exit}')
+    bookworm_uri() {  # indextargets lists only sources whose lists were fetched
+        apt-get indextargets --format '$(REPO_URI) $(RELEASE)' \
+            | awk '$2 == "bookworm" {print $1; exit}'
+    }
+    uri=$(bookworm_uri)
+    [ -n "$uri" ] || { apt-get update -qq; uri=$(bookworm_uri); }
     [ -n "$uri" ] || { log "no bookworm source configured on this host"; exit 1; }
     mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/parts"
     local key=/usr/share/keyrings/debian-archive-keyring.gpg
