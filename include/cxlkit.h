@@ -475,7 +475,9 @@ CXK_API void cxk_pool_opts_init(struct cxk_pool_opts *opts);
 /* Open (or with CXK_POOL_CREATE create) the pool on path: a regular file (tmpfs or
  * hugetlbfs), a devdax character device (/dev/daxX.Y: size and alignment from sysfs),
  * or "memfd:NAME" (anonymous memory; other processes open /proc/PID/fd/N). A failed
- * open never writes to the pool. A process that forks must reopen in the child. */
+ * open never writes to the pool. A child of fork may use and close an inherited handle
+ * (leases carry the caller's pid; the heartbeat thread stays in the parent) but should open
+ * its own for long use. */
 CXK_API int cxk_pool_open(const char *path, const struct cxk_pool_opts *opts, cxk_pool **out);
 /* The same over several backings of equal size striped at CXK_POOL_STRIPE_BYTES into one
  * contiguous range (backing i holds granules i, i+n, ...); every host lists them in the

@@ -217,6 +217,8 @@ void lease_set(cxk_pool *p, uint64_t i, uint64_t block, uint64_t gen, uint32_t o
 
 void lease_free(cxk_pool *p, uint64_t i) {
     Lease *e = &leases(p, p->host)[i];
+    // a child of fork inherits the handle's list but not the leases: they are the parent's
+    if ((ldr(&e->pid) & ~kClaiming) != uint32_t(getpid())) return;
     str(&e->block, uint64_t(0));
     st(&e->pid, 0u);
     sync_out(p, e, sizeof *e);
@@ -900,7 +902,9 @@ int cxk_pool_close(cxk_pool *p) {
     }
     int r = cxk_unmap(p->base, p->size);
     if (p->memfd >= 0) close(p->memfd);
-    delete p;
+    // In a child of fork the condition variable may record the parent's heartbeat thread as
+    // a waiter, and destroying it would wait forever: leave the small handle behind.
+    if (getpid() == p->pid) delete p;
     return r;
 }
 

@@ -535,3 +535,25 @@ def test_lease_of_dead_host_expires(path):
         assert rep.leases_expired == 1 and rep.leases_live == 0
         assert a.stat().used_bytes == 0
         assert a.stat().hosts_active == 1
+
+
+def _forked_child_closes_inherited(pool, obj):
+    obj.close()   # the parent's lease: not the child's to drop
+    pool.close()
+    os._exit(0)
+
+
+def test_forked_child_closing_inherited_handles_keeps_parents_leases(path):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0) as pool:
+        pool.create("kept", data=b"k" * 64).close()
+        held = pool.open("kept")
+        child = mp.get_context("fork").Process(target=_forked_child_closes_inherited,
+                                               args=(pool, held))
+        child.start()
+        child.join(60)
+        assert child.exitcode == 0
+        assert pool.fsck(repair=False).leases_live == 1
+        pool.destroy("kept")
+        assert pool.fsck(repair=False).objects_dead == 1  # our lease still holds it
+        held.close()
+        assert pool.fsck(repair=False).objects_dead == 0
