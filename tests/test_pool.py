@@ -557,3 +557,30 @@ def test_forked_child_closing_inherited_handles_keeps_parents_leases(path):
         assert pool.fsck(repair=False).objects_dead == 1  # our lease still holds it
         held.close()
         assert pool.fsck(repair=False).objects_dead == 0
+
+
+def test_lease_table_full_raises_PoolError_naming_object(path):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0, lease_slots=4) as pool:
+        pool.create("o", data=b"1").close()
+        held = [pool.open("o") for _ in range(4)]
+        with pytest.raises(cxlkit.PoolError, match="lease table is full") as ei:
+            pool.open("o")
+        assert ei.value.errno == errno.EMFILE and "o" in str(ei.value.filename)
+        with pytest.raises(cxlkit.PoolError, match="lease table is full"):
+            pool.create("p", 10)
+        held.pop().close()
+        pool.open("o").close()
+        for h in held:
+            h.close()
+
+
+def test_too_many_unpublished_objects_raises_PoolError(path):
+    with cxlkit.Pool(path, size=16 * MiB, host_id=0, max_objects=400) as pool:
+        drafts = [pool.create(f"d{i}", 64) for i in range(288)]  # kCreatingMax
+        with pytest.raises(cxlkit.PoolError, match="await publishing") as ei:
+            pool.create("one-more", 64)
+        assert ei.value.errno == errno.EAGAIN
+        drafts[0].publish()
+        pool.create("one-more", 64, publish=True).close()
+        for d in drafts:
+            d.close()

@@ -68,7 +68,11 @@ _OBJECT_ERRORS = {
     errno.EAGAIN: (ObjectNotPublished, "not published yet"),
     errno.ESTALE: (StaleObjectError, "destroyed or replaced while being read"),
     errno.EBADMSG: (PoolCorruptError, "payload checksum mismatch"),
+    errno.EMFILE: (PoolError, "this host's lease table is full: close objects, or create the "
+                              "pool with more lease_slots"),
 }
+_CREATE_ERRORS = {**_OBJECT_ERRORS,
+                  errno.EAGAIN: (PoolError, "too many objects of this host await publishing")}
 
 
 def _typed(e: OSError, table: dict[int, tuple[type, str]]) -> OSError:
@@ -397,7 +401,7 @@ class Pool:
         try:
             d = self._h.create(name, nbytes)
         except OSError as e:
-            raise _typed(e, _OBJECT_ERRORS) from None
+            raise _typed(e, _CREATE_ERRORS) from None
         obj = PoolObject(self._h, name, d["offset"], d["nbytes"], d["generation"], d["host"],
                          True)
         try:
