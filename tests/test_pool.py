@@ -584,3 +584,36 @@ def test_too_many_unpublished_objects_raises_PoolError(path):
         pool.create("one-more", 64, publish=True).close()
         for d in drafts:
             d.close()
+
+
+def test_no_free_host_slot_raises_PoolError_EBUSY(path):
+    with cxlkit.Pool(path, size=8 * MiB, host_id="first", max_hosts=1):
+        with pytest.raises(cxlkit.PoolError) as ei:
+            cxlkit.Pool(path, host_id="second")
+        assert ei.value.errno == errno.EBUSY
+
+
+def _open_after_reboot(path, out):
+    with cxlkit.Pool(path, host_id=0) as pool:
+        rep = pool.fsck()
+        with pool.open("survivor") as o:
+            out.put((rep.clean, o.read()))
+
+
+def test_slot_of_a_previous_boot_is_taken_over_even_with_its_lock_held(path):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0) as pool:
+        pool.create("survivor", data=b"s" * 32).close()
+    # Host 0 "rebooted" while one of its processes held the lock: another boot hash in the
+    # slot (line 0, offset 32) and a mutex owned by a thread id that no longer exists.
+    with open(path, "r+b") as f:
+        f.seek(4096 + 32)
+        f.write(struct.pack("<Q", 0x8000_0000_0000_1234))
+        f.seek(4096 + 128)
+        f.write(struct.pack("<i", 0x3FFF_FFF0))
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    child = ctx.Process(target=_open_after_reboot, args=(path, out), daemon=True)
+    child.start()
+    clean, data = out.get(timeout=60)  # would block forever without the takeover
+    child.join(60)
+    assert clean and data == b"s" * 32
