@@ -5,6 +5,9 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <time.h>
+
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -322,6 +325,26 @@ CXK_BIND(pool) {
             struct cxk_obj_stat s;
             check(cxk_obj_stat(h.get(), name.c_str(), &s), "object " + name + " in pool " + h.label);
             return stat_dict(s);
+        })
+        // bench/pool.py: median ns of one cxk_obj_stat per name, timed in C (no Python call
+        // or exception per lookup); names may be present or absent
+        .def("_lookup_median_ns", [](PoolHandle &h, const std::vector<std::string> &names) {
+            cxk_pool *p = h.get();
+            std::vector<int64_t> ns(names.size());
+            {
+                nb::gil_scoped_release unlock;
+                struct cxk_obj_stat s;
+                for (size_t i = 0; i < names.size(); ++i) {
+                    struct timespec a, b;
+                    clock_gettime(CLOCK_MONOTONIC, &a);
+                    (void)cxk_obj_stat(p, names[i].c_str(), &s);
+                    clock_gettime(CLOCK_MONOTONIC, &b);
+                    ns[i] = (b.tv_sec - a.tv_sec) * 1000000000ll + (b.tv_nsec - a.tv_nsec);
+                }
+            }
+            if (ns.empty()) return 0.0;
+            std::nth_element(ns.begin(), ns.begin() + ns.size() / 2, ns.end());
+            return double(ns[ns.size() / 2]);
         })
         .def("list", [](PoolHandle &h) {
             cxk_pool *p = h.get();
