@@ -223,7 +223,7 @@ def test_host_id_from_environment(path, monkeypatch):
         assert p.host_id == q.host_id  # the same name finds the same slot
     monkeypatch.delenv("CXLKIT_HOST_ID")
     with cxlkit.Pool(path) as p:
-        assert p.host_id not in (2,) or p.stat().max_hosts > 2
+        assert p.host_id == 2  # the slot this machine's id already tags
 
 
 def test_explicit_slot_with_another_hosts_tag_raises(path, monkeypatch):
