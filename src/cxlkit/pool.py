@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,7 +114,11 @@ def machine_tag() -> str:
         mid = Path("/etc/machine-id").read_text().strip()
     except OSError:
         mid = ""
-    return (mid or socket.gethostname())[: _native.POOL_TAG_MAX]
+    if not mid:
+        import socket
+
+        mid = socket.gethostname()
+    return mid[: _native.POOL_TAG_MAX]
 
 
 def _host(host_id: int | str | None) -> tuple[int, str]:
