@@ -14,7 +14,13 @@ from .. import topology
 from .main import app
 
 # Workload sections, in order: (title, module, function taking the console).
-SECTIONS: tuple[tuple[str, str, str], ...] = ()
+SECTIONS: tuple[tuple[str, str, str], ...] = (
+    ("memory: a quick measurement per node and the weights it gives", "cxlkit.cli.bench",
+     "run_demo"),
+    ("the shared pool: one object, two processes, fsck", "cxlkit.cli.pool", "run_demo"),
+    ("training offload: TieredAdamW + activation offload", "cxlkit.cli.train", "run_demo"),
+    ("KV cache: a prefix stored by one process, hit by another", "cxlkit.cli.kv", "run_demo"),
+)
 
 
 def demo_policies(nbytes: int) -> list[P.Policy]:
