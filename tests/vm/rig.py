@@ -337,61 +337,84 @@ def run(cmd: str | Sequence[str], topology: str = "numa", chroot: bool = True,
     ok = False
     try:
         if topology != "two-hosts":
-            g = _start(topology, rundir, topology_spec(topology, rundir), cmd, topology, chroot,
-                       env)
+            def start(d: Path) -> _Guest:
+                return _start(topology, d, topology_spec(topology, d), cmd, topology, chroot,
+                              env)
+
+            g = start(rundir)
             _wait([g], deadline, f"topology {topology}")
             note = ""
             if g.died_before_init():
-                # Rarely (about 1 boot in 50 here) the 6.12 kernel oopses on a stray int3
-                # while patching its own text under multi-threaded TCG, before /init runs.
-                # Nothing of the command ran yet, so one fresh guest is safe; the crashed
-                # run directory stays for diagnosis.
-                note = (f"[rig] {topology}: the guest died before /init ({g.oops_line()}); "
-                        f"console in {rundir}; booted a fresh guest\n")
-                print(note, end="", file=sys.stderr)
+                # Nothing of the command ran: one fresh guest is safe. The crashed run
+                # directory stays for diagnosis.
+                note = _crash_note(g, topology)
                 rundir = _new_rundir(topology)
-                g = _start(topology, rundir, topology_spec(topology, rundir), cmd, topology,
-                           chroot, env)
+                g = start(rundir)
                 _wait([g], deadline, f"topology {topology}")
             rc, out = g.result()
             ok = rc == 0
             return rc, note + out
-        rc, out = _run_two_hosts(rundir, cmd, chroot, env, deadline)
-        ok = rc == 0
-        return rc, out
+        rc, out, note = _run_two_hosts(rundir, cmd, chroot, env, deadline)
+        ok = rc == 0 and not note  # keep the consoles of a crashed boot
+        return rc, note + out
     finally:
         if ok and not keep:
             shutil.rmtree(rundir, ignore_errors=True)
 
 
+def _crash_note(g: _Guest, name: str) -> str:
+    """Rarely (about 1 boot in 50 here) the 6.12 kernel oopses on a stray int3 while patching
+    its own text under multi-threaded TCG, before /init runs."""
+    note = (f"[rig] {name}: the guest died before /init ({g.oops_line()}); console in "
+            f"{g.rundir}; booted a fresh guest\n")
+    print(note, end="", file=sys.stderr)
+    return note
+
+
 def _run_two_hosts(rundir: Path, cmd: str | Sequence[str], chroot: bool, env: dict[str, str],
-                   deadline: float) -> tuple[int, str]:
+                   deadline: float) -> tuple[int, str, str]:
     _sparse(rundir / "shared-pool.img", NVDIMM_BYTES)
-    da, db = rundir / "a", rundir / "b"
-    a = _start("host a", da, topology_spec("two-hosts", da, host="a"), cmd, "two-hosts",
-               chroot, env)
+
+    def start(host: str, d: Path) -> _Guest:
+        return _start(f"host {host}", d, topology_spec("two-hosts", d, host=host), cmd,
+                      "two-hosts", chroot, env)
+
+    note = ""
+    a = start("a", rundir / "a")
     guests = [a]
     try:
         # b may only boot once a has written the devdax info block on the shared media.
         while not (a.xfer / "prep-rc").exists():
             if a.proc.poll() is not None:
+                if a.died_before_init() and not note:  # the device is untouched: boot again
+                    note = _crash_note(a, "two-hosts host a")
+                    a = start("a", rundir / "a-again")
+                    guests = [a]
+                    continue
                 a.result()
                 raise VMError(f"host a exited before preparing the shared device:\n"
-                              f"{_tail(da / 'console.log')}")
+                              f"{_tail(a.rundir / 'console.log')}")
             if time.monotonic() > deadline:
                 raise VMTimeout("two-hosts: host a did not prepare the shared device in time")
             time.sleep(0.2)
         if (a.xfer / "prep-rc").read_text().strip() != "0":
             _wait(guests, deadline, "two-hosts")
             a.result()
-        guests.append(_start("host b", db, topology_spec("two-hosts", db, host="b"), cmd,
-                             "two-hosts", chroot, env))
-        _wait(guests, deadline, "two-hosts")
+        b = start("b", rundir / "b")
+        guests.append(b)
+        _wait([b], deadline, "two-hosts")
+        if b.died_before_init():  # b never touched the device; a is still waiting for it
+            note += _crash_note(b, "two-hosts host b")
+            b = start("b", rundir / "b-again")
+            guests = [a, b]
+            _wait([b], deadline, "two-hosts")
+        _wait([a], deadline, "two-hosts")
     except BaseException:
         _kill(guests)
         raise
-    (rca, outa), (rcb, outb) = a.result(), guests[1].result()
-    return (rca or rcb), f"=== host a (rc {rca}) ===\n{outa}\n=== host b (rc {rcb}) ===\n{outb}"
+    (rca, outa), (rcb, outb) = a.result(), b.result()
+    return ((rca or rcb), f"=== host a (rc {rca}) ===\n{outa}\n=== host b (rc {rcb}) ===\n{outb}",
+            note)
 
 
 _SUMMARY = re.compile(r"^=* ?\d+ (passed|failed|errors?|skipped|xfailed|xpassed|deselected)"

@@ -20,18 +20,18 @@ open(os.path.join(os.path.dirname(xfer), "fake.pid"), "w").write(str(os.getpid()
 mode = os.environ.get("FAKE_QEMU_MODE", "ok")
 if mode == "hang":
     time.sleep(600)
-if os.path.exists(xfer + "/prep.sh"):
-    with open(xfer + "/prep.log", "w") as log:
-        rc = subprocess.call(["sh", xfer + "/prep.sh"], stdout=log, stderr=log)
-    open(xfer + "/prep-rc", "w").write(f"{rc}\n")
-    if rc:
-        sys.exit(0)
 console = next(a[5:] for a in args if a.startswith("file:"))
 crashed = os.environ["CXLKIT_VM_WORK"] + "/crashed"
 if mode == "crash" or (mode == "crash-once" and not os.path.exists(crashed)):
     open(console, "w").write("[    2.85] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI\n")
     open(crashed, "w").close()
     sys.exit(0)
+if os.path.exists(xfer + "/prep.sh"):
+    with open(xfer + "/prep.log", "w") as log:
+        rc = subprocess.call(["sh", xfer + "/prep.sh"], stdout=log, stderr=log)
+    open(xfer + "/prep-rc", "w").write(f"{rc}\n")
+    if rc:
+        sys.exit(0)
 with open(xfer + "/out", "w") as out:
     rc = subprocess.call(["sh", xfer + "/cmd.sh"], stdout=out, stderr=out)
 open(xfer + "/rc", "w").write(f"{rc}\n")
@@ -163,6 +163,37 @@ def test_a_guest_that_dies_before_init_is_booted_once_more_and_says_so(fake_rig,
     # the crashed run stays for diagnosis, the good one is cleaned up
     kept = list((fake_rig / "runs").iterdir())
     assert len(kept) == 1 and "Oops" in (kept[0] / "console.log").read_text()
+
+
+@pytest.fixture
+def fake_two_hosts(fake_rig, monkeypatch):
+    # the fake runs prep on the host: no NVDIMM to format here
+    monkeypatch.setattr(rig, "_PREP_DEVDAX", "echo formatted > $CXLKIT_VM_WORK/formatted\n")
+    monkeypatch.setattr(rig, "_PREP_SECOND_HOST", "test -e $CXLKIT_VM_WORK/formatted\n")
+    return fake_rig
+
+
+def test_two_hosts_runs_the_command_on_a_then_b_and_returns_both_outputs(fake_two_hosts):
+    rc, out = rig.run("echo on $CXLKIT_VM_HOST", "two-hosts")
+    assert rc == 0
+    assert out == "=== host a (rc 0) ===\non a\n\n=== host b (rc 0) ===\non b\n"
+    assert list((fake_two_hosts / "runs").iterdir()) == []
+
+
+def test_two_hosts_returns_the_first_failing_code(fake_two_hosts):
+    rc, out = rig.run('[ "$CXLKIT_VM_HOST" = a ] || exit 7', "two-hosts")
+    assert rc == 7
+    assert "=== host b (rc 7) ===" in out
+
+
+def test_two_hosts_boots_host_a_again_when_it_dies_before_init(fake_two_hosts, monkeypatch):
+    monkeypatch.setenv("FAKE_QEMU_MODE", "crash-once")
+    rc, out = rig.run("echo on $CXLKIT_VM_HOST", "two-hosts")
+    assert rc == 0
+    assert out.startswith("[rig] two-hosts host a: the guest died before /init (")
+    assert out.endswith("=== host b (rc 0) ===\non b\n")
+    (kept,) = (fake_two_hosts / "runs").iterdir()
+    assert sorted(p.name for p in kept.iterdir() if p.is_dir()) == ["a", "a-again", "b"]
 
 
 def test_failed_topology_setup_raises_VMError_with_its_log(fake_rig, monkeypatch):
