@@ -8,6 +8,9 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 WORK=${CXLKIT_VM_WORK:-$HERE/.work}
 mkdir -p "$WORK"
+# One setup at a time: several shells may run `make test-vm` in the same checkout.
+exec 9> "$WORK/.setup.lock"
+flock 9
 log() { printf 'vm-setup: %s\n' "$*" >&2; }
 done_() { [ -e "$WORK/$1.done" ]; }
 mark() { touch "$WORK/$1.done"; }
