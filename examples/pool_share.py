@@ -1,5 +1,5 @@
-"""Run: .venv/bin/python examples/pool_share.py
-Two processes with different host ids share one pool file: the first publishes an array,
+# Run: .venv/bin/python examples/pool_share.py
+"""Two processes with different host ids share one pool file: the first publishes an array,
 the second opens it (a zero-copy numpy view), checks the checksum and replies."""
 import multiprocessing as mp
 
