@@ -26,7 +26,7 @@ CXK_API const char *cxk_version(void);
 /* ---- Fault injection: make the Nth call of a named syscall fail ----------------
  * Names are the syscall wrappers of the sys section ("mbind", "set_mempolicy",
  * "get_mempolicy", "move_pages", "migrate_pages", "memfd_create", "mmap", "munmap",
- * "madvise", "open", "ftruncate", "fstat"). The nth (1-based) call counted from this
+ * "madvise", "open", "ftruncate", "fstat", "prctl"). The nth (1-based) call counted from this
  * call fails with -err, once. nth == 0 disarms the name. The environment variable
  * CXLKIT_FAULT=name:nth:errno[,name:nth:errno...] (errno as a number or a name such as
  * ENOMEM) arms faults when the library loads. -EINVAL for an unknown name, nth < 0
@@ -65,6 +65,9 @@ CXK_API int cxk_unmap(void *addr, size_t nbytes);
  * (MADV_POPULATE_WRITE, or touching each page on kernels before 5.14). */
 CXK_API int cxk_populate(void *addr, size_t nbytes);
 CXK_API size_t cxk_page_size(void);
+/* prctl(PR_SET_THP_DISABLE): no transparent huge pages for this process; inherited by
+ * children and kept across execve (how `cxlkit run` keeps an interleave ratio per page). */
+CXK_API int cxk_thp_disable(int disable);
 
 enum cxk_cpu_feature {
     CXK_CPU_CLFLUSHOPT = 1u << 0,
@@ -159,6 +162,10 @@ CXK_API int cxk_policy_intended_node(const struct cxk_policy *pol, uint64_t page
 /* Allocation = page-aligned anonymous mapping + policy + (optionally) populate, so that
  * every page is first touched under the policy. Free with cxk_unmap(addr, nbytes). */
 #define CXK_ALLOC_POPULATE 1u
+/* madvise(MADV_NOHUGEPAGE) before first touch. With transparent huge pages the kernel
+ * interleaves whole 2 MiB folios, one node per folio; this keeps INTERLEAVE/WEIGHTED at
+ * page granularity, so small ranges get the intended ratio. */
+#define CXK_ALLOC_NOHUGEPAGE 2u
 CXK_API int cxk_alloc(size_t nbytes, const struct cxk_policy *pol, unsigned flags, void **out);
 
 /* ---- Pinning: page-lock host memory for a GPU (cudaHostRegister) --------------

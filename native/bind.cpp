@@ -64,6 +64,7 @@ CXK_BIND(sys) {
         return check(cxk_memfd_create(name.c_str(), flags), name);
     });
     m.def("pin_available", [] { return cxk_pin_available() == 1; });
+    m.def("thp_disable", [](bool disable) { check(cxk_thp_disable(disable), "prctl THP"); });
     nb::dict f;
     f["clflushopt"] = int(CXK_CPU_CLFLUSHOPT);
     f["clwb"] = int(CXK_CPU_CLWB);

@@ -65,11 +65,12 @@ struct Mapping {
     size_t mapped = 0;     // rounded up to the page size
     Py_ssize_t exports = 0;
 
-    Mapping(size_t n, const PolicyTuple &pol, bool populate) {
+    Mapping(size_t n, const PolicyTuple &pol, bool populate, bool thp) {
         if (n == 0) throw nb::value_error("nbytes must be > 0");
         cxk_policy p = to_policy(pol);
         nb::gil_scoped_release unlock;  // populating a large range takes a while
-        int r = cxk_alloc(n, &p, populate ? CXK_ALLOC_POPULATE : 0, &addr);
+        unsigned flags = (populate ? CXK_ALLOC_POPULATE : 0u) | (thp ? 0u : CXK_ALLOC_NOHUGEPAGE);
+        int r = cxk_alloc(n, &p, flags, &addr);
         if (r < 0) {
             nb::gil_scoped_acquire lock;
             raise_errno(-r, "alloc of " + std::to_string(n) + " bytes");
@@ -148,8 +149,8 @@ CXK_BIND(policy) {
     m.attr("MAX_NODE_ID") = CXK_MAX_NODE_ID;
 
     nb::class_<Mapping>(m, "Mapping", nb::type_slots(mapping_slots))
-        .def(nb::init<size_t, const PolicyTuple &, bool>(), nb::arg("nbytes"),
-             nb::arg("policy"), nb::arg("populate"))
+        .def(nb::init<size_t, const PolicyTuple &, bool, bool>(), nb::arg("nbytes"),
+             nb::arg("policy"), nb::arg("populate"), nb::arg("thp"))
         .def_prop_ro("address", [](const Mapping &s) { return uintptr_t(s.addr); })
         .def_prop_ro("nbytes", [](const Mapping &s) { return s.nbytes; })
         .def_prop_ro("closed", [](const Mapping &s) { return s.addr == nullptr; })

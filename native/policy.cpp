@@ -185,7 +185,8 @@ int cxk_alloc(size_t nbytes, const struct cxk_policy *pol, unsigned flags, void 
     if (int e = cxk_policy_check(pol)) return e;
     void *p = nullptr;
     if (int e = cxk_map_anon(nbytes, &p)) return e;
-    int e = cxk_policy_apply(p, nbytes, pol, 0);
+    int e = (flags & CXK_ALLOC_NOHUGEPAGE) ? cxk::sys_madvise(p, nbytes, MADV_NOHUGEPAGE) : 0;
+    if (e == 0) e = cxk_policy_apply(p, nbytes, pol, 0);
     if (e == 0 && (flags & CXK_ALLOC_POPULATE)) e = cxk_populate(p, nbytes);
     if (e != 0) {
         const size_t ps = cxk_page_size();

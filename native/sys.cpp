@@ -5,6 +5,7 @@
 #include <cpuid.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -23,7 +24,7 @@ namespace {
 
 const char *const kSysNames[] = {"mbind", "set_mempolicy", "get_mempolicy", "move_pages",
                                  "migrate_pages", "memfd_create", "mmap", "munmap",
-                                 "madvise", "open", "ftruncate", "fstat"};
+                                 "madvise", "open", "ftruncate", "fstat", "prctl"};
 static_assert(sizeof(kSysNames) / sizeof(kSysNames[0]) == size_t(Sys::count_), "names");
 
 struct Fault {
@@ -119,6 +120,11 @@ int sys_ftruncate(int fd, long long len) noexcept {
 int sys_fstat(int fd, struct stat *st) noexcept {
     if (int e = fault_check(Sys::fstat)) return e;
     return int(ret(::fstat(fd, st)));
+}
+
+int sys_madvise(void *addr, size_t nbytes, int advice) noexcept {
+    if (int e = fault_check(Sys::madvise)) return e;
+    return int(ret(::madvise(addr, nbytes, advice)));
 }
 
 }  // namespace cxk
@@ -260,6 +266,11 @@ int cxk_populate(void *addr, size_t nbytes) {
     auto *p = static_cast<volatile unsigned char *>(addr);
     for (size_t off = 0; off < nbytes; off += ps) p[off] = p[off];
     return 0;
+}
+
+int cxk_thp_disable(int disable) {
+    if (int e = fault_check(Sys::prctl)) return e;
+    return prctl(PR_SET_THP_DISABLE, disable ? 1 : 0, 0, 0, 0) == 0 ? 0 : -errno;
 }
 
 uint32_t cxk_cpu_features(void) {

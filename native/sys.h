@@ -3,13 +3,15 @@
 #pragma once
 #include <sys/stat.h>
 
+#include <cstddef>
+
 #include <cerrno>
 
 namespace cxk {
 
 enum class Sys : int {
     mbind, set_mempolicy, get_mempolicy, move_pages, migrate_pages, memfd_create,
-    mmap, munmap, madvise, open, ftruncate, fstat, count_
+    mmap, munmap, madvise, open, ftruncate, fstat, prctl, count_
 };
 
 // Counts the call; returns -errno when an armed fault fires for it, else 0.
@@ -33,5 +35,6 @@ struct Fd {
 int sys_open(const char *path, int flags, unsigned mode) noexcept;
 int sys_ftruncate(int fd, long long len) noexcept;
 int sys_fstat(int fd, struct stat *st) noexcept;
+int sys_madvise(void *addr, size_t nbytes, int advice) noexcept;
 
 }  // namespace cxk

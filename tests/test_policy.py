@@ -323,3 +323,63 @@ def test_empty_buffer_is_refused():
         P.place(bytearray(), P.bind(0))
     with pytest.raises(ValueError, match="empty"):
         P.residency(b"")
+
+
+def _vm_flags(address: int) -> list[str]:
+    """VmFlags of the mapping that starts at `address` (/proc/self/smaps)."""
+    lines = open("/proc/self/smaps").read().splitlines()
+    for i, line in enumerate(lines):
+        if line.split("-", 1)[0] == f"{address:x}" or line.startswith(f"{address:x}-"):
+            for rest in lines[i + 1:]:
+                if rest.startswith("VmFlags:"):
+                    return rest.split()[1:]
+    raise AssertionError(f"no mapping at 0x{address:x}")
+
+
+@pytest.mark.parametrize("make, huge", [
+    (lambda n: P.interleave(n), False), (lambda n: P.weighted(n), False),
+    (lambda n: P.bind(n[0]), True), (lambda n: P.stripe(n), True),
+])
+def test_interleaved_allocations_refuse_transparent_huge_pages_by_default(make, huge,
+                                                                          memory_nodes):
+    # With THP the kernel interleaves 2 MiB folios, one node each: a 4 MiB weighted 3:1
+    # range would land 1024/0 pages. "nh" = VM_NOHUGEPAGE (MADV_NOHUGEPAGE).
+    with cxlkit.alloc(4 << 20, make(memory_nodes)) as buf:
+        assert buf.thp is huge
+        assert ("nh" in _vm_flags(buf.address)) is (not huge)
+        assert buf.audit().ok
+
+
+def test_thp_true_keeps_huge_pages_and_audits_with_folio_slack(memory_nodes):
+    with cxlkit.alloc(4 << 20, P.interleave(memory_nodes), thp=True) as buf:
+        assert buf.thp and "nh" not in _vm_flags(buf.address)
+        assert buf.audit().ok
+    exp = P.interleave([0, 1]).expected_pages(1024, unit_pages=512)
+    assert exp == {0: (0, 1024), 1: (0, 1024)}  # two folios may land anywhere
+    exp = P.weighted([0, 1]).expected_pages(100 * 512, {0: 3, 1: 1}, unit_pages=512)
+    assert exp[0] == (100 * 384 - 1536, 100 * 384 + 1536)
+
+
+def test_nohugepage_error_path_raises_OSError():
+    with inject_fault("madvise", 1, "EINVAL"):
+        with pytest.raises(OSError, match="alloc") as e:
+            cxlkit.alloc(1 << 20, P.interleave([0]))
+    assert e.value.errno == errno.EINVAL
+
+
+def _thp_disabled_in_child(code: str) -> str:
+    return _in_child("from cxlkit import policy as P\n" + code +
+                     "\nimport re\nprint(re.search(r'THP_enabled:\\s*(\\d)', "
+                     "open('/proc/self/status').read()).group(1))")
+
+
+def test_task_interleave_turns_thp_off_for_the_process_and_its_children():
+    assert _thp_disabled_in_child("P.set_task_policy(P.interleave([0]))") == "0"
+    assert _thp_disabled_in_child("P.set_task_policy(P.interleave([0]), thp=True)") == "1"
+    assert _thp_disabled_in_child("P.set_task_policy(P.bind(0))") == "1"
+
+
+def test_thp_prctl_error_path_raises_OSError():
+    with inject_fault("prctl", 1, "EPERM"):
+        with pytest.raises(PermissionError, match="prctl THP"):
+            P.set_task_policy(P.default())

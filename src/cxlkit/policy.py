@@ -87,11 +87,13 @@ class Policy:
             spec += f"@{self.chunk_bytes}"
         return f"{self.mode}:{spec}"
 
-    def expected_pages(self, npages: int, kernel_weights: dict[int, int] | None = None
-                       ) -> dict[int, tuple[int, int]]:
+    def expected_pages(self, npages: int, kernel_weights: dict[int, int] | None = None, *,
+                       unit_pages: int = 1) -> dict[int, tuple[int, int]]:
         """Intent: {node: (min pages, max pages)} for a range of npages under this policy.
         interleave/weighted leave the phase to the kernel, hence a range; bind to one node,
-        preferred (with free memory) and stripe are exact. `default` has no intent ({})."""
+        preferred (with free memory) and stripe are exact. `default` has no intent ({}).
+        unit_pages > 1: the kernel interleaves folios of that many pages (transparent huge
+        pages), so each node may be off by one round of folios."""
         if self.mode == "default" or npages <= 0:
             return {}
         if self.mode in ("preferred",) or (self.mode == "bind" and len(self.nodes) == 1):
@@ -119,7 +121,9 @@ class Policy:
             w = [kw.get(n, 1) for n in self.nodes]
         total = sum(w)
         full, rest = divmod(npages, total)
-        return {n: (full * wi, full * wi + min(wi, rest)) for n, wi in zip(self.nodes, w)}
+        slack = 0 if unit_pages <= 1 else unit_pages * max(w)
+        return {n: (max(0, full * wi - slack), min(npages, full * wi + min(wi, rest) + slack))
+                for n, wi in zip(self.nodes, w)}
 
 
 def default() -> Policy:
@@ -294,11 +298,12 @@ def _max_nodes() -> int:
 
 
 def audit_placement(policy: Policy, res: Residency,
-                    kernel_weights: dict[int, int] | None = None) -> PlacementAudit:
+                    kernel_weights: dict[int, int] | None = None, *,
+                    unit_pages: int = 1) -> PlacementAudit:
     """Compare a residency with a policy's intent; ok when every node is within its range,
     no page sits on a node outside the policy, and every page is present."""
     npages = res.total
-    intended = policy.expected_pages(npages, kernel_weights)
+    intended = policy.expected_pages(npages, kernel_weights, unit_pages=unit_pages)
     problems = []
     if res.not_present:
         problems.append(f"{res.not_present} pages not present")
@@ -319,9 +324,10 @@ class Buffer(_native.Mapping):
     `with`) to unmap; closing while views exist raises BufferError."""
 
     def __init__(self, nbytes: int, policy: Policy, *, populate: bool = True,
-                 kernel_weights: dict[int, int] | None = None) -> None:
-        super().__init__(nbytes, policy._native(), populate)
+                 thp: bool = True, kernel_weights: dict[int, int] | None = None) -> None:
+        super().__init__(nbytes, policy._native(), populate, thp)
         self.policy = policy
+        self.thp = thp
         self._kernel_weights = kernel_weights
 
     def __enter__(self) -> Buffer:
@@ -362,7 +368,9 @@ class Buffer(_native.Mapping):
 
     def audit(self) -> PlacementAudit:
         """Intended vs actual pages per node."""
-        return audit_placement(self.policy, self.residency(), self._kernel_weights)
+        unit = _HUGE_PAGE // _native.page_size() if self.thp else 1
+        return audit_placement(self.policy, self.residency(), self._kernel_weights,
+                               unit_pages=unit)
 
     def place(self, policy: Policy, *, migrate: bool = True, strict: bool = False) -> None:
         """Change the policy and (migrate=True) move the pages that exist already."""
@@ -382,10 +390,19 @@ class Buffer(_native.Mapping):
         self._unpin()
 
 
-def alloc(nbytes: int, policy: Policy | None = None, *, populate: bool = True) -> Buffer:
+_HUGE_PAGE = 2 * MiB
+# Policies whose ratio the kernel would apply per 2 MiB folio under transparent huge pages.
+_PAGE_GRANULAR = ("interleave", "weighted")
+
+
+def alloc(nbytes: int, policy: Policy | None = None, *, populate: bool = True,
+          thp: bool | None = None) -> Buffer:
     """Page-aligned memory of nbytes with `policy` applied before first touch (then populated
-    unless populate=False). Raises ValueError for a bad size or a node without memory,
-    WeightMismatchError / WeightedInterleaveUnsupported for an impossible `weighted`."""
+    unless populate=False). thp: allow transparent huge pages; by default they are refused
+    (MADV_NOHUGEPAGE) for interleave and weighted, whose ratio the kernel would otherwise
+    apply per 2 MiB folio, and allowed for the rest. Raises ValueError for a bad size or a
+    node without memory, WeightMismatchError / WeightedInterleaveUnsupported for an
+    impossible `weighted`."""
     if isinstance(nbytes, bool) or not isinstance(nbytes, int):
         raise TypeError(f"nbytes {nbytes!r}: expected an int")
     if nbytes <= 0:
@@ -394,7 +411,9 @@ def alloc(nbytes: int, policy: Policy | None = None, *, populate: bool = True) -
         raise ValueError(f"nbytes {nbytes}: larger than this machine could map")
     policy = policy if policy is not None else default()
     kw = validate(policy)
-    return Buffer(nbytes, policy, populate=populate, kernel_weights=kw)
+    if thp is None:
+        thp = policy.mode not in _PAGE_GRANULAR
+    return Buffer(nbytes, policy, populate=populate, thp=bool(thp), kernel_weights=kw)
 
 
 def _address_space_limit() -> int:
@@ -420,14 +439,19 @@ def residency(buf: Any) -> Residency:
     return _residency_from(_native.residency_of_buffer(buf, _max_nodes()))
 
 
-def set_task_policy(policy: Policy) -> None:
+def set_task_policy(policy: Policy, *, thp: bool | None = None) -> None:
     """Set the calling thread's policy; children inherit it and execve keeps it (how
-    `cxlkit run` places an unmodified program). stripe is per range: ValueError here."""
+    `cxlkit run` places an unmodified program). stripe is per range: ValueError here.
+    thp: allow transparent huge pages in this process (and its children); by default they
+    are refused for interleave and weighted, as alloc() does, so the ratio holds per page."""
     if policy.mode == "stripe":
         raise ValueError("stripe is a per-allocation policy; a task policy can be bind, "
                          "preferred, interleave, weighted or default")
     validate(policy)
+    if thp is None:
+        thp = policy.mode not in _PAGE_GRANULAR
     _native.set_task_policy(policy._native())
+    _native.thp_disable(not thp)
 
 
 def task_policy() -> tuple[str, list[int]]:

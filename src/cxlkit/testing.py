@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from . import _native
 
 SYSCALLS = ("mbind", "set_mempolicy", "get_mempolicy", "move_pages", "migrate_pages",
-            "memfd_create", "mmap", "munmap", "madvise", "open", "ftruncate", "fstat")
+            "memfd_create", "mmap", "munmap", "madvise", "open", "ftruncate", "fstat", "prctl")
 
 
 @contextmanager

@@ -80,6 +80,8 @@ static void faults(void) {
     CHECK(a == NULL);
     CHECK_EQ(cxk_fault_inject("madvise", 1, ENOMEM), 0);
     CHECK_EQ(cxk_alloc(1 << 20, &p, CXK_ALLOC_POPULATE, &a), -ENOMEM);
+    CHECK_EQ(cxk_fault_inject("madvise", 1, EINVAL), 0); /* the MADV_NOHUGEPAGE call */
+    CHECK_EQ(cxk_alloc(1 << 20, &p, CXK_ALLOC_NOHUGEPAGE | CXK_ALLOC_POPULATE, &a), -EINVAL);
     CHECK_EQ(cxk_alloc(1 << 20, &p, 0, &a), 0); /* not populated */
     uint64_t per[2] = {0}, absent = 0;
     int32_t node_of[256];

@@ -25,14 +25,13 @@ def _thp_mode() -> str:
 
 
 @pytest.fixture(autouse=True)
-def base_pages():
-    """Debian's kernel defaults to THP=always: an interleaved range then faults in whole 2 MiB
-    folios, one node per folio, while the policies' intent counts 4 KiB pages. These tests
-    check the per-page intent, so they run with THP=madvise (the host's setting here); the
-    THP=always behaviour has its own test below."""
+def thp_always():
+    """Debian's kernel defaults to THP=always, under which the kernel interleaves whole 2 MiB
+    folios; cxlkit.alloc refuses huge pages for interleave/weighted so the ratio holds per
+    page. The tests run under that default, whatever the guest booted with."""
     before = _thp_mode()
     with open(THP, "w") as f:
-        f.write("madvise")
+        f.write("always")
     yield
     with open(THP, "w") as f:
         f.write(before)
@@ -82,15 +81,12 @@ def test_weighted_with_other_kernel_weights_raises_WeightMismatchError():
 
 
 @pytest.mark.topology("numa")
-@pytest.mark.xfail(strict=True, reason=(
-    "known defect, reported to the lead: with THP=always the kernel interleaves 2 MiB folios, "
-    "so 4 MiB under weighted 3:1 lands as whole folios (e.g. 1024/0 pages) and audit() "
-    "reports the miss; alloc() should madvise(MADV_NOHUGEPAGE) interleaved ranges"))
-def test_weighted_3_to_1_holds_with_thp_always_too(kernel_weights_3_1):
-    with open(THP, "w") as f:
-        f.write("always")
-    # 4 MiB = two folios: whichever nodes they land on, never 768/256 pages
-    with cxlkit.alloc(4 * MiB, policy.weighted({0: 3, 1: 1})) as buf:
+def test_thp_true_interleaves_whole_folios_and_audit_allows_for_it(kernel_weights_3_1):
+    # 16 MiB = 8 folios in rounds of 3+1 folios: each node within one round of its share.
+    with cxlkit.alloc(16 * MiB, policy.weighted({0: 3, 1: 1}), thp=True) as buf:
+        pages = buf.residency().pages
+        assert sum(pages.values()) == 4096
+        assert all(c % 512 == 0 for c in pages.values()), pages  # whole folios
         assert buf.audit().ok, buf.audit().problems
 
 

@@ -48,6 +48,9 @@ def run(
     weighted: Optional[str] = typer.Option(
         None, "--weighted", help="kernel weighted interleave: A:w,B:w (must match the kernel's "
         "system-wide weights) or A,B (the kernel's weights as they are)"),
+    thp: Optional[bool] = typer.Option(
+        None, "--thp/--no-thp", help="allow transparent huge pages (default: not for "
+        "--interleave/--weighted, whose ratio the kernel would apply per 2 MiB folio)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="do not print the policy"),
 ) -> None:
     """Run CMD with a memory policy (set_mempolicy, then exec): numactl that knows weighted
@@ -55,13 +58,15 @@ def run(
     try:
         pol = _run_policy(bind, preferred, interleave, weighted)
         kw = P.validate(pol)
-        P.set_task_policy(pol)
+        P.set_task_policy(pol, thp=thp)
     except (ValueError, OSError) as e:
         _fail(str(e))
     if not quiet:
         note = ""
         if pol.mode == "weighted" and kw:
             note = " (kernel weights " + ",".join(f"{n}:{w}" for n, w in kw.items()) + ")"
+        if thp is None and pol.mode in ("interleave", "weighted"):
+            note += " (transparent huge pages off: the ratio holds per page)"
         Console(stderr=True).print(f"cxlkit run: {pol}{note} -> {' '.join(cmd)}")
     try:
         os.execvp(cmd[0], cmd)
