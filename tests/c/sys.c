@@ -47,6 +47,10 @@ static void each_wrapper_fails_once(void) {
     CHECK_EQ(cxk_unmap(page, 4096), -EINVAL);
     CHECK_EQ(cxk_unmap(page, 4096), 0);
 
+    CHECK_EQ(cxk_fault_inject("prctl", 1, EPERM), 0);
+    CHECK_EQ(cxk_thp_disable(1), -EPERM);
+    CHECK_EQ(cxk_thp_disable(0), 0);
+
     void *p = NULL;
     CHECK_EQ(cxk_fault_inject("mmap", 1, ENOMEM), 0);
     CHECK_EQ(cxk_map_anon(4096, &p), -ENOMEM);
