@@ -327,7 +327,8 @@ struct cxk_kv_block_hdr {
     uint8_t reserved[32];
 };
 #define CXK_KV_CHECKSUM 8u  /* put: record the image checksum; get: verify it */
-/* Put n blocks: create names[i] (nbytes CXK_KV_HDR_BYTES + image), gather block_ids[i] into
+/* Put n blocks: create names[i] (nbytes CXK_KV_HDR_BYTES + image; not zeroed first when the
+ * plan's runs cover the whole image, see CXK_OBJ_NOZERO), gather block_ids[i] into
  * it (CXK_KV_NT: with streaming stores), write the header (key keys[32*i..], layout), publish,
  * drop the creator's lease.
  * status[i]: 0 stored, -EEXIST already present (not an error: blocks are immutable),
@@ -532,6 +533,14 @@ struct cxk_obj_stat {
  * creator holds a lease until cxk_obj_close. If the creator dies first, the object is
  * reclaimed. */
 CXK_API int cxk_obj_create(cxk_pool *p, const char *name, uint64_t nbytes, uint64_t *off);
+/* Skip zeroing the payload: it holds whatever the block last held (a destroyed object's
+ * bytes). Contract: the caller writes every byte of the payload before cxk_obj_publish.
+ * Until then no reader can see it (open finds unpublished objects -EAGAIN, reads validate
+ * LIVE), and a creator that dies first leaves the block to be reclaimed unread. */
+#define CXK_OBJ_NOZERO 1u
+/* cxk_obj_create with flags (CXK_OBJ_*); -EINVAL for unknown flags. */
+CXK_API int cxk_obj_create_ex(cxk_pool *p, const char *name, uint64_t nbytes, unsigned flags,
+                              uint64_t *off);
 #define CXK_PUBLISH_CHECKSUM 1u /* record crc32c of the payload for readers to verify */
 /* Publish the object at off (payload flushed, fenced, then the header): from now on
  * cxk_obj_open finds it. -EINVAL when off is not an unpublished object of this host. */

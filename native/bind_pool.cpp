@@ -182,6 +182,7 @@ CXK_BIND(pool) {
     m.attr("POOL_MAX_HOSTS") = CXK_POOL_MAX_HOSTS;
     m.attr("POOL_MAX_BACKINGS") = CXK_POOL_MAX_BACKINGS;
     m.attr("POOL_STRIPE_BYTES") = CXK_POOL_STRIPE_BYTES;
+    m.attr("OBJ_NOZERO") = CXK_OBJ_NOZERO;
 
     nb::class_<PoolObject>(m, "PoolObject", nb::type_slots(object_slots))
         // adopts the lease that PoolHandle.create/open took for (offset, generation)
@@ -285,19 +286,20 @@ CXK_BIND(pool) {
             d["kind"] = std::string(s.kind);
             return d;
         })
-        .def("create", [](PoolHandle &h, const std::string &name, uint64_t nbytes) {
+        .def("create", [](PoolHandle &h, const std::string &name, uint64_t nbytes,
+                          unsigned flags) {
             cxk_pool *p = h.get();
             uint64_t off = 0;
             struct cxk_obj_stat s;
             int r;
             {
                 nb::gil_scoped_release unlock;  // zeroing a large payload takes a while
-                r = cxk_obj_create(p, name.c_str(), nbytes, &off);
+                r = cxk_obj_create_ex(p, name.c_str(), nbytes, flags, &off);
             }
             check(r, "object " + name + " in pool " + h.label);
             check(cxk_obj_stat_at(p, off, &s), "object " + name + " in pool " + h.label);
             return stat_dict(s);
-        })
+        }, nb::arg("name"), nb::arg("nbytes"), nb::arg("flags") = 0)
         .def("open", [](PoolHandle &h, const std::string &name) {
             cxk_pool *p = h.get();
             struct cxk_obj_stat s;

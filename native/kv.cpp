@@ -5,9 +5,12 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <utility>
+#include <vector>
 
 #include "cxlkit.h"
 
@@ -216,6 +219,22 @@ int64_t realtime_ns() noexcept {
     return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+// Do the plan's runs write every byte of [0, image_bytes)? Then put may skip zeroing the
+// object (CXK_OBJ_NOZERO: the header and the runs cover the whole payload before publish).
+bool covers_image(const cxk_kv_plan *p) {
+    std::vector<std::pair<uint64_t, uint64_t>> runs;
+    runs.reserve(p->nsegs);
+    for (uint32_t i = 0; i < p->nsegs; ++i)
+        if (p->segs[i].nbytes) runs.emplace_back(p->segs[i].img_off, p->segs[i].nbytes);
+    std::sort(runs.begin(), runs.end());
+    uint64_t end = 0;  // [0, end) is covered
+    for (const auto &r : runs) {
+        if (r.first > end) return false;
+        end = std::max(end, r.first + r.second);
+    }
+    return end >= p->image_bytes;
+}
+
 bool pool_args_ok(cxk_pool *p, const cxk_kv_plan *plan, const char *const *names,
                   const uint8_t *keys, const uint8_t *layout, const int64_t *ids,
                   size_t n) noexcept {
@@ -239,10 +258,12 @@ int cxk_kv_put(struct cxk_pool *p, const struct cxk_kv_plan *plan, const char *c
     for (size_t i = 0; i < n; ++i)
         if (!block_in_range(plan, block_ids[i])) return -ERANGE;
     auto *base = static_cast<uint8_t *>(cxk_pool_base(p));
+    const unsigned create_flags = covers_image(plan) ? CXK_OBJ_NOZERO : 0u;
     int stored = 0;
     for (size_t i = 0; i < n; ++i) {
         uint64_t off = 0;
-        int r = cxk_obj_create(p, names[i], CXK_KV_HDR_BYTES + plan->image_bytes, &off);
+        int r = cxk_obj_create_ex(p, names[i], CXK_KV_HDR_BYTES + plan->image_bytes,
+                                  create_flags, &off);
         if (r < 0) {
             status[i] = r;  // -EEXIST: another writer has it (immutable, so equal); -ENOSPC
             continue;

@@ -951,8 +951,13 @@ int cxk_pool_stat(cxk_pool *p, struct cxk_pool_stat *st_) {
 }
 
 int cxk_obj_create(cxk_pool *p, const char *name, uint64_t nbytes, uint64_t *off) {
+    return cxk_obj_create_ex(p, name, nbytes, 0, off);
+}
+
+int cxk_obj_create_ex(cxk_pool *p, const char *name, uint64_t nbytes, unsigned flags,
+                      uint64_t *off) {
     size_t len;
-    if (!p || !off) return -EINVAL;
+    if (!p || !off || (flags & ~CXK_OBJ_NOZERO)) return -EINVAL;
     if (int r = check_name(name, &len)) return r;
     if (nbytes == 0 || nbytes > p->geo.partition_bytes) return nbytes ? -ENOSPC : -EINVAL;
     const uint64_t need = block_need(nbytes), hash = name_hash(name, len);
@@ -1014,7 +1019,9 @@ out:
         lease_free(p, uint64_t(li));
         return err;
     }
-    std::memset(p->base + block + kObjHeaderBytes, 0, nbytes);
+    // NOZERO: the caller overwrites the payload before publishing; until then the object is
+    // CREATING, which open (-EAGAIN) and reads (LIVE check) refuse, so no stale byte leaks
+    if (!(flags & CXK_OBJ_NOZERO)) std::memset(p->base + block + kObjHeaderBytes, 0, nbytes);
     lease_set(p, uint64_t(li), block, gen, p->host);
     {
         std::lock_guard<std::mutex> lk(p->lease_mu);

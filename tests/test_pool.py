@@ -97,6 +97,33 @@ def test_open_unpublished_raises_ObjectNotPublished(path):
         assert pool.info("draft").state == "creating"
 
 
+def test_create_without_zeroing_keeps_old_bytes_until_written(path):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0) as pool:
+        pool.create("old", data=b"\xab" * 4096).close()
+        pool.destroy("old")  # its block is free again and still holds 0xab
+        with pool.create("fresh", 4096, zero=False) as obj:
+            assert bytes(memoryview(obj)[:16]) == b"\xab" * 16  # the flag skipped the memset
+            with pytest.raises(cxlkit.ObjectNotPublished):
+                pool.open("fresh")  # nobody reads it before publish
+            memoryview(obj)[:] = b"\x01" * 4096
+            obj.publish()
+        pool.destroy("fresh")
+        with pool.create("zeroed", 4096) as obj:  # the default still zeroes the reused block
+            assert bytes(memoryview(obj)) == bytes(4096)
+        pool.destroy("zeroed")
+        pool.create("tail", data=b"\xcd" * 4096).close()
+        pool.destroy("tail")
+        with pool.create("short", 4096, data=b"xy", zero=False) as obj:
+            assert bytes(memoryview(obj)[:4]) == b"xy\0\0"  # bytes past data are zeroed
+            assert bytes(memoryview(obj)) == b"xy" + bytes(4094)
+
+
+def test_create_zero_is_keyword_only(path):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0) as pool:
+        with pytest.raises(TypeError):
+            pool.create("k", 64, None, None, None, False)
+
+
 def test_create_same_name_twice_raises_FileExistsError(path):
     with cxlkit.Pool(path, size=8 * MiB, host_id=0) as pool:
         pool.create("x", 10, publish=True)

@@ -72,6 +72,42 @@ def test_process_killed_at_crash_point_leaves_pool_consistent(path, point):
         assert_consistent(pool, {"keep"}, in_flight="victim")
 
 
+def _nozero_child(path, ready, go):
+    pool = cxlkit.Pool(path, host_id=0)
+    obj = pool.create("unwritten", 8192, zero=False)
+    memoryview(obj)[:100] = b"\xee" * 100  # part of the payload, never published
+    ready.set()
+    go.wait()
+    os._exit(9)  # dies before publish, holding the creator's lease
+
+
+def test_unzeroed_object_of_a_dead_creator_is_never_visible_and_is_reclaimed(path):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0, max_hosts=2) as pool:
+        pool.create("old", data=b"\x5a" * 8192).close()
+        pool.destroy("old")  # the block the child will get back, full of old bytes
+    ctx = mp.get_context("fork")
+    ready, go = ctx.Event(), ctx.Event()
+    child = ctx.Process(target=_nozero_child, args=(path, ready, go))
+    child.start()
+    assert ready.wait(30)
+    with cxlkit.Pool(path, host_id=1) as other:
+        with pytest.raises(cxlkit.ObjectNotPublished):
+            other.open("unwritten")  # alive and writing: not readable
+        go.set()
+        child.join(30)
+        assert child.exitcode == 9
+        with pytest.raises(cxlkit.ObjectNotPublished):
+            other.open("unwritten")  # dead before publish: still not readable
+    with cxlkit.Pool(path, host_id=0) as pool:
+        # reclaimed by the first opener of host 0 (or by this fsck): nothing left in use
+        rep = pool.fsck(repair=True)
+        assert rep.clean and rep.objects_creating == 0, rep
+        assert "unwritten" not in pool and pool.stat().used_bytes == 0
+        with pytest.raises(KeyError):
+            pool.open("unwritten")
+        assert_consistent(pool, set())
+
+
 def _worker(path, seed, counter, journal):
     rng = random.Random(seed)
     fd = os.open(journal, os.O_WRONLY | os.O_APPEND)

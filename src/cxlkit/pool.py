@@ -384,11 +384,15 @@ class Pool:
 
     # -- objects
     def create(self, name: str, nbytes: int | None = None, *, data: Any = None,
-               publish: bool | None = None, checksum: bool | None = None) -> PoolObject:
+               publish: bool | None = None, checksum: bool | None = None,
+               zero: bool = True) -> PoolObject:
         """Reserve name and allocate nbytes in this host's partition; returns the writable,
         zeroed object. With data (bytes-like), nbytes defaults to its length, the data is
         copied in and the object published. publish=True publishes at once; otherwise call
-        obj.publish() when the payload is written."""
+        obj.publish() when the payload is written. zero=False skips zeroing the payload (it
+        holds a destroyed object's old bytes): the caller writes every byte before publishing
+        (with data, only the bytes past it are zeroed). Nobody else can read the object
+        before it is published, and if this process dies first the pool reclaims it."""
         _check_name(name)
         if data is not None:
             mv = memoryview(data).cast("B")
@@ -402,7 +406,7 @@ class Pool:
         if nbytes <= 0:
             raise ValueError(f"nbytes {nbytes}: must be > 0")
         try:
-            d = self._h.create(name, nbytes)
+            d = self._h.create(name, nbytes, 0 if zero else _native.OBJ_NOZERO)
         except OSError as e:
             raise _typed(e, _CREATE_ERRORS) from None
         obj = PoolObject(self._h, name, d["offset"], d["nbytes"], d["generation"], d["host"],
@@ -410,6 +414,10 @@ class Pool:
         try:
             if data is not None:
                 memoryview(obj)[: len(mv)] = mv
+                if not zero and len(mv) < nbytes:
+                    import ctypes
+
+                    ctypes.memset(obj.address + len(mv), 0, nbytes - len(mv))
             if publish or (publish is None and data is not None):
                 obj.publish(checksum=bool(checksum if checksum is not None else data is not None))
         except BaseException:

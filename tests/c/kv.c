@@ -100,6 +100,29 @@ int main(void) {
     keys[32] ^= 1; /* block b asked for under another key: refused, not copied as garbage */
     CHECK_EQ(cxk_kv_get(pool, &po, names, keys, lay, gids, 2, 0, st), 1);
     CHECK_EQ(st[1], -EBADMSG);
+    /* a put skips zeroing only when the plan's runs cover the image: a plan that leaves the
+     * last run out gets a zeroed gap even in a reused block full of an old block's bytes */
+    struct cxk_obj_stat ost;
+    CHECK_EQ(cxk_obj_stat(pool, "kv.test.a", &ost), 0);
+    const uint64_t old_off = ost.off;
+    const uint8_t *pbase = cxk_pool_base(pool);
+    int nonzero = 0;
+    for (int i = 0; i < SUB; ++i) nonzero |= pbase[old_off + CXK_KV_HDR_BYTES + 3 * SUB + i];
+    CHECK(nonzero);
+    CHECK_EQ(cxk_obj_destroy(pool, "kv.test.a"), 0);
+    p.nsegs = 3;
+    const char *gap[1] = {"kv.test.gap"};
+    CHECK_EQ(cxk_kv_put(pool, &p, gap, keys, lay, pids, 1, 0, st), 1);
+    p.nsegs = 4;
+    CHECK_EQ(cxk_obj_stat(pool, "kv.test.gap", &ost), 0);
+    CHECK_EQ(ost.off, old_off); /* the same block, reused */
+    for (int i = 0; i < SUB; ++i) CHECK_EQ(pbase[ost.off + CXK_KV_HDR_BYTES + 3 * SUB + i], 0);
+    CHECK(memcmp(pbase + ost.off + CXK_KV_HDR_BYTES, layer[0][0][0], SUB) == 0);
+    CHECK_EQ(cxk_obj_destroy(pool, "kv.test.gap"), 0);
+    CHECK_EQ(cxk_kv_put(pool, &p, gap, keys, lay, pids, 1, 0, st), 1); /* covering: unzeroed */
+    CHECK_EQ(cxk_obj_stat(pool, "kv.test.gap", &ost), 0);
+    CHECK(memcmp(pbase + ost.off + CXK_KV_HDR_BYTES + 3 * SUB, layer[1][1][0], SUB) == 0);
+
     CHECK_EQ(cxk_kv_put(NULL, &p, names, keys, lay, pids, 1, 0, st), -EINVAL);
     CHECK_EQ(cxk_kv_get(pool, &po, names, keys, lay, gids, 1, CXK_KV_NT, st), -EINVAL);
     CHECK_EQ(cxk_kv_lookup(pool, names, 1, NULL), -EINVAL);

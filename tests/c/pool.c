@@ -113,6 +113,60 @@ static void basics(void) {
     CHECK_EQ(cxk_pool_close(p), 0);
 }
 
+/* CXK_OBJ_NOZERO leaves a reused block's old bytes (the caller overwrites them); an object
+ * created so whose creator dies before publish is never readable and is reclaimed. */
+static void nozero(void) {
+    cxk_pool *p = open_host(0, 0);
+    CHECK(p != NULL);
+    if (!p) return;
+    char *base = cxk_pool_base(p);
+    uint64_t off = 0, off2 = 0;
+    CHECK_EQ(cxk_obj_create_ex(p, "nz", 4096, 2u, &off), -EINVAL); /* unknown flag */
+    CHECK_EQ(cxk_obj_create(p, "old", 4096, &off), 0);
+    memset(base + off, 0x77, 4096);
+    CHECK_EQ(cxk_obj_publish(p, off, 0), 0);
+    CHECK_EQ(cxk_obj_close(p, off), 0);
+    CHECK_EQ(cxk_obj_destroy(p, "old"), 0);
+    CHECK_EQ(cxk_obj_create_ex(p, "nz", 4096, CXK_OBJ_NOZERO, &off2), 0);
+    CHECK_EQ(off2, off);                      /* first fit hands the same block back */
+    CHECK_EQ(base[off2 + 4095], 0x77);        /* not zeroed */
+    struct cxk_obj_stat st;
+    CHECK_EQ(cxk_obj_open(p, "nz", &st), -EAGAIN);
+    CHECK_EQ(cxk_obj_close(p, off2), 0);
+    CHECK_EQ(cxk_obj_destroy(p, "nz"), 0);
+    CHECK_EQ(cxk_obj_create_ex(p, "z", 4096, 0, &off2), 0); /* flags 0 zeroes as before */
+    CHECK_EQ(base[off2 + 4095], 0);
+    CHECK_EQ(cxk_obj_close(p, off2), 0);
+    CHECK_EQ(cxk_obj_destroy(p, "z"), 0);
+    memset(base + off2, 0x66, 4096);          /* old bytes for the child's block */
+
+    pid_t pid = fork();
+    if (pid == 0) {
+        cxk_pool *c = open_host(0, 0);
+        uint64_t o;
+        if (!c || cxk_obj_create_ex(c, "unwritten", 4096, CXK_OBJ_NOZERO, &o) != 0) _exit(2);
+        _exit(9); /* dies before writing or publishing */
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 9);
+    cxk_pool *q = open_host(1, 0); /* another host never reads it */
+    CHECK(q != NULL);
+    if (!q) return;
+    int r = cxk_obj_open(q, "unwritten", &st);
+    CHECK(r == -EAGAIN || r == -ENOENT);
+    struct cxk_fsck_report rep;
+    CHECK_EQ(cxk_pool_fsck(p, CXK_FSCK_REPAIR, &rep), 0);
+    CHECK_EQ(rep.errors, 0);
+    CHECK_EQ(rep.objects_creating, 0);
+    CHECK_EQ(cxk_obj_open(q, "unwritten", &st), -ENOENT);
+    struct cxk_pool_stat ps;
+    CHECK_EQ(cxk_pool_stat(p, &ps), 0);
+    CHECK_EQ(ps.used_bytes, 0);
+    cxk_pool_close(q);
+    cxk_pool_close(p);
+}
+
 /* A child creates an object and dies at `point`; the next opener or fsck reclaims it. */
 static void crash_at(const char *point) {
     pid_t pid = fork();
@@ -186,6 +240,7 @@ static void bad_files(void) {
 int main(void) {
     snprintf(path, sizeof path, "/dev/shm/cxlkit-ctest-pool-%d", (int)getpid());
     basics();
+    nozero();
     static const char *points[] = {"create.alloc", "create.entry", "publish.header",
                                    "destroy.header", "destroy.free", "locked"};
     for (size_t i = 0; i < sizeof points / sizeof points[0]; ++i) crash_at(points[i]);
