@@ -75,7 +75,7 @@ def llama_blocks(args):
         import ctypes
 
         o = st._pool.create_counters("bench.scratch", nb * lay.nbytes)
-        arr = (ctypes.c_uint8 * (nb * lay.nbytes)).from_address(st._pool.base + o["off"])
+        arr = (ctypes.c_uint8 * (nb * lay.nbytes)).from_address(st._pool.base + o["offset"])
         return np.ctypeslib.as_array(arr)
 
     def paired(op, setup=None):

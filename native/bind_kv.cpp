@@ -1,6 +1,6 @@
 // bind_kv.cpp — binding of the KV copy engine: KVPlan (a validated copy of a cxk_kv_plan) with
 // batched gather/scatter over image addresses, the block checksum, and KVPool: the KV store's
-// own pool handle with batched put/get/lookup of blocks.
+// batched put/get/lookup of blocks over a cxlkit.Pool's own handle (bind_pool.h).
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -11,8 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "bind.h"
-#include "cxlkit.h"
+#include "bind_pool.h"
 
 namespace cxk::py {
 namespace {
@@ -129,33 +128,24 @@ CXK_BIND(kv) {
     m.attr("KV_CHECKSUM") = int(CXK_KV_CHECKSUM);
 }
 
-// ---- KVPool: this module's own handle on a pool (through the public cxk_pool_* C API) --------
+// ---- KVPool: block operations on the cxk_pool of a cxlkit.Pool (one handle per pool) --------
 namespace cxk::py {
 namespace {
 
 struct KVPool {
-    cxk_pool *p = nullptr;
-    std::string path;
-    ~KVPool() {
-        if (p) cxk_pool_close(p);
-    }
+    nb::object handle;  // the _native.PoolHandle: keeps the pool mapped while we exist
+    bool owns = false;  // close() closes the pool too (the store opened it)
+    bool closed = false;
+
     cxk_pool *h() const {
-        if (!p) throw nb::value_error(("pool " + path + " is closed").c_str());
-        return p;
+        if (closed) throw nb::value_error("KV store's pool is closed");
+        return pool_of(handle);
+    }
+    nb::object call(const char *method) const {
+        h();
+        return handle.attr(method);
     }
 };
-
-nb::dict obj_dict(const struct cxk_obj_stat &s) {
-    nb::dict d;
-    d["name"] = std::string(s.name);
-    d["off"] = s.off;
-    d["nbytes"] = s.nbytes;
-    d["generation"] = s.generation;
-    d["created_ns"] = s.created_ns;
-    d["host"] = s.host;
-    d["state"] = s.state;
-    return d;
-}
 
 // names and keys as the C calls want them; the strings outlive the call
 struct Names {
@@ -175,6 +165,35 @@ std::string keys_blob(const std::vector<nb::bytes> &keys) {
     return out;
 }
 
+using BatchFn = int (*)(struct cxk_pool *, const struct cxk_kv_plan *, const char *const *,
+                        const uint8_t *, const uint8_t *, const int64_t *, size_t, unsigned, int *);
+
+// put and get: check lengths, pack names, keys and layout, run fn without the GIL; returns
+// (fn's count, per-block status), status starting at `untried` for blocks fn never reaches
+std::pair<int, std::vector<int>> batch(const KVPool &k, BatchFn fn, const char *what,
+                                       const KVPlan &plan, const std::vector<std::string> &names,
+                                       const std::vector<nb::bytes> &keys, nb::bytes layout,
+                                       const Vec1<int64_t> &ids, unsigned flags, int untried) {
+    if (names.size() != keys.size() || names.size() != ids.shape(0))
+        throw nb::value_error((std::string(what) +
+                               ": names, keys and block ids differ in length").c_str());
+    if (layout.size() > 32) throw nb::value_error("layout: more than 32 bytes");
+    uint8_t lay[32] = {};
+    std::memcpy(lay, layout.c_str(), layout.size());
+    Names nm(names);
+    std::string kb = keys_blob(keys);
+    std::vector<int> status(names.size(), untried);
+    cxk_pool *p = k.h();
+    int r;
+    {
+        nb::gil_scoped_release nogil;
+        r = fn(p, &plan.plan, nm.ptrs.data(), reinterpret_cast<const uint8_t *>(kb.data()), lay,
+               ids.data(), names.size(), flags, status.data());
+    }
+    check(r, std::string("kv ") + what);
+    return {r, status};
+}
+
 }  // namespace
 }  // namespace cxk::py
 
@@ -183,133 +202,54 @@ CXK_BIND(kvpool) {
     nb::class_<KVPool>(m, "KVPool")
         .def(
             "__init__",
-            [](KVPool *self, const std::string &path, bool create, uint64_t size, int host_id,
-               const std::string &host_tag, int coherence, uint32_t max_hosts,
-               uint32_t lease_timeout_ms) {
-                new (self) KVPool();
-                self->path = path;
-                cxk_pool_opts o;
-                cxk_pool_opts_init(&o);
-                o.flags = create ? CXK_POOL_CREATE : 0;
-                o.size = size;
-                o.host_id = host_id;
-                o.host_tag = host_tag.empty() ? nullptr : host_tag.c_str();
-                o.coherence = coherence;
-                o.max_hosts = max_hosts;
-                o.lease_timeout_ms = lease_timeout_ms;
-                int r;
-                {
-                    nb::gil_scoped_release nogil;
-                    r = cxk_pool_open(path.c_str(), &o, &self->p);
-                }
-                check(r, path);
+            [](KVPool *self, nb::handle pool, bool owns) {
+                nb::object h = pool_handle(pool);
+                pool_of(h);  // open
+                new (self) KVPool{h, owns};
             },
-            nb::arg("path"), nb::arg("create") = false, nb::arg("size") = 0,
-            nb::arg("host_id") = -1, nb::arg("host_tag") = "", nb::arg("coherence") = 0,
-            nb::arg("max_hosts") = 0, nb::arg("lease_timeout_ms") = 0)
+            nb::arg("pool"), nb::arg("owns") = false)
         .def("close",
              [](KVPool &k) {
-                 if (k.p) cxk_pool_close(k.p);
-                 k.p = nullptr;
+                 if (k.closed) return;
+                 k.closed = true;
+                 if (k.owns) k.handle.attr("close")();
              })
+        .def_prop_ro("pool", [](const KVPool &k) { return k.handle; })
         .def_prop_ro("base", [](const KVPool &k) { return uint64_t(cxk_pool_base(k.h())); })
-        .def("stat",
-             [](const KVPool &k) {
-                 struct cxk_pool_stat s;
-                 check(cxk_pool_stat(k.h(), &s), k.path);
-                 nb::dict d;
-                 d["size"] = s.size;
-                 d["partition_bytes"] = s.partition_bytes;
-                 d["used_bytes"] = s.used_bytes;
-                 d["free_bytes"] = s.free_bytes;
-                 d["objects"] = s.objects;
-                 d["host_id"] = s.host_id;
-                 d["max_hosts"] = s.max_hosts;
-                 d["coherence"] = s.coherence;
-                 d["kind"] = std::string(s.kind);
-                 return d;
-             })
-        .def("obj_stat",
-             [](const KVPool &k, const std::string &name) {
-                 struct cxk_obj_stat s;
-                 check(cxk_obj_stat(k.h(), name.c_str(), &s), name);
-                 return obj_dict(s);
-             })
-        .def("list",
-             [](const KVPool &k) {
-                 size_t n = 0;
-                 std::vector<struct cxk_obj_stat> v;
-                 for (;;) {  // the set may grow between the two calls: retry until it fits
-                     check(cxk_obj_list(k.h(), v.data(), v.size(), &n), k.path);
-                     if (n <= v.size()) break;
-                     v.resize(n + 16);
-                 }
-                 nb::list out;
-                 for (size_t i = 0; i < n; ++i) out.append(obj_dict(v[i]));
-                 return out;
-             })
-        .def("destroy",
-             [](const KVPool &k, const std::string &name) {
-                 check(cxk_obj_destroy(k.h(), name.c_str()), name);
-             })
+        .def("stat", [](const KVPool &k) { return k.call("stat")(); })
+        .def("obj_stat", [](const KVPool &k, nb::str name) { return k.call("object_stat")(name); })
+        .def("list", [](const KVPool &k) { return k.call("list")(); })
+        .def("destroy", [](const KVPool &k, nb::str name) { k.call("destroy")(name); })
+        .def("fsck", [](const KVPool &k, bool repair) { return k.call("fsck")(repair); },
+             nb::arg("repair") = false)
         .def("create_counters",
              [](const KVPool &k, const std::string &name, uint64_t nbytes) {
                  // a host-owned counter object: created and published zeroed once; processes
                  // of the owner host then update it with atomics (one coherence domain)
+                 cxk_pool *p = k.h();
                  uint64_t off = 0;
-                 int r = cxk_obj_create(k.h(), name.c_str(), nbytes, &off);
+                 int r = cxk_obj_create(p, name.c_str(), nbytes, &off);
                  if (r == 0) {
-                     r = cxk_obj_publish(k.h(), off, 0);
-                     cxk_obj_close(k.h(), off);
+                     r = cxk_obj_publish(p, off, 0);
+                     cxk_obj_close(p, off);
                  }
                  if (r < 0 && r != -EEXIST) check(r, name);
                  struct cxk_obj_stat s;
-                 check(cxk_obj_stat(k.h(), name.c_str(), &s), name);
-                 return obj_dict(s);
+                 check(cxk_obj_stat(p, name.c_str(), &s), name);
+                 return obj_stat_dict(s);
              })
         .def("put",
              [](const KVPool &k, const KVPlan &plan, const std::vector<std::string> &names,
                 const std::vector<nb::bytes> &keys, nb::bytes layout, Vec1<int64_t> ids,
                 unsigned flags) {
-                 if (names.size() != keys.size() || names.size() != ids.shape(0))
-                     throw nb::value_error("put: names, keys and block ids differ in length");
-                 if (layout.size() > 32) throw nb::value_error("layout: more than 32 bytes");
-                 uint8_t lay[32] = {};
-                 std::memcpy(lay, layout.c_str(), layout.size());
-                 Names nm(names);
-                 std::string kb = keys_blob(keys);
-                 std::vector<int> status(names.size(), 0);
-                 int r;
-                 {
-                     nb::gil_scoped_release nogil;
-                     r = cxk_kv_put(k.h(), &plan.plan, nm.ptrs.data(),
-                                    reinterpret_cast<const uint8_t *>(kb.data()), lay, ids.data(),
-                                    names.size(), flags, status.data());
-                 }
-                 check(r, "kv put");
-                 return std::make_pair(r, status);
+                 return batch(k, cxk_kv_put, "put", plan, names, keys, layout, ids, flags, 0);
              })
         .def("get",
              [](const KVPool &k, const KVPlan &plan, const std::vector<std::string> &names,
                 const std::vector<nb::bytes> &keys, nb::bytes layout, Vec1<int64_t> ids,
                 unsigned flags) {
-                 if (names.size() != keys.size() || names.size() != ids.shape(0))
-                     throw nb::value_error("get: names, keys and block ids differ in length");
-                 if (layout.size() > 32) throw nb::value_error("layout: more than 32 bytes");
-                 uint8_t lay[32] = {};
-                 std::memcpy(lay, layout.c_str(), layout.size());
-                 Names nm(names);
-                 std::string kb = keys_blob(keys);
-                 std::vector<int> status(names.size(), 1);  // 1 = not tried
-                 int r;
-                 {
-                     nb::gil_scoped_release nogil;
-                     r = cxk_kv_get(k.h(), &plan.plan, nm.ptrs.data(),
-                                    reinterpret_cast<const uint8_t *>(kb.data()), lay, ids.data(),
-                                    names.size(), flags, status.data());
-                 }
-                 check(r, "kv get");
-                 return std::make_pair(r, status);
+                 // 1 = not tried: get stops at the first block that fails
+                 return batch(k, cxk_kv_get, "get", plan, names, keys, layout, ids, flags, 1);
              })
         .def("hold",
              [](const KVPool &k, const std::string &name) {
@@ -317,29 +257,10 @@ CXK_BIND(kvpool) {
                  // this process dies and the pool expires the lease)
                  struct cxk_obj_stat s;
                  check(cxk_obj_open(k.h(), name.c_str(), &s), name);
-                 return obj_dict(s);
+                 return obj_stat_dict(s);
              })
         .def("release",
              [](const KVPool &k, uint64_t off) { check(cxk_obj_close(k.h(), off), "lease"); })
-        .def("fsck",
-             [](const KVPool &k, bool repair) {
-                 cxk_fsck_report f;
-                 int r;
-                 {
-                     nb::gil_scoped_release nogil;
-                     r = cxk_pool_fsck(k.h(), repair ? CXK_FSCK_REPAIR : 0, &f);
-                 }
-                 check(r, k.path);
-                 nb::dict d;
-                 d["objects_live"] = f.objects_live;
-                 d["objects_dead"] = f.objects_dead;
-                 d["reclaimed_objects"] = f.reclaimed_objects;
-                 d["leases_live"] = f.leases_live;
-                 d["leases_expired"] = f.leases_expired;
-                 d["errors"] = f.errors;
-                 return d;
-             },
-             nb::arg("repair") = false)
         .def("lookup", [](const KVPool &k, const std::vector<std::string> &names) {
             Names nm(names);
             size_t hits = 0;

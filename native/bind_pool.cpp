@@ -1,6 +1,7 @@
-// bind_pool.cpp — binding of the pool: PoolHandle (one cxk_pool) and PoolObject (a leased
-// object that exports its payload through the buffer protocol: memoryview / numpy / torch
-// views without copies). cxlkit/pool.py is the public face.
+// bind_pool.cpp — binding of the pool: PoolHandle (one cxk_pool, shared with other binding
+// files through bind_pool.h) and PoolObject (a leased object that exports its payload through
+// the buffer protocol: memoryview / numpy / torch views without copies). cxlkit/pool.py is the
+// public face.
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -12,8 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "bind.h"
-#include "cxlkit.h"
+#include "bind_pool.h"
 
 namespace cxk::py {
 namespace {
@@ -156,7 +156,9 @@ PyType_Slot object_slots[] = {
     {Py_bf_releasebuffer, reinterpret_cast<void *>(object_releasebuffer)},
     {0, nullptr}};
 
-nb::dict stat_dict(const struct cxk_obj_stat &s) {
+}  // namespace
+
+nb::dict obj_stat_dict(const struct cxk_obj_stat &s) {
     nb::dict d;
     d["name"] = std::string(s.name);
     d["offset"] = s.off;
@@ -169,7 +171,17 @@ nb::dict stat_dict(const struct cxk_obj_stat &s) {
     return d;
 }
 
-}  // namespace
+nb::object pool_handle(nb::handle obj) {
+    if (nb::isinstance<PoolHandle>(obj)) return nb::borrow(obj);
+    if (nb::hasattr(obj, "_h")) {
+        nb::object h = obj.attr("_h");
+        if (nb::isinstance<PoolHandle>(h)) return h;
+    }
+    throw nb::type_error("pool: expected a cxlkit.Pool or a _native.PoolHandle");
+}
+
+cxk_pool *pool_of(nb::handle handle) { return nb::cast<PoolHandle &>(handle).get(); }
+
 }  // namespace cxk::py
 
 CXK_BIND(pool) {
@@ -298,7 +310,7 @@ CXK_BIND(pool) {
             }
             check(r, "object " + name + " in pool " + h.label);
             check(cxk_obj_stat_at(p, off, &s), "object " + name + " in pool " + h.label);
-            return stat_dict(s);
+            return obj_stat_dict(s);
         }, nb::arg("name"), nb::arg("nbytes"), nb::arg("flags") = 0)
         .def("open", [](PoolHandle &h, const std::string &name) {
             cxk_pool *p = h.get();
@@ -309,7 +321,7 @@ CXK_BIND(pool) {
                 r = cxk_obj_open(p, name.c_str(), &s);
             }
             check(r, "object " + name + " in pool " + h.label);
-            return stat_dict(s);
+            return obj_stat_dict(s);
         })
         .def("close_object", [](PoolHandle &h, uint64_t off) {
             check(cxk_obj_close(h.get(), off), h.label);
@@ -326,7 +338,7 @@ CXK_BIND(pool) {
         .def("object_stat", [](PoolHandle &h, const std::string &name) {
             struct cxk_obj_stat s;
             check(cxk_obj_stat(h.get(), name.c_str(), &s), "object " + name + " in pool " + h.label);
-            return stat_dict(s);
+            return obj_stat_dict(s);
         })
         // bench/pool.py: median ns of one cxk_obj_stat per name, timed in C (no Python call
         // or exception per lookup); names may be present or absent
@@ -363,7 +375,7 @@ CXK_BIND(pool) {
             }
             check(r, h.label);
             nb::list l;
-            for (size_t i = 0; i < n && i < out.size(); ++i) l.append(stat_dict(out[i]));
+            for (size_t i = 0; i < n && i < out.size(); ++i) l.append(obj_stat_dict(out[i]));
             return l;
         })
         .def("fsck", [](PoolHandle &h, bool repair) {

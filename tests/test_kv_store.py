@@ -2,6 +2,7 @@
 pressure with concurrent readers (no torn read), a writer killed mid-put, lease expiry,
 statistics, and bad input."""
 import errno
+import glob
 import multiprocessing as mp
 import os
 import signal
@@ -23,8 +24,8 @@ def pool_path(tmp_path):
     # tmpfs-backed like the embedded default, but private to the test
     path = f"/dev/shm/cxlkit-test-kv-{os.getpid()}-{tmp_path.name}"
     yield path
-    if os.path.exists(path):
-        os.unlink(path)
+    for p in glob.glob(path + "*"):  # the pool and any stripes beside it
+        os.unlink(p)
 
 
 def engine(fill=None, axes="KBTHD"):
@@ -343,6 +344,44 @@ def test_a_store_over_a_cxlkit_Pool_uses_its_file_and_host(pool_path):
         s.close()
     named = Store(pool_path, LAYOUT, host_id="host-b")
     assert named.host_id != 2 and named.lookup(keys) == 1
+
+
+def test_a_store_shares_the_handle_of_a_cxlkit_Pool_and_leaves_it_open(pool_path):
+    import cxlkit.pool
+
+    with cxlkit.pool.Pool(pool_path, size=16 << 20, host_id=1) as pool:
+        s = Store(pool, LAYOUT)
+        assert s._pool.pool is pool._h  # one cxk_pool, not a second mapping
+        keys = block_hashes(list(range(16)))
+        _, se = engine()
+        assert s.put(keys, se, [0]) == 1
+        assert pool.info(s.name(keys[0])).state == "live"
+        s.close()
+        assert not pool.closed  # the caller's pool stays open
+        other = Store(pool, LAYOUT, host_id=3)  # another host: its own handle, closed with it
+        assert other._pool.pool is not pool._h and other.host_id == 3
+        other.close()
+        assert other._pool.pool.closed and not pool.closed
+    with pytest.raises(ValueError, match="closed"):
+        Store(pool, LAYOUT)
+    own = Store(pool_path, LAYOUT, host_id=1)
+    own.close()
+    assert own._pool.pool.closed  # a store that opened the pool closes it
+
+
+def test_a_store_over_a_striped_pool_round_trips(pool_path):
+    import cxlkit.pool
+
+    paths = [pool_path, pool_path + ".s1"]
+    with cxlkit.pool.Pool(paths, size=16 << 20, host_id=0) as pool:
+        s = Store(pool, LAYOUT, checksum=True)
+        keys = block_hashes(list(range(16)))
+        src, se = engine()
+        write_block(src, 0, keys[0])
+        assert s.put(keys, se, [0]) == 1
+        dst, de = engine()
+        assert s.get(keys, de, [1]) == 1
+        assert torch.equal(read_block(dst, 1), content(keys[0]))
 
 
 def test_non_coherent_mode_round_trips_with_flush_and_invalidate(pool_path):

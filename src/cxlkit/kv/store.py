@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from .. import _native
-from .._config import config
 from .layout import BlockLayout, EngineTensors
 
 log = logging.getLogger("cxlkit")
@@ -49,47 +48,37 @@ class KVStats:
 
 def _open_pool(pool: Any, *, create: bool, size: int, host_id: int | str | None,
                coherence: str | None, max_hosts: int, lease_timeout_ms: int) -> Any:
-    """This module's own handle on the pool (through the public C API)."""
-    from ..pool import machine_tag, resolve
+    """A KVPool over the cxk_pool of a cxlkit.Pool: the caller's own pool when it is one (and
+    host_id / coherence, if given, agree with it), else one this store opens and closes."""
+    from ..pool import Pool
 
     if isinstance(pool, _native.KVPool):
         return pool
-    if hasattr(pool, "paths") and hasattr(pool, "host_id"):  # a cxlkit.Pool: same file and host
-        if len(pool.paths) != 1:
-            raise ValueError("pool: striped pools are not supported by the KV store yet")
-        path = pool.paths[0]
-        host_id = pool.host_id if host_id is None else host_id
+    if coherence is not None and coherence not in COHERENCE:
+        raise ValueError(f"coherence: {coherence!r} is not one of {sorted(COHERENCE)}")
+    if isinstance(pool, Pool):
+        if (host_id is None or host_id == pool.host_id) and coherence in (None, pool.coherence):
+            return _native.KVPool(pool)
+        paths: Any = pool.paths  # the same backings, as another host or coherence
         coherence = coherence or pool.coherence
     elif isinstance(pool, (str, os.PathLike)):
-        path = resolve(pool)  # a bare name is /dev/shm/cxlkit-<name>, as for cxlkit.Pool
+        paths = pool  # a bare name is /dev/shm/cxlkit-<name>, as for cxlkit.Pool
     else:
         raise TypeError("pool: expected a path, a pool name, a cxlkit.Pool or a KVPool")
-    coherence = coherence or "host"
-    if coherence not in COHERENCE:
-        raise ValueError(f"coherence: {coherence!r} is not one of {sorted(COHERENCE)}")
-    tag = machine_tag()
-    if host_id is None:
-        env = config().host_id
-        if env:
-            host_id = int(env) if env.strip().isdigit() else env
-    if host_id is None:
-        slot = -1  # the slot tagged with this machine's id, or a free one
-    elif isinstance(host_id, str):
-        slot, tag = -1, host_id  # a host name
-    elif isinstance(host_id, bool) or not isinstance(host_id, int) or host_id < 0:
+    if isinstance(host_id, int) and not isinstance(host_id, bool) and host_id < 0:
         raise ValueError(f"host_id: expected an int >= 0 or a host name, got {host_id!r}")
-    else:
-        slot = host_id
-    return _native.KVPool(path, create=create, size=size, host_id=slot, host_tag=tag,
-                          coherence=COHERENCE[coherence], max_hosts=max_hosts,
-                          lease_timeout_ms=lease_timeout_ms)
+    own = Pool(paths, size or None, host_id=host_id, coherence=coherence or "host",
+               create=create, max_hosts=max_hosts or None,
+               lease_timeout_ms=lease_timeout_ms or None)
+    return _native.KVPool(own, owns=True)
 
 
 class Store:
     """KV blocks of one model (layout + namespace) in a pool.
 
-    pool: a pool path ("/dev/shm/x"), a bare name (/dev/shm/cxlkit-<name>), a cxlkit.Pool (its
-    file, host and coherence), or a _native.KVPool. create/size/host_id/coherence open it;
+    pool: a pool path ("/dev/shm/x"), a bare name (/dev/shm/cxlkit-<name>), a cxlkit.Pool (used
+    as is: one handle; another host_id or coherence opens its backings again), or a
+    _native.KVPool. create/size/host_id/coherence open it;
     host_id None means CXLKIT_HOST_ID, else this machine's slot (DESIGN: derived id).
     checksum: record a checksum with every block and verify it on every get (costs one pass
     over the image on put; on get it is folded into the copy)."""
@@ -141,7 +130,7 @@ class Store:
         return out
 
     def _count(self, **deltas: int) -> None:
-        base = self._pool.base + self._shared["off"]
+        base = self._pool.base + self._shared["offset"]
         for k, v in deltas.items():
             if v:
                 setattr(self.stats, k, getattr(self.stats, k) + v)
@@ -230,7 +219,7 @@ class Store:
         try:
             for nm in self._names(keys):
                 try:
-                    held.append(self._pool.hold(nm)["off"])
+                    held.append(self._pool.hold(nm)["offset"])
                 except (FileNotFoundError, BlockingIOError):
                     break
             yield len(held)
@@ -305,4 +294,4 @@ def host_stats(pool: Any) -> dict[int, dict[str, int]]:
 def _read(kp: Any, o: dict) -> bytes:
     import ctypes
 
-    return ctypes.string_at(kp.base + o["off"], o["nbytes"])
+    return ctypes.string_at(kp.base + o["offset"], o["nbytes"])
