@@ -17,6 +17,39 @@ inline long check(long r, const std::string &what) {
     return r;
 }
 
+// The buffer protocol (memoryview / numpy / torch views without copies) for a bound class T
+// that lends one byte range and counts its live views in `Py_ssize_t exports` (so its close
+// can refuse while any exist). T::exported() gives the range now, or `closed` = the message
+// for the BufferError when there is none. Use: nb::class_<T>(m, "T",
+// nb::type_slots(buffer_slots<T>)).
+struct ExportedRange {
+    void *addr;
+    Py_ssize_t nbytes;
+    bool readonly;
+    const char *closed;  // non-null: no range (closed), this is why
+};
+template <class T> int buffer_get(PyObject *self, Py_buffer *view, int flags) {
+    T *t = nb::inst_ptr<T>(self);
+    const ExportedRange r = t->exported();
+    if (r.closed) {
+        PyErr_SetString(PyExc_BufferError, r.closed);
+        view->obj = nullptr;
+        return -1;
+    }
+    if (PyBuffer_FillInfo(view, self, r.addr, r.nbytes, r.readonly ? 1 : 0, flags) != 0)
+        return -1;
+    t->exports += 1;
+    return 0;
+}
+template <class T> void buffer_release(PyObject *self, Py_buffer *) {
+    nb::inst_ptr<T>(self)->exports -= 1;
+}
+template <class T>
+inline PyType_Slot buffer_slots[] = {
+    {Py_bf_getbuffer, reinterpret_cast<void *>(&buffer_get<T>)},
+    {Py_bf_releasebuffer, reinterpret_cast<void *>(&buffer_release<T>)},
+    {0, nullptr}};
+
 // Each subsystem's binding file registers its part of cxlkit._native with
 //   CXK_BIND(pool) { m.def(...); }
 // at namespace scope; the module init runs every registered part in name order, so adding a

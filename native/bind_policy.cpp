@@ -85,6 +85,9 @@ struct Mapping {
     void require_open() const {
         if (!addr) throw nb::value_error("buffer is closed");
     }
+    ExportedRange exported() const {
+        return {addr, Py_ssize_t(nbytes), false, addr ? nullptr : "buffer is closed"};
+    }
     void close() {
         if (!addr) return;
         if (exports > 0)
@@ -93,27 +96,6 @@ struct Mapping {
         addr = nullptr;
     }
 };
-
-int mapping_getbuffer(PyObject *self, Py_buffer *view, int flags) {
-    Mapping *m = nb::inst_ptr<Mapping>(self);
-    if (!m->addr) {
-        PyErr_SetString(PyExc_BufferError, "buffer is closed");
-        view->obj = nullptr;
-        return -1;
-    }
-    if (PyBuffer_FillInfo(view, self, m->addr, Py_ssize_t(m->nbytes), 0, flags) != 0) return -1;
-    m->exports += 1;
-    return 0;
-}
-
-void mapping_releasebuffer(PyObject *self, Py_buffer *) {
-    nb::inst_ptr<Mapping>(self)->exports -= 1;
-}
-
-PyType_Slot mapping_slots[] = {
-    {Py_bf_getbuffer, reinterpret_cast<void *>(mapping_getbuffer)},
-    {Py_bf_releasebuffer, reinterpret_cast<void *>(mapping_releasebuffer)},
-    {0, nullptr}};
 
 // (pages per node [max_nodes], pages not present)
 std::tuple<std::vector<uint64_t>, uint64_t> residency_of(void *addr, size_t nbytes,
@@ -148,7 +130,7 @@ CXK_BIND(policy) {
     m.attr("MAX_POLICY_NODES") = CXK_MAX_POLICY_NODES;
     m.attr("MAX_NODE_ID") = CXK_MAX_NODE_ID;
 
-    nb::class_<Mapping>(m, "Mapping", nb::type_slots(mapping_slots))
+    nb::class_<Mapping>(m, "Mapping", nb::type_slots(buffer_slots<Mapping>))
         .def(nb::init<size_t, const PolicyTuple &, bool, bool>(), nb::arg("nbytes"),
              nb::arg("policy"), nb::arg("populate"), nb::arg("thp"))
         .def_prop_ro("address", [](const Mapping &s) { return uintptr_t(s.addr); })

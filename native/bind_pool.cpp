@@ -105,6 +105,11 @@ struct PoolObject {
         if (closed) throw nb::value_error(("object " + name + " is closed").c_str());
         return h->get();
     }
+    ExportedRange exported() const {
+        if (closed || !h->p) return {nullptr, 0, true, "pool object is closed"};
+        return {static_cast<char *>(cxk_pool_base(h->p)) + off, Py_ssize_t(nbytes), !writable,
+                nullptr};
+    }
     void close() {
         if (closed) return;
         if (exports > 0)
@@ -131,30 +136,6 @@ void PoolHandle::close() {
     p = nullptr;
     check(r, label);
 }
-
-int object_getbuffer(PyObject *self, Py_buffer *view, int flags) {
-    PoolObject *o = nb::inst_ptr<PoolObject>(self);
-    if (o->closed || !o->h->p) {
-        PyErr_SetString(PyExc_BufferError, "pool object is closed");
-        view->obj = nullptr;
-        return -1;
-    }
-    void *addr = static_cast<char *>(cxk_pool_base(o->h->p)) + o->off;
-    if (PyBuffer_FillInfo(view, self, addr, Py_ssize_t(o->nbytes), o->writable ? 0 : 1,
-                          flags) != 0)
-        return -1;
-    o->exports += 1;
-    return 0;
-}
-
-void object_releasebuffer(PyObject *self, Py_buffer *) {
-    nb::inst_ptr<PoolObject>(self)->exports -= 1;
-}
-
-PyType_Slot object_slots[] = {
-    {Py_bf_getbuffer, reinterpret_cast<void *>(object_getbuffer)},
-    {Py_bf_releasebuffer, reinterpret_cast<void *>(object_releasebuffer)},
-    {0, nullptr}};
 
 }  // namespace
 
@@ -196,7 +177,7 @@ CXK_BIND(pool) {
     m.attr("POOL_STRIPE_BYTES") = CXK_POOL_STRIPE_BYTES;
     m.attr("OBJ_NOZERO") = CXK_OBJ_NOZERO;
 
-    nb::class_<PoolObject>(m, "PoolObject", nb::type_slots(object_slots))
+    nb::class_<PoolObject>(m, "PoolObject", nb::type_slots(buffer_slots<PoolObject>))
         // adopts the lease that PoolHandle.create/open took for (offset, generation)
         .def("__init__", [](PoolObject *self, nb::handle handle, const std::string &name,
                             uint64_t off, uint64_t nbytes, uint64_t gen, uint32_t host,
