@@ -12,6 +12,7 @@ from typing import Any
 
 from . import _native, topology
 from ._config import config
+from ._views import Views
 
 MiB = 1 << 20
 DEFAULT_STRIPE_CHUNK = 2 * MiB
@@ -318,7 +319,7 @@ def audit_placement(policy: Policy, res: Residency,
     return PlacementAudit(policy, intended, res, not problems, tuple(problems))
 
 
-class Buffer(_native.Mapping):
+class Buffer(Views, _native.Mapping):
     """Page-aligned memory whose pages were first touched under a policy. Exports the buffer
     protocol (memoryview, numpy.frombuffer, torch.frombuffer: zero-copy). Close it (or use
     `with`) to unmap; closing while views exist raises BufferError."""
@@ -339,24 +340,6 @@ class Buffer(_native.Mapping):
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"0x{self.address:x}"
         return f"<cxlkit.Buffer {self.nbytes} bytes {self.policy} at {state}>"
-
-    def numpy(self, dtype: Any = "uint8", shape: tuple[int, ...] | None = None) -> Any:
-        """A zero-copy numpy view (the whole buffer, or the leading `shape` elements)."""
-        import numpy as np
-
-        dt = np.dtype(dtype)
-        count = -1 if shape is None else int(np.prod(shape))
-        arr = np.frombuffer(self, dtype=dt, count=count)
-        return arr if shape is None else arr.reshape(shape)
-
-    def torch(self, dtype: Any = None, shape: tuple[int, ...] | None = None) -> Any:
-        """A zero-copy torch view (needs torch; torch.uint8 unless dtype is given)."""
-        import torch
-
-        dt = dtype if dtype is not None else torch.uint8
-        count = -1 if shape is None else math.prod(shape)
-        t = torch.frombuffer(self, dtype=dt, count=count)
-        return t if shape is None else t.reshape(shape)
 
     def residency(self) -> Residency:
         """Pages per node now (move_pages query)."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from . import _native
 from ._config import config
+from ._views import Views
 
 MiB = 1 << 20
 _SHM = Path("/dev/shm")
@@ -217,7 +218,7 @@ class FsckReport:
         return self.errors == 0 and self.duplicate_names == 0
 
 
-class PoolObject(_native.PoolObject):
+class PoolObject(Views, _native.PoolObject):
     """One object of a pool, leased while open: its memory is not reused until close().
     Exports the payload through the buffer protocol (memoryview, numpy, torch) without
     copies; objects from create() are writable, opened ones read-only unless asked."""
@@ -263,25 +264,6 @@ class PoolObject(_native.PoolObject):
                 raise ValueError(f"object {self.name!r} was published without a checksum") \
                     from None
             raise _typed(e, _OBJECT_ERRORS) from None
-
-    def numpy(self, dtype: Any = "uint8", shape: tuple[int, ...] | None = None) -> Any:
-        """A zero-copy numpy view (the whole payload, or the leading `shape` elements)."""
-        import numpy as np
-
-        dt = np.dtype(dtype)
-        count = -1 if shape is None else int(np.prod(shape))
-        a = np.frombuffer(self, dtype=dt, count=count)
-        return a if shape is None else a.reshape(shape)
-
-    def torch(self, dtype: Any = None, shape: tuple[int, ...] | None = None) -> Any:
-        """A zero-copy torch view (torch.uint8 unless dtype is given); read-only objects
-        give tensors torch warns about: do not write to them."""
-        import torch
-
-        dt = dtype if dtype is not None else torch.uint8
-        count = -1 if shape is None else int(torch.Size(shape).numel())
-        t = torch.frombuffer(self, dtype=dt, count=count)
-        return t if shape is None else t.reshape(shape)
 
 
 class Pool:
