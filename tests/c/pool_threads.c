@@ -2,10 +2,9 @@
  * concurrently over one pool: no read returns torn bytes, fsck finds nothing wrong. Run it
  * under -fsanitize=thread / address in debug jobs too. */
 #include <pthread.h>
-#include <stdio.h>
-#include <string.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "cxlkit.h"
 
 enum { kThreads = 4, kRounds = 300, kNames = 7, kBytes = 1000 };
@@ -51,23 +50,18 @@ int main(void) {
     o.max_hosts = 1;
     char path[128];
     snprintf(path, sizeof path, "/dev/shm/cxlkit-ctest-threads-%d", (int)getpid());
-    int r = cxk_pool_open(path, &o, &pool);
-    if (r) {
-        fprintf(stderr, "open %s: %s\n", path, strerror(-r));
-        return 1;
-    }
+    CHECK_EQ(cxk_pool_open(path, &o, &pool), 0);
     pthread_t th[kThreads];
     for (long t = 0; t < kThreads; ++t) pthread_create(&th[t], NULL, run, (void *)t);
     for (int t = 0; t < kThreads; ++t) pthread_join(th[t], NULL);
     struct cxk_fsck_report rep;
-    r = cxk_pool_fsck(pool, CXK_FSCK_REPAIR, &rep);
+    int r = cxk_pool_fsck(pool, CXK_FSCK_REPAIR, &rep);
     cxk_pool_close(pool);
     unlink(path);
-    if (r || rep.errors || rep.objects_dead || rep.objects_creating || torn) {
-        fprintf(stderr, "fsck %d errors %llu dead %llu creating %llu torn %d\n", r,
-                (unsigned long long)rep.errors, (unsigned long long)rep.objects_dead,
-                (unsigned long long)rep.objects_creating, torn);
-        return 1;
-    }
+    CHECK_EQ(r, 0);
+    CHECK_EQ(rep.errors, 0);
+    CHECK_EQ(rep.objects_dead, 0);
+    CHECK_EQ(rep.objects_creating, 0);
+    CHECK_EQ(torn, 0);
     return 0;
 }
