@@ -235,12 +235,14 @@ bool covers_image(const cxk_kv_plan *p) {
     return end >= p->image_bytes;
 }
 
-bool pool_args_ok(cxk_pool *p, const cxk_kv_plan *plan, const char *const *names,
-                  const uint8_t *keys, const uint8_t *layout, const int64_t *ids,
-                  size_t n) noexcept {
-    if (!p || !valid_plan(plan)) return false;
-    if (n && (!names || !keys || !layout || !ids)) return false;
-    return true;
+// The argument checks put and get share: -EINVAL for bad pointers, plan or flags (outside
+// `allowed`), -ERANGE for a block id whose runs leave a base's extent.
+int check_batch(cxk_pool *p, const cxk_kv_plan *plan, const char *const *names,
+                const uint8_t *keys, const uint8_t *layout, const int64_t *ids, size_t n,
+                unsigned flags, unsigned allowed, const int *status) noexcept {
+    if (!p || !status || (flags & ~allowed)) return -EINVAL;
+    if (n && (!keys || !layout)) return -EINVAL;
+    return check_call(plan, ids, names, n);
 }
 
 }  // namespace
@@ -252,11 +254,9 @@ int cxk_kv_put(struct cxk_pool *p, const struct cxk_kv_plan *plan, const char *c
                const uint8_t *keys, const uint8_t *layout, const int64_t *block_ids, size_t n,
                unsigned flags, int *status) {
     using namespace cxk::kv;
-    if (!pool_args_ok(p, plan, names, keys, layout, block_ids, n) || !status ||
-        (flags & ~(CXK_KV_CHECKSUM | CXK_KV_NT)))
-        return -EINVAL;
-    for (size_t i = 0; i < n; ++i)
-        if (!block_in_range(plan, block_ids[i])) return -ERANGE;
+    if (int r = check_batch(p, plan, names, keys, layout, block_ids, n, flags,
+                            CXK_KV_CHECKSUM | CXK_KV_NT, status))
+        return r;
     auto *base = static_cast<uint8_t *>(cxk_pool_base(p));
     const unsigned create_flags = covers_image(plan) ? CXK_OBJ_NOZERO : 0u;
     int stored = 0;
@@ -304,11 +304,9 @@ int cxk_kv_get(struct cxk_pool *p, const struct cxk_kv_plan *plan, const char *c
                const uint8_t *keys, const uint8_t *layout, const int64_t *block_ids, size_t n,
                unsigned flags, int *status) {
     using namespace cxk::kv;
-    if (!pool_args_ok(p, plan, names, keys, layout, block_ids, n) || !status ||
-        (flags & ~(CXK_KV_CHECKSUM | CXK_KV_INVALIDATE)))
-        return -EINVAL;
-    for (size_t i = 0; i < n; ++i)
-        if (!block_in_range(plan, block_ids[i])) return -ERANGE;
+    if (int r = check_batch(p, plan, names, keys, layout, block_ids, n, flags,
+                            CXK_KV_CHECKSUM | CXK_KV_INVALIDATE, status))
+        return r;
     const auto *base = static_cast<const uint8_t *>(cxk_pool_base(p));
     const bool verify = flags & CXK_KV_CHECKSUM;
     int loaded = 0;

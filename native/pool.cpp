@@ -227,20 +227,22 @@ void lease_free(cxk_pool *p, uint64_t i) {
 // ---- the host lock -------------------------------------------------------------------
 int recover(cxk_pool *p, cxk_fsck_report *r);
 
+// The result of locking host slot s's mutex: on EOWNERDEAD the holder died, and as the
+// partition chain is intact everything derived from it (lists, counters, name entries,
+// pending/creating lists) is rebuilt before the mutex is marked consistent; we hold it then.
+int lock_result(cxk_pool *p, HostSlot *s, int e) {
+    if (e != EOWNERDEAD) return e;
+    recover(p, nullptr);
+    pthread_mutex_consistent(&s->mutex);
+    return 0;
+}
+
 struct HostLock {
     cxk_pool *p;
     int err = 0;
     explicit HostLock(cxk_pool *pool) : p(pool) {
         HostSlot *s = slot(p, p->host);
-        int e = pthread_mutex_lock(&s->mutex);
-        if (e == EOWNERDEAD) {
-            // The holder died: the partition chain is intact, everything derived from it
-            // (lists, counters, name entries, pending/creating lists) is rebuilt.
-            recover(p, nullptr);
-            pthread_mutex_consistent(&s->mutex);
-            e = 0;
-        }
-        err = -e;
+        err = -lock_result(p, s, pthread_mutex_lock(&s->mutex));
         if (!err) crash_point(Crash::locked);
     }
     ~HostLock() {
@@ -721,13 +723,7 @@ void heart_loop(cxk_pool *p) {
         // A process of this host that died holding the host lock is recovered here even
         // when nobody else of this host calls into the pool.
         HostSlot *s = slot(p, p->host);
-        int e = pthread_mutex_trylock(&s->mutex);
-        if (e == EOWNERDEAD) {
-            recover(p, nullptr);
-            pthread_mutex_consistent(&s->mutex);
-            e = 0;
-        }
-        if (e == 0) {
+        if (lock_result(p, s, pthread_mutex_trylock(&s->mutex)) == 0) {
             clean_leases(p);
             if (s->npending) sweep_pending(p);  // objects other hosts' readers held
             sync_out(p, &s->used_bytes, kLine);
@@ -1045,6 +1041,16 @@ uint64_t block_of(const cxk_pool *p, uint64_t off, uint32_t *host) {
     if (host) *host = uint32_t(h);
     return block;
 }
+
+// The header of the object whose payload is at off, its first `sync` bytes synced in when
+// another host owns it (its lines may be stale here); nullptr when off is no payload offset.
+ObjHeader *header_at(const cxk_pool *p, uint64_t off, uint32_t *host, size_t sync) {
+    const uint64_t block = block_of(p, off, host);
+    if (!block) return nullptr;
+    ObjHeader *o = hdr(p, block);
+    if (*host != p->host) sync_in(p, o, sync);
+    return o;
+}
 }  // namespace
 }  // namespace cxk::pool
 
@@ -1195,12 +1201,9 @@ int cxk_obj_stat(cxk_pool *p, const char *name, struct cxk_obj_stat *st_) {
 int cxk_obj_stat_at(cxk_pool *p, uint64_t off, struct cxk_obj_stat *st_) {
     uint32_t h;
     if (!p || !st_) return -EINVAL;
-    const uint64_t block = block_of(p, off, &h);
-    if (!block) return -EINVAL;
-    ObjHeader *o = hdr(p, block);
-    if (h != p->host) sync_in(p, o, kObjHeaderBytes);
-    if (o->magic != kObjMagic || ld(&o->state) == kFree) return -EINVAL;
-    fill_stat(p, h, block, st_);
+    ObjHeader *o = header_at(p, off, &h, kObjHeaderBytes);
+    if (!o || o->magic != kObjMagic || ld(&o->state) == kFree) return -EINVAL;
+    fill_stat(p, h, off - kObjHeaderBytes, st_);
     return 0;
 }
 
@@ -1228,10 +1231,8 @@ int cxk_obj_list(cxk_pool *p, struct cxk_obj_stat *out, size_t cap, size_t *n) {
 int cxk_obj_validate(cxk_pool *p, uint64_t off, uint64_t generation) {
     uint32_t h;
     if (!p) return -EINVAL;
-    const uint64_t block = block_of(p, off, &h);
-    if (!block) return -EINVAL;
-    ObjHeader *o = hdr(p, block);
-    if (h != p->host) sync_in(p, o, kLine);
+    ObjHeader *o = header_at(p, off, &h, kLine);
+    if (!o) return -EINVAL;
     return (ld(&o->state) == kLive && ld(&o->gen) == generation) ? 0 : -ESTALE;
 }
 
@@ -1255,11 +1256,8 @@ int cxk_obj_read(cxk_pool *p, uint64_t off, uint64_t generation, uint64_t pos, v
 int cxk_obj_verify(cxk_pool *p, uint64_t off) {
     uint32_t h;
     if (!p) return -EINVAL;
-    const uint64_t block = block_of(p, off, &h);
-    if (!block) return -EINVAL;
-    ObjHeader *o = hdr(p, block);
-    if (h != p->host) sync_in(p, o, kLine);
-    if (o->magic != kObjMagic) return -EINVAL;
+    ObjHeader *o = header_at(p, off, &h, kLine);
+    if (!o || o->magic != kObjMagic) return -EINVAL;
     const uint64_t want = o->checksum;
     if (!want) return -ENODATA;
     if (h != p->host) sync_in(p, p->base + off, o->nbytes);

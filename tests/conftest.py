@@ -1,6 +1,8 @@
-"""Shared fixtures: fault-hook hygiene, machine facts, and a minimal writable sysfs tree."""
+"""Shared fixtures: fault-hook hygiene, machine facts, a private pool path in /dev/shm, and a
+minimal writable sysfs tree."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -16,6 +18,16 @@ PYTHON = sys.executable
 def _no_armed_faults():
     yield
     _native.fault_clear()
+
+
+@pytest.fixture
+def pool_path(tmp_path):
+    """A pool file path private to the test (tmpfs like the embedded default); the pool and
+    anything beside it (stripes, temporaries) are removed afterwards."""
+    path = Path(f"/dev/shm/cxlkit-test-{os.getpid()}-{tmp_path.name}")
+    yield str(path)
+    for p in path.parent.glob(path.name + "*"):
+        p.unlink(missing_ok=True)
 
 
 @pytest.fixture

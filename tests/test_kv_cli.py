@@ -1,6 +1,5 @@
 """`cxlkit kv stats` and the KV demo section."""
 import json
-import os
 
 import pytest
 import torch
@@ -11,14 +10,6 @@ from cxlkit.cli.main import _load, app
 from cxlkit.kv import BlockLayout, EngineTensors, Store, block_hashes
 
 _load()
-
-
-@pytest.fixture
-def pool_path(tmp_path):
-    path = f"/dev/shm/cxlkit-test-kvcli-{os.getpid()}-{tmp_path.name}"
-    yield path
-    if os.path.exists(path):
-        os.unlink(path)
 
 
 def test_kv_stats_json_reports_blocks_and_counters(pool_path):

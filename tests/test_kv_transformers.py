@@ -2,7 +2,6 @@
 (in this process and in another one) gives the same greedy tokens and fp32 logits as a full
 recompute, and runs only the suffix."""
 import multiprocessing as mp
-import os
 
 import pytest
 import torch
@@ -18,14 +17,6 @@ def tiny_llama(seed=0, dtype=torch.float32):
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
     torch.manual_seed(seed)
     return LlamaForCausalLM(cfg).to(dtype).eval()
-
-
-@pytest.fixture
-def pool_path(tmp_path):
-    path = f"/dev/shm/cxlkit-test-kvtf-{os.getpid()}-{tmp_path.name}"
-    yield path
-    if os.path.exists(path):
-        os.unlink(path)
 
 
 PREFIX = [(7 * i + 3) % 512 for i in range(40)]

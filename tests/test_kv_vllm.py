@@ -2,7 +2,6 @@
 call order, a prefix saved by one engine and loaded by another on another host instead of
 recomputed, vLLM's own block hashes as keys, load errors degrading to recompute, cross-layer
 caches. vLLM itself is not installed here; nothing in this file runs real vLLM."""
-import os
 
 import pytest
 
@@ -13,11 +12,8 @@ PROMPT = [(11 * i + 5) % 997 for i in range(83)]  # 5 full blocks + 3 tokens
 
 
 @pytest.fixture
-def extra(tmp_path):
-    path = f"/dev/shm/cxlkit-test-kvvllm-{os.getpid()}-{tmp_path.name}"
-    yield {"pool": path, "create": True, "size": 32 << 20, "host_id": 0, "checksum": True}
-    if os.path.exists(path):
-        os.unlink(path)
+def extra(pool_path):
+    return {"pool": pool_path, "create": True, "size": 32 << 20, "host_id": 0, "checksum": True}
 
 
 STEP_CALLS = ["get_num_new_matched_tokens", "update_state_after_alloc", "build_connector_meta",

@@ -64,6 +64,13 @@ def _stat_table(st: P.PoolStat) -> Table:
     return t
 
 
+def _print_stat(st: P.PoolStat, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(dataclasses.asdict(st)))
+    else:
+        Console().print(_stat_table(st))
+
+
 @pool_app.command("create")
 def create_cmd(
     pool: Optional[str] = POOL_ARG,
@@ -83,11 +90,7 @@ def create_cmd(
         _fail(str(e))
     with _open(pool, host_id, size=nbytes, max_hosts=max_hosts, max_objects=max_objects,
                group=group, numa_node=numa_node, force=force, create=True) as p:
-        st = p.stat()
-    if as_json:
-        print(json.dumps(dataclasses.asdict(st)))
-    else:
-        Console().print(_stat_table(st))
+        _print_stat(p.stat(), as_json)
 
 
 @pool_app.command("ls")
@@ -123,11 +126,7 @@ def stat_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
              as_json: bool = JSON_OPT) -> None:
     """Geometry and usage of a pool."""
     with _open(pool, host_id) as p:
-        st = p.stat()
-    if as_json:
-        print(json.dumps(dataclasses.asdict(st)))
-    else:
-        Console().print(_stat_table(st))
+        _print_stat(p.stat(), as_json)
 
 
 @pool_app.command("rm")
