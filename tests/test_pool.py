@@ -8,7 +8,6 @@ import hashlib
 import multiprocessing as mp
 import os
 import struct
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -22,11 +21,8 @@ MiB = 1 << 20
 
 
 @pytest.fixture
-def path():
-    p = Path(f"/dev/shm/cxlkit-test-{uuid.uuid4().hex[:12]}")
-    yield str(p)
-    for q in p.parent.glob(p.name + "*"):
-        q.unlink()
+def path(pool_path):  # conftest: a private /dev/shm path, removed with its stripes
+    return pool_path
 
 
 def digest(path: str) -> str:

@@ -10,7 +10,6 @@ import os
 import random
 import signal
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -24,10 +23,8 @@ POINTS = ["create.alloc", "create.entry", "publish.header", "destroy.header", "d
 
 
 @pytest.fixture
-def path():
-    p = Path(f"/dev/shm/cxlkit-test-crash-{uuid.uuid4().hex[:12]}")
-    yield str(p)
-    p.unlink(missing_ok=True)
+def path(pool_path):  # conftest: a private /dev/shm path, removed afterwards
+    return pool_path
 
 
 def payload(name: str, n: int) -> bytes:
