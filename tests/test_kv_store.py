@@ -425,3 +425,19 @@ def test_writers_killed_at_arbitrary_points_leave_only_whole_blocks(pool_path):
             loaded += 1
             assert torch.equal(read_block(dst, 0), content(k))
     assert loaded >= 1 and s.stats.load_errors == 0
+
+
+def test_streaming_stores_default_on_for_large_blocks_only(pool_path):
+    from cxlkit.kv.store import NT_MIN_BLOCK_BYTES
+
+    s = open_store(pool_path)
+    assert s.nt_stores is (LAYOUT.nbytes >= NT_MIN_BLOCK_BYTES)
+    s.close()
+    big = BlockLayout(num_layers=32, num_kv_heads=8, head_dim=128, dtype="bfloat16")
+    assert big.nbytes == 2 << 20
+    s = Store(pool_path, big, host_id=0)
+    assert s.nt_stores
+    s.close()
+    s = Store(pool_path, big, host_id=0, nt_stores=False)
+    assert not s.nt_stores
+    s.close()

@@ -24,6 +24,7 @@ log = logging.getLogger("cxlkit")
 
 COHERENCE = {"host": 0, "none": 1}
 HDR_BYTES = 128  # CXK_KV_HDR_BYTES: the block header before the image
+NT_MIN_BLOCK_BYTES = 64 << 10  # auto streaming stores from this block image size on
 STAT_FIELDS = ("lookups", "hits", "misses", "puts", "put_skipped", "bytes_in", "bytes_out",
                "evictions", "load_errors", "put_errors")
 _STATS_PREFIX = "kv.stats.h"
@@ -87,7 +88,7 @@ class Store:
                  checksum: bool = False, capacity_bytes: int | None = None,
                  create: bool = False, size: int = 0, host_id: int | str | None = None,
                  coherence: str | None = None, max_hosts: int = 0, lease_timeout_ms: int = 0,
-                 nt_stores: bool = False) -> None:
+                 nt_stores: bool | None = None) -> None:
         if not isinstance(layout, BlockLayout):
             raise TypeError("layout: expected a BlockLayout")
         if not isinstance(namespace, str) or not namespace:
@@ -98,9 +99,12 @@ class Store:
         self.layout = layout
         self.namespace = namespace
         self.checksum = bool(checksum)
-        # streaming stores on put: blocks are written once and read by others; slower than
-        # plain copies on the machine measured so far (docs/kv.md), hence off by default
-        self.nt_stores = bool(nt_stores)
+        # streaming stores on put: a block is written once and read by other processes, so
+        # caching it here only evicts the engine's working set; since put skips zeroing the
+        # object, they beat plain copies on 2 MiB blocks (docs/kv.md). None = on for blocks
+        # of NT_MIN_BLOCK_BYTES and more (small ones gain nothing from them).
+        self.nt_stores = (layout.nbytes >= NT_MIN_BLOCK_BYTES if nt_stores is None
+                          else bool(nt_stores))
         self.capacity_bytes = capacity_bytes
         self._pool = _open_pool(pool, create=create, size=size, host_id=host_id,
                                 coherence=coherence, max_hosts=max_hosts,
