@@ -441,3 +441,30 @@ def test_streaming_stores_default_on_for_large_blocks_only(pool_path):
     s = Store(pool_path, big, host_id=0, nt_stores=False)
     assert not s.nt_stores
     s.close()
+
+
+def test_destroying_the_stats_object_never_lets_counters_write_into_a_reused_block(pool_path):
+    from cxlkit import Pool
+
+    s = open_store(pool_path)
+    stats_name = f"kv.stats.h{s.host_id}"
+    with Pool(pool_path, host_id=0) as p:
+        nbytes = p.info(stats_name).nbytes
+        p.destroy(stats_name)  # e.g. `cxlkit pool rm`: the store still counts into it
+        other = p.create("victim", nbytes, data=bytes(nbytes))  # same size: first fit
+        keys = block_hashes(list(range(32)))
+        _, se = engine()
+        s.put(keys, se, [0, 1])
+        assert s.lookup(keys) == 2
+        assert other.read() == bytes(nbytes)  # a published object never changes
+        other.close()
+    s.close()
+
+
+def test_closing_stores_over_a_shared_pool_returns_their_leases(pool_path):
+    from cxlkit import Pool
+
+    with Pool(pool_path, 32 << 20, host_id=0, lease_slots=8) as p:
+        for _ in range(20):  # more stores than lease entries
+            Store(p, LAYOUT).close()
+        assert p.fsck(repair=False).leases_live == 0

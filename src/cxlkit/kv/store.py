@@ -118,8 +118,11 @@ class Store:
         self.block_bytes = HDR_BYTES + layout.nbytes
         self.stats = KVStats()
         self._recent: dict[str, int] = {}  # this process's last use of our host's blocks (ns)
-        self._shared = self._pool.create_counters(f"{_STATS_PREFIX}{self.host_id}",
-                                                  8 * len(STAT_FIELDS))
+        name = f"{_STATS_PREFIX}{self.host_id}"
+        self._pool.create_counters(name, 8 * len(STAT_FIELDS))
+        # a reader's lease for the store's life: if the object is destroyed meanwhile, its
+        # block is not reused while our atomics still write into it
+        self._shared = self._pool.hold(name)
 
     # -- keys ------------------------------------------------------------------------------
     def name(self, key: bytes) -> str:
@@ -273,6 +276,12 @@ class Store:
         return self._make_room(1 << 62)
 
     def close(self) -> None:
+        shared, self._shared = self._shared, None
+        if shared is not None:
+            try:
+                self._pool.release(shared["offset"])
+            except ValueError:
+                pass  # the pool was closed first: that dropped the lease
         self._pool.close()
 
     def __enter__(self) -> Store:
@@ -290,12 +299,22 @@ def host_stats(pool: Any) -> dict[int, dict[str, int]]:
     out = {}
     for o in kp.list():
         if o["name"].startswith(_STATS_PREFIX) and o["state"] == 2:
-            raw = np.frombuffer(_read(kp, o), dtype="<u8")
-            out[o["host"]] = dict(zip(STAT_FIELDS, (int(x) for x in raw)))
+            raw = np.frombuffer(_read(kp, o["name"]), dtype="<u8")
+            if raw.size:
+                out[o["host"]] = dict(zip(STAT_FIELDS, (int(x) for x in raw)))
     return out
 
 
-def _read(kp: Any, o: dict) -> bytes:
+def _read(kp: Any, name: str) -> bytes:
+    """The counters object's bytes, read under a lease (its block cannot be reused meanwhile);
+    b"" when it was destroyed since the listing."""
     import ctypes
 
-    return ctypes.string_at(kp.base + o["offset"], o["nbytes"])
+    try:
+        o = kp.hold(name)
+    except (FileNotFoundError, BlockingIOError):
+        return b""
+    try:
+        return ctypes.string_at(kp.base + o["offset"], o["nbytes"])
+    finally:
+        kp.release(o["offset"])
