@@ -1042,6 +1042,15 @@ uint64_t block_of(const cxk_pool *p, uint64_t off, uint32_t *host) {
     return block;
 }
 
+// Does o, at block of host h's partition, describe a block that fits the partition with a
+// payload that fits the block? Offsets come from callers, and payload bytes may look like a
+// header: nothing is read through a header that fails this.
+bool header_sane(const cxk_pool *p, uint32_t h, uint64_t block, const ObjHeader *o) {
+    const uint64_t bytes = ld(&o->block_bytes);
+    return o->magic == kObjMagic && bytes >= kMinBlock && bytes % kLine == 0 &&
+           bytes <= part_end(p, h) - block && ldr(&o->nbytes) <= bytes - kObjHeaderBytes;
+}
+
 // The header of the object whose payload is at off, its first `sync` bytes synced in when
 // another host owns it (its lines may be stale here); nullptr when off is no payload offset.
 ObjHeader *header_at(const cxk_pool *p, uint64_t off, uint32_t *host, size_t sync) {
@@ -1202,7 +1211,8 @@ int cxk_obj_stat_at(cxk_pool *p, uint64_t off, struct cxk_obj_stat *st_) {
     uint32_t h;
     if (!p || !st_) return -EINVAL;
     ObjHeader *o = header_at(p, off, &h, kObjHeaderBytes);
-    if (!o || o->magic != kObjMagic || ld(&o->state) == kFree) return -EINVAL;
+    if (!o || !header_sane(p, h, off - kObjHeaderBytes, o) || ld(&o->state) == kFree)
+        return -EINVAL;
     fill_stat(p, h, off - kObjHeaderBytes, st_);
     return 0;
 }
@@ -1233,6 +1243,7 @@ int cxk_obj_validate(cxk_pool *p, uint64_t off, uint64_t generation) {
     if (!p) return -EINVAL;
     ObjHeader *o = header_at(p, off, &h, kLine);
     if (!o) return -EINVAL;
+    if (!header_sane(p, h, off - kObjHeaderBytes, o)) return -ESTALE;  // not an object now
     return (ld(&o->state) == kLive && ld(&o->gen) == generation) ? 0 : -ESTALE;
 }
 
@@ -1244,7 +1255,9 @@ int cxk_obj_read(cxk_pool *p, uint64_t off, uint64_t generation, uint64_t pos, v
     if (!block) return -EINVAL;
     if (int r = cxk_obj_validate(p, off, generation)) return r;
     ObjHeader *o = hdr(p, block);
-    if (pos > o->nbytes || nbytes > o->nbytes - pos) return -ERANGE;
+    const uint64_t size = ldr(&o->nbytes);
+    if (size > part_end(p, h) - off) return -ESTALE;  // changed since the validation
+    if (pos > size || nbytes > size - pos) return -ERANGE;
     if (h != p->host && p->nc) cxk_copy_invalidate(dst, p->base + off + pos, nbytes);
     else std::memcpy(dst, p->base + off + pos, nbytes);
     // acquire: the copy is done before the re-check (pairs with the destroyer's release
@@ -1257,11 +1270,13 @@ int cxk_obj_verify(cxk_pool *p, uint64_t off) {
     uint32_t h;
     if (!p) return -EINVAL;
     ObjHeader *o = header_at(p, off, &h, kLine);
-    if (!o || o->magic != kObjMagic) return -EINVAL;
-    const uint64_t want = o->checksum;
+    if (!o || !header_sane(p, h, off - kObjHeaderBytes, o) || ld(&o->state) == kFree)
+        return -EINVAL;
+    const uint64_t want = o->checksum, size = ldr(&o->nbytes);
     if (!want) return -ENODATA;
-    if (h != p->host) sync_in(p, p->base + off, o->nbytes);
-    return ((1ull << 32) | crc32c(p->base + off, o->nbytes)) == want ? 0 : -EBADMSG;
+    if (size > part_end(p, h) - off) return -EINVAL;  // changed since the check
+    if (h != p->host) sync_in(p, p->base + off, size);
+    return ((1ull << 32) | crc32c(p->base + off, size)) == want ? 0 : -EBADMSG;
 }
 
 void cxk_pool_flush(cxk_pool *p, uint64_t off, uint64_t nbytes) {

@@ -640,3 +640,30 @@ def test_slot_of_a_previous_boot_is_taken_over_even_with_its_lock_held(path):
     clean, data = out.get(timeout=60)  # would block forever without the takeover
     child.join(60)
     assert clean and data == b"s" * 32
+
+
+def _forge_header_and_touch(path: str, what: str) -> None:
+    # A payload whose bytes look like an object header (magic, LIVE, a huge nbytes), then an
+    # offset-taking call aimed at it: the pool must refuse, not read past its mapping.
+    with cxlkit.Pool(path, 2 * MiB, host_id=0) as p:
+        obj = p.create("carrier", 8192)
+        gen = 1 << 40
+        fake = struct.pack("<IIQQQQQqIHH", 0x4F4B5843, 2, 4096, 0, 1 << 40, gen, 1 << 32, 0,
+                           0, 1, 0)
+        memoryview(obj)[640:640 + len(fake)] = fake
+        off = obj.offset + 640 + 320
+        forged = poolmod.PoolObject(p._h, "forged", off, 4 * MiB, gen, p.host_id, False)
+        try:
+            forged.verify() if what == "verify" else forged.read()
+        except OSError as e:
+            os._exit(e.errno)
+        os._exit(0)
+
+
+@pytest.mark.parametrize("what,err", [("verify", errno.EINVAL), ("read", errno.ESTALE)])
+def test_offset_calls_refuse_a_forged_header_instead_of_reading_past_the_pool(path, what, err):
+    ctx = mp.get_context("fork")
+    proc = ctx.Process(target=_forge_header_and_touch, args=(path, what))
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == err  # a crash would be a negative exit code (-SIGSEGV)
