@@ -639,6 +639,16 @@ int validate(const uint8_t *base, uint64_t mapped, uint32_t nbackings, Superbloc
                       sb.data_off % kLine == 0 && sb.partition_bytes % kLine == 0 &&
                       sb.lease_timeout_ns > 0;
     if (!sane) return -EBADMSG;
+    // the name table: every level has buckets (lookups divide by them) and the entries they
+    // hold are the table's, which holds max_objects names
+    uint64_t buckets = 0;
+    for (uint32_t l = 0; l < kLevels; ++l) {
+        if (sb.level_buckets[l] == 0) return -EBADMSG;
+        buckets += sb.level_buckets[l];
+    }
+    if (sb.name_slots != buckets * kBucketSlots || sb.max_objects == 0 ||
+        sb.max_objects > sb.name_slots)
+        return -EBADMSG;
     if (sb.total_bytes < mapped && sb.nbackings != nbackings) return -EBADMSG;
     if (sb.nbackings != nbackings) return -EINVAL;  // opened with the wrong backing list
     *out = sb;

@@ -667,3 +667,32 @@ def test_offset_calls_refuse_a_forged_header_instead_of_reading_past_the_pool(pa
     proc.start()
     proc.join(60)
     assert proc.exitcode == err  # a crash would be a negative exit code (-SIGSEGV)
+
+
+def _crc32c(data: bytes) -> int:
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
+    return crc ^ 0xFFFFFFFF
+
+
+@pytest.mark.parametrize("field,value", [
+    (56, 0),        # level_buckets[0] = 0: every lookup would divide by zero
+    (88, 8),        # name_slots smaller than the levels' buckets: probes past the table
+    (96, 1 << 40),  # max_objects larger than the name table
+])
+def test_superblock_with_valid_checksum_but_impossible_name_table_is_corrupt(path, field, value):
+    cxlkit.Pool(path, size=8 * MiB, host_id=0).close()
+    with open(path, "r+b") as f:
+        sb = bytearray(f.read(208))
+        fmt = "<I" if field == 56 else "<Q"
+        struct.pack_into(fmt, sb, field, value)
+        struct.pack_into("<Q", sb, 200, (1 << 32) | _crc32c(bytes(sb[:200])))
+        f.seek(0)
+        f.write(sb)
+    before = digest(path)
+    with pytest.raises(cxlkit.PoolCorruptError):
+        cxlkit.Pool(path, host_id=0)
+    assert digest(path) == before
