@@ -431,3 +431,32 @@ def test_nt_copy_gives_the_same_bits_and_rejects_bad_values():
     assert all(torch.equal(a, b) for a, b in zip(m1.parameters(), m2.parameters()))
     with pytest.raises(ValueError, match="nt_copy"):
         TieredAdamW(mlp().parameters(), nt_copy="yes")
+
+
+def test_loads_a_torch_adam_l2_state_dict_and_keeps_its_decay_coupled():
+    m1, m2 = mlp(), mlp()
+    o1 = torch.optim.Adam(m1.parameters(), lr=1e-2, weight_decay=0.1, foreach=False)
+    x, y = data()
+    train(m1, o1, 3, x, y)
+    m2.load_state_dict(m1.state_dict())
+    o2 = TieredAdamW(m2.parameters())  # decoupled=True by default; the dict says L2
+    o2.load_state_dict(o1.state_dict())
+    assert o2.param_groups[0]["decoupled"] is False
+    train(m1, o1, 3, x, y)
+    train(m2, o2, 3, x, y)
+    for a, b in zip(m1.parameters(), m2.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_load_state_dict_refuses_amsgrad_instead_of_dropping_its_state():
+    m1 = mlp()
+    o1 = torch.optim.AdamW(m1.parameters(), amsgrad=True, foreach=False)
+    x, y = data()
+    train(m1, o1, 1, x, y)
+    o2 = TieredAdamW(mlp().parameters())
+    before = copy.deepcopy(o2.state_dict())
+    with pytest.raises(ValueError, match="amsgrad"):
+        o2.load_state_dict(o1.state_dict())
+    after = o2.state_dict()
+    for k, st in before["state"].items():
+        assert torch.equal(st["exp_avg"], after["state"][k]["exp_avg"])

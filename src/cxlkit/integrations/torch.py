@@ -258,6 +258,12 @@ class TieredAdamW(torch.optim.Optimizer):
             raise ValueError(f"state dict has {len(saved)} param groups, this optimizer "
                              f"{len(self.param_groups)}")
         ids: dict[int, torch.Tensor] = {}
+        for i, sg in enumerate(saved):
+            # torch's amsgrad keeps a fourth state (max_exp_avg_sq) this kernel has no use for:
+            # dropping it would change the update silently
+            if sg.get("amsgrad"):
+                raise ValueError(f"param group {i}: the state dict is of an amsgrad optimizer; "
+                                 "TieredAdamW has no amsgrad")
         for i, (g, sg) in enumerate(zip(self.param_groups, saved)):
             if len(g["params"]) != len(sg["params"]):
                 raise ValueError(f"param group {i}: state dict has {len(sg['params'])} params, "
@@ -283,6 +289,9 @@ class TieredAdamW(torch.optim.Optimizer):
             for key, val in sg.items():
                 if key != "params":
                     g[key] = tuple(val) if key == "betas" else val
+            # torch names it decoupled_weight_decay (Adam: False, AdamW: True)
+            if "decoupled" not in sg and "decoupled_weight_decay" in sg:
+                g["decoupled"] = bool(sg["decoupled_weight_decay"])
 
     def close(self) -> None:
         """Release the team's threads (buffers go with the optimizer)."""
