@@ -411,17 +411,36 @@ void sweep_creating(cxk_pool *p) {
     }
 }
 
+// DEAD blocks that found the pending list full are known to the chain only: bring them into
+// the list once it has room, else they would stay DEAD until a repair.
+void refill_pending(cxk_pool *p) {
+    HostSlot *s = slot(p, p->host);
+    std::vector<WalkBlock> blocks;
+    if (!walk(p, p->host, &blocks)) return;  // recovery's business
+    std::unordered_set<uint64_t> listed(s->pending, s->pending + s->npending);
+    for (const auto &b : blocks)
+        if (b.state == kDead && s->npending < kPendingMax && !listed.count(b.off))
+            s->pending[s->npending++] = b.off;
+}
+
+// Free the DEAD blocks nobody leases any more. ndead counts every DEAD block, listed or not.
 void sweep_pending(cxk_pool *p) {
     HostSlot *s = slot(p, p->host);
-    for (uint32_t i = 0; i < s->npending;) {
-        uint64_t b = s->pending[i];
-        if (!leased(p, b, hdr(p, b)->gen)) {
-            s->pending[i] = s->pending[--s->npending];
-            s->ndead--;
-            free_block(p, b);
-        } else {
-            ++i;
+    for (;;) {
+        if (s->ndead > s->npending && s->npending < kPendingMax) refill_pending(p);
+        const uint64_t before = s->ndead;
+        for (uint32_t i = 0; i < s->npending;) {
+            uint64_t b = s->pending[i];
+            if (!leased(p, b, hdr(p, b)->gen)) {
+                s->pending[i] = s->pending[--s->npending];
+                s->ndead--;
+                free_block(p, b);
+            } else {
+                ++i;
+            }
         }
+        // some were freed and more wait outside the list: another round
+        if (s->ndead == before || s->ndead <= s->npending) return;
     }
 }
 
@@ -735,7 +754,7 @@ void heart_loop(cxk_pool *p) {
         HostSlot *s = slot(p, p->host);
         if (lock_result(p, s, pthread_mutex_trylock(&s->mutex)) == 0) {
             clean_leases(p);
-            if (s->npending) sweep_pending(p);  // objects other hosts' readers held
+            if (s->ndead) sweep_pending(p);  // objects other hosts' readers held
             sync_out(p, &s->used_bytes, kLine);
             pthread_mutex_unlock(&s->mutex);
         }
@@ -975,7 +994,7 @@ int cxk_obj_create_ex(cxk_pool *p, const char *name, uint64_t nbytes, unsigned f
         HostLock lk(p);
         if ((err = lk.err) != 0) goto out;
         HostSlot *s = slot(p, p->host);
-        if (s->npending && (++s->ops % 16 == 0 || s->npending == kPendingMax)) sweep_pending(p);
+        if (s->ndead && (++s->ops % 16 == 0 || s->npending == kPendingMax)) sweep_pending(p);
         if (s->ncreating_list == kCreatingMax) sweep_creating(p);
         bakery_lock(p);
         Found f;
@@ -990,7 +1009,7 @@ int cxk_obj_create_ex(cxk_pool *p, const char *name, uint64_t nbytes, unsigned f
             err = int(idx);
         } else {
             b = alloc_block(p, need);
-            if (b == -ENOSPC && s->npending) {
+            if (b == -ENOSPC && s->ndead) {
                 sweep_pending(p);
                 b = alloc_block(p, need);
             }
@@ -1199,7 +1218,7 @@ int cxk_obj_destroy(cxk_pool *p, const char *name) {
     if (leased(p, f.block, f.gen)) {
         s->ndead++;
         if (s->npending < kPendingMax) s->pending[s->npending++] = f.block;
-        // else: recovery and fsck find it by walking the chain
+        // else: sweep_pending finds it on the chain once the list has room
         return 0;
     }
     crash_point(Crash::destroy_free);

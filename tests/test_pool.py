@@ -696,3 +696,17 @@ def test_superblock_with_valid_checksum_but_impossible_name_table_is_corrupt(pat
     with pytest.raises(cxlkit.PoolCorruptError):
         cxlkit.Pool(path, host_id=0)
     assert digest(path) == before
+
+
+def test_destroyed_objects_beyond_the_pending_list_are_freed_when_their_readers_leave(path):
+    n = 140  # more than the 128 entries of the pending list
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0, max_hosts=1) as p:
+        for i in range(n):
+            p.create(f"o{i}", 64, data=b"x" * 64).close()
+        readers = [p.open(f"o{i}") for i in range(n)]
+        for i in range(n):
+            p.destroy(f"o{i}")  # every one is leased: it waits for its reader
+        for r in readers:
+            r.close()
+        rep = p.fsck(repair=False)
+        assert rep.objects_dead == 0 and p.stat().used_bytes == 0
