@@ -36,6 +36,12 @@ if [ -e /xfer/chroot ]; then
         echo 125 > /xfer/rc
         finish
     fi
+    # xfer/chroot names the project's directory. It may lie under a path covered below by a
+    # tmpfs (a clone in /tmp, say): hold it on /keep first and bind it back afterwards.
+    proj=$(cat /xfer/chroot)
+    if [ -n "$proj" ] && [ -d "/host$proj" ]; then
+        mkdir -p /keep && mount --bind "/host$proj" /keep
+    fi
     mount -t proc proc /host/proc
     mount -t sysfs sysfs /host/sys
     mount -t devtmpfs devtmpfs /host/dev
@@ -43,6 +49,9 @@ if [ -e /xfer/chroot ]; then
     mount -t tmpfs -o mode=1777 tmpfs /host/dev/shm
     mount -t tmpfs -o mode=1777 tmpfs /host/tmp
     mount -t tmpfs tmpfs /host/run
+    if [ -n "$proj" ] && [ ! -d "/host$proj" ]; then
+        mkdir -p "/host$proj" && mount --bind /keep "/host$proj"
+    fi
     mkdir /host/tmp/xfer
     mount --bind /xfer /host/tmp/xfer
     chroot /host /bin/sh /tmp/xfer/cmd.sh > /xfer/out 2>&1

@@ -268,8 +268,8 @@ def _start(name: str, rundir: Path, spec: GuestSpec, cmd: str | Sequence[str], t
     if spec.prep:
         (xfer / "prep.sh").write_text(spec.prep)
     (xfer / "cmd.sh").write_text(_cmd_script(cmd, topology, chroot, {**spec.env, **env}))
-    if chroot:
-        (xfer / "chroot").touch()
+    if chroot:  # the guest's /init binds the project back if a tmpfs covers it
+        (xfer / "chroot").write_text(str(PROJECT))
     argv, qenv = _qemu_command(spec, xfer, rundir / "console.log", chroot)
     (rundir / "qemu.argv").write_text(shlex.join(argv) + "\n")
     log = open(rundir / "qemu.log", "wb")

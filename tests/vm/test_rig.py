@@ -136,7 +136,10 @@ def test_run_returns_the_commands_exit_code_output_and_environment(fake_rig):
     assert rc == 3
     assert out.splitlines() == ["hello", "numa x y", str(rig.PROJECT)]
     # a failed run keeps its directory for diagnosis
-    assert len(list((fake_rig / "runs").iterdir())) == 1
+    runs = list((fake_rig / "runs").iterdir())
+    assert len(runs) == 1
+    # the guest's /init learns the project's path (to bind it back over the guest's /tmp)
+    assert (runs[0] / "xfer" / "chroot").read_text() == str(rig.PROJECT)
 
 
 def test_run_of_an_argv_quotes_each_argument_and_cleans_up(fake_rig):
