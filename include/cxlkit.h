@@ -465,15 +465,15 @@ enum cxk_coherence {
 
 struct cxk_pool_opts {
     uint32_t flags;            /* CXK_POOL_* */
-    int32_t host_id;           /* host slot 0..max_hosts-1; -1: the slot tagged host_tag,
-                                  else a free one */
+    int32_t host_id;           /* host slot 0..max_hosts-1 (else -EDOM); -1: the slot
+                                  tagged host_tag, else a free one */
     const char *host_tag;      /* this host's name (<= CXK_POOL_TAG_MAX bytes); NULL = "" */
     int32_t coherence;         /* enum cxk_coherence */
     int32_t numa_node;         /* >= 0: bind file/memfd backings to this node; -1: none */
     uint64_t size;             /* CREATE: total bytes (files, memfd); devices use their size */
     uint32_t max_hosts;        /* CREATE: 1..CXK_POOL_MAX_HOSTS; 0 = 4 */
     uint32_t mode;             /* CREATE: file mode; 0 = 0600 */
-    uint64_t max_objects;      /* CREATE: names per host; 0 = one per 64 KiB of partition */
+    uint64_t max_objects;      /* CREATE: names per host; 0 = one per 16 KiB, at least 256 */
     uint32_t lease_slots;      /* CREATE: lease entries per host; 0 = 1024 */
     uint32_t lease_timeout_ms; /* CREATE: a host silent this long is dead; 0 = 10000 */
 };

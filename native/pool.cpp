@@ -678,7 +678,7 @@ int validate(const uint8_t *base, uint64_t mapped, uint32_t nbackings, Superbloc
 int pick_slot(cxk_pool *p, int32_t host_id, const char *tag) {
     const uint32_t n = p->geo.max_hosts;
     if (host_id >= 0) {
-        if (uint32_t(host_id) >= n) return -EINVAL;
+        if (uint32_t(host_id) >= n) return -EDOM;  // not a slot of this pool
         HostSlot *s = slot(p, uint32_t(host_id));
         sync_in(p, s, kLine);
         if (*tag && s->tag[0] && std::strncmp(s->tag, tag, kTagMax) != 0) return -EBUSY;

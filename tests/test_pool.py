@@ -710,3 +710,12 @@ def test_destroyed_objects_beyond_the_pending_list_are_freed_when_their_readers_
             r.close()
         rep = p.fsck(repair=False)
         assert rep.objects_dead == 0 and p.stat().used_bytes == 0
+
+
+def test_host_id_beyond_the_pools_max_hosts_raises_an_error_naming_host_id(path):
+    cxlkit.Pool(path, size=8 * MiB, host_id=0, max_hosts=2).close()
+    before = digest(path)
+    with pytest.raises(cxlkit.PoolError, match="not a slot of this pool") as ei:
+        cxlkit.Pool(path, host_id=5)
+    assert path in str(ei.value)
+    assert digest(path) == before

@@ -60,6 +60,7 @@ _OPEN_ERRORS = {
                             "unsupported pool format version (this cxlkit reads version 1)"),
     errno.ERANGE: (PoolTooSmallError, "too small for a pool (metadata and partitions)"),
     errno.EBUSY: (PoolError, "host slot belongs to another host (tag differs) or no slot is free"),
+    errno.EDOM: (PoolError, "host_id is not a slot of this pool (0 .. its max_hosts - 1)"),
     errno.EINVAL: (PoolError, "bad geometry: device size not a multiple of its alignment, "
                               "stripes of unequal size, or not the backing list it was made with"),
 }
