@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -102,6 +103,9 @@ std::vector<cxk_adam_tensor> to_tensors(const std::vector<TensorArgs> &ts) {
 
 struct AdamTeam {
     cxk_adam_team *team = nullptr;
+    // cxk_adam_team_step takes one step at a time per team, and steps run without the GIL:
+    // Python threads sharing a team take turns here, and close waits for a running step
+    mutable std::mutex mu;
 
     AdamTeam(const std::vector<int> &nodes, const std::vector<unsigned> &threads,
              uint64_t chunk_bytes, bool pin) {
@@ -124,11 +128,14 @@ struct AdamTeam {
         if (!team) throw nb::value_error("AdamTeam is closed");
     }
     void close() {
+        nb::gil_scoped_release unlock;  // a step holding mu finishes without the GIL
+        std::lock_guard<std::mutex> lk(mu);
         cxk_adam_team_destroy(team);
         team = nullptr;
     }
     // [(node, threads, first cpu or -1, chunks in the last step)]
     std::vector<std::tuple<int, unsigned, int, uint64_t>> info() const {
+        std::lock_guard<std::mutex> lk(mu);  // no step writes the counts, no close frees them
         require_open();
         uint32_t n = 0;
         check(cxk_adam_team_info(team, 0, nullptr, nullptr, nullptr, nullptr, &n), "adam team");
@@ -176,11 +183,18 @@ CXK_BIND(adam) {
             std::vector<cxk_adam_tensor> t = to_tensors(ts);
             if (team) team->require_open();
             int r;
+            bool closed = false;
             {
                 nb::gil_scoped_release unlock;  // a step over a large model takes a while
-                r = team ? cxk_adam_team_step(team->team, &h, t.data(), t.size())
-                         : cxk_adam_step(&h, t.data(), t.size());
+                if (team) {
+                    std::lock_guard<std::mutex> lk(team->mu);
+                    closed = team->team == nullptr;  // closed by another thread meanwhile
+                    r = closed ? 0 : cxk_adam_team_step(team->team, &h, t.data(), t.size());
+                } else {
+                    r = cxk_adam_step(&h, t.data(), t.size());
+                }
             }
+            if (closed) team->require_open();
             if (r == -EINVAL && cxk_adam_simd() == -EINVAL) {
                 const char *e = std::getenv("CXLKIT_SIMD");
                 raise_errno(EINVAL, std::string("CXLKIT_SIMD=") + (e ? e : "") +

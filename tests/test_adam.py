@@ -330,3 +330,51 @@ def test_bytes_per_element():
     assert A.bytes_per_element("float32", "bfloat16") == 30
     with pytest.raises(ValueError):
         A.bytes_per_element("int8")
+
+
+def test_one_team_shared_by_threads_steps_one_at_a_time_and_closes_safely():
+    import threading
+
+    team = A.AdamTeam(2, nodes=[0], chunk_bytes=64, pin=False)
+    cfg = A.AdamConfig(lr=1e-2)
+
+    def arrays(seed):
+        r = np.random.default_rng(seed)
+        return [r.standard_normal(4096).astype(np.float32), np.zeros(4096, np.float32),
+                np.zeros(4096, np.float32), r.standard_normal(4096).astype(np.float32)]
+
+    def run(seed, use_team, out):
+        p, m, v, g = arrays(seed)
+        for s in range(1, 201):
+            A.step_tensors([A.AdamTensor(p, m, v, g)], cfg, s, team=team if use_team else None)
+        out[seed] = p
+
+    ref, got = {}, {}
+    for seed in range(4):
+        run(seed, False, ref)
+    threads = [threading.Thread(target=run, args=(seed, True, got), daemon=True)
+               for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert not any(t.is_alive() for t in threads), "concurrent steps on one team hung"
+    for seed in range(4):
+        assert np.array_equal(ref[seed], got[seed])
+
+    # close while another thread steps: the step either ran whole or raises "closed"
+    errors = []
+
+    def step_loop():
+        p, m, v, g = arrays(9)
+        try:
+            for s in range(1, 10_000):
+                A.step_tensors([A.AdamTensor(p, m, v, g)], cfg, s, team=team)
+        except ValueError as e:
+            errors.append(str(e))
+
+    t = threading.Thread(target=step_loop, daemon=True)
+    t.start()
+    team.close()
+    t.join(timeout=60)
+    assert not t.is_alive() and errors and "closed" in errors[0]
