@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -266,39 +267,66 @@ struct cxk_adam_team {
     bool pinned = false;
     std::mutex mu;
     std::condition_variable cv_work, cv_done;
-    uint64_t gen = 0;     // bumped under mu to start a step
-    size_t pending = 0;   // threads still working on step `gen`
-    bool stop = false;
-    // The step in progress: written under mu before gen is bumped, read by workers after
-    // they see the new gen under mu (the mutex orders the two).
+    // gen and stop change under mu (so a thread blocked in cv_work cannot miss them);
+    // they and pending are atomics because run() spins on pending without the lock before
+    // it blocks: a futex wake-up costs tens of microseconds, a whole small step's worth.
+    std::atomic<uint64_t> gen{0};     // bumped (release) to start a step
+    std::atomic<size_t> pending{0};   // threads still working on step `gen`
+    std::atomic<bool> stop{false};
+    // The step in progress: written before gen's release increment, read by workers after
+    // their acquire load sees the new gen.
     cxk::adam::Coeffs coeffs{};
     cxk::adam::Kernel kernel = nullptr;
     const cxk_adam_tensor *tensors = nullptr;
 
+    // Spin up to `ns` nanoseconds for pred(); false when it stayed false.
+    template <class Pred>
+    static bool spin_until(Pred pred, long ns) {
+        const auto end = std::chrono::steady_clock::now() + std::chrono::nanoseconds(ns);
+        for (;;) {
+            for (int i = 0; i < 64; ++i) {
+                if (pred()) return true;
+                __builtin_ia32_pause();
+            }
+            if (std::chrono::steady_clock::now() >= end) return false;
+        }
+    }
+    // Only the caller spins: workers spinning for the next step measured slower on a
+    // 2-core machine (they took the cores the caller needed to prepare that step).
+    static constexpr long kCallerSpinNs = 20000;
+
     void worker(Group *g) {
         uint64_t seen = 0;
         for (;;) {
-            {
+            auto woken = [&] {
+                return stop.load(std::memory_order_acquire) ||
+                       gen.load(std::memory_order_acquire) != seen;
+            };
+            if (!woken()) {
                 std::unique_lock<std::mutex> lk(mu);
-                cv_work.wait(lk, [&] { return stop || gen != seen; });
-                if (stop) return;
-                seen = gen;
+                cv_work.wait(lk, woken);
             }
+            if (stop.load(std::memory_order_acquire)) return;
+            seen = gen.load(std::memory_order_acquire);
             for (;;) {
                 const size_t k = g->next.fetch_add(1, std::memory_order_relaxed);
                 if (k >= g->work.size()) break;
                 const Chunk &c = g->work[k];
                 kernel(coeffs, cxk::adam::span_of(tensors[c.tensor], c.begin, c.n));
             }
-            std::lock_guard<std::mutex> lk(mu);
-            if (--pending == 0) cv_done.notify_one();  // pairs with the wait in run()
+            // The last one out wakes run(); notifying under mu pairs with run() testing
+            // pending under mu before it blocks, so the wake-up cannot fall between the two.
+            if (pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+                std::lock_guard<std::mutex> lk(mu);
+                cv_done.notify_one();
+            }
         }
     }
 
     void shutdown() {
         {
             std::lock_guard<std::mutex> lk(mu);
-            stop = true;
+            stop.store(true, std::memory_order_release);
         }
         cv_work.notify_all();
         for (auto &g : groups)
@@ -313,11 +341,17 @@ struct cxk_adam_team {
     }
 
     void run() {
-        std::unique_lock<std::mutex> lk(mu);
-        pending = nthreads();
-        ++gen;
+        {
+            std::lock_guard<std::mutex> lk(mu);
+            pending.store(nthreads(), std::memory_order_relaxed);
+            gen.fetch_add(1, std::memory_order_release);  // pairs with woken() in worker()
+        }
         cv_work.notify_all();
-        cv_done.wait(lk, [&] { return pending == 0; });
+        // acquire pairs with the workers' acq_rel decrement: their stores are visible after
+        auto done = [&] { return pending.load(std::memory_order_acquire) == 0; };
+        if (spin_until(done, kCallerSpinNs)) return;
+        std::unique_lock<std::mutex> lk(mu);
+        cv_done.wait(lk, done);
     }
 };
 
@@ -470,12 +504,9 @@ int cxk_adam_team_step(cxk_adam_team *team, const cxk_adam_hparams *h, const cxk
     } catch (const std::bad_alloc &) {
         return -ENOMEM;
     }
-    {
-        std::lock_guard<std::mutex> lk(team->mu);
-        team->coeffs = c;
-        team->kernel = k;
-        team->tensors = t;
-    }
+    team->coeffs = c;  // published by run()'s release increment of gen
+    team->kernel = k;
+    team->tensors = t;
     team->run();
     return 0;
 }
