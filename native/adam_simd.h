@@ -87,7 +87,7 @@ struct Loop {
         // One 64-byte line of p, m, v (and g's matching bytes) per group, each group
         // prefetching the lines kPrefetch elements ahead into L2 (prefetcht1). The hardware
         // prefetchers alone leave the 4 streams per thread short of bandwidth, most with 2
-        // threads (8 streams); T0 or a longer distance measured slower (bench/adam.py note
+        // threads (8 streams); T0 or a longer distance measured slower (the A/B
         // in docs/train.md). Prefetch never faults, so running past the end is harmless.
         constexpr size_t kLine = 16, gs = dtype_size(GDT);
         static_assert(kLine % V::W == 0, "a group is whole vectors");
