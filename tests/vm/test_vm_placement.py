@@ -115,9 +115,10 @@ _PROG = ("import sys; b = bytearray(b'x' * (8 << 20)); print('ready', flush=True
          "sys.stdin.readline()")
 
 
-@pytest.mark.topology("numa")
-def test_cxlkit_run_bind_1_then_audit_shows_the_programs_anon_pages_on_node1():
-    run = subprocess.Popen(["cxlkit", "run", "--bind", "1", "--quiet", "--",
+def _run_and_audit(*policy_args: str) -> dict:
+    """Start _PROG under `cxlkit run <policy_args>`, audit it once it has touched its buffer,
+    let it exit; the audit's JSON document."""
+    run = subprocess.Popen(["cxlkit", "run", *policy_args, "--quiet", "--",
                             "/usr/bin/python3", "-c", _PROG],
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -131,6 +132,12 @@ def test_cxlkit_run_bind_1_then_audit_shows_the_programs_anon_pages_on_node1():
     assert audit.returncode == 0, audit.stderr
     doc = json.loads(audit.stdout)
     assert doc["pid"] == run.pid
+    return doc
+
+
+@pytest.mark.topology("numa")
+def test_cxlkit_run_bind_1_then_audit_shows_the_programs_anon_pages_on_node1():
+    doc = _run_and_audit("--bind", "1")
     anon = [m for m in doc["mappings"] if not m["kind"].startswith("file:")]
     assert anon, doc
     # every anonymous page (heap, stack, the 8 MiB buffer) was first touched under bind:1
@@ -142,19 +149,7 @@ def test_cxlkit_run_bind_1_then_audit_shows_the_programs_anon_pages_on_node1():
 
 @pytest.mark.topology("numa")
 def test_cxlkit_run_weighted_3_to_1_lands_the_programs_buffer_3_to_1(kernel_weights_3_1):
-    run = subprocess.Popen(["cxlkit", "run", "--weighted", "0:3,1:1", "--quiet", "--",
-                            "/usr/bin/python3", "-c", _PROG],
-                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert run.stdout.readline().strip() == "ready"
-        audit = subprocess.run(["cxlkit", "audit", str(run.pid), "--json"],
-                               capture_output=True, text=True)
-    finally:
-        run.stdin.close()
-        run.wait(timeout=60)
-    assert run.returncode == 0
-    assert audit.returncode == 0, audit.stderr
-    maps = json.loads(audit.stdout)["mappings"]
+    maps = _run_and_audit("--weighted", "0:3,1:1")["mappings"]
     # the 8 MiB buffer is the largest anonymous mapping: 2048 pages in rounds of 3+1
     buf = max((m for m in maps if not m["kind"].startswith("file:")),
               key=lambda m: sum(m["pages"].values()))
