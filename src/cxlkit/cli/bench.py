@@ -65,6 +65,18 @@ def _write(doc: dict, out: Optional[Path], as_json: bool, con: Console) -> None:
         typer.echo(text)
 
 
+def _report(con: Console, doc: dict, as_json: bool, out, plots, tables, plotter: str) -> None:
+    """Tables (unless --json), the result file or JSON on stdout, then the plots."""
+    if not as_json:
+        tables(con, doc)
+    _write(doc, out, as_json, con)
+    if plots is not None:
+        from ..bench import plot  # matplotlib only when plots are asked for
+
+        for p in getattr(plot, plotter)(doc, plots):
+            con.print(f"plot: {p}")
+
+
 def _f(x, fmt: str = "{:.1f}") -> str:
     return "-" if x is None else fmt.format(x)
 
@@ -184,14 +196,7 @@ def memory_cmd(
         _fail(str(e))
     except OSError as e:
         _fail(f"measurement failed: {e}", 1)
-    if not as_json:
-        memory_tables(con, doc)
-    _write(doc, out, as_json, con)
-    if plots is not None:
-        from ..bench.plot import plot_memory
-
-        for p in plot_memory(doc, plots):
-            con.print(f"plot: {p}")
+    _report(con, doc, as_json, out, plots, memory_tables, "plot_memory")
 
 
 def copy_tables(con: Console, doc: dict) -> None:
@@ -246,14 +251,7 @@ def copy_cmd(
         _fail(str(e))
     except OSError as e:
         _fail(f"measurement failed: {e}", 1)
-    if not as_json:
-        copy_tables(con, doc)
-    _write(doc, out, as_json, con)
-    if plots is not None:
-        from ..bench.plot import plot_copy
-
-        for p in plot_copy(doc, plots):
-            con.print(f"plot: {p}")
+    _report(con, doc, as_json, out, plots, copy_tables, "plot_copy")
 
 
 def run_demo(console: Console) -> None:
