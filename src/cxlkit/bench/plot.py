@@ -25,6 +25,16 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+def _finish(fig, ax, doc: dict, what: str, xlabel: str, ylabel: str, path: Path) -> Path:
+    """Labels, title, grid and legend of a one-axes sweep plot, then save it."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(_title(doc, what), fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    return _save(fig, path)
+
+
 def plot_memory(doc: dict, outdir: str | Path, prefix: str = "memory") -> list[Path]:
     """latency.png, bandwidth.png, loaded_latency.png (when measured) under outdir."""
     out = Path(outdir)
@@ -38,12 +48,8 @@ def plot_memory(doc: dict, outdir: str | Path, prefix: str = "memory") -> list[P
             ax.plot([p["bytes"] for p in e["latency"]], [p["ns"] for p in e["latency"]],
                     marker="o", label=f"node {n} ({e['kind']})")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("buffer size (bytes)")
-    ax.set_ylabel("ns per dependent load")
-    ax.set_title(_title(doc, "idle latency"), fontsize=9)
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    written.append(_save(fig, out / f"{prefix}_latency.png"))
+    written.append(_finish(fig, ax, doc, "idle latency", "buffer size (bytes)",
+                           "ns per dependent load", out / f"{prefix}_latency.png"))
 
     from matplotlib.ticker import MaxNLocator
 
@@ -72,12 +78,9 @@ def plot_memory(doc: dict, outdir: str | Path, prefix: str = "memory") -> list[P
         for n, pts in loaded.items():
             ax.plot([p["gbps"] for p in pts], [p["ns"] for p in pts], marker="o",
                     label=f"node {n}")
-        ax.set_xlabel("bandwidth of the load generators (GB/s)")
-        ax.set_ylabel("ns per dependent load")
-        ax.set_title(_title(doc, "loaded latency"), fontsize=9)
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-        written.append(_save(fig, out / f"{prefix}_loaded_latency.png"))
+        written.append(_finish(fig, ax, doc, "loaded latency",
+                               "bandwidth of the load generators (GB/s)",
+                               "ns per dependent load", out / f"{prefix}_loaded_latency.png"))
     return written
 
 
@@ -92,10 +95,7 @@ def plot_copy(doc: dict, outdir: str | Path, prefix: str = "copy") -> list[Path]
             if pts:
                 ax.plot([x["bytes"] for x in pts], [x["gbps"] for x in pts], marker="o", label=m)
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("copy size (bytes)")
-        ax.set_ylabel("GB/s (bytes copied)")
-        ax.set_title(_title(doc, f"copy node {p['src']} -> node {p['dst']}"), fontsize=9)
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-        written.append(_save(fig, out / f"{prefix}_{p['src']}_to_{p['dst']}.png"))
+        written.append(_finish(fig, ax, doc, f"copy node {p['src']} -> node {p['dst']}",
+                               "copy size (bytes)", "GB/s (bytes copied)",
+                               out / f"{prefix}_{p['src']}_to_{p['dst']}.png"))
     return written
