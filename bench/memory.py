@@ -69,12 +69,11 @@ def one_run(a, exe: Path | None, cpus: list[int]) -> dict:
                                   oncpu_out=oncpu)
                 rec[f"{kind}_gbps_x{t}"] = statistics.median(bw) / 1e9
                 rec[f"{kind}_oncpu_gbps_x{t}"] = statistics.median(oncpu) / 1e9
-        ref_cpu: list[float] = []
-        ref = BM.numpy_copy(d, s, reps=a.reps, oncpu_out=ref_cpu)
-        rec["numpy_copy_gbps"] = statistics.median(ref) / 1e9
-        rec["numpy_copy_oncpu_gbps"] = statistics.median(ref_cpu) / 1e9
-        rec["copy_ratio"] = rec["copy_gbps_x1"] / rec["numpy_copy_gbps"]
-        rec["copy_oncpu_ratio"] = rec["copy_oncpu_gbps_x1"] / rec["numpy_copy_oncpu_gbps"]
+        ref = BM.copy_vs_numpy(d, s, cpu=cpu, pairs=max(5, 2 * a.reps + 1))
+        rec["numpy_copy_gbps"] = statistics.median(ref["numpy"]) / 1e9
+        rec["numpy_copy_oncpu_gbps"] = statistics.median(ref["numpy_oncpu"]) / 1e9
+        rec["copy_ratio"] = ref["ratio"]  # medians of adjacent pairs on one CPU
+        rec["copy_oncpu_ratio"] = ref["oncpu_ratio"]
     return rec
 
 

@@ -5,6 +5,7 @@ matrix when there are several nodes, and a numpy copy measured beside it as a re
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -160,6 +161,39 @@ def numpy_copy(dst: P.Buffer, src: P.Buffer, *, reps: int,
     return out
 
 
+def copy_vs_numpy(dst: P.Buffer, src: P.Buffer, *, cpu: int, pairs: int) -> dict:
+    """Our one-thread copy against np.copyto on the same buffers, in `pairs` adjacent pairs on
+    the same CPU (the calling thread is pinned to it meanwhile), the order alternating from
+    pair to pair: on a shared machine the memory bandwidth other tenants leave swings by 2x
+    within a second, and only measurements taken side by side see the same share. Returns the
+    figures (bytes/s; wall and on-CPU) and the medians of the per-pair ratios (ours/numpy)."""
+    if pairs < 1:
+        raise ValueError(f"pairs {pairs}: expected at least 1")
+    k = _native.BENCH_KINDS["copy"]
+    out: dict[str, list[float]] = {"ours": [], "ours_oncpu": [], "numpy": [], "numpy_oncpu": []}
+
+    def ours() -> None:
+        wall, oncpu = _native.bench_bandwidth(dst, src, k, 1, [cpu], 1, 1)
+        out["ours"] += wall
+        out["ours_oncpu"] += oncpu
+
+    def theirs() -> None:
+        out["numpy"] += numpy_copy(dst, src, reps=1, oncpu_out=out["numpy_oncpu"])
+
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        for i in range(pairs):
+            for f in ((ours, theirs) if i % 2 == 0 else (theirs, ours)):
+                f()
+    finally:
+        os.sched_setaffinity(0, before)
+
+    def ratio(a: str, b: str) -> float:
+        return statistics.median(x / y for x, y in zip(out[a], out[b]))
+    return {**out, "ratio": ratio("ours", "numpy"), "oncpu_ratio": ratio("ours_oncpu", "numpy_oncpu")}
+
+
 def loaded_latency(chase: P.Buffer, gen: P.Buffer, *, chase_cpu: int, gen_cpus: Sequence[int],
                    kind: str, fractions: Sequence[float], window_s: float, reps: int,
                    idle_ns: float) -> list[dict]:
@@ -288,16 +322,12 @@ def _plan_node(plan: _Plan, stack: ExitStack, cfg: Settings, n: int, cpus: list[
             plan.add(f"node {n}: {kind} x{t}", bw)
 
     def ref() -> None:
-        ours_cpu: list[float] = []
-        theirs_cpu: list[float] = []
-        ours = bandwidth(bufs["dst"], bufs["src"], "copy", 1, cpus[:1],
-                         target_s=cfg.bandwidth_target_s, reps=cfg.reps, oncpu_out=ours_cpu)
-        theirs = numpy_copy(bufs["dst"], bufs["src"], reps=cfg.reps, oncpu_out=theirs_cpu)
-        reference[str(n)] = {"copy_1thread_gbps": _median(ours) / 1e9,
-                             "numpy_copy_gbps": _median(theirs) / 1e9,
-                             "ratio": _median(ours) / _median(theirs),
-                             "oncpu_ratio": _median(ours_cpu) / _median(theirs_cpu),
-                             "note": "numpy runs on the calling thread, unpinned"}
+        r = copy_vs_numpy(bufs["dst"], bufs["src"], cpu=cpus[0], pairs=max(5, 2 * cfg.reps + 1))
+        reference[str(n)] = {"copy_1thread_gbps": _median(r["ours"]) / 1e9,
+                             "numpy_copy_gbps": _median(r["numpy"]) / 1e9,
+                             "ratio": r["ratio"], "oncpu_ratio": r["oncpu_ratio"],
+                             "note": f"{len(r['ours'])} adjacent pairs on CPU {cpus[0]}, "
+                                     "order alternating; ratios are medians of the pairs'"}
     plan.add(f"node {n}: numpy copy reference", ref)
 
     def free() -> None:  # before the next node's buffers: one node's worth mapped at a time
