@@ -166,6 +166,11 @@ CXK_API int cxk_policy_intended_node(const struct cxk_policy *pol, uint64_t page
  * interleaves whole 2 MiB folios, one node per folio; this keeps INTERLEAVE/WEIGHTED at
  * page granularity, so small ranges get the intended ratio. */
 #define CXK_ALLOC_NOHUGEPAGE 2u
+/* Ask for transparent huge pages: the mapping starts on a 2 MiB boundary (so every whole
+ * 2 MiB of it can be one folio) and gets madvise(MADV_HUGEPAGE) before first touch, which
+ * THP's "madvise" mode needs. Streaming kernels over many arrays (the optimizer step) then
+ * miss the TLB once per 2 MiB instead of once per 4 KiB. -EINVAL with NOHUGEPAGE. */
+#define CXK_ALLOC_HUGEPAGE 4u
 CXK_API int cxk_alloc(size_t nbytes, const struct cxk_policy *pol, unsigned flags, void **out);
 
 /* ---- Pinning: page-lock host memory for a GPU (cudaHostRegister) --------------

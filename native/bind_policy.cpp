@@ -65,11 +65,13 @@ struct Mapping {
     size_t mapped = 0;     // rounded up to the page size
     Py_ssize_t exports = 0;
 
-    Mapping(size_t n, const PolicyTuple &pol, bool populate, bool thp) {
+    // thp: < 0 refuse transparent huge pages, 0 leave them to the system, > 0 ask for them.
+    Mapping(size_t n, const PolicyTuple &pol, bool populate, int thp) {
         if (n == 0) throw nb::value_error("nbytes must be > 0");
         cxk_policy p = to_policy(pol);
         nb::gil_scoped_release unlock;  // populating a large range takes a while
-        unsigned flags = (populate ? CXK_ALLOC_POPULATE : 0u) | (thp ? 0u : CXK_ALLOC_NOHUGEPAGE);
+        unsigned flags = (populate ? CXK_ALLOC_POPULATE : 0u) |
+                         (thp < 0 ? CXK_ALLOC_NOHUGEPAGE : thp > 0 ? CXK_ALLOC_HUGEPAGE : 0u);
         int r = cxk_alloc(n, &p, flags, &addr);
         if (r < 0) {
             nb::gil_scoped_acquire lock;
@@ -131,7 +133,7 @@ CXK_BIND(policy) {
     m.attr("MAX_NODE_ID") = CXK_MAX_NODE_ID;
 
     nb::class_<Mapping>(m, "Mapping", nb::type_slots(buffer_slots<Mapping>))
-        .def(nb::init<size_t, const PolicyTuple &, bool, bool>(), nb::arg("nbytes"),
+        .def(nb::init<size_t, const PolicyTuple &, bool, int>(), nb::arg("nbytes"),
              nb::arg("policy"), nb::arg("populate"), nb::arg("thp"))
         .def_prop_ro("address", [](const Mapping &s) { return uintptr_t(s.addr); })
         .def_prop_ro("nbytes", [](const Mapping &s) { return s.nbytes; })

@@ -76,6 +76,29 @@ int bind_range(void *addr, size_t nbytes, int node, unsigned flags) {
 
 }  // namespace cxk
 
+namespace {
+
+constexpr size_t kHugePage = size_t(2) << 20;
+
+// An anonymous mapping of nbytes (page-rounded) starting on a 2 MiB boundary: map 2 MiB
+// more, then unmap the slop before and after.
+int map_anon_huge_aligned(size_t nbytes, void **out) {
+    const size_t ps = cxk_page_size();
+    if (nbytes > SIZE_MAX - kHugePage - ps) return -ENOMEM;
+    const size_t len = (nbytes + ps - 1) & ~(ps - 1);
+    void *raw = nullptr;
+    if (int e = cxk_map_anon(len + kHugePage, &raw)) return e;
+    const uintptr_t base = uintptr_t(raw);
+    const uintptr_t start = (base + kHugePage - 1) & ~uintptr_t(kHugePage - 1);
+    if (start > base) munmap(raw, start - base);
+    const size_t after = base + len + kHugePage - (start + len);
+    if (after) munmap(reinterpret_cast<void *>(start + len), after);
+    *out = reinterpret_cast<void *>(start);
+    return 0;
+}
+
+}  // namespace
+
 extern "C" {
 
 int cxk_policy_check(const struct cxk_policy *pol) {
@@ -183,9 +206,13 @@ int cxk_residency(const void *addr, size_t nbytes, uint64_t *pages_per_node, uin
 int cxk_alloc(size_t nbytes, const struct cxk_policy *pol, unsigned flags, void **out) {
     if (!out || nbytes == 0) return -EINVAL;
     if (int e = cxk_policy_check(pol)) return e;
+    const bool huge = flags & CXK_ALLOC_HUGEPAGE;
+    if (huge && (flags & CXK_ALLOC_NOHUGEPAGE)) return -EINVAL;
     void *p = nullptr;
-    if (int e = cxk_map_anon(nbytes, &p)) return e;
-    int e = (flags & CXK_ALLOC_NOHUGEPAGE) ? cxk::sys_madvise(p, nbytes, MADV_NOHUGEPAGE) : 0;
+    if (int e = huge ? map_anon_huge_aligned(nbytes, &p) : cxk_map_anon(nbytes, &p)) return e;
+    int e = (flags & CXK_ALLOC_NOHUGEPAGE) ? cxk::sys_madvise(p, nbytes, MADV_NOHUGEPAGE)
+            : huge                         ? cxk::sys_madvise(p, nbytes, MADV_HUGEPAGE)
+                                           : 0;
     if (e == 0) e = cxk_policy_apply(p, nbytes, pol, 0);
     if (e == 0 && (flags & CXK_ALLOC_POPULATE)) e = cxk_populate(p, nbytes);
     if (e != 0) {

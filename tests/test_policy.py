@@ -325,15 +325,19 @@ def test_empty_buffer_is_refused():
         P.residency(b"")
 
 
-def _vm_flags(address: int) -> list[str]:
-    """VmFlags of the mapping that starts at `address` (/proc/self/smaps)."""
+def _smaps_field(address: int, field: str) -> list[str]:
+    """A field of the mapping that starts at `address` (/proc/self/smaps), split."""
     lines = open("/proc/self/smaps").read().splitlines()
     for i, line in enumerate(lines):
-        if line.split("-", 1)[0] == f"{address:x}" or line.startswith(f"{address:x}-"):
+        if line.split("-", 1)[0] == f"{address:x}":
             for rest in lines[i + 1:]:
-                if rest.startswith("VmFlags:"):
+                if rest.startswith(field + ":"):
                     return rest.split()[1:]
     raise AssertionError(f"no mapping at 0x{address:x}")
+
+
+def _vm_flags(address: int) -> list[str]:
+    return _smaps_field(address, "VmFlags")
 
 
 @pytest.mark.parametrize("make, huge", [
@@ -345,8 +349,9 @@ def test_interleaved_allocations_refuse_transparent_huge_pages_by_default(make, 
     # With THP the kernel interleaves 2 MiB folios, one node each: a 4 MiB weighted 3:1
     # range would land 1024/0 pages. "nh" = VM_NOHUGEPAGE (MADV_NOHUGEPAGE).
     with cxlkit.alloc(4 << 20, make(memory_nodes)) as buf:
-        assert buf.thp is huge
+        assert buf.thp is (None if huge else False)  # None: the system's THP setting decides
         assert ("nh" in _vm_flags(buf.address)) is (not huge)
+        assert "hg" not in _vm_flags(buf.address)
         assert buf.audit().ok
 
 
@@ -358,6 +363,44 @@ def test_thp_true_keeps_huge_pages_and_audits_with_folio_slack(memory_nodes):
     assert exp == {0: (0, 1024), 1: (0, 1024)}  # two folios may land anywhere
     exp = P.weighted([0, 1]).expected_pages(100 * 512, {0: 3, 1: 1}, unit_pages=512)
     assert exp[0] == (100 * 384 - 1536, 100 * 384 + 1536)
+
+
+def _thp_mode() -> str:
+    try:
+        text = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        return "never"
+    return text.split("[")[1].split("]")[0]
+
+
+def _anon_huge_kib(address: int) -> int:
+    return int(_smaps_field(address, "AnonHugePages")[0])
+
+
+def test_thp_true_on_bind_asks_for_huge_pages_on_a_2MiB_boundary():
+    with cxlkit.alloc(8 << 20, P.bind(0), thp=True) as buf:
+        assert buf.thp is True
+        assert buf.address % (2 << 20) == 0
+        assert "hg" in _vm_flags(buf.address) and "nh" not in _vm_flags(buf.address)
+        if _thp_mode() != "never":  # asked for, so granted while the kernel has them to give
+            assert _anon_huge_kib(buf.address) > 0
+        assert buf.audit().ok
+        buf.numpy("uint8")[-1] = 1  # the whole requested length is mapped
+
+
+def test_thp_false_refuses_huge_pages_even_for_bind():
+    with cxlkit.alloc(4 << 20, P.bind(0), thp=False) as buf:
+        assert buf.thp is False and "nh" in _vm_flags(buf.address)
+
+
+def test_hugepage_error_path_raises_OSError_and_unmaps():
+    with inject_fault("madvise", 1, "EINVAL"):
+        with pytest.raises(OSError, match="alloc") as e:
+            cxlkit.alloc(4 << 20, P.bind(0), thp=True)
+    assert e.value.errno == errno.EINVAL
+    with inject_fault("mmap", 1, "ENOMEM"):
+        with pytest.raises(OSError, match="alloc"):
+            cxlkit.alloc(4 << 20, P.bind(0), thp=True)
 
 
 def test_nohugepage_error_path_raises_OSError():

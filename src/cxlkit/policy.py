@@ -325,8 +325,9 @@ class Buffer(Views, _native.Mapping):
     `with`) to unmap; closing while views exist raises BufferError."""
 
     def __init__(self, nbytes: int, policy: Policy, *, populate: bool = True,
-                 thp: bool = True, kernel_weights: dict[int, int] | None = None) -> None:
-        super().__init__(nbytes, policy._native(), populate, thp)
+                 thp: bool | None = None, kernel_weights: dict[int, int] | None = None) -> None:
+        super().__init__(nbytes, policy._native(), populate,
+                         0 if thp is None else 1 if thp else -1)
         self.policy = policy
         self.thp = thp
         self._kernel_weights = kernel_weights
@@ -351,7 +352,7 @@ class Buffer(Views, _native.Mapping):
 
     def audit(self) -> PlacementAudit:
         """Intended vs actual pages per node."""
-        unit = _HUGE_PAGE // _native.page_size() if self.thp else 1
+        unit = 1 if self.thp is False else _HUGE_PAGE // _native.page_size()
         return audit_placement(self.policy, self.residency(), self._kernel_weights,
                                unit_pages=unit)
 
@@ -381,9 +382,11 @@ _PAGE_GRANULAR = ("interleave", "weighted")
 def alloc(nbytes: int, policy: Policy | None = None, *, populate: bool = True,
           thp: bool | None = None) -> Buffer:
     """Page-aligned memory of nbytes with `policy` applied before first touch (then populated
-    unless populate=False). thp: allow transparent huge pages; by default they are refused
-    (MADV_NOHUGEPAGE) for interleave and weighted, whose ratio the kernel would otherwise
-    apply per 2 MiB folio, and allowed for the rest. Raises ValueError for a bad size or a
+    unless populate=False). thp: True asks for transparent huge pages (a 2 MiB-aligned
+    mapping with MADV_HUGEPAGE, which THP's "madvise" mode needs), False refuses them
+    (MADV_NOHUGEPAGE), None (the default) refuses them for interleave and weighted, whose
+    ratio the kernel would otherwise apply per 2 MiB folio, and leaves the rest to the
+    system's THP setting; the Buffer's `thp` says which. Raises ValueError for a bad size or a
     node without memory, WeightMismatchError / WeightedInterleaveUnsupported for an
     impossible `weighted`."""
     if isinstance(nbytes, bool) or not isinstance(nbytes, int):
@@ -394,9 +397,10 @@ def alloc(nbytes: int, policy: Policy | None = None, *, populate: bool = True,
         raise ValueError(f"nbytes {nbytes}: larger than this machine could map")
     policy = policy if policy is not None else default()
     kw = validate(policy)
-    if thp is None:
-        thp = policy.mode not in _PAGE_GRANULAR
-    return Buffer(nbytes, policy, populate=populate, thp=bool(thp), kernel_weights=kw)
+    if thp is None and policy.mode in _PAGE_GRANULAR:
+        thp = False
+    return Buffer(nbytes, policy, populate=populate, thp=None if thp is None else bool(thp),
+                  kernel_weights=kw)
 
 
 def _address_space_limit() -> int:

@@ -52,6 +52,15 @@ static void checks(void) {
     void *a = NULL;
     p = pol(CXK_POLICY_BIND, 1);
     CHECK_EQ(cxk_alloc(0, &p, 0, &a), -EINVAL);
+    CHECK_EQ(cxk_alloc(1 << 20, &p, CXK_ALLOC_HUGEPAGE | CXK_ALLOC_NOHUGEPAGE, &a), -EINVAL);
+    /* huge pages asked for: the mapping starts on a 2 MiB boundary, whatever the length */
+    const size_t lens[3] = {4096, (2u << 20) + 4096, 6u << 20};
+    for (int i = 0; i < 3; ++i) {
+        CHECK_EQ(cxk_alloc(lens[i], &p, CXK_ALLOC_HUGEPAGE | CXK_ALLOC_POPULATE, &a), 0);
+        CHECK_EQ((uintptr_t)a % (2u << 20), 0);
+        ((volatile char *)a)[lens[i] - 1] = 1;
+        CHECK_EQ(cxk_unmap(a, lens[i]), 0);
+    }
     CHECK_EQ(cxk_policy_apply((void *)1, 4096, &p, 0), -EINVAL); /* unaligned */
 }
 
@@ -82,6 +91,10 @@ static void faults(void) {
     CHECK_EQ(cxk_alloc(1 << 20, &p, CXK_ALLOC_POPULATE, &a), -ENOMEM);
     CHECK_EQ(cxk_fault_inject("madvise", 1, EINVAL), 0); /* the MADV_NOHUGEPAGE call */
     CHECK_EQ(cxk_alloc(1 << 20, &p, CXK_ALLOC_NOHUGEPAGE | CXK_ALLOC_POPULATE, &a), -EINVAL);
+    CHECK_EQ(cxk_fault_inject("madvise", 1, EAGAIN), 0); /* the MADV_HUGEPAGE call */
+    CHECK_EQ(cxk_alloc(1 << 20, &p, CXK_ALLOC_HUGEPAGE, &a), -EAGAIN);
+    CHECK_EQ(cxk_fault_inject("mmap", 1, ENOMEM), 0);
+    CHECK_EQ(cxk_alloc(1 << 20, &p, CXK_ALLOC_HUGEPAGE, &a), -ENOMEM);
     CHECK_EQ(cxk_alloc(1 << 20, &p, 0, &a), 0); /* not populated */
     uint64_t per[2] = {0}, absent = 0;
     int32_t node_of[256];
