@@ -137,12 +137,14 @@ struct KVPool {
     bool owns = false;  // close() closes the pool too (the store opened it)
     bool closed = false;
 
-    cxk_pool *h() const {
+    // A shared hold on the pool's mapping for one call (bind_pool.h): a concurrent close of
+    // the pool waits for it, and calls after that raise the closed error.
+    PoolHold hold() const {
         if (closed) throw nb::value_error("KV store's pool is closed");
-        return pool_of(handle);
+        return PoolHold(handle);
     }
     nb::object call(const char *method) const {
-        h();
+        hold();
         return handle.attr(method);
     }
 };
@@ -183,11 +185,11 @@ std::pair<int, std::vector<int>> batch(const KVPool &k, BatchFn fn, const char *
     Names nm(names);
     std::string kb = keys_blob(keys);
     std::vector<int> status(names.size(), untried);
-    cxk_pool *p = k.h();
+    PoolHold use = k.hold();
     int r;
     {
         nb::gil_scoped_release nogil;
-        r = fn(p, &plan.plan, nm.ptrs.data(), reinterpret_cast<const uint8_t *>(kb.data()), lay,
+        r = fn(use.get(), &plan.plan, nm.ptrs.data(), reinterpret_cast<const uint8_t *>(kb.data()), lay,
                ids.data(), names.size(), flags, status.data());
     }
     check(r, std::string("kv ") + what);
@@ -204,7 +206,7 @@ CXK_BIND(kvpool) {
             "__init__",
             [](KVPool *self, nb::handle pool, bool owns) {
                 nb::object h = pool_handle(pool);
-                pool_of(h);  // open
+                { PoolHold open(h); }  // the closed error for a closed pool
                 new (self) KVPool{h, owns};
             },
             nb::arg("pool"), nb::arg("owns") = false)
@@ -215,7 +217,10 @@ CXK_BIND(kvpool) {
                  if (k.owns) k.handle.attr("close")();
              })
         .def_prop_ro("pool", [](const KVPool &k) { return k.handle; })
-        .def_prop_ro("base", [](const KVPool &k) { return uint64_t(cxk_pool_base(k.h())); })
+        .def_prop_ro("base", [](const KVPool &k) {
+            PoolHold use = k.hold();
+            return uint64_t(cxk_pool_base(use.get()));
+        })
         .def("stat", [](const KVPool &k) { return k.call("stat")(); })
         .def("obj_stat", [](const KVPool &k, nb::str name) { return k.call("object_stat")(name); })
         .def("list", [](const KVPool &k) { return k.call("list")(); })
@@ -226,7 +231,8 @@ CXK_BIND(kvpool) {
              [](const KVPool &k, const std::string &name, uint64_t nbytes) {
                  // a host-owned counter object: created and published zeroed once; processes
                  // of the owner host then update it with atomics (one coherence domain)
-                 cxk_pool *p = k.h();
+                 PoolHold use = k.hold();
+                 cxk_pool *p = use.get();
                  uint64_t off = 0;
                  int r = cxk_obj_create(p, name.c_str(), nbytes, &off);
                  if (r == 0) {
@@ -256,15 +262,20 @@ CXK_BIND(kvpool) {
                  // a reader's lease: the object's memory is not reused until release (or until
                  // this process dies and the pool expires the lease)
                  struct cxk_obj_stat s;
-                 check(cxk_obj_open(k.h(), name.c_str(), &s), name);
+                 PoolHold use = k.hold();
+                 check(cxk_obj_open(use.get(), name.c_str(), &s), name);
                  return obj_stat_dict(s);
              })
         .def("release",
-             [](const KVPool &k, uint64_t off) { check(cxk_obj_close(k.h(), off), "lease"); })
+             [](const KVPool &k, uint64_t off) {
+                 PoolHold use = k.hold();
+                 check(cxk_obj_close(use.get(), off), "lease");
+             })
         .def("lookup", [](const KVPool &k, const std::vector<std::string> &names) {
             Names nm(names);
             size_t hits = 0;
-            check(cxk_kv_lookup(k.h(), nm.ptrs.data(), names.size(), &hits), "kv lookup");
+            PoolHold use = k.hold();
+            check(cxk_kv_lookup(use.get(), nm.ptrs.data(), names.size(), &hits), "kv lookup");
             return hits;
         });
     m.def(

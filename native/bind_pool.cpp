@@ -16,15 +16,34 @@
 #include "bind_pool.h"
 
 namespace cxk::py {
+
+PoolHold::PoolHold(PoolGate &gate, cxk_pool *p, const std::string &label) : gate_(&gate), p_(p) {
+    // GIL held: close() marks closing with the GIL held too, so either it saw our count or
+    // we see its mark
+    if (!p || gate.closing.load()) throw nb::value_error(("pool " + label + " is closed").c_str());
+    gate.inflight.fetch_add(1);
+}
+
+PoolHold::~PoolHold() {
+    // seq_cst pairs with close(): it stores closing, then reads the count under mu; we drop
+    // the count, then read closing. One of us sees the other, and the notify is under mu, so
+    // a closer waiting on the count cannot miss it.
+    if (gate_->inflight.fetch_sub(1) == 1 && gate_->closing.load()) {
+        std::lock_guard<std::mutex> lk(gate_->mu);
+        gate_->cv.notify_all();
+    }
+}
+
 namespace {
 
 struct PoolObject;
 
 struct PoolHandle {
-    cxk_pool *p = nullptr;
+    cxk_pool *p = nullptr;             // written with the GIL held; nullptr once closed
     std::string label;                 // how errors name the pool
     uint32_t host_id = 0;
     std::vector<PoolObject *> objects; // open objects, closed with the pool
+    PoolGate gate;
 
     PoolHandle(const std::vector<std::string> &paths, unsigned flags, int host_id,
                const std::string &tag, int coherence, int numa_node, uint64_t size,
@@ -64,15 +83,14 @@ struct PoolHandle {
         this->host_id = s.host_id;
     }
     ~PoolHandle();
-    cxk_pool *get() const {
-        if (!p) throw nb::value_error("pool is closed");
-        return p;
-    }
+    // A shared hold on the mapping for one call; the closed error once close() has begun.
+    PoolHold hold() { return PoolHold(gate, p, label); }
+    bool closed() const { return !p || gate.closing.load(); }
     void close();
 };
 
 struct PoolObject {
-    nb::object owner;  // the PoolHandle: keeps the mapping alive while we exist
+    nb::object owner;  // the PoolHandle: keeps the handle alive while we exist
     PoolHandle *h;
     std::string name;
     uint64_t off, nbytes, generation;
@@ -88,6 +106,8 @@ struct PoolObject {
         h->objects.push_back(this);
     }
     ~PoolObject() {
+        // GIL held: a closing handle is still mapped (close() unmaps only after it clears
+        // h->p with the GIL), and its close drops every lease anyway
         if (!closed && h->p) cxk_obj_close(h->p, off);
         forget();
     }
@@ -101,12 +121,13 @@ struct PoolObject {
             }
     }
     std::string what() const { return "object " + name + " in pool " + h->label; }
-    cxk_pool *pool() const {
+    PoolHold hold() const {
         if (closed) throw nb::value_error(("object " + name + " is closed").c_str());
-        return h->get();
+        return h->hold();
     }
     ExportedRange exported() const {
-        if (closed || !h->p) return {nullptr, 0, true, "pool object is closed"};
+        // no new view once close() has begun: it checked for views before marking closing
+        if (closed || h->closed()) return {nullptr, 0, true, "pool object is closed"};
         return {static_cast<char *>(cxk_pool_base(h->p)) + off, Py_ssize_t(nbytes), !writable,
                 nullptr};
     }
@@ -115,29 +136,64 @@ struct PoolObject {
         if (exports > 0)
             throw nb::buffer_error(("object " + name +
                                     " is closed while views of it exist; drop them first").c_str());
-        if (h->p) check(cxk_obj_close(h->p, off), what());
+        if (!h->closed()) {  // else the pool's close drops the lease
+            PoolHold use = h->hold();
+            check(cxk_obj_close(use.get(), off), what());
+        }
         closed = true;
     }
 };
 
 PoolHandle::~PoolHandle() {
+    // the last reference: no call holds the gate (each call keeps the handle alive)
     for (PoolObject *o : objects) o->closed = true;
     if (p) cxk_pool_close(p);
 }
 
 void PoolHandle::close() {
     if (!p) return;
+    if (gate.closing.load()) {
+        // another thread is closing: return once it has
+        nb::gil_scoped_release unlock;
+        std::unique_lock<std::mutex> lk(gate.mu);
+        gate.cv.wait(lk, [this] { return gate.closed; });
+        return;
+    }
     for (PoolObject *o : objects)
         if (o->exports > 0)
             throw nb::buffer_error(("pool " + label + " is closed while views of object " +
                                     o->name + " exist; drop them first").c_str());
+    gate.closing.store(true);  // new calls fail from here (they check it with the GIL)
+    {
+        // calls in flight need the GIL to finish: wait without it
+        nb::gil_scoped_release unlock;
+        std::unique_lock<std::mutex> lk(gate.mu);
+        gate.cv.wait(lk, [this] { return gate.inflight.load() == 0; });
+    }
     for (PoolObject *o : objects) o->closed = true;  // the pool's close drops the leases
-    int r = cxk_pool_close(p);
+    cxk_pool *q = p;
     p = nullptr;
+    int r;
+    {
+        nb::gil_scoped_release unlock;  // joins the heartbeat thread
+        r = cxk_pool_close(q);
+    }
+    {
+        std::lock_guard<std::mutex> lk(gate.mu);
+        gate.closed = true;
+    }
+    gate.cv.notify_all();
     check(r, label);
 }
 
+PoolGate &gate_of(nb::handle handle) { return nb::cast<PoolHandle &>(handle).gate; }
+cxk_pool *pool_in(nb::handle handle) { return nb::cast<PoolHandle &>(handle).p; }
+const std::string &label_of(nb::handle handle) { return nb::cast<PoolHandle &>(handle).label; }
+
 }  // namespace
+
+PoolHold::PoolHold(nb::handle handle)
+    : PoolHold(gate_of(handle), pool_in(handle), label_of(handle)) {}
 
 nb::dict obj_stat_dict(const struct cxk_obj_stat &s) {
     nb::dict d;
@@ -161,8 +217,6 @@ nb::object pool_handle(nb::handle obj) {
     throw nb::type_error("pool: expected a cxlkit.Pool or a _native.PoolHandle");
 }
 
-cxk_pool *pool_of(nb::handle handle) { return nb::cast<PoolHandle &>(handle).get(); }
-
 }  // namespace cxk::py
 
 CXK_BIND(pool) {
@@ -183,7 +237,7 @@ CXK_BIND(pool) {
                             uint64_t off, uint64_t nbytes, uint64_t gen, uint32_t host,
                             bool writable) {
             PoolHandle &h = nb::cast<PoolHandle &>(handle);
-            h.get();
+            h.hold();  // the closed error once the pool is closing
             if (writable && host != h.host_id)
                 raise_errno(EPERM, "object " + name + " (owned by host " + std::to_string(host) +
                                        ") in pool " + h.label);
@@ -196,48 +250,56 @@ CXK_BIND(pool) {
         .def_ro("generation", &PoolObject::generation)
         .def_ro("host", &PoolObject::host)
         .def_ro("writable", &PoolObject::writable)
-        .def_prop_ro("closed", [](const PoolObject &o) { return o.closed || !o.h->p; })
+        .def_prop_ro("closed", [](const PoolObject &o) { return o.closed || o.h->closed(); })
         .def_prop_ro("address", [](const PoolObject &o) {
-            return uintptr_t(static_cast<char *>(cxk_pool_base(o.pool())) + o.off);
+            PoolHold use = o.hold();
+            return uintptr_t(static_cast<char *>(cxk_pool_base(use.get())) + o.off);
         })
         .def("__len__", [](const PoolObject &o) { return o.nbytes; })
         .def("close", &PoolObject::close)
         .def("publish", [](PoolObject &o, bool checksum) {
-            cxk_pool *p = o.pool();
+            PoolHold use = o.hold();
             int r;
             {
                 nb::gil_scoped_release unlock;
-                r = cxk_obj_publish(p, o.off, checksum ? CXK_PUBLISH_CHECKSUM : 0);
+                r = cxk_obj_publish(use.get(), o.off, checksum ? CXK_PUBLISH_CHECKSUM : 0);
             }
             check(r, o.what());
         }, nb::arg("checksum"))
         .def("valid", [](PoolObject &o) {
-            return cxk_obj_validate(o.pool(), o.off, o.generation) == 0;
+            PoolHold use = o.hold();
+            return cxk_obj_validate(use.get(), o.off, o.generation) == 0;
         })
         .def("verify", [](PoolObject &o) {
-            cxk_pool *p = o.pool();
+            PoolHold use = o.hold();
             int r;
             {
                 nb::gil_scoped_release unlock;
-                r = cxk_obj_verify(p, o.off);
+                r = cxk_obj_verify(use.get(), o.off);
             }
             check(r, o.what());
         })
         .def("read_into", [](PoolObject &o, nb::handle dst, uint64_t pos) {
-            cxk_pool *p = o.pool();
+            PoolHold use = o.hold();
             Py_buffer v;
             if (PyObject_GetBuffer(dst.ptr(), &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0)
                 throw nb::python_error();
             int r;
             {
                 nb::gil_scoped_release unlock;
-                r = cxk_obj_read(p, o.off, o.generation, pos, v.buf, size_t(v.len));
+                r = cxk_obj_read(use.get(), o.off, o.generation, pos, v.buf, size_t(v.len));
             }
             PyBuffer_Release(&v);
             check(r, o.what());
         }, nb::arg("dst"), nb::arg("pos"))
-        .def("flush", [](PoolObject &o) { cxk_pool_flush(o.pool(), o.off, o.nbytes); })
-        .def("invalidate", [](PoolObject &o) { cxk_pool_invalidate(o.pool(), o.off, o.nbytes); });
+        .def("flush", [](PoolObject &o) {
+            PoolHold use = o.hold();
+            cxk_pool_flush(use.get(), o.off, o.nbytes);
+        })
+        .def("invalidate", [](PoolObject &o) {
+            PoolHold use = o.hold();
+            cxk_pool_invalidate(use.get(), o.off, o.nbytes);
+        });
 
     nb::class_<PoolHandle>(m, "PoolHandle")
         .def(nb::init<const std::vector<std::string> &, unsigned, int, const std::string &, int,
@@ -248,16 +310,23 @@ CXK_BIND(pool) {
              nb::arg("lease_timeout_ms"))
         .def_ro("label", &PoolHandle::label)
         .def_ro("host_id", &PoolHandle::host_id)
-        .def_prop_ro("closed", [](const PoolHandle &h) { return h.p == nullptr; })
-        .def_prop_ro("address", [](const PoolHandle &h) { return uintptr_t(cxk_pool_base(h.get())); })
+        .def_prop_ro("closed", [](const PoolHandle &h) { return h.closed(); })
+        .def_prop_ro("address", [](PoolHandle &h) {
+            PoolHold use = h.hold();
+            return uintptr_t(cxk_pool_base(use.get()));
+        })
         .def("close", &PoolHandle::close)
-        .def_prop_ro("fd", [](const PoolHandle &h) {
-            int fd = cxk_pool_fd(h.get());
+        .def_prop_ro("fd", [](PoolHandle &h) {
+            PoolHold use = h.hold();
+            int fd = cxk_pool_fd(use.get());
             return fd >= 0 ? nb::object(nb::int_(fd)) : nb::none();
         })
         .def("stat", [](PoolHandle &h) {
             struct cxk_pool_stat s;
-            check(cxk_pool_stat(h.get(), &s), h.label);
+            {
+                PoolHold use = h.hold();
+                check(cxk_pool_stat(use.get(), &s), h.label);
+            }
             nb::dict d;
             d["size"] = s.size;
             d["partition_bytes"] = s.partition_bytes;
@@ -281,7 +350,8 @@ CXK_BIND(pool) {
         })
         .def("create", [](PoolHandle &h, const std::string &name, uint64_t nbytes,
                           unsigned flags) {
-            cxk_pool *p = h.get();
+            PoolHold use = h.hold();
+            cxk_pool *p = use.get();
             uint64_t off = 0;
             struct cxk_obj_stat s;
             int r;
@@ -294,7 +364,8 @@ CXK_BIND(pool) {
             return obj_stat_dict(s);
         }, nb::arg("name"), nb::arg("nbytes"), nb::arg("flags") = 0)
         .def("open", [](PoolHandle &h, const std::string &name) {
-            cxk_pool *p = h.get();
+            PoolHold use = h.hold();
+            cxk_pool *p = use.get();
             struct cxk_obj_stat s;
             int r;
             {
@@ -305,10 +376,12 @@ CXK_BIND(pool) {
             return obj_stat_dict(s);
         })
         .def("close_object", [](PoolHandle &h, uint64_t off) {
-            check(cxk_obj_close(h.get(), off), h.label);
+            PoolHold use = h.hold();
+            check(cxk_obj_close(use.get(), off), h.label);
         })
         .def("destroy", [](PoolHandle &h, const std::string &name) {
-            cxk_pool *p = h.get();
+            PoolHold use = h.hold();
+            cxk_pool *p = use.get();
             int r;
             {
                 nb::gil_scoped_release unlock;
@@ -318,13 +391,15 @@ CXK_BIND(pool) {
         })
         .def("object_stat", [](PoolHandle &h, const std::string &name) {
             struct cxk_obj_stat s;
-            check(cxk_obj_stat(h.get(), name.c_str(), &s), "object " + name + " in pool " + h.label);
+            PoolHold use = h.hold();
+            check(cxk_obj_stat(use.get(), name.c_str(), &s), "object " + name + " in pool " + h.label);
             return obj_stat_dict(s);
         })
         // bench/pool.py: median ns of one cxk_obj_stat per name, timed in C (no Python call
         // or exception per lookup); names may be present or absent
         .def("_lookup_median_ns", [](PoolHandle &h, const std::vector<std::string> &names) {
-            cxk_pool *p = h.get();
+            PoolHold use = h.hold();
+            cxk_pool *p = use.get();
             std::vector<int64_t> ns(names.size());
             {
                 nb::gil_scoped_release unlock;
@@ -342,7 +417,8 @@ CXK_BIND(pool) {
             return double(ns[ns.size() / 2]);
         })
         .def("list", [](PoolHandle &h) {
-            cxk_pool *p = h.get();
+            PoolHold use = h.hold();
+            cxk_pool *p = use.get();
             std::vector<struct cxk_obj_stat> out;
             size_t n = 0;
             int r;
@@ -360,7 +436,8 @@ CXK_BIND(pool) {
             return l;
         })
         .def("fsck", [](PoolHandle &h, bool repair) {
-            cxk_pool *p = h.get();
+            PoolHold use = h.hold();
+            cxk_pool *p = use.get();
             struct cxk_fsck_report f;
             int r;
             {

@@ -1,16 +1,48 @@
 // bind_pool.h — private to the binding floor: what other binding files use of bind_pool.cpp —
-// the cxk_pool behind a Python pool object, and the one cxk_obj_stat -> dict conversion.
+// the cxk_pool behind a Python pool object held for one native call, and the one
+// cxk_obj_stat -> dict conversion.
 #pragma once
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+
 #include "bind.h"
 #include "cxlkit.h"
 
 namespace cxk::py {
 
+// A PoolHandle's reader/writer gate: native calls hold it shared while they use the mapping
+// (an in-flight count), close() holds it exclusive: it marks the handle closing, so no new
+// call starts, and waits for the count to drain before it unmaps.
+struct PoolGate {
+    std::atomic<int64_t> inflight{0};
+    std::atomic<bool> closing{false};
+    bool closed = false;  // under mu: close() finished (a second closer waits for it)
+    std::mutex mu;
+    std::condition_variable cv;
+};
+
+// One shared hold of a PoolHandle's mapping for one native call. Take it with the GIL held;
+// it raises the closed error (ValueError naming the pool) once close() has begun. Keep it
+// alive across the GIL-released call; release needs no GIL.
+class PoolHold {
+  public:
+    explicit PoolHold(nb::handle handle);  // a PoolHandle from pool_handle()
+    PoolHold(PoolGate &gate, cxk_pool *p, const std::string &label);
+    ~PoolHold();
+    PoolHold(const PoolHold &) = delete;
+    PoolHold &operator=(const PoolHold &) = delete;
+    cxk_pool *get() const { return p_; }
+
+  private:
+    PoolGate *gate_;
+    cxk_pool *p_;
+};
+
 // The _native.PoolHandle of `obj`: obj itself, or a cxlkit.Pool's handle (its `_h`).
-// TypeError for anything else. Keep the result to keep the pool mapped.
+// TypeError for anything else. Keep the result to keep the handle alive.
 nb::object pool_handle(nb::handle obj);
-// The open cxk_pool of a PoolHandle from pool_handle(); ValueError once it is closed.
-cxk_pool *pool_of(nb::handle handle);
 // name, offset, nbytes, generation, checksum, created_ns, host, state
 nb::dict obj_stat_dict(const struct cxk_obj_stat &s);
 

@@ -334,6 +334,9 @@ class Pool:
 
     # -- lifetime
     def close(self) -> None:
+        """Unmap the pool and drop this process's leases. Calls other threads are making on
+        it finish first; calls after it raise ValueError naming the pool. BufferError while
+        views of its objects exist."""
         self._h.close()
 
     @property

@@ -1,0 +1,141 @@
+"""Closing a pool while other threads are inside GIL-released pool and KV calls on the same
+handle: every call either completes or raises the closed error naming the pool, nothing
+touches the unmapped range (the work runs in a forked child: a crash is its exit code)."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import cxlkit
+from cxlkit import _native
+from cxlkit.kv import BlockLayout, EngineTensors, block_hashes
+
+MiB = 1 << 20
+LAYOUT = BlockLayout(num_layers=2, num_kv_heads=2, head_dim=64, dtype="float32", block_tokens=16)
+
+
+def _is_closed_error(e: BaseException, label: str) -> bool:
+    return isinstance(e, ValueError) and "closed" in str(e) and (
+        label in str(e) or "object" in str(e) or "KV store" in str(e))
+
+
+def _hammer(pool: cxlkit.Pool, kv, plan, what: str, rnd: int, started: threading.Barrier,
+            errors: list) -> None:
+    label = pool._h.label
+    keys = block_hashes(list(range(16 * 4)))
+    names = [f"kv-{k.hex()}" for k in keys]
+    ids = np.arange(4, dtype=np.int64)
+    buf = bytearray(4 * MiB)
+    first = True
+    i = 0
+    while True:
+        i += 1
+        try:
+            if what == "create":  # zeroes 2 MiB without the GIL
+                with pool.create(f"c{rnd}-{i}", 2 * MiB) as o:
+                    o.publish()
+                pool.destroy(f"c{rnd}-{i}")
+            elif what == "read":  # copies 4 MiB without the GIL
+                with pool.open("big") as o:
+                    o.read_into(buf, 0)
+                    o.verify()
+            elif what == "list":
+                pool.list()
+                pool.stat()
+            elif what == "kv":
+                kv.put(plan, names, [bytes(k) for k in keys], LAYOUT.pack(), ids, 0)
+                kv.get(plan, names, [bytes(k) for k in keys], LAYOUT.pack(), ids, 0)
+                kv.lookup(names)
+        except BaseException as e:  # noqa: BLE001 - the claim is about every exception
+            if not _is_closed_error(e, label):
+                errors.append(f"{what}: {type(e).__name__}: {e}")
+            if first:
+                started.wait()
+            return
+        if first:
+            first = False
+            started.wait()
+
+
+def _close_under_load(path: str, rounds: int) -> None:
+    torch.set_num_threads(1)
+    errors: list[str] = []
+    for r in range(rounds):
+        pool = cxlkit.Pool(path, size=64 * MiB, host_id=0, max_hosts=1, create=True)
+        if "big" not in pool:
+            pool.create("big", 4 * MiB, publish=True, checksum=True).close()
+        ts = [torch.zeros(2, 4, 16, 2, 64) for _ in range(LAYOUT.num_layers)]
+        plan = EngineTensors.per_layer(LAYOUT, ts, "KBTHD").plan
+        kv = _native.KVPool(pool)
+        kinds = ["create", "read", "list", "kv"]
+        started = threading.Barrier(len(kinds) + 1)
+        threads = [threading.Thread(target=_hammer, args=(pool, kv, plan, k, r, started, errors))
+                   for k in kinds]
+        for t in threads:
+            t.start()
+        started.wait(30)  # every thread has finished one call and is looping
+        time.sleep(0.002 * r)  # land the close at different points of the calls
+        pool.close()
+        assert pool.closed
+        for t in threads:
+            t.join(30)
+            if t.is_alive():
+                errors.append("a thread did not finish after close")
+        try:
+            pool.stat()
+            errors.append("stat on a closed pool did not raise")
+        except ValueError as e:
+            if pool._h.label not in str(e):
+                errors.append(f"closed error does not name the pool: {e}")
+    if errors:
+        print("\n".join(errors[:20]), flush=True)
+        os._exit(1)
+    os._exit(0)
+
+
+def test_close_while_threads_are_in_gil_released_calls_never_unmaps_under_them(pool_path):
+    ctx = mp.get_context("fork")
+    child = ctx.Process(target=_close_under_load, args=(pool_path, 8))
+    child.start()
+    child.join(120)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        pytest.fail("close under load hung")
+    assert child.exitcode == 0  # -11 would be a SIGSEGV: the pool unmapped under a call
+
+
+def test_closing_twice_and_from_two_threads_is_harmless(pool_path):
+    pool = cxlkit.Pool(pool_path, size=8 * MiB, host_id=0)
+    ts = [threading.Thread(target=pool.close) for _ in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(30)
+    assert pool.closed
+    pool.close()
+    with pytest.raises(ValueError, match=f"pool {pool_path} is closed"):
+        pool.create("x", 64)
+    with pytest.raises(ValueError, match="closed"):
+        _native.KVPool(pool)
+
+
+def test_an_object_kept_open_after_its_pool_closed_says_closed(pool_path):
+    pool = cxlkit.Pool(pool_path, size=8 * MiB, host_id=0)
+    obj = pool.create("kept", 64, publish=True)
+    view = memoryview(obj)
+    with pytest.raises(BufferError, match="views"):
+        pool.close()  # views still refuse the close, as before
+    view.release()
+    pool.close()
+    assert obj.closed
+    with pytest.raises(ValueError, match="closed"):
+        obj.read()
+    with pytest.raises(BufferError, match="closed"):
+        memoryview(obj)
