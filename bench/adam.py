@@ -11,7 +11,9 @@ Each thread count runs in a child with OMP_NUM_THREADS set (DeepSpeed's op takes
 threads from OpenMP). Inside it every repetition times every implementation and every copy
 once, round robin in an order rotated per repetition, so a shared machine's noise falls on
 all of them alike; figures are medians over the repetitions, with the best repetition beside them
-(best_*: on a machine others are loading, the best is the steadier estimate).
+(best_*: on a machine others are loading, the best is the steadier estimate), and *_paired are
+medians of per-repetition ratios (against cxlkit's time, or the best copy, of the same round),
+which a machine whose load drifts from round to round leaves least disturbed.
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ def parse_sizes(text: str) -> list[int]:
     return out
 
 
-def cxlkit_runs(n: int, threads: int, simd: str | None, nt: str, keep: list,
+def cxlkit_runs(n: int, threads: int, simd: str | None, nt: str, thp: bool, keep: list,
                 shared: dict) -> dict:
     """{variant: step function} over placed fp32 p, m, v and fp32/bf16 grads; the params,
     grads and copy go into `shared` for the other implementations (their moments are their
@@ -50,7 +52,8 @@ def cxlkit_runs(n: int, threads: int, simd: str | None, nt: str, keep: list,
     import cxlkit
     from cxlkit.train import adam as A
 
-    bufs = [cxlkit.alloc(n * 4) for _ in range(4)] + [cxlkit.alloc(n * 2) for _ in range(2)]
+    bufs = ([cxlkit.alloc(n * 4, thp=thp) for _ in range(4)]
+            + [cxlkit.alloc(n * 2, thp=thp) for _ in range(2)])
     p, m, v, g = (b.numpy("float32") for b in bufs[:4])
     g16, c16 = bufs[4].numpy("uint16"), bufs[5].numpy("uint16")
     p[:] = 1.0
@@ -127,7 +130,7 @@ def deepspeed_runs(shared: dict) -> dict:
     return {"fp32": opt.step, "fp32+bf16_copy": step_copy}
 
 
-def copy_runs(n: int, threads: int, keep: list) -> dict:
+def copy_runs(n: int, threads: int, thp: bool, keep: list) -> dict:
     """Streaming copies over two 4n-byte buffers (twice the last-level cache from 10M params
     on): cxlkit's native copy kernel (`cxlkit bench memory`, threads pinned), torch copy_,
     glibc memcpy (np.copyto, 1 thread) and an in-place multiply, which reads and writes the
@@ -137,7 +140,7 @@ def copy_runs(n: int, threads: int, keep: list) -> dict:
     import cxlkit
     from cxlkit.bench import machine, memory
 
-    a, b = cxlkit.alloc(n * 4), cxlkit.alloc(n * 4)
+    a, b = cxlkit.alloc(n * 4, thp=thp), cxlkit.alloc(n * 4, thp=thp)
     src, dst = a.numpy("float32"), b.numpy("float32")
     src[:] = 1.0
     dst[:] = 1.0
@@ -171,10 +174,11 @@ def worker(a: argparse.Namespace) -> None:
     threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
     torch.set_num_threads(threads)
     simd = A.simd_level() if a.simd is None else a.simd
+    thp = a.thp == "on"
     for n in parse_sizes(a.sizes):
         keep: list = []
         shared: dict = {}
-        impls = {"cxlkit": cxlkit_runs(n, threads, a.simd, a.nt, keep, shared)}
+        impls = {"cxlkit": cxlkit_runs(n, threads, a.simd, a.nt, thp, keep, shared)}
         if not a.no_torch:
             impls["torch_fused"] = torch_runs(shared)
         ds_note = None
@@ -183,7 +187,7 @@ def worker(a: argparse.Namespace) -> None:
                 impls["deepspeed"] = deepspeed_runs(shared)
             except Exception as e:  # noqa: BLE001 (any failure: report it, run the rest)
                 ds_note = f"{type(e).__name__}: {e}"
-        copies = copy_runs(n, threads, keep)
+        copies = copy_runs(n, threads, thp, keep)
         times: dict[tuple[str, str], list[float]] = {}
         gbps: dict[str, list[float]] = {k: [] for k in copies}
         tasks = [(impl, variant, fn) for impl, runs in impls.items()
@@ -202,28 +206,36 @@ def worker(a: argparse.Namespace) -> None:
         bw = {k: round(statistics.median(v), 2) for k, v in gbps.items()}
         bw_best = {k: round(max(v), 2) for k, v in gbps.items()}
         bound_gbps = max(bw.values())
+        # the same repetition's best copy: the bound under the machine's load of that moment
+        rep_bound = [max(gbps[k][r] for k in gbps) for r in range(a.reps)]
         for variant, (gdt, cdt) in VARIANTS.items():
             nbytes = A.bytes_per_element(gdt, cdt)
             bound = bound_gbps * 1e9 / nbytes
-            ref = statistics.median(times[("cxlkit", variant)])
+            ours = times[("cxlkit", variant)]
+            ref = statistics.median(ours)
             for impl in impls:
                 if (impl, variant) not in times:
                     continue
-                s = statistics.median(times[(impl, variant)])
-                best = min(times[(impl, variant)])
+                ts = times[(impl, variant)]
+                s = statistics.median(ts)
+                best = min(ts)
                 row = {"bench": "adam", "params": n, "threads": threads, "variant": variant,
                        "impl": impl, "seconds": round(s, 6), "params_per_s": round(n / s),
                        "best_params_per_s": round(n / best),
                        "gbps": round(n * nbytes / s / 1e9, 2), "bytes_per_param": nbytes,
                        "pct_of_bound": round(100 * n / s / bound, 1),
+                       # medians of per-repetition ratios: each pair ran within one round
+                       "pct_of_bound_paired": round(statistics.median(
+                           100 * n * nbytes / t_ / 1e9 / b for t_, b in zip(ts, rep_bound)), 1),
                        "cxlkit_speedup": round(s / ref, 3),
-                       "cxlkit_speedup_best": round(best / min(times[("cxlkit", variant)]), 3)}
+                       "cxlkit_speedup_paired": round(statistics.median(
+                           x / y for x, y in zip(ts, ours)), 3),
+                       "cxlkit_speedup_best": round(best / min(ours), 3)}
                 if impl == "cxlkit":
-                    row.update(simd=simd, nt=a.nt, copy_gbps=bw, copy_gbps_best=bw_best,
+                    row.update(simd=simd, nt=a.nt, thp=a.thp, copy_gbps=bw, copy_gbps_best=bw_best,
                                bound_params_per_s=round(bound), reps=a.reps,
                                best_pct_of_best_bound=round(
-                                   100 * n / min(times[(impl, variant)])
-                                   / (max(bw_best.values()) * 1e9 / nbytes), 1))
+                                   100 * n / best / (max(bw_best.values()) * 1e9 / nbytes), 1))
                 print(json.dumps(row), flush=True)
         if ds_note is not None:
             print(json.dumps({"bench": "adam", "params": n, "threads": threads,
@@ -241,6 +253,10 @@ def main() -> None:
     ap.add_argument("--nt", choices=("none", "state", "copy", "both"), default="copy",
                     help="non-temporal stores for the state, the copy (default, as TieredAdamW "
                     "does for large models), or both")
+    ap.add_argument("--thp", choices=("on", "off"), default="on",
+                    help="transparent huge pages for every buffer: cxlkit's (alloc thp=True), "
+                    "the shared params and grads, the copies of the bound, and torch's own "
+                    "(THP_MEM_ALLOC_ENABLE=1, so torch's and DeepSpeed's moments get them too)")
     ap.add_argument("--no-torch", action="store_true", help="skip torch.optim.AdamW(fused)")
     ap.add_argument("--deepspeed-path", default=None,
                     help="a directory holding deepspeed (prepended to the child's PYTHONPATH)")
@@ -252,6 +268,8 @@ def main() -> None:
         return
     for threads in [int(t) for t in a.threads.split(",")]:
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+        if a.thp == "on":
+            env["THP_MEM_ALLOC_ENABLE"] = "1"  # torch's CPU allocator: MADV_HUGEPAGE >= 2 MiB
         if a.deepspeed_path:
             env["PYTHONPATH"] = a.deepspeed_path + os.pathsep + env.get("PYTHONPATH", "")
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")  # ninja

@@ -426,3 +426,9 @@ def test_thp_prctl_error_path_raises_OSError():
     with inject_fault("prctl", 1, "EPERM"):
         with pytest.raises(PermissionError, match="prctl THP"):
             P.set_task_policy(P.default())
+
+
+def test_page_granular_names_interleave_and_weighted_only():
+    assert P.interleave([0]).page_granular and P.weighted([0]).page_granular
+    assert not any(p.page_granular for p in (P.bind(0), P.preferred(0), P.stripe([0]),
+                                             P.default()))

@@ -460,3 +460,17 @@ def test_load_state_dict_refuses_amsgrad_instead_of_dropping_its_state():
     after = o2.state_dict()
     for k, st in before["state"].items():
         assert torch.equal(st["exp_avg"], after["state"][k]["exp_avg"])
+
+
+def test_state_asks_for_huge_pages_unless_told_not_to_or_interleaved(memory_nodes):
+    m = mlp()
+    on = {cls: b for cls, b in TieredAdamW(m.parameters()).buffers()}
+    assert on["fp32_params"].thp is True and on["optimizer_states"].thp is True
+    assert on["optimizer_states"].address % (2 << 20) == 0
+    off = TieredAdamW(m.parameters(), huge_pages=False).buffers()
+    assert all(b.thp is None for _, b in off)  # the system's THP setting decides
+    inter = TieredAdamW(m.parameters(), policy=cxlkit.interleave(memory_nodes)).buffers()
+    assert all(b.thp is False for _, b in inter)  # the kernel would interleave whole folios
+    plan = TP.plan_training(TP.Footprint(param_count(m)))
+    planned = TieredAdamW(m.parameters(), plan=plan).buffers()
+    assert all(b.thp is (None if b.policy.page_granular else True) for _, b in planned)

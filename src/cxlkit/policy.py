@@ -73,6 +73,12 @@ class Policy:
                 raise ValueError(f"stripe chunk {self.chunk_bytes!r}: expected a positive "
                                  f"multiple of the page size ({ps})")
 
+    @property
+    def page_granular(self) -> bool:
+        """interleave and weighted: the kernel spreads their pages one by one, and would
+        spread whole 2 MiB folios instead under transparent huge pages."""
+        return self.mode in _PAGE_GRANULAR
+
     def _native(self) -> tuple[int, list[int], list[int], int]:
         return (_MODES[self.mode], list(self.nodes), list(self.weights or ()),
                 self.chunk_bytes if self.mode == "stripe" else 0)
@@ -397,7 +403,7 @@ def alloc(nbytes: int, policy: Policy | None = None, *, populate: bool = True,
         raise ValueError(f"nbytes {nbytes}: larger than this machine could map")
     policy = policy if policy is not None else default()
     kw = validate(policy)
-    if thp is None and policy.mode in _PAGE_GRANULAR:
+    if thp is None and policy.page_granular:
         thp = False
     return Buffer(nbytes, policy, populate=populate, thp=None if thp is None else bool(thp),
                   kernel_weights=kw)

@@ -294,13 +294,15 @@ class TrainPlan:
     def release(self, cls: str, nbytes: int) -> None:
         self.used[cls] = max(0, self.used.get(cls, 0) - nbytes)
 
-    def alloc(self, cls: str, nbytes: int, *, populate: bool = True) -> P.Buffer:
-        """A buffer of nbytes for class cls under its policy, charged to its budget; the
-        charge is returned when the buffer is released with `free`."""
+    def alloc(self, cls: str, nbytes: int, *, populate: bool = True,
+              thp: bool | None = None) -> P.Buffer:
+        """A buffer of nbytes for class cls under its policy (thp as for cxlkit.alloc),
+        charged to its budget; the charge is returned when the buffer is released with
+        `free`."""
         pol = self.policy(cls)
         self.charge(cls, nbytes)
         try:
-            return P.alloc(nbytes, pol, populate=populate)
+            return P.alloc(nbytes, pol, populate=populate, thp=thp)
         except BaseException:
             self.release(cls, nbytes)
             raise
