@@ -87,7 +87,7 @@ bool pid_alive(uint32_t pid) {
 // ---- crash points --------------------------------------------------------------------
 namespace {
 const char *const kCrashNames[] = {"create.alloc", "create.entry", "publish.header",
-                                   "destroy.header", "destroy.free", "locked"};
+                                   "destroy.header", "destroy.free", "locked", "takeover"};
 static_assert(sizeof(kCrashNames) / sizeof(kCrashNames[0]) == size_t(Crash::count_), "names");
 std::atomic<int> g_crash_left[size_t(Crash::count_)];
 }  // namespace
@@ -698,37 +698,46 @@ int pick_slot(cxk_pool *p, int32_t host_id, const char *tag) {
     return -EBUSY;  // every slot belongs to another host
 }
 
-int attach(cxk_pool *p, const char *tag) {
+// How long an opener waits for another process of its host that is taking the slot over
+// (re-initialising the mutex and running recovery over the whole partition).
+constexpr int64_t kTakeoverWaitNs = 30 * 1000000000ll;
+
+// Make this process one of host p->host's current boot. The first process of a boot takes
+// the slot over: under an OFD lock on the slot's byte of backing 0 (held by one process of
+// this host at a time, dropped by the kernel if its holder dies) it finds the boot word not
+// yet ours — a previous boot, kBootFresh, or kBootBusy left by a taker that died — so no
+// process of this boot uses the slot: it re-creates the mutex, recovers, and stores our boot.
+// Other hosts never write the slot; their processes take their own hosts' locks.
+int attach(cxk_pool *p, int lock_fd, const char *tag) {
     HostSlot *s = slot(p, p->host);
-    const int64_t t0 = now_ns();
-    for (int spin = 0;; ++spin) {
-        uint64_t b = ld(&s->boot);
-        if (b == p->boot) break;
-        if (b == kBootBusy) {
-            // another process of this host is taking the slot over; it takes milliseconds
-            if (now_ns() - t0 > 5 * 1000000000ll) return -ETIMEDOUT;
-            if (spin > 64) sched_yield();
-            continue;
-        }
-        if (!__atomic_compare_exchange_n(&s->boot, &b, kBootBusy, false, __ATOMIC_ACQ_REL,
-                                         __ATOMIC_ACQUIRE))
-            continue;
-        // We own the slot until we store our boot. A previous boot of this host left the
-        // mutex in an unknown state and nobody of it is alive: re-create it, then rebuild.
-        if (b != kBootFresh) {
-            if (int r = init_mutex(&s->mutex)) {
-                st(&s->boot, b);
-                return r;
+    // acquire pairs with the taker's release of the boot word: the slot is ready
+    if (ld(&s->boot) != p->boot) {
+        const uint64_t at = p->geo.host_table_off + uint64_t(p->host) * kHostSlotBytes;
+        if (int r = backing_lock(lock_fd, at, kTakeoverWaitNs)) return r;
+        const uint64_t b = ld(&s->boot);
+        if (b != p->boot) {
+            st(&s->boot, kBootBusy);  // for fsck and readers: the slot is being re-initialised
+            sync_out(p, s, kLine);
+            // A previous boot (or a dead taker) left the mutex in an unknown state and nobody
+            // of it is alive: re-create it, then rebuild. A fresh slot's mutex is pristine.
+            if (b != kBootFresh) {
+                if (int r = init_mutex(&s->mutex)) {
+                    st(&s->boot, b);
+                    sync_out(p, s, kLine);
+                    backing_unlock(lock_fd, at);
+                    return r;
+                }
+                recover(p, nullptr);
             }
-            recover(p, nullptr);
+            crash_point(Crash::takeover);
+            if (*tag) std::strncpy(s->tag, tag, kTagMax);
+            s->epoch++;
+            s->heartbeat_ns = now_ns();
+            sync_out(p, s, kHostSlotBytes);
+            st(&s->boot, p->boot);  // release: the slot is ready; pairs with the acquire above
+            sync_out(p, s, kLine);
         }
-        if (*tag) std::strncpy(s->tag, tag, kTagMax);
-        s->epoch++;
-        s->heartbeat_ns = now_ns();
-        sync_out(p, s, kHostSlotBytes);
-        st(&s->boot, p->boot);  // release: the slot is ready; pairs with the acquire above
-        sync_out(p, s, kLine);
-        break;
+        backing_unlock(lock_fd, at);
     }
     if (*tag && !s->tag[0]) {
         std::strncpy(s->tag, tag, kTagMax);
@@ -865,7 +874,7 @@ int open_impl(const char *const *paths, uint32_t npaths, const cxk_pool_opts *op
         if ((r = validate(base, total, npaths, &p->geo)) != 0) return fail(r);
         if ((r = pick_slot(p.get(), o.host_id, tag)) < 0) return fail(r);
         p->host = uint32_t(r);
-        if ((r = attach(p.get(), tag)) != 0) return fail(r);
+        if ((r = attach(p.get(), bs[0].fd, tag)) != 0) return fail(r);
         if (memfd) {
             p->memfd = bs[0].fd;
             bs[0].fd = -1;

@@ -158,10 +158,15 @@ int backings_map(std::vector<Backing> &bs, uint64_t total, uint64_t align, uint8
 // -EEXIST when another process created the pool first.
 int backings_link(std::vector<Backing> &bs);
 void backings_discard(std::vector<Backing> &bs);
+// An exclusive OFD lock on byte `at` of fd: it serialises the processes of one host (each
+// host's kernel keeps its own locks) and the kernel drops it when its holder dies. Waits up
+// to timeout_ns: 0, -ETIMEDOUT, or fcntl's -errno. Unlock by byte, or by closing fd.
+int backing_lock(int fd, uint64_t at, int64_t timeout_ns);
+void backing_unlock(int fd, uint64_t at);
 
 // ---- crash points (tests) ----------------------------------------------------------
 enum class Crash { create_alloc, create_entry, publish_header, destroy_header, destroy_free,
-                   locked, count_ };
+                   locked, takeover, count_ };
 void crash_point(Crash c);
 
 }  // namespace cxk::pool

@@ -1,12 +1,15 @@
 // pool_backing.cpp — the memory under a pool: files on tmpfs/hugetlbfs (created under a
 // temporary name and linked into place once formatted, so a half-formatted pool is never
 // seen), devdax devices (size and alignment from sysfs), memfd, and several backings
-// striped into one contiguous range at CXK_POOL_STRIPE_BYTES.
+// striped into one contiguous range at CXK_POOL_STRIPE_BYTES; and the OFD lock on a backing
+// that serialises one host's processes while they take a host slot over.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -141,6 +144,34 @@ void backings_discard(std::vector<Backing> &bs) {
         if (b.fd >= 0) close(b.fd);
         b.fd = -1;
     }
+}
+
+int backing_lock(int fd, uint64_t at, int64_t timeout_ns) {
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (long nap_us = 50;; nap_us = std::min(nap_us * 2, 10000L)) {
+        if (int e = fault_check(Sys::fcntl)) return e;
+        struct flock l {};
+        l.l_type = F_WRLCK;
+        l.l_whence = SEEK_SET;
+        l.l_start = off_t(at);
+        l.l_len = 1;
+        if (fcntl(fd, F_OFD_SETLK, &l) == 0) return 0;
+        if (errno != EAGAIN && errno != EACCES && errno != EINTR) return -errno;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((now.tv_sec - t0.tv_sec) * 1000000000ll + (now.tv_nsec - t0.tv_nsec) > timeout_ns)
+            return -ETIMEDOUT;
+        usleep(useconds_t(nap_us));  // the holder is busy for milliseconds
+    }
+}
+
+void backing_unlock(int fd, uint64_t at) {
+    struct flock l {};
+    l.l_type = F_UNLCK;
+    l.l_whence = SEEK_SET;
+    l.l_start = off_t(at);
+    l.l_len = 1;
+    fcntl(fd, F_OFD_SETLK, &l);
 }
 
 }  // namespace cxk::pool

@@ -24,7 +24,8 @@ namespace {
 
 const char *const kSysNames[] = {"mbind", "set_mempolicy", "get_mempolicy", "move_pages",
                                  "migrate_pages", "memfd_create", "mmap", "munmap",
-                                 "madvise", "open", "ftruncate", "fstat", "prctl"};
+                                 "madvise", "open", "ftruncate", "fstat", "prctl", "fcntl",
+                                 "pthread_create"};
 static_assert(sizeof(kSysNames) / sizeof(kSysNames[0]) == size_t(Sys::count_), "names");
 
 struct Fault {

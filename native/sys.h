@@ -11,7 +11,7 @@ namespace cxk {
 
 enum class Sys : int {
     mbind, set_mempolicy, get_mempolicy, move_pages, migrate_pages, memfd_create,
-    mmap, munmap, madvise, open, ftruncate, fstat, prctl, count_
+    mmap, munmap, madvise, open, ftruncate, fstat, prctl, fcntl, pthread_create, count_
 };
 
 // Counts the call; returns -errno when an armed fault fires for it, else 0.

@@ -335,7 +335,7 @@ def test_fault_while_creating_leaves_nothing(path, syscall):
     assert not list(Path(path).parent.glob(Path(path).name + "*"))
 
 
-@pytest.mark.parametrize("syscall", ["open", "fstat", "mmap"])
+@pytest.mark.parametrize("syscall", ["open", "fstat", "mmap", "fcntl"])
 def test_fault_while_opening_leaves_pool_untouched(path, syscall):
     with cxlkit.Pool(path, size=8 * MiB, host_id=0) as p:
         p.create("keep", data=b"k" * 100).close()

@@ -1,5 +1,5 @@
-"""Crashes: a process killed at each crash point of create / publish / destroy / the host lock,
-and a kill -9 loop (bounded in time) over a process doing random pool work, leave the pool
+"""Crashes: a process killed at each crash point of create / publish / destroy / the host lock
+and while taking a host slot over, and a kill -9 loop (bounded in time) over a process doing random pool work, leave the pool
 consistent: fsck finds nothing broken, half-created objects are reclaimed, dead processes'
 leases expire, and every object whose publish returned is still there and intact."""
 from __future__ import annotations
@@ -9,6 +9,7 @@ import multiprocessing as mp
 import os
 import random
 import signal
+import struct
 import time
 from pathlib import Path
 
@@ -189,3 +190,42 @@ def test_kill9_loop_leaves_pool_consistent(path, tmp_path):
         assert rep.clean and rep.leases_live == 0
         other.destroy("stable0")  # no dead reader's lease holds it back
         assert other.fsck(repair=False).objects_dead == 0
+
+
+def _takeover_child(path, host):
+    _native.pool_crash_at("takeover", 1)
+    cxlkit.Pool(path, host_id=host)
+    os._exit(0)  # not reached: the open takes the slot over
+
+
+def _boot_word(path: str, host: int) -> int:
+    with open(path, "rb") as f:
+        f.seek(4096 + host * 4096 + 32)  # host slot h, line 0: tag[32], then boot
+        return struct.unpack("<Q", f.read(8))[0]
+
+
+@pytest.mark.parametrize("slot", ["fresh", "previous-boot"])
+def test_process_killed_while_taking_a_host_slot_over_leaves_it_recoverable(path, slot):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0, max_hosts=2) as pool:
+        pool.create("keep", data=payload("keep", 3000)).close()
+    host = 1 if slot == "fresh" else 0
+    if slot == "previous-boot":
+        # host 0 "rebooted" while one of its processes held the lock: another boot hash in
+        # the boot word and a mutex owned by a thread id that no longer exists
+        with open(path, "r+b") as f:
+            f.seek(4096 + 32)
+            f.write(struct.pack("<Q", 0x8000_0000_0000_1234))
+            f.seek(4096 + 128)
+            f.write(struct.pack("<i", 0x3FFF_FFF0))
+    child = mp.get_context("fork").Process(target=_takeover_child, args=(path, host))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 137  # died in the middle of the takeover
+    assert _boot_word(path, host) == 2  # left busy (kBootBusy)
+    # the next opener of that host takes over itself instead of waiting for the dead taker
+    with cxlkit.Pool(path, host_id=host) as pool:
+        assert pool.host_id == host
+        keep_block = (320 + 3000 + 63) // 64 * 64  # header + payload, in 64-byte lines
+        assert_consistent(pool, {"keep"}, other_hosts_used=keep_block if host == 1 else 0)
+        pool.create("after", data=payload("after", 100)).close()
+    assert _boot_word(path, host) not in (1, 2)

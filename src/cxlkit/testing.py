@@ -8,7 +8,8 @@ from contextlib import contextmanager
 from . import _native
 
 SYSCALLS = ("mbind", "set_mempolicy", "get_mempolicy", "move_pages", "migrate_pages",
-            "memfd_create", "mmap", "munmap", "madvise", "open", "ftruncate", "fstat", "prctl")
+            "memfd_create", "mmap", "munmap", "madvise", "open", "ftruncate", "fstat", "prctl",
+            "fcntl", "pthread_create")
 
 
 @contextmanager

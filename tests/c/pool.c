@@ -1,5 +1,6 @@
 /* pool.c — the pool through the C ABI alone: create/publish/open/read/destroy, typed
- * errors, leases deferring a free, a creator killed at each crash point (fork), fsck. */
+ * errors, leases deferring a free, a creator killed at each crash point (fork), an opener
+ * killed while taking a host slot over, fsck. */
 #include <errno.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -185,6 +186,35 @@ static void crash_at(const char *point) {
     cxk_pool_close(p);
 }
 
+/* Host 1 "rebooted" (another boot hash in its slot's boot word), and a child dies in the
+ * middle of taking the slot over (the boot word says busy); the next opener of host 1 takes
+ * over itself instead of waiting for the dead taker. */
+static void crash_in_takeover(void) {
+    cxk_pool *p = open_host(0, 0);
+    CHECK(p != NULL);
+    uint64_t *boot1 = (uint64_t *)((char *)cxk_pool_base(p) + 4096 + 4096 + 32);
+    *boot1 = 0x8000000000001234ull;
+    cxk_pool_close(p);
+    pid_t pid = fork();
+    if (pid == 0) {
+        cxk_pool_crash_at("takeover", 1);
+        open_host(1, 0);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 137);
+    cxk_pool *q = open_host(1, 0);
+    CHECK(q != NULL);
+    struct cxk_pool_stat ps;
+    CHECK_EQ(cxk_pool_stat(q, &ps), 0);
+    CHECK_EQ(ps.host_id, 1);
+    struct cxk_fsck_report r;
+    CHECK_EQ(cxk_pool_fsck(q, CXK_FSCK_REPAIR, &r), 0);
+    CHECK_EQ(r.errors, 0);
+    cxk_pool_close(q);
+}
+
 static void bad_files(void) {
     char bad[300];
     snprintf(bad, sizeof bad, "%s.bad", path);
@@ -222,6 +252,7 @@ int main(void) {
     static const char *points[] = {"create.alloc", "create.entry", "publish.header",
                                    "destroy.header", "destroy.free", "locked"};
     for (size_t i = 0; i < sizeof points / sizeof points[0]; ++i) crash_at(points[i]);
+    crash_in_takeover();
     bad_files();
     return 0;
 }
