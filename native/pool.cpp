@@ -753,9 +753,34 @@ void *heart_main(void *arg) {
     return nullptr;
 }
 
+// Start the heartbeat thread before attaching, so a thread that cannot start fails the open
+// before it writes anything; it waits for heart_go (or heart_stop) before its first beat.
+int heart_start(cxk_pool *p) {
+    if (int e = fault_check(Sys::pthread_create)) return e;
+    if (int e = pthread_create(&p->heart, nullptr, heart_main, p)) return -e;
+    p->heart_started = true;
+    return 0;
+}
+
+void heart_signal(cxk_pool *p, bool stop) {
+    {
+        std::lock_guard<std::mutex> lk(p->heart_mu);
+        (stop ? p->heart_stop : p->heart_go) = true;
+    }
+    p->heart_cv.notify_all();
+}
+
+void heart_end(cxk_pool *p) {
+    if (!p->heart_started) return;
+    heart_signal(p, true);
+    pthread_join(p->heart, nullptr);
+    p->heart_started = false;
+}
+
 void heart_loop(cxk_pool *p) {
     const auto period = std::chrono::nanoseconds(p->geo.lease_timeout_ns / 4);
     std::unique_lock<std::mutex> lk(p->heart_mu);
+    p->heart_cv.wait(lk, [p] { return p->heart_go || p->heart_stop; });
     while (!p->heart_stop) {
         beat(p);
         // A process of this host that died holding the host lock is recovered here even
@@ -874,21 +899,26 @@ int open_impl(const char *const *paths, uint32_t npaths, const cxk_pool_opts *op
         if ((r = validate(base, total, npaths, &p->geo)) != 0) return fail(r);
         if ((r = pick_slot(p.get(), o.host_id, tag)) < 0) return fail(r);
         p->host = uint32_t(r);
-        if ((r = attach(p.get(), bs[0].fd, tag)) != 0) return fail(r);
-        if (memfd) {
-            p->memfd = bs[0].fd;
-            bs[0].fd = -1;
-        }
-        backings_discard(bs);  // the mapping keeps the memory
+        if ((r = heart_start(p.get())) != 0) return fail(r);
+        auto fail_beating = [&](int err) {
+            heart_end(p.get());
+            return fail(err);
+        };
+        if ((r = attach(p.get(), bs[0].fd, tag)) != 0) return fail_beating(r);
         {
+            // a lock that fails here (its state damaged: ENOTRECOVERABLE) fails the open
             HostLock lk(p.get());
-            if (lk.err) return lk.err;
+            if (lk.err) return fail_beating(lk.err);
             clean_leases(p.get());
             sweep_creating(p.get());
             sweep_pending(p.get());
         }
-        cxk_pool *raw = p.get();
-        if (pthread_create(&raw->heart, nullptr, heart_main, raw) == 0) raw->heart_started = true;
+        if (memfd) {
+            p->memfd = bs[0].fd;  // closing it would free the memory
+            bs[0].fd = -1;
+        }
+        backings_discard(bs);  // the mapping keeps the memory
+        heart_signal(p.get(), false);
         *out = p.release();
         return 0;
     }
@@ -921,14 +951,7 @@ int cxk_pool_open_striped(const char *const *paths, uint32_t npaths,
 int cxk_pool_close(cxk_pool *p) {
     if (!p) return 0;
     // A child of fork has the mapping but not the thread (it lives in the parent).
-    if (p->heart_started && getpid() == p->pid) {
-        {
-            std::lock_guard<std::mutex> lk(p->heart_mu);
-            p->heart_stop = true;
-        }
-        p->heart_cv.notify_all();
-        pthread_join(p->heart, nullptr);
-    }
+    if (getpid() == p->pid) heart_end(p);
     {
         std::lock_guard<std::mutex> lk(p->lease_mu);
         for (uint32_t i : p->my_leases) lease_free(p, i);

@@ -31,7 +31,8 @@ struct cxk_pool {
     bool heart_started = false;
     std::mutex heart_mu;
     std::condition_variable heart_cv;
-    bool heart_stop = false;
+    bool heart_go = false;         // under heart_mu: attached, start beating
+    bool heart_stop = false;       // under heart_mu
 };
 
 namespace cxk::pool {

@@ -349,6 +349,51 @@ def test_fault_while_opening_leaves_pool_untouched(path, syscall):
         assert o.read() == b"k" * 100
 
 
+def _held(name: str) -> tuple[int, int]:
+    """Mappings and file descriptors of this process that refer to a pool backing."""
+    maps = sum(name in line for line in Path("/proc/self/maps").read_text().splitlines())
+    fds = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds += name in os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            pass  # the listing's own descriptor, closed meanwhile
+    return maps, fds
+
+
+@pytest.mark.parametrize("backing", ["file", "memfd"])
+def test_heartbeat_thread_that_cannot_start_fails_the_open_and_leaks_nothing(path, backing):
+    if backing == "file":
+        cxlkit.Pool(path, size=8 * MiB, host_id=0, max_hosts=2).close()
+        before, target, kw = digest(path), path, {}
+    else:
+        target, kw = f"memfd:cxlkit-hb-{os.getpid()}", {"size": 8 * MiB}
+    held = _held(target.removeprefix("memfd:"))
+    with inject_fault("pthread_create", 1, "EAGAIN"):
+        with pytest.raises(cxlkit.PoolError, match="heartbeat thread") as ei:
+            cxlkit.Pool(target, host_id=1, **kw)
+    assert ei.value.errno == errno.EAGAIN and ei.value.filename == target
+    assert _held(target.removeprefix("memfd:")) == held  # no mapping, no descriptor left
+    if backing == "file":
+        assert digest(path) == before  # the thread starts before the slot is written
+        with cxlkit.Pool(path, host_id=1) as p:
+            assert p.stat().host_id == 1
+
+
+def test_damaged_host_lock_fails_the_open_and_leaks_nothing(path):
+    cxlkit.Pool(path, size=8 * MiB, host_id=0).close()
+    # glibc marks a robust mutex whose owner died without making it consistent by
+    # __owner = PTHREAD_MUTEX_NOTRECOVERABLE (int at byte 8 of the mutex, slot line 2)
+    with open(path, "r+b") as f:
+        f.seek(4096 + 128 + 8)
+        f.write(struct.pack("<i", 0x7FFF_FFFE))
+    held = _held(path)
+    with pytest.raises(cxlkit.PoolError, match="lock in the pool is damaged") as ei:
+        cxlkit.Pool(path, host_id=0)
+    assert ei.value.errno == errno.ENOTRECOVERABLE and ei.value.filename == path
+    assert _held(path) == held
+
+
 # ---- backings ---------------------------------------------------------------------------
 
 def _memfd_reader(shared_path, out):

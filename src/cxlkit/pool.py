@@ -63,6 +63,9 @@ _OPEN_ERRORS = {
     errno.EDOM: (PoolError, "host_id is not a slot of this pool (0 .. its max_hosts - 1)"),
     errno.EINVAL: (PoolError, "bad geometry: device size not a multiple of its alignment, "
                               "stripes of unequal size, or not the backing list it was made with"),
+    errno.EAGAIN: (PoolError, "could not start the pool's heartbeat thread (out of threads)"),
+    errno.ENOTRECOVERABLE: (PoolError, "this host's lock in the pool is damaged (not "
+                                       "recoverable)"),
 }
 _OBJECT_ERRORS = {
     errno.ENOSPC: (PoolFullError, "no room in this host's partition or name table"),

@@ -240,6 +240,13 @@ static void bad_files(void) {
     o.flags = 0;
     CHECK_EQ(cxk_pool_open(bad, &o, &p), -ENOENT);
     CHECK_EQ(cxk_pool_crash_at("nowhere", 1), -EINVAL);
+    /* a heartbeat thread that cannot start fails the open */
+    CHECK_EQ(cxk_fault_inject("pthread_create", 1, EAGAIN), 0);
+    CHECK(open_host(1, 0) == NULL);
+    cxk_fault_clear();
+    cxk_pool *q = open_host(1, 0);
+    CHECK(q != NULL);
+    cxk_pool_close(q);
 }
 
 static void remove_pool(void) { unlink(path); } /* also when a CHECK exits */
