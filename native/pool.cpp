@@ -675,7 +675,10 @@ int validate(const uint8_t *base, uint64_t mapped, uint32_t nbackings, Superbloc
 }
 
 // ---- attaching this process as a process of host h -----------------------------------
-int pick_slot(cxk_pool *p, int32_t host_id, const char *tag) {
+// The slot to attach to: host_id, else the slot tagged `tag`, else the first free one (no
+// tag, never used) in probe order from the tag's hash that is not in `taken` (slots that
+// another name claimed while we looked). attach() makes the claim.
+int pick_slot(cxk_pool *p, int32_t host_id, const char *tag, uint64_t taken) {
     const uint32_t n = p->geo.max_hosts;
     if (host_id >= 0) {
         if (uint32_t(host_id) >= n) return -EDOM;  // not a slot of this pool
@@ -693,7 +696,8 @@ int pick_slot(cxk_pool *p, int32_t host_id, const char *tag) {
     const uint32_t start = uint32_t(name_hash(tag, std::strlen(tag)) % n);
     for (uint32_t i = 0; i < n; ++i) {
         uint32_t h = (start + i) % n;
-        if (!slot(p, h)->tag[0] && ld(&slot(p, h)->boot) == kBootFresh) return int(h);
+        if (!(taken >> h & 1) && !slot(p, h)->tag[0] && ld(&slot(p, h)->boot) == kBootFresh)
+            return int(h);
     }
     return -EBUSY;  // every slot belongs to another host
 }
@@ -701,48 +705,61 @@ int pick_slot(cxk_pool *p, int32_t host_id, const char *tag) {
 // How long an opener waits for another process of its host that is taking the slot over
 // (re-initialising the mutex and running recovery over the whole partition).
 constexpr int64_t kTakeoverWaitNs = 30 * 1000000000ll;
+// attach(): the slot picked by name was claimed by another name meanwhile: pick again.
+constexpr int kSlotTaken = 1;
 
-// Make this process one of host p->host's current boot. The first process of a boot takes
-// the slot over: under an OFD lock on the slot's byte of backing 0 (held by one process of
-// this host at a time, dropped by the kernel if its holder dies) it finds the boot word not
-// yet ours — a previous boot, kBootFresh, or kBootBusy left by a taker that died — so no
-// process of this boot uses the slot: it re-creates the mutex, recovers, and stores our boot.
-// Other hosts never write the slot; their processes take their own hosts' locks.
-int attach(cxk_pool *p, int lock_fd, const char *tag) {
+// Make this process one of host p->host's current boot, named `tag` ("" = no name).
+//
+// Everything here runs under an OFD lock on the slot's byte of backing 0: the kernel keeps
+// one per host and drops it when its holder dies, so it serialises the processes of one host
+// (and hosts simulated on one machine) without any atomic in the pool. Under it we re-read
+// the slot: a tag of another name refuses it (kSlotTaken when we picked it by name, else
+// -EBUSY); an empty tag is claimed by writing ours; a boot word that is not ours — a previous
+// boot, kBootFresh, or kBootBusy left by a taker that died — means no process of this boot
+// uses the slot: we take it over (re-create the mutex unless fresh, recover) and store our
+// boot. Other hosts never write the slot. The lock is skipped when the slot is already ours.
+int attach(cxk_pool *p, int lock_fd, const char *tag, bool by_name) {
     HostSlot *s = slot(p, p->host);
-    // acquire pairs with the taker's release of the boot word: the slot is ready
-    if (ld(&s->boot) != p->boot) {
-        const uint64_t at = p->geo.host_table_off + uint64_t(p->host) * kHostSlotBytes;
-        if (int r = backing_lock(lock_fd, at, kTakeoverWaitNs)) return r;
-        const uint64_t b = ld(&s->boot);
-        if (b != p->boot) {
-            st(&s->boot, kBootBusy);  // for fsck and readers: the slot is being re-initialised
-            sync_out(p, s, kLine);
-            // A previous boot (or a dead taker) left the mutex in an unknown state and nobody
-            // of it is alive: re-create it, then rebuild. A fresh slot's mutex is pristine.
-            if (b != kBootFresh) {
-                if (int r = init_mutex(&s->mutex)) {
-                    st(&s->boot, b);
-                    sync_out(p, s, kLine);
-                    backing_unlock(lock_fd, at);
-                    return r;
-                }
-                recover(p, nullptr);
-            }
-            crash_point(Crash::takeover);
-            if (*tag) std::strncpy(s->tag, tag, kTagMax);
-            s->epoch++;
-            s->heartbeat_ns = now_ns();
-            sync_out(p, s, kHostSlotBytes);
-            st(&s->boot, p->boot);  // release: the slot is ready; pairs with the acquire above
-            sync_out(p, s, kLine);
-        }
+    sync_in(p, s, kLine);
+    // acquire pairs with the taker's release of the boot word: the slot (tag included) is ready
+    if (ld(&s->boot) == p->boot && (!*tag || std::strncmp(s->tag, tag, kTagMax) == 0)) {
+        beat(p);
+        return 0;
+    }
+    const uint64_t at = p->geo.host_table_off + uint64_t(p->host) * kHostSlotBytes;
+    if (int r = backing_lock(lock_fd, at, kTakeoverWaitNs)) return r;
+    sync_in(p, s, kLine);
+    if (*tag && s->tag[0] && std::strncmp(s->tag, tag, kTagMax) != 0) {
         backing_unlock(lock_fd, at);
+        return by_name ? kSlotTaken : -EBUSY;
     }
     if (*tag && !s->tag[0]) {
-        std::strncpy(s->tag, tag, kTagMax);
+        std::strncpy(s->tag, tag, kTagMax);  // the claim
         sync_out(p, s, kLine);
     }
+    const uint64_t b = ld(&s->boot);
+    if (b != p->boot) {
+        st(&s->boot, kBootBusy);  // for fsck and readers: the slot is being re-initialised
+        sync_out(p, s, kLine);
+        // A previous boot (or a dead taker) left the mutex in an unknown state and nobody of
+        // it is alive: re-create it, then rebuild. A fresh slot's mutex is pristine.
+        if (b != kBootFresh) {
+            if (int r = init_mutex(&s->mutex)) {
+                st(&s->boot, b);
+                sync_out(p, s, kLine);
+                backing_unlock(lock_fd, at);
+                return r;
+            }
+            recover(p, nullptr);
+        }
+        crash_point(Crash::takeover);
+        s->epoch++;
+        s->heartbeat_ns = now_ns();
+        sync_out(p, s, kHostSlotBytes);
+        st(&s->boot, p->boot);  // release: the slot is ready; pairs with the acquire above
+        sync_out(p, s, kLine);
+    }
+    backing_unlock(lock_fd, at);
     beat(p);
     return 0;
 }
@@ -897,14 +914,18 @@ int open_impl(const char *const *paths, uint32_t npaths, const cxk_pool_opts *op
             }
         }
         if ((r = validate(base, total, npaths, &p->geo)) != 0) return fail(r);
-        if ((r = pick_slot(p.get(), o.host_id, tag)) < 0) return fail(r);
-        p->host = uint32_t(r);
         if ((r = heart_start(p.get())) != 0) return fail(r);
         auto fail_beating = [&](int err) {
             heart_end(p.get());
             return fail(err);
         };
-        if ((r = attach(p.get(), bs[0].fd, tag)) != 0) return fail_beating(r);
+        for (uint64_t taken = 0;;) {
+            if ((r = pick_slot(p.get(), o.host_id, tag, taken)) < 0) return fail_beating(r);
+            p->host = uint32_t(r);
+            if ((r = attach(p.get(), bs[0].fd, tag, o.host_id < 0)) == 0) break;
+            if (r != kSlotTaken) return fail_beating(r);
+            taken |= 1ull << p->host;  // another name claimed it since we looked
+        }
         {
             // a lock that fails here (its state damaged: ENOTRECOVERABLE) fails the open
             HostLock lk(p.get());
