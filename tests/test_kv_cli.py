@@ -24,10 +24,15 @@ def test_kv_stats_json_reports_blocks_and_counters(pool_path):
     info = json.loads(r.output)
     assert info["blocks"] == [{"namespace": s.name(keys[0]).split(".")[1], "host": 0,
                                "blocks": 3, "bytes": 3 * (128 + lay.nbytes)}]
+    from cxlkit.kv.recency import HEADER, table_slots
+
+    nslots = table_slots(s._pool.stat(), s.block_bytes)
+    assert info["recency_tables"] == [{"namespace": s.name(keys[0]).split(".")[1], "host": 0,
+                                       "bytes": HEADER.size + 8 * nslots}]
     c = info["hosts"]["0"]
     assert (c["puts"], c["hits"], c["bytes_out"]) == (3, 3, 3 * lay.nbytes)
     r = CliRunner().invoke(app, ["kv", "stats", "--pool", pool_path])
-    assert r.exit_code == 0 and "counters per host" in r.output
+    assert r.exit_code == 0 and "counters per host" in r.output and "recency tables" in r.output
 
 
 def test_kv_stats_without_a_pool_exits_1_naming_it():

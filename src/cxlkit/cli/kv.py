@@ -1,5 +1,5 @@
-"""`cxlkit kv stats`: the KV blocks in a pool (per namespace and host) and every host's shared
-counters; and the KV section of `cxlkit demo` (run_demo)."""
+"""`cxlkit kv stats`: the KV blocks in a pool (per namespace and host), the recency tables, and
+every host's shared counters; and the KV section of `cxlkit demo` (run_demo)."""
 from __future__ import annotations
 
 import json
@@ -24,15 +24,21 @@ def _pool_path(pool: str | None) -> str:
 
 
 def collect(path: str) -> dict:
+    from ..kv.recency import is_table
     from ..kv.store import _STATS_PREFIX, _open_pool, host_stats
 
     kp = _open_pool(path, create=False, size=0, host_id=None, coherence=None, max_hosts=0,
                     lease_timeout_ms=0)
     try:
         groups: dict[tuple[str, int], dict] = {}
+        tables = []
         for o in kp.list():
             name = o["name"]
             if not name.startswith("kv.") or name.startswith(_STATS_PREFIX) or o["state"] != 2:
+                continue
+            if is_table(name):
+                tables.append({"namespace": name.split(".")[1], "host": o["host"],
+                               "bytes": o["nbytes"]})
                 continue
             g = groups.setdefault((name.split(".")[1], o["host"]), {"blocks": 0, "bytes": 0})
             g["blocks"] += 1
@@ -41,6 +47,7 @@ def collect(path: str) -> dict:
         return {
             "pool": path, "size": st["size"], "partition_bytes": st["partition_bytes"],
             "blocks": [{"namespace": ns, "host": h, **g} for (ns, h), g in sorted(groups.items())],
+            "recency_tables": sorted(tables, key=lambda t: (t["namespace"], t["host"])),
             "hosts": {str(h): c for h, c in sorted(host_stats(kp).items())},
         }
     finally:
@@ -67,6 +74,12 @@ def stats(pool: str = typer.Option(None, help="pool path or name (default: CXLKI
     for b in info["blocks"]:
         t.add_row(b["namespace"], str(b["host"]), str(b["blocks"]), f"{b['bytes'] / 2**20:.1f}")
     con.print(t)
+    r = Table(title="recency tables (last use of each block by each host)")
+    for col in ("namespace", "host", "KiB"):
+        r.add_column(col)
+    for tb in info["recency_tables"]:
+        r.add_row(tb["namespace"], str(tb["host"]), f"{tb['bytes'] / 2**10:.1f}")
+    con.print(r)
     c = Table(title="counters per host")
     fields = ("lookups", "hits", "misses", "puts", "put_skipped", "bytes_in", "bytes_out",
               "evictions", "load_errors", "put_errors")

@@ -1,6 +1,6 @@
 """The KV block store over a shared pool: put / get / lookup of 16-token blocks by chain-hash key,
-eviction of this host's blocks (LRU) when its partition fills, and statistics shared by every
-process of a host. The data path (create, gather, publish; open+lease, scatter, validate) runs in
+eviction of this host's blocks (least recently used by any process of any host: recency.py) when
+its partition fills, and statistics shared by every process of a host. The data path (create, gather, publish; open+lease, scatter, validate) runs in
 native code (cxk_kv_put / cxk_kv_get), one call per batch.
 """
 from __future__ import annotations
@@ -9,7 +9,6 @@ import errno
 import hashlib
 import logging
 import os
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -19,6 +18,7 @@ import numpy as np
 
 from .. import _native
 from .layout import BlockLayout, EngineTensors
+from .recency import RecencyTables, table_slots
 
 log = logging.getLogger("cxlkit")
 
@@ -117,12 +117,22 @@ class Store:
         self._layout_bytes = layout.pack()
         self.block_bytes = HDR_BYTES + layout.nbytes
         self.stats = KVStats()
-        self._recent: dict[str, int] = {}  # this process's last use of our host's blocks (ns)
-        name = f"{_STATS_PREFIX}{self.host_id}"
-        self._pool.create_counters(name, 8 * len(STAT_FIELDS))
-        # a reader's lease for the store's life: if the object is destroyed meanwhile, its
-        # block is not reused while our atomics still write into it
-        self._shared = self._pool.hold(name)
+        self._shared = None
+        self._recency: RecencyTables | None = None
+        try:
+            name = f"{_STATS_PREFIX}{self.host_id}"
+            self._pool.create_counters(name, 8 * len(STAT_FIELDS))
+            # a reader's lease for the store's life: if the object is destroyed meanwhile, its
+            # block is not reused while our atomics still write into it
+            self._shared = self._pool.hold(name)
+            # last uses of this namespace's blocks by this host's processes, shared with the
+            # owners that evict them (one table per host; every host's tables are read)
+            self._recency = RecencyTables(self._pool, self._prefix, self.host_id,
+                                          table_slots(st, self.block_bytes), nc=self._nc,
+                                          make_room=self._make_room)
+        except BaseException:
+            self.close()
+            raise
 
     # -- keys ------------------------------------------------------------------------------
     def name(self, key: bytes) -> str:
@@ -165,18 +175,19 @@ class Store:
             self._make_room(len(names) * self.block_bytes, budget=True)
         todo = list(range(len(names)))
         stored = skipped = 0
+        used: list[bytes] = []
         for attempt in range(3):
             n, status = self._pool.put(source.plan, [names[i] for i in todo],
                                        [bytes(keys[i]) for i in todo], self._layout_bytes,
                                        ids[todo], flags)
             stored += n
-            now = time.time_ns()
             retry = []
             for i, s in zip(todo, status):
                 if s == 0:
-                    self._recent[names[i]] = now
+                    used.append(keys[i])
                 elif s == -errno.EEXIST:
                     skipped += 1
+                    used.append(keys[i])  # wanted again: as good as a hit
                 elif s == -errno.ENOSPC and attempt < 2:
                     retry.append(i)
                 else:
@@ -187,6 +198,7 @@ class Store:
             todo = retry
             if self._make_room(len(todo) * self.block_bytes) == 0:
                 break
+        self._recency.touch(used)
         self._count(puts=stored, put_skipped=skipped, bytes_in=stored * self.layout.nbytes,
                     put_errors=len(names) - stored - skipped)
         return stored
@@ -199,10 +211,7 @@ class Store:
             _native.KV_INVALIDATE if self._nc else 0)
         n, status = self._pool.get(dest.plan, names, [bytes(k) for k in keys],
                                    self._layout_bytes, ids, flags)
-        now = time.time_ns()
-        for nm in names[:n]:
-            if nm in self._recent:
-                self._recent[nm] = now
+        self._recency.touch(keys[:n])
         failed = n < len(names) and status[n] not in (-errno.ENOENT, -errno.EAGAIN)
         if failed:
             log.warning("kv get %s: %s (treated as a miss)", names[n], os.strerror(-status[n]))
@@ -237,22 +246,32 @@ class Store:
     # -- capacity ------------------------------------------------------------------------------
     def blocks(self, *, all_hosts: bool = False) -> list[dict]:
         """This namespace's blocks (of this host unless all_hosts)."""
-        return [o for o in self._pool.list() if o["name"].startswith(self._prefix)
+        return self._blocks(self._pool.list(), all_hosts)
+
+    def _blocks(self, listing: list[dict], all_hosts: bool = False) -> list[dict]:
+        n = len(self._prefix) + 64  # prefix + key hex; recency tables have other names
+        return [o for o in listing if len(o["name"]) == n and o["name"].startswith(self._prefix)
                 and (all_hosts or o["host"] == self.host_id) and o["state"] == 2]
 
     def used_bytes(self) -> int:
         return sum(o["nbytes"] for o in self.blocks())
 
     def _make_room(self, need: int, budget: bool = False) -> int:
-        own = self.blocks()
+        listing = self._pool.list()
+        own = self._blocks(listing)
         if budget:  # stay within capacity_bytes of this namespace on this host
             excess = sum(o["nbytes"] for o in own) + need - self.capacity_bytes
         else:  # the partition is full: free need bytes
             excess = need
         if excess <= 0:
             return 0
-        # least recently used first: this process's last use, else the block's creation
-        own.sort(key=lambda o: self._recent.get(o["name"], o["created_ns"]))
+        # least recently used first: the latest use any process of any host recorded in its
+        # recency table, else the block's creation (stable: ties keep partition order)
+        if self._recency is not None:
+            last = self._recency.last_use(own, listing)
+            own = [own[i] for i in np.argsort(last, kind="stable")]
+        else:  # the table is being attached (it made room for itself): creation order
+            own.sort(key=lambda o: o["created_ns"])
         freed = evicted = 0
         for o in own:
             if freed >= excess:
@@ -261,14 +280,14 @@ class Store:
                 self._pool.destroy(o["name"])  # readers holding a lease keep the memory
             except FileNotFoundError:
                 continue  # another process of this host evicted it first
-            self._recent.pop(o["name"], None)
             freed += o["nbytes"]
             evicted += 1
         self._count(evictions=evicted)
         return evicted
 
     def evict(self, nbytes: int) -> int:
-        """Evict at least nbytes of this host's blocks (LRU); returns how many blocks."""
+        """Evict at least nbytes of this host's blocks, least recently used (by any process of
+        any host) first; returns how many blocks."""
         return self._make_room(nbytes)
 
     def clear(self) -> int:
@@ -276,6 +295,9 @@ class Store:
         return self._make_room(1 << 62)
 
     def close(self) -> None:
+        recency, self._recency = self._recency, None
+        if recency is not None:
+            recency.close()
         shared, self._shared = self._shared, None
         if shared is not None:
             try:

@@ -1,0 +1,287 @@
+"""Shared recency of KV blocks: one table per (namespace, host) in the pool, created and written
+only by that host's processes (DESIGN.md: a host writes only its own objects, no cross-host
+atomics), read by every owner that evicts. A table is a 64-byte header then `nslots` u64 last-use
+times (ns, CLOCK_REALTIME: hosts compare them); a block's slot is the first 8 bytes of its key
+(a SHA-256, so uniform) as a little-endian u64, mod nslots. Sizing and collisions: docs/kv.md."""
+from __future__ import annotations
+
+import errno
+import logging
+import struct
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..pool import PoolObject
+
+log = logging.getLogger("cxlkit")
+
+MAGIC = b"CXKVRECT"
+VERSION = 1
+HEADER = struct.Struct("<8sIIQ40x")  # magic, version, writer host, nslots; 64 bytes
+HEADER_WORDS = HEADER.size // 8
+SLOTS_PER_BLOCK = 8  # slots per block the namespace could hold on every host at once
+MIN_SLOTS = 64
+PARTITION_SHARE = 16  # a table takes at most 1/16 of its host's partition
+TAG = "recent."  # table name: <namespace prefix>recent.<host>
+ATTACH_WAIT_S = 1.0  # how long a store waits for another process of its host to publish it
+
+
+def _now() -> int:
+    """Last-use stamp: CLOCK_REALTIME ns (tests replace this to order uses)."""
+    return time.time_ns()
+
+
+def table_slots(pool_stat: dict, block_bytes: int) -> int:
+    """Slots for a table: a power of two >= SLOTS_PER_BLOCK x the blocks the namespace could
+    hold if every host's partition were full of them, at most 1/PARTITION_SHARE of a partition,
+    at least MIN_SLOTS. Every process of every host computes the same number for a pool."""
+    per_host = max(1, min(pool_stat["max_objects"], pool_stat["partition_bytes"] // block_bytes))
+    want = SLOTS_PER_BLOCK * pool_stat["max_hosts"] * per_host
+    n = 1 << (want - 1).bit_length()
+    cap = pool_stat["partition_bytes"] // (PARTITION_SHARE * 8)
+    while n > cap and n > MIN_SLOTS:
+        n >>= 1
+    return max(n, MIN_SLOTS)
+
+
+def key_words(keys: Sequence[bytes]) -> np.ndarray:
+    """The first 8 bytes of each 32-byte key as little-endian u64 (slot = word mod nslots)."""
+    return np.frombuffer(b"".join(bytes(k[:8]) for k in keys), dtype="<u8")
+
+
+def name_words(names: Sequence[str], prefix_len: int) -> np.ndarray:
+    """key_words of block names `<prefix><64 hex digits of the key>`."""
+    return np.frombuffer(bytes.fromhex("".join(n[prefix_len:prefix_len + 16] for n in names)),
+                         dtype="<u8")
+
+
+def header(host: int, nslots: int) -> bytes:
+    return HEADER.pack(MAGIC, VERSION, host, nslots)
+
+
+def check(words: np.ndarray, nbytes: int, host: int) -> int:
+    """nslots of a table whose payload (nbytes, as u64 words) was written by `host`;
+    ValueError saying what is wrong (an older or foreign object under the table's name)."""
+    if nbytes < HEADER.size:
+        raise ValueError(f"{nbytes} bytes, shorter than its {HEADER.size}-byte header")
+    magic, version, writer, nslots = HEADER.unpack(words[:HEADER_WORDS].tobytes())
+    if magic != MAGIC:
+        raise ValueError(f"magic {magic!r}, expected {MAGIC!r}")
+    if version != VERSION:
+        raise ValueError(f"version {version} (this cxlkit reads {VERSION})")
+    if writer != host:
+        raise ValueError(f"header names host {writer}, but host {host} owns it")
+    if nslots == 0 or nslots & (nslots - 1):
+        raise ValueError(f"{nslots} slots, not a power of two")
+    if nbytes != HEADER.size + 8 * nslots:
+        raise ValueError(f"{nbytes} bytes for {nslots} slots (expected "
+                         f"{HEADER.size + 8 * nslots})")
+    return nslots
+
+
+def _words(obj: PoolObject, nbytes: int) -> np.ndarray:
+    """The payload's whole u64 words, in place (a trailing partial word is left out)."""
+    return np.frombuffer(obj, dtype="<u8", count=nbytes // 8)
+
+
+def _checked(obj: PoolObject, nbytes: int, host: int) -> int:
+    words = _words(obj, nbytes)
+    try:
+        return check(words, nbytes, host)
+    finally:
+        del words
+
+
+class RecencyTables:
+    """This host's table of one namespace (written) and every host's tables (read).
+
+    kp: the store's _native.KVPool; prefix: the namespace's object-name prefix;
+    nslots: the size a new table gets (existing tables keep theirs: readers use the header)."""
+
+    def __init__(self, kp: Any, prefix: str, host_id: int, nslots: int, *, nc: bool,
+                 make_room: Any) -> None:
+        self._kp = kp
+        self.prefix = prefix + TAG
+        self.name = f"{self.prefix}{host_id}"
+        self.host_id = host_id
+        self.nslots = nslots
+        self._nc = nc
+        self._make_room = make_room  # frees this host's blocks when the table finds no room
+        self._table: PoolObject | None = None
+        self._mask = 0
+        self._warned: set[tuple[str, int]] = set()
+        self._failed = False  # the last attach gave up (warned once until one succeeds)
+        self._attaching = False  # _attach -> make_room -> last_use must not attach again
+        self._attach(ATTACH_WAIT_S)
+
+    @property
+    def attached(self) -> bool:
+        return self._table is not None
+
+    # -- this host's table ------------------------------------------------------------------
+    def _attach(self, wait_s: float) -> None:
+        """Open this host's table, or create and publish it; on failure warn and run without
+        one (recency then comes from the other hosts' tables and creation times)."""
+        self._attaching = True
+        try:
+            self._attach_once(wait_s)
+        finally:
+            self._attaching = False
+
+    def _attach_once(self, wait_s: float) -> None:
+        h = self._kp.pool
+        nbytes = HEADER.size + 8 * self.nslots
+        deadline = time.monotonic() + wait_s
+        freed = False
+        for _ in range(1000):  # bounded: each pass makes progress unless others keep racing
+            try:
+                d = h.open(self.name)
+            except FileNotFoundError:
+                try:
+                    d = h.create(self.name, nbytes, 0)
+                except FileExistsError:
+                    continue  # another process of this host created it first: open that
+                except OSError as e:
+                    if e.errno == errno.ENOSPC and not freed:
+                        freed = True
+                        self._make_room(nbytes)
+                        continue
+                    self._give_up(f"cannot create it: {e}")
+                    return
+                obj = PoolObject(h, self.name, d["offset"], d["nbytes"], d["generation"],
+                                 d["host"], True)
+                try:
+                    words = _words(obj, nbytes)
+                    words[:HEADER_WORDS] = np.frombuffer(header(self.host_id, self.nslots),
+                                                         dtype="<u8")
+                    del words
+                    obj.publish()  # header first: a published table never changes shape
+                except BaseException:
+                    obj.close()
+                    h.destroy(self.name)
+                    raise
+                self._use(obj, self.nslots)
+                return
+            except BlockingIOError:  # another process of this host is creating it right now
+                if time.monotonic() >= deadline:
+                    self._give_up("another process of this host has not published it yet")
+                    return
+                time.sleep(0.001)
+                continue
+            obj = PoolObject(h, self.name, d["offset"], d["nbytes"], d["generation"],
+                             d["host"], True)
+            try:
+                nslots = _checked(obj, d["nbytes"], self.host_id)
+            except ValueError as e:
+                obj.close()
+                log.warning("kv recency table %s (generation %d) ignored and replaced: %s",
+                            self.name, d["generation"], e)
+                try:
+                    h.destroy(self.name)  # our own object: this host may replace it
+                except FileNotFoundError:
+                    pass  # another process of this host replaced it first
+                continue
+            self._use(obj, nslots)
+            return
+        self._give_up("other processes kept creating and removing it")
+
+    def _use(self, obj: PoolObject, nslots: int) -> None:
+        self._table = obj
+        self._mask = nslots - 1
+        self._failed = False
+
+    def _give_up(self, why: str) -> None:
+        if self._failed:
+            return
+        self._failed = True
+        log.warning("kv recency table %s: %s; this host's hits are not shared until it can "
+                    "be created", self.name, why)
+
+    def touch(self, keys: Sequence[bytes]) -> None:
+        """Record a use of these blocks now in this host's table."""
+        if self._table is None or not keys:
+            return
+        idx = HEADER_WORDS + (key_words(keys) & np.uint64(self._mask))
+        words = np.frombuffer(self._table, dtype="<u8")
+        # Plain aligned 8-byte stores, no atomics: processes of this host racing on one slot
+        # can only leave the slightly older of two stamps (microseconds): harmless for a hint.
+        words[idx] = _now()
+        del words
+        if self._nc:
+            # make the stamps visible to other hosts' evictions (they invalidate before
+            # reading: pairs with the invalidate in last_use); the binding exposes only a
+            # whole-object flush to Python
+            self._table.flush()
+
+    # -- every host's tables ----------------------------------------------------------------
+    def last_use(self, blocks: list[dict], listing: list[dict]) -> np.ndarray:
+        """Per block (dicts of the pool listing): the latest use any host recorded, at least
+        its creation time. Collisions can only make a block look more recent."""
+        acc = np.array([o["created_ns"] for o in blocks], dtype=np.uint64)
+        if not blocks:
+            return acc
+        words = name_words([o["name"] for o in blocks], len(self.prefix) - len(TAG))
+        tables = [o for o in listing if o["name"].startswith(self.prefix) and o["state"] == 2]
+        mine = next((o for o in tables if o["name"] == self.name), None)
+        if self._table is not None and (mine is None or
+                                        mine["generation"] != self._table.generation):
+            self._table.close()  # replaced or removed since we opened it: attach again
+            self._table = None
+        if self._table is None and not self._attaching:
+            self._attach(0.0)
+        if self._table is not None:
+            acc = self._fold(acc, self._table, self._mask, words)
+        for o in tables:
+            if o["name"] == self.name:
+                continue
+            acc = self._fold_other(acc, o, words)
+        return acc
+
+    @staticmethod
+    def _fold(acc: np.ndarray, obj: PoolObject, mask: int, words: np.ndarray) -> np.ndarray:
+        view = np.frombuffer(obj, dtype="<u8")
+        try:
+            return np.maximum(acc, view[HEADER_WORDS + (words & np.uint64(mask))])
+        finally:
+            del view  # the object cannot close while a view exports its buffer
+
+    def _fold_other(self, acc: np.ndarray, o: dict, words: np.ndarray) -> np.ndarray:
+        h = self._kp.pool
+        try:
+            d = h.open(o["name"])  # a lease: its memory is not reused while we read it
+        except OSError:
+            return acc  # destroyed, replaced or unpublished since the listing: skip it
+        obj = PoolObject(h, o["name"], d["offset"], d["nbytes"], d["generation"], d["host"],
+                         False)
+        try:
+            if self._nc:
+                obj.invalidate()  # drop stale lines (pairs with the writer's flush in touch)
+            try:
+                nslots = _checked(obj, d["nbytes"], d["host"])
+            except ValueError as e:
+                key = (o["name"], d["generation"])
+                if key not in self._warned:  # once per table, not once per eviction
+                    self._warned.add(key)
+                    log.warning("kv recency table %s of host %d ignored: %s", o["name"],
+                                d["host"], e)
+                return acc
+            return self._fold(acc, obj, nslots - 1, words)
+        finally:
+            obj.close()
+
+    def close(self) -> None:
+        t, self._table = self._table, None
+        if t is not None:
+            try:
+                t.close()
+            except ValueError:
+                pass  # the pool was closed first: that dropped the lease
+
+
+def is_table(name: str) -> bool:
+    """A recency table's object name (`kv.<ns>.recent.<host>`), as opposed to a block."""
+    parts = name.split(".")
+    return len(parts) == 4 and parts[0] == "kv" and parts[2] + "." == TAG
