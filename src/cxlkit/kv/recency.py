@@ -5,6 +5,7 @@ times (ns, CLOCK_REALTIME: hosts compare them); a block's slot is the first 8 by
 (a SHA-256, so uniform) as a little-endian u64, mod nslots. Sizing and collisions: docs/kv.md."""
 from __future__ import annotations
 
+import ctypes
 import errno
 import logging
 import struct
@@ -87,10 +88,14 @@ def _words(obj: PoolObject, nbytes: int) -> np.ndarray:
     return np.frombuffer(obj, dtype="<u8", count=nbytes // 8)
 
 
-def _checked(obj: PoolObject, nbytes: int, host: int) -> int:
+def _checked(obj: PoolObject, nbytes: int, host: int) -> tuple[int, str]:
+    """(nslots, "") or (0, what is wrong). Not an exception: its traceback would keep the
+    view alive, and the object cannot close while a view of it exists."""
     words = _words(obj, nbytes)
     try:
-        return check(words, nbytes, host)
+        return check(words, nbytes, host), ""
+    except ValueError as e:
+        return 0, str(e)
     finally:
         del words
 
@@ -154,10 +159,8 @@ class RecencyTables:
                 obj = PoolObject(h, self.name, d["offset"], d["nbytes"], d["generation"],
                                  d["host"], True)
                 try:
-                    words = _words(obj, nbytes)
-                    words[:HEADER_WORDS] = np.frombuffer(header(self.host_id, self.nslots),
-                                                         dtype="<u8")
-                    del words
+                    hdr = header(self.host_id, self.nslots)
+                    ctypes.memmove(obj.address, hdr, len(hdr))  # no view: close stays possible
                     obj.publish()  # header first: a published table never changes shape
                 except BaseException:
                     obj.close()
@@ -173,12 +176,11 @@ class RecencyTables:
                 continue
             obj = PoolObject(h, self.name, d["offset"], d["nbytes"], d["generation"],
                              d["host"], True)
-            try:
-                nslots = _checked(obj, d["nbytes"], self.host_id)
-            except ValueError as e:
+            nslots, bad = _checked(obj, d["nbytes"], self.host_id)
+            if bad:
                 obj.close()
                 log.warning("kv recency table %s (generation %d) ignored and replaced: %s",
-                            self.name, d["generation"], e)
+                            self.name, d["generation"], bad)
                 try:
                     h.destroy(self.name)  # our own object: this host may replace it
                 except FileNotFoundError:
@@ -259,14 +261,13 @@ class RecencyTables:
         try:
             if self._nc:
                 obj.invalidate()  # drop stale lines (pairs with the writer's flush in touch)
-            try:
-                nslots = _checked(obj, d["nbytes"], d["host"])
-            except ValueError as e:
+            nslots, bad = _checked(obj, d["nbytes"], d["host"])
+            if bad:
                 key = (o["name"], d["generation"])
                 if key not in self._warned:  # once per table, not once per eviction
                     self._warned.add(key)
                     log.warning("kv recency table %s of host %d ignored: %s", o["name"],
-                                d["host"], e)
+                                d["host"], bad)
                 return acc
             return self._fold(acc, obj, nslots - 1, words)
         finally:
