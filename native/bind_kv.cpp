@@ -189,8 +189,9 @@ std::pair<int, std::vector<int>> batch(const KVPool &k, BatchFn fn, const char *
     int r;
     {
         nb::gil_scoped_release nogil;
-        r = fn(use.get(), &plan.plan, nm.ptrs.data(), reinterpret_cast<const uint8_t *>(kb.data()), lay,
-               ids.data(), names.size(), flags, status.data());
+        r = fn(use.get(), &plan.plan, nm.ptrs.data(),
+               reinterpret_cast<const uint8_t *>(kb.data()), lay, ids.data(), names.size(), flags,
+               status.data());
     }
     check(r, std::string("kv ") + what);
     return {r, status};

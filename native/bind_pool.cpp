@@ -392,7 +392,8 @@ CXK_BIND(pool) {
         .def("object_stat", [](PoolHandle &h, const std::string &name) {
             struct cxk_obj_stat s;
             PoolHold use = h.hold();
-            check(cxk_obj_stat(use.get(), name.c_str(), &s), "object " + name + " in pool " + h.label);
+            check(cxk_obj_stat(use.get(), name.c_str(), &s),
+                  "object " + name + " in pool " + h.label);
             return obj_stat_dict(s);
         })
         // bench/pool.py: median ns of one cxk_obj_stat per name, timed in C (no Python call

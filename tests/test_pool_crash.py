@@ -1,7 +1,8 @@
 """Crashes: a process killed at each crash point of create / publish / destroy / the host lock
-and while taking a host slot over, and a kill -9 loop (bounded in time) over a process doing random pool work, leave the pool
-consistent: fsck finds nothing broken, half-created objects are reclaimed, dead processes'
-leases expire, and every object whose publish returned is still there and intact."""
+and while taking a host slot over, and a kill -9 loop (bounded in time) over a process doing
+random pool work, leave the pool consistent: fsck finds nothing broken, half-created objects
+are reclaimed, dead processes' leases expire, every object whose publish returned is still
+there and intact, and the next opener of a half-taken-over slot takes it over itself."""
 from __future__ import annotations
 
 import hashlib
