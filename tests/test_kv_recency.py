@@ -290,3 +290,18 @@ def test_table_size_keeps_slots_per_block_and_stays_a_small_share_of_a_partition
     small = {"max_objects": 511, "partition_bytes": 128 << 10, "max_hosts": 4}
     n = recency.table_slots(small, 512)
     assert 8 * n <= (128 << 10) // recency.PARTITION_SHARE and n >= recency.MIN_SLOTS
+
+
+def test_large_batches_stamp_the_same_slots_as_single_keys(pool_path, clock):
+    a, b = open_store(pool_path, 0), open_store(pool_path, 1)
+    keys = block_hashes(list(range(16 * 20)))
+    big = EngineTensors.per_layer(LAYOUT, [torch.zeros(2, 20, 16, 2, 16) for _ in range(2)])
+    clock.at(1)
+    assert a.put(keys, big, range(20)) == 20  # one batch: the vectorised path
+    clock.at(100)
+    hot = keys[:9] + keys[11:]  # two gets of 9 keys each, both above SCALAR_TOUCH
+    assert len(keys[11:]) > recency.SCALAR_TOUCH
+    assert b.get(keys[:9], big, range(9)) == 9
+    assert b.get(keys[11:], big, range(9)) == 9
+    assert a.evict(2 * a.block_bytes) == 2
+    assert present(a, keys) == [k in hot for k in keys]

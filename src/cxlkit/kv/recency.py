@@ -27,6 +27,7 @@ SLOTS_PER_BLOCK = 8  # slots per block the namespace could hold on every host at
 MIN_SLOTS = 64
 PARTITION_SHARE = 16  # a table takes at most 1/16 of its host's partition
 TAG = "recent."  # table name: <namespace prefix>recent.<host>
+SCALAR_TOUCH = 8  # batches up to this many keys are stamped key by key
 ATTACH_WAIT_S = 1.0  # how long a store waits for another process of its host to publish it
 
 
@@ -50,7 +51,7 @@ def table_slots(pool_stat: dict, block_bytes: int) -> int:
 
 def key_words(keys: Sequence[bytes]) -> np.ndarray:
     """The first 8 bytes of each 32-byte key as little-endian u64 (slot = word mod nslots)."""
-    return np.frombuffer(b"".join(bytes(k[:8]) for k in keys), dtype="<u8")
+    return np.frombuffer(b"".join(keys), dtype="<u8")[::4]
 
 
 def name_words(names: Sequence[str], prefix_len: int) -> np.ndarray:
@@ -174,6 +175,9 @@ class RecencyTables:
                     return
                 time.sleep(0.001)
                 continue
+            except OSError as e:
+                self._give_up(f"cannot open it: {e}")
+                return
             obj = PoolObject(h, self.name, d["offset"], d["nbytes"], d["generation"],
                              d["host"], True)
             nslots, bad = _checked(obj, d["nbytes"], self.host_id)
@@ -206,11 +210,15 @@ class RecencyTables:
         """Record a use of these blocks now in this host's table."""
         if self._table is None or not keys:
             return
-        idx = HEADER_WORDS + (key_words(keys) & np.uint64(self._mask))
+        now = _now()
         words = np.frombuffer(self._table, dtype="<u8")
         # Plain aligned 8-byte stores, no atomics: processes of this host racing on one slot
         # can only leave the slightly older of two stamps (microseconds): harmless for a hint.
-        words[idx] = _now()
+        if len(keys) <= SCALAR_TOUCH:  # per-key Python beats numpy's set-up on small batches
+            for k in keys:
+                words[HEADER_WORDS + (int.from_bytes(k[:8], "little") & self._mask)] = now
+        else:
+            words[HEADER_WORDS + (key_words(keys) & np.uint64(self._mask))] = now
         del words
         if self._nc:
             # make the stamps visible to other hosts' evictions (they invalidate before
