@@ -46,7 +46,7 @@ def cxlkit_runs(n: int, threads: int, simd: str | None, nt: str, thp: bool, keep
                 shared: dict) -> dict:
     """{variant: step function} over placed fp32 p, m, v and fp32/bf16 grads; the params,
     grads and copy go into `shared` for the other implementations (their moments are their
-    own), which keeps a 200M-param run within 42 bytes per param of memory."""
+    own), which keeps a run within 52 bytes per param of memory (with the bound's 16)."""
     import torch
 
     import cxlkit
@@ -131,21 +131,26 @@ def deepspeed_runs(shared: dict) -> dict:
 
 
 def copy_runs(n: int, threads: int, thp: bool, keep: list) -> dict:
-    """Streaming copies over two 4n-byte buffers (twice the last-level cache from 10M params
-    on): cxlkit's native copy kernel (`cxlkit bench memory`, threads pinned), torch copy_,
-    glibc memcpy (np.copyto, 1 thread) and an in-place multiply, which reads and writes the
-    same lines as Adam does. Each returns its GB/s (bytes read + bytes written)."""
+    """The bound's candidates, over Adam's own footprint (four 4n-byte buffers, as p, m, v and
+    fp32 g: a smaller one would let the last-level cache serve part of it and flatter the
+    bound): cxlkit's native copy kernel (`cxlkit bench memory`, threads pinned), torch copy_
+    and glibc memcpy (np.copyto, 1 thread) between two of them, and an in-place multiply over
+    all four, which reads and writes the same lines as Adam does. Each returns its GB/s
+    (bytes read + bytes written)."""
     import torch
 
     import cxlkit
     from cxlkit.bench import machine, memory
 
-    a, b = cxlkit.alloc(n * 4, thp=thp), cxlkit.alloc(n * 4, thp=thp)
-    src, dst = a.numpy("float32"), b.numpy("float32")
-    src[:] = 1.0
-    dst[:] = 1.0
-    ts, td = torch.from_numpy(src), torch.from_numpy(dst)
-    keep += [a, b, src, dst, ts, td]
+    bufs = [cxlkit.alloc(n * 4, thp=thp) for _ in range(4)]
+    arrays = [b.numpy("float32") for b in bufs]
+    for x in arrays:
+        x[:] = 1.0
+    tensors = [torch.from_numpy(x) for x in arrays]
+    keep += [bufs, arrays, tensors]
+    a, b = bufs[:2]
+    src, dst = arrays[:2]
+    ts, td = tensors[:2]
     cpus = list(machine.allowed_cpus())[:threads]
     moved = 2 * n * 4
 
@@ -156,14 +161,46 @@ def copy_runs(n: int, threads: int, thp: bool, keep: list) -> dict:
             return nbytes / (time.perf_counter() - t0) / 1e9
         return run
 
+    def inplace() -> None:
+        for x in tensors:
+            x.mul_(1.0)
+
     # cxlkit's kernel times itself (after a calibration pass of its own)
     out = {"cxlkit_copy": lambda: memory.bandwidth(b, a, "copy", threads, cpus, target_s=0.0,
                                                    reps=1)[0] / 1e9,
            "torch_copy": timed(lambda: td.copy_(ts), moved),
-           "torch_inplace_mul": timed(lambda: (ts.mul_(1.0), td.mul_(1.0)), 2 * moved)}
+           "torch_inplace_mul": timed(inplace, 4 * moved)}
     if threads == 1:
         out["memcpy"] = timed(lambda: np.copyto(dst, src), moved)
     return out
+
+
+def last_level_cache_bytes() -> int:
+    """The largest cache of CPU 0 (sysfs), 32 MiB when sysfs does not say."""
+    import glob
+
+    best = 0
+    for d in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
+        try:
+            with open(os.path.join(d, "size")) as f:
+                s = f.read().strip()
+        except OSError:
+            continue
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:], 1)
+        best = max(best, int(s.rstrip("KMG")) * mult)
+    return best or 32 << 20
+
+
+def scrubber(keep: list):
+    """Reads a buffer twice the last-level cache before each timed task: a task leaves up to
+    a cache's worth of dirty lines behind, and the next one would pay for writing them back
+    (about 10 % of a 10M-param step here), whoever it is. Untimed."""
+    import cxlkit
+
+    buf = cxlkit.alloc(2 * last_level_cache_bytes(), thp=True)
+    view = buf.numpy("uint64")
+    keep += [buf, view]
+    return lambda: int(view.sum())
 
 
 def worker(a: argparse.Namespace) -> None:
@@ -192,10 +229,11 @@ def worker(a: argparse.Namespace) -> None:
         gbps: dict[str, list[float]] = {k: [] for k in copies}
         tasks = [(impl, variant, fn) for impl, runs in impls.items()
                  for variant, fn in runs.items()] + [("copy", k, fn) for k, fn in copies.items()]
+        scrub = scrubber(keep) if a.scrub else (lambda: None)
         for rep in range(a.reps + 1):  # repetition 0 warms (page faults, thread start)
-            # rotate the order: whatever runs first after a copy pays for writing back the
-            # copy's dirty lines, so no one task may always be first
+            # rotate the order, so that no task always follows the same one
             for impl, name, fn in tasks[rep % len(tasks):] + tasks[:rep % len(tasks)]:
+                scrub()
                 t0 = time.perf_counter()
                 g = fn()
                 dt = time.perf_counter() - t0
@@ -232,7 +270,7 @@ def worker(a: argparse.Namespace) -> None:
                            x / y for x, y in zip(ts, ours)), 3),
                        "cxlkit_speedup_best": round(best / min(ours), 3)}
                 if impl == "cxlkit":
-                    row.update(simd=simd, nt=a.nt, thp=a.thp, copy_gbps=bw, copy_gbps_best=bw_best,
+                    row.update(simd=simd, nt=a.nt, thp=a.thp, scrub=a.scrub, copy_gbps=bw, copy_gbps_best=bw_best,
                                bound_params_per_s=round(bound), reps=a.reps,
                                best_pct_of_best_bound=round(
                                    100 * n / best / (max(bw_best.values()) * 1e9 / nbytes), 1))
@@ -257,6 +295,8 @@ def main() -> None:
                     help="transparent huge pages for every buffer: cxlkit's (alloc thp=True), "
                     "the shared params and grads, the copies of the bound, and torch's own "
                     "(THP_MEM_ALLOC_ENABLE=1, so torch's and DeepSpeed's moments get them too)")
+    ap.add_argument("--no-scrub", dest="scrub", action="store_false",
+                    help="do not read a 2x last-level-cache buffer before each timed task")
     ap.add_argument("--no-torch", action="store_true", help="skip torch.optim.AdamW(fused)")
     ap.add_argument("--deepspeed-path", default=None,
                     help="a directory holding deepspeed (prepended to the child's PYTHONPATH)")
