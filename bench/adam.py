@@ -270,7 +270,9 @@ def worker(a: argparse.Namespace) -> None:
                            x / y for x, y in zip(ts, ours)), 3),
                        "cxlkit_speedup_best": round(best / min(ours), 3)}
                 if impl == "cxlkit":
-                    row.update(simd=simd, nt=a.nt, thp=a.thp, scrub=a.scrub, copy_gbps=bw, copy_gbps_best=bw_best,
+                    row.update(simd=simd, nt=a.nt, thp=a.thp, scrub=a.scrub,
+                               omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", "unset"),
+                               copy_gbps=bw, copy_gbps_best=bw_best,
                                bound_params_per_s=round(bound), reps=a.reps,
                                best_pct_of_best_bound=round(
                                    100 * n / best / (max(bw_best.values()) * 1e9 / nbytes), 1))
@@ -295,6 +297,11 @@ def main() -> None:
                     help="transparent huge pages for every buffer: cxlkit's (alloc thp=True), "
                     "the shared params and grads, the copies of the bound, and torch's own "
                     "(THP_MEM_ALLOC_ENABLE=1, so torch's and DeepSpeed's moments get them too)")
+    ap.add_argument("--omp-wait-policy", choices=("passive", "default"), default="passive",
+                    help="OMP_WAIT_POLICY for the run: passive (default) makes the OpenMP threads "
+                    "of torch and DeepSpeed sleep when idle; 'default' leaves libgomp's spin "
+                    "after every parallel region, which takes the cores cxlkit's pinned team "
+                    "needs for its next step (docs/train.md has the A/B)")
     ap.add_argument("--no-scrub", dest="scrub", action="store_false",
                     help="do not read a 2x last-level-cache buffer before each timed task")
     ap.add_argument("--no-torch", action="store_true", help="skip torch.optim.AdamW(fused)")
@@ -308,6 +315,8 @@ def main() -> None:
         return
     for threads in [int(t) for t in a.threads.split(",")]:
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+        if a.omp_wait_policy == "passive":
+            env["OMP_WAIT_POLICY"] = "PASSIVE"
         if a.thp == "on":
             env["THP_MEM_ALLOC_ENABLE"] = "1"  # torch's CPU allocator: MADV_HUGEPAGE >= 2 MiB
         if a.deepspeed_path:
