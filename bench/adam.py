@@ -63,7 +63,9 @@ def cxlkit_runs(n: int, threads: int, simd: str | None, nt: str, thp: bool, keep
     g16[:] = torch.from_numpy(g).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
     cfg = A.AdamConfig(simd=simd, nt_state=nt in ("state", "both"),
                        nt_copy=nt in ("copy", "both"))
-    team = A.AdamTeam(threads)
+    # 1 thread: the calling thread, as torch and DeepSpeed do with one OpenMP thread; a team
+    # of one would add a wake-up and a hand-off per step (2-3 % of a 10M-param step here)
+    team = A.AdamTeam(threads) if threads > 1 else None
     keep += [bufs, team]
     shared.update(p=torch.from_numpy(p), g=torch.from_numpy(g),
                   g16=torch.from_numpy(g16.view(np.int16)).view(torch.bfloat16),
