@@ -1,6 +1,7 @@
 // bind_kv.cpp — binding of the KV copy engine: KVPlan (a validated copy of a cxk_kv_plan) with
 // batched gather/scatter over image addresses, the block checksum, and KVPool: the KV store's
-// batched put/get/lookup of blocks over a cxlkit.Pool's own handle (bind_pool.h).
+// batched put/get/lookup of blocks, and its counter and table accesses by pool offset, over a
+// cxlkit.Pool's own handle (bind_pool.h).
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -218,6 +219,8 @@ CXK_BIND(kvpool) {
                  if (k.owns) k.handle.attr("close")();
              })
         .def_prop_ro("pool", [](const KVPool &k) { return k.handle; })
+        // the mapping's address now, for a benchmark's scratch view; the library passes
+        // offsets instead (an address kept across calls dangles once the pool is closed)
         .def_prop_ro("base", [](const KVPool &k) {
             PoolHold use = k.hold();
             return uint64_t(cxk_pool_base(use.get()));
@@ -278,12 +281,39 @@ CXK_BIND(kvpool) {
             PoolHold use = k.hold();
             check(cxk_kv_lookup(use.get(), nm.ptrs.data(), names.size(), &hits), "kv lookup");
             return hits;
-        });
-    m.def(
-        "kv_atomic_add",
-        [](uint64_t addr, uint64_t delta) {
-            // counters in a host-owned object: processes of one host are one coherence domain
-            __atomic_fetch_add(reinterpret_cast<uint64_t *>(addr), delta, __ATOMIC_RELAXED);
-        },
-        nb::arg("addr"), nb::arg("delta"));
+        })
+        .def(
+            "atomic_add",
+            [](const KVPool &k, uint64_t offset, uint64_t value) {
+                // a counter (u64) in a host-owned object: processes of one host are one
+                // coherence domain, so a relaxed atomic add is exact among them; other hosts
+                // only read it. Only this host's partition, and whole aligned words.
+                PoolHold use = k.hold();
+                if (offset % 8)
+                    throw nb::value_error(("offset " + std::to_string(offset) +
+                                           ": a counter is an 8-byte aligned u64").c_str());
+                use.check_range(offset, 8, true);
+                auto *w = reinterpret_cast<uint64_t *>(use.base() + offset);
+                return __atomic_add_fetch(w, value, __ATOMIC_RELAXED);
+            },
+            nb::arg("offset"), nb::arg("value"))
+        .def(
+            "read",
+            [](const KVPool &k, uint64_t offset, uint64_t nbytes) {
+                // a copy of [offset, offset + nbytes) of the data region, after dropping stale
+                // lines (coherence "none": pairs with the writer host's flush)
+                PoolHold use = k.hold();
+                use.check_range(offset, nbytes, false);
+                cxk_pool_invalidate(use.get(), offset, nbytes);
+                nb::bytes out(nullptr, size_t(nbytes));
+                char *dst = PyBytes_AS_STRING(out.ptr());  // a fresh object: ours to fill
+                if (nbytes >= (1u << 20)) {
+                    nb::gil_scoped_release nogil;
+                    std::memcpy(dst, use.base() + offset, nbytes);
+                } else {
+                    std::memcpy(dst, use.base() + offset, nbytes);
+                }
+                return out;
+            },
+            nb::arg("offset"), nb::arg("nbytes"));
 }

@@ -2,6 +2,8 @@
 // files through bind_pool.h) and PoolObject (a leased object that exports its payload through
 // the buffer protocol: memoryview / numpy / torch views without copies). cxlkit/pool.py is the
 // public face.
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -9,7 +11,9 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,7 +21,9 @@
 
 namespace cxk::py {
 
-PoolHold::PoolHold(PoolGate &gate, cxk_pool *p, const std::string &label) : gate_(&gate), p_(p) {
+PoolHold::PoolHold(PoolGate &gate, cxk_pool *p, const std::string &label,
+                   const PoolGeometry &geo)
+    : gate_(&gate), p_(p), label_(&label), geo_(&geo) {
     // GIL held: close() marks closing with the GIL held too, so either it saw our count or
     // we see its mark
     if (!p || gate.closing.load()) throw nb::value_error(("pool " + label + " is closed").c_str());
@@ -34,6 +40,25 @@ PoolHold::~PoolHold() {
     }
 }
 
+void PoolHold::check_range(uint64_t off, uint64_t n, bool to_write) const {
+    const PoolGeometry &g = *geo_;
+    uint64_t lo = g.data_off, hi = g.size;
+    const char *where = "the data region";
+    if (to_write) {
+        lo = g.data_off + uint64_t(g.host_id) * g.partition_bytes;
+        hi = lo + g.partition_bytes;
+        where = "this host's partition (a host writes only its own)";
+    }
+    if (off < lo || off > hi || n > hi - off) {  // no overflow: off <= hi first
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "offset 0x%llx (+%llu bytes) is outside %s [0x%llx, 0x%llx) of pool ",
+                 (unsigned long long)off, (unsigned long long)n, where, (unsigned long long)lo,
+                 (unsigned long long)hi);
+        throw nb::value_error((msg + *label_).c_str());
+    }
+}
+
 namespace {
 
 struct PoolObject;
@@ -44,6 +69,7 @@ struct PoolHandle {
     uint32_t host_id = 0;
     std::vector<PoolObject *> objects; // open objects, closed with the pool
     PoolGate gate;
+    PoolGeometry geo;
 
     PoolHandle(const std::vector<std::string> &paths, unsigned flags, int host_id,
                const std::string &tag, int coherence, int numa_node, uint64_t size,
@@ -81,10 +107,12 @@ struct PoolHandle {
             check(r, label);
         }
         this->host_id = s.host_id;
+        geo = PoolGeometry{s.size, s.data_off, s.partition_bytes, s.host_id,
+                           s.coherence == CXK_COHERENCE_NONE};
     }
     ~PoolHandle();
     // A shared hold on the mapping for one call; the closed error once close() has begun.
-    PoolHold hold() { return PoolHold(gate, p, label); }
+    PoolHold hold() { return PoolHold(gate, p, label, geo); }
     bool closed() const { return !p || gate.closing.load(); }
     void close();
 };
@@ -121,6 +149,20 @@ struct PoolObject {
             }
     }
     std::string what() const { return "object " + name + " in pool " + h->label; }
+    template <typename Pos, typename N> [[noreturn]] void bad_range(Pos pos, N n) const {
+        throw nb::value_error(("range [" + std::to_string(pos) + ", +" + std::to_string(n) +
+                               ") outside object " + name + " of " + std::to_string(nbytes) +
+                               " bytes")
+                                  .c_str());
+    }
+    // [pos, pos + n) of the payload from Python's arguments; ValueError naming the object
+    // when it does not fit
+    std::pair<uint64_t, uint64_t> range(int64_t pos, std::optional<int64_t> n) const {
+        if (pos < 0 || uint64_t(pos) > nbytes || (n && *n < 0)) bad_range(pos, n.value_or(0));
+        uint64_t len = n ? uint64_t(*n) : nbytes - uint64_t(pos);
+        if (len > nbytes - uint64_t(pos)) bad_range(pos, len);
+        return {uint64_t(pos), len};
+    }
     PoolHold hold() const {
         if (closed) throw nb::value_error(("object " + name + " is closed").c_str());
         return h->hold();
@@ -186,14 +228,26 @@ void PoolHandle::close() {
     check(r, label);
 }
 
-PoolGate &gate_of(nb::handle handle) { return nb::cast<PoolHandle &>(handle).gate; }
-cxk_pool *pool_in(nb::handle handle) { return nb::cast<PoolHandle &>(handle).p; }
-const std::string &label_of(nb::handle handle) { return nb::cast<PoolHandle &>(handle).label; }
+using U64Array = nb::ndarray<const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// every offset names a whole aligned u64 of the payload; else ValueError naming the object
+void check_words(const PoolObject &o, const U64Array &offsets) {
+    const uint64_t *off = offsets.data();
+    for (size_t i = 0; i < offsets.shape(0); ++i) {
+        if (off[i] % 8)
+            throw nb::value_error(("offset " + std::to_string(off[i]) + " in object " + o.name +
+                                   ": not a multiple of 8 (a u64 word)").c_str());
+        if (o.nbytes < 8 || off[i] > o.nbytes - 8) o.bad_range(off[i], 8);
+    }
+}
+
+PoolHandle &handle_of(nb::handle handle) { return nb::cast<PoolHandle &>(handle); }
 
 }  // namespace
 
 PoolHold::PoolHold(nb::handle handle)
-    : PoolHold(gate_of(handle), pool_in(handle), label_of(handle)) {}
+    : PoolHold(handle_of(handle).gate, handle_of(handle).p, handle_of(handle).label,
+               handle_of(handle).geo) {}
 
 nb::dict obj_stat_dict(const struct cxk_obj_stat &s) {
     nb::dict d;
@@ -251,6 +305,8 @@ CXK_BIND(pool) {
         .def_ro("host", &PoolObject::host)
         .def_ro("writable", &PoolObject::writable)
         .def_prop_ro("closed", [](const PoolObject &o) { return o.closed || o.h->closed(); })
+        // the payload's address now: valid only while the caller knows the pool stays open
+        // (cxlkit's own code passes offsets to the calls below instead)
         .def_prop_ro("address", [](const PoolObject &o) {
             PoolHold use = o.hold();
             return uintptr_t(static_cast<char *>(cxk_pool_base(use.get())) + o.off);
@@ -292,6 +348,55 @@ CXK_BIND(pool) {
             PyBuffer_Release(&v);
             check(r, o.what());
         }, nb::arg("dst"), nb::arg("pos"))
+        .def("write", [](PoolObject &o, int64_t pos, nb::handle data) {
+            // a copy into the payload under a hold: no address outlives the call
+            PoolHold use = o.hold();
+            if (!o.writable) raise_errno(EACCES, o.what() + " (opened read-only)");
+            Py_buffer v;
+            if (PyObject_GetBuffer(data.ptr(), &v, PyBUF_C_CONTIGUOUS) != 0)
+                throw nb::python_error();
+            struct Release {
+                Py_buffer *v;
+                ~Release() { PyBuffer_Release(v); }
+            } release{&v};
+            auto [at, n] = o.range(pos, int64_t(v.len));
+            use.check_range(o.off + at, n, true);  // a forged PoolObject writes nowhere else
+            char *dst = use.base() + o.off + at;
+            if (n >= (1u << 20)) {
+                nb::gil_scoped_release unlock;
+                std::memmove(dst, v.buf, n);
+            } else {
+                std::memmove(dst, v.buf, n);
+            }
+        }, nb::arg("pos"), nb::arg("data"))
+        // u64 words at payload offsets (8-byte aligned): one value stored at each, or each
+        // loaded, as single aligned 8-byte accesses under a hold of the pool (no view that a
+        // close of the pool would have to refuse for, no address that outlives the call)
+        .def("store_u64", [](PoolObject &o, U64Array offsets, uint64_t value) {
+            PoolHold use = o.hold();
+            if (!o.writable) raise_errno(EACCES, o.what() + " (opened read-only)");
+            check_words(o, offsets);
+            use.check_range(o.off, o.nbytes, true);
+            char *b = use.base() + o.off;
+            const uint64_t *off = offsets.data();
+            for (size_t i = 0; i < offsets.shape(0); ++i)
+                __atomic_store_n(reinterpret_cast<uint64_t *>(b + off[i]), value,
+                                 __ATOMIC_RELAXED);
+        }, nb::arg("offsets"), nb::arg("value"))
+        .def("load_u64", [](PoolObject &o, U64Array offsets) {
+            PoolHold use = o.hold();
+            check_words(o, offsets);
+            use.check_range(o.off, o.nbytes, false);
+            const size_t n = offsets.shape(0);
+            auto *out = new uint64_t[n];
+            nb::capsule owner(out, [](void *q) noexcept { delete[] static_cast<uint64_t *>(q); });
+            const char *b = use.base() + o.off;
+            const uint64_t *off = offsets.data();
+            for (size_t i = 0; i < n; ++i)
+                out[i] = __atomic_load_n(reinterpret_cast<const uint64_t *>(b + off[i]),
+                                         __ATOMIC_RELAXED);
+            return nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>(out, {n}, owner);
+        }, nb::arg("offsets"))
         .def("flush", [](PoolObject &o) {
             PoolHold use = o.hold();
             cxk_pool_flush(use.get(), o.off, o.nbytes);

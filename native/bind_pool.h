@@ -1,6 +1,6 @@
 // bind_pool.h — private to the binding floor: what other binding files use of bind_pool.cpp —
-// the cxk_pool behind a Python pool object held for one native call, and the one
-// cxk_obj_stat -> dict conversion.
+// the cxk_pool behind a Python pool object held for one native call (with the pool's geometry,
+// to check offsets Python passes in), and the one cxk_obj_stat -> dict conversion.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -23,21 +23,39 @@ struct PoolGate {
     std::condition_variable cv;
 };
 
+// What a handle learnt from cxk_pool_stat at open; fixed for the pool's life.
+struct PoolGeometry {
+    uint64_t size = 0;             // bytes mapped
+    uint64_t data_off = 0;         // host h's partition: [data_off + h * partition_bytes, +...)
+    uint64_t partition_bytes = 0;
+    uint32_t host_id = 0;
+    bool nc = false;               // coherence "none": flushes and invalidates are real
+};
+
 // One shared hold of a PoolHandle's mapping for one native call. Take it with the GIL held;
 // it raises the closed error (ValueError naming the pool) once close() has begun. Keep it
-// alive across the GIL-released call; release needs no GIL.
+// alive across the GIL-released call; release needs no GIL. Python code must not keep a raw
+// address across calls (a close in between unmaps it): it passes offsets, and the call that
+// uses one holds the pool for the whole access.
 class PoolHold {
   public:
     explicit PoolHold(nb::handle handle);  // a PoolHandle from pool_handle()
-    PoolHold(PoolGate &gate, cxk_pool *p, const std::string &label);
+    PoolHold(PoolGate &gate, cxk_pool *p, const std::string &label, const PoolGeometry &geo);
     ~PoolHold();
     PoolHold(const PoolHold &) = delete;
     PoolHold &operator=(const PoolHold &) = delete;
     cxk_pool *get() const { return p_; }
+    char *base() const { return static_cast<char *>(cxk_pool_base(p_)); }
+    const PoolGeometry &geometry() const { return *geo_; }
+    // [off, off + n) lies in the pool's data region (to_write: in this host's own partition,
+    // the only part it may write, DESIGN principle 1); else ValueError naming the offset
+    void check_range(uint64_t off, uint64_t n, bool to_write) const;
 
   private:
     PoolGate *gate_;
     cxk_pool *p_;
+    const std::string *label_;
+    const PoolGeometry *geo_;
 };
 
 // The _native.PoolHandle of `obj`: obj itself, or a cxlkit.Pool's handle (its `_h`).

@@ -12,6 +12,7 @@ import torch
 
 from cxlkit import _native
 from cxlkit.kv import BlockLayout, EngineTensors, Store, block_hashes, host_stats
+from cxlkit.kv.store import STAT_FIELDS
 from cxlkit.testing import inject_fault
 
 LAYOUT = BlockLayout(num_layers=2, num_kv_heads=2, head_dim=16, dtype="float32", block_tokens=16)
@@ -468,3 +469,39 @@ def test_closing_stores_over_a_shared_pool_returns_their_leases(pool_path):
         for _ in range(20):  # more stores than lease entries
             Store(p, LAYOUT).close()
         assert p.fsck(repair=False).leases_live == 0
+
+
+def test_counters_are_added_and_read_by_pool_offset_within_the_pool(pool_path):
+    from cxlkit import Pool
+
+    with Pool(pool_path, 32 << 20, host_id=1, max_hosts=2) as p:
+        s = Store(p, LAYOUT)
+        kp, off = s._pool, s._shared["offset"]
+        i = 8 * list(STAT_FIELDS).index("evictions")
+        assert kp.atomic_add(off + i, 5) == 5  # the new value
+        assert kp.atomic_add(off + i, 2) == 7
+        assert host_stats(p)[1]["evictions"] == 7
+        assert kp.read(off + i, 8) == (7).to_bytes(8, "little")
+        assert kp.read(off, 0) == b""
+        st = p.stat()
+        theirs = st.data_offset  # host 0's partition: readable, never written by host 1
+        assert len(kp.read(theirs, 64)) == 64
+        for bad in (theirs, 0, st.size - 8, st.size, 1 << 63):
+            with pytest.raises(ValueError, match=f"offset 0x{bad:x} .*outside this host's "
+                                                 "partition"):
+                kp.atomic_add(bad, 1)
+        with pytest.raises(ValueError, match=f"offset {off + 4}: .*8-byte aligned"):
+            kp.atomic_add(off + 4, 1)
+        for bad, n in ((0, 8), (st.size - 8, 16), (st.size, 1), (1 << 63, 1 << 63)):
+            with pytest.raises(ValueError, match=f"offset 0x{bad:x} .*outside the data region"):
+                kp.read(bad, n)
+        with pytest.raises(TypeError):
+            kp.atomic_add(off, -1)  # counters only grow
+        s.close()
+        for call in (lambda: kp.atomic_add(off, 1), lambda: kp.read(off, 8)):
+            with pytest.raises(ValueError, match="KV store's pool is closed"):
+                call()
+        kp2 = _native.KVPool(p)
+    for call in (lambda: kp2.atomic_add(off, 1), lambda: kp2.read(off, 8)):
+        with pytest.raises(ValueError, match=f"pool {pool_path} is closed"):
+            call()

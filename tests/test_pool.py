@@ -562,6 +562,78 @@ def test_noncoherent_mode_flushes_and_invalidates(path):
         assert a.fsck().clean
 
 
+# ---- ranges: write into an object, u64 words by offset -------------------------------------
+def test_write_copies_into_the_payload_within_its_range(path):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0) as pool:
+        obj = pool.create("w", 256)
+        obj.write(8, b"abc")
+        obj.write(253, bytearray(b"xyz"))  # up to the last byte
+        obj.write(256, b"")  # an empty write at the end
+        assert bytes(memoryview(obj)[:12]) == bytes(8) + b"abc\0"
+        assert bytes(memoryview(obj)[250:]) == bytes(3) + b"xyz"
+        for pos, data in ((254, b"xyz"), (257, b""), (-1, b"a"), (0, bytes(257))):
+            with pytest.raises(ValueError, match="outside object w of 256 bytes"):
+                obj.write(pos, data)
+        with pytest.raises(TypeError):
+            obj.write(0, "text")  # not a bytes-like object
+        obj.publish()
+        obj.close()
+        with pytest.raises(ValueError, match="object w is closed"):
+            obj.write(0, b"a")
+        with pool.open("w") as ro:
+            with pytest.raises(PermissionError, match="object w in pool .* read-only"):
+                ro.write(0, b"a")
+            assert ro.read(8, 3) == b"abc"
+    with pytest.raises(ValueError, match="closed"):
+        obj.write(0, b"a")
+
+
+def test_u64_words_are_stored_and_loaded_by_payload_offset_within_the_object(path):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0) as pool:
+        obj = pool.create("u", 64)
+        obj.store_u64(np.array([0, 56, 16], np.uint64), 2**64 - 3)
+        obj.store_u64(np.array([], np.uint64), 1)
+        got = obj.load_u64(np.array([56, 8, 0, 16, 56], np.uint64))
+        assert got.dtype == np.uint64 and got.tolist() == [2**64 - 3, 0, 2**64 - 3, 2**64 - 3,
+                                                           2**64 - 3]
+        assert obj.load_u64(np.array([], np.uint64)).tolist() == []
+        assert bytes(memoryview(obj)[16:24]) == (2**64 - 3).to_bytes(8, "little")
+        for call in (obj.load_u64, lambda o: obj.store_u64(o, 1)):
+            with pytest.raises(ValueError, match="offset 4 in object u: not a multiple of 8"):
+                call(np.array([0, 4], np.uint64))
+            for bad in (64, 1 << 63):
+                with pytest.raises(ValueError, match=f"range \\[{bad}, \\+8\\) outside object u"):
+                    call(np.array([bad], np.uint64))
+            with pytest.raises(ValueError, match="outside object u"):
+                call(np.array([-8], np.int64))  # converted to u64: far past the end
+        obj.publish()
+        obj.close()
+        with pool.open("u") as ro:
+            assert ro.load_u64(np.array([0], np.uint64)).tolist() == [2**64 - 3]
+            with pytest.raises(PermissionError, match="read-only"):
+                ro.store_u64(np.array([0], np.uint64), 1)
+        for call in (lambda: obj.load_u64(np.array([0], np.uint64)),
+                     lambda: obj.store_u64(np.array([0], np.uint64), 1)):
+            with pytest.raises(ValueError, match="object u is closed"):
+                call()
+
+
+def test_an_object_forged_outside_the_pool_cannot_write_or_read_there(path):
+    # PoolObject takes its offset from Python: the range calls check it against the pool
+    # (writes: this host's partition only), so a forged one cannot reach past the mapping
+    with cxlkit.Pool(path, size=8 * MiB, host_id=1, max_hosts=2) as pool:
+        st = pool.stat()
+        theirs = poolmod.PoolObject(pool._h, "theirs", st.data_offset, 4096, 1, 1, True)
+        for write in (lambda: theirs.write(0, b"x"),
+                      lambda: theirs.store_u64(np.array([0], np.uint64), 1)):
+            with pytest.raises(ValueError, match=r"outside this host's partition .* of pool"):
+                write()  # host 0's partition
+        past = poolmod.PoolObject(pool._h, "past", st.size - 64, 4096, 1, 1, False)
+        with pytest.raises(ValueError, match=r"offset 0x[0-9a-f]+ .* outside the data region"):
+            past.load_u64(np.array([0], np.uint64))
+        del theirs, past
+
+
 def test_memfd_pool_bound_to_node(path):
     with cxlkit.Pool("memfd:cxlkit-test-numa", size=8 * MiB, host_id=0, numa_node=0) as p:
         with p.create("n", MiB, publish=True) as o:

@@ -1,6 +1,7 @@
 """Closing a pool while other threads are inside GIL-released pool and KV calls on the same
-handle: every call either completes or raises the closed error naming the pool, nothing
-touches the unmapped range (the work runs in a forked child: a crash is its exit code)."""
+handle, or between the steps of a KV store call (counters, statistics, recency tables): every
+call either completes or raises the closed error naming the pool, nothing touches the unmapped
+range (the work runs in a forked child: a crash is its exit code)."""
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -14,7 +15,7 @@ import torch
 
 import cxlkit
 from cxlkit import _native
-from cxlkit.kv import BlockLayout, EngineTensors, block_hashes
+from cxlkit.kv import BlockLayout, EngineTensors, Store, block_hashes, host_stats
 
 MiB = 1 << 20
 LAYOUT = BlockLayout(num_layers=2, num_kv_heads=2, head_dim=64, dtype="float32", block_tokens=16)
@@ -108,6 +109,105 @@ def test_close_while_threads_are_in_gil_released_calls_never_unmaps_under_them(p
         child.kill()
         child.join()
         pytest.fail("close under load hung")
+    assert child.exitcode == 0  # -11 would be a SIGSEGV: the pool unmapped under a call
+
+
+def _store_hammer(store: Store, what: str, started: threading.Barrier, errors: list,
+                  label: str) -> None:
+    keys = block_hashes(list(range(16 * 4)))
+    ts = [torch.zeros(2, 4, 16, 2, 64) for _ in range(LAYOUT.num_layers)]
+    eng = EngineTensors.per_layer(LAYOUT, ts, "KBTHD")
+    first = True
+    i = 0
+    while True:
+        i += 1
+        try:
+            if what == "put":  # new blocks, then evictions: counters, touches, table reads
+                fresh = block_hashes(list(range(16 * 4 * i, 16 * 4 * (i + 1))))
+                store.put(fresh, eng, range(4))
+                if i % 8 == 0:
+                    store.evict(4 * store.block_bytes)
+            elif what == "get":
+                store.get(keys, eng, range(4))
+                store.lookup(keys)
+            elif what == "stats":  # reads every host's counters by offset under a lease
+                host_stats(store._pool)
+                store.blocks(all_hosts=True)
+            elif what == "touch":  # stamps (a view of the table) and range flushes
+                store._recency.touch(keys[:1])
+                store._recency.touch(keys * 4)
+        except BaseException as e:  # noqa: BLE001 - the claim is about every exception
+            if not _is_closed_error(e, label):
+                errors.append(f"{what}: {type(e).__name__}: {e}")
+            if first:
+                started.wait()
+            return
+        if first:
+            first = False
+            started.wait()
+
+
+def _close_store_under_load(path: str, rounds: int) -> None:
+    torch.set_num_threads(1)
+    errors: list[str] = []
+    for r in range(rounds):
+        coherence = ("host", "none")[r % 2]  # "none": range flushes and invalidates too
+        pool = cxlkit.Pool(path, size=64 * MiB, host_id=0, max_hosts=2, create=True,
+                           coherence=coherence)
+        # another host with its own table and counters: evictions read them, stats list them
+        other = Store(path, LAYOUT, host_id=1, coherence=coherence)
+        keys = block_hashes(list(range(16 * 4)))
+        eng = EngineTensors.per_layer(LAYOUT, [torch.zeros(2, 4, 16, 2, 64)
+                                               for _ in range(LAYOUT.num_layers)], "KBTHD")
+        other.put(keys, eng, range(4))
+        store = Store(pool, LAYOUT)  # shares the pool's handle: the close below is its close
+        store.put(keys, eng, range(4))
+        kinds = ["put", "get", "stats", "touch"]
+        started = threading.Barrier(len(kinds) + 1)
+        label = pool._h.label
+        threads = [threading.Thread(target=_store_hammer, args=(store, k, started, errors, label))
+                   for k in kinds]
+        for t in threads:
+            t.start()
+        started.wait(30)
+        time.sleep(0.002 * r)
+        try:
+            pool.close()  # waits for calls in flight: the store holds no view to refuse for
+        except BufferError as e:
+            errors.append(f"close refused: {e}")
+            break
+        assert pool.closed
+        for t in threads:
+            t.join(30)
+            if t.is_alive():
+                errors.append("a thread did not finish after close")
+        for call in (lambda: store.get(keys, eng, range(4)), lambda: store.put(keys[:1], eng, [0]),
+                     lambda: host_stats(store._pool), lambda: store._recency.touch(keys)):
+            try:
+                call()
+                errors.append("a store call on a closed pool did not raise")
+            except ValueError as e:
+                if not _is_closed_error(e, label):
+                    errors.append(f"closed error does not say so: {e}")
+        store.close()
+        other.clear()
+        other.close()
+        cxlkit.pool.remove(path)
+    if errors:
+        print("\n".join(errors[:20]), flush=True)
+        os._exit(1)
+    os._exit(0)
+
+
+def test_closing_the_pool_under_a_kv_stores_threads_never_touches_the_unmapped_range(pool_path):
+    ctx = mp.get_context("fork")
+    child = ctx.Process(target=_close_store_under_load, args=(pool_path, 8))
+    child.start()
+    child.join(180)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        pytest.fail("close under a KV store's threads hung")
     assert child.exitcode == 0  # -11 would be a SIGSEGV: the pool unmapped under a call
 
 

@@ -225,7 +225,10 @@ class FsckReport:
 class PoolObject(Views, _native.PoolObject):
     """One object of a pool, leased while open: its memory is not reused until close().
     Exports the payload through the buffer protocol (memoryview, numpy, torch) without
-    copies; objects from create() are writable, opened ones read-only unless asked."""
+    copies; objects from create() are writable, opened ones read-only unless asked.
+    write(pos, data) copies bytes in; store_u64(offsets, value) / load_u64(offsets) store or
+    load u64 words at payload offsets (a u64 array). Ranges are checked against the object
+    (ValueError naming it)."""
 
     def __enter__(self) -> PoolObject:
         return self
@@ -402,11 +405,10 @@ class Pool:
                          True)
         try:
             if data is not None:
-                memoryview(obj)[: len(mv)] = mv
+                # copies under a hold of the pool (no address a close could unmap meanwhile)
+                obj.write(0, mv)
                 if not zero and len(mv) < nbytes:
-                    import ctypes
-
-                    ctypes.memset(obj.address + len(mv), 0, nbytes - len(mv))
+                    obj.write(len(mv), bytes(nbytes - len(mv)))
             if publish or (publish is None and data is not None):
                 obj.publish(checksum=bool(checksum if checksum is not None else data is not None))
         except BaseException:

@@ -5,7 +5,6 @@ times (ns, CLOCK_REALTIME: hosts compare them); a block's slot is the first 8 by
 (a SHA-256, so uniform) as a little-endian u64, mod nslots. Sizing and collisions: docs/kv.md."""
 from __future__ import annotations
 
-import ctypes
 import errno
 import logging
 import struct
@@ -84,21 +83,25 @@ def check(words: np.ndarray, nbytes: int, host: int) -> int:
     return nslots
 
 
-def _words(obj: PoolObject, nbytes: int) -> np.ndarray:
-    """The payload's whole u64 words, in place (a trailing partial word is left out)."""
-    return np.frombuffer(obj, dtype="<u8", count=nbytes // 8)
+# Tables are read and written with native word loads and stores by payload offset, never
+# through a view: a view would make a close of the pool from another thread refuse (BufferError)
+# instead of waiting for the call, and an address kept by Python would dangle after it.
+_HEADER_OFFSETS = np.arange(HEADER_WORDS, dtype=np.uint64) * np.uint64(8)
+
+
+def _slot_offsets(words: np.ndarray, mask: int) -> np.ndarray:
+    """Payload offsets of the slots of these key words (u64)."""
+    return np.uint64(HEADER.size) + np.uint64(8) * (words & np.uint64(mask))
 
 
 def _checked(obj: PoolObject, nbytes: int, host: int) -> tuple[int, str]:
-    """(nslots, "") or (0, what is wrong). Not an exception: its traceback would keep the
-    view alive, and the object cannot close while a view of it exists."""
-    words = _words(obj, nbytes)
+    """(nslots, "") or (0, what is wrong with the table). The closed error of the pool is
+    raised, not reported as a bad table."""
+    words = obj.load_u64(_HEADER_OFFSETS) if nbytes >= HEADER.size else _HEADER_OFFSETS[:0]
     try:
         return check(words, nbytes, host), ""
     except ValueError as e:
         return 0, str(e)
-    finally:
-        del words
 
 
 class RecencyTables:
@@ -160,8 +163,7 @@ class RecencyTables:
                 obj = PoolObject(h, self.name, d["offset"], d["nbytes"], d["generation"],
                                  d["host"], True)
                 try:
-                    hdr = header(self.host_id, self.nslots)
-                    ctypes.memmove(obj.address, hdr, len(hdr))  # no view: close stays possible
+                    obj.write(0, header(self.host_id, self.nslots))  # no view: close stays possible
                     obj.publish()  # header first: a published table never changes shape
                 except BaseException:
                     obj.close()
@@ -208,23 +210,23 @@ class RecencyTables:
 
     def touch(self, keys: Sequence[bytes]) -> None:
         """Record a use of these blocks now in this host's table."""
-        if self._table is None or not keys:
+        table = self._table  # once: an eviction in another thread may replace it
+        if table is None or not keys:
             return
-        now = _now()
-        words = np.frombuffer(self._table, dtype="<u8")
+        if len(keys) <= SCALAR_TOUCH:  # per-key Python beats numpy's set-up on small batches
+            mask = self._mask
+            offsets = np.array([HEADER.size + 8 * (int.from_bytes(k[:8], "little") & mask)
+                                for k in keys], dtype=np.uint64)
+        else:
+            offsets = _slot_offsets(key_words(keys), self._mask)
         # Plain aligned 8-byte stores, no atomics: processes of this host racing on one slot
         # can only leave the slightly older of two stamps (microseconds): harmless for a hint.
-        if len(keys) <= SCALAR_TOUCH:  # per-key Python beats numpy's set-up on small batches
-            for k in keys:
-                words[HEADER_WORDS + (int.from_bytes(k[:8], "little") & self._mask)] = now
-        else:
-            words[HEADER_WORDS + (key_words(keys) & np.uint64(self._mask))] = now
-        del words
+        table.store_u64(offsets, _now())
         if self._nc:
             # make the stamps visible to other hosts' evictions (they invalidate before
-            # reading: pairs with the invalidate in last_use); the binding exposes only a
+            # reading: pairs with the invalidate in _fold_other); the binding exposes only a
             # whole-object flush to Python
-            self._table.flush()
+            table.flush()
 
     # -- every host's tables ----------------------------------------------------------------
     def last_use(self, blocks: list[dict], listing: list[dict]) -> np.ndarray:
@@ -236,14 +238,15 @@ class RecencyTables:
         words = name_words([o["name"] for o in blocks], len(self.prefix) - len(TAG))
         tables = [o for o in listing if o["name"].startswith(self.prefix) and o["state"] == 2]
         mine = next((o for o in tables if o["name"] == self.name), None)
-        if self._table is not None and (mine is None or
-                                        mine["generation"] != self._table.generation):
-            self._table.close()  # replaced or removed since we opened it: attach again
-            self._table = None
-        if self._table is None and not self._attaching:
+        table = self._table  # once: a touch in another thread may be using it
+        if table is not None and (mine is None or mine["generation"] != table.generation):
+            table.close()  # replaced or removed since we opened it: attach again
+            self._table = table = None
+        if table is None and not self._attaching:
             self._attach(0.0)
-        if self._table is not None:
-            acc = self._fold(acc, self._table, self._mask, words)
+            table = self._table
+        if table is not None:
+            acc = self._fold(acc, table, _slot_offsets(words, self._mask))
         for o in tables:
             if o["name"] == self.name:
                 continue
@@ -251,12 +254,8 @@ class RecencyTables:
         return acc
 
     @staticmethod
-    def _fold(acc: np.ndarray, obj: PoolObject, mask: int, words: np.ndarray) -> np.ndarray:
-        view = np.frombuffer(obj, dtype="<u8")
-        try:
-            return np.maximum(acc, view[HEADER_WORDS + (words & np.uint64(mask))])
-        finally:
-            del view  # the object cannot close while a view exports its buffer
+    def _fold(acc: np.ndarray, obj: PoolObject, offsets: np.ndarray) -> np.ndarray:
+        return np.maximum(acc, obj.load_u64(offsets))
 
     def _fold_other(self, acc: np.ndarray, o: dict, words: np.ndarray) -> np.ndarray:
         h = self._kp.pool
@@ -277,7 +276,7 @@ class RecencyTables:
                     log.warning("kv recency table %s of host %d ignored: %s", o["name"],
                                 d["host"], bad)
                 return acc
-            return self._fold(acc, obj, nslots - 1, words)
+            return self._fold(acc, obj, _slot_offsets(words, nslots - 1))
         finally:
             obj.close()
 

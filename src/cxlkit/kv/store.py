@@ -1,7 +1,8 @@
 """The KV block store over a shared pool: put / get / lookup of 16-token blocks by chain-hash key,
 eviction of this host's blocks (least recently used by any process of any host: recency.py) when
-its partition fills, and statistics shared by every process of a host. The data path (create, gather, publish; open+lease, scatter, validate) runs in
-native code (cxk_kv_put / cxk_kv_get), one call per batch.
+its partition fills, and statistics shared by every process of a host. The data path (create,
+gather, publish; open+lease, scatter, validate) runs in native code (cxk_kv_put / cxk_kv_get),
+one call per batch.
 """
 from __future__ import annotations
 
@@ -113,7 +114,8 @@ class Store:
         self.host_id = st["host_id"]
         self._nc = st["coherence"] == COHERENCE["none"]
         # one namespace per (model name, block layout): keys are token hashes only
-        self._prefix = "kv." + hashlib.sha256(namespace.encode() + layout.pack()).hexdigest()[:8] + "."
+        self._prefix = ("kv." + hashlib.sha256(namespace.encode() + layout.pack()).hexdigest()[:8]
+                        + ".")
         self._layout_bytes = layout.pack()
         self.block_bytes = HDR_BYTES + layout.nbytes
         self.stats = KVStats()
@@ -147,11 +149,11 @@ class Store:
         return out
 
     def _count(self, **deltas: int) -> None:
-        base = self._pool.base + self._shared["offset"]
+        off = self._shared["offset"]  # an offset, not an address: each add holds the pool
         for k, v in deltas.items():
             if v:
                 setattr(self.stats, k, getattr(self.stats, k) + v)
-                _native.kv_atomic_add(base + 8 * STAT_FIELDS.index(k), v)
+                self._pool.atomic_add(off + 8 * STAT_FIELDS.index(k), v)
 
     def _check(self, keys: Sequence[bytes], engine: EngineTensors, block_ids: Sequence[int]):
         if not isinstance(engine, EngineTensors):
@@ -330,13 +332,11 @@ def host_stats(pool: Any) -> dict[int, dict[str, int]]:
 def _read(kp: Any, name: str) -> bytes:
     """The counters object's bytes, read under a lease (its block cannot be reused meanwhile);
     b"" when it was destroyed since the listing."""
-    import ctypes
-
     try:
         o = kp.hold(name)
     except (FileNotFoundError, BlockingIOError):
         return b""
     try:
-        return ctypes.string_at(kp.base + o["offset"], o["nbytes"])
+        return kp.read(o["offset"], o["nbytes"])  # holds the pool: a close waits for it
     finally:
         kp.release(o["offset"])
