@@ -155,8 +155,8 @@ struct PoolObject {
                                " bytes")
                                   .c_str());
     }
-    // [pos, pos + n) of the payload from Python's arguments; ValueError naming the object
-    // when it does not fit
+    // [pos, pos + n) of the payload from Python's arguments (n None: to the end); ValueError
+    // naming the object when it does not fit
     std::pair<uint64_t, uint64_t> range(int64_t pos, std::optional<int64_t> n) const {
         if (pos < 0 || uint64_t(pos) > nbytes || (n && *n < 0)) bad_range(pos, n.value_or(0));
         uint64_t len = n ? uint64_t(*n) : nbytes - uint64_t(pos);
@@ -229,6 +229,27 @@ void PoolHandle::close() {
 }
 
 using U64Array = nb::ndarray<const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// flush_at / invalidate_at: sync (cxk_flush or cxk_invalidate, which fences each range itself)
+// nbytes at each payload offset when the pool is non-coherent, then one full fence, as
+// cxk_pool_flush / cxk_pool_invalidate end with: it orders the write-backs before our later
+// stores and our later loads after the dropped lines (the pairs of the other host's
+// invalidate / flush)
+void sync_each(PoolObject &o, const U64Array &offsets, int64_t nbytes,
+               void (*sync)(const void *, size_t)) {
+    PoolHold use = o.hold();
+    if (nbytes < 0 || uint64_t(nbytes) > o.nbytes) o.bad_range(0, nbytes);
+    const uint64_t n = uint64_t(nbytes), *off = offsets.data();
+    const size_t count = offsets.shape(0);
+    for (size_t i = 0; i < count; ++i)
+        if (off[i] > o.nbytes - n) o.bad_range(off[i], n);
+    use.check_range(o.off, o.nbytes, false);
+    if (use.geometry().nc) {
+        const char *b = use.base() + o.off;
+        for (size_t i = 0; i < count; ++i) sync(b + off[i], n);
+    }
+    cxk_mfence();
+}
 
 // every offset names a whole aligned u64 of the payload; else ValueError naming the object
 void check_words(const PoolObject &o, const U64Array &offsets) {
@@ -369,6 +390,21 @@ CXK_BIND(pool) {
                 std::memmove(dst, v.buf, n);
             }
         }, nb::arg("pos"), nb::arg("data"))
+        // [offset, offset + nbytes) of the payload (nbytes None: to its end): written lines
+        // made visible to other hosts / stale lines dropped before a read (coherence "none";
+        // fences only under "host")
+        .def("flush", [](PoolObject &o, int64_t offset, std::optional<int64_t> nbytes) {
+            PoolHold use = o.hold();
+            auto [at, n] = o.range(offset, nbytes);
+            use.check_range(o.off + at, n, false);
+            cxk_pool_flush(use.get(), o.off + at, n);
+        }, nb::arg("offset") = 0, nb::arg("nbytes") = nb::none())
+        .def("invalidate", [](PoolObject &o, int64_t offset, std::optional<int64_t> nbytes) {
+            PoolHold use = o.hold();
+            auto [at, n] = o.range(offset, nbytes);
+            use.check_range(o.off + at, n, false);
+            cxk_pool_invalidate(use.get(), o.off + at, n);
+        }, nb::arg("offset") = 0, nb::arg("nbytes") = nb::none())
         // u64 words at payload offsets (8-byte aligned): one value stored at each, or each
         // loaded, as single aligned 8-byte accesses under a hold of the pool (no view that a
         // close of the pool would have to refuse for, no address that outlives the call)
@@ -397,14 +433,14 @@ CXK_BIND(pool) {
                                          __ATOMIC_RELAXED);
             return nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>(out, {n}, owner);
         }, nb::arg("offsets"))
-        .def("flush", [](PoolObject &o) {
-            PoolHold use = o.hold();
-            cxk_pool_flush(use.get(), o.off, o.nbytes);
-        })
-        .def("invalidate", [](PoolObject &o) {
-            PoolHold use = o.hold();
-            cxk_pool_invalidate(use.get(), o.off, o.nbytes);
-        });
+        // flush / invalidate for nbytes at each payload offset of a batch (scattered words,
+        // e.g. the slots a recency update stamped), one call; every range is checked first
+        .def("flush_at", [](PoolObject &o, U64Array offsets, int64_t nbytes) {
+            sync_each(o, offsets, nbytes, cxk_flush);
+        }, nb::arg("offsets"), nb::arg("nbytes") = 8)
+        .def("invalidate_at", [](PoolObject &o, U64Array offsets, int64_t nbytes) {
+            sync_each(o, offsets, nbytes, cxk_invalidate);
+        }, nb::arg("offsets"), nb::arg("nbytes") = 8);
 
     nb::class_<PoolHandle>(m, "PoolHandle")
         .def(nb::init<const std::vector<std::string> &, unsigned, int, const std::string &, int,

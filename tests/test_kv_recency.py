@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from cxlkit import Pool
+from cxlkit import Pool, PoolObject
 from cxlkit.kv import BlockLayout, EngineTensors, Store, block_hashes
 from cxlkit.kv import recency
 
@@ -305,3 +305,79 @@ def test_large_batches_stamp_the_same_slots_as_single_keys(pool_path, clock):
     assert b.get(keys[11:], big, range(9)) == 9
     assert a.evict(2 * a.block_bytes) == 2
     assert present(a, keys) == [k in hot for k in keys]
+
+
+class SyncLog:
+    """Records the range flushes / invalidates of pool objects (then runs them)."""
+
+    def __init__(self, monkeypatch):
+        self.calls = []
+        cls = PoolObject
+        for name in ("flush", "invalidate", "flush_at", "invalidate_at"):
+            native = getattr(cls, name)
+
+            def record(obj, *args, _name=name, _native=native, **kw):
+                self.calls.append((_name, obj.name, args))
+                return _native(obj, *args, **kw)
+
+            monkeypatch.setattr(cls, name, record)
+
+    def ranges(self, what, table):
+        """(offset, nbytes) of every `what` range on object `table`."""
+        out = []
+        for name, obj, args in self.calls:
+            if obj != table:
+                continue
+            if name == what:
+                out.append(tuple(args))
+            elif name == what + "_at":
+                out += [(int(o), args[1] if len(args) > 1 else 8) for o in args[0]]
+        return out
+
+
+def slot_offset(key, nslots):
+    return recency.HEADER.size + 8 * (int.from_bytes(key[:8], "little") % nslots)
+
+
+@pytest.mark.parametrize("nkeys", [1, recency.SCALAR_TOUCH, 40])
+def test_non_coherent_touch_flushes_only_the_slots_it_stamped(pool_path, clock, monkeypatch,
+                                                              nkeys):
+    a = open_store(pool_path, 0, coherence="none")
+    t = a._recency
+    nslots = t._mask + 1
+    keys = block_hashes(list(range(16 * nkeys)))
+    log = SyncLog(monkeypatch)
+    clock.at(7)
+    t.touch(keys)
+    got = log.ranges("flush", t.name)
+    assert sorted(got) == sorted((slot_offset(k, nslots), 8) for k in keys)
+    assert not any(c[0] == "flush" and c[2] == () for c in log.calls)  # never the whole table
+    stamps = t._table.load_u64(np.array([slot_offset(k, nslots) for k in keys], np.uint64))
+    assert (stamps == BASE + 7).all()
+    a.close()
+
+
+def test_coherent_touch_flushes_nothing(pool_path, clock, monkeypatch):
+    a = open_store(pool_path, 0)
+    log = SyncLog(monkeypatch)
+    a._recency.touch(block_hashes(list(range(16 * 40))))
+    a._recency.touch(block_hashes(list(range(16))))
+    assert log.calls == []
+    a.close()
+
+
+def test_non_coherent_eviction_invalidates_the_header_and_the_ranked_blocks_slots(
+        pool_path, clock, monkeypatch):
+    a = open_store(pool_path, 0, coherence="none")
+    b = open_store(pool_path, 1, coherence="none")
+    keys = block_hashes(list(range(16 * 4)))
+    put_in_order(a, clock, keys)
+    clock.at(100)
+    assert b.get(keys[:1], engine(), [0]) == 1
+    log = SyncLog(monkeypatch)
+    assert a.evict(2 * a.block_bytes) == 2
+    nslots = b._recency._mask + 1
+    got = log.ranges("invalidate", b._recency.name)
+    hdr = (0, recency.HEADER.size)
+    assert got[0] == hdr and sorted(got[1:]) == sorted((slot_offset(k, nslots), 8) for k in keys)
+    assert present(a, keys) == [True, False, False, True]

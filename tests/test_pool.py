@@ -562,7 +562,7 @@ def test_noncoherent_mode_flushes_and_invalidates(path):
         assert a.fsck().clean
 
 
-# ---- ranges: write into an object, u64 words by offset -------------------------------------
+# ---- ranges: write into an object, u64 words by offset, flush / invalidate part of it -----
 def test_write_copies_into_the_payload_within_its_range(path):
     with cxlkit.Pool(path, size=8 * MiB, host_id=0) as pool:
         obj = pool.create("w", 256)
@@ -618,7 +618,42 @@ def test_u64_words_are_stored_and_loaded_by_payload_offset_within_the_object(pat
                 call()
 
 
-def test_an_object_forged_outside_the_pool_cannot_write_or_read_there(path):
+@pytest.mark.parametrize("coherence", ["host", "none"])
+def test_flush_and_invalidate_of_a_range_are_checked_against_the_object(path, coherence):
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0, coherence=coherence) as pool:
+        obj = pool.create("r", 4096)
+        obj.write(0, bytes(range(256)) * 16)
+        for sync in (obj.flush, obj.invalidate):
+            sync()  # the whole payload
+            sync(64, 8)
+            sync(4000)  # to its end
+            sync(4096, 0)  # an empty range at the end
+            sync(offset=8, nbytes=None)
+            for args in ((4097,), (4090, 7), (-8, 8), (0, -1), (0, 4097)):
+                with pytest.raises(ValueError, match="outside object r of 4096 bytes"):
+                    sync(*args)
+        for sync_at in (obj.flush_at, obj.invalidate_at):
+            sync_at(np.array([0, 64, 4088], np.uint64))  # 8 bytes each
+            sync_at(np.array([4000], np.uint64), 96)
+            sync_at(np.array([], np.uint64))
+            for offs, n in (([0, 4089], 8), ([0], 4097), ([1 << 63], 8)):
+                with pytest.raises(ValueError, match="outside object r of 4096 bytes"):
+                    sync_at(np.array(offs, np.uint64), n)
+            with pytest.raises(ValueError, match="outside object r"):
+                sync_at(np.array([0], np.uint64), -1)
+            with pytest.raises(TypeError):
+                sync_at([0, 64])  # offsets are a u64 array
+        obj.publish()
+        assert obj.read() == bytes(range(256)) * 16  # written back, never dropped
+        obj.close()
+        for call in (lambda: obj.flush(0, 8), lambda: obj.invalidate(),
+                     lambda: obj.flush_at(np.array([0], np.uint64)),
+                     lambda: obj.invalidate_at(np.array([0], np.uint64))):
+            with pytest.raises(ValueError, match="object r is closed"):
+                call()
+
+
+def test_an_object_forged_outside_the_pool_cannot_write_read_or_sync_there(path):
     # PoolObject takes its offset from Python: the range calls check it against the pool
     # (writes: this host's partition only), so a forged one cannot reach past the mapping
     with cxlkit.Pool(path, size=8 * MiB, host_id=1, max_hosts=2) as pool:
@@ -629,9 +664,16 @@ def test_an_object_forged_outside_the_pool_cannot_write_or_read_there(path):
             with pytest.raises(ValueError, match=r"outside this host's partition .* of pool"):
                 write()  # host 0's partition
         past = poolmod.PoolObject(pool._h, "past", st.size - 64, 4096, 1, 1, False)
-        with pytest.raises(ValueError, match=r"offset 0x[0-9a-f]+ .* outside the data region"):
-            past.load_u64(np.array([0], np.uint64))
-        del theirs, past
+        meta = poolmod.PoolObject(pool._h, "meta", 0, 4096, 1, 1, False)
+        for forged in (past, meta):
+            for call in (forged.flush, forged.invalidate,
+                         lambda: forged.load_u64(np.array([0], np.uint64)),
+                         lambda: forged.flush_at(np.array([0], np.uint64)),
+                         lambda: forged.invalidate_at(np.array([0], np.uint64))):
+                with pytest.raises(ValueError, match=r"offset 0x[0-9a-f]+ .* outside the data "
+                                                     r"region"):
+                    call()
+        del theirs, past, meta, forged
 
 
 def test_memfd_pool_bound_to_node(path):

@@ -227,8 +227,10 @@ class PoolObject(Views, _native.PoolObject):
     Exports the payload through the buffer protocol (memoryview, numpy, torch) without
     copies; objects from create() are writable, opened ones read-only unless asked.
     write(pos, data) copies bytes in; store_u64(offsets, value) / load_u64(offsets) store or
-    load u64 words at payload offsets (a u64 array). Ranges are checked against the object
-    (ValueError naming it)."""
+    load u64 words at payload offsets (a u64 array); flush / invalidate(offset=0, nbytes=None)
+    and flush_at / invalidate_at(offsets, nbytes=8) make written ranges visible to other hosts /
+    drop stale ones on a non-coherent pool. Ranges are checked against the object (ValueError
+    naming it)."""
 
     def __enter__(self) -> PoolObject:
         return self

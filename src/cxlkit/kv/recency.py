@@ -223,10 +223,9 @@ class RecencyTables:
         # can only leave the slightly older of two stamps (microseconds): harmless for a hint.
         table.store_u64(offsets, _now())
         if self._nc:
-            # make the stamps visible to other hosts' evictions (they invalidate before
-            # reading: pairs with the invalidate in _fold_other); the binding exposes only a
-            # whole-object flush to Python
-            table.flush()
+            # make the stamps visible to other hosts' evictions: only the lines written
+            # (pairs with the invalidate of those slots in _fold_other)
+            table.flush_at(offsets)
 
     # -- every host's tables ----------------------------------------------------------------
     def last_use(self, blocks: list[dict], listing: list[dict]) -> np.ndarray:
@@ -267,7 +266,9 @@ class RecencyTables:
                          False)
         try:
             if self._nc:
-                obj.invalidate()  # drop stale lines (pairs with the writer's flush in touch)
+                # drop stale lines of what we read (pairs with the writer's flush in touch):
+                # the header, then, once it gives nslots, the slots of these blocks only
+                obj.invalidate(0, min(HEADER.size, d["nbytes"]))
             nslots, bad = _checked(obj, d["nbytes"], d["host"])
             if bad:
                 key = (o["name"], d["generation"])
@@ -276,7 +277,10 @@ class RecencyTables:
                     log.warning("kv recency table %s of host %d ignored: %s", o["name"],
                                 d["host"], bad)
                 return acc
-            return self._fold(acc, obj, _slot_offsets(words, nslots - 1))
+            offsets = _slot_offsets(words, nslots - 1)
+            if self._nc:
+                obj.invalidate_at(offsets)
+            return self._fold(acc, obj, offsets)
         finally:
             obj.close()
 
