@@ -285,6 +285,38 @@ def worker(a: argparse.Namespace) -> None:
         del impls, copies, keep, shared
 
 
+def summary(paths: list[str]) -> str:
+    """A markdown table of the cxlkit rows of several runs' JSON lines: medians over the runs
+    of the paired figures, with each run's value beside them."""
+    runs = []
+    for path in paths:
+        with open(path) as f:
+            runs.append([json.loads(x) for x in f if x.startswith("{")])
+
+    def row(rs: list, key: tuple, impl: str) -> dict | None:
+        return next((r for r in rs if (r.get("params"), r.get("threads"), r.get("variant"))
+                     == key and r.get("impl") == impl), None)
+
+    out = ["| params | threads | variant | cxlkit GB/s | % of bound | vs DeepSpeed | vs torch "
+           "fused | % of bound per run | vs DeepSpeed per run |", "|---" * 9 + "|"]
+    for r0 in runs[0]:
+        if r0.get("impl") != "cxlkit":
+            continue
+        key = (r0["params"], r0["threads"], r0["variant"])
+        ours = [row(rs, key, "cxlkit") for rs in runs]
+        pct = [r["pct_of_bound_paired"] for r in ours if r]
+        ds = [r["cxlkit_speedup_paired"] for rs in runs if (r := row(rs, key, "deepspeed"))]
+        th = [r["cxlkit_speedup_paired"] for rs in runs if (r := row(rs, key, "torch_fused"))]
+
+        def med(xs: list, fmt: str = "{:.2f}") -> str:
+            return fmt.format(statistics.median(xs)) if xs else "-"
+        out.append(f"| {key[0] / 1e6:g}M | {key[1]} | {key[2]} | "
+                   f"{med([r['gbps'] for r in ours if r], '{:.1f}')} | {med(pct, '{:.1f}')} | "
+                   f"{med(ds)} | {med(th)} | {', '.join(f'{x:.0f}' for x in pct)} | "
+                   f"{', '.join(f'{x:.2f}' for x in ds) or '-'} |")
+    return "\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -310,8 +342,13 @@ def main() -> None:
     ap.add_argument("--deepspeed-path", default=None,
                     help="a directory holding deepspeed (prepended to the child's PYTHONPATH)")
     ap.add_argument("--no-deepspeed", action="store_true", help="skip DeepSpeedCPUAdam")
+    ap.add_argument("--summary", nargs="+", metavar="RUN.jsonl",
+                    help="print a markdown table of saved runs (medians over them) and exit")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.summary:
+        print(summary(a.summary))
+        return
     if a.worker:
         worker(a)
         return

@@ -1,0 +1,58 @@
+"""The benchmark scripts of bench/ run end to end at tiny sizes and print their JSON lines
+(their figures are the closing notes' business; here only that they run and report)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(script: str, *args: str, timeout: int = 300) -> list[dict]:
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args],
+                       capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+
+
+@pytest.mark.slow
+def test_adam_bench_reports_every_variant_against_torch_and_the_bound():
+    rows = run("adam.py", "--sizes", "200K", "--threads", "1", "--reps", "2",
+               "--no-deepspeed")
+    ours = {r["variant"]: r for r in rows if r.get("impl") == "cxlkit"}
+    assert set(ours) == {"fp32", "bf16_grads", "fp32+bf16_copy", "bf16_grads+bf16_copy"}
+    for r in ours.values():
+        assert r["params"] == 200_000 and r["gbps"] > 0 and r["pct_of_bound_paired"] > 0
+        assert r["thp"] == "on" and r["omp_wait_policy"] == "PASSIVE"
+        assert r["bytes_per_param"] in (26, 28, 30)
+        assert set(r["copy_gbps"]) >= {"cxlkit_copy", "torch_copy", "torch_inplace_mul"}
+    assert {r["variant"] for r in rows if r.get("impl") == "torch_fused"} == set(ours)
+
+
+def test_adam_summary_takes_medians_over_saved_runs(tmp_path):
+    def row(impl: str, pct: float, speedup: float) -> str:
+        return json.dumps({"bench": "adam", "params": 10_000_000, "threads": 1,
+                           "variant": "fp32", "impl": impl, "gbps": 40.0,
+                           "pct_of_bound_paired": pct, "cxlkit_speedup_paired": speedup})
+    files = []
+    for i, (pct, sp) in enumerate([(90.0, 1.1), (100.0, 1.3), (95.0, 0.9)]):
+        f = tmp_path / f"run{i}.jsonl"
+        f.write_text(row("cxlkit", pct, 1.0) + "\n" + row("deepspeed", 50.0, sp) + "\n")
+        files.append(str(f))
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "adam.py"), "--summary", *files],
+                       capture_output=True, text=True, timeout=60, check=True)
+    line = [x for x in r.stdout.splitlines() if x.startswith("| 10M")]
+    assert line == ["| 10M | 1 | fp32 | 40.0 | 95.0 | 1.10 | - | 90, 100, 95 | "
+                    "1.10, 1.30, 0.90 |"]
+
+
+def test_the_committed_adam_results_summarize():
+    runs = sorted(str(p) for p in (ROOT / "docs" / "results" / "adam").glob("run*.jsonl"))
+    assert len(runs) == 3
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "adam.py"), "--summary", *runs],
+                       capture_output=True, text=True, timeout=60, check=True)
+    assert len([x for x in r.stdout.splitlines() if x.startswith("| ")]) == 1 + 24  # header, rows
