@@ -52,7 +52,9 @@ class TieredAdamW(torch.optim.Optimizer):
     anyway. nt_state streams p, m, v too (slower on the machines measured so far).
     huge_pages: ask for transparent huge pages for every buffer whose policy is not
     page-granular interleave (fp32 state streamed as 3-4 arrays per thread misses the TLB
-    once per 4 KiB without them)."""
+    once per 4 KiB without them). With a team, run with OMP_WAIT_POLICY=PASSIVE where torch
+    does CPU work on the same cores: libgomp's threads otherwise spin for milliseconds after
+    each op and take the CPUs the team is pinned to (docs/train.md)."""
 
     def __init__(self, params: Iterable[Any], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
