@@ -100,16 +100,20 @@ def _close_under_load(path: str, rounds: int) -> None:
     os._exit(0)
 
 
-def test_close_while_threads_are_in_gil_released_calls_never_unmaps_under_them(pool_path):
-    ctx = mp.get_context("fork")
-    child = ctx.Process(target=_close_under_load, args=(pool_path, 8))
+def _in_forked_child(target, args: tuple, timeout_s: int, what: str) -> None:
+    """Runs target in a forked child, so that a SIGSEGV fails the test instead of pytest."""
+    child = mp.get_context("fork").Process(target=target, args=args)
     child.start()
-    child.join(120)
+    child.join(timeout_s)
     if child.is_alive():
         child.kill()
         child.join()
-        pytest.fail("close under load hung")
+        pytest.fail(f"{what} hung")
     assert child.exitcode == 0  # -11 would be a SIGSEGV: the pool unmapped under a call
+
+
+def test_close_while_threads_are_in_gil_released_calls_never_unmaps_under_them(pool_path):
+    _in_forked_child(_close_under_load, (pool_path, 8), 120, "close under load")
 
 
 def _store_hammer(store: Store, what: str, started: threading.Barrier, errors: list,
@@ -200,15 +204,8 @@ def _close_store_under_load(path: str, rounds: int) -> None:
 
 
 def test_closing_the_pool_under_a_kv_stores_threads_never_touches_the_unmapped_range(pool_path):
-    ctx = mp.get_context("fork")
-    child = ctx.Process(target=_close_store_under_load, args=(pool_path, 8))
-    child.start()
-    child.join(180)
-    if child.is_alive():
-        child.kill()
-        child.join()
-        pytest.fail("close under a KV store's threads hung")
-    assert child.exitcode == 0  # -11 would be a SIGSEGV: the pool unmapped under a call
+    _in_forked_child(_close_store_under_load, (pool_path, 8), 180,
+                     "close under a KV store's threads")
 
 
 def test_closing_twice_and_from_two_threads_is_harmless(pool_path):
