@@ -294,7 +294,11 @@ CXK_BIND(kvpool) {
                                            ": a counter is an 8-byte aligned u64").c_str());
                 use.check_range(offset, 8, true);
                 auto *w = reinterpret_cast<uint64_t *>(use.base() + offset);
-                return __atomic_add_fetch(w, value, __ATOMIC_RELAXED);
+                const uint64_t now = __atomic_add_fetch(w, value, __ATOMIC_RELAXED);
+                // coherence "none": write the line back so other hosts' reads (which
+                // invalidate first, see read below) see the count; a fence under "host"
+                cxk_pool_flush(use.get(), offset, 8);
+                return now;
             },
             nb::arg("offset"), nb::arg("value"))
         .def(
