@@ -26,33 +26,16 @@ def _is_closed_error(e: BaseException, label: str) -> bool:
         label in str(e) or "object" in str(e) or "KV store" in str(e))
 
 
-def _hammer(pool: cxlkit.Pool, kv, plan, what: str, rnd: int, started: threading.Barrier,
-            errors: list) -> None:
-    label = pool._h.label
-    keys = block_hashes(list(range(16 * 4)))
-    names = [f"kv-{k.hex()}" for k in keys]
-    ids = np.arange(4, dtype=np.int64)
-    buf = bytearray(4 * MiB)
+def _until_closed(op, what: str, label: str, started: threading.Barrier,
+                  errors: list) -> None:
+    """Calls op(i) for i = 1, 2, ... until it raises: the closed error naming the pool ends the
+    thread quietly, anything else is recorded. `started` is passed once op has run (or failed)."""
     first = True
     i = 0
     while True:
         i += 1
         try:
-            if what == "create":  # zeroes 2 MiB without the GIL
-                with pool.create(f"c{rnd}-{i}", 2 * MiB) as o:
-                    o.publish()
-                pool.destroy(f"c{rnd}-{i}")
-            elif what == "read":  # copies 4 MiB without the GIL
-                with pool.open("big") as o:
-                    o.read_into(buf, 0)
-                    o.verify()
-            elif what == "list":
-                pool.list()
-                pool.stat()
-            elif what == "kv":
-                kv.put(plan, names, [bytes(k) for k in keys], LAYOUT.pack(), ids, 0)
-                kv.get(plan, names, [bytes(k) for k in keys], LAYOUT.pack(), ids, 0)
-                kv.lookup(names)
+            op(i)
         except BaseException as e:  # noqa: BLE001 - the claim is about every exception
             if not _is_closed_error(e, label):
                 errors.append(f"{what}: {type(e).__name__}: {e}")
@@ -62,6 +45,32 @@ def _hammer(pool: cxlkit.Pool, kv, plan, what: str, rnd: int, started: threading
         if first:
             first = False
             started.wait()
+
+
+def _hammer(pool: cxlkit.Pool, kv, plan, what: str, rnd: int, started: threading.Barrier,
+            errors: list) -> None:
+    keys = block_hashes(list(range(16 * 4)))
+    names = [f"kv-{k.hex()}" for k in keys]
+    ids = np.arange(4, dtype=np.int64)
+    buf = bytearray(4 * MiB)
+
+    def op(i: int) -> None:
+        if what == "create":  # zeroes 2 MiB without the GIL
+            with pool.create(f"c{rnd}-{i}", 2 * MiB) as o:
+                o.publish()
+            pool.destroy(f"c{rnd}-{i}")
+        elif what == "read":  # copies 4 MiB without the GIL
+            with pool.open("big") as o:
+                o.read_into(buf, 0)
+                o.verify()
+        elif what == "list":
+            pool.list()
+            pool.stat()
+        elif what == "kv":
+            kv.put(plan, names, [bytes(k) for k in keys], LAYOUT.pack(), ids, 0)
+            kv.get(plan, names, [bytes(k) for k in keys], LAYOUT.pack(), ids, 0)
+            kv.lookup(names)
+    _until_closed(op, what, pool._h.label, started, errors)
 
 
 def _close_under_load(path: str, rounds: int) -> None:
@@ -121,34 +130,23 @@ def _store_hammer(store: Store, what: str, started: threading.Barrier, errors: l
     keys = block_hashes(list(range(16 * 4)))
     ts = [torch.zeros(2, 4, 16, 2, 64) for _ in range(LAYOUT.num_layers)]
     eng = EngineTensors.per_layer(LAYOUT, ts, "KBTHD")
-    first = True
-    i = 0
-    while True:
-        i += 1
-        try:
-            if what == "put":  # new blocks, then evictions: counters, touches, table reads
-                fresh = block_hashes(list(range(16 * 4 * i, 16 * 4 * (i + 1))))
-                store.put(fresh, eng, range(4))
-                if i % 8 == 0:
-                    store.evict(4 * store.block_bytes)
-            elif what == "get":
-                store.get(keys, eng, range(4))
-                store.lookup(keys)
-            elif what == "stats":  # reads every host's counters by offset under a lease
-                host_stats(store._pool)
-                store.blocks(all_hosts=True)
-            elif what == "touch":  # stamps (a view of the table) and range flushes
-                store._recency.touch(keys[:1])
-                store._recency.touch(keys * 4)
-        except BaseException as e:  # noqa: BLE001 - the claim is about every exception
-            if not _is_closed_error(e, label):
-                errors.append(f"{what}: {type(e).__name__}: {e}")
-            if first:
-                started.wait()
-            return
-        if first:
-            first = False
-            started.wait()
+
+    def op(i: int) -> None:
+        if what == "put":  # new blocks, then evictions: counters, touches, table reads
+            fresh = block_hashes(list(range(16 * 4 * i, 16 * 4 * (i + 1))))
+            store.put(fresh, eng, range(4))
+            if i % 8 == 0:
+                store.evict(4 * store.block_bytes)
+        elif what == "get":
+            store.get(keys, eng, range(4))
+            store.lookup(keys)
+        elif what == "stats":  # reads every host's counters by offset under a lease
+            host_stats(store._pool)
+            store.blocks(all_hosts=True)
+        elif what == "touch":  # stamps (store_u64) and range flushes
+            store._recency.touch(keys[:1])
+            store._recency.touch(keys * 4)
+    _until_closed(op, what, label, started, errors)
 
 
 def _close_store_under_load(path: str, rounds: int) -> None:
