@@ -142,7 +142,7 @@ struct KVPool {
     // the pool waits for it, and calls after that raise the closed error.
     PoolHold hold() const {
         if (closed) throw nb::value_error("KV store's pool is closed");
-        return PoolHold(handle);
+        return hold_pool(handle);
     }
     nb::object call(const char *method) const {
         hold();
@@ -208,7 +208,7 @@ CXK_BIND(kvpool) {
             "__init__",
             [](KVPool *self, nb::handle pool, bool owns) {
                 nb::object h = pool_handle(pool);
-                { PoolHold open(h); }  // the closed error for a closed pool
+                { PoolHold open = hold_pool(h); }  // the closed error for a closed pool
                 new (self) KVPool{h, owns};
             },
             nb::arg("pool"), nb::arg("owns") = false)

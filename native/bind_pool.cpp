@@ -266,9 +266,7 @@ PoolHandle &handle_of(nb::handle handle) { return nb::cast<PoolHandle &>(handle)
 
 }  // namespace
 
-PoolHold::PoolHold(nb::handle handle)
-    : PoolHold(handle_of(handle).gate, handle_of(handle).p, handle_of(handle).label,
-               handle_of(handle).geo) {}
+PoolHold hold_pool(nb::handle handle) { return handle_of(handle).hold(); }
 
 nb::dict obj_stat_dict(const struct cxk_obj_stat &s) {
     nb::dict d;

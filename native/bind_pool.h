@@ -39,7 +39,6 @@ struct PoolGeometry {
 // uses one holds the pool for the whole access.
 class PoolHold {
   public:
-    explicit PoolHold(nb::handle handle);  // a PoolHandle from pool_handle()
     PoolHold(PoolGate &gate, cxk_pool *p, const std::string &label, const PoolGeometry &geo);
     ~PoolHold();
     PoolHold(const PoolHold &) = delete;
@@ -57,6 +56,9 @@ class PoolHold {
     const std::string *label_;
     const PoolGeometry *geo_;
 };
+
+// A hold on a PoolHandle from pool_handle() (one type check, then as PoolHold's constructor).
+PoolHold hold_pool(nb::handle handle);
 
 // The _native.PoolHandle of `obj`: obj itself, or a cxlkit.Pool's handle (its `_h`).
 // TypeError for anything else. Keep the result to keep the handle alive.
