@@ -1,6 +1,6 @@
 // policy.cpp — placement: turns a cxk_policy into mbind/set_mempolicy calls (including the
 // software stripe), allocates under a policy, and reports where pages are (move_pages).
-#include "policy.h"
+#include "prim/policy.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include "sys.h"
+#include "sys/sys.h"
 
 namespace cxk {
 namespace {

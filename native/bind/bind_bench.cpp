@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "bind.h"
+#include "bind/bind.h"
 #include "cxlkit.h"
 
 namespace cxk::py {

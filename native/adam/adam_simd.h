@@ -6,7 +6,7 @@
 #pragma once
 #include <cstring>
 
-#include "adam.h"
+#include "adam/adam.h"
 #include "cxlkit.h"
 
 namespace cxk::adam {

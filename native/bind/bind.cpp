@@ -1,6 +1,6 @@
 // bind.cpp — the nanobind module cxlkit._native: module init, the errno conversion,
 // and the sys section (version, cpu features, fault injection).
-#include "bind.h"
+#include "bind/bind.h"
 
 #include <nanobind/stl/string.h>
 

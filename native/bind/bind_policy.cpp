@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-#include "bind.h"
+#include "bind/bind.h"
 #include "cxlkit.h"
 
 namespace cxk::py {

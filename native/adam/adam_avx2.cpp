@@ -3,7 +3,7 @@
 // vcvtps2ph. Built with -mavx2 -mf16c -ffp-contract=off (native/isa.cmake).
 #include <immintrin.h>
 
-#include "adam_simd.h"
+#include "adam/adam_simd.h"
 
 namespace cxk::adam {
 namespace {

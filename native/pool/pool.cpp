@@ -2,7 +2,7 @@
 // slot, boot takeover, heartbeat), the robust host lock and its recovery, the cross-host
 // bakery lock, leases, the object API (create / publish / open / close / destroy / stat /
 // list / read / verify) and fsck. Layout: pool_format.h; protocol: docs/pool-format.md.
-#include "pool.h"
+#include "pool/pool.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -23,8 +23,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "policy.h"
-#include "sys.h"
+#include "prim/policy.h"
+#include "sys/sys.h"
 
 namespace cxk::pool {
 

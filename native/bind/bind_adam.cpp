@@ -17,7 +17,7 @@
 #include <tuple>
 #include <vector>
 
-#include "bind.h"
+#include "bind/bind.h"
 #include "cxlkit.h"
 
 namespace cxk::py {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cxlkit.h"
-#include "pool_format.h"
+#include "pool/format.h"
 
 struct cxk_pool {
     uint8_t *base = nullptr;

@@ -3,9 +3,9 @@
 # from fusing intrinsics into FMA: the Adam kernels must give the scalar reference's bits.
 # GCC 12's AVX-512 headers self-initialise their "undefined" vectors and then warn about them
 # under -Wextra (a header false positive), hence the -Wno-*uninitialized for that file.
-set_source_files_properties(${PROJECT_SOURCE_DIR}/native/adam_scalar.cpp PROPERTIES
+set_source_files_properties(${PROJECT_SOURCE_DIR}/native/adam/adam_scalar.cpp PROPERTIES
   COMPILE_OPTIONS "-ffp-contract=off")
-set_source_files_properties(${PROJECT_SOURCE_DIR}/native/adam_avx2.cpp PROPERTIES
+set_source_files_properties(${PROJECT_SOURCE_DIR}/native/adam/adam_avx2.cpp PROPERTIES
   COMPILE_OPTIONS "-mavx2;-mf16c;-ffp-contract=off")
-set_source_files_properties(${PROJECT_SOURCE_DIR}/native/adam_avx512.cpp PROPERTIES
+set_source_files_properties(${PROJECT_SOURCE_DIR}/native/adam/adam_avx512.cpp PROPERTIES
   COMPILE_OPTIONS "-mavx512f;-mavx2;-mf16c;-ffp-contract=off;-Wno-uninitialized;-Wno-maybe-uninitialized")

@@ -7,7 +7,7 @@
 #include <mutex>
 #include <string>
 
-#include "bind.h"
+#include "bind/bind.h"
 #include "cxlkit.h"
 
 namespace cxk::py {

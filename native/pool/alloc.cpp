@@ -5,7 +5,7 @@
 // counters are derived and rebuilt by recovery (pool.cpp).
 #include <cstring>
 
-#include "pool.h"
+#include "pool/pool.h"
 
 namespace cxk::pool {
 namespace {

@@ -17,8 +17,8 @@
 #include <cstring>
 #include <string>
 
-#include "pool.h"
-#include "sys.h"
+#include "pool/pool.h"
+#include "sys/sys.h"
 
 namespace cxk::pool {
 namespace {

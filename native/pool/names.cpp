@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "pool.h"
+#include "pool/pool.h"
 
 namespace cxk::pool {
 namespace {

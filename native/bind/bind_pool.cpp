@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "bind_pool.h"
+#include "bind/bind_pool.h"
 
 namespace cxk::py {
 

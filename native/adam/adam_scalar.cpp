@@ -2,7 +2,7 @@
 // conversions every level shares; the SIMD kernels must reproduce its bits.
 #include <cstring>
 
-#include "adam.h"
+#include "adam/adam.h"
 #include "cxlkit.h"
 
 namespace cxk::adam {

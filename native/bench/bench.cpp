@@ -2,7 +2,7 @@
 // cyclic permutation (latency), read / write / copy / non-temporal-write sweeps by pinned
 // thread teams (bandwidth), both at once with throttled load generators (loaded latency), and
 // the copy paths of memops.cpp timed per size. Memory is the caller's; placing it is not ours.
-#include "bench.h"
+#include "bench/bench.h"
 
 #include <immintrin.h>
 #include <sched.h>
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "cxlkit.h"
-#include "sys.h"
+#include "sys/sys.h"
 
 namespace cxk::bench {
 namespace {

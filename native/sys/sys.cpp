@@ -1,6 +1,6 @@
 // sys.cpp — the one place for raw syscalls (mempolicy family, memfd, mmap helpers), cpuid
 // feature detection, and the fault-injection hook that lets tests fail any of them.
-#include "sys.h"
+#include "sys/sys.h"
 
 #include <cpuid.h>
 #include <fcntl.h>

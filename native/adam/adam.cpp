@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "adam.h"
+#include "adam/adam.h"
 #include "cxlkit.h"
 
 namespace cxk::adam {

@@ -1,7 +1,7 @@
 // kv.cpp — the KV copy engine: batched scatter/gather of block images between the pool and an
 // engine's paged tensors following a plan of contiguous runs, with the flush / non-temporal /
 // invalidate variants the pool's publish and read protocol needs, and the block checksum.
-#include "kv.h"
+#include "kv/kv.h"
 
 #include <immintrin.h>
 

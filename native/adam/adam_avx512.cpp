@@ -4,7 +4,7 @@
 // -mf16c -ffp-contract=off (native/isa.cmake).
 #include <immintrin.h>
 
-#include "adam_simd.h"
+#include "adam/adam_simd.h"
 
 namespace cxk::adam {
 namespace {
