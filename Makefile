@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 BUILD_DEPS := 'scikit-build-core>=0.10' 'nanobind>=2.4' ninja 'cmake>=3.18'
 RUN_DEPS := numpy typer rich matplotlib pytest hypothesis torch==2.13.0 transformers accelerate
 
-.PHONY: all venv deps build ctest ctest-asan pytest test demo clean test-vm
+.PHONY: all venv deps build ctest ctest-asan pytest test demo clean test-vm test-engines
 all: build
 
 $(VPY):
@@ -57,3 +57,9 @@ clean:
 	rm -rf build $(VENV)/.build-stamp
 
 -include tests/vm/vm.mk
+
+# Heavy engines (vLLM, DeepSpeed, MPI) each live in an environment of their own, built by the
+# targets of mk/<engine>.mk; each file appends its test target to ENGINE_TESTS.
+ENGINE_TESTS :=
+include $(wildcard mk/*.mk)
+test-engines: $(ENGINE_TESTS)
