@@ -4,9 +4,9 @@ from .policy import (Buffer, Policy, PlacementAudit, Residency, WeightedInterlea
                      WeightMismatchError, alloc, bind, default, interleave, place, preferred,
                      residency, stripe, weighted)
 from .topology import Topology, discover
-from .pool import (ObjectNotPublished, Pool, PoolCorruptError, PoolError, PoolFormatError,
-                   PoolFullError, PoolObject, PoolTooSmallError, PoolVersionError,
-                   StaleObjectError)
+from .errors import (ObjectNotPublished, PoolCorruptError, PoolError, PoolFormatError,
+                     PoolFullError, PoolTooSmallError, PoolVersionError, StaleObjectError)
+from .pool import Pool, PoolObject
 
 __version__ = _native.version()
 

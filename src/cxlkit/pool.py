@@ -13,77 +13,15 @@ from typing import Any
 
 from . import _native
 from ._config import config
+from .errors import (_CREATE_ERRORS, _OBJECT_ERRORS, _OPEN_ERRORS, ObjectNotPublished,  # noqa: F401
+                     PoolCorruptError, PoolError, PoolFormatError, PoolFullError,
+                     PoolTooSmallError, PoolVersionError, StaleObjectError, _typed)
 from ._views import Views
 
 MiB = 1 << 20
 _SHM = Path("/dev/shm")
 _STATES = {1: "creating", 2: "live", 3: "dead"}
 _COHERENCE = {"host": 0, "none": 1}
-
-
-class PoolError(OSError):
-    """A pool could not be used as asked (the subclasses say why)."""
-
-
-class PoolFormatError(PoolError):
-    """Not a cxlkit pool: a foreign or blank superblock."""
-
-
-class PoolCorruptError(PoolError):
-    """The superblock fails its checksum or describes an impossible layout."""
-
-
-class PoolVersionError(PoolError):
-    """The pool was formatted by another on-media format version."""
-
-
-class PoolTooSmallError(PoolError):
-    """The device or size cannot hold the pool's metadata and partitions."""
-
-
-class PoolFullError(PoolError):
-    """This host's partition or name table has no room for the object."""
-
-
-class ObjectNotPublished(PoolError):
-    """The name is reserved by a creator that has not published the object yet."""
-
-
-class StaleObjectError(PoolError):
-    """The object was destroyed or replaced while it was being read."""
-
-
-_OPEN_ERRORS = {
-    errno.EMEDIUMTYPE: (PoolFormatError, "not a cxlkit pool (foreign or blank superblock)"),
-    errno.EBADMSG: (PoolCorruptError, "corrupt pool superblock"),
-    errno.EPROTONOSUPPORT: (PoolVersionError,
-                            "unsupported pool format version (this cxlkit reads version 1)"),
-    errno.ERANGE: (PoolTooSmallError, "too small for a pool (metadata and partitions)"),
-    errno.EBUSY: (PoolError, "host slot belongs to another host (tag differs) or no slot is free"),
-    errno.EDOM: (PoolError, "host_id is not a slot of this pool (0 .. its max_hosts - 1)"),
-    errno.EINVAL: (PoolError, "bad geometry: device size not a multiple of its alignment, "
-                              "stripes of unequal size, or not the backing list it was made with"),
-    errno.EAGAIN: (PoolError, "could not start the pool's heartbeat thread (out of threads)"),
-    errno.ENOTRECOVERABLE: (PoolError, "this host's lock in the pool is damaged (not "
-                                       "recoverable)"),
-}
-_OBJECT_ERRORS = {
-    errno.ENOSPC: (PoolFullError, "no room in this host's partition or name table"),
-    errno.EAGAIN: (ObjectNotPublished, "not published yet"),
-    errno.ESTALE: (StaleObjectError, "destroyed or replaced while being read"),
-    errno.EBADMSG: (PoolCorruptError, "payload checksum mismatch"),
-    errno.EMFILE: (PoolError, "this host's lease table is full: close objects, or create the "
-                              "pool with more lease_slots"),
-}
-_CREATE_ERRORS = {**_OBJECT_ERRORS,
-                  errno.EAGAIN: (PoolError, "too many objects of this host await publishing")}
-
-
-def _typed(e: OSError, table: dict[int, tuple[type, str]]) -> OSError:
-    if e.errno in table:
-        cls, why = table[e.errno]
-        return cls(e.errno, why, e.filename)
-    return e
 
 
 def parse_size(text: str | int) -> int:

@@ -1,0 +1,73 @@
+"""cxlkit's typed errors, and the one place where a native errno becomes one of them.
+
+Native calls return -errno; the binding raises the matching OSError subclass; the tables here
+turn the errnos whose meaning depends on the call (ENOSPC from a create is a full pool) into
+cxlkit's own classes, keeping errno, message and path."""
+from __future__ import annotations
+
+import errno
+
+
+class PoolError(OSError):
+    """A pool could not be used as asked (the subclasses say why)."""
+
+
+class PoolFormatError(PoolError):
+    """Not a cxlkit pool: a foreign or blank superblock."""
+
+
+class PoolCorruptError(PoolError):
+    """The superblock fails its checksum or describes an impossible layout."""
+
+
+class PoolVersionError(PoolError):
+    """The pool was formatted by another on-media format version."""
+
+
+class PoolTooSmallError(PoolError):
+    """The device or size cannot hold the pool's metadata and partitions."""
+
+
+class PoolFullError(PoolError):
+    """This host's partition or name table has no room for the object."""
+
+
+class ObjectNotPublished(PoolError):
+    """The name is reserved by a creator that has not published the object yet."""
+
+
+class StaleObjectError(PoolError):
+    """The object was destroyed or replaced while it was being read."""
+
+
+_OPEN_ERRORS = {
+    errno.EMEDIUMTYPE: (PoolFormatError, "not a cxlkit pool (foreign or blank superblock)"),
+    errno.EBADMSG: (PoolCorruptError, "corrupt pool superblock"),
+    errno.EPROTONOSUPPORT: (PoolVersionError,
+                            "unsupported pool format version (this cxlkit reads version 1)"),
+    errno.ERANGE: (PoolTooSmallError, "too small for a pool (metadata and partitions)"),
+    errno.EBUSY: (PoolError, "host slot belongs to another host (tag differs) or no slot is free"),
+    errno.EDOM: (PoolError, "host_id is not a slot of this pool (0 .. its max_hosts - 1)"),
+    errno.EINVAL: (PoolError, "bad geometry: device size not a multiple of its alignment, "
+                              "stripes of unequal size, or not the backing list it was made with"),
+    errno.EAGAIN: (PoolError, "could not start the pool's heartbeat thread (out of threads)"),
+    errno.ENOTRECOVERABLE: (PoolError, "this host's lock in the pool is damaged (not "
+                                       "recoverable)"),
+}
+_OBJECT_ERRORS = {
+    errno.ENOSPC: (PoolFullError, "no room in this host's partition or name table"),
+    errno.EAGAIN: (ObjectNotPublished, "not published yet"),
+    errno.ESTALE: (StaleObjectError, "destroyed or replaced while being read"),
+    errno.EBADMSG: (PoolCorruptError, "payload checksum mismatch"),
+    errno.EMFILE: (PoolError, "this host's lease table is full: close objects, or create the "
+                              "pool with more lease_slots"),
+}
+_CREATE_ERRORS = {**_OBJECT_ERRORS,
+                  errno.EAGAIN: (PoolError, "too many objects of this host await publishing")}
+
+
+def _typed(e: OSError, table: dict[int, tuple[type, str]]) -> OSError:
+    if e.errno in table:
+        cls, why = table[e.errno]
+        return cls(e.errno, why, e.filename)
+    return e
