@@ -26,7 +26,7 @@ def test_kv_stats_json_reports_blocks_and_counters(pool_path):
                                "blocks": 3, "bytes": 3 * (128 + lay.nbytes)}]
     from cxlkit.kv.recency import HEADER, table_slots
 
-    nslots = table_slots(s._pool.stat(), s.block_bytes)
+    nslots = table_slots(s.pool.stat(), s.block_bytes)
     assert info["recency_tables"] == [{"namespace": s.name(keys[0]).split(".")[1], "host": 0,
                                        "bytes": HEADER.size + 8 * nslots}]
     c = info["hosts"]["0"]

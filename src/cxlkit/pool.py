@@ -105,13 +105,19 @@ class ObjectInfo:
     state: str         # "creating", "live" or "dead"
     checksum: int | None  # crc32c of the payload when recorded
     created: float     # seconds since the epoch
+    created_ns: int = 0  # the same, exact (CLOCK_REALTIME ns: KV recency compares them)
+
+    @property
+    def live(self) -> bool:
+        """Published: open() of any host finds it."""
+        return self.state == "live"
 
     @classmethod
     def _from(cls, d: dict[str, Any]) -> ObjectInfo:
         ck = d["checksum"]
         return cls(d["name"], d["nbytes"], d["offset"], d["host"], d["generation"],
                    _STATES.get(d["state"], str(d["state"])), ck & 0xFFFFFFFF if ck else None,
-                   d["created_ns"] / 1e9)
+                   d["created_ns"] / 1e9, d["created_ns"])
 
 
 @dataclass(frozen=True)

@@ -27,31 +27,28 @@ def collect(path: str) -> dict:
     from ..kv.recency import is_table
     from ..kv.store import _STATS_PREFIX, _open_pool, host_stats
 
-    kp = _open_pool(path, create=False, size=0, host_id=None, coherence=None, max_hosts=0,
-                    lease_timeout_ms=0)
-    try:
+    pool, _ = _open_pool(path, create=False, size=0, host_id=None, coherence=None, max_hosts=0,
+                         lease_timeout_ms=0)
+    with pool:
         groups: dict[tuple[str, int], dict] = {}
         tables = []
-        for o in kp.list():
-            name = o["name"]
-            if not name.startswith("kv.") or name.startswith(_STATS_PREFIX) or o["state"] != 2:
+        for o in pool.list():
+            if not o.name.startswith("kv.") or o.name.startswith(_STATS_PREFIX) or not o.live:
                 continue
-            if is_table(name):
-                tables.append({"namespace": name.split(".")[1], "host": o["host"],
-                               "bytes": o["nbytes"]})
+            if is_table(o.name):
+                tables.append({"namespace": o.name.split(".")[1], "host": o.host,
+                               "bytes": o.nbytes})
                 continue
-            g = groups.setdefault((name.split(".")[1], o["host"]), {"blocks": 0, "bytes": 0})
+            g = groups.setdefault((o.name.split(".")[1], o.host), {"blocks": 0, "bytes": 0})
             g["blocks"] += 1
-            g["bytes"] += o["nbytes"]
-        st = kp.stat()
+            g["bytes"] += o.nbytes
+        st = pool.stat()
         return {
-            "pool": path, "size": st["size"], "partition_bytes": st["partition_bytes"],
+            "pool": path, "size": st.size, "partition_bytes": st.partition_bytes,
             "blocks": [{"namespace": ns, "host": h, **g} for (ns, h), g in sorted(groups.items())],
             "recency_tables": sorted(tables, key=lambda t: (t["namespace"], t["host"])),
-            "hosts": {str(h): c for h, c in sorted(host_stats(kp).items())},
+            "hosts": {str(h): c for h, c in sorted(host_stats(pool).items())},
         }
-    finally:
-        kp.close()
 
 
 @kv_app.command("stats")
