@@ -245,13 +245,28 @@ def copy_cmd(
     try:
         ns = _nodes(nodes)
         pairs = None if ns is None else [(s, d) for s in ns for d in ns]
+        backend = _cuda_copier() if gpu else None
         doc = _run_with_bar(con, as_json, lambda cb: BC.run(
-            pairs, quick=quick, cpu=cpu, progress=cb, gpu=gpu))
+            pairs, quick=quick, cpu=cpu, progress=cb, gpu=gpu, gpu_backend=backend))
     except (ValueError, KeyError) as e:
         _fail(str(e))
     except OSError as e:
         _fail(f"measurement failed: {e}", 1)
     _report(con, doc, as_json, out, plots, copy_tables, "plot_copy")
+
+
+def _cuda_copier():
+    """The torch.cuda copier when a CUDA runtime and torch with CUDA are both here, else None
+    (the GPU matrix then says why)."""
+    from .. import _native
+
+    if not _native.pin_available():
+        return None
+    try:
+        from ..integrations.cuda import torch_copier
+    except ImportError:
+        return None
+    return torch_copier()
 
 
 def run_demo(console: Console) -> None:
