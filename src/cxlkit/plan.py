@@ -6,6 +6,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from . import topology
+
 # Bits per element: sizes are computed in bits so that int4 / binary vectors stay exact.
 DTYPE_BITS = {
     "fp64": 64, "float64": 64, "fp32": 32, "float32": 32, "tf32": 32,
@@ -111,15 +113,15 @@ class SizingPlan:
 
 def tiers_free(nodes: Sequence[int] | None = None) -> list[tuple[int, str, int | None, int | None]]:
     """(node, kind, total bytes, free bytes) for the memory nodes (or `nodes`)."""
-    from .bench.machine import nodes as node_facts
-
-    facts = {f.node: f for f in node_facts()}
+    # node facts from topology (the floor below): the benchmarks read the same discover()
+    facts = {n.id: n for n in topology.discover().nodes if n.has_memory}
     chosen = list(facts) if nodes is None else list(nodes)
     for n in chosen:
         if n not in facts:
             raise ValueError(f"node {n} has no memory on this machine (nodes with memory: "
                              f"{','.join(map(str, facts))})")
-    return [(n, facts[n].kind, facts[n].total_bytes, facts[n].free_bytes) for n in chosen]
+    return [(n, facts[n].kind, facts[n].mem_total_bytes, facts[n].mem_free_bytes)
+            for n in chosen]
 
 
 def fit(what: str, need: int, detail: dict,

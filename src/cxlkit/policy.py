@@ -470,6 +470,43 @@ def write_kernel_weights(weights: dict[int, int], *, sysfs_root: Path | None = N
         (d / f"node{n}").write_text(f"{w}\n")
 
 
-# Bandwidth-proportional weighted-interleave weights (the kernel's bandwidth-tiering rule
-# applied to measured figures); lives with the measurements it reads, re-exported here.
-from .bench.weights import weights_from  # noqa: E402
+# ---- bandwidth-proportional weights (the kernel's bandwidth-tiering rule, mm/mempolicy.c
+# reduce_interleave_weights, Linux 6.16+); cxlkit.bench.weights reads them off bench results.
+# The kernel's "weightiness": weights land in 1..32 before the GCD reduction; small enough to
+# cycle through the nodes quickly, large enough to follow the bandwidth ratio.
+KERNEL_MAX_WEIGHT = 32
+
+
+def weights_from(bandwidths: _MappingABC, nodes: Sequence[int] | None = None, *,
+                 max_weight: int = KERNEL_MAX_WEIGHT) -> dict[int, int]:
+    """Integer weights proportional to bandwidth, like the kernel's auto weights: each node
+    gets floor(max_weight * bw / total bw), at least 1, then all are divided by their GCD.
+    bandwidths: {node: bandwidth} in any one unit (a bench result: cxlkit.bench.weights_from);
+    nodes picks and orders the nodes (KeyError for one without a figure)."""
+    if isinstance(max_weight, bool) or not isinstance(max_weight, int) \
+            or not 1 <= max_weight <= 255:
+        raise ValueError(f"max_weight {max_weight!r}: expected an int in 1..255")
+    if not isinstance(bandwidths, _MappingABC):
+        raise TypeError(f"expected a bench result or a {{node: bandwidth}} mapping, got "
+                        f"{type(bandwidths).__name__}")
+    bw = {}
+    for n, v in bandwidths.items():
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"node {n!r}: expected an int")
+        bw[n] = v
+    if nodes is not None:
+        missing = [n for n in nodes if n not in bw]
+        if missing:
+            raise KeyError(f"no bandwidth for node(s) {','.join(map(str, missing))} "
+                           f"(have {','.join(map(str, sorted(bw)))})")
+        bw = {n: bw[n] for n in nodes}
+    if not bw:
+        raise ValueError("no nodes to weigh")
+    for n, v in bw.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or v <= 0:
+            raise ValueError(f"bandwidth of node {n}: {v!r}, expected a finite number > 0")
+    total = sum(bw.values())
+    raw = {n: max(1, math.floor(max_weight * v / total)) for n, v in bw.items()}
+    g = math.gcd(*raw.values())
+    return {n: w // g for n, w in raw.items()}

@@ -3,7 +3,6 @@ every host's shared counters; and the KV section of `cxlkit demo` (run_demo)."""
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 
 import typer
@@ -89,64 +88,21 @@ def stats(pool: str = typer.Option(None, help="pool path or name (default: CXLKI
 
 
 # ---- demo ------------------------------------------------------------------------------------
-def _demo_model():
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(vocab_size=2048, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
-                      num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=4096)
-    torch.manual_seed(1234)  # same weights in both processes
-    return LlamaForCausalLM(cfg).eval()
-
-
-def _demo_prompt(prefix_len: int, tail: int) -> list[int]:
-    return [(31 * i + 7) % 2048 for i in range(prefix_len)] + [(i * 13) % 2048 for i in range(tail)]
-
-
-def _demo_prefill(path: str, prefix_len: int, q) -> None:
-    import torch
-
-    from ..integrations.transformers import PrefixCache, generate
-
-    torch.set_num_threads(1)
-    model = _demo_model()
-    pc = PrefixCache(path, model, host_id=1, checksum=True)
-    toks, info = generate(model, _demo_prompt(prefix_len, 5), pc, max_new_tokens=1)
-    q.put((info.stored_blocks, info.ttft_s))
-
-
 def run_demo(console: Console, prefix_len: int = 512) -> None:
     """A prefix stored by one process (host 1) is hit by another (host 0): TTFT hit vs recompute."""
-    import torch
+    from ..integrations.demo import kv_demo
 
-    from ..integrations.transformers import PrefixCache, generate
-
-    path = f"/dev/shm/cxlkit-demo-kv-{os.getpid()}"
-    torch.set_num_threads(1)
-    try:
-        model = _demo_model()
-        pc = PrefixCache(path, model, create=True, size=64 << 20, host_id=0, checksum=True)
-        ctx = mp.get_context("spawn")
-        q = ctx.Queue()
-        p = ctx.Process(target=_demo_prefill, args=(path, prefix_len, q))
-        p.start()
-        stored, ttft_prefill = q.get(timeout=300)
-        p.join(60)
-        prompt = _demo_prompt(prefix_len, 9)  # same prefix, another question
-        generate(model, prompt, None, max_new_tokens=1)  # warm-up (allocator, kernels)
-        full, ref = generate(model, prompt, None, max_new_tokens=4)
-        hit_toks, info = generate(model, prompt, pc, max_new_tokens=4, save=False)
-        t = Table(title=f"KV pool: {prefix_len}-token prefix stored by process {p.pid} (host 1), "
-                        f"reused by process {os.getpid()} (host 0)")
-        for col in ("", "tokens from pool", "TTFT ms", "greedy tokens"):
-            t.add_column(col)
-        t.add_row("recompute", "0", f"{ref.ttft_s * 1e3:.1f}", str(full))
-        t.add_row("pool hit", str(info.prefix_tokens), f"{info.ttft_s * 1e3:.1f}", str(hit_toks))
-        console.print(t)
-        same = "[green]same tokens[/green]" if hit_toks == full else "[red]tokens differ[/red]"
-        console.print(f"blocks stored by the other process: {stored}; TTFT ratio hit/recompute "
-                      f"{info.ttft_s / ref.ttft_s:.2f}; {same}; pool {path} (removed after); "
-                      f"tiny random-weight Llama on CPU, 1 thread")
-    finally:
-        if os.path.exists(path):
-            os.unlink(path)
+    d = kv_demo(prefix_len)
+    ref, hit = d["recompute"], d["hit"]
+    t = Table(title=f"KV pool: {prefix_len}-token prefix stored by process {d['writer_pid']} "
+                    f"(host 1), reused by process {os.getpid()} (host 0)")
+    for col in ("", "tokens from pool", "TTFT ms", "greedy tokens"):
+        t.add_column(col)
+    t.add_row("recompute", "0", f"{ref['ttft_s'] * 1e3:.1f}", str(ref["greedy"]))
+    t.add_row("pool hit", str(hit["tokens"]), f"{hit['ttft_s'] * 1e3:.1f}", str(hit["greedy"]))
+    console.print(t)
+    same = ("[green]same tokens[/green]" if hit["greedy"] == ref["greedy"]
+            else "[red]tokens differ[/red]")
+    console.print(f"blocks stored by the other process: {d['stored']}; TTFT ratio "
+                  f"hit/recompute {hit['ttft_s'] / ref['ttft_s']:.2f}; {same}; pool {d['path']} "
+                  "(removed after); tiny random-weight Llama on CPU, 1 thread")
