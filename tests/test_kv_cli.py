@@ -35,9 +35,9 @@ def test_kv_stats_json_reports_blocks_and_counters(pool_path):
     assert r.exit_code == 0 and "counters per host" in r.output and "recency tables" in r.output
 
 
-def test_kv_stats_without_a_pool_exits_1_naming_it():
+def test_kv_stats_without_a_pool_exits_2_naming_it():
     r = CliRunner().invoke(app, ["kv", "stats", "--pool", "/dev/shm/cxlkit-test-kvcli-none"])
-    assert r.exit_code == 1 and "cxlkit-test-kvcli-none" in r.output
+    assert r.exit_code == 2 and "cxlkit-test-kvcli-none" in r.output
 
 
 def test_run_demo_hits_a_prefix_stored_by_another_process():

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from .._config import config
-from .main import app
+from .main import app, fail, one_line
 
 kv_app = typer.Typer(no_args_is_help=True, help="The KV-cache pool: blocks and statistics.")
 app.add_typer(kv_app, name="kv")
@@ -51,15 +52,23 @@ def collect(path: str) -> dict:
 
 
 @kv_app.command("stats")
-def stats(pool: str = typer.Option(None, help="pool path or name (default: CXLKIT_POOL)"),
+def stats(pool: Optional[str] = typer.Argument(
+              None, help="pool name (/dev/shm/cxlkit-NAME) or path, as for `cxlkit pool stat`; "
+              "default: CXLKIT_POOL"),
+          pool_opt: Optional[str] = typer.Option(None, "--pool", hidden=True,
+                                                 help="the same as POOL (older spelling)"),
           as_json: bool = typer.Option(False, "--json", help="one JSON object")) -> None:
     """KV blocks per namespace and host, and each host's counters (shared by its processes)."""
-    path = _pool_path(pool)
+    if pool is not None and pool_opt is not None and pool != pool_opt:
+        fail(f"two pools given: {pool} and --pool {pool_opt}")
+    path = _pool_path(pool or pool_opt)
     try:
         info = collect(path)
     except FileNotFoundError:
-        typer.echo(f"no pool at {path} (create one with a KV store, or pass --pool)", err=True)
-        raise typer.Exit(1) from None
+        fail(f"no pool at {path} (create one with a KV store, or name one: "
+             "cxlkit kv stats POOL)")
+    except (OSError, ValueError) as e:
+        fail(f"pool {path}: {one_line(e)}")
     if as_json:
         typer.echo(json.dumps(info))
         return

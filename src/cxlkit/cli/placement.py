@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Optional
+from typing import NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -13,15 +13,14 @@ from rich.table import Table
 from .. import audit as _audit
 from .. import policy as P
 from .. import topology
-from .main import app
+from .main import app, fail
 
 policy_app = typer.Typer(no_args_is_help=True, help="Memory policies and kernel weights.")
 app.add_typer(policy_app, name="policy")
 
 
-def _fail(msg: str, code: int = 2) -> None:
-    Console(stderr=True).print(f"[red]cxlkit: {msg}[/red]")
-    raise typer.Exit(code)
+def _fail(msg: str, code: int = 2) -> NoReturn:
+    fail(msg, code)  # one line on stderr, exit 2 (127: the command of `run` cannot run)
 
 
 def _run_policy(bind: Optional[str], preferred: Optional[int], interleave: Optional[str],

@@ -3,13 +3,13 @@ machine could hold it."""
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import NoReturn, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from .main import app
+from .main import app, fail
 
 plan_app = typer.Typer(no_args_is_help=True,
                        help="Size a vector database or a KV cache against this machine's tiers.")
@@ -40,9 +40,8 @@ def _show(p, as_json: bool, headline: str) -> None:
     con.print(p.verdict())
 
 
-def _fail(msg: str) -> None:
-    Console(stderr=True).print(f"[red]error:[/red] {msg}")
-    raise typer.Exit(2)
+def _fail(msg: str) -> NoReturn:
+    fail(msg)  # one line on stderr, exit 2
 
 
 def _nodes(spec: Optional[str]):
