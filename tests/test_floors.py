@@ -16,7 +16,7 @@ PKG = Path(cxlkit.__file__).parent
 # own floor or one below it. The python core is ordered inside: the leaves, then topology,
 # placement, the pool, sizing (node facts from topology), then the benchmarks over them all.
 FLOORS = [
-    ("core: leaves", {"_native", "_config", "errors", "_views", "testing", "audit"}),
+    ("core: leaves", {"_native", "_config", "errors", "units", "_views", "testing", "audit"}),
     ("core: topology", {"topology"}),
     ("core: placement", {"policy"}),
     ("core: pool", {"pool"}),

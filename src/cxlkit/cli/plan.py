@@ -77,7 +77,7 @@ def kv_cmd(
     layers: int = typer.Option(..., "--layers", help="transformer layers"),
     kv_heads: int = typer.Option(..., "--kv-heads", help="key/value heads per layer"),
     head_dim: int = typer.Option(..., "--head-dim", help="dimension per head"),
-    tokens: str = typer.Option(..., "--tokens", help="tokens to hold, e.g. 1M (decimal)"),
+    tokens: str = typer.Option(..., "--tokens", help="tokens to hold, e.g. 1M (= 2**20: token counts are powers of two, docs/units.md)"),
     dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16, fp8, fp32..."),
     nodes: Optional[str] = typer.Option(None, "--nodes", help="only these memory nodes"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..train import plan as TP
+from ..units import parse_count
 from .plan import plan_app
 
 
@@ -87,8 +88,8 @@ def train_cmd(
     """Footprint of CPU-offloaded training per class, and where each class goes."""
     con = Console()
     try:
-        fp = TP.Footprint(TP.parse_count(params), layers, hidden,
-                          TP.parse_count(context, binary=True), batch, gpus, fp32_grads)
+        fp = TP.Footprint(parse_count(params, "params"), layers, hidden,
+                          parse_count(context, "context", tokens=True), batch, gpus, fp32_grads)
         tiers = _tiers(tier, reserve, measure)
         modes = list(TP.MODES) if mode == "all" else [mode]
         plans = [TP.plan_training(fp, tiers, mode=m) for m in modes]
