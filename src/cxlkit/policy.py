@@ -470,6 +470,18 @@ def task_policy() -> tuple[str, list[int]]:
     return _KERNEL_MODES.get(mode, str(mode)), list(nodes)
 
 
+def restore_kernel_auto_weights(*, sysfs_root: Path | None = None) -> None:
+    """Turn the kernel's weighted-interleave auto mode back on (Linux 6.16+, root): the kernel
+    then sets the weights from the firmware's bandwidth again. FileNotFoundError when the
+    kernel has no auto mode (restore the previous weights with write_kernel_weights instead)."""
+    _, f = topology.weighted_interleave_auto(sysfs_root or config().sysfs_root)
+    if f is None:
+        d = (sysfs_root or config().sysfs_root) / topology.WEIGHTED_INTERLEAVE_DIR
+        raise FileNotFoundError(2, "this kernel has no weighted-interleave auto mode (Linux "
+                                   "6.16+): restore the previous weights instead", str(d))
+    f.write_text("1\n")
+
+
 def write_kernel_weights(weights: dict[int, int], *, sysfs_root: Path | None = None) -> None:
     """Write the system-wide weighted-interleave weights (root only). Raises
     PermissionError naming the file when not allowed, FileNotFoundError when the kernel has

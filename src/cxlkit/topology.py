@@ -90,6 +90,25 @@ HBM_MAX_LATENCY_RATIO = 1.5
 SLOW_MIN_LATENCY_RATIO = 1.3
 
 
+def weighted_interleave_auto(root: Path | None = None) -> tuple[bool | None, Path | None]:
+    """(auto mode on?, its sysfs file) of the kernel's weighted interleave: (None, None) when
+    the kernel has no auto mode (before Linux 6.16); (None, file) when the file is unreadable
+    or malformed. In auto mode the kernel sets the weights from the firmware's bandwidth; a
+    weight written by hand turns it off."""
+    d = _sysfs(root) / WEIGHTED_INTERLEAVE_DIR
+    for name in WEIGHTED_INTERLEAVE_AUTO_FILES:
+        f = d / name
+        try:
+            t = f.read_text().strip()
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return None, f
+        return {"true": True, "1": True, "Y": True, "false": False, "0": False,
+                "N": False}.get(t), f
+    return None, None
+
+
 def weighted_interleave_weights(root: Path | None = None) -> dict[int, int] | None:
     """The kernel's system-wide weighted-interleave weights {node: weight}, or None when the
     kernel has no MPOL_WEIGHTED_INTERLEAVE (before Linux 6.9). A weight of 0 reads as 1
