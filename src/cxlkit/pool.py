@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import _native
+from . import units as _units
 from ._config import config
 from .errors import (_CREATE_ERRORS, _OBJECT_ERRORS, _OPEN_ERRORS, ObjectNotPublished,  # noqa: F401
                      PoolCorruptError, PoolError, PoolFormatError, PoolFullError,
@@ -25,15 +25,9 @@ _COHERENCE = {"host": 0, "none": 1}
 
 
 def parse_size(text: str | int) -> int:
-    """Bytes from an int or a string such as "64M", "1G", "4096", "2MiB"."""
-    if isinstance(text, bool):
-        raise TypeError(f"size {text!r}: expected an int or a string such as '64M'")
-    if isinstance(text, int):
-        return text
-    m = re.fullmatch(r"\s*(\d+)\s*([kKmMgGtT]?)(i?[bB])?\s*", str(text))
-    if not m:
-        raise ValueError(f"size {text!r}: expected a number with an optional K/M/G/T suffix")
-    return int(m.group(1)) << (10 * " KMGT".index(m.group(2).upper() or " "))
+    """Bytes from an int or a string such as "64M", "1G", "4096", "2MiB" (cxlkit.units, the
+    one parser of every size option: K/M/G/T = 1024**n)."""
+    return _units.parse_size(text, "size")
 
 
 def resolve(path_or_name: str | os.PathLike[str] | None) -> str:
@@ -105,13 +99,19 @@ class ObjectInfo:
     state: str         # "creating", "live" or "dead"
     checksum: int | None  # crc32c of the payload when recorded
     created: float     # seconds since the epoch
+    created_ns: int = 0  # the same, exact (CLOCK_REALTIME ns: KV recency compares them)
+
+    @property
+    def live(self) -> bool:
+        """Published: open() of any host finds it."""
+        return self.state == "live"
 
     @classmethod
     def _from(cls, d: dict[str, Any]) -> ObjectInfo:
         ck = d["checksum"]
         return cls(d["name"], d["nbytes"], d["offset"], d["host"], d["generation"],
                    _STATES.get(d["state"], str(d["state"])), ck & 0xFFFFFFFF if ck else None,
-                   d["created_ns"] / 1e9)
+                   d["created_ns"] / 1e9, d["created_ns"])
 
 
 @dataclass(frozen=True)
