@@ -54,3 +54,27 @@ def test_pool_command_with_a_bad_coherence_fails_in_one_line(pool_path):
     r = CliRunner().invoke(app, ["pool", "create", pool_path, "--coherence", "maybe"])
     assert r.exit_code == 2
     assert "coherence 'maybe'" in r.output
+
+
+def test_kv_stats_takes_host_id_and_coherence(pool_path, monkeypatch):
+    monkeypatch.delenv("CXLKIT_COHERENCE", raising=False)
+    cxlkit.Pool(pool_path, size="8M").close()
+    _load()
+    r = CliRunner().invoke(app, ["kv", "stats", pool_path, "--host-id", "2", "--coherence",
+                                 "none", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["pool"] == pool_path
+
+
+def test_kv_store_opens_its_pool_with_CXLKIT_COHERENCE(pool_path, monkeypatch):
+    from cxlkit.kv.layout import BlockLayout
+    from cxlkit.kv.store import Store
+
+    layout = BlockLayout(num_layers=2, num_kv_heads=2, head_dim=16, dtype="float32",
+                         block_tokens=16)
+    monkeypatch.setenv("CXLKIT_COHERENCE", "none")
+    s = Store(pool_path, layout, create=True, size="16M")
+    try:
+        assert s.pool.coherence == "none"
+    finally:
+        s.close()
