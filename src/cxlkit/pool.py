@@ -236,11 +236,12 @@ class Pool:
     Pool([path, path, ...]) stripes several backings; Pool("memfd:name", size=...) makes
     anonymous memory. Giving size creates the pool if it does not exist. host_id: an int
     slot, a str host name, or None for CXLKIT_HOST_ID / the machine id. coherence "host"
-    (one coherence domain) or "none" (hosts that do not share caches)."""
+    (one coherence domain) or "none" (hosts that do not share caches); None: CXLKIT_COHERENCE,
+    else "host"."""
 
     def __init__(self, path_or_name: str | os.PathLike[str] | Sequence[str] | None = None,
                  size: int | str | None = None, *, host_id: int | str | None = None,
-                 coherence: str = "host", create: bool | None = None,
+                 coherence: str | None = None, create: bool | None = None,
                  exclusive: bool = False, force: bool = False, max_hosts: int | None = None,
                  max_objects: int | None = None, numa_node: int | None = None,
                  mode: int = 0o600, group: int | str | None = None,
@@ -256,6 +257,8 @@ class Pool:
         nbytes = 0 if size is None else parse_size(size)
         if nbytes < 0:
             raise ValueError(f"size {size!r}: must be positive")
+        if coherence is None:
+            coherence = config().coherence
         if coherence not in _COHERENCE:
             raise ValueError(f"coherence {coherence!r}: expected 'host' or 'none'")
         if max_hosts is not None and not 1 <= max_hosts <= _native.POOL_MAX_HOSTS:

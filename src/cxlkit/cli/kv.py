@@ -23,12 +23,13 @@ def _pool_path(pool: str | None) -> str:
     return resolve(pool or config().pool)
 
 
-def collect(path: str) -> dict:
+def collect(path: str, *, host_id: int | str | None = None,
+            coherence: str | None = None) -> dict:
     from ..kv.recency import is_table
     from ..kv.store import _STATS_PREFIX, _open_pool, host_stats
 
-    pool, _ = _open_pool(path, create=False, size=0, host_id=None, coherence=None, max_hosts=0,
-                         lease_timeout_ms=0)
+    pool, _ = _open_pool(path, create=False, size=0, host_id=host_id, coherence=coherence,
+                         max_hosts=0, lease_timeout_ms=0)
     with pool:
         groups: dict[tuple[str, int], dict] = {}
         tables = []
@@ -57,13 +58,19 @@ def stats(pool: Optional[str] = typer.Argument(
               "default: CXLKIT_POOL"),
           pool_opt: Optional[str] = typer.Option(None, "--pool", hidden=True,
                                                  help="the same as POOL (older spelling)"),
+          host_id: Optional[str] = typer.Option(None, "--host-id", help="host slot (int) or "
+                                                "host name; default: CXLKIT_HOST_ID, else the "
+                                                "machine id"),
+          coherence: Optional[str] = typer.Option(None, "--coherence", help="host or none; "
+                                                  "default: CXLKIT_COHERENCE, else host"),
           as_json: bool = typer.Option(False, "--json", help="one JSON object")) -> None:
     """KV blocks per namespace and host, and each host's counters (shared by its processes)."""
     if pool is not None and pool_opt is not None and pool != pool_opt:
         fail(f"two pools given: {pool} and --pool {pool_opt}")
     path = _pool_path(pool or pool_opt)
     try:
-        info = collect(path)
+        info = collect(path, host_id=int(host_id) if host_id and host_id.isdigit() else host_id,
+                       coherence=coherence)
     except FileNotFoundError:
         fail(f"no pool at {path} (create one with a KV store, or name one: "
              "cxlkit kv stats POOL)")

@@ -19,6 +19,7 @@ _COMMAND_MODULES = (
     "cxlkit.cli.kv",  # kv stats
     "cxlkit.cli.pool",  # pool create, ls, stat, rm, fsck
     "cxlkit.cli.demo",
+    "cxlkit.cli.doctor",  # doctor
 )
 
 

@@ -69,7 +69,7 @@ def _open_pool(pool: Any, *, create: bool, size: int | str, host_id: int | str |
         raise TypeError(f"pool {pool!r}: expected a path, a pool name or a cxlkit.Pool")
     if isinstance(host_id, int) and not isinstance(host_id, bool) and host_id < 0:
         raise ValueError(f"host_id: expected an int >= 0 or a host name, got {host_id!r}")
-    own = Pool(paths, size or None, host_id=host_id, coherence=coherence or "host",
+    own = Pool(paths, size or None, host_id=host_id, coherence=coherence,
                create=create, max_hosts=max_hosts or None,
                lease_timeout_ms=lease_timeout_ms or None)
     return own, True
