@@ -601,6 +601,14 @@ CXK_API int cxk_pool_crash_at(const char *name, int nth);
 CXK_API int cxk_pool_dax_geometry(const char *sysfs_root, const char *name, uint64_t *size,
                                   uint64_t *align);
 
+/* ---- Benchmarks over a pool (issue 11: moved out of the binding) -------------------
+ * Median nanoseconds of one cxk_obj_stat per name, timed around each call (CLOCK_MONOTONIC):
+ * the name-table lookup cost as the pool fills; names may be present or absent (a miss probes
+ * every host's table). *median_ns = 0 for n == 0. Returns 0 or -errno (-EINVAL for a NULL
+ * argument, -ENOMEM). */
+CXK_API int cxk_bench_pool_lookup(cxk_pool *p, const char *const *names, size_t n,
+                                  double *median_ns);
+
 #ifdef __cplusplus
 }
 #endif
