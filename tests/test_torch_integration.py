@@ -541,3 +541,26 @@ def test_auto_team_runs_on_torchs_openmp_threads_on_one_node(monkeypatch, memory
         assert torch.equal(a, b)
     o1.close()
     o3.close()
+
+
+def test_docs_train_recipes_run_as_written(tmp_path):
+    # every ```python block after a <!-- recipe --> line of docs/train.md, each in a fresh
+    # process (as a user pastes it into a script), in an empty directory
+    import pathlib
+    import re
+    import subprocess
+    import sys
+
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    doc = (pathlib.Path(__file__).parent.parent / "docs" / "train.md").read_text()
+    blocks = re.findall(r"<!-- recipe -->\n```python\n(.*?)```", doc, re.S)
+    assert len(blocks) == 2, "docs/train.md: the HF Trainer and accelerate recipes"
+    for i, code in enumerate(blocks):
+        script = tmp_path / f"recipe{i}.py"
+        script.write_text(code + "\nprint('RECIPE-OK', opt.state[next(iter(opt.state))]['step'])\n")
+        r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        steps = float(r.stdout.split("RECIPE-OK")[1].split()[0].strip("tensor()"))
+        assert steps == (4 if i == 0 else 5), r.stdout

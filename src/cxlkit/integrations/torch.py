@@ -252,63 +252,74 @@ class TieredAdamW(torch.optim.Optimizer):
                 or not math.isfinite(grad_scale):
             raise ValueError(f"grad_scale {grad_scale!r}: expected a finite number")
         for group in self.param_groups:
-            cfg = self._config(group)
-            by_step: dict[int, list[tuple]] = {}
-            back: list[tuple[torch.Tensor, torch.Tensor]] = []  # (param, staged copy)
-            low = False  # a 16-bit param's master may be re-read (an upcast, not exact)
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                g = p.grad
-                if g.is_sparse:
-                    raise TypeError("TieredAdamW does not take sparse gradients")
-                if g.dtype not in _CODES:
-                    raise TypeError(f"grad of param of shape {tuple(p.shape)}: {g.dtype}")
-                st = self.state[p]
-                st["step"] += 1
-                placed = self._grad_views.get(id(p))
-                if placed is not None and g.data_ptr() != placed.data_ptr():
-                    # something replaced the placed grad (model.zero_grad() sets None, then
-                    # autograd allocates anew): put it back where the plan wants it, loudly
-                    if not self._warned_grads:
-                        log.warning("TieredAdamW: grads were moved out of their placed "
-                                    "buffer (model.zero_grad()?); copying them back each "
-                                    "step. Call the optimizer's zero_grad instead.")
-                        self._warned_grads = True
-                    placed.copy_(g)
-                    p.grad = g = placed
-                if g.device.type != "cpu" or not g.is_contiguous():
-                    g = g.to("cpu").contiguous()
-                mst, m, v = self._views[id(p)]
-                if id(p) in self._own:
-                    mst, copy = self._own_view(p), None
-                elif p.device.type == "cpu" and p.is_contiguous():
-                    copy = self._copy_view(p)
-                else:
-                    staged = self._staged(p)
-                    back.append((p, staged))
-                    copy = _np(staged)
-                low |= copy is not None and p.dtype != torch.float32
-                by_step.setdefault(int(st["step"].item()), []).append(
-                    (mst, m, v, _np(g.detach()), _CODES[g.dtype], copy,
-                     _CODES[p.dtype] if copy is not None else A.DTYPES_NONE))
-            team = self._auto_team()
-            changed = 0
-            for s, args in by_step.items():
-                changed += A.step_raw(args, cfg, s, grad_scale=grad_scale, team=team)
-            for p, staged in back:
-                p.copy_(staged)
-                self._seen[id(p)] = (p.detach(), p._version)
-            if changed and low and not self._warned_resync:
-                log.warning("TieredAdamW: %d param elements were changed outside the optimizer "
-                            "since its last step (a load, an init, a copy_, a .data write); "
-                            "their fp32 masters were re-read from the %s params, so the low "
-                            "bits the old masters held are gone (logged once)", changed,
-                            "/".join(sorted({str(p.dtype).removeprefix("torch.")
-                                             for p in group["params"]
-                                             if p.dtype != torch.float32})))
-                self._warned_resync = True
+            self._step_group(group, grad_scale)
         return loss
+
+    def _step_group(self, group: dict[str, Any], grad_scale: float) -> None:
+        """One group: the kernel's arguments per step count, one kernel call per count,
+        staged params copied back, one warning the first time a 16-bit master is re-read."""
+        cfg = self._config(group)
+        by_step: dict[int, list[tuple]] = {}
+        back: list[tuple[torch.Tensor, torch.Tensor]] = []  # (param, staged copy)
+        low = False  # a 16-bit param's master may be re-read (an upcast, not exact)
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            args, staged = self._kernel_args(p)
+            if staged is not None:
+                back.append((p, staged))
+            low |= args[5] is not None and p.dtype != torch.float32
+            by_step.setdefault(int(self.state[p]["step"].item()), []).append(args)
+        team = self._auto_team()
+        changed = 0
+        for s, args in by_step.items():
+            changed += A.step_raw(args, cfg, s, grad_scale=grad_scale, team=team)
+        for p, staged in back:
+            p.copy_(staged)
+            self._seen[id(p)] = (p.detach(), p._version)
+        if changed and low and not self._warned_resync:
+            dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in group["params"]
+                             if p.dtype != torch.float32})
+            log.warning("TieredAdamW: %d param elements were changed outside the optimizer "
+                        "since its last step (a load, an init, a copy_, a .data write); their "
+                        "fp32 masters were re-read from the %s params, so the low bits the old "
+                        "masters held are gone (logged once)", changed, "/".join(dtypes))
+            self._warned_resync = True
+
+    def _kernel_args(self, p: torch.Tensor) -> tuple[tuple, torch.Tensor | None]:
+        """The kernel's tuple for one param with a grad (its step count advanced), and the
+        staged CPU copy to write back when the param is off the CPU."""
+        g = p.grad
+        if g.is_sparse:
+            raise TypeError("TieredAdamW does not take sparse gradients")
+        if g.dtype not in _CODES:
+            raise TypeError(f"grad of param of shape {tuple(p.shape)}: {g.dtype}")
+        st = self.state[p]
+        st["step"] += 1
+        placed = self._grad_views.get(id(p))
+        if placed is not None and g.data_ptr() != placed.data_ptr():
+            # something replaced the placed grad (model.zero_grad() sets None, then autograd
+            # allocates anew): put it back where the plan wants it, loudly
+            if not self._warned_grads:
+                log.warning("TieredAdamW: grads were moved out of their placed buffer "
+                            "(model.zero_grad()?); copying them back each step. Call the "
+                            "optimizer's zero_grad instead.")
+                self._warned_grads = True
+            placed.copy_(g)
+            p.grad = g = placed
+        if g.device.type != "cpu" or not g.is_contiguous():
+            g = g.to("cpu").contiguous()
+        mst, m, v = self._views[id(p)]
+        staged = None
+        if id(p) in self._own:
+            mst, copy = self._own_view(p), None
+        elif p.device.type == "cpu" and p.is_contiguous():
+            copy = self._copy_view(p)
+        else:
+            staged = self._staged(p)
+            copy = _np(staged)
+        code = _CODES[p.dtype] if copy is not None else A.DTYPES_NONE
+        return (mst, m, v, _np(g.detach()), _CODES[g.dtype], copy, code), staged
 
     def _auto_team(self) -> A.AdamTeam | None:
         spec = self._team_spec
