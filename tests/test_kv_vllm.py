@@ -72,7 +72,7 @@ def test_a_block_evicted_between_lookup_and_load_is_recomputed(extra):
     keys = vllm_block_hashes(PROMPT, 16)
 
     def evict_third_block():  # the owner host evicts after b's scheduler counted the hit
-        a.worker.store._pool.destroy(a.worker.store.name(keys[2]))
+        a.worker.store.pool.destroy(a.worker.store.name(keys[2]))
 
     b.before_worker = evict_third_block
     so = b.step(req)

@@ -431,6 +431,25 @@ CXK_BIND(pool) {
                                          __ATOMIC_RELAXED);
             return nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>(out, {n}, owner);
         }, nb::arg("offsets"))
+        // ---- one face (issue 11): a bounded counter add, for the KV store's shared counters
+        // One u64 of the payload at an aligned offset inside the object (never past its end,
+        // whatever the object's size), added to atomically: processes of one host are one
+        // coherence domain, so a relaxed add is exact among them; other hosts only read it.
+        // Only the owner's writable objects. Returns the new value; on a non-coherent pool the
+        // word's line is written back so other hosts' reads (which invalidate first) see it.
+        .def("add_u64", [](PoolObject &o, uint64_t offset, uint64_t value) {
+            PoolHold use = o.hold();
+            if (!o.writable) raise_errno(EACCES, o.what() + " (opened read-only)");
+            if (offset % 8)
+                throw nb::value_error(("offset " + std::to_string(offset) + " in object " +
+                                       o.name + ": not a multiple of 8 (a u64 word)").c_str());
+            if (o.nbytes < 8 || offset > o.nbytes - 8) o.bad_range(offset, 8);
+            use.check_range(o.off + offset, 8, true);
+            auto *w = reinterpret_cast<uint64_t *>(use.base() + o.off + offset);
+            const uint64_t now = __atomic_add_fetch(w, value, __ATOMIC_RELAXED);
+            cxk_pool_flush(use.get(), o.off + offset, 8);
+            return now;
+        }, nb::arg("offset"), nb::arg("value"))
         // flush / invalidate for nbytes at each payload offset of a batch (scattered words,
         // e.g. the slots a recency update stamped), one call; every range is checked first
         .def("flush_at", [](PoolObject &o, U64Array offsets, int64_t nbytes) {

@@ -13,6 +13,8 @@ ENV: dict[str, tuple[str, str]] = {
     "CXLKIT_HOST_ID": ("", "host id in a shared pool (default: derived from the machine id)"),
     "CXLKIT_POOL": ("cxlkit-default", "the embedded pool: /dev/shm/<name> or a path"),
     "CXLKIT_SIMD": ("", "force a SIMD level for kernels: scalar, avx2 or avx512"),
+    "CXLKIT_COHERENCE": ("host", "how pools are opened: host (one coherence domain) or none "
+                                 "(hosts that do not share caches: flush and invalidate)"),
 }
 
 
@@ -23,6 +25,7 @@ class Config:
     host_id: str
     pool: str
     simd: str
+    coherence: str
 
 
 def config() -> Config:
@@ -37,4 +40,5 @@ def config() -> Config:
         host_id=get("CXLKIT_HOST_ID"),
         pool=get("CXLKIT_POOL"),
         simd=get("CXLKIT_SIMD"),
+        coherence=get("CXLKIT_COHERENCE"),
     )

@@ -71,3 +71,15 @@ def _typed(e: OSError, table: dict[int, tuple[type, str]]) -> OSError:
         cls, why = table[e.errno]
         return cls(e.errno, why, e.filename)
     return e
+
+
+# ---- memory placement (issue 11) ------------------------------------------------------------
+class InsufficientMemoryError(MemoryError):
+    """An allocation cannot fit in the memory its policy allows (would run into the OOM killer).
+    nbytes: asked for; nodes: the nodes the policy may use; available: bytes they can give."""
+
+    def __init__(self, msg: str, *, nbytes: int, nodes: tuple[int, ...], available: int) -> None:
+        super().__init__(msg)
+        self.nbytes = nbytes
+        self.nodes = nodes
+        self.available = available
