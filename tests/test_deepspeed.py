@@ -1,7 +1,8 @@
 """cxlkit.integrations.deepspeed in the real engine (run by `make test-deepspeed` in .venv-ds,
-DS_ACCELERATOR=cpu, a gloo world of one): ZeRO-2 with offload_optimizer: cpu trains a small
-bf16 model with DeepSpeed's own DeepSpeedCPUAdam and with CxlkitCPUAdam + place_offload to the
-same losses, every placed class audited; CxlkitCPUAdam against DeepSpeedCPUAdam step by step."""
+DS_ACCELERATOR=cpu, a gloo world of one): ZeRO-2 and ZeRO-3 with offload_optimizer: cpu train
+a small bf16 model with DeepSpeed's own DeepSpeedCPUAdam and with CxlkitCPUAdam + place_offload
+to the same losses, every placed class audited; CxlkitCPUAdam against DeepSpeedCPUAdam step by
+step."""
 from __future__ import annotations
 
 import os
@@ -35,8 +36,9 @@ def model():
     return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 4))
 
 
-CONFIG = {"train_micro_batch_size_per_gpu": 8, "bf16": {"enabled": True},
-          "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
+def config(stage):
+    return {"train_micro_batch_size_per_gpu": 8, "bf16": {"enabled": True},
+            "zero_optimization": {"stage": stage, "offload_optimizer": {"device": "cpu"}}}
 
 
 def train(engine, steps=5):
@@ -51,8 +53,10 @@ def train(engine, steps=5):
     return losses
 
 
-def test_zero_offload_with_cxlkit_trains_like_deepspeed_and_places_every_class():
-    cfg = dict(CONFIG, optimizer={"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.01}})
+@pytest.mark.parametrize("stage", [2, 3])
+def test_zero_offload_with_cxlkit_trains_like_deepspeed_and_places_every_class(stage):
+    cfg = dict(config(stage),
+               optimizer={"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.01}})
     ref_engine, ref_opt, _, _ = deepspeed.initialize(model=model(), config=cfg)
     assert type(ref_opt.optimizer).__name__ == "DeepSpeedCPUAdam"
     ref = train(ref_engine)
@@ -60,7 +64,7 @@ def test_zero_offload_with_cxlkit_trains_like_deepspeed_and_places_every_class()
     m = model()
     plan = TP.plan_training(TP.Footprint(sum(p.numel() for p in m.parameters())))
     opt = CxlkitCPUAdam(m.parameters(), lr=1e-2, weight_decay=0.01, plan=plan)
-    engine, zo, _, _ = deepspeed.initialize(model=m, optimizer=opt, config=dict(CONFIG))
+    engine, zo, _, _ = deepspeed.initialize(model=m, optimizer=opt, config=config(stage))
     assert zo.optimizer is opt
     placed = place_offload(engine)
     got = train(engine)
@@ -69,13 +73,19 @@ def test_zero_offload_with_cxlkit_trains_like_deepspeed_and_places_every_class()
 
     audit = audit_offload(engine)
     assert set(audit) == set(CLASSES)
-    for name in ("master_weights", "moments", "variances", "master_grads", "compute_weights"):
+    placed_classes = ["master_weights", "moments", "variances", "master_grads"]
+    if stage == 2:  # the flat compute weights of the CPU accelerator
+        placed_classes.append("compute_weights")
+    for name in placed_classes:
         a = audit[name]
         assert a.placed and a.ok and a.nbytes > 0, a
         assert set(a.pages) <= set(plan.classes[CLASSES[name]].nodes), a
         assert all(b.policy == plan.policy(CLASSES[name]) for b in placed.get(name, []) +
                    opt.buffers()[name])
     assert not audit["compute_grads"].placed  # DeepSpeed's per-bucket buffers
+    if stage == 3:
+        assert not audit["compute_weights"].placed  # stage 3's own parameter partitions
+        return
     flat = opt.buffers()["compute_weights"][0]
     for p in m.parameters():  # the model's params are views of the placed compute weights
         assert flat.address <= p.data_ptr() < flat.address + flat.nbytes

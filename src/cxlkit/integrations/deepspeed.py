@@ -1,7 +1,8 @@
 """DeepSpeed ZeRO-Offload with cxlkit (no fork of DeepSpeed): CxlkitCPUAdam, a DeepSpeedCPUAdam
 that steps with cxlkit's kernel and keeps its moments and variances in placed buffers, and
-place_offload(engine), which moves DeepSpeed's CPU buffers (master weights, master grads,
-compute weights) into buffers placed by a TrainPlan or a Policy; audit_offload(engine) says
+place_offload(engine), which moves DeepSpeed's CPU buffers (master weights, master grads, and
+for ZeRO-1/2 on the CPU accelerator the compute weights) into buffers placed by a TrainPlan or
+a Policy; audit_offload(engine) says
 where every class's pages are.
 
     opt = CxlkitCPUAdam(model.parameters(), lr=1e-4, plan=plan)
@@ -170,33 +171,53 @@ if CxlkitCPUAdam not in _zero_utils.ZERO_SUPPORTED_OPTIMIZERS:
     _zero_utils.ZERO_SUPPORTED_OPTIMIZERS.append(CxlkitCPUAdam)
 
 
-def _zero_optimizer(engine: Any) -> Any:
+def _zero_optimizer(engine: Any) -> tuple[Any, int]:
+    """The engine's ZeRO optimizer and its stage (2 for stage 1/2's optimizer, 3)."""
     zo = getattr(engine, "optimizer", None)
-    if zo is None or not getattr(zo, "cpu_offload", False):
-        raise ValueError("place_offload needs a DeepSpeed engine with ZeRO stage 1/2 and "
-                         "zero_optimization.offload_optimizer.device: cpu")
-    if not hasattr(zo, "single_partition_of_fp32_groups"):
-        raise ValueError(f"place_offload: {type(zo).__name__} is not ZeRO stage 1/2's "
-                         "optimizer (stage 3 keeps its CPU buffers in its own swapper)")
-    return zo
+    if zo is not None and getattr(zo, "cpu_offload", False) \
+            and hasattr(zo, "single_partition_of_fp32_groups"):
+        return zo, 2
+    if zo is not None and getattr(zo, "offload_optimizer", False) \
+            and hasattr(zo, "fp32_partitioned_groups_flat"):
+        return zo, 3
+    raise ValueError("place_offload needs a DeepSpeed engine with ZeRO (stage 1, 2 or 3) and "
+                     "zero_optimization.offload_optimizer.device: cpu")
+
+
+def _place_compute_weights(zo: Any, i: int, placer: _Placer) -> None:
+    """Stage 1/2 on the CPU accelerator: the flat bf16/fp16 buffer the model's params and
+    the data-parallel partitions are views of moves, and both are rebuilt over it."""
+    flat = zo.bit16_groups_flat[i]
+    if flat.device.type != "cpu":
+        return  # on the accelerator: not host memory, nothing to place
+    fview = placer.tensor("compute_weights", flat)
+    fview.copy_(flat)
+    flat.data = fview
+    zo.parallel_partitioned_bit16_groups[i] = zo.get_data_parallel_partitions(flat, i)
+    zo._update_model_bit16_weights(i)
 
 
 def place_offload(engine: Any, *, plan: TrainPlan | None = None,
                   policy: P.Policy | None = None) -> dict[str, list[P.Buffer]]:
-    """Move the CPU buffers of a ZeRO stage 1/2 engine with offload_optimizer: cpu into
-    placed buffers: master weights (fp32 partitions) and master grads (their .grad, which
-    DeepSpeed copies into in place) and, when the accelerator is the CPU, the compute weights
-    (the flat bf16/fp16 buffer the model's params are views of). A CxlkitCPUAdam under the
-    engine records them with its own moments and variances (the same placer when plan/policy
-    are not given). Compute grads stay DeepSpeed's (per-bucket, reallocated each step).
-    Returns offload class -> placed buffers. Call once, after deepspeed.initialize."""
-    zo = _zero_optimizer(engine)
+    """Move the CPU buffers of a ZeRO engine with offload_optimizer: cpu into placed
+    buffers: master weights (the fp32 partitions: stage 1/2's single_partition_of_fp32_groups,
+    stage 3's fp32_partitioned_groups_flat) and master grads (their .grad, which DeepSpeed
+    fills in place) and, for stage 1/2 on the CPU accelerator, the compute weights (the flat
+    bf16/fp16 buffer the model's params are views of). A CxlkitCPUAdam under the engine records
+    them beside its own moments and variances (its plan/policy unless plan/policy are given).
+    Compute grads stay DeepSpeed's (per bucket), and so do stage 3's compute weights (its
+    parameter partitions). Returns offload class -> placed buffers. Call once, after
+    deepspeed.initialize."""
+    zo, stage = _zero_optimizer(engine)
     inner = getattr(zo, "optimizer", None)
     own = isinstance(inner, CxlkitCPUAdam)
     placer = inner._placer if own and plan is None and policy is None \
         else _placer(plan, policy)
+    masters = zo.single_partition_of_fp32_groups if stage == 2 else zo.fp32_partitioned_groups_flat
     with torch.no_grad():
-        for i, master in enumerate(zo.single_partition_of_fp32_groups):
+        for i, master in enumerate(masters):
+            if master.numel() == 0:
+                continue  # stage 3 keeps empty placeholders for groups it does not own
             view = placer.tensor("master_weights", master.data)
             view.copy_(master.data)
             master.data = view  # the optimizer's param groups hold this same tensor object
@@ -204,14 +225,8 @@ def place_offload(engine: Any, *, plan: TrainPlan | None = None,
                 gview = placer.tensor("master_grads", master.grad)
                 gview.copy_(master.grad)
                 master.grad = gview
-            flat = zo.bit16_groups_flat[i]
-            if flat.device.type == "cpu":
-                fview = placer.tensor("compute_weights", flat)
-                fview.copy_(flat)
-                flat.data = fview
-                # the partitions are views of the flat buffer, and the model's params too
-                zo.parallel_partitioned_bit16_groups[i] = zo.get_data_parallel_partitions(flat, i)
-                zo._update_model_bit16_weights(i)
+            if stage == 2:
+                _place_compute_weights(zo, i, placer)
     if own and placer is not inner._placer:  # audit_offload finds them all in one place
         for k, v in placer.buffers.items():
             inner._placer.buffers.setdefault(k, []).extend(v)
@@ -233,7 +248,7 @@ class ClassAudit:
 def audit_offload(engine: Any) -> dict[str, ClassAudit]:
     """Per offload class: the bytes, whether cxlkit placed them, and the pages per node
     (move_pages) against the intended policy."""
-    zo = _zero_optimizer(engine)
+    zo, _ = _zero_optimizer(engine)
     inner = getattr(zo, "optimizer", None)
     placed = inner._placer.buffers if isinstance(inner, CxlkitCPUAdam) else {}
     out: dict[str, ClassAudit] = {}

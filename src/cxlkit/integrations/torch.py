@@ -159,6 +159,12 @@ class TieredAdamW(torch.optim.Optimizer):
                 raise TypeError("TieredAdamW does not take sparse params")
         own = [self._own_master(p) for p in params]
         n = sum(p.numel() for p in params)
+        copied = sum(p.numel() for p in params if self._master_mode == "copy"
+                     and p.dtype == torch.float32 and p.device.type == "cpu")
+        if copied:
+            log.info("TieredAdamW: master='copy' keeps a second fp32 copy of %d fp32 params: "
+                     "%d more bytes of memory and 4 more bytes per param per step (32 instead "
+                     "of 28 bytes per param)", copied, 4 * copied)
         n_own = sum(p.numel() for p, o in zip(params, own) if o)
         place_own = self._plan is not None or self._policy is not None
         n_master = n - n_own + (n_own if place_own else 0)
