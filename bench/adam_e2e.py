@@ -2,7 +2,8 @@
 DeepSpeedCPUAdam through the optimizer objects, with a torch forward/backward of a small model
 between steps (torch's OpenMP threads are busy right before every step), fp32 and bf16 models.
 bf16 baselines are what a user writes: an fp32 master stepped by torch / DeepSpeed, the grad
-upcast into it and `.copy_()` back to the bf16 param. Each configuration runs in a child
+upcast into the master's grad buffer (kept across steps) and `.copy_()` back to the bf16
+param. Each configuration runs in a child
 process (OMP_WAIT_POLICY must be set before libgomp starts): `default` leaves the
 environment as it is, `passive` sets OMP_WAIT_POLICY=PASSIVE. One JSON line per
 configuration: medians over --reps rounds of step times, of per-round ratios (cxlkit against
@@ -74,10 +75,11 @@ def child(a: argparse.Namespace) -> None:
             o = make([p])
             return o.step
         mp = torch.nn.Parameter(p.detach().float())
+        mp.grad = torch.empty_like(mp)  # kept across steps: no allocation per step
         o = make([mp])
 
         def step() -> None:
-            mp.grad = p.grad.float()
+            mp.grad.copy_(p.grad)
             o.step()
             with torch.no_grad():
                 p.copy_(mp)
