@@ -202,3 +202,45 @@ def test_resume_in_either_order_keeps_the_saved_master_bits(caplog):
             assert torch.equal(a, b), order
             assert torch.equal(opt.state[a]["master"], o2.state[b]["master"]), order
     assert not [r for r in caplog.records if "low bits" in r.getMessage()]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_staged_params_see_writes_their_version_counter_or_storage_shows(dtype):
+    # a non-contiguous param takes the path of a param off the CPU (a staged CPU copy the
+    # kernel writes, then copied back): in-place writes bump its version counter and a new
+    # storage changes its data_ptr, and either refills the staged copy before the step
+    torch.manual_seed(0)
+    base = torch.randn(6, 5).to(dtype)
+    mine = torch.nn.Parameter(base.clone().t())  # [5, 6], strides (1, 5)
+    ref = torch.nn.Parameter(base.clone().t())
+    assert not mine.is_contiguous()
+    opt = TieredAdamW([mine], lr=1e-2)
+    master = ref.detach().float().clone().requires_grad_()
+    ref_opt = torch.optim.AdamW([master], lr=1e-2, foreach=False)
+
+    def step(s):
+        g = torch.randn(5, 6, generator=torch.Generator().manual_seed(s)).to(dtype)
+        mine.grad, ref.grad = g.clone(), g.clone()
+        opt.step()
+        with torch.no_grad():
+            changed = ref != master.to(dtype)
+            master[changed] = ref[changed].float()
+        master.grad = ref.grad.float()
+        ref_opt.step()
+        with torch.no_grad():
+            ref.copy_(master)
+
+    writes = [lambda p: torch.nn.init.normal_(p),
+              lambda p: p.detach().mul_(-2.0),
+              lambda p: setattr(p, "data", torch.full((6, 5), 0.75).to(dtype).t())]
+    step(0)
+    for s, write in enumerate(writes, start=1):
+        with torch.no_grad():
+            torch.manual_seed(s)
+            write(mine)
+            torch.manual_seed(s)
+            write(ref)
+        step(s)
+        torch.testing.assert_close(mine.float(), ref.float(), rtol=1e-2 if dtype != torch.float32
+                                   else 1e-5, atol=1e-3 if dtype != torch.float32 else 1e-6)
+    assert "staged" not in opt.state[mine]  # the staged copy stays out of checkpoints

@@ -124,3 +124,5 @@ def test_bad_arguments_raise_typed_errors():
         CxlkitCPUAdam([p]).step()
     with pytest.raises(ValueError, match="offload_optimizer"):
         place_offload(object())
+    with pytest.raises(NotImplementedError, match="SuperOffload"):
+        CxlkitCPUAdam([torch.zeros(3)]).step_subgroup(0)

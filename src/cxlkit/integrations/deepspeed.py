@@ -158,6 +158,14 @@ class CxlkitCPUAdam(DeepSpeedCPUAdam):
                 A.step_raw(args, cfg, s, team=team)
         return loss
 
+    def step_subgroup(self, subgroup_id: int, closure: Any = None) -> Any:
+        raise NotImplementedError("CxlkitCPUAdam does not run DeepSpeed's SuperOffload "
+                                  "(step_subgroup / rollback_subgroup): use DeepSpeedCPUAdam "
+                                  "there")
+
+    def rollback_subgroup(self, sub_group_id: int, closure: Any = None) -> Any:
+        return self.step_subgroup(sub_group_id, closure)
+
     def close(self) -> None:
         if self._team is not None:
             self._team.close()

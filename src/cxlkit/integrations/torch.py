@@ -115,6 +115,7 @@ class TieredAdamW(torch.optim.Optimizer):
         # id(param) -> (alias of the param's storage, its version) when last synced, for
         # params off the CPU: their staged copy is refilled when either changed
         self._seen: dict[int, tuple[torch.Tensor, int]] = {}
+        self._stage: dict[int, torch.Tensor] = {}  # id(param) -> its staged CPU copy
         self._warned_grads = False
         self._warned_resync = False
         if nt_copy != "auto" and not isinstance(nt_copy, bool):
@@ -357,10 +358,9 @@ class TieredAdamW(torch.optim.Optimizer):
         """The CPU copy of a param off the CPU (or not contiguous) that the kernel writes and
         step copies back; refilled from the param when the param changed since (its version
         counter or its storage), so the kernel's re-read sees what the user wrote."""
-        st = self.state[p]
-        staged = st.get("staged")
+        staged = self._stage.get(id(p))  # not in self.state: no checkpoint should hold it
         if staged is None or staged.dtype != p.dtype or staged.shape != p.shape:
-            staged = st["staged"] = torch.empty(p.shape, dtype=p.dtype)
+            staged = self._stage[id(p)] = torch.empty(p.shape, dtype=p.dtype)
             self._seen.pop(id(p), None)
         seen = self._seen.get(id(p))
         if seen is None or seen[0].data_ptr() != p.data_ptr() or seen[1] != p._version:
