@@ -155,6 +155,34 @@ def child(a: argparse.Namespace) -> None:
     print(json.dumps(out), flush=True)
 
 
+def summary(paths: list[str]) -> None:
+    """A markdown table of several runs' lines: per configuration, the median over runs of
+    each paired figure, with the per-run values beside it."""
+    rows: dict[tuple, list[dict]] = {}
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("{"):
+                    d = json.loads(line)
+                    key = (d["omp_wait_policy"], d["params"], d["threads"], d["model"])
+                    rows.setdefault(key, []).append(d)
+    cols = ["cxlkit_gbs", "pct_of_bound", "vs_torch_fused", "vs_deepspeed", "vs_cxlkit_pinned"]
+    print("| OpenMP | params | threads | model | cxlkit GB/s | % of bound | vs torch fused "
+          "| vs DeepSpeed | vs pinned team | % of bound per run | vs torch per run |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for key in sorted(rows, key=lambda k: (k[0] != "default", k[1], k[2], k[3] != "fp32")):
+        ds = rows[key]
+
+        def med(c: str) -> str:
+            v = [d[c] for d in ds if c in d]
+            return f"{statistics.median(v):.2f}" if v else "-"
+
+        per = lambda c: ", ".join(f"{d[c]:.2f}" if c in d else "-" for d in ds)  # noqa: E731
+        print(f"| {key[0]} | {ds[0]['size']} | {key[2]} | {key[3]} | "
+              + " | ".join(med(c) for c in cols)
+              + f" | {per('pct_of_bound')} | {per('vs_torch_fused')} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10M,50M,200M")
@@ -164,10 +192,15 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--no-pinned", dest="pinned", action="store_false",
                     help="leave out TieredAdamW on a pinned AdamTeam (the old default)")
+    ap.add_argument("--summary", nargs="+", metavar="JSONL",
+                    help="print a markdown table of the medians over these runs' lines")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--size", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.summary:
+        summary(a.summary)
+        return
     if a.child:
         a.threads = int(a.threads)
         child(a)
