@@ -376,6 +376,11 @@ enum cxk_simd { CXK_SIMD_AUTO = 0, CXK_SIMD_SCALAR = 1, CXK_SIMD_AVX2 = 2, CXK_S
 #define CXK_ADAM_BIAS_CORRECTION 4u  /* divide by 1-beta^step (torch always does) */
 #define CXK_ADAM_NT_STATE 8u         /* non-temporal stores for p, m, v (aligned body) */
 #define CXK_ADAM_NT_COPY 16u         /* non-temporal stores for param_copy (aligned body) */
+/* param_copy holds the params as their owner sees them: before the update, an element whose
+ * copy is not the master rounded to copy_dtype was written by someone else (a load, an init,
+ * a write through .data) and the master takes the copy's value, widened; the _ex calls count
+ * such elements. Costs the read of the copy (free unless NT_COPY saved it). */
+#define CXK_ADAM_RESYNC 32u
 
 struct cxk_adam_hparams {
     double lr, beta1, beta2, eps, weight_decay, grad_scale;
@@ -404,6 +409,9 @@ struct cxk_adam_tensor {
  * Everything is checked before any element is written. */
 CXK_API int cxk_adam_step(const struct cxk_adam_hparams *h, const struct cxk_adam_tensor *t,
                           size_t ntensors);
+/* As cxk_adam_step; *resynced (if not NULL) = elements re-read from param_copy (RESYNC). */
+CXK_API int cxk_adam_step_ex(const struct cxk_adam_hparams *h, const struct cxk_adam_tensor *t,
+                             size_t ntensors, uint64_t *resynced);
 /* The level AUTO resolves to here (CXLKIT_SIMD or the best available), or -errno as above. */
 CXK_API int cxk_adam_simd(void);
 /* "scalar", "avx2", "avx512", "auto"; "?" for anything else. */
@@ -432,6 +440,20 @@ CXK_API void cxk_adam_team_destroy(cxk_adam_team *team);
  * move_pages node query (nothing written then). */
 CXK_API int cxk_adam_team_step(cxk_adam_team *team, const struct cxk_adam_hparams *h,
                                const struct cxk_adam_tensor *t, size_t ntensors);
+CXK_API int cxk_adam_team_step_ex(cxk_adam_team *team, const struct cxk_adam_hparams *h,
+                                  const struct cxk_adam_tensor *t, size_t ntensors,
+                                  uint64_t *resynced);
+/* A team that owns no threads: each step is one parallel region of the OpenMP runtime this
+ * process has already loaded (GOMP_parallel: libgomp, or an LLVM/Intel runtime's GOMP entry
+ * points), so it runs on the threads the process's other OpenMP work (e.g. PyTorch's
+ * intra-op pool) uses and keeps warm, instead of competing with them for the cores.
+ * runtime: the path (or a substring of it) of the loaded library; NULL = the first of
+ * libgomp, libiomp5, libomp found. nthreads: per step; 0 = the runtime's default for the
+ * calling thread (omp_set_num_threads, OMP_NUM_THREADS). Never loads a runtime: -ENOENT when
+ * none is loaded, -ENOSYS when it has no GOMP_parallel. Chunks are not placed by node (one
+ * team, node -1 in cxk_adam_team_info). */
+CXK_API int cxk_adam_team_create_omp(const char *runtime, uint32_t nthreads,
+                                     uint64_t chunk_bytes, cxk_adam_team **out);
 /* For i < min(cap, *nteams): nodes[i], threads[i], cpus[i] (the first CPU the team may
  * run on, -1 unpinned) and chunks[i] = chunks team i updated in the last step. Output
  * arrays may be NULL. */
