@@ -11,7 +11,7 @@ from cxlkit.integrations import vllm as conn
 from cxlkit.integrations import vllm_pages as pages
 from cxlkit.kv import BlockLayout
 from kv_fakes.vllm_fake import (FakeEngine, FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec,
-                                ModelConfig, Request, cpu_attn_pages, kv_rows, vllm_block_hashes)
+                                Request, cpu_attn_pages, vllm_block_hashes)
 
 PROMPT = [(11 * i + 5) % 997 for i in range(83)]  # 5 full blocks + 3 tokens
 
@@ -135,24 +135,26 @@ def test_unsupported_kv_cache_specs_are_refused_by_name(bad, match):
         pages.attention_spec(None, KVCacheConfig(8, groups))
 
 
-def test_page_views_split_k_and_v_as_the_backend_encodes_them():
+def test_page_views_split_each_row_in_halves_and_refuse_other_shapes():
     lay = BlockLayout(num_layers=1, num_kv_heads=2, head_dim=4, dtype="float32", block_tokens=3)
     page = cpu_attn_pages(1, 5, 2, 3, 4, torch.float32)[0]
     page.copy_(torch.arange(page.numel(), dtype=torch.float32).view(page.shape))
-    cpu = pages.split_kv(page, lay, pages.PageFormat("CPU_ATTN.vec", pages.AXES_PER_HEAD))
-    assert torch.equal(cpu, kv_rows(page, 4))  # per head: 3 rows of K, then 3 rows of V
-    dense = pages.split_kv(page, lay, pages.PageFormat("FLASH_ATTN", pages.AXES_PER_TOKEN))
-    assert torch.equal(dense[:, :, :, 0], page[..., :4]) and torch.equal(dense[:, :, :, 1],
-                                                                          page[..., 4:])
-    fmt = pages.PageFormat("CPU_ATTN.vec", pages.AXES_PER_HEAD)
+    halves = pages.split_kv(page, lay)
+    assert torch.equal(halves[:, :, :, 0], page[..., :4])
+    assert torch.equal(halves[:, :, :, 1], page[..., 4:])
+    strided = torch.zeros(5, 3, 2, 8).transpose(1, 2)  # heads inside tokens (layout LBNHC)
+    assert pages.split_kv(strided, lay).shape == (5, 2, 3, 2, 4)
     with pytest.raises(ValueError, match="page shape"):
-        pages.split_kv(torch.zeros(5, 2, 3, 6), lay, fmt)
+        pages.split_kv(torch.zeros(5, 2, 3, 6), lay)
     with pytest.raises(ValueError, match="4-D"):
-        pages.split_kv(torch.zeros(2, 5, 3, 2, 4), lay, fmt)
-    with pytest.raises(ValueError, match="dense per head"):  # tokens not dense with content
-        pages.split_kv(torch.zeros(5, 3, 2, 8).transpose(1, 2), lay, fmt)
+        pages.split_kv(torch.zeros(2, 5, 3, 2, 4), lay)
+    with pytest.raises(ValueError, match="not contiguous"):
+        pages.split_kv(torch.zeros(5, 2, 8, 3).transpose(2, 3), lay)
     with pytest.raises(ValueError, match="dtype"):
-        pages.split_kv(torch.zeros(5, 2, 3, 8, dtype=torch.float16), lay, fmt)
+        pages.split_kv(torch.zeros(5, 2, 3, 8, dtype=torch.float16), lay)
+    fmt = pages.page_format(None, [], lay, {"attn_backend": "CPU_ATTN", "cpu_attn_isa": "amx"})
+    assert fmt.name == "CPU_ATTN.amx"  # the ISA's packing is part of the namespace
+    assert pages.page_format(None, [], lay, {"attn_backend": "FLASH_ATTN"}).name == "FLASH_ATTN"
 
 
 def test_keys_take_the_hash_at_each_vllm_block_end_when_hashes_are_finer(extra):

@@ -6,8 +6,8 @@ wait_for_layer_load / attention / save_kv_layer, wait_for_save, get_finished,
 get_block_ids_with_load_errors, clear_connector_metadata; request_finished when done).
 Paged caches are shaped as vLLM 0.32 hands them to register_kv_caches (checked against the real
 engine in tests/test_kv_vllm_engine.py): one 4-D view [num_blocks, kv_heads, block_size,
-2 * head_size] per layer, cut out of one flat buffer (layout LBHNC), K and V encoded as CPU_ATTN
-does (per head: block_size rows of K, then block_size rows of V). The KV cache config carries a
+2 * head_size] per layer, cut out of one flat buffer (layout LBHNC), K and V encoded as CPU_ATTN's
+vec kernel does (per head: K transposed [head_size, block_size], then V [block_size, head_size]). The KV cache config carries a
 FullAttentionSpec-like spec. Request.block_hashes are computed like vLLM's hasher (sha256 of
 pickled (parent, tokens, extra)), written here apart from cxlkit.kv.hashing. The "attention"
 writes K/V values that depend only on (layer, prefix tokens), so a loaded block must equal what
@@ -178,10 +178,12 @@ def cpu_attn_pages(layers: int, num_blocks: int, heads: int, block_size: int, di
         num_blocks, heads, block_size, 2 * dim) for i in range(layers)]
 
 
-def kv_rows(page: torch.Tensor, dim: int) -> torch.Tensor:
-    """CPU_ATTN's reading of a [B, H, N, 2D] view: [B, H, 2 (K, V), N, D]."""
+def cpu_attn_kv(page: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """K and V of a [B, H, N, 2D] page as CPU_ATTN's vec kernel stores them, each viewed as
+    [B, H, N, D]: per head, K transposed ([D, N]) then V ([N, D])."""
     B, H, N, _ = page.shape
-    return page.view(B, H, 2, N, dim)
+    halves = page.view(B, H, 2, N * dim)
+    return halves[:, :, 0].view(B, H, dim, N).transpose(2, 3), halves[:, :, 1].view(B, H, N, dim)
 
 
 class Recorder:
@@ -287,9 +289,9 @@ class FakeEngine:
         m = self.model
         for p in positions:
             blk, off = ids[p // self.bs], p % self.bs
-            rows = kv_rows(self.kv[name], m.head_size)
+            kv = cpu_attn_kv(self.kv[name], m.head_size)
             for part in (0, 1):
-                rows[blk, :, part, off] = kv_value(li, part, tuple(req.prompt_token_ids[:p + 1]),
+                kv[part][blk, :, off] = kv_value(li, part, tuple(req.prompt_token_ids[:p + 1]),
                                                    m.num_kv_heads, m.head_size)
 
     def finish(self, req: Request, ids: list[int] | None = None) -> None:
@@ -298,12 +300,12 @@ class FakeEngine:
     def block_matches_recompute(self, req: Request, ids: list[int], i: int) -> bool:
         m = self.model
         for li, name in enumerate(self.layer_names):
-            rows = kv_rows(self.kv[name], m.head_size)
+            kv = cpu_attn_kv(self.kv[name], m.head_size)
             for off in range(self.bs):
                 p = i * self.bs + off
                 for part in (0, 1):
                     want = kv_value(li, part, tuple(req.prompt_token_ids[:p + 1]),
                                     m.num_kv_heads, m.head_size)
-                    if not torch.equal(rows[ids[i], :, part, off], want):
+                    if not torch.equal(kv[part][ids[i], :, off], want):
                         return False
         return True

@@ -4,14 +4,16 @@ copies blocks between those pages and the pool (directly for host memory, throug
 staging buffer for device memory).
 
 vLLM hands each layer's cache to the connector as a 4-D view [B, H, N, C]: block, KV head,
-token in block, content, with C = K then V (head_size + head_size_v elements); the view's strides
-carry the physical layout (LBHNC, LBNHC, ...), so cxlkit reads them instead of assuming one. How
-the bytes of one head's [N, C] region hold K and V is the backend's page encoding:
-  - FlashAttention and the other dense backends split C per token: [N][K|V] -> axes BHTKD;
-  - CPU_ATTN views the region as [2N, D] and takes the first N rows as K, the next N as V
-    (vllm/v1/attention/backends/cpu_attn.py, forward) -> axes BHKTD. Its kernels may pack rows
-    per ISA (AMX), so the ISA is part of the page format name, and with it of the namespace.
-A pool block is the canonical image [layers][K,V][tokens][heads][dim] of one vLLM block.
+token in block, content, with C = head_size + head_size_v elements; the view's strides carry the
+physical layout (LBHNC, LBNHC, ...), so cxlkit reads them instead of assuming one. What the
+C elements of a row hold is the attention backend's page encoding: FlashAttention and the other
+dense backends keep [K | V] per token, but CPU_ATTN's kernels keep, per head, K transposed
+([D, N]) and then V ([N, D]), and may pack by ISA (checked against vLLM's own kernel in
+tests/test_kv_vllm_engine.py). So a pool block holds the pages in the backend's encoding, as
+vLLM's own offloading does: each row's first and second halves go to the image's K and V parts
+([layers][2][tokens][heads][dim]; for dense backends these are K and V), and the page format
+(backend name, and the ISA for CPU_ATTN) is part of the pool namespace, so engines that encode
+pages differently never read each other's blocks.
 """
 from __future__ import annotations
 
@@ -28,14 +30,12 @@ from ..kv.layout import BlockLayout, EngineTensors
 log = logging.getLogger("cxlkit")
 
 _VLLM_DTYPES = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
-AXES_PER_TOKEN = "BHTKD"  # C = [K | V] for every token
-AXES_PER_HEAD = "BHKTD"   # per head: N rows of K, then N rows of V
+AXES = "BHTKD"  # a [B, H, N, C] view with C cut into two halves of head_size
 
 
 @dataclass(frozen=True)
 class PageFormat:
     name: str  # e.g. "CPU_ATTN.vec", "FLASH_ATTN": part of the pool namespace
-    axes: str  # how one layer's [B, H, N, C] view splits into K/V rows
 
 
 def layer_index(name: str) -> int:
@@ -116,13 +116,14 @@ def page_format(vllm_config: Any, layer_names: list[str], layout: BlockLayout,
 
             isa = _get_attn_isa(getattr(torch, layout.dtype), layout.block_tokens,
                                 layout.head_dim, vllm_config.cache_config.cache_dtype)
-        return PageFormat(f"CPU_ATTN.{isa}", AXES_PER_HEAD)
-    return PageFormat(str(name), AXES_PER_TOKEN)
+        return PageFormat(f"CPU_ATTN.{isa}")
+    return PageFormat(str(name))
 
 
-def split_kv(t: Any, layout: BlockLayout, fmt: PageFormat, what: str = "KV cache") -> Any:
-    """A 5-D view of one layer's [B, H, N, C] page view, with K and V on an axis of their own
-    (fmt.axes)."""
+def split_kv(t: Any, layout: BlockLayout, what: str = "KV cache") -> Any:
+    """A 5-D view [B, H, N, 2, D] of one layer's [B, H, N, C] page view: each row's two halves
+    (K and V for dense backends; the backend's own encoding otherwise). Any strides, as long
+    as a row is contiguous."""
     if not isinstance(t, torch.Tensor) or t.dim() != 4:
         raise ValueError(f"{what}: expected vLLM's 4-D [blocks, heads, tokens, K+V] view, got "
                          f"{tuple(getattr(t, 'shape', ()))}")
@@ -136,14 +137,7 @@ def split_kv(t: Any, layout: BlockLayout, fmt: PageFormat, what: str = "KV cache
     sB, sH, sN, sC = t.stride()
     if sC != 1:
         raise ValueError(f"{what}: content (K+V) axis is not contiguous (stride {sC})")
-    if fmt.axes == AXES_PER_HEAD:
-        if sN != C:
-            raise ValueError(f"{what}: {fmt.name} pages need [tokens, K+V] dense per head "
-                             f"(token stride {sN}, content {C})")
-        return t.as_strided((B, H, 2, N, D), (sB, sH, N * D, D, 1), t.storage_offset())
-    if fmt.axes == AXES_PER_TOKEN:
-        return t.as_strided((B, H, N, 2, D), (sB, sH, sN, D, 1), t.storage_offset())
-    raise ValueError(f"page format {fmt.name}: unknown axes {fmt.axes!r}")
+    return t.as_strided((B, H, N, 2, D), (sB, sH, sN, D, 1), t.storage_offset())
 
 
 class PageEngine:
@@ -163,18 +157,18 @@ class PageEngine:
             raise ValueError(f"staging_blocks: must be > 0, got {staging_blocks}")
         self.layout, self.format = layout, fmt
         self.pages = list(tensors)
-        views = [split_kv(t, layout, fmt, f"KV cache of layer {i}") for i, t in enumerate(tensors)]
+        views = [split_kv(t, layout, f"KV cache of layer {i}") for i, t in enumerate(tensors)]
         on_device = any(t.device.type != "cpu" for t in tensors)
         self.num_blocks = min(t.shape[0] for t in tensors)
         self.staged = bool(staging) or on_device
         if not self.staged:
-            self.engine = EngineTensors.per_layer(layout, views, fmt.axes)
+            self.engine = EngineTensors.per_layer(layout, views, AXES)
             return
         pin = on_device and torch.cuda.is_available()
         shape = (staging_blocks, *tensors[0].shape[1:])
         self.stage = [torch.empty(shape, dtype=t.dtype, pin_memory=pin) for t in tensors]
         self.engine = EngineTensors.per_layer(
-            layout, [split_kv(s, layout, fmt, "staging buffer") for s in self.stage], fmt.axes)
+            layout, [split_kv(s, layout, "staging buffer") for s in self.stage], AXES)
 
     def _check(self, keys: Sequence[bytes], block_ids: Sequence[int]) -> list[int]:
         ids = [int(b) for b in block_ids]
