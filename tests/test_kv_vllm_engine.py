@@ -7,16 +7,14 @@ weights, prompts are token ids (nothing is downloaded). Checked: vLLM's CPU_ATTN
 and V where split_kv reads them; a second engine loads the prefix a first one stored (vLLM's own
 counters: num_cached_tokens, vllm:external_prefix_cache_hits) and produces the same greedy tokens
 and logprobs as a recompute; a corrupted pool block is reported through vLLM's load-error path
-and recomputed; `vllm serve` with the connector, driven over HTTP on 127.0.0.1.
+and recomputed; `vllm serve` with the connector, driven over HTTP on 127.0.0.1 (the example).
 """
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -181,83 +179,21 @@ def test_two_engines_share_a_prefix_and_a_corrupt_block_is_recomputed(tmp_path, 
     assert not same_outputs(hit, broken)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _post(port: int, body: dict) -> dict:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions",
-                                 data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return json.load(r)
-
-
-def _serve(model: str, pool: str, host: int, create: bool, port: int, log: Path):
-    ktc = {"kv_connector": "CxlkitConnector", "kv_role": "kv_both",
-           "kv_connector_module_path": "cxlkit.integrations.vllm",
-           "kv_load_failure_policy": "recompute",
-           "kv_connector_extra_config": {"pool": pool, "create": create, "size": 1 << 30,
-                                         "host_id": host}}
-    cmd = [str(Path(sys.executable).with_name("vllm")), "serve", model, "--host", "127.0.0.1",
-           "--port", str(port), "--load-format", "dummy", "--skip-tokenizer-init",
-           "--dtype", "float32", "--max-model-len", "4096", "--enforce-eager",
-           "--kv-cache-memory-bytes", str(256 << 20), "--kv-transfer-config", json.dumps(ktc)]
-    return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT)
-
-
-def _wait_ready(proc, port: int, log: Path) -> None:
-    deadline = time.monotonic() + ENGINE_TIMEOUT
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"vllm serve exited:\n{log.read_text()[-6000:]}"
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                return
-        except OSError:
-            time.sleep(1)
-    raise AssertionError(f"vllm serve not ready:\n{log.read_text()[-6000:]}")
-
-
-def _metric(port: int, name: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
-               if ln.startswith(name + "{") or ln.startswith(name + " "))
-
-
 @pytest.mark.slow
-def test_two_openai_servers_share_a_prefix_over_http(tmp_path, pool_path):
-    model = str(make_tiny_model(tmp_path / "tiny"))
-    p = prompt(5, 700)
-    body = {"model": model, "prompt": p, "max_tokens": 6, "temperature": 0, "logprobs": 3,
-            "return_token_ids": True}
-    procs = []
-    try:
-        port_a = _free_port()
-        procs.append(_serve(model, pool_path, 0, True, port_a, tmp_path / "a.log"))
-        _wait_ready(procs[0], port_a, tmp_path / "a.log")
-        first = _post(port_a, body)
-        port_b = _free_port()
-        procs.append(_serve(model, pool_path, 1, False, port_b, tmp_path / "b.log"))
-        _wait_ready(procs[1], port_b, tmp_path / "b.log")
-        second = _post(port_b, body)
-        assert _metric(port_b, "vllm:external_prefix_cache_hits_total") == 5 * BLOCK
-        assert second["usage"]["prompt_tokens"] == 700
-        assert second["choices"][0]["token_ids"] == first["choices"][0]["token_ids"]
-        la = first["choices"][0]["logprobs"]["token_logprobs"]
-        lb = second["choices"][0]["logprobs"]["token_logprobs"]
-        assert all(abs(x - y) < 1e-3 for x, y in zip(la, lb))
-    finally:
-        for pr in procs:
-            pr.terminate()
-        for pr in procs:
-            try:
-                pr.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pr.kill()
-                pr.wait()
+def test_example_two_openai_servers_share_the_prompt_over_http():
+    """examples/vllm/two_servers.py: `vllm serve` twice with the connector, a real HTTP client
+    on 127.0.0.1; the second server loads the prompt's blocks from the pool."""
+    ex = Path(__file__).resolve().parent.parent / "examples" / "vllm" / "two_servers.py"
+    lines = ex.read_text().splitlines()
+    assert lines[0].startswith("# Run:") and len(lines) < 60
+    p = subprocess.run([sys.executable, str(ex)], capture_output=True, text=True,
+                       timeout=2 * ENGINE_TIMEOUT)
+    assert p.returncode == 0, p.stderr[-4000:]
+    out = json.loads(p.stdout.splitlines()[-1])
+    a, b = out["0"], out["1"]
+    assert a["pool_hit_tokens"] == 0 and b["pool_hit_tokens"] == 5 * BLOCK  # 700 tokens
+    assert a["tokens"] == b["tokens"]  # B's hit gives A's recompute
+    assert all(abs(x - y) < 1e-3 for x, y in zip(a["logprobs"], b["logprobs"]))
 
 
 if __name__ == "__main__":
