@@ -9,7 +9,7 @@ import torch
 
 from cxlkit.integrations import vllm as conn
 from cxlkit.integrations import vllm_pages as pages
-from cxlkit.kv import BlockLayout
+from cxlkit.kv import BlockLayout, Store
 from kv_fakes.vllm_fake import (FakeEngine, FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec,
                                 Request, cpu_attn_pages, vllm_block_hashes)
 
@@ -200,3 +200,26 @@ def test_a_different_prompt_is_a_miss_and_unknown_cache_shapes_are_refused(extra
         a.worker.register_kv_caches({n: torch.zeros(2, 4, 16, 2, 16) for n in a.layer_names})
     with pytest.raises(ValueError, match="layer index"):
         pages.layer_index("attn")
+
+
+def test_page_engine_checks_its_input(pool_path):
+    lay = BlockLayout(num_layers=2, num_kv_heads=2, head_dim=4, dtype="float32", block_tokens=3)
+    fmt = pages.PageFormat("CPU_ATTN.vec")
+    two = cpu_attn_pages(2, 4, 2, 3, 4, torch.float32)
+    with pytest.raises(ValueError, match="2 layers"):
+        pages.PageEngine(lay, two[:1], fmt)
+    with pytest.raises(ValueError, match="staging_blocks"):
+        pages.PageEngine(lay, two, fmt, staging=True, staging_blocks=0)
+    eng = pages.PageEngine(lay, two, fmt, staging=True, staging_blocks=2)
+    keys = [bytes([7]) * 32, bytes([8]) * 32]
+    with Store(pool_path, lay, create=True, size=8 << 20, host_id=0) as st:
+        with pytest.raises(ValueError, match="2 keys but 1 block ids"):
+            eng.save(st, keys, [0])
+        with pytest.raises(IndexError, match=r"\[0, 4\)"):
+            eng.load(st, keys, [0, 4])
+        two[1][3].fill_(5.0)
+        assert eng.save(st, keys, [3, 2]) == 2 and eng.save(st, keys, [3, 2]) == 0  # immutable
+        two[1].zero_()
+        assert eng.load(st, keys + [bytes([9]) * 32], [0, 1, 2]) == 2  # a miss ends the prefix
+        assert torch.equal(two[1][0], torch.full((2, 3, 8), 5.0))
+        assert not two[1][1].any()
