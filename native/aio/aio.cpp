@@ -4,6 +4,7 @@
 #include "aio/aio.h"
 
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -40,7 +41,16 @@ void complete_locked(cxk_aio *a, const Chunk &c, long res) {
     } else {
         a->stats.bytes_read += uint64_t(res);
     }
-    if (--c.req->left == 0) a->cv_done.notify_all();
+    if (--c.req->left == 0) {
+        c.req->done_ns = now_ns();
+        a->cv_done.notify_all();
+    }
+}
+
+uint64_t now_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
 }  // namespace cxk::aio
@@ -101,6 +111,7 @@ int cxk_aio_submit(cxk_aio *a, int fd, int write, void *buf, uint64_t nbytes,
     const uint64_t bs = a->opts.block_size;
     try {
         auto req = std::make_unique<Req>();
+        req->submit_ns = cxk::aio::now_ns();
         std::lock_guard<std::mutex> g(a->mu);
         if (a->stop) return -EBADF;
         char *p = static_cast<char *>(buf);
@@ -119,7 +130,9 @@ int cxk_aio_submit(cxk_aio *a, int fd, int write, void *buf, uint64_t nbytes,
     return 0;
 }
 
-int cxk_aio_wait(cxk_aio *a, uint64_t ticket) {
+int cxk_aio_wait(cxk_aio *a, uint64_t ticket) { return cxk_aio_wait_ex(a, ticket, nullptr); }
+
+int cxk_aio_wait_ex(cxk_aio *a, uint64_t ticket, uint64_t *duration_ns) {
     if (!a) return -EINVAL;
     std::unique_lock<std::mutex> g(a->mu);
     auto it = a->reqs.find(ticket);
@@ -127,6 +140,7 @@ int cxk_aio_wait(cxk_aio *a, uint64_t ticket) {
     Req *r = it->second.get();
     a->cv_done.wait(g, [r] { return r->left == 0; });
     int err = r->err;
+    if (duration_ns) *duration_ns = r->done_ns - r->submit_ns;
     a->reqs.erase(it);
     return err;
 }

@@ -18,7 +18,10 @@ namespace cxk::aio {
 struct Req {
     uint64_t left = 0;  // chunks not yet completed; guarded by Engine::mu
     int err = 0;        // first failure (-errno); guarded by Engine::mu
+    uint64_t submit_ns = 0, done_ns = 0;  // CLOCK_MONOTONIC; done_ns set with left -> 0
 };
+
+uint64_t now_ns();
 
 struct Chunk {
     Req *req;

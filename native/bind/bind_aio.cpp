@@ -67,16 +67,18 @@ CXK_BIND(aio) {
             [](AioEngine &e, uint64_t ticket, const std::string &what) {
                 cxk_aio *a = e.get();
                 int rc;
+                uint64_t ns = 0;
                 {
                     nb::gil_scoped_release nogil;
-                    rc = cxk_aio_wait(a, ticket);
+                    rc = cxk_aio_wait_ex(a, ticket, &ns);
                 }
                 check(rc, what);
+                return ns;
             },
             nb::arg("ticket"), nb::arg("what") = "aio")
         .def("stats",
              [](const AioEngine &e) {
-                 cxk_aio_stats s{};
+                 struct cxk_aio_stats s{};
                  check(cxk_aio_stats(e.get(), &s), "aio stats");
                  return std::make_tuple(s.bytes_read, s.bytes_written, s.requests, s.chunks,
                                         s.errors);

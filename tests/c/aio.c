@@ -43,7 +43,9 @@ static void round_trip(int backend, const char *name) {
     CHECK_EQ(cxk_aio_wait(a, t1), 0);
     CHECK_EQ(cxk_aio_sync(fd), 0);
     CHECK_EQ(cxk_aio_submit(a, fd, 0, r, n, 0, &t2), 0);
-    CHECK_EQ(cxk_aio_wait(a, t2), 0);
+    uint64_t ns = 0;
+    CHECK_EQ(cxk_aio_wait_ex(a, t2, &ns), 0);
+    CHECK(ns > 0);
     CHECK(memcmp(w, r, n) == 0);
     CHECK_EQ(cxk_aio_wait(a, t2), -ENOENT);  /* a ticket is waited for once */
     struct cxk_aio_stats st;
