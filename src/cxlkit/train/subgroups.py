@@ -434,6 +434,9 @@ class SubgroupStore:
                     bits = g[0][pc.lo:pc.hi].view(np.uint16).astype(np.uint32)
                     dst[:] = (bits << 16).view(np.float32) if g[1] == A.DTYPES["bfloat16"] \
                         else g[0][pc.lo:pc.hi].view(np.float16).astype(np.float32)
+            bi = self._where.get(k)
+            if bi is not None:  # resident: its buffer's grad area is what the update reads
+                self._grad_area(bi, sg)[:] = stage[:L.pad(4 * sg.nparams)]
             pi = self._location(k)[0] if self._dur[k] else self.assignment[k]
             path = self.paths[pi]
             self._acquire(path)
@@ -488,6 +491,17 @@ class SubgroupStore:
         new = L.eq1_counts(len(self.subgroups), self.bandwidth)
         if new != [self.assignment.count(i) for i in range(len(self.paths))]:
             self.assignment = L.rebalance(self.assignment, new)
+
+    def reassign(self, bandwidths: Sequence[float]) -> list[int]:
+        """Take these per-path bandwidths (bytes/s) and re-run Eq. 1; subgroups whose path
+        changes move at their next flush. Returns the new assignment."""
+        if len(bandwidths) != len(self.paths):
+            raise ValueError(f"bandwidths: {len(bandwidths)} figures for {len(self.paths)} paths")
+        self._require_bound()
+        self.bandwidth = [float(b) for b in bandwidths]
+        new = L.eq1_counts(len(self.subgroups), self.bandwidth)
+        self.assignment = L.rebalance(self.assignment, new)
+        return list(self.assignment)
 
     def plan(self) -> list[dict[str, Any]]:
         """Per path: its subgroups, bandwidth (bytes/s, min of read and write) and the
