@@ -8,6 +8,7 @@ from .plan import (BudgetExceeded, ClassPlacement, Footprint, PlanError, Tier, T
 from .aio import AioConfig, AioEngine
 from .spill_paths import (DirPath, MemoryPath, PathFullError, PathIOError, PathVanishedError,
                           PoolPath, SpillPath, SubgroupCorruptError, SubgroupError)
+from .spill_config import OffloadConfig, from_config
 from .subgroups import SubgroupStore
 
 __all__ = [
@@ -16,5 +17,5 @@ __all__ = [
     "machine_tiers", "plan_training",
     "AioConfig", "AioEngine", "DirPath", "MemoryPath", "PathFullError", "PathIOError",
     "PathVanishedError", "PoolPath", "SpillPath", "SubgroupCorruptError", "SubgroupError",
-    "SubgroupStore",
+    "SubgroupStore", "OffloadConfig", "from_config",
 ]

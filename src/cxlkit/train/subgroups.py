@@ -36,14 +36,16 @@ class SubgroupStore:
     'eager' (fp32 grads written to the paths and read back: the DeepSpeed-like baseline).
     lock: 'exclusive' / 'shared' / 'off' among the processes of one host, per path.
     verify: check every fetched subgroup's payload checksum (headers are always checked).
-    bandwidths: bytes/s per path instead of the start-up measurement."""
+    bandwidths: bytes/s per path instead of the start-up measurement. pipeline_read /
+    pipeline_write: prefetch k+1 / flush in the background (off: each waits at once)."""
 
     def __init__(self, paths: Sequence[Any], *, subgroup_params: int = DEFAULT_SUBGROUP_PARAMS,
                  cache_subgroups: int = 4, cache_policy: P.Policy | None = None,
                  order: str = "alternate", upcast: str = "delayed", lock: str = "exclusive",
                  aio_config: aio.AioConfig | None = None, verify: bool = True,
                  reestimate: bool = True, bandwidths: Sequence[float] | None = None,
-                 measure_nbytes: int = 32 << 20, namespace: str = "default") -> None:
+                 measure_nbytes: int = 32 << 20, namespace: str = "default",
+                 pipeline_read: bool = True, pipeline_write: bool = True) -> None:
         if not paths:
             raise ValueError("paths: give at least one path")
         if isinstance(cache_subgroups, bool) or not isinstance(cache_subgroups, int) \
@@ -67,6 +69,7 @@ class SubgroupStore:
         self.cache_subgroups, self.cache_policy = cache_subgroups, cache_policy
         self.order, self.upcast, self.lock, self.verify = order, upcast, lock, verify
         self.reestimate, self.namespace = reestimate, namespace
+        self.pipeline_read, self.pipeline_write = bool(pipeline_read), bool(pipeline_write)
         self._given_bw = list(bandwidths) if bandwidths is not None else None
         self.measure_nbytes = measure_nbytes
         self.bandwidth: list[float] = []
@@ -264,6 +267,8 @@ class SubgroupStore:
         if self._dur[k] and pi != self._location(k)[0]:
             self._step_stats["migrations"] += 1
         self._step_stats["flushes"] += 1
+        if not self.pipeline_write:
+            self._finish(bi)
 
     def _location(self, k: int) -> tuple[int, int, int]:
         """(path, slot, generation) of the newest durable copy of subgroup k."""
@@ -372,9 +377,9 @@ class SubgroupStore:
             bi = self._where[k]
             self._finish(bi)
             nxt = order[pos + 1:pos + 3]
-            if nxt:
+            if nxt and self.pipeline_read:
                 self._fetch(nxt[0], {k, nxt[0]}, wait=True)
-            if len(nxt) > 1 and nxt[1] not in self._where:
+            if len(nxt) > 1 and nxt[1] not in self._where and self.pipeline_read:
                 # free a buffer for k+2 now, so its flush overlaps this update (lazy flush)
                 self._fetch(nxt[1], {k, *nxt}, wait=False)
             st["wait_s"] += time.perf_counter() - tw
@@ -491,6 +496,11 @@ class SubgroupStore:
         new = L.eq1_counts(len(self.subgroups), self.bandwidth)
         if new != [self.assignment.count(i) for i in range(len(self.paths))]:
             self.assignment = L.rebalance(self.assignment, new)
+
+    @property
+    def retrying(self) -> bool:
+        """True after a step raised and before it was finished by calling step again."""
+        return self._retry
 
     def reassign(self, bandwidths: Sequence[float]) -> list[int]:
         """Take these per-path bandwidths (bytes/s) and re-run Eq. 1; subgroups whose path
