@@ -108,6 +108,8 @@ def test_eq1_counts_sum_to_m_and_follow_bandwidth():
     assert sum(L.eq1_counts(7, [1, 1, 1])) == 7
     assert L.eq1_counts(5, [1, 0]) == [5, 0]
     assert L.eq1_counts(4, [0, 0]) == [2, 2]
+    assert L.eq1_counts(8, [10, 1, 0.2]) == [6, 1, 1]  # every path with bandwidth keeps one
+    assert L.eq1_counts(2, [10, 1, 0.2]) == [1, 1, 0]
     seq = L.interleave([6, 2, 2])
     assert [seq.count(i) for i in range(3)] == [6, 2, 2]
     assert seq[:2] != [0, 0]  # consecutive subgroups go to different paths

@@ -16,6 +16,7 @@ _COMMAND_MODULES = (
     "cxlkit.cli.kv",  # kv stats
     "cxlkit.cli.pool",  # pool create, ls, stat, rm, fsck
     "cxlkit.cli.demo",
+    "cxlkit.cli.train_spill",  # train demo (spilled optimizer subgroups)
 )
 
 

@@ -78,7 +78,8 @@ def layout_key(group_sizes: Sequence[Sequence[int]], subgroup_params: int) -> in
 
 def eq1_counts(m: int, bandwidths: Sequence[float]) -> list[int]:
     """T_i = ceil(M*B_i/sum B), then the paths that rounded up most give one back until the
-    counts sum to M (a path with B_i = 0 takes none while another can)."""
+    counts sum to M, those holding one last (a path with B_i = 0 takes none while another
+    can)."""
     if not bandwidths:
         raise ValueError("no paths")
     bw = [max(0.0, float(b)) for b in bandwidths]
@@ -90,7 +91,10 @@ def eq1_counts(m: int, bandwidths: Sequence[float]) -> list[int]:
     ideal = [m * b / total for b in bw]
     t = [math.ceil(x - 1e-9) for x in ideal]
     while sum(t) > m:
-        i = max((j for j in range(len(t)) if t[j] > 0), key=lambda j: (t[j] - ideal[j], -j))
+        # give back from paths holding more than one first: every path with bandwidth keeps
+        # a subgroup while M allows it (ceil's promise), the ones that rounded up most first
+        pool = [j for j in range(len(t)) if t[j] > 1] or [j for j in range(len(t)) if t[j] > 0]
+        i = max(pool, key=lambda j: (t[j] - ideal[j], -j))
         t[i] -= 1
     return t
 
