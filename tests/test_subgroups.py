@@ -165,7 +165,7 @@ def test_pool_path_holds_subgroups(pool_path, dirs):
             assert st.assignment.count(0) == len(st.subgroups)
             run_steps(st, ref, 3)
             check_state(st, ref)
-            assert "sgtest.0" in pool
+            assert "sgtest.default.0" in pool
 
 
 def test_alternating_order_skips_io_for_cached_subgroups(dirs):

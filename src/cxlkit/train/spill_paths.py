@@ -129,16 +129,17 @@ class SpillPath:
         if lock not in LOCK_MODES:
             raise ValueError(f"lock {lock!r}: expected one of {', '.join(LOCK_MODES)}")
         self.name, self.lock_mode = name, lock
-        self.slot_nbytes, self.nslots = 0, 2
+        self.slot_nbytes, self.nslots, self.namespace = 0, 2, "default"
         self._lock_fd = -1
         self._lock_depth = 0
         self.lock_wait_s = 0.0
         self.lock_acquired = 0
 
-    def open(self, slot_nbytes: int, nslots: int = 2) -> None:
+    def open(self, slot_nbytes: int, nslots: int = 2, namespace: str = "default") -> None:
         """Slots of slot_nbytes per subgroup (a multiple of 4096): 0 and 1 alternate
-        generations; 2, when asked, holds spilled fp32 grads (the ablation baseline)."""
-        self.slot_nbytes, self.nslots = slot_nbytes, nslots
+        generations; 2, when asked, holds spilled fp32 grads (the ablation baseline).
+        namespace keeps the files of several stores on one path apart."""
+        self.slot_nbytes, self.nslots, self.namespace = slot_nbytes, nslots, namespace
 
     def _lock_path(self) -> str | None:
         return None
@@ -211,7 +212,7 @@ class SpillPath:
         buf = P.alloc(nbytes, P.default())
         arr = buf.numpy()
         arr[:] = 7
-        self.open(max(self.slot_nbytes, nbytes), self.nslots)
+        self.open(max(self.slot_nbytes, nbytes), self.nslots, self.namespace)
         scratch = 1 << 40  # an index no store uses
         tw = tr = float("inf")
         try:
@@ -236,8 +237,9 @@ class SpillPath:
 
 
 class DirPath(SpillPath):
-    """A directory: one file per subgroup (sg<idx>.cxk, two slots), O_DIRECT where the
-    filesystem takes it, through an AioEngine with this path's block size and queue depth."""
+    """A directory: one file per subgroup (sg-<namespace>-<idx>.cxk, two slots), O_DIRECT
+    where the filesystem takes it, through an AioEngine with this path's block size and queue
+    depth."""
 
     kind = "dir"
 
@@ -256,7 +258,7 @@ class DirPath(SpillPath):
         return os.path.join(self.name, ".cxlkit-subgroups.lock")
 
     def file(self, idx: int) -> str:
-        return os.path.join(self.name, f"sg{idx:06d}.cxk")
+        return os.path.join(self.name, f"sg-{self.namespace}-{idx:06d}.cxk")
 
     def _fd(self, idx: int, create: bool) -> int:
         if not os.path.isdir(self.name):
@@ -401,7 +403,7 @@ class PoolPath(_CopyPath):
         return f"/dev/shm/cxlkit-subgroups-{h}.lock"
 
     def objname(self, idx: int) -> str:
-        return f"{self.prefix}.{idx}"
+        return f"{self.prefix}.{self.namespace}.{idx}"
 
     def _area(self, idx: int, create: bool) -> Any:
         o = self._objs.get(idx)

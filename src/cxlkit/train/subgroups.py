@@ -116,7 +116,7 @@ class SubgroupStore:
         self._retry = False
         self._clock = 0
         for p in self.paths:
-            p.open(slot, nslots)
+            p.open(slot, nslots, self.namespace)
         self._measure()
         self.assignment = L.interleave(L.eq1_counts(m, self.bandwidth))
         self._bound = True
