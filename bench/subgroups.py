@@ -186,10 +186,11 @@ def main() -> None:
                 summarize(name, run([disk], params, subgroup, a.steps, **kw), params, figs)
             last = rows[-1][1]
             for lock in ("off", "exclusive"):
-                res = two_procs([disk], params // 2, subgroup, a.steps, {**last, "lock": lock})
+                # each process has the whole model's subgroups (a cache smaller than them)
+                res = two_procs([disk], params, subgroup, a.steps, {**last, "lock": lock})
                 for i, r in enumerate(res):
                     summarize(f"+ per-path locks, 2 processes (lock {lock}, process {i})", r,
-                              params // 2, figs)
+                              params, figs)
             summarize("+ multi-path (disk+tmpfs+mem)",
                       run([disk, shm, a.mem], params, subgroup, a.steps,
                           **{**last, "lock": "exclusive"}), params, figs)
