@@ -146,6 +146,68 @@ def two_procs(paths: list[str], params: int, subgroup: int, steps: int, kw: dict
     return out
 
 
+def deepspeed_child(path: str, params: int, subgroup: int, steps: int, qd: int) -> None:
+    """DeepSpeed 0.19's aio op (aio_handle, the op its PartitionedOptimizerSwapper drives)
+    in that swapper's sequence, one path: per subgroup, swap in fp32 master, exp_avg,
+    exp_avg_sq and the fp32 grads (one file each), wait, update (cxlkit's kernel, the same
+    for both), swap the three states out, wait; ascending, no cache. The fp32 grads are
+    swapped out before the step (DeepSpeed writes them during backward): timed apart."""
+    import torch
+    from deepspeed.ops.op_builder import AsyncIOBuilder
+    from deepspeed.runtime.swap_tensor.utils import swap_in_tensors, swap_out_tensors
+
+    import cxlkit
+
+    h = AsyncIOBuilder().load().aio_handle(1 << 20, qd, False, True, 1)
+    m = params // subgroup
+    bufs = [cxlkit.alloc(4 * subgroup) for _ in range(4)]  # page-aligned, as O_DIRECT wants
+    tens = [torch.frombuffer(b, dtype=torch.float32) for b in bufs]
+    names = ["master", "m", "v", "g"]
+    files = [[os.path.join(path, f"ds-{k}-{n}.swp") for n in names] for k in range(m)]
+    for k in range(m):  # initial state
+        tens[0].fill_(0.5)
+        tens[1].zero_()
+        tens[2].zero_()
+        tens[3].zero_()
+        swap_out_tensors(h, tens, files[k])
+        assert h.wait() == 4
+    rng = np.random.default_rng(0)
+    g16 = (rng.standard_normal(subgroup, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    copy = np.empty(subgroup, np.uint16)
+    cfg = A.AdamConfig()
+    rows = []
+    for step in range(1, steps + 1):
+        t0 = time.perf_counter()
+        for k in range(m):  # the grads, upcast and swapped out (backward's part)
+            tens[3].numpy().view(np.uint32)[:] = g16.astype(np.uint32) << 16
+            swap_out_tensors(h, [tens[3]], [files[k][3]])
+            assert h.wait() == 1
+        t1 = time.perf_counter()
+        for k in range(m):
+            swap_in_tensors(h, tens, files[k])
+            assert h.wait() == 4
+            p, mm, v, g = (t.numpy() for t in tens)
+            A.step_raw([(p, mm, v, g, A.DTYPES["float32"], copy, BF16)], cfg, step)
+            swap_out_tensors(h, tens[:3], files[k][:3])
+            assert h.wait() == 3
+        t2 = time.perf_counter()
+        rows.append((t1 - t0, t2 - t1))
+    for k in range(m):
+        for f in files[k]:
+            os.unlink(f)
+    del tens
+    for b in bufs:
+        b.close()
+    upd = [r[1] for r in rows[1:] or rows]
+    moved = m * 4 * subgroup * 7  # 4 tensors in, 3 out
+    print(json.dumps(dict(
+        row="DeepSpeed 0.19 aio op in its swapper's sequence, 1 path (disk)",
+        update_s=statistics.median(upd), update_s_min=min(upd), update_s_max=max(upd),
+        Mparams_per_s=params / statistics.median(upd) / 1e6,
+        io_GBps=moved / statistics.median(upd) / 1e9,
+        grad_swap_out_s=statistics.median(r[0] for r in rows[1:] or rows))), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--params", default="96M", help="params (decimal suffixes)")
@@ -155,8 +217,15 @@ def main() -> None:
     ap.add_argument("--disk", default="/var/tmp", help="a directory on the disk")
     ap.add_argument("--tmpfs", default="/dev/shm", help="a directory on tmpfs")
     ap.add_argument("--mem", default="mem", help="memory tier path spec")
-    ap.add_argument("--only", default="paths,ablation", help="paths, ablation")
+    ap.add_argument("--only", default="paths,ablation", help="paths, ablation, deepspeed")
+    ap.add_argument("--deepspeed-path", default=None,
+                    help="a directory DeepSpeed is installed in (pip --target), for its row")
+    ap.add_argument("--deepspeed-child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.deepspeed_child:
+        deepspeed_child(a.deepspeed_child, parse_count(a.params), parse_count(a.subgroup),
+                        a.steps, 32)
+        return
     params, subgroup = parse_count(a.params), parse_count(a.subgroup)
     params -= params % subgroup
     tmp = [tempfile.mkdtemp(prefix="cxlkit-sgbench-", dir=d) for d in (a.disk, a.tmpfs)]
@@ -194,6 +263,16 @@ def main() -> None:
             summarize("+ multi-path (disk+tmpfs+mem)",
                       run([disk, shm, a.mem], params, subgroup, a.steps,
                           **{**last, "lock": "exclusive"}), params, figs)
+        if a.deepspeed_path and "deepspeed" in a.only:
+            env = {**os.environ, "PYTHONPATH": a.deepspeed_path,
+                   "TORCH_EXTENSIONS_DIR": os.path.join(a.deepspeed_path, "_ext"),
+                   "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+            subprocess.run([sys.executable, __file__, "--deepspeed-child", disk, "--params",
+                            str(params), "--subgroup", str(subgroup), "--steps", str(a.steps)],
+                           env=env, check=False)
+            for name, ps in (("cxlkit 1 path (disk), same run", [disk]),
+                             ("cxlkit 2 paths (disk+tmpfs), same run", [disk, shm])):
+                summarize(name, run(ps, params, subgroup, a.steps, **best), params, figs)
         print(json.dumps(dict(loadavg_end=os.getloadavg())), flush=True)
     finally:
         for d in tmp:
