@@ -631,6 +631,65 @@ CXK_API int cxk_pool_dax_geometry(const char *sysfs_root, const char *name, uint
 CXK_API int cxk_bench_pool_lookup(cxk_pool *p, const char *const *names, size_t n,
                                   double *median_ns);
 
+/* ---- Async I/O: reads and writes of aligned buffers for optimizer-subgroup paths ----
+ * An engine queues requests, cuts each into block_size chunks and keeps up to queue_depth
+ * chunks in flight, through io_uring (liburing, when the build found it and the kernel
+ * allows it) or a pool of worker threads. The caller keeps a request's buffer valid until
+ * it waits for the request's ticket. Files opened with CXK_AIO_O_DIRECT bypass the page
+ * cache: buf, nbytes and offset must then be multiples of the device's logical block size
+ * (CXK_AIO_ALIGN always is). Every syscall goes through the fault hook ("pread", "pwrite",
+ * "fdatasync", "io_uring_setup", "io_uring_enter", "open", "ftruncate", "fcntl"), so a
+ * test can make a chunk fail with ENOSPC or EIO. Thread-safe: any thread may submit and
+ * wait; a ticket is waited for once. */
+#define CXK_AIO_ALIGN 4096
+enum cxk_aio_backend { CXK_AIO_AUTO = 0, CXK_AIO_URING = 1, CXK_AIO_THREADS = 2 };
+typedef struct cxk_aio cxk_aio;
+struct cxk_aio_opts {
+    int32_t backend;       /* enum cxk_aio_backend; AUTO = io_uring where it works, else threads */
+    uint32_t queue_depth;  /* chunks in flight, 1..4096; 0 = 32 */
+    uint64_t block_size;   /* bytes per chunk, a multiple of CXK_AIO_ALIGN up to 1 GiB; 0 = 1 MiB */
+    uint32_t threads;      /* worker threads of the thread pool, 1..64; 0 = min(queue_depth, 4) */
+};
+struct cxk_aio_stats {
+    uint64_t bytes_read, bytes_written;  /* completed successfully */
+    uint64_t requests, chunks, errors;   /* submitted requests, chunks issued, failed chunks */
+};
+/* opts NULL = defaults. -EINVAL for a bad option, -ENOSYS for URING when io_uring is not
+ * built in, the kernel's -errno when URING was asked for and the ring cannot be set up,
+ * -EAGAIN when a thread cannot start. */
+CXK_API int cxk_aio_create(const struct cxk_aio_opts *opts, cxk_aio **out);
+/* Waits for every chunk in flight, then frees the engine; tickets not waited for are dropped. */
+CXK_API void cxk_aio_destroy(cxk_aio *aio);
+/* CXK_AIO_URING or CXK_AIO_THREADS: what the engine runs on. */
+CXK_API int cxk_aio_backend(const cxk_aio *aio);
+/* Queue a read (write == 0) or write of nbytes at offset of fd; *ticket names it.
+ * -EINVAL for nbytes == 0, a NULL buf or fd < 0. */
+CXK_API int cxk_aio_submit(cxk_aio *aio, int fd, int write, void *buf, uint64_t nbytes,
+                           uint64_t offset, uint64_t *ticket);
+/* Block until the request is done and forget it: 0 when every byte moved, else the -errno
+ * of its first failed chunk (-EIO for a read past the end of the file). -ENOENT for an
+ * unknown or already waited ticket. */
+CXK_API int cxk_aio_wait(cxk_aio *aio, uint64_t ticket);
+/* cxk_aio_wait that also gives the request's duration in ns, from its submit to the
+ * completion of its last chunk (NULL: not wanted): the path's observed throughput. */
+CXK_API int cxk_aio_wait_ex(cxk_aio *aio, uint64_t ticket, uint64_t *duration_ns);
+CXK_API int cxk_aio_stats(const cxk_aio *aio, struct cxk_aio_stats *out);
+#define CXK_AIO_O_WRITE 1u   /* read-write (else read-only) */
+#define CXK_AIO_O_CREATE 2u  /* create if missing, mode 0600 */
+#define CXK_AIO_O_DIRECT 4u  /* O_DIRECT; buffered where the filesystem refuses it (tmpfs) */
+/* Returns an fd (>= 0, close-on-exec) or -errno; *direct (may be NULL) = 1 if the fd is
+ * O_DIRECT. */
+CXK_API int cxk_aio_open(const char *path, uint32_t flags, int *direct);
+CXK_API int cxk_aio_close(int fd);
+CXK_API int cxk_aio_sync(int fd);                     /* fdatasync */
+CXK_API int cxk_aio_truncate(int fd, uint64_t nbytes);
+/* OFD lock of byte `at` of fd: kind 0 unlock, 1 shared, 2 exclusive. wait == 0: -EAGAIN when
+ * another open file description holds a conflicting lock. The lock belongs to the open file
+ * description: it is released when its last fd closes, or when its process dies. */
+CXK_API int cxk_aio_lock(int fd, int kind, int wait, uint64_t at);
+/* Nonzero when this build has io_uring (liburing) support. */
+CXK_API int cxk_aio_uring_built(void);
+
 #ifdef __cplusplus
 }
 #endif
