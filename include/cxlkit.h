@@ -601,6 +601,66 @@ CXK_API int cxk_pool_crash_at(const char *name, int nth);
 CXK_API int cxk_pool_dax_geometry(const char *sysfs_root, const char *name, uint64_t *size,
                                   uint64_t *align);
 
+/* ==== Rings: single-producer / single-consumer cells in a pool object (issue 14) ====
+ * A ring is CXK_RING_HDR_BYTES of header lines then ncells cells of cell_bytes. Line 0
+ * (geometry) is written once by the creator; line 1 (head, cells consumed) by the consumer
+ * only; line 2 (closed flag) by the producer only; a cell by the producer only, its stamp
+ * (ring index + 1) last: payload, flush, fence, then the stamp (DESIGN.md principle 2).
+ * Under CXK_COHERENCE_NONE the consumer invalidates before each read and the producer
+ * before reading head. Everything read from the ring is checked (-EBADMSG: a stamp, length
+ * or head that no correct peer writes). A handle is used by one thread at a time; one
+ * producer handle and one consumer handle per ring. Errors: -EAGAIN full (push) or empty
+ * (peek/pop), -EMSGSIZE payload over cxk_ring_payload_max, -EPIPE producer closed and
+ * drained, -EINVAL bad geometry or role, -EPROTO wrong call for the role or order. */
+typedef struct cxk_ring cxk_ring;
+#define CXK_RING_HDR_BYTES 192
+#define CXK_RING_CELL_HDR 16    /* bytes of each cell before its payload */
+enum cxk_ring_role { CXK_RING_PRODUCER = 1, CXK_RING_CONSUMER = 2 };
+/* Bytes a ring of ncells cells of cell_bytes needs; 0 for a bad geometry (cell_bytes a
+ * multiple of 64 in 64..1 MiB, ncells a power of two in 2..2^20). */
+CXK_API uint64_t cxk_ring_bytes(uint32_t cell_bytes, uint32_t ncells);
+/* Lay a fresh ring into [off, off + nbytes) of p: memory this process may write and that no
+ * one uses yet (a new object's zeroed payload); flushed before returning. */
+CXK_API int cxk_ring_format(cxk_pool *p, uint64_t off, uint64_t nbytes, uint32_t cell_bytes,
+                            uint32_t ncells);
+/* Attach to the ring at [off, off + nbytes) as role; the geometry is read once and checked
+ * against nbytes (-EBADMSG when it does not fit or is not a ring). */
+CXK_API int cxk_ring_attach(cxk_pool *p, uint64_t off, uint64_t nbytes, int role,
+                            cxk_ring **out);
+/* Create object `name` in this host's partition, format a ring in it, publish it and attach
+ * as role (the handle keeps the creator's lease). Pool errors as cxk_obj_create. */
+CXK_API int cxk_ring_create(cxk_pool *p, const char *name, uint32_t cell_bytes,
+                            uint32_t ncells, int role, cxk_ring **out);
+/* Open published ring object `name` (taking a lease) and attach as role. */
+CXK_API int cxk_ring_open(cxk_pool *p, const char *name, int role, cxk_ring **out);
+/* Producer: mark the ring closed (the consumer gets -EPIPE once drained). Then, any role:
+ * drop the lease (if the handle took one) and free the handle. NULL is a no-op. */
+CXK_API void cxk_ring_close(cxk_ring *r);
+CXK_API uint32_t cxk_ring_payload_max(const cxk_ring *r);  /* cell_bytes - 16 */
+CXK_API uint32_t cxk_ring_ncells(const cxk_ring *r);
+/* The ring's offset in the pool (where cxk_ring_attach finds it). */
+CXK_API uint64_t cxk_ring_offset(const cxk_ring *r);
+/* Producer: the payload area of the next cell (*payload, cxk_ring_payload_max bytes) to be
+ * filled in place, then cxk_ring_commit publishes it. -EAGAIN full. */
+CXK_API int cxk_ring_reserve(cxk_ring *r, void **payload);
+/* Producer: publish the reserved cell holding nbytes of payload and a caller-defined kind. */
+CXK_API int cxk_ring_commit(cxk_ring *r, uint32_t nbytes, uint32_t kind);
+/* Producer: reserve, copy nbytes from data, commit. */
+CXK_API int cxk_ring_push(cxk_ring *r, const void *data, uint32_t nbytes, uint32_t kind);
+/* Consumer: the next cell in place (valid until cxk_ring_release): payload, its length and
+ * kind (either out-param may be NULL). -EAGAIN empty, -EPIPE closed and drained. */
+CXK_API int cxk_ring_peek(cxk_ring *r, const void **payload, uint32_t *nbytes, uint32_t *kind);
+/* Consumer: hand the peeked cell back to the producer. */
+CXK_API int cxk_ring_release(cxk_ring *r);
+/* Consumer: peek, copy up to cap bytes to dst, release. -EMSGSIZE (cell kept) when the
+ * payload is longer than cap; *nbytes gets its length either way. */
+CXK_API int cxk_ring_pop(cxk_ring *r, void *dst, uint32_t cap, uint32_t *nbytes, uint32_t *kind);
+/* Cells the producer may still fill before the ring is full (producer; reads head). */
+CXK_API int cxk_ring_space(cxk_ring *r, uint32_t *ncells);
+/* Consumer: make the head published (it is published in batches and when the ring is
+ * found empty); call before waiting elsewhere for a long time. */
+CXK_API int cxk_ring_sync(cxk_ring *r);
+
 #ifdef __cplusplus
 }
 #endif
