@@ -661,6 +661,119 @@ CXK_API int cxk_ring_space(cxk_ring *r, uint32_t *ncells);
  * found empty); call before waiting elsewhere for a long time. */
 CXK_API int cxk_ring_sync(cxk_ring *r);
 
+/* ==== Messaging: MPI-style ranks over one pool (issue 14) =========================
+ * A job of nranks ranks (each a process, usually each with its own pool host id) on one
+ * pool. Objects are named "msg.<job>.<rank>.<what>" and created by that rank only: its rank
+ * object (identity, heartbeat, barrier sequence, a directory of the rings it writes), the
+ * ring to each peer it sends to (created at the first send: no N^2 rings up front), its
+ * rendezvous buffers and its windows. Messages up to the eager limit travel in ring cells
+ * (several consecutive cells for one message); larger ones by rendezvous: the sender copies
+ * the payload into one of its buffers (pipelined, a ready count published as it goes), sends
+ * a request-to-send, the receiver copies out and answers FIN. Matching follows MPI: (source,
+ * tag), CXK_ANY_SOURCE / CXK_ANY_TAG, non-overtaking per (source, tag), an unexpected queue.
+ * A comm is used by one thread at a time. Every wait fails with -ETIMEDOUT, never hangs, when
+ * a peer it needs is gone (a process of this machine that no longer exists, or a rank of
+ * another machine whose heartbeat stopped for dead_ms) or timeout_ms passed; then
+ * cxk_msg_failed_rank names the rank. Errors beyond the usual: -EMSGSIZE a message longer
+ * than the receive buffer (status.count = its length, the first bytes delivered), -EINVAL a
+ * negative count, bad rank or tag, -EBADMSG a peer wrote what no correct rank writes. */
+typedef struct cxk_comm cxk_comm;
+typedef struct cxk_msg_req cxk_msg_req;
+#define CXK_ANY_SOURCE (-1)
+#define CXK_ANY_TAG (-1)
+#define CXK_MSG_JOB_MAX 64     /* job name: [A-Za-z0-9_-], 1..64 bytes */
+#define CXK_MSG_MAX_RANKS 4096
+#define CXK_MSG_TAG_MAX 0x7fffffff
+
+struct cxk_msg_opts {
+    uint32_t cell_bytes;    /* ring cell size; 0 = CXLKIT_MSG_CELL_BYTES or 4096 */
+    uint32_t ncells;        /* cells per ring; 0 = CXLKIT_MSG_CELLS or 64 */
+    uint64_t eager_bytes;   /* largest eager message; 0 = CXLKIT_MSG_EAGER or the ring's
+                               capacity for one message (half its cells), capped at 64 KiB */
+    uint32_t timeout_ms;    /* any wait; 0 = CXLKIT_MSG_TIMEOUT_MS or none (dead peers still
+                               end it) */
+    uint32_t dead_ms;       /* a peer of another machine whose heartbeat is this old is dead;
+                               0 = CXLKIT_MSG_DEAD_MS or 5000 */
+    uint32_t join_ms;       /* how long cxk_msg_init waits for every rank; 0 = 60000 */
+};
+CXK_API void cxk_msg_opts_init(struct cxk_msg_opts *opts);
+
+struct cxk_msg_status {
+    int32_t source;
+    int32_t tag;
+    uint64_t count;   /* bytes of the message (may exceed what was delivered: -EMSGSIZE) */
+    int32_t error;    /* 0 or -errno of this request */
+    int32_t reserved;
+};
+
+/* Join job `job` as rank of nranks over p (opened by the caller, kept open until
+ * cxk_msg_finalize). Waits (join_ms) until every rank has joined. Objects left by a crashed
+ * earlier run of the same job and rank on this host are removed first; -EBUSY when that rank
+ * is held by a live process. opts NULL = defaults. */
+CXK_API int cxk_msg_init(cxk_pool *p, const char *job, int rank, int nranks,
+                         const struct cxk_msg_opts *opts, cxk_comm **out);
+/* Barrier with every rank (bounded by timeout_ms, at least 10 s, when a peer is gone), then
+ * remove this rank's objects and free comm. Returns the barrier's error, if any. */
+CXK_API int cxk_msg_finalize(cxk_comm *comm);
+CXK_API int cxk_msg_rank(const cxk_comm *comm);
+CXK_API int cxk_msg_size(const cxk_comm *comm);
+/* The rank whose silence made the last call fail with -ETIMEDOUT, or -1. */
+CXK_API int cxk_msg_failed_rank(const cxk_comm *comm);
+CXK_API uint64_t cxk_msg_eager_bytes(const cxk_comm *comm);
+
+#define CXK_MSG_SYNC 1u  /* synchronous send: completes once the receive has matched it */
+/* Start sending count bytes of buf to dest. buf may be reused when the request completes
+ * (eager sends complete at once). *req is freed by the wait/test that completes it. */
+CXK_API int cxk_msg_isend(cxk_comm *comm, const void *buf, int64_t count, int dest, int tag,
+                          unsigned flags, cxk_msg_req **req);
+CXK_API int cxk_msg_irecv(cxk_comm *comm, void *buf, int64_t count, int source, int tag,
+                          cxk_msg_req **req);
+/* Wait for req and free it; st (may be NULL) gets its status. Returns the request's error
+ * (e.g. -EMSGSIZE) or -ETIMEDOUT (req stays valid: wait again or cancel). */
+CXK_API int cxk_msg_wait(cxk_comm *comm, cxk_msg_req *req, struct cxk_msg_status *st);
+/* *done = 1 and req freed when complete (returning its error), else *done = 0. */
+CXK_API int cxk_msg_test(cxk_comm *comm, cxk_msg_req *req, int *done, struct cxk_msg_status *st);
+/* Wait for all n (statuses may be NULL); NULL entries are skipped; every completed entry is
+ * set to NULL. Returns the first error. */
+CXK_API int cxk_msg_waitall(cxk_comm *comm, size_t n, cxk_msg_req **reqs,
+                            struct cxk_msg_status *statuses);
+/* Wait for any one of n: *index gets it (its entry set to NULL); -EINVAL if all are NULL. */
+CXK_API int cxk_msg_waitany(cxk_comm *comm, size_t n, cxk_msg_req **reqs, size_t *index,
+                            struct cxk_msg_status *st);
+/* Withdraw a receive not yet matched (-EBUSY once matched, or for a send) and free it. */
+CXK_API int cxk_msg_cancel(cxk_comm *comm, cxk_msg_req *req);
+CXK_API int cxk_msg_send(cxk_comm *comm, const void *buf, int64_t count, int dest, int tag,
+                         unsigned flags);
+CXK_API int cxk_msg_recv(cxk_comm *comm, void *buf, int64_t count, int source, int tag,
+                         struct cxk_msg_status *st);
+CXK_API int cxk_msg_sendrecv(cxk_comm *comm, const void *sbuf, int64_t scount, int dest,
+                             int stag, void *rbuf, int64_t rcount, int source, int rtag,
+                             struct cxk_msg_status *st);
+/* Is a matching message there? (*flag 1 and st filled, the message stays queued). */
+CXK_API int cxk_msg_iprobe(cxk_comm *comm, int source, int tag, int *flag,
+                           struct cxk_msg_status *st);
+CXK_API int cxk_msg_probe(cxk_comm *comm, int source, int tag, struct cxk_msg_status *st);
+/* Drive progress once (drain rings into matches / the unexpected queue). */
+CXK_API int cxk_msg_progress(cxk_comm *comm);
+
+/* Collectives: barrier by per-rank sequence numbers in the rank objects; bcast and
+ * allreduce of small buffers (messages on a context of their own: they never match user
+ * messages). */
+CXK_API int cxk_msg_barrier(cxk_comm *comm);
+CXK_API int cxk_msg_bcast(cxk_comm *comm, void *buf, int64_t count, int root);
+enum cxk_msg_type {
+    CXK_MSG_INT32 = 0, CXK_MSG_INT64 = 1, CXK_MSG_UINT32 = 2, CXK_MSG_UINT64 = 3,
+    CXK_MSG_FLOAT = 4, CXK_MSG_DOUBLE = 5,
+};
+enum cxk_msg_op { CXK_OP_SUM = 0, CXK_OP_MIN = 1, CXK_OP_MAX = 2, CXK_OP_REPLACE = 3,
+                  CXK_OP_NO_OP = 4 };
+/* Elementwise op over every rank's n elements of sendbuf into recvbuf on every rank
+ * (REPLACE / NO_OP: -EINVAL). sendbuf may equal recvbuf. */
+CXK_API int cxk_msg_allreduce(cxk_comm *comm, const void *sendbuf, void *recvbuf, int64_t n,
+                              int type, int op);
+/* Bytes of one element of type, 0 for an unknown type. */
+CXK_API size_t cxk_msg_type_size(int type);
+
 #ifdef __cplusplus
 }
 #endif
