@@ -76,7 +76,7 @@ int cxk_msg_barrier(cxk_comm *c) {
     // release: everything this rank did before the barrier precedes its entry
     __atomic_store_n(&me->barrier, mine, __ATOMIC_RELEASE);
     if (c->nc) cxk_flush(me, kLine), cxk_sfence();
-    Waiter w(c, -1);
+    // only a rank that has not arrived can fail the barrier: one that passed it may be gone
     for (int r = 0; r < c->nranks; ++r) {
         if (r == c->rank) continue;
         RankSeq *s = seq_line(c, c->peers[size_t(r)].obj_off);
@@ -88,7 +88,7 @@ int cxk_msg_barrier(cxk_comm *c) {
             if (seq > mine + 1) return c->failed_rank = r, -EBADMSG;  // no rank runs ahead by two
             if (seq >= mine) break;
             int rc = progress(c);  // queued sends and FINs keep moving while we wait
-            if (rc || (rc = wr.check()) || (rc = w.check())) return rc;
+            if (rc || (rc = wr.check())) return rc;
         }
     }
     return 0;
