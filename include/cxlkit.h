@@ -774,6 +774,50 @@ CXK_API int cxk_msg_allreduce(cxk_comm *comm, const void *sendbuf, void *recvbuf
 /* Bytes of one element of type, 0 for an unknown type. */
 CXK_API size_t cxk_msg_type_size(int type);
 
+/* One-sided windows: each rank exposes nbytes of its own pool memory ("msg.<job>.<rank>.win.
+ * <id>"). Offsets are bytes into the target's window. Gets, and puts of whole cache lines
+ * under CXK_COHERENCE_NONE (any put under HOST), go straight to the target's memory;
+ * accumulates, fetch-and-op, compare-and-swap and the parts of lines a put touches under NONE
+ * are applied by the target itself as it reads its ring, one at a time: no two hosts write
+ * one line and no atomic crosses hosts. The target applies them when it drives progress (any
+ * cxk_msg_* / cxk_win_* call): passive-target epochs need the target to call in now and then.
+ * Errors: -ERANGE an access outside the target's window, -EINVAL bad type/op/rank,
+ * -EPROTO a call outside the epoch it needs (e.g. unlock without lock). */
+typedef struct cxk_win cxk_win;
+enum cxk_lock_type { CXK_LOCK_SHARED = 1, CXK_LOCK_EXCLUSIVE = 2 };
+/* Collective: every rank creates its window (nbytes may differ per rank; zeroed). */
+CXK_API int cxk_win_create(cxk_comm *comm, uint64_t nbytes, cxk_win **out);
+/* Collective: barrier, then remove this rank's window. */
+CXK_API int cxk_win_free(cxk_win *win);
+CXK_API void *cxk_win_base(const cxk_win *win);          /* this rank's window memory */
+/* Bytes of rank's window (-EINVAL: bad rank), into *nbytes. */
+CXK_API int cxk_win_size(const cxk_win *win, int rank, uint64_t *nbytes);
+CXK_API int cxk_win_put(cxk_win *win, const void *buf, uint64_t nbytes, int target, uint64_t off);
+CXK_API int cxk_win_get(cxk_win *win, void *buf, uint64_t nbytes, int target, uint64_t off);
+/* target[off..] op= buf[0..count) elementwise (SUM, MIN, MAX, REPLACE). */
+CXK_API int cxk_win_accumulate(cxk_win *win, const void *buf, uint64_t count, int type,
+                               int target, uint64_t off, int op);
+/* One element: *result = old value, then old op= *operand (NO_OP: fetch only). */
+CXK_API int cxk_win_fetch_and_op(cxk_win *win, const void *operand, void *result, int type,
+                                 int target, uint64_t off, int op);
+/* One element: *result = old value; if old == *compare (bitwise) it becomes *swap. */
+CXK_API int cxk_win_compare_and_swap(cxk_win *win, const void *compare, const void *swap,
+                                     void *result, int type, int target, uint64_t off);
+/* Everything this rank started on target (-1: every target) has been applied there. */
+CXK_API int cxk_win_flush(cxk_win *win, int target);
+/* Collective: all operations of every rank before it are complete and visible after it. */
+CXK_API int cxk_win_fence(cxk_win *win);
+/* Post-start-complete-wait: post exposes this window to the origins in ranks; start opens
+ * access to the targets in ranks (waits for their post); complete ends it (operations done);
+ * wait returns once every origin of the post has completed. */
+CXK_API int cxk_win_post(cxk_win *win, const int *ranks, int n);
+CXK_API int cxk_win_start(cxk_win *win, const int *ranks, int n);
+CXK_API int cxk_win_complete(cxk_win *win);
+CXK_API int cxk_win_wait(cxk_win *win);
+/* Passive target: the target grants locks in arrival order (shared ones together). */
+CXK_API int cxk_win_lock(cxk_win *win, int type, int target);
+CXK_API int cxk_win_unlock(cxk_win *win, int target);
+
 #ifdef __cplusplus
 }
 #endif

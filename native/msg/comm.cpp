@@ -1,5 +1,6 @@
 // comm.cpp — joining a job (rank object, session agreement, stale objects of a crashed run),
 // peer liveness (pid on this machine, heartbeat elsewhere), the wait deadline, finalize.
+#include <sched.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -196,6 +197,7 @@ int join(cxk_comm *c) {
 }
 
 void release_all(cxk_comm *c) {
+    free_wins(c);
     close_rings(c);
     for (size_t r = 0; r < c->peers.size(); ++r) {
         auto &p = c->peers[r];
@@ -249,6 +251,8 @@ Waiter::Waiter(cxk_comm *comm, int need_rank) : c(comm), need(need_rank) {
 
 int Waiter::check() {
     if (++spins & 1023) return 0;
+    // a polled peer needs a CPU too: with more ranks than cores, spinning starves it
+    sched_yield();
     if (deadline && now_ns() > deadline) {
         c->failed_rank = need;
         return -ETIMEDOUT;

@@ -64,6 +64,8 @@ enum Kind : uint32_t {
     kRts = 3,    // MsgHdr only: data in rendezvous buffer rdv_index of the sender
     kFin = 4,    // CtlMsg: the receiver copied rendezvous `cookie` out (buffer free again)
     kAck = 5,    // CtlMsg: a synchronous eager send `cookie` was matched
+    kRma = 6,    // RmaHdr + operands: a one-sided operation for the receiver's window
+    kRmaReply = 7,  // CtlMsg: the answer to RMA request `cookie` (value: fetched bytes)
 };
 constexpr uint32_t kSync = 1;  // MsgHdr.flags: answer kAck when matched
 struct MsgHdr {
@@ -79,6 +81,34 @@ struct MsgHdr {
 };
 struct CtlMsg {
     uint64_t cookie;
+    uint64_t value;
+};
+struct Ctl {
+    uint32_t kind;
+    uint64_t cookie;
+    uint64_t value;
+};
+
+// One-sided requests (kRma). Puts of whole lines and gets go straight to the target's window
+// memory; everything else is applied by the target when it reads its ring, one at a time, so
+// no two hosts ever write one line and no atomic crosses hosts.
+enum RmaWhat : uint16_t {
+    kRmaPut = 1,      // bytes at off (parts of lines, coherence "none")
+    kRmaAcc = 2,      // count elements of type, op
+    kRmaFop = 3,      // one element: fetch, then op; reply value = old
+    kRmaCas = 4,      // one element: compare (operand 0) and swap (operand 1); reply old
+    kRmaFlush = 5,    // reply once everything before it is applied
+    kRmaLock = 6,     // op = 1 shared / 2 exclusive; reply when granted
+    kRmaUnlock = 7,   // release, reply (everything before it applied)
+};
+struct RmaHdr {
+    uint32_t win;
+    uint16_t what;
+    uint8_t type;
+    uint8_t op;
+    uint64_t off;      // bytes into the target's window
+    uint64_t count;    // elements (acc, fop, cas) or bytes (put)
+    uint64_t cookie;   // for the reply
 };
 
 }  // namespace cxk::msg
@@ -113,6 +143,13 @@ struct Unexpected {
     std::vector<uint8_t> data;    // eager: the whole message
 };
 
+struct RmaWait {                  // an RMA request of mine awaiting its reply
+    uint64_t cookie;
+    int target;
+    bool done = false;
+    uint64_t value = 0;
+};
+
 struct RdvBuf {                   // one of my rendezvous buffers
     uint64_t off = 0;             // payload offset in the pool
     uint64_t cap = 0;             // data bytes it holds (payload - header)
@@ -129,7 +166,7 @@ struct Peer {
     cxk_ring *out = nullptr;            // ring I write to them
     cxk_ring *in = nullptr;             // ring they write to me
     std::deque<cxk_msg_req *> sendq;    // sends not yet started, in order
-    std::deque<std::pair<uint32_t, uint64_t>> ctlq;  // FIN / ACK to send (kind, cookie)
+    std::deque<Ctl> ctlq;               // FIN / ACK / RMA replies to send
     std::vector<RdvView> rdv;           // their rendezvous buffers by index
     uint64_t beat = 0;                  // heartbeat last seen
     int64_t beat_seen_ns = 0;           // when it last changed
@@ -160,6 +197,8 @@ struct cxk_comm {
     uint64_t barrier_seq = 0;
     uint32_t scan_next = 0;                   // next peer whose directory to look at
     uint64_t polls = 0;
+    std::vector<cxk_win *> wins;              // by window id (nullptr once freed)
+    std::vector<cxk::msg::RmaWait *> rma_waits;  // my RMA requests awaiting a reply
     int failed_rank = -1;
     pthread_t heart{};
     bool heart_started = false;
@@ -196,5 +235,11 @@ int isend_ctx(cxk_comm *c, const void *buf, uint64_t count, int dest, int tag, u
 int irecv_ctx(cxk_comm *c, void *buf, uint64_t count, int source, int tag, uint32_t ctx,
               cxk_msg_req **out);
 void close_rings(cxk_comm *c);
+int send_ctl(cxk_comm *c, int dest);
+
+// win.cpp
+int rma_request(cxk_comm *c, int src, const void *pl, uint32_t n);   // a kRma cell
+int rma_reply(cxk_comm *c, int src, const CtlMsg &m);                // a kRmaReply cell
+void free_wins(cxk_comm *c);
 
 }  // namespace cxk::msg

@@ -19,7 +19,6 @@ uint64_t cells_for(uint64_t len, uint64_t pmax) {
 }
 
 int push_ctl(cxk_comm *c, Peer &p);
-int send_ctl(cxk_comm *c, int src);
 
 bool matches(const cxk_msg_req *r, int src, int tag, uint32_t ctx) {
     return r->ctx == ctx && (r->peer == CXK_ANY_SOURCE || r->peer == src) &&
@@ -133,21 +132,15 @@ int rdv_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index
         }
         done = ready;
     }
-    c->peers[size_t(src)].ctlq.emplace_back(kFin, cookie);
+    c->peers[size_t(src)].ctlq.push_back(Ctl{kFin, cookie, 0});
     return send_ctl(c, src);
-}
-
-// Send queued FIN / ACK to src now if its ring has room (else the next progress does).
-int send_ctl(cxk_comm *c, int src) {
-    if (int rc = ensure_out(c, src)) return rc;
-    int rc = push_ctl(c, c->peers[size_t(src)]);
-    return rc == -EAGAIN ? 0 : rc;
 }
 
 int on_control(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) {
     if (n != sizeof(CtlMsg)) return -EBADMSG;
     CtlMsg m;
     std::memcpy(&m, pl, sizeof m);
+    if (kind == kRmaReply) return rma_reply(c, src, m);
     for (size_t i = 0; i < c->waiting.size(); ++i) {
         cxk_msg_req *r = c->waiting[i];
         if (r->cookie != m.cookie || r->peer != src) continue;
@@ -170,7 +163,7 @@ int on_message(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) 
     MsgHdr h;
     if (n < sizeof h) return -EBADMSG;
     std::memcpy(&h, pl, sizeof h);
-    if (h.ctx > 1 || h.tag < 0) return -EBADMSG;
+    if (h.ctx > 2 || h.tag < 0) return -EBADMSG;  // 0 user, 1 collectives, 2 windows
     if (kind == kEager) {
         uint64_t first = h.len < first_cap(pmax) ? h.len : first_cap(pmax);
         if (h.ncells != cells_for(h.len, pmax) || h.ncells > cxk_ring_ncells(p.in) / 2 ||
@@ -202,7 +195,7 @@ int on_message(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) 
         cxk_ring_release(p.in);
         rc = eager_rest(c, src, h, pmax, dst, cap);
         if (!rc && r && (h.flags & kSync)) {
-            p.ctlq.emplace_back(kAck, h.cookie);
+            p.ctlq.push_back(Ctl{kAck, h.cookie, 0});
             rc = send_ctl(c, src);
         }
     } else {
@@ -228,7 +221,10 @@ int drain(cxk_comm *c, int src) {
         int rc = cxk_ring_peek(p.in, &pl, &n, &kind);
         if (rc == -EAGAIN || rc == -EPIPE) return 0;
         if (!rc) {
-            if (kind == kFin || kind == kAck) {
+            if (kind == kRma) {
+                rc = rma_request(c, src, pl, n);
+                if (!rc) cxk_ring_release(p.in);
+            } else if (kind == kFin || kind == kAck || kind == kRmaReply) {
                 rc = on_control(c, src, kind, pl, n);
                 if (!rc) cxk_ring_release(p.in);
             } else if (kind == kEager || kind == kRts) {
@@ -259,8 +255,9 @@ bool find_in(cxk_comm *c, int src) {
 
 int push_ctl(cxk_comm *, Peer &p) {
     while (!p.ctlq.empty()) {
-        CtlMsg m{p.ctlq.front().second};
-        int rc = cxk_ring_push(p.out, &m, sizeof m, p.ctlq.front().first);
+        const Ctl &t = p.ctlq.front();
+        CtlMsg m{t.cookie, t.value};
+        int rc = cxk_ring_push(p.out, &m, sizeof m, t.kind);
         if (rc) return rc;
         p.ctlq.pop_front();
     }
@@ -397,6 +394,13 @@ int ensure_out(cxk_comm *c, int peer) {
 
 void free_req(cxk_msg_req *r) { delete r; }
 
+// Send queued controls to dest now if its ring has room (else the next progress does).
+int send_ctl(cxk_comm *c, int dest) {
+    if (int rc = ensure_out(c, dest)) return rc;
+    int rc = push_ctl(c, c->peers[size_t(dest)]);
+    return rc == -EAGAIN ? 0 : rc;
+}
+
 void close_rings(cxk_comm *c) {
     for (int r = 0; r < c->nranks; ++r) {
         Peer &p = c->peers[size_t(r)];
@@ -470,7 +474,7 @@ int irecv_ctx(cxk_comm *c, void *buf, uint64_t count, int source, int tag, uint3
         } else {
             copy_part(buf, count, 0, u.data.data(), u.len);
             if (u.flags & kSync) {
-                c->peers[size_t(u.src)].ctlq.emplace_back(kAck, u.cookie);
+                c->peers[size_t(u.src)].ctlq.push_back(Ctl{kAck, u.cookie, 0});
                 rc = send_ctl(c, u.src);
             }
         }
