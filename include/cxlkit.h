@@ -712,9 +712,11 @@ struct cxk_msg_status {
  * is held by a live process. opts NULL = defaults. */
 CXK_API int cxk_msg_init(cxk_pool *p, const char *job, int rank, int nranks,
                          const struct cxk_msg_opts *opts, cxk_comm **out);
-/* Barrier with every rank (bounded by timeout_ms, at least 10 s, when a peer is gone), then
- * remove this rank's objects and free comm. Returns the barrier's error, if any. */
+/* Barrier with every rank (failing like any wait when a peer is gone), then remove this
+ * rank's objects and free comm. Returns the barrier's error, if any. */
 CXK_API int cxk_msg_finalize(cxk_comm *comm);
+/* cxk_msg_finalize; *failed_rank (may be NULL) gets the rank that made it fail, or -1. */
+CXK_API int cxk_msg_finalize_ex(cxk_comm *comm, int *failed_rank);
 CXK_API int cxk_msg_rank(const cxk_comm *comm);
 CXK_API int cxk_msg_size(const cxk_comm *comm);
 /* The rank whose silence made the last call fail with -ETIMEDOUT, or -1. */

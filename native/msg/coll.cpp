@@ -88,7 +88,13 @@ int cxk_msg_barrier(cxk_comm *c) {
             if (seq > mine + 1) return c->failed_rank = r, -EBADMSG;  // no rank runs ahead by two
             if (seq >= mine) break;
             int rc = progress(c);  // queued sends and FINs keep moving while we wait
-            if (rc || (rc = wr.check())) return rc;
+            if (rc) return rc;
+            if ((rc = wr.check())) {
+                // r may have arrived, passed and finalized since we read its entry
+                if (c->nc) cxk_invalidate(s, kLine);
+                if (__atomic_load_n(&s->barrier, __ATOMIC_ACQUIRE) >= mine) break;
+                return rc;
+            }
         }
     }
     return 0;

@@ -47,6 +47,21 @@ bool pid_alive(uint64_t pid) {
     return kill(pid_t(pid), 0) == 0 || errno != ESRCH;
 }
 
+// A process that ended, zombies included (a launcher that has not reaped a killed rank yet
+// still answers kill(pid, 0)).
+bool pid_gone(uint64_t pid) {
+    if (!pid_alive(pid)) return true;
+    char path[64], buf[512];
+    std::snprintf(path, sizeof path, "/proc/%llu/stat", static_cast<unsigned long long>(pid));
+    FILE *f = std::fopen(path, "re");
+    if (!f) return errno == ENOENT;
+    size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[n] = 0;
+    const char *close = std::strrchr(buf, ')');  // the command name may hold anything
+    return close && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
+}
+
 uint32_t env_u32(const char *name, uint32_t dflt) {
     const char *v = std::getenv(name);
     if (!v || !*v) return dflt;
@@ -91,7 +106,7 @@ int clear_stale(cxk_comm *c) {
         cxk_pool_invalidate(c->pool, st.off, sizeof h);
         std::memcpy(&h, c->base + st.off, sizeof h);
         if (h.magic == kRankMagic && h.boot == c->boot && h.pid != uint64_t(getpid()) &&
-            pid_alive(h.pid))
+            !pid_gone(h.pid))
             return -EBUSY;
     }
     size_t n = 0;
@@ -145,7 +160,7 @@ int try_join_peer(cxk_comm *c, int r, uint64_t session) {
              h.nranks == uint32_t(c->nranks) && h.host == st.host;
     }
     // a stale object of a crashed run on this machine: wait for the rank to replace it
-    if (ok && h.boot == c->boot && !pid_alive(h.pid)) ok = false;
+    if (ok && h.boot == c->boot && pid_gone(h.pid)) ok = false;
     if (ok && session && h.session != session) ok = false;
     if (!ok) {
         cxk_obj_close(c->pool, st.off);
@@ -229,15 +244,17 @@ int check_peer(cxk_comm *c, int r) {
     if (!p.gone) {
         if (cxk_obj_validate(c->pool, p.obj_off, p.obj_gen) != 0) {
             p.gone = true;  // finalized or removed: it will not write again
-        } else if (p.boot == c->boot) {
-            p.gone = !pid_alive(p.pid);
         } else {
             auto *live = reinterpret_cast<RankLive *>(c->base + p.obj_off + kLine);
             if (c->nc) cxk_invalidate(live, kLine);
             uint64_t beat = __atomic_load_n(&live->beat, __ATOMIC_ACQUIRE);
             int64_t now = now_ns();
             if (beat != p.beat) p.beat = beat, p.beat_seen_ns = now;
-            else if (now - p.beat_seen_ns > int64_t(c->opts.dead_ms) * 1000000) p.gone = true;
+            const int64_t silent = now - p.beat_seen_ns;
+            // On this machine a missing process ends it once its heartbeat (every 100 ms)
+            // has also stopped: a pid alone can mislead across pid namespaces.
+            if (silent > int64_t(c->opts.dead_ms) * 1000000) p.gone = true;
+            else if (p.boot == c->boot && silent > 300 * 1000000ll) p.gone = pid_gone(p.pid);
         }
     }
     if (!p.gone) return 0;
@@ -324,14 +341,18 @@ int cxk_msg_init(cxk_pool *p, const char *job, int rank, int nranks, const cxk_m
     return 0;
 }
 
-int cxk_msg_finalize(cxk_comm *c) {
+int cxk_msg_finalize(cxk_comm *c) { return cxk_msg_finalize_ex(c, nullptr); }
+
+int cxk_msg_finalize_ex(cxk_comm *c, int *failed_rank) {
+    if (failed_rank) *failed_rank = -1;
     if (!c) return -EINVAL;
-    if (!c->opts.timeout_ms || c->opts.timeout_ms > 10000) c->opts.timeout_ms = 10000;
+    // peers may still be busy for long: only a gone peer (or timeout_ms) ends the wait
     int rc = cxk_msg_barrier(c);
     if (c->heart_started) {
         c->heart_stop.store(true, std::memory_order_release);
         pthread_join(c->heart, nullptr);
     }
+    if (failed_rank && rc) *failed_rank = c->failed_rank;
     release_all(c);
     delete c;
     return rc;

@@ -542,7 +542,12 @@ int cxk_msg_wait(cxk_comm *c, cxk_msg_req *r, cxk_msg_status *st) {
     while (r->state != cxk_msg_req::kDone) {
         int rc = progress(c);
         if (r->state == cxk_msg_req::kDone) break;
-        if (rc || (rc = w.check())) return rc;
+        if (rc) return rc;
+        if ((rc = w.check())) {
+            progress(c);  // what a peer wrote before it went is still delivered
+            if (r->state == cxk_msg_req::kDone) break;
+            return rc;
+        }
     }
     return finish(r, st);
 }

@@ -49,7 +49,13 @@ static void spawn(const char *job, int n, int host0, rank_fn fn, pid_t *pids) {
             int rc = cxk_msg_init(p, job, r, n, &o, &c);
             if (rc) _exit(100 + (-rc & 0xff));
             int res = fn(c, r, n);
-            if (res == 0 && cxk_msg_finalize(c) != 0) res = 98;
+            if (res == 0) {
+                int frc = cxk_msg_finalize(c);
+                if (frc) {
+                    fprintf(stderr, "rank %d of %s: finalize %d\n", r, job, frc);
+                    res = 98;
+                }
+            }
             cxk_pool_close(p);
             _exit(res);
         }
