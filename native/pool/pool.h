@@ -1,6 +1,6 @@
-// pool.h — private: the pool handle and what pool.cpp, pool_alloc.cpp, pool_names.cpp and
-// pool_backing.cpp share: shared-memory access helpers (atomics + flush/invalidate for the
-// non-coherent mode), the allocator, the name table and the backings.
+// pool.h — private: the pool handle and what every file of native/pool shares: shared-memory
+// access helpers (atomics + flush/invalidate for the non-coherent mode), the allocator, the
+// name table and the backings. Each job's own declarations are in its own header.
 #pragma once
 #include <pthread.h>
 #include <sys/types.h>
@@ -68,7 +68,6 @@ inline ObjHeader *hdr(const cxk_pool *p, uint64_t block) {
     return reinterpret_cast<ObjHeader *>(p->base + block);
 }
 
-uint32_t crc32c(const void *data, size_t n, uint32_t crc = 0);
 uint64_t name_hash(const char *name, size_t len);
 int64_t now_ns();
 bool pid_alive(uint32_t pid);
@@ -164,10 +163,5 @@ void backings_discard(std::vector<Backing> &bs);
 // to timeout_ns: 0, -ETIMEDOUT, or fcntl's -errno. Unlock by byte, or by closing fd.
 int backing_lock(int fd, uint64_t at, int64_t timeout_ns);
 void backing_unlock(int fd, uint64_t at);
-
-// ---- crash points (tests) ----------------------------------------------------------
-enum class Crash { create_alloc, create_entry, publish_header, destroy_header, destroy_free,
-                   locked, takeover, count_ };
-void crash_point(Crash c);
 
 }  // namespace cxk::pool

@@ -1,0 +1,238 @@
+// open.cpp — opening a pool: backings, mapping, formatting or validating, attaching to a host
+// slot, the first sweeps; closing it; and the pool-wide stat.
+#include "pool/pool.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <cstdio>
+#include <memory>
+#include <new>
+#include <vector>
+
+#include "pool/hosts.h"
+#include "pool/leases.h"
+#include "pool/recovery.h"
+#include "pool/superblock.h"
+#include "prim/policy.h"
+#include "sys/sys.h"
+
+namespace cxk::pool {
+
+int open_impl(const char *const *paths, uint32_t npaths, const cxk_pool_opts *opts,
+              cxk_pool **out) {
+    if (!paths || !out || npaths == 0 || npaths > CXK_POOL_MAX_BACKINGS) return -EINVAL;
+    cxk_pool_opts o;
+    if (opts) o = *opts;
+    else cxk_pool_opts_init(&o);
+    const char *tag = o.host_tag ? o.host_tag : "";
+    if (std::strlen(tag) > kTagMax) return -ENAMETOOLONG;
+    if (o.coherence != CXK_COHERENCE_HOST && o.coherence != CXK_COHERENCE_NONE) return -EINVAL;
+    if (o.max_hosts > kMaxHosts || o.host_id < -1 || o.numa_node > CXK_MAX_NODE_ID) return -EINVAL;
+    if ((o.flags & ~(CXK_POOL_CREATE | CXK_POOL_EXCL | CXK_POOL_FORCE)) != 0) return -EINVAL;
+    for (uint32_t i = 0; i < npaths; ++i)
+        if (!paths[i] || !*paths[i]) return -EINVAL;
+    const bool create = o.flags & CXK_POOL_CREATE;
+    const uint32_t mode = o.mode ? o.mode : 0600;
+    if (create && o.size && npaths > 1 && o.size % (uint64_t(CXK_POOL_STRIPE_BYTES) * npaths))
+        return -EINVAL;
+
+    std::unique_ptr<cxk_pool> p(new (std::nothrow) cxk_pool);
+    if (!p) return -ENOMEM;
+    p->nc = o.coherence == CXK_COHERENCE_NONE;
+    p->pid = getpid();
+    p->boot = boot_hash();
+
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        std::vector<Backing> bs(npaths);
+        bool made = false, existing = false, devdax = false, memfd = false;
+        uint64_t per = 0, align = 0;
+        int r = 0;
+        const bool try_create = create && attempt == 0;
+        for (uint32_t i = 0; i < npaths && r == 0; ++i) {
+            bs[i].path = paths[i];
+            if (try_create && o.size == 0 && std::strncmp(paths[i], "/dev/dax", 8) != 0) {
+                // a file pool is created with a size; without one, only open
+                r = backing_open(&bs[i], false, false, 0, mode);
+                if (r == -ENOENT) r = -EINVAL;
+            } else {
+                r = backing_open(&bs[i], try_create, o.flags & CXK_POOL_EXCL, o.size / npaths,
+                                 mode);
+            }
+            if (r) break;
+            (bs[i].created ? made : existing) = true;
+            devdax |= bs[i].devdax;
+            memfd |= bs[i].memfd;
+            if (i == 0) per = bs[i].size;
+            else if (bs[i].size != per) r = -EINVAL;  // stripes must be equal
+            align = std::max(align, bs[i].align);
+        }
+        if (!r && made && existing) r = -EEXIST;  // part of a striped pool is already there
+        const uint64_t total = per * npaths;
+        if (!r && total < kSbBytes) r = made ? -ERANGE : -EMEDIUMTYPE;
+        if (!r && devdax && align && total % align) r = -EINVAL;  // misaligned device
+        if (r) {
+            backings_discard(bs);
+            return r;
+        }
+        uint8_t *base = nullptr;
+        if ((r = backings_map(bs, total, align, &base)) != 0) {
+            backings_discard(bs);
+            return r;
+        }
+        p->base = base;
+        p->size = total;
+        p->align = align ? align : cxk_page_size();
+        std::snprintf(p->kind, sizeof p->kind, "%s",
+                      npaths > 1 ? "striped" : devdax ? "devdax" : memfd ? "memfd" : "file");
+        auto fail = [&](int err) {
+            cxk_unmap(p->base, p->size);
+            p->base = nullptr;
+            backings_discard(bs);
+            return err;
+        };
+        if (o.numa_node >= 0) {
+            if (devdax) return fail(-EINVAL);  // device memory sits where the device is
+            // before the first touch (format); existing pages move
+            if ((r = bind_range(p->base, total, o.numa_node, CXK_APPLY_MIGRATE)) != 0)
+                return fail(r);
+        }
+        bool do_format = made;
+        if (devdax && try_create) {
+            const Superblock *sb = reinterpret_cast<const Superblock *>(base);
+            if (sb->magic == kMagic) {
+                if (o.flags & CXK_POOL_EXCL) return fail(-EEXIST);
+            } else if (all_zero(base, kSbBytes) || (o.flags & CXK_POOL_FORCE)) {
+                do_format = true;
+            }
+        }
+        if (do_format) {
+            Superblock sb;
+            if ((r = geometry(total, o, npaths, &sb)) != 0) return fail(r);
+            if ((r = format(p.get(), sb, devdax)) != 0) return fail(r);
+            if (!memfd && !devdax) {
+                r = backings_link(bs);
+                if (r == -EEXIST && !(o.flags & CXK_POOL_EXCL)) {
+                    fail(0);  // another process created it first: open theirs
+                    continue;
+                }
+                if (r) return fail(r);
+            }
+        }
+        if ((r = validate(base, total, npaths, &p->geo)) != 0) return fail(r);
+        if ((r = heart_start(p.get())) != 0) return fail(r);
+        auto fail_beating = [&](int err) {
+            heart_end(p.get());
+            return fail(err);
+        };
+        for (uint64_t taken = 0;;) {
+            if ((r = pick_slot(p.get(), o.host_id, tag, taken)) < 0) return fail_beating(r);
+            p->host = uint32_t(r);
+            if ((r = attach(p.get(), bs[0].fd, tag, o.host_id < 0)) == 0) break;
+            if (r != kSlotTaken) return fail_beating(r);
+            taken |= 1ull << p->host;  // another name claimed it since we looked
+        }
+        {
+            // a lock that fails here (its state damaged: ENOTRECOVERABLE) fails the open
+            HostLock lk(p.get());
+            if (lk.err) return fail_beating(lk.err);
+            clean_leases(p.get());
+            sweep_creating(p.get());
+            sweep_pending(p.get());
+        }
+        if (memfd) {
+            p->memfd = bs[0].fd;  // closing it would free the memory
+            bs[0].fd = -1;
+        }
+        backings_discard(bs);  // the mapping keeps the memory
+        heart_signal(p.get(), false);
+        *out = p.release();
+        return 0;
+    }
+    return -EEXIST;
+}
+
+}  // namespace cxk::pool
+
+using namespace cxk::pool;
+
+extern "C" {
+
+void cxk_pool_opts_init(struct cxk_pool_opts *o) {
+    if (!o) return;
+    std::memset(o, 0, sizeof *o);
+    o->host_id = -1;
+    o->numa_node = -1;
+}
+
+int cxk_pool_open(const char *path, const struct cxk_pool_opts *opts, cxk_pool **out) {
+    return open_impl(&path, 1, opts, out);
+}
+
+int cxk_pool_open_striped(const char *const *paths, uint32_t npaths,
+                          const struct cxk_pool_opts *opts, cxk_pool **out) {
+    return open_impl(paths, npaths, opts, out);
+}
+
+int cxk_pool_close(cxk_pool *p) {
+    if (!p) return 0;
+    // A child of fork has the mapping but not the thread (it lives in the parent).
+    if (getpid() == p->pid) heart_end(p);
+    {
+        std::lock_guard<std::mutex> lk(p->lease_mu);
+        for (uint32_t i : p->my_leases) lease_free(p, i);
+        p->my_leases.clear();
+    }
+    int r = cxk_unmap(p->base, p->size);
+    if (p->memfd >= 0) close(p->memfd);
+    // In a child of fork the condition variable may record the parent's heartbeat thread as
+    // a waiter, and destroying it would wait forever: leave the small handle behind.
+    if (getpid() == p->pid) delete p;
+    return r;
+}
+
+void *cxk_pool_base(const cxk_pool *p) { return p ? p->base : nullptr; }
+
+int cxk_pool_fd(const cxk_pool *p) {
+    if (!p) return -EINVAL;
+    return p->memfd >= 0 ? p->memfd : -ENOENT;
+}
+
+int cxk_pool_stat(cxk_pool *p, struct cxk_pool_stat *st_) {
+    if (!p || !st_) return -EINVAL;
+    std::memset(st_, 0, sizeof *st_);
+    const Superblock &g = p->geo;
+    st_->size = p->size;
+    st_->partition_bytes = g.partition_bytes;
+    st_->max_objects = g.max_objects;
+    st_->align = p->align;
+    st_->lease_timeout_ns = g.lease_timeout_ns;
+    st_->data_off = g.data_off;
+    st_->version = g.version;
+    st_->max_hosts = g.max_hosts;
+    st_->host_id = p->host;
+    st_->coherence = p->nc ? CXK_COHERENCE_NONE : CXK_COHERENCE_HOST;
+    st_->nbackings = g.nbackings;
+    std::memcpy(st_->uuid, g.uuid, 16);
+    std::snprintf(st_->kind, sizeof st_->kind, "%s", p->kind);
+    {
+        HostLock lk(p);
+        if (lk.err) return lk.err;
+        HostSlot *s = slot(p, p->host);
+        st_->used_bytes = s->used_bytes;
+        st_->free_bytes = s->free_bytes;
+        st_->objects_host = s->nlive;
+    }
+    for (uint32_t h = 0; h < g.max_hosts; ++h) {
+        if (!host_used(p, h)) continue;
+        if (host_alive(p, h)) st_->hosts_active++;
+        HostSlot *s = slot(p, h);
+        sync_in(p, &s->used_bytes, kLine);
+        st_->objects += ld(&s->nlive);
+    }
+    return 0;
+}
+
+}  // extern "C"
