@@ -82,7 +82,6 @@ def test_run_demo_shares_an_object_between_two_processes(name, monkeypatch):
 
 # ---- issue 11: paths under /dev, sizes, geometry of an existing pool ------------------------
 
-@pytest.mark.xfail(strict=True, reason="issue 11: fails before the fix")
 def test_create_of_a_missing_dax_device_is_an_error_listing_those_present():
     dev = Path("/dev/dax97.3")
     assert not dev.exists()
@@ -97,7 +96,6 @@ def test_create_of_a_missing_dax_device_is_an_error_listing_those_present():
     assert not dev.exists()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11: fails before the fix")
 def test_a_file_path_directly_under_dev_must_be_an_existing_device():
     dev = Path(f"/dev/cxlkit-test-{uuid.uuid4().hex[:8]}")
     try:
@@ -109,13 +107,11 @@ def test_a_file_path_directly_under_dev_must_be_an_existing_device():
     assert not dev.exists()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11: fails before the fix")
 def test_create_with_size_0_names_the_size(name):
     r = run("create", name, "--size", "0")
     assert r.exit_code == 2 and "size 0" in r.output and "geometry" not in r.output
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11: fails before the fix")
 def test_existing_pool_opened_with_another_size_or_max_hosts_is_refused(name):
     assert run("create", name, "--size", "16M", "--max-hosts", "2").exit_code == 0
     r = run("create", name, "--size", "32M")

@@ -35,23 +35,27 @@ def path(pool_path):
 def in_child(fn, *args, timeout: float = 60.0):
     """Run fn(*args) in a forked child; returns (exitcode, value). exitcode < 0: a signal."""
     ctx = mp.get_context("fork")
-    q = ctx.Queue()
+    recv, send = ctx.Pipe(duplex=False)
 
     def body():
         try:
-            q.put(("ok", fn(*args)))
+            send.send(("ok", fn(*args)))
         except BaseException as e:  # the parent asserts on the type and message
-            q.put(("err", f"{type(e).__name__}: {e}"))
+            send.send(("err", f"{type(e).__name__}: {e}"))
         os._exit(0)
 
     p = ctx.Process(target=body)
     p.start()
-    try:
-        kind, val = q.get(timeout=timeout)
-    except Exception:
+    send.close()
+    if not recv.poll(timeout):
         p.kill()
         p.join()
         return "hang", None
+    try:
+        kind, val = recv.recv()
+    except EOFError:  # died without a word: a signal
+        p.join(timeout)
+        return "signal", p.exitcode
     p.join(timeout)
     return kind, val
 
@@ -91,7 +95,6 @@ def dead_pid() -> int:
 
 # ---- 1. foreign pool files ----------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="issue 10: fails before the fix")
 def test_pool_file_of_another_user_writable_by_others_is_refused_naming_owner_and_mode(path):
     cxlkit.Pool(path, size=8 * MiB, host_id=0).close()
     os.chown(path, 65534, 65534)
@@ -102,7 +105,6 @@ def test_pool_file_of_another_user_writable_by_others_is_refused_naming_owner_an
     assert "65534" in msg and "0o666" in msg and path in msg
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: fails before the fix")
 def test_pool_file_of_another_user_is_opened_when_its_group_is_asked_for(path):
     cxlkit.Pool(path, size=8 * MiB, host_id=0).close()
     os.chown(path, 65534, 0)
@@ -124,7 +126,6 @@ def _open_and_view(path: str):
             return len(o.read())
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: fails before the fix")
 @pytest.mark.parametrize("nbytes", [1 << 40, 64 * MiB])
 def test_object_header_claiming_more_bytes_than_its_block_is_corrupt_at_open(path, nbytes):
     with cxlkit.Pool(path, size=8 * MiB, host_id=0, max_hosts=2) as p:
@@ -167,7 +168,6 @@ def _churn(path: str, host: int, tag: str, rounds: int, out) -> None:
     out.put(full)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: fails before the fix")
 @pytest.mark.parametrize("lookup_host", [0, 1])
 def test_destroyed_objects_are_reclaimed_while_another_process_looks_names_up(path, lookup_host):
     cxlkit.Pool(path, size=8 * MiB, host_id=0, max_hosts=2).close()
@@ -213,7 +213,6 @@ def _corrupt_slot(path: str, what: str) -> None:
         poke(path, SLOT0 + MUTEX + 16, "<i", 320)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: fails before the fix")
 @pytest.mark.parametrize("what", ["npending", "ncreating_list", "free_head", "pending_entry",
                                   "mutex_kind"])
 def test_corrupt_slot_metadata_is_repaired_or_refused_never_a_crash(path, what):
@@ -224,7 +223,6 @@ def test_corrupt_slot_metadata_is_repaired_or_refused_never_a_crash(path, what):
     assert kind == "ok" or (kind == "err" and val.startswith("PoolCorruptError")), (kind, val)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: fails before the fix")
 def test_corrupt_prev_bytes_does_not_crash_destroy(path):
     with cxlkit.Pool(path, size=8 * MiB, host_id=0, max_hosts=2) as p:
         p.create("kept", data=b"k" * 1000).close()
@@ -242,7 +240,6 @@ def test_corrupt_prev_bytes_does_not_crash_destroy(path):
     assert kind == "ok" or (kind == "err" and val.startswith("PoolCorruptError")), (kind, val)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: fails before the fix")
 def test_lock_word_of_a_dead_thread_fails_the_open_naming_the_slot_and_repair_resets_it(path):
     with cxlkit.Pool(path, size=8 * MiB, host_id=0, max_hosts=2) as p:
         p.create("kept", data=b"k" * 1000).close()
@@ -273,7 +270,6 @@ def _name_churn(path: str, stop) -> None:
             i += 1
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: fails before the fix")
 def test_list_under_churn_returns_only_names_that_were_created(path):
     cxlkit.Pool(path, size=8 * MiB, host_id=0, max_hosts=2).close()
     ctx = mp.get_context("fork")
@@ -296,7 +292,6 @@ def test_list_under_churn_returns_only_names_that_were_created(path):
     assert bad == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: fails before the fix")
 def test_a_name_byte_that_is_not_utf8_is_reported_by_fsck_and_ls_does_not_crash(path):
     with cxlkit.Pool(path, size=8 * MiB, host_id=0) as p:
         o = p.create("abc", data=b"x")
@@ -312,16 +307,14 @@ def test_a_name_byte_that_is_not_utf8_is_reported_by_fsck_and_ls_does_not_crash(
     assert "Traceback" not in r.stderr + r.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: fails before the fix")
 def test_create_refuses_a_name_that_is_not_utf8_through_the_c_abi(path):
     with cxlkit.Pool(path, size=8 * MiB, host_id=0) as p:
         with pytest.raises(ValueError):
-            p._h.create(b"a\xffb".decode("utf-8", "surrogateescape"), 64, 0)
+            p.create(b"a\xffb".decode("utf-8", "surrogateescape"), 64)
 
 
 # ---- 6. a flipped bit in a name entry's hash ------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="issue 10: fails before the fix")
 def test_flipped_hash_bit_in_a_name_entry_is_reported_and_repaired(path):
     with cxlkit.Pool(path, size=8 * MiB, host_id=0) as p:
         o = p.create("precious", data=b"p" * 64)
@@ -342,7 +335,6 @@ def test_flipped_hash_bit_in_a_name_entry_is_reported_and_repaired(path):
 
 # ---- 7. lease parameters -------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="issue 10: fails before the fix")
 @pytest.mark.parametrize("ms", [1, 50, 10 ** 9])
 def test_lease_timeout_outside_its_range_raises_ValueError_naming_it(path, ms):
     with pytest.raises(ValueError, match="lease_timeout_ms"):
@@ -352,7 +344,6 @@ def test_lease_timeout_outside_its_range_raises_ValueError_naming_it(path, ms):
 
 # ---- 8. create(data=) keeps the real error --------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="issue 10: fails before the fix")
 def test_create_with_data_raises_the_real_error_when_cleanup_finds_the_object_gone(path,
                                                                                    monkeypatch):
     with cxlkit.Pool(path, size=8 * MiB, host_id=0) as p:
@@ -367,7 +358,6 @@ def test_create_with_data_raises_the_real_error_when_cleanup_finds_the_object_go
 
 # ---- 9. space ------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="issue 10: fails before the fix")
 def test_pool_larger_than_the_filesystems_free_space_is_refused_unless_overcommitted(path):
     free = shutil.disk_usage("/dev/shm").free
     want = free + (1 << 30)
@@ -380,7 +370,6 @@ def test_pool_larger_than_the_filesystems_free_space_is_refused_unless_overcommi
         assert p.stat().size == want
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: fails before the fix")
 def test_pool_file_truncated_under_an_open_pool_is_an_error_not_SIGBUS(path):
     def truncate_then_check():
         with cxlkit.Pool(path, size=8 * MiB, host_id=0) as p:
@@ -400,7 +389,6 @@ def test_pool_file_truncated_under_an_open_pool_is_an_error_not_SIGBUS(path):
 
 # ---- 10. the payload checksum cannot be dropped silently ------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="issue 10: fails before the fix")
 def test_zeroed_checksum_field_and_a_flipped_payload_byte_are_caught(path):
     with cxlkit.Pool(path, size=8 * MiB, host_id=0) as p:
         o = p.create("sum", data=b"\x01" * 256)
@@ -416,7 +404,6 @@ def test_zeroed_checksum_field_and_a_flipped_payload_byte_are_caught(path):
         assert not p.fsck(repair=False).clean
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: fails before the fix")
 def test_flipped_payload_byte_of_a_checksummed_object_fails_a_whole_read(path):
     with cxlkit.Pool(path, size=8 * MiB, host_id=0) as p:
         o = p.create("sum", data=b"\x01" * 256)
@@ -431,7 +418,6 @@ def test_flipped_payload_byte_of_a_checksummed_object_fails_a_whole_read(path):
 
 # ---- 11. mode ------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="issue 10: fails before the fix")
 @pytest.mark.parametrize("mode", [0o4777, 0o666, 0o700, -1, 0o10000])
 def test_mode_outside_owner_and_group_read_write_raises_ValueError(path, mode):
     with pytest.raises(ValueError, match="mode"):
@@ -446,7 +432,6 @@ def test_mode_is_applied_exactly(path):
 
 # ---- errno kept on the typed errors ---------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="issue 10: fails before the fix")
 def test_foreign_error_keeps_errno(path):
     cxlkit.Pool(path, size=8 * MiB, host_id=0).close()
     os.chown(path, 65534, 65534)

@@ -39,7 +39,8 @@ int64_t now_ns() {
 
 bool pid_alive(uint32_t pid) {
     if (pid == 0) return false;
-    return kill(pid_t(pid), 0) == 0 || errno == EPERM;
+    const int r = sys_kill(int(pid), 0);
+    return r == 0 || r == -EPERM;
 }
 
 // ---- host state --------------------------------------------------------------------
@@ -88,24 +89,96 @@ int init_mutex(pthread_mutex_t *m) {
 // The result of locking host slot s's mutex: on EOWNERDEAD the holder died, and as the
 // partition chain is intact everything derived from it (lists, counters, name entries,
 // pending/creating lists) is rebuilt before the mutex is marked consistent; we hold it then.
+// How long an opener waits for another process of its host that is taking the slot over
+// (re-initialising the mutex and running recovery over the whole partition).
+constexpr int64_t kTakeoverWaitNs = 30 * 1000000000ll;
+
 int lock_result(cxk_pool *p, HostSlot *s, int e) {
     if (e != EOWNERDEAD) return e;
-    recover(p, nullptr);
+    const int r = recover(p, nullptr);
     pthread_mutex_consistent(&s->mutex);
+    if (r) pthread_mutex_unlock(&s->mutex);  // a broken chain: the caller reports it
+    return r ? -r : 0;
+}
+
+namespace {
+// The kind glibc records in a robust process-shared mutex (a pool written by anyone may
+// hold another: glibc aborts on some kinds, so it is checked before every lock).
+int mutex_kind_expected() {
+    static const int kind = [] {
+        pthread_mutex_t m;
+        init_mutex(&m);
+        const int k = m.__data.__kind;
+        pthread_mutex_destroy(&m);
+        return k;
+    }();
+    return kind;
+}
+
+// Lock s's mutex; a lock word naming a thread that no longer exists and that the kernel did
+// not hand over (EOWNERDEAD) was never a real holder: ENOTRECOVERABLE, which `fsck --repair`
+// (CXK_POOL_REPAIR) resets. A live holder is waited for as long as it holds the lock.
+int lock_mutex(HostSlot *s, bool try_only) {
+    if (ldr(&s->mutex.__data.__kind) != mutex_kind_expected()) return ENOTRECOVERABLE;
+    if (try_only) return pthread_mutex_trylock(&s->mutex);
+    for (int dead_seen = 0;;) {
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += 200 * 1000000;  // 200 ms slices
+        if (t.tv_nsec >= 1000000000) t.tv_sec++, t.tv_nsec -= 1000000000;
+        const int e = pthread_mutex_timedlock(&s->mutex, &t);
+        if (e != ETIMEDOUT) return e;
+        const int owner = ldr(&s->mutex.__data.__lock) & 0x3fffffff;  // FUTEX_TID_MASK
+        if (owner != 0 && sys_kill(owner, 0) == -ESRCH) {
+            if (++dead_seen >= 2) return ENOTRECOVERABLE;
+        } else {
+            dead_seen = 0;
+        }
+    }
+}
+}  // namespace
+
+int lock_host(cxk_pool *p, bool try_only) {
+    HostSlot *s = slot(p, p->host);
+    const int e = lock_result(p, s, lock_mutex(s, try_only));
+    if (e) return e;
+    // counts out of range cannot be trusted or iterated: rebuild them from the chain
+    if (ldr(&s->npending) > kPendingMax || ldr(&s->ncreating_list) > kCreatingMax) {
+        if (int r = recover(p, nullptr)) {
+            pthread_mutex_unlock(&s->mutex);
+            return -r;
+        }
+    }
     return 0;
 }
 
-HostLock::HostLock(cxk_pool *pool) : p(pool) {
+void unlock_host(cxk_pool *p) {
     HostSlot *s = slot(p, p->host);
-    err = -lock_result(p, s, pthread_mutex_lock(&s->mutex));
+    if (p->needs_recover) {
+        recover(p, nullptr);  // an op found lists or links corrupt; the chain is the truth
+        p->needs_recover = false;
+    }
+    sync_out(p, &s->used_bytes, kLine);  // counters, for other hosts' stat
+    pthread_mutex_unlock(&s->mutex);
+}
+
+int reset_host_lock(cxk_pool *p, int lock_fd) {
+    HostSlot *s = slot(p, p->host);
+    const uint64_t at = p->geo.host_table_off + uint64_t(p->host) * kHostSlotBytes;
+    if (int r = backing_lock(lock_fd, at, kTakeoverWaitNs)) return r;
+    int r = init_mutex(&s->mutex);
+    sync_out(p, &s->mutex, kLine);
+    backing_unlock(lock_fd, at);
+    return r;
+}
+
+HostLock::HostLock(cxk_pool *pool) : p(pool) {
+    err = -lock_host(p, false);
     if (!err) crash_point(Crash::locked);
 }
 
 HostLock::~HostLock() {
-    if (err) return;
-    HostSlot *s = slot(p, p->host);
-    sync_out(p, &s->used_bytes, kLine);  // counters, for other hosts' stat
-    pthread_mutex_unlock(&s->mutex);
+    if (!err) unlock_host(p);
 }
 
 // Lamport's bakery over the host slots: the cross-host lock that keeps names unique. Every
@@ -181,10 +254,6 @@ int pick_slot(cxk_pool *p, int32_t host_id, const char *tag, uint64_t taken) {
 // How long an opener waits for another process of its host that is taking the slot over
 // (re-initialising the mutex and running recovery over the whole partition).
 
-// How long an opener waits for another process of its host that is taking the slot over
-// (re-initialising the mutex and running recovery over the whole partition).
-constexpr int64_t kTakeoverWaitNs = 30 * 1000000000ll;
-
 // Make this process one of host p->host's current boot, named `tag` ("" = no name).
 //
 // Everything here runs under an OFD lock on the slot's byte of backing 0: the kernel keeps
@@ -227,7 +296,12 @@ int attach(cxk_pool *p, int lock_fd, const char *tag, bool by_name) {
                 backing_unlock(lock_fd, at);
                 return r;
             }
-            recover(p, nullptr);
+            if (int rr = recover(p, nullptr)) {
+                st(&s->boot, b);  // nothing of ours is in the slot: leave it as we found it
+                sync_out(p, s, kLine);
+                backing_unlock(lock_fd, at);
+                return rr;
+            }
         }
         crash_point(Crash::takeover);
         s->epoch++;
@@ -280,11 +354,10 @@ void heart_loop(cxk_pool *p) {
         // A process of this host that died holding the host lock is recovered here even
         // when nobody else of this host calls into the pool.
         HostSlot *s = slot(p, p->host);
-        if (lock_result(p, s, pthread_mutex_trylock(&s->mutex)) == 0) {
+        if (lock_host(p, true) == 0) {
             clean_leases(p);
             if (s->ndead) sweep_pending(p);  // objects other hosts' readers held
-            sync_out(p, &s->used_bytes, kLine);
-            pthread_mutex_unlock(&s->mutex);
+            unlock_host(p);
         }
         p->heart_cv.wait_for(lk, period, [p] { return p->heart_stop; });
     }

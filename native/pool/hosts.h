@@ -27,8 +27,16 @@ struct HostLock {
     HostLock(const HostLock &) = delete;
     HostLock &operator=(const HostLock &) = delete;
 };
-// The result of locking s's mutex: EOWNERDEAD is recovered (we hold it then), else e.
+// The result of locking s's mutex: EOWNERDEAD is recovered (we hold it then), else e
+// (positive errno; EBADMSG when recovery found a broken chain: the lock is released).
 int lock_result(cxk_pool *p, HostSlot *s, int e);
+// Take / release this host's lock (HostLock does both): 0 or a positive errno. A damaged lock
+// (unknown kind, or a lock word naming a thread that is gone) is ENOTRECOVERABLE. Counts out
+// of range are recovered at once; p->needs_recover at release runs recovery before unlocking.
+int lock_host(cxk_pool *p, bool try_only);
+void unlock_host(cxk_pool *p);
+// Re-initialise this host's mutex under the slot's OFD lock (repair of a damaged lock).
+int reset_host_lock(cxk_pool *p, int lock_fd);
 
 // Lamport's bakery over the host slots: the cross-host lock that keeps names unique.
 // pre: the caller holds the host lock.

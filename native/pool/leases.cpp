@@ -9,12 +9,17 @@
 #include <cstring>
 
 #include "pool/hosts.h"
+#include "sys/sys.h"
 
 namespace cxk::pool {
 
 // ---- leases ---------------------------------------------------------------------------
-// Does any live reader lease (block, gen)? A half-written (claiming) entry of a live
-// process might be for it: count it.
+// Does any live reader lease (block, gen)? An entry still being claimed (kClaiming) leases
+// nothing: a reader publishes block and gen with its pid (release, then a full fence) before
+// it re-validates the object, and the destroyer stores DEAD and fences before this scan, so
+// a reader we miss here sees DEAD and backs off. (Counting claiming entries as leases on
+// every block stalled all reclamation while any process was opening or creating.) A creator
+// sets its lease under the host lock, before a destroy of its CREATING object can run.
 bool leased(const cxk_pool *p, uint64_t block, uint64_t gen) {
     for (uint32_t h = 0; h < p->geo.max_hosts; ++h) {
         if (!host_used(p, h) || !host_alive(p, h)) continue;
@@ -25,9 +30,10 @@ bool leased(const cxk_pool *p, uint64_t block, uint64_t gen) {
         for (uint64_t i = 0; i < hwm; ++i) {
             const uint32_t pid = ld(&t[i].pid);
             if (pid == 0) continue;
-            const bool claiming = pid & kClaiming;
-            if (!claiming && (ldr(&t[i].block) != block || ldr(&t[i].gen) != gen)) continue;
-            if (h != p->host || pid_alive(pid & ~kClaiming)) return true;
+            if (pid & kClaiming) continue;
+            // acquire load of pid pairs with lease_set's release store: block and gen are its
+            if (ldr(&t[i].block) != block || ldr(&t[i].gen) != gen) continue;
+            if (h != p->host || pid_alive(pid)) return true;
         }
     }
     return false;

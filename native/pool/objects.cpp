@@ -13,6 +13,7 @@
 #include "pool/checksum.h"
 #include "pool/crash.h"
 #include "pool/hosts.h"
+#include "sys/sys.h"
 #include "pool/leases.h"
 #include "pool/recovery.h"
 #include "prim/policy.h"
@@ -62,12 +63,42 @@ bool find_any(const cxk_pool *p, const char *name, size_t len, uint64_t hash, Fo
     return reserved;
 }
 
+// Strict UTF-8 as Python decodes it: no overlong forms, surrogates or code points > U+10FFFF.
+bool utf8_valid(const char *s, size_t n) {
+    const auto *u = reinterpret_cast<const uint8_t *>(s);
+    for (size_t i = 0; i < n;) {
+        const uint8_t c = u[i];
+        size_t k;
+        uint8_t lo = 0x80, hi = 0xbf;  // range of the second byte
+        if (c < 0x80) k = 0;
+        else if (c >= 0xc2 && c <= 0xdf) k = 1;
+        else if (c >= 0xe0 && c <= 0xef) k = 2, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+        else if (c >= 0xf0 && c <= 0xf4) k = 3, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+        else return false;
+        if (k > n - i - 1) return false;
+        if (k && (u[i + 1] < lo || u[i + 1] > hi)) return false;
+        for (size_t j = 2; j <= k; ++j)
+            if ((u[i + j] & 0xc0) != 0x80) return false;
+        i += k + 1;
+    }
+    return true;
+}
+
+// Names are 1..kNameMax bytes of UTF-8 (every reader decodes them as such).
 int check_name(const char *name, size_t *len) {
     if (!name) return -EINVAL;
     *len = strnlen(name, kNameMax + 1);
     if (*len == 0) return -EINVAL;
     if (*len > kNameMax) return -ENAMETOOLONG;
+    if (!utf8_valid(name, *len)) return -EILSEQ;
     return 0;
+}
+
+int checksum_state(const ObjHeader *o) {
+    const uint64_t c = o->checksum;
+    const bool flagged = o->flags & kObjChecksummed;
+    if (c == 0) return flagged ? -EBADMSG : -ENODATA;  // flagged: the checksum was dropped
+    return (c >> 32) == 1 ? 0 : -EBADMSG;
 }
 
 void fill_stat(const cxk_pool *p, uint32_t h, uint64_t block, struct cxk_obj_stat *st_) {
@@ -100,8 +131,10 @@ uint64_t block_of(const cxk_pool *p, uint64_t off, uint32_t *host) {
 // header: nothing is read through a header that fails this.
 bool header_sane(const cxk_pool *p, uint32_t h, uint64_t block, const ObjHeader *o) {
     const uint64_t bytes = ld(&o->block_bytes);
+    const uint16_t nl = ldr(&o->name_len);
     return o->magic == kObjMagic && bytes >= kMinBlock && bytes % kLine == 0 &&
-           bytes <= part_end(p, h) - block && ldr(&o->nbytes) <= bytes - kObjHeaderBytes;
+           bytes <= part_end(p, h) - block && ldr(&o->nbytes) <= bytes - kObjHeaderBytes &&
+           (ld(&o->state) == kFree || (nl >= 1 && nl <= kNameMax));
 }
 
 // The header of the object whose payload is at off, its first `sync` bytes synced in when
@@ -166,6 +199,9 @@ int cxk_obj_create_ex(cxk_pool *p, const char *name, uint64_t nbytes, unsigned f
             gen = ++s->next_gen;
             o->nbytes = nbytes;
             st(&o->gen, gen);
+            // release fence: the new gen is visible before any byte of the name below
+            // (pairs with the acquire fence of snapshot_header in list)
+            __atomic_thread_fence(__ATOMIC_RELEASE);
             o->checksum = 0;
             o->created_ns = now_ns();
             o->creator_pid = uint32_t(getpid());
@@ -181,6 +217,9 @@ int cxk_obj_create_ex(cxk_pool *p, const char *name, uint64_t nbytes, unsigned f
             s->ncreating++;
             entry_write(p, &names(p, p->host)[idx], hash, block, gen, kEntCreating);
             crash_point(Crash::create_entry);
+            // under the host lock: a destroy of this CREATING object by another process of
+            // this host sees the lease and defers the free
+            lease_set(p, uint64_t(li), block, gen, p->host);
         }
         bakery_unlock(p);
     }
@@ -192,7 +231,6 @@ out:
     // NOZERO: the caller overwrites the payload before publishing; until then the object is
     // CREATING, which open (-EAGAIN) and reads (LIVE check) refuse, so no stale byte leaks
     if (!(flags & CXK_OBJ_NOZERO)) std::memset(p->base + block + kObjHeaderBytes, 0, nbytes);
-    lease_set(p, uint64_t(li), block, gen, p->host);
     {
         std::lock_guard<std::mutex> lk(p->lease_mu);
         p->my_leases.push_back(uint32_t(li));
@@ -209,9 +247,12 @@ int cxk_obj_publish(cxk_pool *p, uint64_t off, unsigned flags) {
     if (!block || h != p->host) return -EINVAL;
     ObjHeader *o = hdr(p, block);
     if (o->magic != kObjMagic || ld(&o->state) != kCreating) return -EINVAL;
+    if (!header_sane(p, h, block, o)) return -EBADMSG;
     const uint64_t nbytes = o->nbytes;
-    if (flags & CXK_PUBLISH_CHECKSUM)
+    if (flags & CXK_PUBLISH_CHECKSUM) {
         o->checksum = (1ull << 32) | crc32c(p->base + off, nbytes);
+        o->flags = uint16_t(o->flags | kObjChecksummed);
+    }
     // payload -> flush -> fence, then the header (pairs with the reader's validation)
     sync_out(p, p->base + off, nbytes);
     HostLock lk(p);
@@ -252,6 +293,12 @@ int cxk_obj_open(cxk_pool *p, const char *name, struct cxk_obj_stat *st_) {
         ObjHeader *o = hdr(p, f.block);
         if (f.host != p->host) sync_in(p, o, kLine);
         if (ld(&o->state) == kLive && ld(&o->gen) == f.gen) {
+            // any host can write any header: every field is checked against the geometry
+            // before a caller maps nbytes from off
+            if (!header_sane(p, f.host, f.block, o)) {
+                err = -EBADMSG;
+                break;
+            }
             fill_stat(p, f.host, f.block, st_);
             // Non-coherent pool: the caller may read the payload in place (zero-copy views),
             // so drop any lines of it cached before the owner published (pairs with the
@@ -345,6 +392,9 @@ int cxk_obj_stat(cxk_pool *p, const char *name, struct cxk_obj_stat *st_) {
     if (int r = check_name(name, &len)) return r;
     Found f;
     if (!find_any(p, name, len, name_hash(name, len), &f)) return -ENOENT;
+    ObjHeader *o = hdr(p, f.block);
+    if (f.host != p->host) sync_in(p, o, kLine);
+    if (!header_sane(p, f.host, f.block, o)) return -EBADMSG;
     fill_stat(p, f.host, f.block, st_);
     return 0;
 }
@@ -359,6 +409,42 @@ int cxk_obj_stat_at(cxk_pool *p, uint64_t off, struct cxk_obj_stat *st_) {
     return 0;
 }
 
+}  // extern "C"
+
+namespace cxk::pool {
+// A consistent copy of the header of a CREATING/LIVE block of host h, or false when its owner
+// changed it meanwhile. The owner's create stores gen, a release fence, then the name, then the
+// state (release); destroy and free change the state first. So a copy bracketed by equal
+// (state, gen) reads, with an acquire fence before the second, is one object's header.
+bool snapshot_header(const cxk_pool *p, uint32_t h, uint64_t block, ObjHeader *out) {
+    ObjHeader *o = hdr(p, block);
+    if (h != p->host) sync_in(p, o, kObjHeaderBytes);
+    const uint32_t s1 = ld(&o->state);
+    const uint64_t g1 = ld(&o->gen);
+    if (s1 != kLive && s1 != kCreating) return false;
+    std::memcpy(static_cast<void *>(out), o, sizeof *out);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);  // pairs with create's release fence after gen
+    if (ldr(&o->state) != s1 || ldr(&o->gen) != g1) return false;
+    out->state = s1;
+    out->gen = g1;
+    return header_sane(p, h, block, out);
+}
+
+void fill_stat_from(uint32_t h, uint64_t block, const ObjHeader &o, struct cxk_obj_stat *st_) {
+    std::memset(st_, 0, sizeof *st_);
+    std::memcpy(st_->name, o.name, std::min<size_t>(o.name_len, kNameMax));
+    st_->off = block + kObjHeaderBytes;
+    st_->nbytes = o.nbytes;
+    st_->generation = o.gen;
+    st_->checksum = o.checksum;
+    st_->created_ns = o.created_ns;
+    st_->host = h;
+    st_->state = o.state;
+}
+}  // namespace cxk::pool
+
+extern "C" {
+
 int cxk_obj_list(cxk_pool *p, struct cxk_obj_stat *out, size_t cap, size_t *n) {
     if (!p || !n || (cap && !out)) return -EINVAL;
     size_t count = 0;
@@ -369,10 +455,9 @@ int cxk_obj_list(cxk_pool *p, struct cxk_obj_stat *out, size_t cap, size_t *n) {
         walk(p, h, &blocks);  // a chain broken mid-way lists what precedes the break
         for (const auto &b : blocks) {
             if (b.state != kLive && b.state != kCreating) continue;
-            if (count < cap) {
-                if (h != p->host) sync_in(p, hdr(p, b.off), kObjHeaderBytes);
-                fill_stat(p, h, b.off, &out[count]);
-            }
+            ObjHeader copy;
+            if (!snapshot_header(p, h, b.off, &copy)) continue;  // changed under us: gone
+            if (count < cap) fill_stat_from(h, b.off, copy, &out[count]);
             ++count;
         }
     }
@@ -397,7 +482,8 @@ int cxk_obj_read(cxk_pool *p, uint64_t off, uint64_t generation, uint64_t pos, v
     if (!block) return -EINVAL;
     if (int r = cxk_obj_validate(p, off, generation)) return r;
     ObjHeader *o = hdr(p, block);
-    const uint64_t size = ldr(&o->nbytes);
+    const uint64_t size = ldr(&o->nbytes), want = o->checksum;
+    const int ck = checksum_state(o);
     if (size > part_end(p, h) - off) return -ESTALE;  // changed since the validation
     if (pos > size || nbytes > size - pos) return -ERANGE;
     if (h != p->host && p->nc) cxk_copy_invalidate(dst, p->base + off + pos, nbytes);
@@ -405,7 +491,13 @@ int cxk_obj_read(cxk_pool *p, uint64_t off, uint64_t generation, uint64_t pos, v
     // acquire: the copy is done before the re-check (pairs with the destroyer's release
     // of the DEAD state and the allocator's reuse that follows it)
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    return cxk_obj_validate(p, off, generation);
+    if (int r = cxk_obj_validate(p, off, generation)) return r;
+    // a whole read of a checksummed object is checked: never wrong bytes without an error
+    if (ck == -EBADMSG) return -EBADMSG;
+    if (ck == 0 && pos == 0 && nbytes == size &&
+        ((1ull << 32) | crc32c(dst, nbytes)) != want)
+        return -EBADMSG;
+    return 0;
 }
 
 int cxk_obj_verify(cxk_pool *p, uint64_t off) {
@@ -415,7 +507,7 @@ int cxk_obj_verify(cxk_pool *p, uint64_t off) {
     if (!o || !header_sane(p, h, off - kObjHeaderBytes, o) || ld(&o->state) == kFree)
         return -EINVAL;
     const uint64_t want = o->checksum, size = ldr(&o->nbytes);
-    if (!want) return -ENODATA;
+    if (int r = checksum_state(o)) return r;
     if (size > part_end(p, h) - off) return -EINVAL;  // changed since the check
     if (h != p->host) sync_in(p, p->base + off, size);
     return ((1ull << 32) | crc32c(p->base + off, size)) == want ? 0 : -EBADMSG;

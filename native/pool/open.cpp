@@ -21,23 +21,59 @@
 
 namespace cxk::pool {
 
+namespace {
+constexpr unsigned kOpenFlags = CXK_POOL_CREATE | CXK_POOL_EXCL | CXK_POOL_FORCE |
+                                CXK_POOL_SHARED | CXK_POOL_OVERCOMMIT | CXK_POOL_REPAIR;
+
+// open, phase 1: the options, before anything is touched.
+int check_opts(const char *const *paths, uint32_t npaths, const cxk_pool_opts &o) {
+    const char *tag = o.host_tag ? o.host_tag : "";
+    if (std::strlen(tag) > kTagMax) return -ENAMETOOLONG;
+    if (o.coherence != CXK_COHERENCE_HOST && o.coherence != CXK_COHERENCE_NONE) return -EINVAL;
+    if (o.max_hosts > kMaxHosts || o.host_id < -1 || o.numa_node > CXK_MAX_NODE_ID) return -EINVAL;
+    if ((o.flags & ~kOpenFlags) != 0) return -EINVAL;
+    // owner and group read/write at most: no exec, setuid/setgid/sticky, or other users' write
+    if (o.mode & ~0664u) return -EINVAL;
+    // a lease outlives 4 heartbeats (timeout / 4 apart) even on a loaded machine
+    if (o.lease_timeout_ms && (o.lease_timeout_ms < CXK_POOL_LEASE_TIMEOUT_MIN_MS ||
+                               o.lease_timeout_ms > CXK_POOL_LEASE_TIMEOUT_MAX_MS))
+        return -EINVAL;
+    for (uint32_t i = 0; i < npaths; ++i)
+        if (!paths[i] || !*paths[i]) return -EINVAL;
+    const bool create = o.flags & CXK_POOL_CREATE;
+    if (create && o.size && npaths > 1 && o.size % (uint64_t(CXK_POOL_STRIPE_BYTES) * npaths))
+        return -EINVAL;
+    return 0;
+}
+
+// open, last phase: under this host's lock, expire dead processes' leases and reclaim what
+// dead creators and finished readers left. A damaged lock fails the open (ENOTRECOVERABLE)
+// unless repair is asked for: then it is re-initialised and the partition recovered.
+int first_sweeps(cxk_pool *p, int lock_fd, bool repair) {
+    int e = lock_host(p, false);
+    if (e == ENOTRECOVERABLE && repair) {
+        if (int r = reset_host_lock(p, lock_fd)) return r;
+        if ((e = lock_host(p, false)) == 0) p->needs_recover = true;  // recovered at unlock
+    }
+    if (e) return -e;
+    clean_leases(p);
+    sweep_creating(p);
+    sweep_pending(p);
+    unlock_host(p);
+    return 0;
+}
+}  // namespace
+
 int open_impl(const char *const *paths, uint32_t npaths, const cxk_pool_opts *opts,
               cxk_pool **out) {
     if (!paths || !out || npaths == 0 || npaths > CXK_POOL_MAX_BACKINGS) return -EINVAL;
     cxk_pool_opts o;
     if (opts) o = *opts;
     else cxk_pool_opts_init(&o);
+    if (int r = check_opts(paths, npaths, o)) return r;
     const char *tag = o.host_tag ? o.host_tag : "";
-    if (std::strlen(tag) > kTagMax) return -ENAMETOOLONG;
-    if (o.coherence != CXK_COHERENCE_HOST && o.coherence != CXK_COHERENCE_NONE) return -EINVAL;
-    if (o.max_hosts > kMaxHosts || o.host_id < -1 || o.numa_node > CXK_MAX_NODE_ID) return -EINVAL;
-    if ((o.flags & ~(CXK_POOL_CREATE | CXK_POOL_EXCL | CXK_POOL_FORCE)) != 0) return -EINVAL;
-    for (uint32_t i = 0; i < npaths; ++i)
-        if (!paths[i] || !*paths[i]) return -EINVAL;
     const bool create = o.flags & CXK_POOL_CREATE;
     const uint32_t mode = o.mode ? o.mode : 0600;
-    if (create && o.size && npaths > 1 && o.size % (uint64_t(CXK_POOL_STRIPE_BYTES) * npaths))
-        return -EINVAL;
 
     std::unique_ptr<cxk_pool> p(new (std::nothrow) cxk_pool);
     if (!p) return -ENOMEM;
@@ -55,10 +91,10 @@ int open_impl(const char *const *paths, uint32_t npaths, const cxk_pool_opts *op
             bs[i].path = paths[i];
             if (try_create && o.size == 0 && std::strncmp(paths[i], "/dev/dax", 8) != 0) {
                 // a file pool is created with a size; without one, only open
-                r = backing_open(&bs[i], false, false, 0, mode);
+                r = backing_open(&bs[i], false, o.flags, 0, mode);
                 if (r == -ENOENT) r = -EINVAL;
             } else {
-                r = backing_open(&bs[i], try_create, o.flags & CXK_POOL_EXCL, o.size / npaths,
+                r = backing_open(&bs[i], try_create, o.flags, o.size / npaths,
                                  mode);
             }
             if (r) break;
@@ -134,16 +170,13 @@ int open_impl(const char *const *paths, uint32_t npaths, const cxk_pool_opts *op
             if (r != kSlotTaken) return fail_beating(r);
             taken |= 1ull << p->host;  // another name claimed it since we looked
         }
-        {
-            // a lock that fails here (its state damaged: ENOTRECOVERABLE) fails the open
-            HostLock lk(p.get());
-            if (lk.err) return fail_beating(lk.err);
-            clean_leases(p.get());
-            sweep_creating(p.get());
-            sweep_pending(p.get());
-        }
+        if ((r = first_sweeps(p.get(), bs[0].fd, o.flags & CXK_POOL_REPAIR)) != 0)
+            return fail_beating(r);
         if (memfd) {
             p->memfd = bs[0].fd;  // closing it would free the memory
+            bs[0].fd = -1;
+        } else if (!devdax) {
+            p->file_fd = bs[0].fd;  // fsck compares the file's size with the pool's
             bs[0].fd = -1;
         }
         backings_discard(bs);  // the mapping keeps the memory
@@ -186,7 +219,8 @@ int cxk_pool_close(cxk_pool *p) {
         p->my_leases.clear();
     }
     int r = cxk_unmap(p->base, p->size);
-    if (p->memfd >= 0) close(p->memfd);
+    if (p->memfd >= 0) cxk::sys_close(p->memfd);
+    if (p->file_fd >= 0) cxk::sys_close(p->file_fd);
     // In a child of fork the condition variable may record the parent's heartbeat thread as
     // a waiter, and destroying it would wait forever: leave the small handle behind.
     if (getpid() == p->pid) delete p;

@@ -2,7 +2,6 @@
 // metadata (the magic stored last), and validating a mapped superblock against the mapping.
 #include "pool/superblock.h"
 
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 #include "pool/checksum.h"
 #include "pool/hosts.h"
 #include "prim/policy.h"
+#include "sys/sys.h"
 
 namespace cxk::pool {
 
@@ -49,7 +49,7 @@ int geometry(uint64_t total, const cxk_pool_opts &o, uint32_t nbackings, Superbl
     sb->stripe_bytes = nbackings > 1 ? CXK_POOL_STRIPE_BYTES : 0;
     sb->lease_timeout_ns = uint64_t(o.lease_timeout_ms ? o.lease_timeout_ms : 10000) * 1000000;
     sb->created_ns = now_ns();
-    if (getrandom(sb->uuid, sizeof sb->uuid, 0) != sizeof sb->uuid) {
+    if (sys_getrandom(sb->uuid, sizeof sb->uuid) != long(sizeof sb->uuid)) {
         uint64_t a = uint64_t(now_ns()) ^ (uint64_t(getpid()) << 32), b = boot_hash();
         std::memcpy(sb->uuid, &a, 8);
         std::memcpy(sb->uuid + 8, &b, 8);
@@ -95,6 +95,7 @@ int validate(const uint8_t *base, uint64_t mapped, uint32_t nbackings, Superbloc
     if (sb.version != kVersion) return -EPROTONOSUPPORT;
     if (sb.checksum != ((1ull << 32) | crc32c(&sb, offsetof(Superblock, checksum))))
         return -EBADMSG;
+    if (sb.total_bytes > mapped) return -ENXIO;  // the file was cut short (truncated)
     const bool sane = sb.sb_bytes == kSbBytes && sb.host_slot_bytes == kHostSlotBytes &&
                       sb.max_hosts >= 1 && sb.max_hosts <= kMaxHosts &&
                       sb.levels == kLevels && sb.bucket_slots == kBucketSlots &&

@@ -6,6 +6,7 @@ from .policy import (Buffer, Policy, PlacementAudit, Residency, WeightedInterlea
 from .topology import Topology, discover
 from .errors import (ObjectNotPublished, PoolCorruptError, PoolError, PoolFormatError,
                      PoolFullError, PoolTooSmallError, PoolVersionError, StaleObjectError)
+from .errors import PoolForeignError, PoolGeometryError, PoolNoSpaceError  # issue 10
 from .pool import Pool, PoolObject
 
 __version__ = _native.version()
@@ -16,4 +17,5 @@ __all__ = [
     "residency", "stripe", "weighted", "Topology", "discover", "__version__",
     "Pool", "PoolObject", "PoolError", "PoolFormatError", "PoolCorruptError", "PoolVersionError",
     "PoolTooSmallError", "PoolFullError", "ObjectNotPublished", "StaleObjectError",
+    "PoolForeignError", "PoolGeometryError", "PoolNoSpaceError",
 ]
