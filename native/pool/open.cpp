@@ -64,6 +64,84 @@ int first_sweeps(cxk_pool *p, int lock_fd, bool repair) {
 }
 }  // namespace
 
+namespace {
+// The backings of one open attempt and what they are.
+struct Opened {
+    std::vector<Backing> bs;
+    bool made = false, existing = false, devdax = false, memfd = false;
+    uint64_t total = 0, align = 0;
+};
+
+// open, phase 2: open or create every backing; equal stripes, all made or all existing, big
+// enough for a superblock, devices aligned. On error nothing is left behind.
+int open_backings(const char *const *paths, uint32_t npaths, const cxk_pool_opts &o,
+                  bool try_create, uint32_t mode, Opened *ob) {
+    ob->bs.assign(npaths, Backing{});
+    uint64_t per = 0;
+    int r = 0;
+    for (uint32_t i = 0; i < npaths && r == 0; ++i) {
+        Backing &b = ob->bs[i];
+        b.path = paths[i];
+        if (try_create && o.size == 0 && std::strncmp(paths[i], "/dev/dax", 8) != 0) {
+            // a file pool is created with a size; without one, only open
+            r = backing_open(&b, false, o.flags, 0, mode);
+            if (r == -ENOENT) r = -EINVAL;
+        } else {
+            r = backing_open(&b, try_create, o.flags, o.size / npaths, mode);
+        }
+        if (r) break;
+        (b.created ? ob->made : ob->existing) = true;
+        ob->devdax |= b.devdax;
+        ob->memfd |= b.memfd;
+        if (i == 0) per = b.size;
+        else if (b.size != per) r = -EINVAL;  // stripes must be equal
+        ob->align = std::max(ob->align, b.align);
+    }
+    if (!r && ob->made && ob->existing) r = -EEXIST;  // part of a striped pool is already there
+    ob->total = per * npaths;
+    if (!r && ob->total < kSbBytes) r = ob->made ? -ERANGE : -EMEDIUMTYPE;
+    if (!r && ob->devdax && ob->align && ob->total % ob->align) r = -EINVAL;  // misaligned
+    if (r) backings_discard(ob->bs);
+    return r;
+}
+
+// format_if_new's result for "another process created the pool first: open theirs".
+constexpr int kCreatedByAnother = 1;
+
+// open, phase 3: format what we made (or a blank / forced device), link new files into place.
+int format_if_new(cxk_pool *p, Opened &ob, const cxk_pool_opts &o, uint32_t npaths,
+                  bool try_create) {
+    bool do_format = ob.made;
+    if (ob.devdax && try_create) {
+        const Superblock *sb = reinterpret_cast<const Superblock *>(p->base);
+        if (sb->magic == kMagic) {
+            if (o.flags & CXK_POOL_EXCL) return -EEXIST;
+        } else if (all_zero(p->base, kSbBytes) || (o.flags & CXK_POOL_FORCE)) {
+            do_format = true;
+        }
+    }
+    if (!do_format) return 0;
+    Superblock sb;
+    if (int r = geometry(ob.total, o, npaths, &sb)) return r;
+    if (int r = format(p, sb, ob.devdax)) return r;
+    if (ob.memfd || ob.devdax) return 0;
+    const int r = backings_link(ob.bs);
+    return r == -EEXIST && !(o.flags & CXK_POOL_EXCL) ? kCreatedByAnother : r;
+}
+
+// open, phase 4: pick a slot and attach to it (again when another name took it meanwhile).
+int attach_host(cxk_pool *p, const cxk_pool_opts &o, const char *tag, int lock_fd) {
+    for (uint64_t taken = 0;;) {
+        const int r = pick_slot(p, o.host_id, tag, taken);
+        if (r < 0) return r;
+        p->host = uint32_t(r);
+        const int a = attach(p, lock_fd, tag, o.host_id < 0);
+        if (a != kSlotTaken) return a;
+        taken |= 1ull << p->host;  // another name claimed it since we looked
+    }
+}
+}  // namespace
+
 int open_impl(const char *const *paths, uint32_t npaths, const cxk_pool_opts *opts,
               cxk_pool **out) {
     if (!paths || !out || npaths == 0 || npaths > CXK_POOL_MAX_BACKINGS) return -EINVAL;
@@ -82,104 +160,51 @@ int open_impl(const char *const *paths, uint32_t npaths, const cxk_pool_opts *op
     p->boot = boot_hash();
 
     for (int attempt = 0; attempt < 2; ++attempt) {
-        std::vector<Backing> bs(npaths);
-        bool made = false, existing = false, devdax = false, memfd = false;
-        uint64_t per = 0, align = 0;
-        int r = 0;
         const bool try_create = create && attempt == 0;
-        for (uint32_t i = 0; i < npaths && r == 0; ++i) {
-            bs[i].path = paths[i];
-            if (try_create && o.size == 0 && std::strncmp(paths[i], "/dev/dax", 8) != 0) {
-                // a file pool is created with a size; without one, only open
-                r = backing_open(&bs[i], false, o.flags, 0, mode);
-                if (r == -ENOENT) r = -EINVAL;
-            } else {
-                r = backing_open(&bs[i], try_create, o.flags, o.size / npaths,
-                                 mode);
-            }
-            if (r) break;
-            (bs[i].created ? made : existing) = true;
-            devdax |= bs[i].devdax;
-            memfd |= bs[i].memfd;
-            if (i == 0) per = bs[i].size;
-            else if (bs[i].size != per) r = -EINVAL;  // stripes must be equal
-            align = std::max(align, bs[i].align);
-        }
-        if (!r && made && existing) r = -EEXIST;  // part of a striped pool is already there
-        const uint64_t total = per * npaths;
-        if (!r && total < kSbBytes) r = made ? -ERANGE : -EMEDIUMTYPE;
-        if (!r && devdax && align && total % align) r = -EINVAL;  // misaligned device
-        if (r) {
-            backings_discard(bs);
-            return r;
-        }
+        Opened ob;
+        if (int r = open_backings(paths, npaths, o, try_create, mode, &ob)) return r;
         uint8_t *base = nullptr;
-        if ((r = backings_map(bs, total, align, &base)) != 0) {
-            backings_discard(bs);
+        if (int r = backings_map(ob.bs, ob.total, ob.align, &base)) {
+            backings_discard(ob.bs);
             return r;
         }
         p->base = base;
-        p->size = total;
-        p->align = align ? align : cxk_page_size();
-        std::snprintf(p->kind, sizeof p->kind, "%s",
-                      npaths > 1 ? "striped" : devdax ? "devdax" : memfd ? "memfd" : "file");
+        p->size = ob.total;
+        p->align = ob.align ? ob.align : cxk_page_size();
+        std::snprintf(p->kind, sizeof p->kind, "%s", npaths > 1 ? "striped" : ob.devdax ? "devdax"
+                                                     : ob.memfd ? "memfd" : "file");
         auto fail = [&](int err) {
             cxk_unmap(p->base, p->size);
             p->base = nullptr;
-            backings_discard(bs);
+            backings_discard(ob.bs);
             return err;
         };
+        int r;
         if (o.numa_node >= 0) {
-            if (devdax) return fail(-EINVAL);  // device memory sits where the device is
+            if (ob.devdax) return fail(-EINVAL);  // device memory sits where the device is
             // before the first touch (format); existing pages move
-            if ((r = bind_range(p->base, total, o.numa_node, CXK_APPLY_MIGRATE)) != 0)
+            if ((r = bind_range(p->base, ob.total, o.numa_node, CXK_APPLY_MIGRATE)) != 0)
                 return fail(r);
         }
-        bool do_format = made;
-        if (devdax && try_create) {
-            const Superblock *sb = reinterpret_cast<const Superblock *>(base);
-            if (sb->magic == kMagic) {
-                if (o.flags & CXK_POOL_EXCL) return fail(-EEXIST);
-            } else if (all_zero(base, kSbBytes) || (o.flags & CXK_POOL_FORCE)) {
-                do_format = true;
-            }
+        if ((r = format_if_new(p.get(), ob, o, npaths, try_create)) == kCreatedByAnother) {
+            fail(0);  // another process created it first: open theirs
+            continue;
         }
-        if (do_format) {
-            Superblock sb;
-            if ((r = geometry(total, o, npaths, &sb)) != 0) return fail(r);
-            if ((r = format(p.get(), sb, devdax)) != 0) return fail(r);
-            if (!memfd && !devdax) {
-                r = backings_link(bs);
-                if (r == -EEXIST && !(o.flags & CXK_POOL_EXCL)) {
-                    fail(0);  // another process created it first: open theirs
-                    continue;
-                }
-                if (r) return fail(r);
-            }
-        }
-        if ((r = validate(base, total, npaths, &p->geo)) != 0) return fail(r);
+        if (r) return fail(r);
+        if ((r = validate(base, ob.total, npaths, &p->geo)) != 0) return fail(r);
         if ((r = heart_start(p.get())) != 0) return fail(r);
-        auto fail_beating = [&](int err) {
+        const int lock_fd = ob.bs[0].fd;
+        if ((r = attach_host(p.get(), o, tag, lock_fd)) != 0 ||
+            (r = first_sweeps(p.get(), lock_fd, o.flags & CXK_POOL_REPAIR)) != 0) {
             heart_end(p.get());
-            return fail(err);
-        };
-        for (uint64_t taken = 0;;) {
-            if ((r = pick_slot(p.get(), o.host_id, tag, taken)) < 0) return fail_beating(r);
-            p->host = uint32_t(r);
-            if ((r = attach(p.get(), bs[0].fd, tag, o.host_id < 0)) == 0) break;
-            if (r != kSlotTaken) return fail_beating(r);
-            taken |= 1ull << p->host;  // another name claimed it since we looked
+            return fail(r);
         }
-        if ((r = first_sweeps(p.get(), bs[0].fd, o.flags & CXK_POOL_REPAIR)) != 0)
-            return fail_beating(r);
-        if (memfd) {
-            p->memfd = bs[0].fd;  // closing it would free the memory
-            bs[0].fd = -1;
-        } else if (!devdax) {
-            p->file_fd = bs[0].fd;  // fsck compares the file's size with the pool's
-            bs[0].fd = -1;
+        int &keep = ob.memfd ? p->memfd : p->file_fd;  // memfd: closing it frees the memory;
+        if (!ob.devdax) {                              // files: fsck checks their size
+            keep = ob.bs[0].fd;
+            ob.bs[0].fd = -1;
         }
-        backings_discard(bs);  // the mapping keeps the memory
+        backings_discard(ob.bs);  // the mapping keeps the memory
         heart_signal(p.get(), false);
         *out = p.release();
         return 0;
