@@ -112,7 +112,7 @@ def run(seconds: float, warmup_windows: int = 4) -> dict:
         Store(path, _layout(), host_id=0, create=True, size=768 << 10, max_hosts=2,
               checksum=True).close() if hasattr(Store, "close") else Store(
             path, _layout(), host_id=0, create=True, size=768 << 10, max_hosts=2, checksum=True)
-        ctx = mp.get_context("spawn")
+        ctx = mp.get_context("fork")  # children run the cxlkit this process loaded
         head = ctx.Value("q", 0, lock=False)
         done, start, windows, out = ctx.Event(), ctx.Barrier(3), ctx.Queue(), ctx.Queue()
         w = ctx.Process(target=writer, args=(path, seconds, head, windows, start))
