@@ -489,6 +489,13 @@ enum cxk_coherence {
 #define CXK_POOL_CREATE 1u /* format the pool if it does not exist (files: atomically) */
 #define CXK_POOL_EXCL 2u   /* with CREATE: -EEXIST if it exists */
 #define CXK_POOL_FORCE 4u  /* with CREATE on a device: format over foreign data */
+/* ---- pool open flags (issue 10: pool reliability) ---- */
+#define CXK_POOL_SHARED 8u      /* accept a pool file of another owner, or group-writable (a
+                                   group-shared pool); world-writable files are always -EPERM */
+#define CXK_POOL_OVERCOMMIT 16u /* CREATE: skip the free-space check of the filesystem */
+#define CXK_POOL_REPAIR 32u     /* reset this host's lock when it is damaged (fsck --repair) */
+#define CXK_POOL_LEASE_TIMEOUT_MIN_MS 1000u     /* lease_timeout_ms range: 4 heartbeats */
+#define CXK_POOL_LEASE_TIMEOUT_MAX_MS 86400000u /* each at least 250 ms apart; at most a day */
 
 struct cxk_pool_opts {
     uint32_t flags;            /* CXK_POOL_* */

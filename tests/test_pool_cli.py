@@ -78,3 +78,47 @@ def test_run_demo_shares_an_object_between_two_processes(name, monkeypatch):
     assert "clean" in text and "failed" not in text
     with cxlkit.Pool(name) as p:
         assert p.list() == []
+
+
+# ---- issue 11: paths under /dev, sizes, geometry of an existing pool ------------------------
+
+def test_create_of_a_missing_dax_device_is_an_error_listing_those_present():
+    dev = Path("/dev/dax97.3")
+    assert not dev.exists()
+    try:
+        r = run("create", str(dev), "--size", "64M")
+        assert r.exit_code == 2, r.output
+        assert "dax97.3" in r.output and "dax devices present" in r.output
+        assert "Traceback" not in r.output
+    finally:
+        if dev.is_file():
+            dev.unlink()
+    assert not dev.exists()
+
+
+def test_a_file_path_directly_under_dev_must_be_an_existing_device():
+    dev = Path(f"/dev/cxlkit-test-{uuid.uuid4().hex[:8]}")
+    try:
+        with pytest.raises(FileNotFoundError, match="not a device"):
+            cxlkit.Pool(str(dev), size=8 << 20, host_id=0)
+    finally:
+        if dev.is_file():
+            dev.unlink()
+    assert not dev.exists()
+
+
+def test_create_with_size_0_names_the_size(name):
+    r = run("create", name, "--size", "0")
+    assert r.exit_code == 2 and "size 0" in r.output and "geometry" not in r.output
+
+
+def test_existing_pool_opened_with_another_size_or_max_hosts_is_refused(name):
+    assert run("create", name, "--size", "16M", "--max-hosts", "2").exit_code == 0
+    r = run("create", name, "--size", "32M")
+    assert r.exit_code == 2 and "16.0 MiB" in r.output and "32.0 MiB" in r.output
+    r = run("create", name, "--size", "16M", "--max-hosts", "4")
+    assert r.exit_code == 2 and "max_hosts 2" in r.output
+    with pytest.raises(cxlkit.PoolGeometryError, match="max_hosts"):
+        cxlkit.Pool(name, size="16M", max_hosts=3)
+    with cxlkit.Pool(name, size="16M", max_hosts=2) as p:  # the same geometry: opened
+        assert p.stat().size == 16 << 20

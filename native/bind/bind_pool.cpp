@@ -270,7 +270,9 @@ PoolHold hold_pool(nb::handle handle) { return handle_of(handle).hold(); }
 
 nb::dict obj_stat_dict(const struct cxk_obj_stat &s) {
     nb::dict d;
-    d["name"] = std::string(s.name);
+    // names are validated as written, but any host can write a header: never raise here
+    d["name"] = nb::steal<nb::str>(
+        PyUnicode_DecodeUTF8(s.name, Py_ssize_t(strnlen(s.name, sizeof s.name)), "backslashreplace"));
     d["offset"] = s.off;
     d["nbytes"] = s.nbytes;
     d["generation"] = s.generation;
@@ -297,6 +299,11 @@ CXK_BIND(pool) {
     m.attr("POOL_CREATE") = CXK_POOL_CREATE;
     m.attr("POOL_EXCL") = CXK_POOL_EXCL;
     m.attr("POOL_FORCE") = CXK_POOL_FORCE;
+    m.attr("POOL_SHARED") = CXK_POOL_SHARED;
+    m.attr("POOL_OVERCOMMIT") = CXK_POOL_OVERCOMMIT;
+    m.attr("POOL_REPAIR") = CXK_POOL_REPAIR;
+    m.attr("POOL_LEASE_TIMEOUT_MIN_MS") = CXK_POOL_LEASE_TIMEOUT_MIN_MS;
+    m.attr("POOL_LEASE_TIMEOUT_MAX_MS") = CXK_POOL_LEASE_TIMEOUT_MAX_MS;
     m.attr("POOL_NAME_MAX") = CXK_POOL_NAME_MAX;
     m.attr("POOL_TAG_MAX") = CXK_POOL_TAG_MAX;
     m.attr("POOL_MAX_HOSTS") = CXK_POOL_MAX_HOSTS;

@@ -12,21 +12,32 @@ namespace {
 
 uint32_t size_class(uint64_t n) { return 63u - uint32_t(__builtin_clzll(n)); }
 
-void list_push(cxk_pool *p, HostSlot *s, uint64_t off) {
-    ObjHeader *b = hdr(p, off);
-    uint32_t c = size_class(b->block_bytes);
-    b->link.prev = 0;
-    b->link.next = s->free_head[c];
-    if (s->free_head[c]) hdr(p, s->free_head[c])->link.prev = off;
-    s->free_head[c] = off;
+// A list link (0 = none) we may write through: a block of our partition. A bad one marks
+// the derived state for recovery and is not followed.
+bool link_ok(cxk_pool *p, uint64_t off) {
+    if (off == 0 || own_block(p, off)) return true;
+    p->needs_recover = true;
+    return false;
 }
 
 void list_remove(cxk_pool *p, HostSlot *s, uint64_t off) {
     ObjHeader *b = hdr(p, off);
     uint32_t c = size_class(b->block_bytes);
-    if (b->link.prev) hdr(p, b->link.prev)->link.next = b->link.next;
-    else s->free_head[c] = b->link.next;
-    if (b->link.next) hdr(p, b->link.next)->link.prev = b->link.prev;
+    const uint64_t prev = b->link.prev, next = b->link.next;
+    if (!link_ok(p, prev) || !link_ok(p, next)) return;
+    if (prev) hdr(p, prev)->link.next = next;
+    else if (s->free_head[c] == off) s->free_head[c] = next;
+    if (next) hdr(p, next)->link.prev = prev;
+}
+
+// A FREE block of ours whose size is plausible, or mark for recovery.
+bool free_ok(cxk_pool *p, uint64_t off) {
+    if (own_block(p, off) && ld(&hdr(p, off)->state) == kFree &&
+        hdr(p, off)->block_bytes >= kMinBlock &&
+        hdr(p, off)->block_bytes <= part_end(p, p->host) - off)
+        return true;
+    p->needs_recover = true;
+    return false;
 }
 
 void write_free_header(cxk_pool *p, uint64_t off, uint64_t bytes, uint64_t prev_bytes) {
@@ -41,11 +52,20 @@ void write_free_header(cxk_pool *p, uint64_t off, uint64_t bytes, uint64_t prev_
 
 }  // namespace
 
+void free_list_push(cxk_pool *p, HostSlot *s, uint64_t off) {
+    ObjHeader *b = hdr(p, off);
+    uint32_t c = size_class(b->block_bytes);
+    b->link.prev = 0;
+    b->link.next = s->free_head[c];
+    if (s->free_head[c] && link_ok(p, s->free_head[c])) hdr(p, s->free_head[c])->link.prev = off;
+    s->free_head[c] = off;
+}
+
 void format_partition(cxk_pool *p, uint32_t h) {
     HostSlot *s = slot(p, h);
     std::memset(s->free_head, 0, sizeof s->free_head);
     write_free_header(p, part_begin(p, h), p->geo.partition_bytes, 0);
-    list_push(p, s, part_begin(p, h));
+    free_list_push(p, s, part_begin(p, h));
     s->free_bytes = p->geo.partition_bytes;
     s->used_bytes = 0;
 }
@@ -58,13 +78,14 @@ int64_t alloc_block(cxk_pool *p, uint64_t need) {
     // first fit in need's own class (bounded walk), else the head of any larger class,
     // every block of which is big enough
     uint64_t off = s->free_head[c0];
-    for (int n = 0; off && n < 64; ++n, off = hdr(p, off)->link.next)
+    for (int n = 0; off && n < 64 && free_ok(p, off); ++n, off = hdr(p, off)->link.next)
         if (hdr(p, off)->block_bytes >= need) {
             found = off;
             break;
         }
-    for (uint32_t c = c0 + 1; !found && c < kClasses; ++c) found = s->free_head[c];
-    if (!found) return -ENOSPC;
+    for (uint32_t c = c0 + 1; !found && c < kClasses; ++c)
+        if (s->free_head[c] && free_ok(p, s->free_head[c])) found = s->free_head[c];
+    if (!found) return p->needs_recover ? -EBADMSG : -ENOSPC;
 
     ObjHeader *b = hdr(p, found);
     const uint64_t have = b->block_bytes;
@@ -77,7 +98,7 @@ int64_t alloc_block(cxk_pool *p, uint64_t need) {
         st(&b->block_bytes, need);
         sync_out(p, b, kLine);
         if (rest + (have - need) < end) hdr(p, rest + (have - need))->prev_bytes = have - need;
-        list_push(p, s, rest);
+        free_list_push(p, s, rest);
         s->used_bytes += need;
         s->free_bytes -= need;
     } else {
@@ -92,16 +113,23 @@ void free_block(cxk_pool *p, uint64_t off) {
     const uint64_t begin = part_begin(p, p->host), end = part_end(p, p->host);
     ObjHeader *b = hdr(p, off);
     uint64_t bytes = b->block_bytes;
+    if (!own_block(p, off) || bytes < kMinBlock || bytes % kLine || bytes > end - off) {
+        p->needs_recover = true;  // not a block of our chain: recovery decides
+        return;
+    }
     s->used_bytes -= bytes;
     s->free_bytes += bytes;
     st(&b->state, uint32_t(kFree));
     const uint64_t next = off + bytes;
-    if (next < end && ld(&hdr(p, next)->state) == kFree) {
+    if (next < end && ld(&hdr(p, next)->state) == kFree && free_ok(p, next)) {
         list_remove(p, s, next);
         bytes += hdr(p, next)->block_bytes;
         st(&b->block_bytes, bytes);
     }
-    if (off > begin && b->prev_bytes && ld(&hdr(p, off - b->prev_bytes)->state) == kFree) {
+    // prev_bytes is derived: trust it only when the block it names ends where we begin
+    const uint64_t pb = b->prev_bytes;
+    if (off > begin && pb && pb <= off - begin && free_ok(p, off - pb) &&
+        hdr(p, off - pb)->block_bytes == pb) {
         const uint64_t prev = off - b->prev_bytes;
         list_remove(p, s, prev);
         bytes += hdr(p, prev)->block_bytes;
@@ -109,7 +137,7 @@ void free_block(cxk_pool *p, uint64_t off) {
         off = prev;
     }
     if (off + bytes < end) hdr(p, off + bytes)->prev_bytes = bytes;
-    list_push(p, s, off);
+    free_list_push(p, s, off);
     sync_out(p, hdr(p, off), kLine);
 }
 

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,7 +42,28 @@ std::string base_name(const std::string &path) {
 
 }  // namespace
 
-int backing_open(Backing *b, bool create, bool excl, uint64_t size, uint32_t mode) {
+namespace {
+// Paths where only devices live: a regular file there would pass for memory it is not.
+bool device_path(const std::string &path) {
+    return path.compare(0, 8, "/dev/dax") == 0 ||
+           (path.compare(0, 5, "/dev/") == 0 && path.find('/', 5) == std::string::npos);
+}
+
+// An existing pool file is trusted only when its owner is us (or the caller shares it with
+// a group) and no other user can write it: any byte of a pool steers our reads and writes.
+int check_owner(const struct stat &st, unsigned flags) {
+    // a memfd reached through /proc/PID/fd/N has no name (and mode 0777): /proc already
+    // limits who can open it, so only its owner is checked
+    const bool anonymous = st.st_nlink == 0;
+    if ((st.st_mode & S_IWOTH) && !anonymous) return -EPERM;
+    if (flags & CXK_POOL_SHARED) return 0;
+    if (st.st_uid != geteuid() || ((st.st_mode & S_IWGRP) && !anonymous)) return -EPERM;
+    return 0;
+}
+}  // namespace
+
+int backing_open(Backing *b, bool create, unsigned flags, uint64_t size, uint32_t mode) {
+    const bool excl = flags & CXK_POOL_EXCL;
     if (b->path.compare(0, 6, "memfd:") == 0) {
         if (!create || size == 0) return -EINVAL;  // anonymous memory exists only once made
         int fd = cxk_memfd_create(b->path.c_str() + 6, 1u /* MFD_CLOEXEC */);
@@ -54,6 +76,7 @@ int backing_open(Backing *b, bool create, bool excl, uint64_t size, uint32_t mod
     }
     struct stat st;
     int fd = sys_open(b->path.c_str(), O_RDWR, 0);
+    if (fd == -ENOENT && device_path(b->path)) return -ENOENT;  // never create one there
     if (fd == -ENOENT && create) {
         static std::atomic<unsigned> seq{0};
         b->tmp = b->path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(seq++);
@@ -65,8 +88,14 @@ int backing_open(Backing *b, bool create, bool excl, uint64_t size, uint32_t mod
         b->fd = fd;
         b->created = true;
         // the umask must not widen or narrow what the caller asked for
-        if (fchmod(fd, mode) != 0) return -errno;
+        if (int r = sys_fchmod(fd, mode)) return r;
         b->size = size;
+        if (!(flags & CXK_POOL_OVERCOMMIT)) {
+            // a file larger than the free space dies of SIGBUS on a later page fault
+            struct statvfs vs;
+            if (int r = sys_fstatvfs(fd, &vs)) return r;
+            if (size > uint64_t(vs.f_bavail) * vs.f_frsize) return -ENOSPC;
+        }
         return sys_ftruncate(fd, (long long)size);
     }
     if (fd < 0) return fd;
@@ -75,6 +104,9 @@ int backing_open(Backing *b, bool create, bool excl, uint64_t size, uint32_t mod
     // a file that exists is a pool (files appear only whole); a device is one only if
     // formatted, which the caller checks
     if (create && excl && S_ISREG(st.st_mode)) return -EEXIST;
+    if (S_ISREG(st.st_mode) && device_path(b->path)) return -ENODEV;
+    if (S_ISREG(st.st_mode))
+        if (int r = check_owner(st, flags)) return r;
     if (S_ISCHR(st.st_mode)) {
         b->devdax = true;
         return cxk_pool_dax_geometry("/sys", base_name(b->path).c_str(), &b->size, &b->align);
@@ -93,26 +125,25 @@ int backings_map(std::vector<Backing> &bs, uint64_t total, uint64_t align, uint8
     }
     const uint64_t g = CXK_POOL_STRIPE_BYTES, n = bs.size();
     if (align > g || total % (g * n)) return -EINVAL;
-    if (int e = fault_check(Sys::mmap)) return e;
     // Reserve the whole range (aligned to the granule), then place each granule of each
     // backing over it with MAP_FIXED: granule k comes from backing k % n at (k / n) * g.
     const size_t span = total + g;
-    void *res = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (res == MAP_FAILED) return -errno;
+    void *res = nullptr;
+    if (int e = sys_mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                         -1, 0, &res))
+        return e;
     const uintptr_t base = (uintptr_t(res) + g - 1) & ~uintptr_t(g - 1);
     for (uint64_t k = 0; k < total / g; ++k) {
-        void *want = reinterpret_cast<void *>(base + k * g);
-        void *m = mmap(want, g, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, bs[k % n].fd,
-                       off_t((k / n) * g));
-        if (m == MAP_FAILED) {
-            int e = errno;
-            munmap(res, span);
-            return -e;
+        void *m = nullptr;
+        if (int e = sys_mmap(reinterpret_cast<void *>(base + k * g), g, PROT_READ | PROT_WRITE,
+                             MAP_SHARED | MAP_FIXED, bs[k % n].fd, (long long)((k / n) * g), &m)) {
+            sys_munmap(res, span);
+            return e;
         }
     }
     const size_t head = base - uintptr_t(res), tail = span - head - total;
-    if (head) munmap(res, head);
-    if (tail) munmap(reinterpret_cast<void *>(base + total), tail);
+    if (head) sys_munmap(res, head);
+    if (tail) sys_munmap(reinterpret_cast<void *>(base + total), tail);
     *out = reinterpret_cast<uint8_t *>(base);
     return 0;
 }
@@ -122,16 +153,15 @@ int backings_link(std::vector<Backing> &bs) {
     for (size_t k = bs.size(); k-- > 0;) {
         Backing &b = bs[k];
         if (!b.created || b.memfd) continue;
-        if (link(b.tmp.c_str(), b.path.c_str()) != 0) {
-            int e = errno;
+        if (int e = sys_link(b.tmp.c_str(), b.path.c_str())) {
             for (size_t j = k + 1; j < bs.size(); ++j)
-                if (bs[j].created && !bs[j].memfd) unlink(bs[j].path.c_str());
-            return -e;
+                if (bs[j].created && !bs[j].memfd) sys_unlink(bs[j].path.c_str());
+            return e;
         }
     }
     for (auto &b : bs)
         if (!b.tmp.empty()) {
-            unlink(b.tmp.c_str());
+            sys_unlink(b.tmp.c_str());
             b.tmp.clear();
         }
     return 0;
@@ -139,9 +169,9 @@ int backings_link(std::vector<Backing> &bs) {
 
 void backings_discard(std::vector<Backing> &bs) {
     for (auto &b : bs) {
-        if (!b.tmp.empty()) unlink(b.tmp.c_str());
+        if (!b.tmp.empty()) sys_unlink(b.tmp.c_str());
         b.tmp.clear();
-        if (b.fd >= 0) close(b.fd);
+        if (b.fd >= 0) sys_close(b.fd);
         b.fd = -1;
     }
 }
@@ -150,14 +180,9 @@ int backing_lock(int fd, uint64_t at, int64_t timeout_ns) {
     struct timespec t0, now;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (long nap_us = 50;; nap_us = std::min(nap_us * 2, 10000L)) {
-        if (int e = fault_check(Sys::fcntl)) return e;
-        struct flock l {};
-        l.l_type = F_WRLCK;
-        l.l_whence = SEEK_SET;
-        l.l_start = off_t(at);
-        l.l_len = 1;
-        if (fcntl(fd, F_OFD_SETLK, &l) == 0) return 0;
-        if (errno != EAGAIN && errno != EACCES && errno != EINTR) return -errno;
+        const int r = sys_ofd_lock(fd, (long long)at, F_WRLCK);
+        if (r == 0) return 0;
+        if (r != -EAGAIN && r != -EACCES && r != -EINTR) return r;
         clock_gettime(CLOCK_MONOTONIC, &now);
         if ((now.tv_sec - t0.tv_sec) * 1000000000ll + (now.tv_nsec - t0.tv_nsec) > timeout_ns)
             return -ETIMEDOUT;
@@ -165,14 +190,7 @@ int backing_lock(int fd, uint64_t at, int64_t timeout_ns) {
     }
 }
 
-void backing_unlock(int fd, uint64_t at) {
-    struct flock l {};
-    l.l_type = F_UNLCK;
-    l.l_whence = SEEK_SET;
-    l.l_start = off_t(at);
-    l.l_len = 1;
-    fcntl(fd, F_OFD_SETLK, &l);
-}
+void backing_unlock(int fd, uint64_t at) { sys_ofd_lock(fd, (long long)at, F_UNLCK); }
 
 }  // namespace cxk::pool
 

@@ -142,7 +142,7 @@ struct ObjHeader {
     int64_t created_ns;
     uint32_t creator_pid;
     uint16_t name_len;
-    uint16_t flags;
+    uint16_t flags;                // kObj* bits
     union {
         struct {
             uint64_t next, prev;   // FREE blocks: the size-class list
@@ -150,6 +150,9 @@ struct ObjHeader {
         char name[kNameMax + 1];
     };
 };
+// ObjHeader.flags: the payload was published with a checksum. A header whose checksum field
+// is 0 while this is set has lost its checksum (reads and verify refuse it).
+constexpr uint16_t kObjChecksummed = 1;
 static_assert(offsetof(ObjHeader, name) == 64, "name starts on line 1");
 static_assert(sizeof(ObjHeader) == kObjHeaderBytes, "object header is 5 lines");
 

@@ -1,6 +1,6 @@
-// pool.h — private: the pool handle and what pool.cpp, pool_alloc.cpp, pool_names.cpp and
-// pool_backing.cpp share: shared-memory access helpers (atomics + flush/invalidate for the
-// non-coherent mode), the allocator, the name table and the backings.
+// pool.h — private: the pool handle and what every file of native/pool shares: shared-memory
+// access helpers (atomics + flush/invalidate for the non-coherent mode), the allocator, the
+// name table and the backings. Each job's own declarations are in its own header.
 #pragma once
 #include <pthread.h>
 #include <sys/types.h>
@@ -20,6 +20,8 @@ struct cxk_pool {
     uint64_t align = 0;
     char kind[16] = {};
     int memfd = -1;                // kept open for memfd pools (closing it would free them)
+    int file_fd = -1;              // backing 0 of a file pool: fsck checks its size (truncation)
+    bool needs_recover = false;    // under the host lock: an op found derived state corrupt
     bool nc = false;               // coherence "none"
     uint32_t host = 0;
     uint64_t boot = 0;
@@ -67,8 +69,13 @@ inline uint64_t part_end(const cxk_pool *p, uint32_t h) {
 inline ObjHeader *hdr(const cxk_pool *p, uint64_t block) {
     return reinterpret_cast<ObjHeader *>(p->base + block);
 }
+// Is off a plausible block of this host's partition (a header fits, aligned, magic)? Every
+// offset read from our slot's lists or a header's links is checked with it before use.
+inline bool own_block(const cxk_pool *p, uint64_t off) {
+    const uint64_t b = part_begin(p, p->host), e = part_end(p, p->host);
+    return off >= b && off % kLine == 0 && off <= e - kMinBlock && hdr(p, off)->magic == kObjMagic;
+}
 
-uint32_t crc32c(const void *data, size_t n, uint32_t crc = 0);
 uint64_t name_hash(const char *name, size_t len);
 int64_t now_ns();
 bool pid_alive(uint32_t pid);
@@ -77,9 +84,12 @@ bool pid_alive(uint32_t pid);
 // A partition is a chain of blocks, each starting with an ObjHeader; block_bytes links the
 // chain and is only ever changed by one 8-byte store, so a crash at any point leaves a
 // walkable chain. Free lists and counters are derived and rebuilt by recovery.
-int64_t alloc_block(cxk_pool *p, uint64_t need);   // block offset or -ENOSPC
+// block offset or -ENOSPC; corrupt free lists set p->needs_recover (the caller recovers)
+int64_t alloc_block(cxk_pool *p, uint64_t need);
 void free_block(cxk_pool *p, uint64_t block);      // block is CREATING or DEAD
 void format_partition(cxk_pool *p, uint32_t h);
+// Push FREE block off on its size-class list of slot s (the one list push: alloc, recovery).
+void free_list_push(cxk_pool *p, HostSlot *s, uint64_t off);
 inline uint64_t block_need(uint64_t nbytes) {
     return (kObjHeaderBytes + nbytes + kLine - 1) & ~(kLine - 1);
 }
@@ -151,8 +161,13 @@ struct Backing {
     uint64_t size = 0;
     uint64_t align = 0;
 };
-// Open or create one backing; size is the wanted size when creating (0: must exist).
-int backing_open(Backing *b, bool create, bool excl, uint64_t size, uint32_t mode);
+// Open or create one backing; size is the wanted size when creating (0: must exist). flags:
+// CXK_POOL_EXCL (-EEXIST if it exists), CXK_POOL_SHARED (accept another owner or a
+// group-writable file), CXK_POOL_OVERCOMMIT (no free-space check). Refuses with -EPERM a file
+// of another owner (unless shared) or writable by every user; with -ENOENT a path directly
+// under /dev (or /dev/dax*) that is not an existing device; with -ENOSPC a new file larger
+// than its filesystem's free space.
+int backing_open(Backing *b, bool create, unsigned flags, uint64_t size, uint32_t mode);
 // Map the backings as one range (striped at CXK_POOL_STRIPE_BYTES when there are several).
 int backings_map(std::vector<Backing> &bs, uint64_t total, uint64_t align, uint8_t **out);
 // Publish created files under their real names (first the stripes, backing 0 last):
@@ -164,10 +179,5 @@ void backings_discard(std::vector<Backing> &bs);
 // to timeout_ns: 0, -ETIMEDOUT, or fcntl's -errno. Unlock by byte, or by closing fd.
 int backing_lock(int fd, uint64_t at, int64_t timeout_ns);
 void backing_unlock(int fd, uint64_t at);
-
-// ---- crash points (tests) ----------------------------------------------------------
-enum class Crash { create_alloc, create_entry, publish_header, destroy_header, destroy_free,
-                   locked, takeover, count_ };
-void crash_point(Crash c);
 
 }  // namespace cxk::pool

@@ -6,6 +6,9 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/statvfs.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -29,7 +32,8 @@ const char *const kSysNames[] = {"mbind", "set_mempolicy", "get_mempolicy", "mov
                                  "pthread_create", "sched_setaffinity", "sched_getaffinity",
                                  // ---- aio (native/sys/sys_aio.cpp) ----
                                  "pread", "pwrite", "fdatasync", "io_uring_setup",
-                                 "io_uring_enter"};
+                                 "io_uring_enter",
+                                 "fchmod", "fstatvfs", "link", "unlink", "kill", "getrandom"};
 static_assert(sizeof(kSysNames) / sizeof(kSysNames[0]) == size_t(Sys::count_), "names");
 
 struct Fault {
@@ -199,6 +203,49 @@ int sys_read_sysfs(const char *rel, std::string *out) noexcept {
         return -ENOMEM;
     }
 }
+// ---- the pool's syscalls (issue 10) ------------------------------------------------------
+int sys_fchmod(int fd, unsigned mode) noexcept {
+    if (int e = fault_check(Sys::fchmod)) return e;
+    return int(ret(::fchmod(fd, mode_t(mode))));
+}
+int sys_fstatvfs(int fd, struct statvfs *st) noexcept {
+    if (int e = fault_check(Sys::fstatvfs)) return e;
+    return int(ret(::fstatvfs(fd, st)));
+}
+int sys_link(const char *from, const char *to) noexcept {
+    if (int e = fault_check(Sys::link)) return e;
+    return int(ret(::link(from, to)));
+}
+int sys_unlink(const char *path) noexcept {
+    if (int e = fault_check(Sys::unlink)) return e;
+    return int(ret(::unlink(path)));
+}
+int sys_kill(int pid, int sig) noexcept {
+    if (int e = fault_check(Sys::kill)) return e;
+    return int(ret(::kill(pid_t(pid), sig)));
+}
+long sys_getrandom(void *buf, size_t n) noexcept {
+    if (int e = fault_check(Sys::getrandom)) return e;
+    return ret(::getrandom(buf, n, 0));
+}
+int sys_ofd_lock(int fd, long long at, int type) noexcept {
+    if (int e = fault_check(Sys::fcntl)) return e;
+    struct flock l {};
+    l.l_type = short(type);
+    l.l_whence = SEEK_SET;
+    l.l_start = off_t(at);
+    l.l_len = 1;
+    return int(ret(::fcntl(fd, F_OFD_SETLK, &l)));
+}
+int sys_mmap(void *want, size_t n, int prot, int flags, int fd, long long off,
+             void **out) noexcept {
+    if (int e = fault_check(Sys::mmap)) return e;
+    void *p = ::mmap(want, n, prot, flags, fd, off_t(off));
+    if (p == MAP_FAILED) return -errno;
+    *out = p;
+    return 0;
+}
+int sys_close(int fd) noexcept { return int(ret(::close(fd))); }
 
 }  // namespace cxk
 

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include <cstddef>
 #include <string>
@@ -18,6 +19,7 @@ enum class Sys : int {
     sched_setaffinity, sched_getaffinity,
     // ---- aio (native/sys/sys_aio.cpp) ----
     pread, pwrite, fdatasync, io_uring_setup, io_uring_enter,
+    fchmod, fstatvfs, link, unlink, kill, getrandom,  // the pool's (issue 10)
     count_
 };
 
@@ -64,5 +66,18 @@ int sys_setaffinity_thread(pthread_t t, size_t setsize, const cpu_set_t *set) no
 int sys_read_sysfs(const char *rel, std::string *out) noexcept;
 // The sysfs root itself (no trailing slash): what sys_read_sysfs prefixes.
 std::string sysfs_root();
+// ---- the pool's syscalls (issue 10): each 0 (or a count) or -errno, through the hook ----
+int sys_fchmod(int fd, unsigned mode) noexcept;
+int sys_fstatvfs(int fd, struct statvfs *st) noexcept;
+int sys_link(const char *from, const char *to) noexcept;
+int sys_unlink(const char *path) noexcept;
+int sys_kill(int pid, int sig) noexcept;                  // sig 0: does pid exist (-ESRCH)
+long sys_getrandom(void *buf, size_t n) noexcept;         // bytes or -errno
+// fcntl(F_OFD_SETLK) of one byte: type F_WRLCK or F_UNLCK. 0 or -errno (-EAGAIN: held).
+int sys_ofd_lock(int fd, long long at, int type) noexcept;
+// mmap / munmap as the kernel has them (the caller computes the placement): the address or
+// -errno through *out; 0 or -errno.
+int sys_mmap(void *want, size_t n, int prot, int flags, int fd, long long off, void **out) noexcept;
+int sys_close(int fd) noexcept;
 
 }  // namespace cxk

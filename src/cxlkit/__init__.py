@@ -6,6 +6,7 @@ from .policy import (Buffer, Policy, PlacementAudit, Residency, WeightedInterlea
 from .topology import Topology, discover
 from .errors import (ObjectNotPublished, PoolCorruptError, PoolError, PoolFormatError,
                      PoolFullError, PoolTooSmallError, PoolVersionError, StaleObjectError)
+from .errors import PoolForeignError, PoolGeometryError, PoolNoSpaceError  # issue 10
 from .pool import Pool, PoolObject
 # ---- issue 11: the typed records of the pool face, the memory error, the one size parser
 from .errors import InsufficientMemoryError
@@ -23,4 +24,5 @@ __all__ = [
     # issue 11
     "InsufficientMemoryError", "ObjectInfo", "PoolStat", "FsckReport", "parse_size",
     "parse_count",
+    "PoolForeignError", "PoolGeometryError", "PoolNoSpaceError",
 ]

@@ -40,6 +40,21 @@ class StaleObjectError(PoolError):
     """The object was destroyed or replaced while it was being read."""
 
 
+# ---- issue 10: pool reliability ----------------------------------------------------------
+class PoolForeignError(PoolError):
+    """The pool file belongs to another user or every user can write it (pass group= to
+    share a pool with a group)."""
+
+
+class PoolNoSpaceError(PoolError):
+    """The pool file would not fit the free space of its filesystem (overcommit=True skips
+    the check)."""
+
+
+class PoolGeometryError(PoolError):
+    """The pool exists with another size or max_hosts than asked for."""
+
+
 _OPEN_ERRORS = {
     errno.EMEDIUMTYPE: (PoolFormatError, "not a cxlkit pool (foreign or blank superblock)"),
     errno.EBADMSG: (PoolCorruptError, "corrupt pool superblock"),
@@ -51,14 +66,20 @@ _OPEN_ERRORS = {
     errno.EINVAL: (PoolError, "bad geometry: device size not a multiple of its alignment, "
                               "stripes of unequal size, or not the backing list it was made with"),
     errno.EAGAIN: (PoolError, "could not start the pool's heartbeat thread (out of threads)"),
-    errno.ENOTRECOVERABLE: (PoolError, "this host's lock in the pool is damaged (not "
-                                       "recoverable)"),
+    errno.ENOTRECOVERABLE: (PoolCorruptError, "this host's lock in the pool is damaged (not "
+                                              "recoverable): `cxlkit pool fsck --repair` resets it"),
+    errno.ENXIO: (PoolCorruptError, "pool file truncated: shorter than the pool it holds"),
+    errno.EPERM: (PoolForeignError, "pool file of another user, or writable by every user"),
+    errno.ENOSPC: (PoolNoSpaceError, "larger than the free space of its filesystem"),
 }
 _OBJECT_ERRORS = {
     errno.ENOSPC: (PoolFullError, "no room in this host's partition or name table"),
     errno.EAGAIN: (ObjectNotPublished, "not published yet"),
     errno.ESTALE: (StaleObjectError, "destroyed or replaced while being read"),
-    errno.EBADMSG: (PoolCorruptError, "payload checksum mismatch"),
+    errno.EBADMSG: (PoolCorruptError, "corrupt object: header fields outside its block, or "
+                                      "payload checksum mismatch or dropped"),
+    errno.ENOTRECOVERABLE: _OPEN_ERRORS[errno.ENOTRECOVERABLE],
+    errno.EILSEQ: (PoolError, "object name is not UTF-8"),
     errno.EMFILE: (PoolError, "this host's lease table is full: close objects, or create the "
                               "pool with more lease_slots"),
 }

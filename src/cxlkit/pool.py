@@ -14,8 +14,9 @@ from . import _native
 from . import units as _units
 from ._config import config
 from .errors import (_CREATE_ERRORS, _OBJECT_ERRORS, _OPEN_ERRORS, ObjectNotPublished,  # noqa: F401
-                     PoolCorruptError, PoolError, PoolFormatError, PoolFullError,
-                     PoolTooSmallError, PoolVersionError, StaleObjectError, _typed)
+                     PoolCorruptError, PoolError, PoolForeignError, PoolFormatError,
+                     PoolFullError, PoolGeometryError, PoolNoSpaceError, PoolTooSmallError,
+                     PoolVersionError, StaleObjectError, _typed)
 from ._views import Views
 
 MiB = 1 << 20
@@ -245,7 +246,8 @@ class Pool:
                  exclusive: bool = False, force: bool = False, max_hosts: int | None = None,
                  max_objects: int | None = None, numa_node: int | None = None,
                  mode: int = 0o600, group: int | str | None = None,
-                 lease_slots: int | None = None, lease_timeout_ms: int | None = None) -> None:
+                 lease_slots: int | None = None, lease_timeout_ms: int | None = None,
+                 overcommit: bool = False, repair: bool = False) -> None:
         if isinstance(path_or_name, (list, tuple)):
             if not path_or_name:
                 raise ValueError("a striped pool needs at least one backing")
@@ -259,6 +261,12 @@ class Pool:
             raise ValueError(f"size {size!r}: must be positive")
         if coherence is None:
             coherence = config().coherence
+        if size is not None and nbytes == 0:
+            raise ValueError(f"size {size!r} is 0 bytes: a pool needs a size (e.g. '64M'), or "
+                             "none to open an existing one")
+        if isinstance(mode, bool) or not isinstance(mode, int) or mode < 0 or mode & ~0o664:
+            raise ValueError(f"mode {mode!r}: owner and group read/write at most (e.g. 0o600, "
+                             "0o660); no exec, setuid/setgid/sticky or write by every user")
         if coherence not in _COHERENCE:
             raise ValueError(f"coherence {coherence!r}: expected 'host' or 'none'")
         if max_hosts is not None and not 1 <= max_hosts <= _native.POOL_MAX_HOSTS:
@@ -269,6 +277,10 @@ class Pool:
                          ("lease_timeout_ms", lease_timeout_ms)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
                 raise ValueError(f"{label} {v!r}: expected a positive int")
+        lo, hi = _native.POOL_LEASE_TIMEOUT_MIN_MS, _native.POOL_LEASE_TIMEOUT_MAX_MS
+        if lease_timeout_ms is not None and not lo <= lease_timeout_ms <= hi:
+            raise ValueError(f"lease_timeout_ms {lease_timeout_ms}: expected {lo}..{hi} (a lease "
+                             f"must outlive several heartbeats, which are timeout/4 apart)")
         if create is None:
             create = nbytes > 0 or force
         gid = None
@@ -280,15 +292,22 @@ class Pool:
                 mode = 0o660
         slot, tag = _host(host_id)
         flags = ((_native.POOL_CREATE if create else 0) | (_native.POOL_EXCL if exclusive else 0)
-                 | (_native.POOL_FORCE if force else 0))
+                 | (_native.POOL_FORCE if force else 0)
+                 | (_native.POOL_SHARED if gid is not None else 0)
+                 | (_native.POOL_OVERCOMMIT if overcommit else 0)
+                 | (_native.POOL_REPAIR if repair else 0))
         existed = [os.path.exists(p) for p in paths]
+        if gid is not None:
+            _check_group(paths, gid)
         try:
             self._h = _native.PoolHandle(
                 paths, flags, slot, tag, _COHERENCE[coherence],
                 -1 if numa_node is None else numa_node, nbytes, max_hosts or 0, mode,
                 max_objects or 0, lease_slots or 0, lease_timeout_ms or 0)
         except OSError as e:
-            raise _typed(e, _OPEN_ERRORS) from None
+            raise _open_error(e, paths, nbytes, slot) from None
+        if any(existed) and not paths[0].startswith("/dev/dax"):
+            self._check_geometry(nbytes, max_hosts)
         if gid is not None:
             for p, was in zip(paths, existed):
                 if not was and not p.startswith("memfd:"):
@@ -296,6 +315,19 @@ class Pool:
         self.paths = paths
         self.path = paths[0]
         self.coherence = coherence
+
+    def _check_geometry(self, nbytes: int, max_hosts: int | None) -> None:
+        st = self.stat()
+        diff = []
+        if nbytes and nbytes != st.size:
+            diff.append(f"size {st.size / MiB:.1f} MiB, not {nbytes / MiB:.1f} MiB")
+        if max_hosts and max_hosts != st.max_hosts:
+            diff.append(f"max_hosts {st.max_hosts}, not {max_hosts}")
+        if diff:
+            self.close()
+            raise PoolGeometryError(errno.EEXIST, "the pool exists with " + " and ".join(diff)
+                                    + ": open it without them, or remove it first",
+                                    self._h.label)
 
     # -- lifetime
     def close(self) -> None:
@@ -372,7 +404,10 @@ class Pool:
                 obj.publish(checksum=bool(checksum if checksum is not None else data is not None))
         except BaseException:
             obj.close()
-            self.destroy(name)
+            try:
+                self.destroy(name)
+            except KeyError:
+                pass  # another process of this host destroyed it: the error is the one above
             raise
         return obj
 
@@ -448,7 +483,49 @@ class Pool:
         try:
             return FsckReport(**self._h.fsck(repair))
         except OSError as e:
-            raise _typed(e, _OBJECT_ERRORS) from None
+            raise _typed(e, _OPEN_ERRORS) from None
+
+
+def _check_group(paths: list[str], gid: int) -> None:
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        if os.path.isfile(p) and st.st_gid != gid:
+            raise PoolForeignError(errno.EPERM, f"pool file of group {st.st_gid}, not the group "
+                                   f"{gid} asked for (owner uid {st.st_uid}, mode "
+                                   f"{oct(st.st_mode & 0o7777)})", p)
+
+
+def _dax_devices() -> str:
+    devs = sorted(str(d) for d in Path("/dev").glob("dax*"))
+    return ", ".join(devs) if devs else "none"
+
+
+def _open_error(e: OSError, paths: list[str], nbytes: int, slot: int) -> OSError:
+    path = e.filename or paths[0]
+    if e.errno == errno.EPERM and os.path.isfile(path):
+        st = os.stat(path)
+        return PoolForeignError(e.errno, f"pool file owned by uid {st.st_uid} (gid {st.st_gid}) "
+                                f"with mode {oct(st.st_mode & 0o7777)}: only a file of this "
+                                f"user (uid {os.geteuid()}) that no other user can write is "
+                                "opened; pass group= to share one with a group", path)
+    if e.errno == errno.ENOSPC:
+        where = os.path.dirname(os.path.abspath(path)) or "/"
+        free = os.statvfs(where).f_bavail * os.statvfs(where).f_frsize
+        return PoolNoSpaceError(e.errno, f"{nbytes} bytes do not fit the filesystem at {where} "
+                                f"({free} bytes free); overcommit=True skips this check", path)
+    if e.errno == errno.ENOENT and path.startswith("/dev/") and not path.startswith("/dev/shm/"):
+        return FileNotFoundError(e.errno, f"not a device: a pool under /dev must be an existing "
+                                 f"device (dax devices present: {_dax_devices()})", path)
+    if e.errno == errno.ENODEV and path.startswith("/dev/"):
+        return PoolError(e.errno, "a regular file where only devices live: not a pool", path)
+    if e.errno == errno.ENOTRECOVERABLE:
+        where = f"host slot {slot}" if slot >= 0 else "this host's slot"
+        return PoolCorruptError(e.errno, f"{where}: its lock in the pool is damaged (not "
+                                "recoverable): `cxlkit pool fsck --repair` resets it", path)
+    return _typed(e, _OPEN_ERRORS)
 
 
 def remove(path_or_name: str | os.PathLike[str]) -> None:

@@ -78,22 +78,26 @@ def _print_stat(st: P.PoolStat, as_json: bool) -> None:
 def create_cmd(
     pool: Optional[str] = POOL_ARG,
     size: str = typer.Option("64M", "--size", help="total bytes (files and memfd), e.g. 1G"),
-    max_hosts: int = typer.Option(4, "--max-hosts", help="host slots (each gets a partition)"),
+    max_hosts: Optional[int] = typer.Option(None, "--max-hosts",
+                                            help="host slots (each gets a partition); default 4"),
     max_objects: Optional[int] = typer.Option(None, "--max-objects", help="names per host"),
     group: Optional[str] = typer.Option(None, "--group", help="group that may open it (0660)"),
     numa_node: Optional[int] = typer.Option(None, "--numa-node", help="bind its memory here"),
     force: bool = typer.Option(False, "--force", help="devices: format over foreign data"),
+    overcommit: bool = typer.Option(False, "--overcommit",
+                                    help="files: skip the check against the free space"),
     host_id: Optional[str] = HOST_OPT,
     coherence: Optional[str] = COHERENCE_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:
-    """Create (format) a pool; an existing pool is opened as it is."""
+    """Create (format) a pool; an existing pool is opened when its geometry matches."""
     try:
         nbytes = P.parse_size(size)
     except (TypeError, ValueError) as e:
         _fail(str(e))
-    with _open(pool, host_id, coherence, size=nbytes, max_hosts=max_hosts, max_objects=max_objects,
-               group=group, numa_node=numa_node, force=force, create=True) as p:
+    with _open(pool, host_id, coherence, size=nbytes, max_hosts=max_hosts,
+               max_objects=max_objects, group=group, numa_node=numa_node, force=force,
+               create=True, overcommit=overcommit) as p:
         _print_stat(p.stat(), as_json)
 
 
@@ -172,8 +176,11 @@ def fsck_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
                                          help="rebuild this host's part first"),
              coherence: Optional[str] = COHERENCE_OPT, as_json: bool = JSON_OPT) -> None:
     """Check every host's part of a pool (exit 1 if anything cannot be trusted)."""
-    with _open(pool, host_id, coherence) as p:
-        rep = p.fsck(repair=repair)
+    with _open(pool, host_id, coherence, repair=repair) as p:
+        try:
+            rep = p.fsck(repair=repair)
+        except OSError as e:
+            _fail(str(e))
     if as_json:
         print(json.dumps({**dataclasses.asdict(rep), "clean": rep.clean}))
     else:

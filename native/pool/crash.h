@@ -1,0 +1,9 @@
+// crash.h — private: the crash points of the pool's mutations (tests arm them by name).
+#pragma once
+
+namespace cxk::pool {
+enum class Crash { create_alloc, create_entry, publish_header, destroy_header, destroy_free,
+                   locked, takeover, count_ };
+// Exits the process (status 137, as a SIGKILL) at the armed passage; else returns at once.
+void crash_point(Crash c);
+}  // namespace cxk::pool

@@ -1,0 +1,366 @@
+// hosts.cpp — the hosts of a pool: shared-memory sync, time and liveness (heartbeat, pids),
+// the robust host lock and its recovery on EOWNERDEAD, Lamport's bakery across hosts, picking
+// and attaching to a host slot (boot takeover under an OFD lock), and the heartbeat thread.
+#include "pool/hosts.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <chrono>
+#include <cstdio>
+
+#include "pool/crash.h"
+#include "pool/leases.h"
+#include "pool/recovery.h"
+#include "prim/policy.h"
+#include "sys/sys.h"
+
+namespace cxk::pool {
+
+void sync_out(const cxk_pool *p, const void *a, size_t n) {
+    if (p->nc) cxk_flush(a, n);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);  // mfence: also orders our later loads
+}
+void sync_in(const cxk_pool *p, const void *a, size_t n) {
+    if (p->nc) cxk_invalidate(a, n);
+}
+
+int64_t now_ns() {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+bool pid_alive(uint32_t pid) {
+    if (pid == 0) return false;
+    const int r = sys_kill(int(pid), 0);
+    return r == 0 || r == -EPERM;
+}
+
+// ---- host state --------------------------------------------------------------------
+uint64_t boot_hash() {
+    char buf[64] = {};
+    FILE *f = std::fopen("/proc/sys/kernel/random/boot_id", "re");
+    size_t n = 0;
+    if (f) {
+        n = std::fread(buf, 1, sizeof buf - 1, f);
+        std::fclose(f);
+    }
+    return name_hash(buf, n) | (1ull << 63);  // never kBootFresh or kBootBusy
+}
+
+bool host_used(const cxk_pool *p, uint32_t h) {
+    HostSlot *s = slot(p, h);
+    if (h != p->host) sync_in(p, s, kLine);
+    return ld(&s->boot) != kBootFresh;
+}
+
+// Another host is alive while its heartbeat is younger than the lease timeout (hosts keep
+// their clocks in sync well within it). This host is alive by definition.
+bool host_alive(const cxk_pool *p, uint32_t h) {
+    if (h == p->host) return true;
+    HostSlot *s = slot(p, h);
+    sync_in(p, s, kLine);
+    return now_ns() - ld(&s->heartbeat_ns) < int64_t(p->geo.lease_timeout_ns);
+}
+
+void beat(cxk_pool *p) {
+    HostSlot *s = slot(p, p->host);
+    st(&s->heartbeat_ns, now_ns());
+    sync_out(p, s, kLine);
+}
+
+int init_mutex(pthread_mutex_t *m) {
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    int r = pthread_mutex_init(m, &a);
+    pthread_mutexattr_destroy(&a);
+    return -r;
+}
+
+// The result of locking host slot s's mutex: on EOWNERDEAD the holder died, and as the
+// partition chain is intact everything derived from it (lists, counters, name entries,
+// pending/creating lists) is rebuilt before the mutex is marked consistent; we hold it then.
+// How long an opener waits for another process of its host that is taking the slot over
+// (re-initialising the mutex and running recovery over the whole partition).
+constexpr int64_t kTakeoverWaitNs = 30 * 1000000000ll;
+
+int lock_result(cxk_pool *p, HostSlot *s, int e) {
+    if (e != EOWNERDEAD) return e;
+    const int r = recover(p, nullptr);
+    pthread_mutex_consistent(&s->mutex);
+    if (r) pthread_mutex_unlock(&s->mutex);  // a broken chain: the caller reports it
+    return r ? -r : 0;
+}
+
+namespace {
+// The kind glibc records in a robust process-shared mutex (a pool written by anyone may
+// hold another: glibc aborts on some kinds, so it is checked before every lock).
+int mutex_kind_expected() {
+    static const int kind = [] {
+        pthread_mutex_t m;
+        init_mutex(&m);
+        const int k = m.__data.__kind;
+        pthread_mutex_destroy(&m);
+        return k;
+    }();
+    return kind;
+}
+
+// Lock s's mutex; a lock word naming a thread that no longer exists and that the kernel did
+// not hand over (EOWNERDEAD) was never a real holder: ENOTRECOVERABLE, which `fsck --repair`
+// (CXK_POOL_REPAIR) resets. A live holder is waited for as long as it holds the lock.
+int lock_mutex(HostSlot *s, bool try_only) {
+    if (ldr(&s->mutex.__data.__kind) != mutex_kind_expected()) return ENOTRECOVERABLE;
+    if (try_only) return pthread_mutex_trylock(&s->mutex);
+    for (int dead_seen = 0;;) {
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += 200 * 1000000;  // 200 ms slices
+        if (t.tv_nsec >= 1000000000) t.tv_sec++, t.tv_nsec -= 1000000000;
+        const int e = pthread_mutex_timedlock(&s->mutex, &t);
+        if (e != ETIMEDOUT) return e;
+        const int owner = ldr(&s->mutex.__data.__lock) & 0x3fffffff;  // FUTEX_TID_MASK
+        if (owner != 0 && sys_kill(owner, 0) == -ESRCH) {
+            if (++dead_seen >= 2) return ENOTRECOVERABLE;
+        } else {
+            dead_seen = 0;
+        }
+    }
+}
+}  // namespace
+
+int lock_host(cxk_pool *p, bool try_only) {
+    HostSlot *s = slot(p, p->host);
+    const int e = lock_result(p, s, lock_mutex(s, try_only));
+    if (e) return e;
+    // counts out of range cannot be trusted or iterated: rebuild them from the chain
+    if (ldr(&s->npending) > kPendingMax || ldr(&s->ncreating_list) > kCreatingMax) {
+        if (int r = recover(p, nullptr)) {
+            pthread_mutex_unlock(&s->mutex);
+            return -r;
+        }
+    }
+    return 0;
+}
+
+void unlock_host(cxk_pool *p) {
+    HostSlot *s = slot(p, p->host);
+    if (p->needs_recover) {
+        recover(p, nullptr);  // an op found lists or links corrupt; the chain is the truth
+        p->needs_recover = false;
+    }
+    sync_out(p, &s->used_bytes, kLine);  // counters, for other hosts' stat
+    pthread_mutex_unlock(&s->mutex);
+}
+
+int reset_host_lock(cxk_pool *p, int lock_fd) {
+    HostSlot *s = slot(p, p->host);
+    const uint64_t at = p->geo.host_table_off + uint64_t(p->host) * kHostSlotBytes;
+    if (int r = backing_lock(lock_fd, at, kTakeoverWaitNs)) return r;
+    int r = init_mutex(&s->mutex);
+    sync_out(p, &s->mutex, kLine);
+    backing_unlock(lock_fd, at);
+    return r;
+}
+
+HostLock::HostLock(cxk_pool *pool) : p(pool) {
+    err = -lock_host(p, false);
+    if (!err) crash_point(Crash::locked);
+}
+
+HostLock::~HostLock() {
+    if (!err) unlock_host(p);
+}
+
+// Lamport's bakery over the host slots: the cross-host lock that keeps names unique. Every
+// register is written by its own host only; dead hosts are skipped. Caller holds the
+// host lock, so one process per host takes part.
+void bakery_lock(cxk_pool *p) {
+    HostSlot *me = slot(p, p->host);
+    st(&me->choosing, uint64_t(1));
+    sync_out(p, &me->choosing, kLine);
+    uint64_t mx = 0;
+    for (uint32_t h = 0; h < p->geo.max_hosts; ++h) {
+        if (h == p->host || !host_used(p, h)) continue;
+        HostSlot *s = slot(p, h);
+        sync_in(p, &s->choosing, kLine);
+        mx = std::max(mx, ld(&s->number));
+    }
+    const uint64_t mine = mx + 1;
+    st(&me->number, mine);
+    sync_out(p, &me->choosing, kLine);
+    st(&me->choosing, uint64_t(0));
+    sync_out(p, &me->choosing, kLine);  // full fence: our number is out before we read theirs
+    for (uint32_t h = 0; h < p->geo.max_hosts; ++h) {
+        if (h == p->host || !host_used(p, h)) continue;
+        HostSlot *s = slot(p, h);
+        for (int spin = 0;; ++spin) {
+            sync_in(p, &s->choosing, kLine);
+            if (!ld(&s->choosing) || !host_alive(p, h)) break;
+            if (spin > 64) sched_yield();
+        }
+        for (int spin = 0;; ++spin) {
+            sync_in(p, &s->choosing, kLine);
+            const uint64_t n = ld(&s->number);
+            if (n == 0 || n > mine || (n == mine && h > p->host) || !host_alive(p, h)) break;
+            if (spin > 64) sched_yield();
+        }
+    }
+}
+
+void bakery_unlock(cxk_pool *p) {
+    HostSlot *me = slot(p, p->host);
+    st(&me->number, uint64_t(0));
+    sync_out(p, &me->choosing, kLine);
+}
+
+// ---- attaching this process as a process of host h -----------------------------------
+// The slot to attach to: host_id, else the slot tagged `tag`, else the first free one (no
+// tag, never used) in probe order from the tag's hash that is not in `taken` (slots that
+// another name claimed while we looked). attach() makes the claim.
+int pick_slot(cxk_pool *p, int32_t host_id, const char *tag, uint64_t taken) {
+    const uint32_t n = p->geo.max_hosts;
+    if (host_id >= 0) {
+        if (uint32_t(host_id) >= n) return -EDOM;  // not a slot of this pool
+        HostSlot *s = slot(p, uint32_t(host_id));
+        sync_in(p, s, kLine);
+        if (*tag && s->tag[0] && std::strncmp(s->tag, tag, kTagMax) != 0) return -EBUSY;
+        return host_id;
+    }
+    if (!*tag) return -EINVAL;
+    for (uint32_t h = 0; h < n; ++h) {
+        HostSlot *s = slot(p, h);
+        sync_in(p, s, kLine);
+        if (std::strncmp(s->tag, tag, kTagMax) == 0) return int(h);
+    }
+    const uint32_t start = uint32_t(name_hash(tag, std::strlen(tag)) % n);
+    for (uint32_t i = 0; i < n; ++i) {
+        uint32_t h = (start + i) % n;
+        if (!(taken >> h & 1) && !slot(p, h)->tag[0] && ld(&slot(p, h)->boot) == kBootFresh)
+            return int(h);
+    }
+    return -EBUSY;  // every slot belongs to another host
+}
+
+// How long an opener waits for another process of its host that is taking the slot over
+// (re-initialising the mutex and running recovery over the whole partition).
+
+// Make this process one of host p->host's current boot, named `tag` ("" = no name).
+//
+// Everything here runs under an OFD lock on the slot's byte of backing 0: the kernel keeps
+// one per host and drops it when its holder dies, so it serialises the processes of one host
+// (and hosts simulated on one machine) without any atomic in the pool. Under it we re-read
+// the slot: a tag of another name refuses it (kSlotTaken when we picked it by name, else
+// -EBUSY); an empty tag is claimed by writing ours; a boot word that is not ours — a previous
+// boot, kBootFresh, or kBootBusy left by a taker that died — means no process of this boot
+// uses the slot: we take it over (re-create the mutex unless fresh, recover) and store our
+// boot. Other hosts never write the slot. The lock is skipped when the slot is already ours.
+int attach(cxk_pool *p, int lock_fd, const char *tag, bool by_name) {
+    HostSlot *s = slot(p, p->host);
+    sync_in(p, s, kLine);
+    // acquire pairs with the taker's release of the boot word: the slot (tag included) is ready
+    if (ld(&s->boot) == p->boot && (!*tag || std::strncmp(s->tag, tag, kTagMax) == 0)) {
+        beat(p);
+        return 0;
+    }
+    const uint64_t at = p->geo.host_table_off + uint64_t(p->host) * kHostSlotBytes;
+    if (int r = backing_lock(lock_fd, at, kTakeoverWaitNs)) return r;
+    sync_in(p, s, kLine);
+    if (*tag && s->tag[0] && std::strncmp(s->tag, tag, kTagMax) != 0) {
+        backing_unlock(lock_fd, at);
+        return by_name ? kSlotTaken : -EBUSY;
+    }
+    if (*tag && !s->tag[0]) {
+        std::strncpy(s->tag, tag, kTagMax);  // the claim
+        sync_out(p, s, kLine);
+    }
+    const uint64_t b = ld(&s->boot);
+    if (b != p->boot) {
+        st(&s->boot, kBootBusy);  // for fsck and readers: the slot is being re-initialised
+        sync_out(p, s, kLine);
+        // A previous boot (or a dead taker) left the mutex in an unknown state and nobody of
+        // it is alive: re-create it, then rebuild. A fresh slot's mutex is pristine.
+        if (b != kBootFresh) {
+            if (int r = init_mutex(&s->mutex)) {
+                st(&s->boot, b);
+                sync_out(p, s, kLine);
+                backing_unlock(lock_fd, at);
+                return r;
+            }
+            if (int rr = recover(p, nullptr)) {
+                st(&s->boot, b);  // nothing of ours is in the slot: leave it as we found it
+                sync_out(p, s, kLine);
+                backing_unlock(lock_fd, at);
+                return rr;
+            }
+        }
+        crash_point(Crash::takeover);
+        s->epoch++;
+        s->heartbeat_ns = now_ns();
+        sync_out(p, s, kHostSlotBytes);
+        st(&s->boot, p->boot);  // release: the slot is ready; pairs with the acquire above
+        sync_out(p, s, kLine);
+    }
+    backing_unlock(lock_fd, at);
+    beat(p);
+    return 0;
+}
+
+void heart_loop(cxk_pool *p);
+void *heart_main(void *arg) {
+    heart_loop(static_cast<cxk_pool *>(arg));
+    return nullptr;
+}
+
+// Start the heartbeat thread before attaching, so a thread that cannot start fails the open
+// before it writes anything; it waits for heart_go (or heart_stop) before its first beat.
+int heart_start(cxk_pool *p) {
+    if (int e = fault_check(Sys::pthread_create)) return e;
+    if (int e = pthread_create(&p->heart, nullptr, heart_main, p)) return -e;
+    p->heart_started = true;
+    return 0;
+}
+
+void heart_signal(cxk_pool *p, bool stop) {
+    {
+        std::lock_guard<std::mutex> lk(p->heart_mu);
+        (stop ? p->heart_stop : p->heart_go) = true;
+    }
+    p->heart_cv.notify_all();
+}
+
+void heart_end(cxk_pool *p) {
+    if (!p->heart_started) return;
+    heart_signal(p, true);
+    pthread_join(p->heart, nullptr);
+    p->heart_started = false;
+}
+
+void heart_loop(cxk_pool *p) {
+    const auto period = std::chrono::nanoseconds(p->geo.lease_timeout_ns / 4);
+    std::unique_lock<std::mutex> lk(p->heart_mu);
+    p->heart_cv.wait(lk, [p] { return p->heart_go || p->heart_stop; });
+    while (!p->heart_stop) {
+        beat(p);
+        // A process of this host that died holding the host lock is recovered here even
+        // when nobody else of this host calls into the pool.
+        HostSlot *s = slot(p, p->host);
+        if (lock_host(p, true) == 0) {
+            clean_leases(p);
+            if (s->ndead) sweep_pending(p);  // objects other hosts' readers held
+            unlock_host(p);
+        }
+        p->heart_cv.wait_for(lk, period, [p] { return p->heart_stop; });
+    }
+}
+
+}  // namespace cxk::pool

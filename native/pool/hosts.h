@@ -1,0 +1,55 @@
+// hosts.h — private: host liveness, the host lock, the cross-host bakery, attaching to a
+// host slot and the heartbeat thread (hosts.cpp).
+#pragma once
+#include <pthread.h>
+
+#include <cstdint>
+
+#include "pool/pool.h"
+
+namespace cxk::pool {
+
+uint64_t boot_hash();
+// The slot was used by some boot (not fresh from formatting).
+bool host_used(const cxk_pool *p, uint32_t h);
+// Another host is alive while its heartbeat is younger than the lease timeout; we are.
+bool host_alive(const cxk_pool *p, uint32_t h);
+void beat(cxk_pool *p);
+int init_mutex(pthread_mutex_t *m);  // robust, process-shared; 0 or -errno
+
+// This host's lock (the robust mutex of its slot), held for the object's lifetime when err
+// is 0. A holder that died is recovered from (recover) before we get it.
+struct HostLock {
+    cxk_pool *p;
+    int err = 0;
+    explicit HostLock(cxk_pool *pool);
+    ~HostLock();
+    HostLock(const HostLock &) = delete;
+    HostLock &operator=(const HostLock &) = delete;
+};
+// The result of locking s's mutex: EOWNERDEAD is recovered (we hold it then), else e
+// (positive errno; EBADMSG when recovery found a broken chain: the lock is released).
+int lock_result(cxk_pool *p, HostSlot *s, int e);
+// Take / release this host's lock (HostLock does both): 0 or a positive errno. A damaged lock
+// (unknown kind, or a lock word naming a thread that is gone) is ENOTRECOVERABLE. Counts out
+// of range are recovered at once; p->needs_recover at release runs recovery before unlocking.
+int lock_host(cxk_pool *p, bool try_only);
+void unlock_host(cxk_pool *p);
+// Re-initialise this host's mutex under the slot's OFD lock (repair of a damaged lock).
+int reset_host_lock(cxk_pool *p, int lock_fd);
+
+// Lamport's bakery over the host slots: the cross-host lock that keeps names unique.
+// pre: the caller holds the host lock.
+void bakery_lock(cxk_pool *p);
+void bakery_unlock(cxk_pool *p);
+
+// attach(): the slot picked by name was claimed by another name meanwhile: pick again.
+constexpr int kSlotTaken = 1;
+int pick_slot(cxk_pool *p, int32_t host_id, const char *tag, uint64_t taken);
+int attach(cxk_pool *p, int lock_fd, const char *tag, bool by_name);
+
+int heart_start(cxk_pool *p);               // the thread waits for heart_signal
+void heart_signal(cxk_pool *p, bool stop);  // start beating (stop = false) or stop
+void heart_end(cxk_pool *p);                // stop and join (no-op if not started)
+
+}  // namespace cxk::pool

@@ -1,0 +1,297 @@
+// open.cpp — opening a pool: backings, mapping, formatting or validating, attaching to a host
+// slot, the first sweeps; closing it; and the pool-wide stat.
+#include "pool/pool.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <cstdio>
+#include <memory>
+#include <new>
+#include <vector>
+
+#include "pool/hosts.h"
+#include "pool/leases.h"
+#include "pool/recovery.h"
+#include "pool/superblock.h"
+#include "prim/policy.h"
+#include "sys/sys.h"
+
+namespace cxk::pool {
+
+namespace {
+constexpr unsigned kOpenFlags = CXK_POOL_CREATE | CXK_POOL_EXCL | CXK_POOL_FORCE |
+                                CXK_POOL_SHARED | CXK_POOL_OVERCOMMIT | CXK_POOL_REPAIR;
+
+// open, phase 1: the options, before anything is touched.
+int check_opts(const char *const *paths, uint32_t npaths, const cxk_pool_opts &o) {
+    const char *tag = o.host_tag ? o.host_tag : "";
+    if (std::strlen(tag) > kTagMax) return -ENAMETOOLONG;
+    if (o.coherence != CXK_COHERENCE_HOST && o.coherence != CXK_COHERENCE_NONE) return -EINVAL;
+    if (o.max_hosts > kMaxHosts || o.host_id < -1 || o.numa_node > CXK_MAX_NODE_ID) return -EINVAL;
+    if ((o.flags & ~kOpenFlags) != 0) return -EINVAL;
+    // owner and group read/write at most: no exec, setuid/setgid/sticky, or other users' write
+    if (o.mode & ~0664u) return -EINVAL;
+    // a lease outlives 4 heartbeats (timeout / 4 apart) even on a loaded machine
+    if (o.lease_timeout_ms && (o.lease_timeout_ms < CXK_POOL_LEASE_TIMEOUT_MIN_MS ||
+                               o.lease_timeout_ms > CXK_POOL_LEASE_TIMEOUT_MAX_MS))
+        return -EINVAL;
+    for (uint32_t i = 0; i < npaths; ++i)
+        if (!paths[i] || !*paths[i]) return -EINVAL;
+    const bool create = o.flags & CXK_POOL_CREATE;
+    if (create && o.size && npaths > 1 && o.size % (uint64_t(CXK_POOL_STRIPE_BYTES) * npaths))
+        return -EINVAL;
+    return 0;
+}
+
+// open, last phase: under this host's lock, expire dead processes' leases and reclaim what
+// dead creators and finished readers left. A damaged lock fails the open (ENOTRECOVERABLE)
+// unless repair is asked for: then it is re-initialised and the partition recovered.
+int first_sweeps(cxk_pool *p, int lock_fd, bool repair) {
+    int e = lock_host(p, false);
+    if (e == ENOTRECOVERABLE && repair) {
+        if (int r = reset_host_lock(p, lock_fd)) return r;
+        if ((e = lock_host(p, false)) == 0) p->needs_recover = true;  // recovered at unlock
+    }
+    if (e) return -e;
+    clean_leases(p);
+    sweep_creating(p);
+    sweep_pending(p);
+    unlock_host(p);
+    return 0;
+}
+}  // namespace
+
+namespace {
+// The backings of one open attempt and what they are.
+struct Opened {
+    std::vector<Backing> bs;
+    bool made = false, existing = false, devdax = false, memfd = false;
+    uint64_t total = 0, align = 0;
+};
+
+// open, phase 2: open or create every backing; equal stripes, all made or all existing, big
+// enough for a superblock, devices aligned. On error nothing is left behind.
+int open_backings(const char *const *paths, uint32_t npaths, const cxk_pool_opts &o,
+                  bool try_create, uint32_t mode, Opened *ob) {
+    ob->bs.assign(npaths, Backing{});
+    uint64_t per = 0;
+    int r = 0;
+    for (uint32_t i = 0; i < npaths && r == 0; ++i) {
+        Backing &b = ob->bs[i];
+        b.path = paths[i];
+        if (try_create && o.size == 0 && std::strncmp(paths[i], "/dev/dax", 8) != 0) {
+            // a file pool is created with a size; without one, only open
+            r = backing_open(&b, false, o.flags, 0, mode);
+            if (r == -ENOENT) r = -EINVAL;
+        } else {
+            r = backing_open(&b, try_create, o.flags, o.size / npaths, mode);
+        }
+        if (r) break;
+        (b.created ? ob->made : ob->existing) = true;
+        ob->devdax |= b.devdax;
+        ob->memfd |= b.memfd;
+        if (i == 0) per = b.size;
+        else if (b.size != per) r = -EINVAL;  // stripes must be equal
+        ob->align = std::max(ob->align, b.align);
+    }
+    if (!r && ob->made && ob->existing) r = -EEXIST;  // part of a striped pool is already there
+    ob->total = per * npaths;
+    if (!r && ob->total < kSbBytes) r = ob->made ? -ERANGE : -EMEDIUMTYPE;
+    if (!r && ob->devdax && ob->align && ob->total % ob->align) r = -EINVAL;  // misaligned
+    if (r) backings_discard(ob->bs);
+    return r;
+}
+
+// format_if_new's result for "another process created the pool first: open theirs".
+constexpr int kCreatedByAnother = 1;
+
+// open, phase 3: format what we made (or a blank / forced device), link new files into place.
+int format_if_new(cxk_pool *p, Opened &ob, const cxk_pool_opts &o, uint32_t npaths,
+                  bool try_create) {
+    bool do_format = ob.made;
+    if (ob.devdax && try_create) {
+        const Superblock *sb = reinterpret_cast<const Superblock *>(p->base);
+        if (sb->magic == kMagic) {
+            if (o.flags & CXK_POOL_EXCL) return -EEXIST;
+        } else if (all_zero(p->base, kSbBytes) || (o.flags & CXK_POOL_FORCE)) {
+            do_format = true;
+        }
+    }
+    if (!do_format) return 0;
+    Superblock sb;
+    if (int r = geometry(ob.total, o, npaths, &sb)) return r;
+    if (int r = format(p, sb, ob.devdax)) return r;
+    if (ob.memfd || ob.devdax) return 0;
+    const int r = backings_link(ob.bs);
+    return r == -EEXIST && !(o.flags & CXK_POOL_EXCL) ? kCreatedByAnother : r;
+}
+
+// open, phase 4: pick a slot and attach to it (again when another name took it meanwhile).
+int attach_host(cxk_pool *p, const cxk_pool_opts &o, const char *tag, int lock_fd) {
+    for (uint64_t taken = 0;;) {
+        const int r = pick_slot(p, o.host_id, tag, taken);
+        if (r < 0) return r;
+        p->host = uint32_t(r);
+        const int a = attach(p, lock_fd, tag, o.host_id < 0);
+        if (a != kSlotTaken) return a;
+        taken |= 1ull << p->host;  // another name claimed it since we looked
+    }
+}
+}  // namespace
+
+int open_impl(const char *const *paths, uint32_t npaths, const cxk_pool_opts *opts,
+              cxk_pool **out) {
+    if (!paths || !out || npaths == 0 || npaths > CXK_POOL_MAX_BACKINGS) return -EINVAL;
+    cxk_pool_opts o;
+    if (opts) o = *opts;
+    else cxk_pool_opts_init(&o);
+    if (int r = check_opts(paths, npaths, o)) return r;
+    const char *tag = o.host_tag ? o.host_tag : "";
+    const bool create = o.flags & CXK_POOL_CREATE;
+    const uint32_t mode = o.mode ? o.mode : 0600;
+
+    std::unique_ptr<cxk_pool> p(new (std::nothrow) cxk_pool);
+    if (!p) return -ENOMEM;
+    p->nc = o.coherence == CXK_COHERENCE_NONE;
+    p->pid = getpid();
+    p->boot = boot_hash();
+
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        const bool try_create = create && attempt == 0;
+        Opened ob;
+        if (int r = open_backings(paths, npaths, o, try_create, mode, &ob)) return r;
+        uint8_t *base = nullptr;
+        if (int r = backings_map(ob.bs, ob.total, ob.align, &base)) {
+            backings_discard(ob.bs);
+            return r;
+        }
+        p->base = base;
+        p->size = ob.total;
+        p->align = ob.align ? ob.align : cxk_page_size();
+        std::snprintf(p->kind, sizeof p->kind, "%s", npaths > 1 ? "striped" : ob.devdax ? "devdax"
+                                                     : ob.memfd ? "memfd" : "file");
+        auto fail = [&](int err) {
+            cxk_unmap(p->base, p->size);
+            p->base = nullptr;
+            backings_discard(ob.bs);
+            return err;
+        };
+        int r;
+        if (o.numa_node >= 0) {
+            if (ob.devdax) return fail(-EINVAL);  // device memory sits where the device is
+            // before the first touch (format); existing pages move
+            if ((r = bind_range(p->base, ob.total, o.numa_node, CXK_APPLY_MIGRATE)) != 0)
+                return fail(r);
+        }
+        if ((r = format_if_new(p.get(), ob, o, npaths, try_create)) == kCreatedByAnother) {
+            fail(0);  // another process created it first: open theirs
+            continue;
+        }
+        if (r) return fail(r);
+        if ((r = validate(base, ob.total, npaths, &p->geo)) != 0) return fail(r);
+        if ((r = heart_start(p.get())) != 0) return fail(r);
+        const int lock_fd = ob.bs[0].fd;
+        if ((r = attach_host(p.get(), o, tag, lock_fd)) != 0 ||
+            (r = first_sweeps(p.get(), lock_fd, o.flags & CXK_POOL_REPAIR)) != 0) {
+            heart_end(p.get());
+            return fail(r);
+        }
+        int &keep = ob.memfd ? p->memfd : p->file_fd;  // memfd: closing it frees the memory;
+        if (!ob.devdax) {                              // files: fsck checks their size
+            keep = ob.bs[0].fd;
+            ob.bs[0].fd = -1;
+        }
+        backings_discard(ob.bs);  // the mapping keeps the memory
+        heart_signal(p.get(), false);
+        *out = p.release();
+        return 0;
+    }
+    return -EEXIST;
+}
+
+}  // namespace cxk::pool
+
+using namespace cxk::pool;
+
+extern "C" {
+
+void cxk_pool_opts_init(struct cxk_pool_opts *o) {
+    if (!o) return;
+    std::memset(o, 0, sizeof *o);
+    o->host_id = -1;
+    o->numa_node = -1;
+}
+
+int cxk_pool_open(const char *path, const struct cxk_pool_opts *opts, cxk_pool **out) {
+    return open_impl(&path, 1, opts, out);
+}
+
+int cxk_pool_open_striped(const char *const *paths, uint32_t npaths,
+                          const struct cxk_pool_opts *opts, cxk_pool **out) {
+    return open_impl(paths, npaths, opts, out);
+}
+
+int cxk_pool_close(cxk_pool *p) {
+    if (!p) return 0;
+    // A child of fork has the mapping but not the thread (it lives in the parent).
+    if (getpid() == p->pid) heart_end(p);
+    {
+        std::lock_guard<std::mutex> lk(p->lease_mu);
+        for (uint32_t i : p->my_leases) lease_free(p, i);
+        p->my_leases.clear();
+    }
+    int r = cxk_unmap(p->base, p->size);
+    if (p->memfd >= 0) cxk::sys_close(p->memfd);
+    if (p->file_fd >= 0) cxk::sys_close(p->file_fd);
+    // In a child of fork the condition variable may record the parent's heartbeat thread as
+    // a waiter, and destroying it would wait forever: leave the small handle behind.
+    if (getpid() == p->pid) delete p;
+    return r;
+}
+
+void *cxk_pool_base(const cxk_pool *p) { return p ? p->base : nullptr; }
+
+int cxk_pool_fd(const cxk_pool *p) {
+    if (!p) return -EINVAL;
+    return p->memfd >= 0 ? p->memfd : -ENOENT;
+}
+
+int cxk_pool_stat(cxk_pool *p, struct cxk_pool_stat *st_) {
+    if (!p || !st_) return -EINVAL;
+    std::memset(st_, 0, sizeof *st_);
+    const Superblock &g = p->geo;
+    st_->size = p->size;
+    st_->partition_bytes = g.partition_bytes;
+    st_->max_objects = g.max_objects;
+    st_->align = p->align;
+    st_->lease_timeout_ns = g.lease_timeout_ns;
+    st_->data_off = g.data_off;
+    st_->version = g.version;
+    st_->max_hosts = g.max_hosts;
+    st_->host_id = p->host;
+    st_->coherence = p->nc ? CXK_COHERENCE_NONE : CXK_COHERENCE_HOST;
+    st_->nbackings = g.nbackings;
+    std::memcpy(st_->uuid, g.uuid, 16);
+    std::snprintf(st_->kind, sizeof st_->kind, "%s", p->kind);
+    {
+        HostLock lk(p);
+        if (lk.err) return lk.err;
+        HostSlot *s = slot(p, p->host);
+        st_->used_bytes = s->used_bytes;
+        st_->free_bytes = s->free_bytes;
+        st_->objects_host = s->nlive;
+    }
+    for (uint32_t h = 0; h < g.max_hosts; ++h) {
+        if (!host_used(p, h)) continue;
+        if (host_alive(p, h)) st_->hosts_active++;
+        HostSlot *s = slot(p, h);
+        sync_in(p, &s->used_bytes, kLine);
+        st_->objects += ld(&s->nlive);
+    }
+    return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,375 @@
+// recovery.cpp — this host's derived state rebuilt from its block chain (recover), the sweeps
+// that reclaim objects of dead creators and dead objects nobody leases, and fsck over every
+// host's part.
+#include "pool/recovery.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <sys/stat.h>
+
+#include "pool/checksum.h"
+#include "pool/hosts.h"
+#include "pool/objects.h"
+#include "sys/sys.h"
+#include "pool/leases.h"
+
+namespace cxk::pool {
+
+// ---- mutations of this host's tables (caller holds the host lock) ---------------------
+void list_del(uint64_t *arr, uint32_t *n, uint64_t v) {
+    for (uint32_t i = 0; i < *n; ++i)
+        if (arr[i] == v) {
+            arr[i] = arr[--*n];
+            return;
+        }
+}
+
+// The own-table entry that points at block (by the name in its header).
+bool own_entry_of(const cxk_pool *p, uint64_t block, uint64_t *entry) {
+    ObjHeader *o = hdr(p, block);
+    bool hit = false;
+    names_probe(p, p->host, name_hash(o->name, std::min<size_t>(o->name_len, kNameMax)), [&](const EntryView &v) {
+        if (v.block != block) return false;
+        *entry = v.index;
+        hit = true;
+        return true;
+    });
+    return hit;
+}
+
+// Remove a CREATING object whose creator died: entry, creating list, block.
+void reclaim_creating(cxk_pool *p, uint64_t block) {
+    HostSlot *s = slot(p, p->host);
+    ObjHeader *o = hdr(p, block);
+    uint64_t e;
+    if (own_entry_of(p, block, &e)) {
+        NameEntry *ne = &names(p, p->host)[e];
+        entry_write(p, ne, ne->hash, 0, 0, kTomb);
+    }
+    st(&o->state, uint32_t(kDead));
+    list_del(s->creating, &s->ncreating_list, block);
+    s->ncreating--;
+    free_block(p, block);
+}
+
+void sweep_creating(cxk_pool *p) {
+    HostSlot *s = slot(p, p->host);
+    for (uint32_t i = 0; i < s->ncreating_list;) {
+        uint64_t b = s->creating[i];
+        if (!own_block(p, b) || ld(&hdr(p, b)->state) != kCreating) {
+            s->creating[i] = s->creating[--s->ncreating_list];  // not ours: recovery relists
+            p->needs_recover = true;
+        } else if (!pid_alive(hdr(p, b)->creator_pid)) {
+            reclaim_creating(p, b);  // moves the last here
+        } else {
+            ++i;
+        }
+    }
+}
+
+// DEAD blocks that found the pending list full are known to the chain only: bring them into
+// the list once it has room, else they would stay DEAD until a repair.
+void refill_pending(cxk_pool *p) {
+    HostSlot *s = slot(p, p->host);
+    std::vector<WalkBlock> blocks;
+    if (!walk(p, p->host, &blocks)) return;  // recovery's business
+    std::unordered_set<uint64_t> listed(s->pending, s->pending + s->npending);
+    for (const auto &b : blocks)
+        if (b.state == kDead && s->npending < kPendingMax && !listed.count(b.off))
+            s->pending[s->npending++] = b.off;
+}
+
+// Free the DEAD blocks nobody leases any more. ndead counts every DEAD block, listed or not.
+void sweep_pending(cxk_pool *p) {
+    HostSlot *s = slot(p, p->host);
+    for (;;) {
+        if (s->ndead > s->npending && s->npending < kPendingMax) refill_pending(p);
+        const uint64_t before = s->ndead;
+        for (uint32_t i = 0; i < s->npending;) {
+            uint64_t b = s->pending[i];
+            if (!own_block(p, b) || ld(&hdr(p, b)->state) != kDead) {
+                s->pending[i] = s->pending[--s->npending];  // not ours: recovery relists
+                p->needs_recover = true;
+            } else if (!leased(p, b, hdr(p, b)->gen)) {
+                s->pending[i] = s->pending[--s->npending];
+                s->ndead--;
+                free_block(p, b);
+            } else {
+                ++i;
+            }
+        }
+        // some were freed and more wait outside the list: another round
+        if (s->ndead == before || s->ndead <= s->npending) return;
+    }
+}
+
+namespace {
+// recover, phase 1: blocks nobody can own any more become FREE (objects of dead creators,
+// DEAD objects nobody leases).
+void reclaim_unowned(cxk_pool *p, std::vector<WalkBlock> &blocks, cxk_fsck_report *r) {
+    for (auto &b : blocks) {
+        ObjHeader *o = hdr(p, b.off);
+        const bool orphan = b.state == kCreating && !pid_alive(o->creator_pid);
+        if (!orphan && !(b.state == kDead && !leased(p, b.off, b.gen))) continue;
+        r->reclaimed_objects++;
+        r->reclaimed_bytes += o->block_bytes;
+        st(&o->state, uint32_t(kFree));
+        b.state = kFree;
+    }
+}
+
+// recover, phase 2: coalesce runs of FREE blocks (each merge is one store of block_bytes, so
+// a crash here is recovered the same way), rebuild the free lists, boundary tags, counters
+// and the pending / creating lists. Returns the held (CREATING / LIVE / DEAD) blocks.
+std::vector<WalkBlock> rebuild_lists(cxk_pool *p, const std::vector<WalkBlock> &blocks) {
+    HostSlot *s = slot(p, p->host);
+    std::memset(s->free_head, 0, sizeof s->free_head);
+    s->used_bytes = s->free_bytes = s->nlive = s->ncreating = s->ndead = 0;
+    s->npending = s->ncreating_list = 0;
+    uint64_t max_gen = s->next_gen, prev_bytes = 0, run = 0;
+    std::vector<WalkBlock> kept;
+    auto close_run = [&] {
+        if (!run) return;
+        free_list_push(p, s, run);
+        s->free_bytes += hdr(p, run)->block_bytes;
+        prev_bytes = hdr(p, run)->block_bytes;
+        run = 0;
+    };
+    for (const auto &b : blocks) {
+        ObjHeader *o = hdr(p, b.off);
+        if (b.state == kFree) {
+            if (run) {
+                st(&hdr(p, run)->block_bytes, hdr(p, run)->block_bytes + o->block_bytes);
+            } else {
+                run = b.off;
+                o->prev_bytes = prev_bytes;
+            }
+            continue;
+        }
+        close_run();
+        o->prev_bytes = prev_bytes;
+        prev_bytes = o->block_bytes;
+        s->used_bytes += o->block_bytes;
+        max_gen = std::max(max_gen, b.gen);
+        kept.push_back(b);
+        if (b.state == kLive) {
+            s->nlive++;
+        } else if (b.state == kCreating) {
+            s->ncreating++;
+            if (s->ncreating_list < kCreatingMax) s->creating[s->ncreating_list++] = b.off;
+        } else if (b.state == kDead) {
+            s->ndead++;
+            if (s->npending < kPendingMax) s->pending[s->npending++] = b.off;
+        }
+    }
+    close_run();
+    s->next_gen = max_gen;
+    return kept;
+}
+
+// The hash a name entry of a held block must carry, or false when its header's name cannot be
+// trusted (length out of range).
+bool header_hash(const cxk_pool *p, uint64_t block, uint64_t *hash) {
+    const ObjHeader *o = hdr(p, block);
+    if (o->name_len == 0 || o->name_len > kNameMax) return false;
+    *hash = name_hash(o->name, o->name_len);
+    return true;
+}
+
+// recover, phase 3: keep the name entries that match a held block (offset, generation,
+// state and the hash of its name), drop the rest, re-enter held blocks that lost theirs.
+void rebuild_entries(cxk_pool *p, const std::vector<WalkBlock> &kept, cxk_fsck_report *r) {
+    std::unordered_map<uint64_t, const WalkBlock *> held;  // CREATING/LIVE by offset
+    for (const auto &b : kept)
+        if (b.state == kLive || b.state == kCreating) held[b.off] = &b;
+    NameEntry *t = names(p, p->host);
+    std::unordered_set<uint64_t> entered;
+    for (uint64_t i = 0; i < p->geo.name_slots; ++i) {
+        NameEntry *e = &t[i];
+        const uint32_t state = ldr(&e->state);
+        const bool torn = ldr(&e->seq) & 1;
+        if (!torn && (state == kEmpty || state == kTomb)) continue;
+        auto it = held.find(ldr(&e->block));
+        uint64_t hash = 0;
+        const bool ok = !torn && it != held.end() && it->second->gen == ldr(&e->gen) &&
+                        !entered.count(it->first) &&
+                        (state == kEntLive) == (it->second->state == kLive) &&
+                        header_hash(p, it->first, &hash) && hash == ldr(&e->hash);
+        if (ok) {
+            entered.insert(it->first);
+            continue;
+        }
+        entry_write(p, e, ldr(&e->hash), 0, 0, kTomb);
+        r->repaired_entries++;
+    }
+    for (auto &kv : held) {
+        if (entered.count(kv.first)) continue;
+        uint64_t hash;
+        int64_t slot_i = header_hash(p, kv.first, &hash) ? names_slot(p, hash) : -EBADMSG;
+        if (slot_i < 0) {
+            r->errors++;  // a name we cannot read, or no room: the object stays unnamed
+            continue;
+        }
+        entry_write(p, &t[slot_i], hash, kv.first, kv.second->gen,
+                    kv.second->state == kLive ? kEntLive : kEntCreating);
+        r->repaired_entries++;
+    }
+}
+}  // namespace
+
+// Rebuild this host's derived state from its block chain (the truth): reset our bakery
+// registers, clear dead processes' leases, then the three phases above.
+int recover(cxk_pool *p, cxk_fsck_report *r) {
+    HostSlot *s = slot(p, p->host);
+    cxk_fsck_report local{};
+    if (!r) r = &local;
+    st(&s->choosing, uint64_t(0));
+    st(&s->number, uint64_t(0));
+    sync_out(p, &s->choosing, kLine);
+    r->leases_expired += clean_leases(p);
+    std::vector<WalkBlock> blocks;
+    if (!walk(p, p->host, &blocks)) {
+        r->errors++;
+        return -EBADMSG;
+    }
+    reclaim_unowned(p, blocks, r);
+    const std::vector<WalkBlock> kept = rebuild_lists(p, blocks);
+    rebuild_entries(p, kept, r);
+    p->needs_recover = false;
+    sync_out(p, s, kHostSlotBytes);
+    return 0;
+}
+
+namespace {
+// A pool file cut shorter than the pool under us: report it instead of touching the missing
+// pages (SIGBUS).
+int fsck_backing_size(const cxk_pool *p) {
+    if (p->file_fd < 0) return 0;
+    struct stat st;
+    if (int e = sys_fstat(p->file_fd, &st)) return e;
+    const uint64_t need = p->geo.nbackings > 1 ? p->size / p->geo.nbackings : p->size;
+    return uint64_t(st.st_size) < need ? -ENXIO : 0;
+}
+
+// A LIVE object's header as readers trust it: sane, a UTF-8 name, and a payload that matches
+// its checksum when one is recorded (or claimed by the flags).
+bool live_header_ok(const cxk_pool *p, uint32_t h, uint64_t block) {
+    ObjHeader *o = hdr(p, block);
+    if (!header_sane(p, h, block, o) || !utf8_valid(o->name, o->name_len)) return false;
+    const int ck = checksum_state(o);
+    if (ck == -EBADMSG) return false;
+    if (ck == 0) {
+        const uint8_t *payload = p->base + block + kObjHeaderBytes;
+        if (h != p->host) sync_in(p, payload, o->nbytes);
+        return ((1ull << 32) | crc32c(payload, o->nbytes)) == o->checksum;
+    }
+    return true;
+}
+
+void fsck_blocks(cxk_pool *p, uint32_t h, cxk_fsck_report *r,
+                 std::unordered_map<std::string, int> *seen,
+                 std::unordered_map<uint64_t, uint64_t> *gens) {
+    std::vector<WalkBlock> blocks;
+    if (!walk(p, h, &blocks)) r->errors++;
+    for (const auto &b : blocks) {
+        ObjHeader *o = hdr(p, b.off);
+        switch (b.state) {
+            case kFree:
+                r->blocks_free++;
+                r->bytes_free += o->block_bytes;
+                r->largest_free = std::max<uint64_t>(r->largest_free, o->block_bytes);
+                break;
+            case kCreating: r->objects_creating++; break;
+            case kLive: r->objects_live++; break;
+            case kDead: r->objects_dead++; break;
+            default: r->errors++;
+        }
+        if (b.state != kFree) r->bytes_used += o->block_bytes;
+        if (b.state == kLive || b.state == kCreating) (*gens)[b.off] = b.gen;
+        if (b.state == kLive) {
+            if (h != p->host) sync_in(p, o, kObjHeaderBytes);
+            if (!live_header_ok(p, h, b.off)) {
+                r->errors++;
+                continue;
+            }
+            if ((*seen)[std::string(o->name, o->name_len)]++) r->duplicate_names++;
+        }
+    }
+}
+
+// Every entry must point at a held block of its generation whose name has the entry's hash.
+void fsck_entries(cxk_pool *p, uint32_t h, const std::unordered_map<uint64_t, uint64_t> &gens,
+                  cxk_fsck_report *r) {
+    EntryView v;
+    for (uint64_t i = 0; i < p->geo.name_slots; ++i) {
+        if (!entry_read(p, h, i, &v)) {
+            r->errors++;
+            continue;
+        }
+        if (v.state != kEntLive && v.state != kEntCreating) continue;
+        auto it = gens.find(v.block);
+        if (it == gens.end() || it->second != v.gen) {
+            // a live host may have changed it since our walk: read it once more
+            if (h != p->host && host_alive(p, h) && v.block >= part_begin(p, h) &&
+                v.block < part_end(p, h) && ld(&hdr(p, v.block)->gen) != v.gen)
+                continue;
+            r->errors++;
+            continue;
+        }
+        const ObjHeader *o = hdr(p, v.block);
+        const uint16_t nl = o->name_len;
+        if (nl == 0 || nl > kNameMax || name_hash(o->name, nl) != v.hash) {
+            if (h != p->host && host_alive(p, h) && ld(&o->gen) != v.gen) continue;  // reused
+            r->errors++;
+        }
+    }
+}
+
+void fsck_leases(cxk_pool *p, uint32_t h, cxk_fsck_report *r) {
+    HostSlot *s = slot(p, h);
+    const uint64_t hwm = std::min<uint64_t>(ld(&s->lease_hwm), p->geo.lease_slots);
+    Lease *t = leases(p, h);
+    if (h != p->host) sync_in(p, t, hwm * sizeof(Lease));
+    const bool alive = host_alive(p, h);
+    for (uint64_t i = 0; i < hwm; ++i) {
+        const uint32_t pid = ld(&t[i].pid);
+        if (!pid) continue;
+        const bool live = h == p->host ? pid_alive(pid & ~kClaiming) : alive;
+        (live ? r->leases_live : r->leases_expired)++;
+    }
+}
+}  // namespace
+
+}  // namespace cxk::pool
+
+using namespace cxk::pool;
+
+extern "C" {
+
+int cxk_pool_fsck(cxk_pool *p, unsigned flags, struct cxk_fsck_report *r) {
+    if (!p || !r || (flags & ~CXK_FSCK_REPAIR)) return -EINVAL;
+    std::memset(r, 0, sizeof *r);
+    if (int e = fsck_backing_size(p)) return e;
+    if (flags & CXK_FSCK_REPAIR) {
+        HostLock lk(p);
+        if (lk.err) return lk.err;
+        recover(p, r);  // a broken chain is counted in r->errors and reported below too
+    }
+    std::unordered_map<std::string, int> seen;
+    for (uint32_t h = 0; h < p->geo.max_hosts; ++h) {
+        if (!host_used(p, h)) continue;
+        std::unordered_map<uint64_t, uint64_t> gens;  // held block -> gen
+        fsck_blocks(p, h, r, &seen, &gens);
+        fsck_entries(p, h, gens, r);
+        fsck_leases(p, h, r);
+    }
+    return 0;
+}
+
+}  // extern "C"

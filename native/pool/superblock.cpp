@@ -1,0 +1,129 @@
+// superblock.cpp — the pool's geometry: computing it for a size and options, formatting the
+// metadata (the magic stored last), and validating a mapped superblock against the mapping.
+#include "pool/superblock.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "pool/checksum.h"
+#include "pool/hosts.h"
+#include "prim/policy.h"
+#include "sys/sys.h"
+
+namespace cxk::pool {
+
+// ---- format / validate ------------------------------------------------------------------
+uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+int geometry(uint64_t total, const cxk_pool_opts &o, uint32_t nbackings, Superblock *sb) {
+    std::memset(sb, 0, sizeof *sb);
+    const uint32_t hosts = o.max_hosts ? o.max_hosts : 4;
+    if (hosts > kMaxHosts) return -EINVAL;
+    const uint64_t lease_slots = o.lease_slots ? o.lease_slots : 1024;
+    const uint64_t meta0 = kSbBytes + uint64_t(hosts) * kHostSlotBytes;
+    if (total < meta0 + hosts * kMinPartition) return -ERANGE;
+    uint64_t max_objects = o.max_objects;
+    if (!max_objects) max_objects = std::max<uint64_t>(256, (total - meta0) / hosts / 16384);
+    if (max_objects > (1ull << 30)) return -EINVAL;
+    names_geometry(max_objects, sb);
+    sb->magic = kMagic;
+    sb->version = kVersion;
+    sb->sb_bytes = kSbBytes;
+    sb->total_bytes = total;
+    sb->max_hosts = hosts;
+    sb->host_slot_bytes = kHostSlotBytes;
+    sb->lease_slots = lease_slots;
+    sb->host_table_off = kSbBytes;
+    sb->names_off = meta0;
+    sb->names_bytes = round_up(sb->name_slots * sizeof(NameEntry), 4096);
+    sb->leases_off = sb->names_off + hosts * sb->names_bytes;
+    sb->leases_bytes = round_up(lease_slots * sizeof(Lease), 4096);
+    sb->data_off = round_up(sb->leases_off + hosts * sb->leases_bytes, 65536);
+    if (sb->data_off >= total) return -ERANGE;
+    sb->partition_bytes = (total - sb->data_off) / hosts / 65536 * 65536;
+    if (sb->partition_bytes < kMinPartition) return -ERANGE;
+    sb->nbackings = nbackings;
+    sb->stripe_bytes = nbackings > 1 ? CXK_POOL_STRIPE_BYTES : 0;
+    sb->lease_timeout_ns = uint64_t(o.lease_timeout_ms ? o.lease_timeout_ms : 10000) * 1000000;
+    sb->created_ns = now_ns();
+    if (sys_getrandom(sb->uuid, sizeof sb->uuid) != long(sizeof sb->uuid)) {
+        uint64_t a = uint64_t(now_ns()) ^ (uint64_t(getpid()) << 32), b = boot_hash();
+        std::memcpy(sb->uuid, &a, 8);
+        std::memcpy(sb->uuid + 8, &b, 8);
+    }
+    sb->checksum = (1ull << 32) | crc32c(sb, offsetof(Superblock, checksum));
+    return 0;
+}
+
+// Write the layout; the magic is stored last, after everything else is flushed, so a
+// pool whose formatting was interrupted reads as blank.
+int format(cxk_pool *p, const Superblock &sb, bool dirty) {
+    p->geo = sb;
+    Superblock *dst = reinterpret_cast<Superblock *>(p->base);
+    if (dirty) std::memset(p->base, 0, sb.data_off);  // a device may hold old bytes
+    for (uint32_t h = 0; h < sb.max_hosts; ++h) {
+        HostSlot *s = slot(p, h);
+        if (int r = init_mutex(&s->mutex)) return r;
+        s->boot = kBootFresh;
+        format_partition(p, h);
+    }
+    Superblock tmp = sb;
+    tmp.magic = 0;
+    std::memcpy(dst, &tmp, sizeof tmp);
+    cxk_flush(p->base, sb.data_off);  // always: the medium may be shared before anyone opens
+    cxk_sfence();
+    st(&dst->magic, kMagic);
+    cxk_flush(&dst->magic, 8);
+    cxk_sfence();
+    return 0;
+}
+
+bool all_zero(const uint8_t *b, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+        if (b[i]) return false;
+    return true;
+}
+
+// Read-only checks of a mapped superblock against the mapping.
+int validate(const uint8_t *base, uint64_t mapped, uint32_t nbackings, Superblock *out) {
+    Superblock sb;
+    std::memcpy(&sb, base, sizeof sb);
+    if (sb.magic != kMagic) return -EMEDIUMTYPE;
+    if (sb.version != kVersion) return -EPROTONOSUPPORT;
+    if (sb.checksum != ((1ull << 32) | crc32c(&sb, offsetof(Superblock, checksum))))
+        return -EBADMSG;
+    if (sb.total_bytes > mapped) return -ENXIO;  // the file was cut short (truncated)
+    const bool sane = sb.sb_bytes == kSbBytes && sb.host_slot_bytes == kHostSlotBytes &&
+                      sb.max_hosts >= 1 && sb.max_hosts <= kMaxHosts &&
+                      sb.levels == kLevels && sb.bucket_slots == kBucketSlots &&
+                      sb.total_bytes <= mapped && sb.host_table_off == kSbBytes &&
+                      sb.names_off >= kSbBytes + sb.max_hosts * kHostSlotBytes &&
+                      sb.names_bytes >= sb.name_slots * sizeof(NameEntry) &&
+                      sb.leases_off >= sb.names_off + sb.max_hosts * sb.names_bytes &&
+                      sb.leases_bytes >= sb.lease_slots * sizeof(Lease) &&
+                      sb.data_off >= sb.leases_off + sb.max_hosts * sb.leases_bytes &&
+                      sb.partition_bytes >= kMinPartition &&
+                      sb.data_off + sb.max_hosts * sb.partition_bytes <= sb.total_bytes &&
+                      sb.data_off % kLine == 0 && sb.partition_bytes % kLine == 0 &&
+                      sb.lease_timeout_ns > 0;
+    if (!sane) return -EBADMSG;
+    // the name table: every level has buckets (lookups divide by them) and the entries they
+    // hold are the table's, which holds max_objects names
+    uint64_t buckets = 0;
+    for (uint32_t l = 0; l < kLevels; ++l) {
+        if (sb.level_buckets[l] == 0) return -EBADMSG;
+        buckets += sb.level_buckets[l];
+    }
+    if (sb.name_slots != buckets * kBucketSlots || sb.max_objects == 0 ||
+        sb.max_objects > sb.name_slots)
+        return -EBADMSG;
+    if (sb.total_bytes < mapped && sb.nbackings != nbackings) return -EBADMSG;
+    if (sb.nbackings != nbackings) return -EINVAL;  // opened with the wrong backing list
+    *out = sb;
+    return 0;
+}
+
+}  // namespace cxk::pool

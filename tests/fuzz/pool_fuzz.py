@@ -1,0 +1,287 @@
+"""Fuzz every on-media structure of a pool: copies of a template pool get random or targeted
+mutations (superblock fields, host slot fields and lists, the mutex, name entries, leases,
+object headers, free-block links, payload bytes), and each copy is opened, listed, read,
+verified, fsck'd and repaired in a forked child with a timeout, as host 0 and as host 1.
+
+Outcomes per trial: "ok" (worked, or refused with a typed error), "crash" (the child died of
+a signal), "hang" (no answer within the timeout) and "wrong" (a whole read of a checksummed
+object returned bytes that are not the ones written, without an error).
+
+  .venv/bin/python tests/fuzz/pool_fuzz.py --trials 2000 --seed 1     # the figures
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import random
+import shutil
+import struct
+import sys
+import time
+from collections import Counter
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tests_crc import crc32c  # noqa: E402
+
+MiB = 1 << 20
+HDR = 320
+SB_FIELDS = [(8, "<I"), (12, "<I"), (16, "<Q"), (40, "<I"), (44, "<I"), (48, "<I"), (52, "<I"),
+             (56, "<I"), (60, "<I"), (88, "<Q"), (96, "<Q"), (104, "<Q"), (112, "<Q"),
+             (120, "<Q"), (128, "<Q"), (136, "<Q"), (144, "<Q"), (152, "<Q"), (160, "<Q"),
+             (176, "<I"), (184, "<Q")]
+SLOT_FIELDS = [(32, "<Q"), (40, "<q"), (56, "<Q"), (64, "<Q"), (72, "<Q"), (128, "<i"),
+               (132, "<I"), (136, "<i"), (144, "<i"), (192, "<Q"), (200, "<Q"), (208, "<Q"),
+               (216, "<Q"), (224, "<Q"), (232, "<Q"), (240, "<I"), (244, "<I"), (248, "<Q")]
+HDR_FIELDS = [(0, "<I"), (4, "<I"), (8, "<Q"), (16, "<Q"), (24, "<Q"), (32, "<Q"), (40, "<Q"),
+              (48, "<q"), (56, "<I"), (60, "<H"), (62, "<H"), (64, "<Q"), (72, "<Q")]
+ENTRY_FIELDS = [(0, "<Q"), (8, "<Q"), (16, "<Q"), (24, "<I"), (28, "<I")]
+LEASE_FIELDS = [(0, "<Q"), (8, "<Q"), (16, "<I"), (20, "<I")]
+
+
+def payload(name: str, n: int) -> bytes:
+    seed = hashlib.blake2b(name.encode(), digest_size=8).digest()
+    return (seed * (n // 8 + 1))[:n]
+
+
+def u(path: str, off: int, fmt: str = "<Q") -> int:
+    with open(path, "rb") as f:
+        f.seek(off)
+        return struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
+
+
+def make_template(path: str) -> dict:
+    """A pool with objects of two hosts (checksummed, plain, being created, destroyed)."""
+    import cxlkit
+
+    objs = {}
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0, max_hosts=2, max_objects=256,
+                     lease_timeout_ms=1000) as p0, cxlkit.Pool(path, host_id=1) as p1:
+        for h, p in ((0, p0), (1, p1)):
+            for i, n in enumerate((64, 1000, 5000, 70_000)):
+                name = f"h{h}-o{i}"
+                o = p.create(name, data=payload(name, n))
+                objs[name] = o.offset - HDR
+                o.close()
+            p.create(f"h{h}-gone", data=b"g" * 300).close()
+            p.destroy(f"h{h}-gone")
+            o = p.create(f"h{h}-plain", 200)  # published without a checksum
+            o.write(0, payload(f"h{h}-plain", 200))
+            o.publish()
+            objs[f"h{h}-plain"] = o.offset - HDR
+            o.close()
+    geo = {k: u(path, off) for k, off in (("names_off", 120), ("names_bytes", 128),
+                                          ("name_slots", 88), ("leases_off", 136),
+                                          ("leases_bytes", 144), ("data_off", 152),
+                                          ("partition_bytes", 160), ("size", 16))}
+    return {"objs": objs, **geo}
+
+
+def mutate(path: str, t: dict, rng: random.Random) -> str:
+    size = os.path.getsize(path)
+    kind = rng.choice(["random", "superblock", "slot", "entry", "lease", "header", "free",
+                       "payload", "mutex"])
+
+    def value(fmt: str) -> int:
+        bits = struct.calcsize(fmt) * 8
+        signed = fmt[-1].islower() and fmt[-1] not in "b"
+        v = rng.choice([0, 1, 2, 3, 63, 64, 255, 320, 4096, (1 << 20), (1 << 31) - 1, 1 << 40,
+                        (1 << bits) - 1, rng.getrandbits(bits), rng.getrandbits(12)])
+        v &= (1 << bits) - 1
+        if signed and v >= 1 << (bits - 1):
+            v -= 1 << bits
+        return v
+
+    def write(off: int, fmt: str, v: int) -> None:
+        with open(path, "r+b") as f:
+            f.seek(off)
+            f.write(struct.pack(fmt, v))
+
+    with open(path, "r+b") as f:
+        if kind == "random":
+            region = rng.choice([4096 * 3, t["data_off"], size])
+            for _ in range(rng.randint(1, 8)):
+                off = rng.randrange(region)
+                f.seek(off)
+                f.write(bytes([rng.getrandbits(8)]))
+            return kind
+    if kind == "superblock":  # fields changed with a valid checksum: only sanity checks stop it
+        off, fmt = rng.choice(SB_FIELDS)
+        write(off, fmt, value(fmt))
+        with open(path, "r+b") as f:
+            sb = bytearray(f.read(208))
+        struct.pack_into("<Q", sb, 200, (1 << 32) | crc32c(bytes(sb[:200])))
+        with open(path, "r+b") as f:
+            f.write(sb)
+    elif kind in ("slot", "mutex"):
+        h = rng.randrange(2)
+        off, fmt = rng.choice(SLOT_FIELDS[5:9] if kind == "mutex" else SLOT_FIELDS)
+        if kind == "slot" and rng.random() < 0.3:  # a list entry or a free-list head
+            off, fmt = rng.choice([(256 + 8 * rng.randrange(64), "<Q"),
+                                   (768 + 8 * rng.randrange(4), "<Q"),
+                                   (1792 + 8 * rng.randrange(4), "<Q")])
+        write(4096 + h * 4096 + off, fmt, value(fmt))
+    elif kind == "entry":
+        h = rng.randrange(2)
+        base = t["names_off"] + h * t["names_bytes"]
+        used = []
+        with open(path, "rb") as f:
+            f.seek(base)
+            tab = f.read(t["name_slots"] * 32)
+        for i in range(t["name_slots"]):
+            if struct.unpack_from("<I", tab, i * 32 + 28)[0] in (1, 2):
+                used.append(i)
+        i = rng.choice(used) if used and rng.random() < 0.9 else rng.randrange(t["name_slots"])
+        off, fmt = rng.choice(ENTRY_FIELDS)
+        if off == 0 and rng.random() < 0.5:
+            write(base + i * 32, "<Q", u(path, base + i * 32) ^ (1 << rng.randrange(64)))
+        else:
+            write(base + i * 32 + off, fmt, value(fmt))
+    elif kind == "lease":
+        h = rng.randrange(2)
+        i = rng.randrange(8)
+        off, fmt = rng.choice(LEASE_FIELDS)
+        write(t["leases_off"] + h * t["leases_bytes"] + i * 32 + off, fmt, value(fmt))
+    elif kind == "header":
+        block = rng.choice(list(t["objs"].values()))
+        off, fmt = rng.choice(HDR_FIELDS)
+        write(block + off, fmt, value(fmt))
+    elif kind == "free":  # the free block after the last object of a host: links, sizes
+        h = rng.randrange(2)
+        block = t["data_off"] + h * t["partition_bytes"]
+        while True:
+            nb = u(path, block + 8)
+            if u(path, block + 4, "<I") == 0 or nb < 384 or nb % 64:
+                break
+            block += nb
+        off, fmt = rng.choice([(8, "<Q"), (16, "<Q"), (64, "<Q"), (72, "<Q"), (4, "<I")])
+        write(block + off, fmt, value(fmt))
+    elif kind == "payload":
+        block = rng.choice(list(t["objs"].values()))
+        write(block + HDR + rng.randrange(64), "<B", rng.getrandbits(8))
+    return kind
+
+
+def exercise(path: str, host: int) -> dict:
+    """Everything a user does with a pool; typed errors are outcomes, not failures."""
+    import cxlkit
+
+    res = {"wrong": 0, "refused": 0, "read": 0}
+    typed = (cxlkit.PoolError, KeyError, ValueError, OSError)
+    try:
+        with cxlkit.Pool(path, host_id=host) as p:
+            try:
+                names = [i.name for i in p.list()]
+            except typed:
+                names, res["refused"] = [], res["refused"] + 1
+            for name in names + ["h0-o1", "h1-o2"]:
+                try:
+                    with p.open(name) as o:
+                        data = o.read()
+                        res["read"] += 1
+                        info = p.info(name)
+                        if (info.checksum is not None and name.startswith(("h0-o", "h1-o"))
+                                and data != payload(name, len(data))):
+                            res["wrong"] += 1
+                        try:
+                            o.verify()
+                        except typed:
+                            res["refused"] += 1
+                except typed:
+                    res["refused"] += 1
+            for repair in (False, True):
+                try:
+                    p.fsck(repair=repair)
+                except typed:
+                    res["refused"] += 1
+            try:
+                p.create("fuzz-new", data=b"n" * 100).close()
+                p.destroy("fuzz-new")
+            except typed:
+                res["refused"] += 1
+    except typed:
+        res["refused"] += 1
+    return res
+
+
+def in_child(fn, *args, timeout: float):
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def body():
+        try:
+            send.send(("ok", fn(*args)))
+        except BaseException as e:
+            send.send(("error", f"{type(e).__name__}: {e}"))
+        os._exit(0)
+
+    p = ctx.Process(target=body)
+    p.start()
+    send.close()
+    if not recv.poll(timeout):
+        p.kill()
+        p.join()
+        return "hang", None
+    try:
+        kind, val = recv.recv()
+    except EOFError:
+        p.join(timeout)
+        return "crash", p.exitcode
+    p.join(timeout)
+    return kind, val
+
+
+def run(trials: int, seed: int, timeout: float = 20.0, workdir: str = "/dev/shm") -> dict:
+    rng = random.Random(seed)
+    tmpl = os.path.join(workdir, f"cxlkit-fuzz-tmpl-{os.getpid()}")
+    trial = os.path.join(workdir, f"cxlkit-fuzz-trial-{os.getpid()}")
+    try:
+        t = make_template(tmpl)
+        out = Counter()
+        kinds = Counter()
+        failures = []
+        for i in range(trials):
+            shutil.copyfile(tmpl, trial)
+            os.chmod(trial, 0o600)
+            kind = mutate(trial, t, rng)
+            kinds[kind] += 1
+            for host in (0, 1):
+                status, val = in_child(exercise, trial, host, timeout=timeout)
+                if status == "ok":
+                    out["wrong"] += val["wrong"]
+                    out["reads"] += val["read"]
+                    out["refusals"] += val["refused"]
+                    if val["wrong"]:
+                        failures.append((i, kind, host, "wrong bytes"))
+                else:
+                    out[status] += 1
+                    failures.append((i, kind, host, status, val))
+            out["trials"] += 1
+        return {"trials": out["trials"], "crashes": out["crash"], "hangs": out["hang"],
+                "untyped_errors": out["error"], "wrong_bytes": out["wrong"],
+                "whole_reads": out["reads"], "typed_refusals": out["refusals"],
+                "mutations": dict(kinds), "failures": failures[:20]}
+    finally:
+        for p in (tmpl, trial):
+            if os.path.exists(p):
+                os.unlink(p)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trials", type=int, default=2000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=20.0, help="seconds per child")
+    a = ap.parse_args()
+    t0 = time.monotonic()
+    r = run(a.trials, a.seed, a.timeout)
+    r["seconds"] = round(time.monotonic() - t0, 1)
+    print(json.dumps(r))
+    sys.exit(0 if r["crashes"] == r["hangs"] == r["wrong_bytes"] == r["untyped_errors"] == 0
+             else 1)
+
+
+if __name__ == "__main__":
+    main()
