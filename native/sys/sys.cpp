@@ -26,7 +26,10 @@ namespace {
 const char *const kSysNames[] = {"mbind", "set_mempolicy", "get_mempolicy", "move_pages",
                                  "migrate_pages", "memfd_create", "mmap", "munmap",
                                  "madvise", "open", "ftruncate", "fstat", "prctl", "fcntl",
-                                 "pthread_create", "sched_setaffinity", "sched_getaffinity"};
+                                 "pthread_create", "sched_setaffinity", "sched_getaffinity",
+                                 // ---- aio (native/sys/sys_aio.cpp) ----
+                                 "pread", "pwrite", "fdatasync", "io_uring_setup",
+                                 "io_uring_enter"};
 static_assert(sizeof(kSysNames) / sizeof(kSysNames[0]) == size_t(Sys::count_), "names");
 
 struct Fault {

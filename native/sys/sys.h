@@ -15,7 +15,10 @@ namespace cxk {
 enum class Sys : int {
     mbind, set_mempolicy, get_mempolicy, move_pages, migrate_pages, memfd_create,
     mmap, munmap, madvise, open, ftruncate, fstat, prctl, fcntl, pthread_create,
-    sched_setaffinity, sched_getaffinity, count_
+    sched_setaffinity, sched_getaffinity,
+    // ---- aio (native/sys/sys_aio.cpp) ----
+    pread, pwrite, fdatasync, io_uring_setup, io_uring_enter,
+    count_
 };
 
 // Counts the call; returns -errno when an armed fault fires for it, else 0.
