@@ -12,7 +12,7 @@ SCRIPT = textwrap.dedent("""
     import cxlkit
     from cxlkit import policy as P
     from cxlkit.kv import BlockLayout, Store
-    from cxlkit.integrations.torch import TieredAdamW
+    from cxlkit.integrations.torch import ActivationOffload, TieredAdamW
 
     pool = cxlkit.Pool({path!r}, size=8 << 20, host_id=0)
     obj = pool.create("x", 64)
@@ -24,6 +24,10 @@ SCRIPT = textwrap.dedent("""
     opt = TieredAdamW(model.parameters())
     model(torch.ones(2, 8)).sum().backward()
     opt.step()
+    off = ActivationOffload(1 << 20)
+    with off:
+        y = model(torch.ones(2, 8)).sum()
+    y.backward()
     print("done")
 """)
 

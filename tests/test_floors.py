@@ -27,6 +27,9 @@ FLOORS = [
     ("cli", {"cli", "__main__"}),
 ]
 ENGINES = {"torch", "transformers", "vllm", "deepspeed", "mpi4py", "accelerate"}
+# Landed from another branch while issue 11 was open: its torch half moves to integrations/
+# (as cli/train.py's demo moved to integrations/demo.py); the integrator drops it from here.
+PENDING_ENGINE_IMPORTS = {"cli/train_spill.py": "branch sub: `cxlkit train demo --spill`"}
 
 
 def floor_of(parts: tuple[str, ...]) -> int:
@@ -110,6 +113,8 @@ def test_engines_are_imported_only_by_integrations_and_lazily_by_workloads():
         for target, top, eager, line in imports(path):
             if top not in ENGINES or where == "integrations":
                 continue
+            if str(path.relative_to(PKG)) in PENDING_ENGINE_IMPORTS:
+                continue
             if where == "workloads" and not eager:
                 continue  # DESIGN: the training and KV modules import torch lazily
             bad.append(f"{path.relative_to(PKG)}:{line}: {top} imported in {where}"
@@ -136,3 +141,9 @@ def test_import_cxlkit_loads_no_engine_and_no_benchmark():
 def test_the_walker_resolves_relative_and_absolute_imports(monkeypatch, src, expected):
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: src)
     assert [t for t, _, _, _ in imports(PKG / "kv" / "store.py")] == [expected]
+
+
+def test_the_pending_engine_imports_are_still_there_to_move():
+    # once a listed file imports no engine, this fails: drop it from PENDING_ENGINE_IMPORTS
+    for rel in PENDING_ENGINE_IMPORTS:
+        assert any(top in ENGINES for _, top, _, _ in imports(PKG / rel)), rel
