@@ -22,7 +22,19 @@ $(DEPS_STAMP): pyproject.toml Makefile | $(VPY)
 	$(VPY) -m pip install $(BUILD_DEPS) $(RUN_DEPS)
 	touch $@
 
-deps: $(DEPS_STAMP)
+deps: sysdeps $(DEPS_STAMP)
+
+# ---- sysdeps (issue 15): liburing-dev for native/aio's io_uring backend. Installed only when
+# missing, with apt-get where it exists and we are root; without it the build still works
+# (native/aio falls back to its thread pool), so a failure here only warns. ----
+.PHONY: sysdeps
+sysdeps:
+	@if ! dpkg -s liburing-dev >/dev/null 2>&1; then \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update && apt-get install -y liburing-dev) || \
+	      echo "warning: liburing-dev not installed: native/aio uses its thread pool"; \
+	  else echo "warning: liburing-dev missing (apt-get install liburing-dev as root): native/aio uses its thread pool"; fi; \
+	fi
 
 # One build at a time (flock): several shells may rebuild the same tree.
 build: deps

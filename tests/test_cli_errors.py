@@ -63,7 +63,7 @@ def test_bench_out_that_is_a_directory_is_refused_at_once(capsys, tmp_path):
 def test_an_exception_a_command_lets_out_becomes_one_line(capsys, monkeypatch):
     from cxlkit.cli import kv
 
-    def boom(path):
+    def boom(*args, **kwargs):
         raise RuntimeError("a bad\nthing happened")
 
     monkeypatch.setattr(kv, "collect", boom)

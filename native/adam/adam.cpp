@@ -22,6 +22,7 @@
 #include "adam/adam.h"
 #include "adam/omp.h"
 #include "cxlkit.h"
+#include "sys/sys.h"
 
 namespace cxk::adam {
 namespace {
@@ -159,14 +160,10 @@ int prepare(const cxk_adam_hparams *h, const cxk_adam_tensor *t, size_t nt, Coef
 
 // ---- sysfs: memory nodes, their CPUs and distances (read at team creation) ----
 
-std::string read_text(const std::string &path) {
+// a sysfs file relative to the sysfs root (sys: honours CXLKIT_SYSFS_ROOT); "" when unreadable
+std::string read_text(const std::string &rel) {
     std::string out;
-    if (FILE *f = std::fopen(path.c_str(), "re")) {
-        char buf[4096];
-        size_t got;
-        while ((got = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, got);
-        std::fclose(f);
-    }
+    if (cxk::sys_read_sysfs(rel.c_str(), &out) < 0) out.clear();
     return out;
 }
 
@@ -192,7 +189,7 @@ std::vector<int> parse_list(const std::string &s) {
     return out;
 }
 
-const char *kNodeDir = "/sys/devices/system/node/node";
+const char *kNodeDir = "devices/system/node/node";
 
 std::vector<int> node_cpus(int node) {
     return parse_list(read_text(kNodeDir + std::to_string(node) + "/cpulist"));
@@ -212,7 +209,7 @@ std::vector<int> node_distances(int node) {
 }
 
 std::vector<int> memory_nodes() {
-    std::vector<int> n = parse_list(read_text("/sys/devices/system/node/has_memory"));
+    std::vector<int> n = parse_list(read_text("devices/system/node/has_memory"));
     if (n.empty()) n.push_back(0);  // no NUMA sysfs: one node
     return n;
 }
@@ -440,7 +437,7 @@ int cxk_adam_team_create(const cxk_adam_team_opts *opts, cxk_adam_team **out) {
     }
     cpu_set_t allowed;
     CPU_ZERO(&allowed);
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return -errno;
+    if (int e = cxk::sys_getaffinity_self(sizeof allowed, &allowed)) return e;
 
     std::unique_ptr<cxk_adam_team> team(new (std::nothrow) cxk_adam_team);
     if (!team) return -ENOMEM;
@@ -471,11 +468,11 @@ int cxk_adam_team_create(const cxk_adam_team_opts *opts, cxk_adam_team **out) {
                     cpu_set_t set;
                     CPU_ZERO(&set);
                     for (int c : gp->cpus) CPU_SET(c, &set);
-                    int r = pthread_setaffinity_np(gp->threads.back().native_handle(),
-                                                   sizeof set, &set);
+                    int r = cxk::sys_setaffinity_thread(gp->threads.back().native_handle(),
+                                                        sizeof set, &set);
                     if (r != 0) {
                         team->shutdown();
-                        return -r;
+                        return r;
                     }
                 }
             }

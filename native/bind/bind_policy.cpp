@@ -82,7 +82,7 @@ struct Mapping {
         mapped = (n + ps - 1) & ~(ps - 1);
     }
     ~Mapping() {
-        if (addr) munmap(addr, mapped);
+        if (addr) (void)cxk_unmap(addr, mapped);  // a destructor has no one to tell
     }
     void require_open() const {
         if (!addr) throw nb::value_error("buffer is closed");

@@ -554,27 +554,6 @@ CXK_BIND(pool) {
                   "object " + name + " in pool " + h.label);
             return obj_stat_dict(s);
         })
-        // bench/pool.py: median ns of one cxk_obj_stat per name, timed in C (no Python call
-        // or exception per lookup); names may be present or absent
-        .def("_lookup_median_ns", [](PoolHandle &h, const std::vector<std::string> &names) {
-            PoolHold use = h.hold();
-            cxk_pool *p = use.get();
-            std::vector<int64_t> ns(names.size());
-            {
-                nb::gil_scoped_release unlock;
-                struct cxk_obj_stat s;
-                for (size_t i = 0; i < names.size(); ++i) {
-                    struct timespec a, b;
-                    clock_gettime(CLOCK_MONOTONIC, &a);
-                    (void)cxk_obj_stat(p, names[i].c_str(), &s);
-                    clock_gettime(CLOCK_MONOTONIC, &b);
-                    ns[i] = (b.tv_sec - a.tv_sec) * 1000000000ll + (b.tv_nsec - a.tv_nsec);
-                }
-            }
-            if (ns.empty()) return 0.0;
-            std::nth_element(ns.begin(), ns.begin() + ns.size() / 2, ns.end());
-            return double(ns[ns.size() / 2]);
-        })
         .def("list", [](PoolHandle &h) {
             PoolHold use = h.hold();
             cxk_pool *p = use.get();

@@ -15,6 +15,15 @@ ENV: dict[str, tuple[str, str]] = {
     "CXLKIT_SIMD": ("", "force a SIMD level for kernels: scalar, avx2 or avx512"),
     "CXLKIT_COHERENCE": ("host", "how pools are opened: host (one coherence domain) or none "
                                  "(hosts that do not share caches: flush and invalidate)"),
+    # messaging (cxlkit.msg; the native library reads the CXLKIT_MSG_* ones itself)
+    "CXLKIT_RANK": ("", "this process's rank in a cxlkit.msg job (else the MPI launcher's)"),
+    "CXLKIT_SIZE": ("", "ranks in the job (else the MPI launcher's)"),
+    "CXLKIT_JOB": ("", "job name: ranks with the same name on one pool form one job"),
+    "CXLKIT_MSG_CELL_BYTES": ("4096", "ring cell size of a job's rings"),
+    "CXLKIT_MSG_CELLS": ("64", "cells per ring"),
+    "CXLKIT_MSG_EAGER": ("", "largest eager message (default: half a ring, at most 64 KiB)"),
+    "CXLKIT_MSG_TIMEOUT_MS": ("", "fail any wait after this long (default: only dead peers)"),
+    "CXLKIT_MSG_DEAD_MS": ("5000", "a rank of another machine silent this long is dead"),
 }
 
 

@@ -201,6 +201,22 @@ class PoolObject(Views, _native.PoolObject):
             raise _typed(e, _OBJECT_ERRORS) from None
         return bytes(out)
 
+    # ---- issue 11: every call maps its errno through errors.py (the binding raises OSError)
+    def write(self, pos: int, data: Any) -> None:
+        """Copy bytes into the payload at pos (writable objects of this host only)."""
+        try:
+            super().write(pos, data)
+        except OSError as e:
+            raise _typed(e, _OBJECT_ERRORS) from None
+
+    def add_u64(self, offset: int, value: int) -> int:
+        """Atomically add value to the u64 at payload offset (8-aligned, inside the object);
+        returns the new value. For counters shared by one host's processes."""
+        try:
+            return super().add_u64(offset, value)
+        except OSError as e:
+            raise _typed(e, _OBJECT_ERRORS) from None
+
     def verify(self) -> None:
         """Recompute the payload checksum: PoolCorruptError on mismatch, ValueError when
         none was recorded."""
@@ -385,6 +401,8 @@ class Pool:
             self._h.destroy(name)
         except FileNotFoundError:
             raise KeyError(f"object {name!r} not in pool {self._h.label}") from None
+        except OSError as e:
+            raise _typed(e, _OBJECT_ERRORS) from None
 
     def __contains__(self, name: str) -> bool:
         try:
@@ -399,13 +417,21 @@ class Pool:
             return ObjectInfo._from(self._h.object_stat(name))
         except FileNotFoundError:
             raise KeyError(f"object {name!r} not in pool {self._h.label}") from None
+        except OSError as e:
+            raise _typed(e, _OBJECT_ERRORS) from None
 
     def list(self) -> list[ObjectInfo]:
         """Objects of every host, published or being created, in partition order."""
-        return [ObjectInfo._from(d) for d in self._h.list()]
+        try:
+            return [ObjectInfo._from(d) for d in self._h.list()]
+        except OSError as e:
+            raise _typed(e, _OBJECT_ERRORS) from None
 
     def stat(self) -> PoolStat:
-        d = self._h.stat()
+        try:
+            d = self._h.stat()
+        except OSError as e:
+            raise _typed(e, _OBJECT_ERRORS) from None
         return PoolStat(
             path=self._h.label, kind=d["kind"], size=d["size"], version=d["version"],
             uuid=d["uuid"].hex(), max_hosts=d["max_hosts"], host_id=d["host_id"],
@@ -419,7 +445,10 @@ class Pool:
     def fsck(self, *, repair: bool = True) -> FsckReport:
         """Check every host's part; with repair, rebuild this host's part first (reclaim
         objects of dead creators and unleased dead objects, expire dead processes' leases)."""
-        return FsckReport(**self._h.fsck(repair))
+        try:
+            return FsckReport(**self._h.fsck(repair))
+        except OSError as e:
+            raise _typed(e, _OBJECT_ERRORS) from None
 
 
 def remove(path_or_name: str | os.PathLike[str]) -> None:

@@ -20,6 +20,7 @@ _COMMAND_MODULES = (
     "cxlkit.cli.pool",  # pool create, ls, stat, rm, fsck
     "cxlkit.cli.demo",
     "cxlkit.cli.doctor",  # doctor
+    "cxlkit.cli.train_spill",  # train demo (spilled optimizer subgroups)
 )
 
 

@@ -84,6 +84,14 @@ def train_cmd(
                                     help="count an fp32 grad copy (4P); cxlkit's kernel "
                                     "upcasts bf16 grads in registers and needs none"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+    spill: Optional[str] = typer.Option(
+        None, "--spill", help="optimizer subgroups over these paths (comma-separated: DIR, "
+        "mem[:NODE], pool:NAME, each measured now, or SPEC=GBPS): subgroups per path and the "
+        "update time per step"),
+    host_cache: str = typer.Option("8G", "--host-cache",
+                                   help="host memory for the subgroup cache (with --spill)"),
+    sub_group_size: int = typer.Option(100_000_000, "--sub-group-size",
+                                       help="params per subgroup (with --spill)"),
 ) -> None:
     """Footprint of CPU-offloaded training per class, and where each class goes."""
     con = Console()
@@ -96,9 +104,14 @@ def train_cmd(
     except (ValueError, OSError) as e:
         Console(stderr=True).print(f"[red]error:[/red] {e}")
         raise typer.Exit(2)
+    spilled = None
+    if spill:  # ---- spill (issue 15): cli/train_spill.py ----
+        from .train_spill import spill_section
+        spilled = spill_section(con, fp.params, spill, host_cache, sub_group_size, as_json)
     if as_json:
         out = [p.to_dict() for p in plans]
-        typer.echo(json.dumps(out[0] if len(out) == 1 else out, indent=1))
+        doc = out[0] if len(out) == 1 else out
+        typer.echo(json.dumps({"plan": doc, "spill": spilled} if spill else doc, indent=1))
         return
     con.print(f"P={fp.params:,} params, L={fp.layers}, H={fp.hidden}, C={fp.context}, "
               f"B={fp.batch}, Ng={fp.gpus}: {_gib(fp.total)} GiB in total")

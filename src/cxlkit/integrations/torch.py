@@ -460,6 +460,14 @@ class TieredAdamW(torch.optim.Optimizer):
             self._team = None
             self._team_spec = None
 
+    # ---- spill (issue 15): TieredAdamW(..., spill=SubgroupStore(...)) builds a SpilledAdamW
+    # (cxlkit.integrations.torch_spill), whose state lives on the store's paths ----
+    def __new__(cls, *args: Any, spill: Any = None, **kwargs: Any) -> TieredAdamW:
+        if spill is not None and cls is TieredAdamW:
+            from .torch_spill import SpilledAdamW
+            cls = SpilledAdamW
+        return super().__new__(cls)
+
 
 # ---- activation offload ----
 

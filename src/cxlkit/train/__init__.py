@@ -4,8 +4,18 @@ from .adam import AdamConfig, AdamTeam, AdamTensor, adam_step, simd_level, step_
 from .plan import (BudgetExceeded, ClassPlacement, Footprint, PlanError, Tier, TrainPlan,
                    machine_tiers, plan_training)
 
+# ---- spilled optimizer subgroups (issue 15) ----
+from .aio import AioConfig, AioEngine
+from .spill_paths import (DirPath, MemoryPath, PathFullError, PathIOError, PathVanishedError,
+                          PoolPath, SpillPath, SubgroupCorruptError, SubgroupError)
+from .spill_config import OffloadConfig, from_config
+from .subgroups import SubgroupStore
+
 __all__ = [
     "AdamConfig", "AdamTeam", "AdamTensor", "adam_step", "simd_level", "step_tensors",
     "BudgetExceeded", "ClassPlacement", "Footprint", "PlanError", "Tier", "TrainPlan",
     "machine_tiers", "plan_training",
+    "AioConfig", "AioEngine", "DirPath", "MemoryPath", "PathFullError", "PathIOError",
+    "PathVanishedError", "PoolPath", "SpillPath", "SubgroupCorruptError", "SubgroupError",
+    "SubgroupStore", "OffloadConfig", "from_config",
 ]

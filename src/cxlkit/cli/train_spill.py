@@ -1,0 +1,158 @@
+"""`cxlkit train demo --spill DIR,DIR,mem`: a small Llama (transformers, random init, CPU)
+trained twice from the same weights, by TieredAdamW and by TieredAdamW spilling its
+optimizer subgroups over the given paths; a progress line per step and the losses compared
+bit for bit. Also the spill section of `cxlkit plan train --spill`."""
+from __future__ import annotations
+
+import contextlib
+import copy
+import gc
+import json
+import os
+import tempfile
+import time
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .main import app
+
+train_app = typer.Typer(no_args_is_help=True, help="Training offload demos.")
+app.add_typer(train_app, name="train")
+
+
+def _fail(msg: str) -> None:
+    Console(stderr=True).print(f"[red]error:[/red] {msg}")
+    raise typer.Exit(2)
+
+
+def _default_spill(stack: contextlib.ExitStack) -> list[str]:
+    """A directory on the disk, one on tmpfs (when there is one) and a memory tier."""
+    dirs = [stack.enter_context(tempfile.TemporaryDirectory(prefix="cxlkit-spill-",
+                                                            dir="/var/tmp"))]
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else "/var/tmp"
+    dirs.append(stack.enter_context(tempfile.TemporaryDirectory(prefix="cxlkit-spill-",
+                                                                dir=shm)))
+    return [*dirs, "mem"]
+
+
+def _llama(layers: int, hidden: int):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=512, hidden_size=hidden, intermediate_size=2 * hidden,
+                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=256)
+    return LlamaForCausalLM(cfg).to(torch.bfloat16)
+
+
+@train_app.command("demo")
+def demo_cmd(
+    spill: Optional[str] = typer.Option(
+        None, "--spill", help="comma-separated paths: directories, mem or mem:NODE, pool:NAME "
+        "(default: a directory on disk, one on /dev/shm, and a memory tier)"),
+    steps: int = typer.Option(6, "--steps", help="training steps"),
+    layers: int = typer.Option(2, "--layers", help="Llama layers"),
+    hidden: int = typer.Option(128, "--hidden", help="Llama hidden size"),
+    sub_group_size: int = typer.Option(60_000, "--sub-group-size",
+                                       help="params per subgroup (small, so the state spills)"),
+    cache: int = typer.Option(3, "--cache", help="host cache, in subgroups (>= 3)"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object per step"),
+) -> None:
+    """Train a small random Llama on the CPU with and without spilled optimizer state."""
+    import torch
+
+    from ..integrations.torch import TieredAdamW
+    from ..train.subgroups import SubgroupStore
+
+    con = Console()
+    with contextlib.ExitStack() as stack:
+        paths = spill.split(",") if spill else _default_spill(stack)
+        try:
+            store = SubgroupStore(paths, subgroup_params=sub_group_size, cache_subgroups=cache,
+                                  measure_nbytes=8 << 20)
+        except (ValueError, OSError) as e:
+            _fail(str(e))
+        ref_model = _llama(layers, hidden)
+        model = copy.deepcopy(ref_model)
+        ref_opt = TieredAdamW(ref_model.parameters(), lr=3e-3, team=None)
+        opt = TieredAdamW(model.parameters(), lr=3e-3, team=None, spill=store)
+        stack.callback(opt.close)
+        if not as_json:
+            con.print(f"Llama: {sum(p.numel() for p in model.parameters()):,} bf16 params, "
+                      f"{len(store.subgroups)} subgroups of <= {sub_group_size:,}, host cache "
+                      f"{cache}; paths:")
+            for row in store.plan():
+                con.print(f"  {row['path']} ({row['kind']}): {row['subgroups']} subgroups, "
+                          f"read {row['read'] / 1e9:.2f} / write {row['write'] / 1e9:.2f} GB/s")
+        g = torch.Generator().manual_seed(1)
+        equal = True
+        for step in range(1, steps + 1):
+            ids = torch.randint(0, 512, (4, 64), generator=g)
+            t0 = time.perf_counter()
+            out = model(input_ids=ids, labels=ids)
+            t1 = time.perf_counter()
+            out.loss.backward()
+            t2 = time.perf_counter()
+            store.report_times(forward_s=t1 - t0, backward_s=t2 - t1)
+            opt.step()
+            opt.zero_grad()
+            ref_out = ref_model(input_ids=ids, labels=ids)
+            ref_out.loss.backward()
+            ref_opt.step()
+            ref_opt.zero_grad()
+            same = out.loss.item() == ref_out.loss.item() and all(
+                torch.equal(a, b) for a, b in zip(model.parameters(), ref_model.parameters()))
+            equal &= same
+            mt = opt.last_metrics
+            if as_json:
+                typer.echo(json.dumps({**mt, "loss": out.loss.item(),
+                                       "reference_loss": ref_out.loss.item(), "equal": same}))
+                continue
+            io = ", ".join(f"{os.path.basename(p['path']) or p['path']}: "
+                           f"{p['subgroups']} sg, {(p['read_bytes'] + p['write_bytes']) / 2**20:.1f} MiB"
+                           for p in mt["paths"])
+            con.print(f"step {step}: loss {out.loss.item():.6f} (without spill "
+                      f"{ref_out.loss.item():.6f}, {'[green]equal[/green]' if same else '[red]DIFFERS[/red]'}) "
+                      f"fwd {mt['forward_s'] * 1e3:.0f} ms, bwd {mt['backward_s'] * 1e3:.0f} ms, "
+                      f"update {mt['update_s'] * 1e3:.0f} ms (I/O wait {mt['io_wait_s'] * 1e3:.0f}), "
+                      f"{mt['order']}, cache hits {mt['cache_hits']}/{mt['subgroups']}; {io}")
+        del model, ref_model, opt, ref_opt, out, ref_out
+        gc.collect()
+    if not as_json:
+        con.print("[green]losses and params bitwise equal to TieredAdamW without spill[/green]"
+                  if equal else "[red]spilled training differs from TieredAdamW[/red]")
+    if not equal:
+        raise typer.Exit(1)
+
+
+def spill_section(con: Console, params: int, spill: str, host_cache: str,
+                  sub_group_size: int, as_json: bool) -> dict | None:
+    """`plan train --spill`: the paths learned (measured or given), subgroups per path and
+    the expected update time."""
+    from ..pool import parse_size
+    from ..train import spill_plan as SP
+
+    try:
+        figs = SP.measure_paths(spill.split(","))
+        p = SP.plan_spill(params, figs, host_cache_bytes=parse_size(host_cache),
+                          subgroup_params=sub_group_size)
+    except (ValueError, OSError) as e:
+        _fail(str(e))
+    if as_json:
+        return p.to_dict()
+    t = Table(title=f"optimizer subgroups: {p.subgroups} of {p.subgroup_params:,} params, "
+                    f"host cache {p.cache_subgroups}")
+    for c in ("path", "subgroups", "read GB/s", "write GB/s", "I/O s/step"):
+        t.add_column(c, justify="left" if c == "path" else "right")
+    for r in p.paths:
+        t.add_row(r["path"], str(r["subgroups"]), f"{r['read_GBps']:.2f}",
+                  f"{r['write_GBps']:.2f}", f"{r['io_s']:.2f}")
+    con.print(t)
+    con.print(f"expected update: {p.update_s:.2f} s per step (I/O {p.io_s:.2f} s, kernel "
+              f"{p.kernel_s:.2f} s on one thread, overlapped); "
+              f"{p.io_bytes_per_step / 1e9:.1f} GB moved per step")
+    return None

@@ -1,0 +1,682 @@
+"""SubgroupStore: fp32 optimizer state (master params, exp_avg, exp_avg_sq) cut into subgroups
+spread over N paths (directories, memory tiers, pool areas) in proportion to their measured
+bandwidth (MLP-Offload's Eq. 1, re-estimated every step), updated by cxlkit's AdamW kernel
+with the fetch of k+1 and the flush of k-1 overlapping the update of k, in alternating order
+over a host cache of K subgroups. Grads stay in host memory in the model's dtype."""
+from __future__ import annotations
+
+import errno
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import policy as P
+from . import adam as A
+from . import aio
+from . import subgroup_layout as L
+from .spill_paths import (HEADER_NBYTES, LOCK_MODES, Pending, SpillPath, SubgroupCorruptError,
+                          SubgroupError, check_header, check_payload, pack_header, parse_path,
+                          typed)
+
+log = logging.getLogger("cxlkit")
+F32 = A.DTYPES["float32"]
+DEFAULT_SUBGROUP_PARAMS = 100_000_000
+EWMA = 0.5  # weight of the last step's observed throughput in a path's bandwidth
+
+
+class SubgroupStore:
+    """paths: directories, 'mem' / 'mem:NODE' (a memory tier), 'pool:NAME' (a pool's object
+    area) or SpillPath objects. subgroup_params: elements per subgroup. cache_subgroups: K
+    host buffers (>= 3: the one updated, the one fetched, the one flushed), placed by
+    cache_policy. order: 'alternate' (ascending, then descending, ...) or 'ascending'.
+    upcast: 'delayed' (grads read from host memory in their dtype, upcast in the kernel) or
+    'eager' (fp32 grads written to the paths and read back: the DeepSpeed-like baseline).
+    lock: 'exclusive' / 'shared' / 'off' among the processes of one host, per path.
+    verify: check every fetched subgroup's payload checksum (headers are always checked).
+    bandwidths: bytes/s per path instead of the start-up measurement. pipeline_read /
+    pipeline_write: prefetch k+1 / flush in the background (off: each waits at once)."""
+
+    def __init__(self, paths: Sequence[Any], *, subgroup_params: int = DEFAULT_SUBGROUP_PARAMS,
+                 cache_subgroups: int = 4, cache_policy: P.Policy | None = None,
+                 order: str = "alternate", upcast: str = "delayed", lock: str = "exclusive",
+                 aio_config: aio.AioConfig | None = None, verify: bool = True,
+                 reestimate: bool = True, bandwidths: Sequence[float] | None = None,
+                 measure_nbytes: int = 32 << 20, namespace: str = "default",
+                 pipeline_read: bool = True, pipeline_write: bool = True) -> None:
+        if not paths:
+            raise ValueError("paths: give at least one path")
+        if isinstance(cache_subgroups, bool) or not isinstance(cache_subgroups, int) \
+                or cache_subgroups < 3:
+            raise ValueError(f"cache_subgroups {cache_subgroups!r}: expected an int >= 3")
+        for name, v, ok in (("order", order, ("alternate", "ascending")),
+                            ("upcast", upcast, ("delayed", "eager")), ("lock", lock, LOCK_MODES)):
+            if v not in ok:
+                raise ValueError(f"{name} {v!r}: expected one of {', '.join(ok)}")
+        if not namespace.replace("-", "").replace("_", "").isalnum():
+            raise ValueError(f"namespace {namespace!r}: letters, digits, - and _ only")
+        if bandwidths is not None and len(bandwidths) != len(paths):
+            raise ValueError(f"bandwidths: {len(bandwidths)} figures for {len(paths)} paths")
+        self.subgroup_params = subgroup_params
+        L.cut([[1]], subgroup_params)  # validates it
+        self.paths: list[SpillPath] = [parse_path(p, lock=lock, config=aio_config)
+                                       for p in paths]
+        names = [p.name for p in self.paths]
+        if len(set(names)) != len(names):
+            raise ValueError(f"paths {names}: a path given twice")
+        self.cache_subgroups, self.cache_policy = cache_subgroups, cache_policy
+        self.order, self.upcast, self.lock, self.verify = order, upcast, lock, verify
+        self.reestimate, self.namespace = reestimate, namespace
+        self.pipeline_read, self.pipeline_write = bool(pipeline_read), bool(pipeline_write)
+        self._given_bw = list(bandwidths) if bandwidths is not None else None
+        self.measure_nbytes = measure_nbytes
+        self.bandwidth: list[float] = []
+        self.measured: list[tuple[float, float]] = []
+        self.subgroups: list[L.Subgroup] = []
+        self.history: list[dict[str, Any]] = []
+        self.steps_done = 0
+        self._bound = False
+        self._commit_id = 0
+        self._caller_times: dict[str, float] = {}
+
+    # ---- layout ----
+
+    def bind(self, group_sizes: Sequence[Sequence[int]]) -> None:
+        """Cut the params (element counts, per param group) into subgroups, size the host
+        cache and the paths' slots, and measure each path (unless bandwidths were given)."""
+        if self._bound:
+            raise RuntimeError("SubgroupStore.bind: already bound")
+        self.group_sizes = [list(s) for s in group_sizes]
+        self.subgroups = L.cut(self.group_sizes, self.subgroup_params)
+        self.nparams = sum(map(sum, self.group_sizes))
+        self.key = L.layout_key(self.group_sizes, self.subgroup_params)
+        self._param_sizes = [n for s in self.group_sizes for n in s]
+        biggest = max((s.nparams for s in self.subgroups), default=1)
+        self.grad_nbytes = L.pad(4 * biggest) if self.upcast == "eager" else 0
+        self.slot_nbytes = HEADER_NBYTES + L.pad(12 * biggest)
+        nslots = 3 if self.upcast == "eager" else 2
+        slot = max(self.slot_nbytes, self.grad_nbytes)
+        m = len(self.subgroups)
+        k = min(self.cache_subgroups, max(m, 1))
+        self._bufs = [P.alloc(self.slot_nbytes + self.grad_nbytes,
+                              self.cache_policy or P.default()) for _ in range(k)]
+        self._raw = [b.numpy() for b in self._bufs]
+        self._held: list[int | None] = [None] * k
+        self._dirty = [False] * k
+        self._io: list[Pending | None] = [None] * k
+        self._stamp = [0] * k
+        self._where: dict[int, int] = {}
+        self.gen = [0] * m  # the last step applied to each subgroup
+        self.ver = [0] * m  # its content version (bumped on every change): headers carry it
+        self._pos: dict[int, int] = {}  # subgroup -> position in this step's order
+        self._dur: list[dict[tuple[int, int], int]] = [{} for _ in range(m)]
+        self._committed: list[tuple[int, int, int] | None] = [None] * m
+        self._retry = False
+        self._clock = 0
+        for p in self.paths:
+            p.open(slot, nslots, self.namespace)
+        self._measure()
+        self.assignment = L.interleave(L.eq1_counts(m, self.bandwidth))
+        self._bound = True
+
+    def _measure(self) -> None:
+        if self._given_bw is not None:
+            self.measured = [(float(b), float(b)) for b in self._given_bw]
+        else:
+            n = min(self.measure_nbytes, self.slot_nbytes)
+            self.measured = [p.measure(n) for p in self.paths]
+        self.bandwidth = [min(r, w) for r, w in self.measured]
+
+    # ---- cache ----
+
+    def _buf_views(self, bi: int, sg: L.Subgroup) -> tuple[Any, Any, Any, Any]:
+        raw = self._raw[bi]
+        fl = raw[HEADER_NBYTES:HEADER_NBYTES + 12 * sg.nparams].view(np.float32)
+        n = sg.nparams
+        return fl[:n], fl[n:2 * n], fl[2 * n:3 * n], raw
+
+    def _io_extent(self, bi: int, sg: L.Subgroup) -> Any:
+        return self._raw[bi][:HEADER_NBYTES + sg.state_nbytes]
+
+    def _grad_area(self, bi: int, sg: L.Subgroup) -> Any:
+        lo = self.slot_nbytes
+        return self._raw[bi][lo:lo + L.pad(4 * sg.nparams)]
+
+    def _finish(self, bi: int) -> None:
+        """Wait for the buffer's I/O; a failed fetch leaves the buffer free, a failed flush
+        leaves it holding its (still dirty) subgroup."""
+        pend = self._io[bi]
+        if pend is None:
+            return
+        self._io[bi] = None
+        k = self._held[bi]
+        path = pend.path
+        try:
+            dt = pend.wait()
+            if isinstance(pend, _Fetch):
+                for extra in pend.extra:
+                    dt = max(dt, extra.wait())
+        except OSError as e:
+            if isinstance(pend, _Fetch):
+                self._drop(bi)
+            raise typed(e, path.name, k) from None
+        finally:
+            if isinstance(pend, _Fetch):
+                for extra in pend.extra:
+                    if not extra.done:
+                        try:
+                            extra.wait()
+                        except OSError:
+                            pass
+        pi = self.paths.index(path)
+        st = self._step_stats
+        st["io_s"][pi][1 if pend.write else 0] += dt
+        st["bytes"][pi][1 if pend.write else 0] += pend.nbytes
+        if isinstance(pend, _Fetch):
+            self._check_fetched(bi, pend)
+        else:
+            self._dur[k][(pi, pend.slot)] = pend.gen
+            self._dur[k] = {loc: g for loc, g in self._dur[k].items()
+                            if loc[0] == pi or self._committed[k] == (*loc, g)}
+            if self.ver[k] == pend.gen:
+                self._dirty[bi] = False
+
+    def _check_fetched(self, bi: int, pend: _Fetch) -> None:
+        sg = self.subgroups[pend.idx]
+        raw = self._raw[bi]
+        try:
+            check_header(raw, sg.idx, pend.gen, sg.nparams, sg.state_nbytes, self.key,
+                         pend.path.name)
+            if self.verify:
+                check_payload(raw, raw[HEADER_NBYTES:HEADER_NBYTES + sg.state_nbytes], sg.idx,
+                              pend.path.name)
+        except SubgroupCorruptError:
+            self._drop(bi)
+            raise
+
+    def _drop(self, bi: int) -> None:
+        k = self._held[bi]
+        if k is not None:
+            self._where.pop(k, None)
+        self._held[bi], self._dirty[bi] = None, False
+
+    def _drain(self) -> None:
+        errs = []
+        for bi in range(len(self._bufs)):
+            try:
+                self._finish(bi)
+            except SubgroupError as e:
+                errs.append(e)
+        if errs:
+            raise errs[0]
+
+    def _acquire(self, path: SpillPath) -> None:
+        # never block on one path's lock while holding another's (two processes would
+        # deadlock): if busy, finish our own I/O first, which gives every lock back
+        if not path.acquire(False):
+            self._drain()
+            path.acquire(True)
+
+    def _victim(self, keep: set[int]) -> int | None:
+        """A buffer to reuse: a free one, else the one whose subgroup is needed last
+        (Belady): subgroups done for this step come next step, the least recently updated
+        last (alternating order); those still to do, by their position in this step."""
+        best, best_d = None, None
+        for bi, k in enumerate(self._held):
+            if k is None and self._io[bi] is None:
+                return bi
+            if k is None or k in keep:
+                continue
+            d = (1, -self._stamp[bi]) if self.gen[k] >= self._target \
+                else (0, self._pos.get(k, 1 << 62))
+            if best_d is None or d > best_d:
+                best, best_d = bi, d
+        return best
+
+    def _evict(self, bi: int) -> None:
+        """Start writing the buffer's subgroup back if dirty (lazy flush), else free it."""
+        self._finish(bi)
+        k = self._held[bi]
+        if k is None:
+            return
+        if not self._dirty[bi]:
+            self._drop(bi)
+            return
+        self._flush(bi, k)
+
+    def _flush(self, bi: int, k: int) -> None:
+        sg = self.subgroups[k]
+        pi = self.assignment[k]
+        used = {s for (p, s), _ in self._dur[k].items() if p == pi}
+        keep = self._committed[k]
+        cand = [s for s in (0, 1) if not (keep and keep[0] == pi and keep[1] == s)]
+        slot = min(cand, key=lambda s: (s in used, self._dur[k].get((pi, s), -1)))
+        master, m, v, raw = self._buf_views(bi, sg)
+        payload = raw[HEADER_NBYTES:HEADER_NBYTES + sg.state_nbytes]
+        raw[:HEADER_NBYTES] = 0
+        hdr = pack_header(k, self.ver[k], sg.nparams, payload, self.key)
+        raw[:len(hdr)] = np.frombuffer(hdr, np.uint8)
+        self._dur[k].pop((pi, slot), None)  # its old contents are being overwritten
+        path = self.paths[pi]
+        self._acquire(path)
+        pend = path.write(k, slot, self._io_extent(bi, sg))
+        pend.slot, pend.gen = slot, self.ver[k]
+        self._io[bi] = pend
+        if self._dur[k] and pi != self._location(k)[0]:
+            self._step_stats["migrations"] += 1
+        self._step_stats["flushes"] += 1
+        if not self.pipeline_write:
+            self._finish(bi)
+
+    def _location(self, k: int) -> tuple[int, int, int]:
+        """(path, slot, generation) of the newest durable copy of subgroup k."""
+        if not self._dur[k]:
+            raise SubgroupError(errno.ENODATA, "no durable copy (never written)",
+                                self.paths[self.assignment[k]].name, k)
+        (pi, slot), g = max(self._dur[k].items(), key=lambda it: it[1])
+        return pi, slot, g
+
+    def _fetch(self, k: int, keep: set[int], wait: bool) -> bool:
+        """Make subgroup k resident (start its read into a free or evicted buffer). False
+        when no buffer is free yet (all busy with this step's subgroups)."""
+        if k in self._where:
+            return True
+        bi = self._victim(keep)
+        if bi is None:
+            return False
+        if self._held[bi] is not None or self._io[bi] is not None:
+            self._evict(bi)
+            if not wait:
+                return False  # the flush runs now; the read goes in on a later call
+            self._finish(bi)
+            self._drop(bi)
+        sg = self.subgroups[k]
+        pi, slot, g = self._location(k)
+        path = self.paths[pi]
+        self._acquire(path)
+        pend = path.read(k, slot, self._io_extent(bi, sg))
+        fetch = _Fetch(pend, k, slot, g)
+        if self.upcast == "eager":
+            self._acquire(path)
+            fetch.extra.append(path.read(k, 2, self._grad_area(bi, sg)))
+            self._step_stats["bytes"][pi][0] += fetch.extra[-1].nbytes
+        self._io[bi], self._held[bi], self._dirty[bi] = fetch, k, False
+        self._where[k] = bi
+        self._step_stats["fetches"] += 1
+        self._step_stats["fetched"].add(k)
+        return True
+
+    # ---- the step ----
+
+    def init_params(self, fill: Callable[[int], Any]) -> None:
+        """Generation 0 of every subgroup: master params from fill(pid) (a flat fp32 array
+        of the param's elements), zero moments, written to the assigned paths."""
+        self._require_bound()
+        self._step_stats = self._new_stats()
+        self._target, self._pos = 0, {}
+        for sg in self.subgroups:
+            bi = self._victim(set())
+            if bi is None or self._held[bi] is not None or self._io[bi] is not None:
+                bi = bi if bi is not None else min(range(len(self._bufs)),
+                                                   key=lambda b: self._stamp[b])
+                self._evict(bi)
+                self._finish(bi)
+                self._drop(bi)
+            master, m, v, _ = self._buf_views(bi, sg)
+            for pc in sg.pieces:
+                src = np.asarray(fill(pc.pid), dtype=np.float32).reshape(-1)
+                if src.size != self._param_sizes[pc.pid]:
+                    raise ValueError(f"fill({pc.pid}): {src.size} elements, expected "
+                                     f"{self._param_sizes[pc.pid]}")
+                master[pc.at:pc.at + pc.hi - pc.lo] = src[pc.lo:pc.hi]
+            m[:] = 0
+            v[:] = 0
+            self._held[bi], self._dirty[bi] = sg.idx, True
+            self._where[sg.idx] = bi
+            self.gen[sg.idx] = 0
+            self.ver[sg.idx] += 1
+            self._clock += 1
+            self._stamp[bi] = self._clock
+        self.commit()
+
+    def step(self, configs: Sequence[A.AdamConfig], grads: Sequence[tuple[Any, int] | None],
+             copies: Sequence[tuple[Any, int] | None], steps: Sequence[int], *,
+             grad_scale: float = 1.0, team: A.AdamTeam | None = None) -> dict[str, Any]:
+        """One update of every subgroup. configs: per param group; grads[pid]: (flat array in
+        host memory, kernel dtype code) or None (param skipped, as torch does); copies[pid]:
+        (flat array the updated params are written to, code) or None; steps[pid]: the
+        param's step count (from 1). After an exception the state stays consistent: calling
+        step again with the same grads finishes the step (subgroups already updated are not
+        updated twice), or resume from the last commit. Returns the step's metrics."""
+        self._require_bound()
+        if len(grads) != len(self._param_sizes) or len(copies) != len(grads) \
+                or len(steps) != len(grads):
+            raise ValueError(f"grads/copies/steps: expected {len(self._param_sizes)} entries "
+                             "each, one per param")
+        if len(configs) != len(self.group_sizes):
+            raise ValueError(f"configs: {len(configs)} for {len(self.group_sizes)} groups")
+        t0 = time.perf_counter()
+        if not self._retry:
+            self._step_stats = self._new_stats()
+        self._retry = True
+        self._target = self.steps_done + 1
+        m = len(self.subgroups)
+        asc = self.order == "ascending" or self.steps_done % 2 == 0
+        order = list(range(m)) if asc else list(range(m - 1, -1, -1))
+        order = [k for k in order if self.gen[k] < self._target]
+        self._pos = {k: i for i, k in enumerate(order)}
+        st = self._step_stats
+        if self.upcast == "eager":
+            self._spill_grads(order, grads)
+        for pos, k in enumerate(order):
+            tw = time.perf_counter()
+            if not self._fetch(k, {k}, wait=True):
+                raise RuntimeError("host cache has no buffer for the next subgroup")
+            bi = self._where[k]
+            self._finish(bi)
+            nxt = order[pos + 1:pos + 3]
+            if nxt and self.pipeline_read:
+                self._fetch(nxt[0], {k, nxt[0]}, wait=True)
+            if len(nxt) > 1 and nxt[1] not in self._where and self.pipeline_read:
+                # free a buffer for k+2 now, so its flush overlaps this update (lazy flush)
+                self._fetch(nxt[1], {k, *nxt}, wait=False)
+            st["wait_s"] += time.perf_counter() - tw
+            tc = time.perf_counter()
+            self._update(bi, self.subgroups[k], configs, grads, copies, steps, grad_scale,
+                         team)
+            st["compute_s"] += time.perf_counter() - tc
+            st["hits"] += k not in st["fetched"]  # updated without a read this step
+            self.gen[k] = self._target
+            self.ver[k] += 1
+            self._dirty[bi] = True
+            self._clock += 1
+            self._stamp[bi] = self._clock
+        tw = time.perf_counter()
+        self._drain()
+        st["wait_s"] += time.perf_counter() - tw
+        self._retry = False
+        self.steps_done = self._target
+        st["update_s"] = time.perf_counter() - t0
+        return self._end_step(asc)
+
+    def _update(self, bi: int, sg: L.Subgroup, configs: Sequence[A.AdamConfig],
+                grads: Sequence[Any], copies: Sequence[Any], steps: Sequence[int],
+                grad_scale: float, team: A.AdamTeam | None) -> None:
+        master, m, v, _ = self._buf_views(bi, sg)
+        gf = self._grad_area(bi, sg).view(np.float32) if self.upcast == "eager" else None
+        by_step: dict[int, list[tuple]] = {}
+        for pc in sg.pieces:
+            g = grads[pc.pid]
+            if g is None:
+                continue
+            a, b = pc.at, pc.at + pc.hi - pc.lo
+            garr, gcode = (gf[a:b], F32) if gf is not None else (g[0][pc.lo:pc.hi], g[1])
+            c = copies[pc.pid]
+            carr, ccode = (c[0][pc.lo:pc.hi], c[1]) if c is not None else (None, -1)
+            by_step.setdefault(int(steps[pc.pid]), []).append(
+                (master[a:b], m[a:b], v[a:b], garr, gcode, carr, ccode))
+        for s, args in by_step.items():
+            A.step_raw(args, configs[sg.group], s, grad_scale=grad_scale, team=team)
+
+    def _spill_grads(self, order: Sequence[int], grads: Sequence[Any]) -> None:
+        """The baseline's path: every subgroup's grads upcast to fp32 and written out."""
+        if not hasattr(self, "_gstage"):
+            self._gstage = P.alloc(self.grad_nbytes, self.cache_policy or P.default())
+        stage = self._gstage.numpy()
+        for k in order:
+            sg = self.subgroups[k]
+            f = stage[:L.pad(4 * sg.nparams)].view(np.float32)
+            for pc in sg.pieces:
+                g = grads[pc.pid]
+                dst = f[pc.at:pc.at + pc.hi - pc.lo]
+                if g is None:
+                    dst[:] = 0
+                elif g[1] == F32:
+                    dst[:] = g[0][pc.lo:pc.hi]
+                else:
+                    bits = g[0][pc.lo:pc.hi].view(np.uint16).astype(np.uint32)
+                    dst[:] = (bits << 16).view(np.float32) if g[1] == A.DTYPES["bfloat16"] \
+                        else g[0][pc.lo:pc.hi].view(np.float16).astype(np.float32)
+            bi = self._where.get(k)
+            if bi is not None:  # resident: its buffer's grad area is what the update reads
+                self._grad_area(bi, sg)[:] = stage[:L.pad(4 * sg.nparams)]
+            pi = self._location(k)[0] if self._dur[k] else self.assignment[k]
+            path = self.paths[pi]
+            self._acquire(path)
+            pend = path.write(k, 2, stage[:L.pad(4 * sg.nparams)])
+            dt = pend.wait()
+            self._step_stats["io_s"][pi][1] += dt
+            self._step_stats["bytes"][pi][1] += pend.nbytes
+
+    # ---- metrics, bandwidth ----
+
+    def _new_stats(self) -> dict[str, Any]:
+        n = len(self.paths)
+        return dict(hits=0, fetched=set(), fetches=0, flushes=0, migrations=0, wait_s=0.0, compute_s=0.0,
+                    io_s=[[0.0, 0.0] for _ in range(n)], bytes=[[0, 0] for _ in range(n)],
+                    lock0=[p.lock_wait_s for p in self.paths])
+
+    def report_times(self, **seconds: float) -> None:
+        """The caller's own phases of the step (forward_s=, backward_s=), kept in the next
+        step's metrics."""
+        self._caller_times.update({k: float(v) for k, v in seconds.items()})
+
+    def _end_step(self, ascending: bool) -> dict[str, Any]:
+        st = self._step_stats
+        per_path = []
+        for i, p in enumerate(self.paths):
+            (rs, ws), (rb, wb) = st["io_s"][i], st["bytes"][i]
+            per_path.append(dict(
+                path=p.name, kind=p.kind, subgroups=self.assignment.count(i),
+                read_bytes=rb, write_bytes=wb,
+                read_GBps=rb / rs / 1e9 if rs else None, write_GBps=wb / ws / 1e9 if ws else None,
+                bandwidth_GBps=self.bandwidth[i] / 1e9, lock=p.lock_mode,
+                lock_wait_s=p.lock_wait_s - st["lock0"][i]))
+        tot_b = sum(b[0] + b[1] for b in st["bytes"])
+        out = dict(step=self.steps_done, order="ascending" if ascending else "descending",
+                   update_s=st["update_s"], compute_s=st["compute_s"], io_wait_s=st["wait_s"],
+                   cache_hits=st["hits"], fetches=st["fetches"], flushes=st["flushes"],
+                   migrations=st["migrations"], subgroups=len(self.subgroups),
+                   io_bytes=tot_b, io_GBps=tot_b / st["update_s"] / 1e9 if st["update_s"] else 0,
+                   paths=per_path, **self._caller_times)
+        self._caller_times = {}
+        self.history.append(out)
+        if self.reestimate:
+            self._reestimate(st)
+        return out
+
+    def _reestimate(self, st: dict[str, Any]) -> None:
+        for i in range(len(self.paths)):
+            (rs, ws), (rb, wb) = st["io_s"][i], st["bytes"][i]
+            rates = [b / s for b, s in ((rb, rs), (wb, ws)) if s > 0 and b >= (1 << 20)]
+            if rates:
+                self.bandwidth[i] = (1 - EWMA) * self.bandwidth[i] + EWMA * min(rates)
+        new = L.eq1_counts(len(self.subgroups), self.bandwidth)
+        if new != [self.assignment.count(i) for i in range(len(self.paths))]:
+            self.assignment = L.rebalance(self.assignment, new)
+
+    @property
+    def retrying(self) -> bool:
+        """True after a step raised and before it was finished by calling step again."""
+        return self._retry
+
+    def reassign(self, bandwidths: Sequence[float]) -> list[int]:
+        """Take these per-path bandwidths (bytes/s) and re-run Eq. 1; subgroups whose path
+        changes move at their next flush. Returns the new assignment."""
+        if len(bandwidths) != len(self.paths):
+            raise ValueError(f"bandwidths: {len(bandwidths)} figures for {len(self.paths)} paths")
+        self._require_bound()
+        self.bandwidth = [float(b) for b in bandwidths]
+        new = L.eq1_counts(len(self.subgroups), self.bandwidth)
+        self.assignment = L.rebalance(self.assignment, new)
+        return list(self.assignment)
+
+    def plan(self) -> list[dict[str, Any]]:
+        """Per path: its subgroups, bandwidth (bytes/s, min of read and write) and the
+        figures measured at start."""
+        return [dict(path=p.name, kind=p.kind, subgroups=self.assignment.count(i),
+                     bandwidth=self.bandwidth[i], read=self.measured[i][0],
+                     write=self.measured[i][1]) for i, p in enumerate(self.paths)]
+
+    # ---- durability ----
+
+    def commit(self, extra: dict[str, Any] | None = None) -> None:
+        """Write back every dirty subgroup, make the paths durable (fdatasync) and record
+        the generation in a manifest on every directory path: the state a job resumes from.
+        Copies of older generations no manifest names are removed afterwards."""
+        self._require_bound()
+        if not hasattr(self, "_step_stats"):
+            self._step_stats = self._new_stats()
+        self._target, self._pos = max(self.gen, default=0), {}
+        for bi, k in enumerate(self._held):
+            if k is not None and self._dirty[bi]:
+                self._finish(bi)
+                if self._dirty[bi]:
+                    self._flush(bi, k)
+        self._drain()
+        entries = []
+        for k in range(len(self.subgroups)):
+            pi, slot, g = self._location(k)
+            self.paths[pi].sync(k)
+            entries.append([pi, slot, g])
+        self._commit_id += 1
+        doc = dict(version=L.MANIFEST_VERSION, commit=self._commit_id, key=self.key,
+                   subgroup_params=self.subgroup_params, steps_done=self.steps_done,
+                   paths=[p.name for p in self.paths], entries=entries, extra=extra or {},
+                   resumable=all(self.paths[e[0]].durable() for e in entries))
+        for p in self.paths:
+            if p.kind == "dir":
+                try:
+                    L.write_manifest(p.name, self.namespace, doc)
+                except OSError as e:
+                    raise typed(e, p.name, None) from None
+        old = self._committed
+        self._committed = [tuple(e) for e in entries]
+        for k, e in enumerate(self._committed):
+            self._dur[k] = {(e[0], e[1]): e[2]}
+            if old[k] is not None and old[k][0] != e[0]:
+                self.paths[old[k][0]].remove(k)
+
+    def resume(self) -> dict[str, Any]:
+        """Take the newest manifest of the directory paths (after bind): the committed
+        generation becomes the state; returns the extra dict it was committed with.
+        FileNotFoundError when no path has one; ValueError when it belongs to another
+        layout or path list, or names a path that does not survive a process."""
+        self._require_bound()
+        docs = [d for p in self.paths if p.kind == "dir"
+                for d in [L.read_manifest(p.name, self.namespace)] if d is not None]
+        if not docs:
+            raise FileNotFoundError(errno.ENOENT, "no subgroup manifest on any directory path",
+                                    ", ".join(p.name for p in self.paths))
+        doc = max(docs, key=lambda d: d["commit"])
+        if doc.get("key") != self.key or doc.get("paths") != [p.name for p in self.paths] \
+                or len(doc["entries"]) != len(self.subgroups):
+            raise ValueError("subgroup manifest is of another model, subgroup size or path list")
+        if not doc.get("resumable"):
+            raise ValueError("the committed state lives partly in a memory tier, which did not "
+                             "survive its process")
+        if any(e[0] >= len(self.paths) for e in doc["entries"]):
+            raise ValueError("subgroup manifest names a path index out of range")
+        for bi in range(len(self._bufs)):
+            self._io[bi] = None
+            self._drop(bi)
+        self._commit_id = doc["commit"]
+        self.steps_done = int(doc["steps_done"])
+        self._committed = [tuple(e) for e in doc["entries"]]
+        for k, (pi, slot, g) in enumerate(self._committed):
+            self._dur[k] = {(pi, slot): g}
+            self.ver[k] = g
+            self.gen[k] = self.steps_done
+        self._retry = False
+        return dict(doc.get("extra") or {})
+
+    def read_state(self, pids: Sequence[int] | None = None) -> dict[int, tuple[Any, Any, Any]]:
+        """Copies of (master, exp_avg, exp_avg_sq) as flat fp32 arrays per param, streamed
+        subgroup by subgroup through the host cache."""
+        want = set(range(len(self._param_sizes)) if pids is None else pids)
+        out = {pid: tuple(np.empty(self._param_sizes[pid], np.float32) for _ in range(3))
+               for pid in want}
+        self._visit(want, lambda pc, views: [dst[pc.lo:pc.hi].__setitem__(
+            slice(None), src[pc.at:pc.at + pc.hi - pc.lo]) for dst, src in zip(out[pc.pid],
+                                                                                 views)])
+        return out
+
+    def write_state(self, state: dict[int, tuple[Any, Any, Any]]) -> None:
+        """Overwrite the params' (master, exp_avg, exp_avg_sq) (flat fp32 each)."""
+        for pid, arrs in state.items():
+            for a in arrs:
+                if np.asarray(a).size != self._param_sizes[pid]:
+                    raise ValueError(f"param {pid}: {np.asarray(a).size} elements, expected "
+                                     f"{self._param_sizes[pid]}")
+
+        def put(pc: L.Piece, views: tuple) -> None:
+            for dst, src in zip(views, state[pc.pid]):
+                dst[pc.at:pc.at + pc.hi - pc.lo] = np.asarray(src, np.float32).reshape(-1)[
+                    pc.lo:pc.hi]
+        self._visit(set(state), put, dirty=True)
+
+    def _visit(self, pids: set[int], fn: Callable[[L.Piece, tuple], Any],
+               dirty: bool = False) -> None:
+        self._require_bound()
+        self._step_stats = self._new_stats()
+        self._target, self._pos = max(self.gen, default=0), {}
+        for sg in self.subgroups:
+            if not any(pc.pid in pids for pc in sg.pieces):
+                continue
+            if not self._fetch(sg.idx, {sg.idx}, wait=True):
+                raise RuntimeError("host cache has no buffer")
+            bi = self._where[sg.idx]
+            self._finish(bi)
+            master, m, v, _ = self._buf_views(bi, sg)
+            for pc in sg.pieces:
+                if pc.pid in pids:
+                    fn(pc, (master, m, v))
+            if dirty:
+                self._dirty[bi] = True
+                self.ver[sg.idx] += 1
+            self._clock += 1
+            self._stamp[bi] = self._clock
+        self._drain()
+
+    def _require_bound(self) -> None:
+        if not self._bound:
+            raise RuntimeError("SubgroupStore: call bind(group_sizes) first")
+
+    def close(self) -> None:
+        """Wait for I/O in flight and release paths, engines and host buffers (uncommitted
+        updates in the cache are dropped: commit() first to keep them)."""
+        if self._bound:
+            try:
+                self._drain()
+            finally:
+                self._raw = []
+                for b in self._bufs:
+                    b.close()
+                if hasattr(self, "_gstage"):
+                    self._gstage.close()
+                self._bound = False
+        for p in self.paths:
+            p.close()
+
+    def __enter__(self) -> SubgroupStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Fetch(Pending):
+    """A read in flight (plus the spilled-grad read of the eager baseline)."""
+
+    def __init__(self, inner: Pending, idx: int, slot: int, gen: int) -> None:
+        self.__dict__.update(inner.__dict__)
+        self._inner = inner
+        self.idx, self.slot, self.gen = idx, slot, gen
+        self.extra: list[Pending] = []
+
+    def wait(self) -> float:
+        self.done = True
+        return self._inner.wait()
+

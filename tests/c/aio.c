@@ -1,0 +1,131 @@
+/* aio.c — the async I/O engine: round trips through both backends (O_DIRECT where the
+ * filesystem takes it), chunking, bad options, unknown tickets, injected ENOSPC / EIO on
+ * one chunk, a read past the end, and OFD locks between two open file descriptions. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "cxlkit.h"
+
+static char g_dir[] = "/var/tmp/cxk_aio_XXXXXX";
+
+static void path_of(char *out, size_t cap, const char *name) {
+    snprintf(out, cap, "%s/%s", g_dir, name);
+}
+
+static void round_trip(int backend, const char *name) {
+    struct cxk_aio_opts o = {backend, 4, 64 * 1024, 2};
+    cxk_aio *a = NULL;
+    int rc = cxk_aio_create(&o, &a);
+    if (backend == CXK_AIO_URING && rc < 0) {
+        fprintf(stderr, "io_uring backend not available here (%d): thread pool only\n", rc);
+        return;
+    }
+    CHECK_EQ(rc, 0);
+    CHECK_EQ(cxk_aio_backend(a), backend == CXK_AIO_AUTO ? cxk_aio_backend(a) : backend);
+    char path[256];
+    path_of(path, sizeof path, name);
+    int direct = -1;
+    int fd = cxk_aio_open(path, CXK_AIO_O_WRITE | CXK_AIO_O_CREATE | CXK_AIO_O_DIRECT, &direct);
+    CHECK(fd >= 0);
+    CHECK(direct == 0 || direct == 1);
+    const size_t n = 1 << 20;  /* 16 chunks of 64 KiB over a queue depth of 4 */
+    unsigned char *w = NULL, *r = NULL;
+    CHECK_EQ(posix_memalign((void **)&w, CXK_AIO_ALIGN, n), 0);
+    CHECK_EQ(posix_memalign((void **)&r, CXK_AIO_ALIGN, n), 0);
+    for (size_t i = 0; i < n; ++i) w[i] = (unsigned char)(i * 7 + 3);
+    memset(r, 0, n);
+    uint64_t t1, t2;
+    CHECK_EQ(cxk_aio_submit(a, fd, 1, w, n, 0, &t1), 0);
+    CHECK_EQ(cxk_aio_wait(a, t1), 0);
+    CHECK_EQ(cxk_aio_sync(fd), 0);
+    CHECK_EQ(cxk_aio_submit(a, fd, 0, r, n, 0, &t2), 0);
+    uint64_t ns = 0;
+    CHECK_EQ(cxk_aio_wait_ex(a, t2, &ns), 0);
+    CHECK(ns > 0);
+    CHECK(memcmp(w, r, n) == 0);
+    CHECK_EQ(cxk_aio_wait(a, t2), -ENOENT);  /* a ticket is waited for once */
+    struct cxk_aio_stats st;
+    CHECK_EQ(cxk_aio_stats(a, &st), 0);
+    CHECK_EQ(st.bytes_written, n);
+    CHECK_EQ(st.bytes_read, n);
+    CHECK_EQ(st.requests, 2);
+    CHECK_EQ(st.chunks, 32);
+
+    /* ENOSPC on the 3rd chunk write: the request fails with it, the others still land */
+    CHECK_EQ(cxk_fault_inject("pwrite", 3, ENOSPC), 0);
+    CHECK_EQ(cxk_aio_submit(a, fd, 1, w, n, 0, &t1), 0);
+    CHECK_EQ(cxk_aio_wait(a, t1), -ENOSPC);
+    CHECK_EQ(cxk_fault_inject("pread", 1, EIO), 0);
+    CHECK_EQ(cxk_aio_submit(a, fd, 0, r, n, 0, &t1), 0);
+    CHECK_EQ(cxk_aio_wait(a, t1), -EIO);
+    /* past the end of the file: -EIO, not a short success */
+    CHECK_EQ(cxk_aio_submit(a, fd, 0, r, 65536, n, &t1), 0);
+    CHECK_EQ(cxk_aio_wait(a, t1), -EIO);
+    /* and the engine still works */
+    CHECK_EQ(cxk_aio_submit(a, fd, 0, r, n, 0, &t1), 0);
+    CHECK_EQ(cxk_aio_wait(a, t1), 0);
+    CHECK(memcmp(w, r, n) == 0);
+    CHECK_EQ(cxk_aio_close(fd), 0);
+    unlink(path);
+    free(w);
+    free(r);
+    cxk_aio_destroy(a);
+}
+
+static void bad_input(void) {
+    cxk_aio *a = NULL;
+    struct cxk_aio_opts o = {CXK_AIO_THREADS, 4, 1000, 1}; /* block not a multiple of 4096 */
+    CHECK_EQ(cxk_aio_create(&o, &a), -EINVAL);
+    o.block_size = 4096;
+    o.queue_depth = 5000;
+    CHECK_EQ(cxk_aio_create(&o, &a), -EINVAL);
+    o.queue_depth = 4;
+    o.backend = 9;
+    CHECK_EQ(cxk_aio_create(&o, &a), -EINVAL);
+    CHECK_EQ(cxk_aio_create(NULL, &a), 0);
+    uint64_t t;
+    char b[16];
+    CHECK_EQ(cxk_aio_submit(a, -1, 0, b, 16, 0, &t), -EINVAL);
+    CHECK_EQ(cxk_aio_submit(a, 0, 0, b, 0, 0, &t), -EINVAL);
+    CHECK_EQ(cxk_aio_wait(a, 12345), -ENOENT);
+    cxk_aio_destroy(a);
+    CHECK_EQ(cxk_aio_open("", 0, NULL), -EINVAL);
+    CHECK_EQ(cxk_aio_open("/nonexistent/cxk/aio", 0, NULL), -ENOENT);
+}
+
+static void locks(void) {
+    char path[256];
+    path_of(path, sizeof path, "lock");
+    int f1 = cxk_aio_open(path, CXK_AIO_O_WRITE | CXK_AIO_O_CREATE, NULL);
+    int f2 = cxk_aio_open(path, CXK_AIO_O_WRITE, NULL);
+    CHECK(f1 >= 0 && f2 >= 0);
+    CHECK_EQ(cxk_aio_lock(f1, 2, 0, 0), 0);
+    CHECK_EQ(cxk_aio_lock(f2, 2, 0, 0), -EAGAIN);  /* another open file description */
+    CHECK_EQ(cxk_aio_lock(f2, 1, 0, 0), -EAGAIN);
+    CHECK_EQ(cxk_aio_lock(f2, 2, 0, 1), 0);       /* another byte: another path's lock */
+    CHECK_EQ(cxk_aio_close(f1), 0);               /* closing releases */
+    CHECK_EQ(cxk_aio_lock(f2, 2, 0, 0), 0);
+    int f3 = cxk_aio_open(path, CXK_AIO_O_WRITE, NULL);
+    CHECK_EQ(cxk_aio_lock(f2, 1, 0, 0), 0);       /* downgrade to shared */
+    CHECK_EQ(cxk_aio_lock(f3, 1, 0, 0), 0);       /* shared with shared */
+    CHECK_EQ(cxk_aio_lock(f3, 7, 0, 0), -EINVAL);
+    cxk_aio_close(f2);
+    cxk_aio_close(f3);
+    unlink(path);
+}
+
+int main(void) {
+    if (!mkdtemp(g_dir)) SKIP("cannot make a directory under /var/tmp");
+    bad_input();
+    round_trip(CXK_AIO_THREADS, "threads");
+    round_trip(CXK_AIO_URING, "uring");
+    round_trip(CXK_AIO_AUTO, "auto");
+    locks();
+    rmdir(g_dir);
+    fprintf(stderr, "io_uring built in: %d\n", cxk_aio_uring_built());
+    return 0;
+}

@@ -1,0 +1,381 @@
+"""SubgroupStore: bitwise equality with the kernel over whole arrays, on every path kind; the
+host cache in alternating order; typed errors and retry after injected ENOSPC / EIO, a
+vanished directory and a corrupt file; resume from the last commit; per-host path locks."""
+from __future__ import annotations
+
+import errno
+import multiprocessing as mp
+import os
+
+import numpy as np
+import pytest
+
+import cxlkit
+from cxlkit import _native
+from cxlkit.train import adam as A
+from cxlkit.train import aio
+from cxlkit.train import subgroup_layout as L
+from cxlkit.train.spill_paths import (DirPath, PathFullError, PathIOError, PathVanishedError,
+                                      PoolPath, SubgroupCorruptError)
+from cxlkit.train.subgroups import SubgroupStore
+
+BF16 = A.DTYPES["bfloat16"]
+SIZES = [[1000, 3000, 17], [2500]]
+GROUP = [0, 0, 0, 1]
+CFGS = [A.AdamConfig(lr=1e-2), A.AdamConfig(lr=5e-3, weight_decay=0.0)]
+
+
+class Ref:
+    """The same params updated by the kernel over whole arrays: what the store must give."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.p0 = [self.rng.standard_normal(n).astype(np.float32) for g in SIZES for n in g]
+        self.state = [(p.copy(), np.zeros_like(p), np.zeros_like(p)) for p in self.p0]
+        self.step = 0
+
+    def grads(self) -> list[np.ndarray]:
+        return [(self.rng.standard_normal(p.size).astype(np.float32).view(np.uint32) >> 16)
+                .astype(np.uint16) for p in self.p0]
+
+    def advance(self, g16: list[np.ndarray]) -> list[np.ndarray]:
+        self.step += 1
+        out = []
+        for i, (p, m, v) in enumerate(self.state):
+            c = np.empty(p.size, np.uint16)
+            A.step_raw([(p, m, v, g16[i], BF16, c, BF16)], CFGS[GROUP[i]], self.step)
+            out.append(c)
+        return out
+
+
+def run_steps(store: SubgroupStore, ref: Ref, n: int) -> list[dict]:
+    ms = []
+    for _ in range(n):
+        g16 = ref.grads()
+        want = ref.advance(g16)
+        copies = [np.empty(p.size, np.uint16) for p in ref.p0]
+        ms.append(store.step(CFGS, [(g, BF16) for g in g16], [(c, BF16) for c in copies],
+                             [ref.step] * 4))
+        for c, w in zip(copies, want):
+            assert np.array_equal(c, w)
+    return ms
+
+
+def check_state(store: SubgroupStore, ref: Ref) -> None:
+    got = store.read_state()
+    for i, (p, m, v) in enumerate(ref.state):
+        for a, b in zip(got[i], (p, m, v)):
+            assert np.array_equal(a, b)
+
+
+def make(paths, ref: Ref, **kw) -> SubgroupStore:
+    kw.setdefault("subgroup_params", 700)
+    kw.setdefault("cache_subgroups", 3)
+    kw.setdefault("bandwidths", [1.0] * len(paths))
+    st = SubgroupStore(paths, **kw)
+    st.bind(SIZES)
+    st.init_params(lambda pid: ref.p0[pid])
+    return st
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    out = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        out.append(str(tmp_path / name))
+    return out
+
+
+def test_layout_cut_covers_every_element_once_and_never_spans_groups():
+    sgs = L.cut(SIZES, 700)
+    seen = {}
+    for sg in sgs:
+        assert sum(pc.hi - pc.lo for pc in sg.pieces) == sg.nparams <= 700
+        assert len({GROUP[pc.pid] for pc in sg.pieces}) == 1
+        for pc in sg.pieces:
+            seen.setdefault(pc.pid, []).append((pc.lo, pc.hi))
+    for pid, n in enumerate([n for g in SIZES for n in g]):
+        spans = sorted(seen[pid])
+        assert spans[0][0] == 0 and spans[-1][1] == n
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+    with pytest.raises(ValueError, match="subgroup_params"):
+        L.cut(SIZES, 0)
+
+
+def test_eq1_counts_sum_to_m_and_follow_bandwidth():
+    assert L.eq1_counts(10, [3, 1, 1]) == [6, 2, 2]
+    assert sum(L.eq1_counts(7, [1, 1, 1])) == 7
+    assert L.eq1_counts(5, [1, 0]) == [5, 0]
+    assert L.eq1_counts(4, [0, 0]) == [2, 2]
+    assert L.eq1_counts(8, [10, 1, 0.2]) == [6, 1, 1]  # every path with bandwidth keeps one
+    assert L.eq1_counts(2, [10, 1, 0.2]) == [1, 1, 0]
+    seq = L.interleave([6, 2, 2])
+    assert [seq.count(i) for i in range(3)] == [6, 2, 2]
+    assert seq[:2] != [0, 0]  # consecutive subgroups go to different paths
+    new = L.rebalance(seq, [4, 4, 2])
+    assert [new.count(i) for i in range(3)] == [4, 4, 2]
+    assert sum(a != b for a, b in zip(seq, new)) == 2  # only the surplus moved
+
+
+def _round_trip(fd: int, buf: cxlkit.Buffer) -> None:
+    src = buf.numpy()  # page-aligned, as O_DIRECT wants
+    src[:] = np.arange(src.size, dtype=np.uint8)
+    want = src.copy()
+    with aio.AioEngine(aio.AioConfig(block_size=65536, queue_depth=4)) as e:
+        assert e.backend in ("io_uring", "threads")
+        assert e.wait(e.submit(fd, True, src, 0)) >= 0
+        aio.sync_file(fd)
+        src[:] = 0
+        e.wait(e.submit(fd, False, src, 0))
+        assert np.array_equal(want, src)
+        assert e.stats()["bytes_written"] == src.size
+
+
+def test_aio_engine_round_trip_and_bad_config(tmp_path):
+    with pytest.raises(ValueError, match="block_size"):
+        aio.AioConfig(block_size=1000)
+    with pytest.raises(ValueError, match="backend"):
+        aio.AioConfig(backend="spdk")
+    fd, _ = aio.open_file(str(tmp_path / "f"), write=True, create=True)
+    buf = cxlkit.alloc(1 << 20)
+    try:
+        _round_trip(fd, buf)
+    finally:
+        aio.close_file(fd)
+        buf.close()
+
+
+def test_store_updates_bitwise_equal_to_the_kernel_over_dirs_tmpfs_and_memory(dirs):
+    ref = Ref()
+    with make([dirs[0], "/dev/shm" if os.path.isdir("/dev/shm") else dirs[1], "mem"], ref,
+              namespace=f"t{os.getpid()}") as st:
+        run_steps(st, ref, 4)
+        check_state(st, ref)
+        for sg in range(len(st.subgroups)):
+            for p in st.paths:
+                if p.kind == "dir" and p.name == "/dev/shm":
+                    p.remove(sg)
+
+
+def test_pool_path_holds_subgroups(pool_path, dirs):
+    ref = Ref(1)
+    with cxlkit.Pool(pool_path, size=8 << 20, host_id=0) as pool:
+        with make([PoolPath(pool, "sgtest"), dirs[0]], ref, bandwidths=[1.0, 0.0]) as st:
+            assert st.assignment.count(0) == len(st.subgroups)
+            run_steps(st, ref, 3)
+            check_state(st, ref)
+            assert "sgtest.default.0" in pool
+
+
+def test_alternating_order_skips_io_for_cached_subgroups(dirs):
+    ref = Ref(2)
+    with make([dirs[0]], ref, cache_subgroups=4) as st:
+        ms = run_steps(st, ref, 3)
+        m = len(st.subgroups)
+        assert [x["order"] for x in ms] == ["ascending", "descending", "ascending"]
+        assert [x["cache_hits"] for x in ms[1:]] == [4, 4]
+        assert ms[1]["fetches"] == m - 4
+    ref = Ref(2)
+    with make([dirs[1]], ref, cache_subgroups=4, order="ascending") as st:
+        ms = run_steps(st, ref, 3)
+        assert all(x["order"] == "ascending" for x in ms)
+        assert ms[2]["fetches"] > len(st.subgroups) - 4
+
+
+def test_eager_upcast_baseline_gives_the_same_bits_and_writes_fp32_grads(dirs):
+    ref = Ref(3)
+    with make([dirs[0]], ref, upcast="eager") as st:
+        ms = run_steps(st, ref, 2)
+        check_state(st, ref)
+    ref = Ref(3)
+    with make([dirs[1]], ref) as st2:
+        ms2 = run_steps(st2, ref, 2)
+    assert ms[1]["paths"][0]["write_bytes"] > ms2[1]["paths"][0]["write_bytes"]
+
+
+def test_enospc_on_flush_raises_PathFullError_and_the_step_can_be_retried(dirs):
+    ref = Ref(4)
+    with make([dirs[0]], ref) as st:
+        run_steps(st, ref, 1)
+        g16 = ref.grads()
+        want = ref.advance(g16)
+        copies = [np.empty(p.size, np.uint16) for p in ref.p0]
+        args = (CFGS, [(g, BF16) for g in g16], [(c, BF16) for c in copies], [ref.step] * 4)
+        _native.fault_inject("pwrite", 2, errno.ENOSPC)
+        with pytest.raises(PathFullError) as ei:
+            st.step(*args)
+        assert ei.value.errno == errno.ENOSPC and dirs[0] in str(ei.value)
+        assert ei.value.subgroup is not None
+        st.step(*args)  # retry: finishes the step, no subgroup updated twice
+        for c, w in zip(copies, want):
+            assert np.array_equal(c, w)
+        check_state(st, ref)
+        run_steps(st, ref, 1)
+
+
+def test_eio_on_fetch_raises_PathIOError_and_retry_completes(dirs):
+    ref = Ref(5)
+    with make([dirs[0]], ref) as st:
+        g16 = ref.grads()
+        want = ref.advance(g16)
+        copies = [np.empty(p.size, np.uint16) for p in ref.p0]
+        args = (CFGS, [(g, BF16) for g in g16], [(c, BF16) for c in copies], [1] * 4)
+        _native.fault_inject("pread", 3, errno.EIO)
+        with pytest.raises(PathIOError) as ei:
+            st.step(*args)
+        assert ei.value.errno == errno.EIO and ei.value.path.startswith(dirs[0])
+        st.step(*args)
+        for c, w in zip(copies, want):
+            assert np.array_equal(c, w)
+        check_state(st, ref)
+
+
+def test_vanished_directory_raises_PathVanishedError(dirs):
+    ref = Ref(6)
+    st = make([dirs[0]], ref)
+    try:
+        for name in os.listdir(dirs[0]):
+            os.unlink(os.path.join(dirs[0], name))
+        os.rmdir(dirs[0])
+        with pytest.raises(PathVanishedError, match="vanished"):
+            run_steps(st, ref, 1)
+    finally:
+        st.close()
+    with pytest.raises(PathVanishedError):
+        DirPath(dirs[0])
+
+
+def test_corrupt_payload_raises_SubgroupCorruptError(dirs):
+    ref = Ref(7)
+    with make([dirs[0]], ref) as st:
+        run_steps(st, ref, 1)
+        st.commit()
+        k = next(k for k in range(len(st.subgroups)) if k not in st._where)
+        pi, slot, _ = st._location(k)
+        with open(st.paths[pi].file(k), "r+b") as f:
+            f.seek(slot * st.slot_nbytes + L.ALIGN + 100)
+            b = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([b[0] ^ 0xFF]))
+        with pytest.raises(SubgroupCorruptError, match=f"subgroup {k}.*checksum"):
+            st.read_state()
+
+
+def test_torn_write_after_commit_leaves_the_committed_generation_to_resume(dirs):
+    ref = Ref(8)
+    with make(dirs, ref, namespace="resume") as st:
+        run_steps(st, ref, 2)
+        st.commit(extra={"steps": [2, 2, 2, 2]})
+        saved = [tuple(a.copy() for a in s) for s in ref.state]
+        run_steps(st, ref, 1)
+        # a crash mid-flush: garbage over every non-committed slot
+        for k, (pi, slot, _) in enumerate(st._committed):
+            with open(st.paths[pi].file(k), "r+b") as f:
+                f.seek((1 - slot) * st.slot_nbytes)
+                f.write(os.urandom(L.ALIGN + 64))
+    with SubgroupStore(dirs, subgroup_params=700, cache_subgroups=3, bandwidths=[1.0, 1.0],
+                       namespace="resume") as st2:
+        st2.bind(SIZES)
+        assert st2.resume() == {"steps": [2, 2, 2, 2]}
+        assert st2.steps_done == 2
+        got = st2.read_state()
+        for i, s in enumerate(saved):
+            for a, b in zip(got[i], s):
+                assert np.array_equal(a, b)
+
+
+def test_resume_refuses_memory_tier_state_and_missing_manifest(dirs):
+    ref = Ref(9)
+    with make([dirs[0], "mem"], ref, namespace="m") as st:
+        st.commit()
+    with SubgroupStore([dirs[0], "mem"], subgroup_params=700, bandwidths=[1, 1],
+                       namespace="m") as st2:
+        st2.bind(SIZES)
+        with pytest.raises(ValueError, match="memory tier"):
+            st2.resume()
+    with SubgroupStore([dirs[1]], subgroup_params=700, bandwidths=[1]) as st3:
+        st3.bind(SIZES)
+        with pytest.raises(FileNotFoundError):
+            st3.resume()
+
+
+def test_reassign_migrates_at_next_flush_and_commit_removes_old_files(dirs):
+    ref = Ref(10)
+    with make(dirs, ref, bandwidths=[1.0, 0.0], reestimate=False) as st:
+        assert set(st.assignment) == {0}
+        st.reassign([0.0, 1.0])
+        ms = run_steps(st, ref, 1)
+        assert ms[0]["migrations"] > 0
+        st.commit()
+        assert not [f for f in os.listdir(dirs[0]) if f.startswith("sg")]
+        assert len([f for f in os.listdir(dirs[1]) if f.startswith("sg")]) == len(st.subgroups)
+        check_state(st, ref)
+
+
+def test_bad_arguments_raise_clear_errors(dirs):
+    with pytest.raises(ValueError, match="cache_subgroups"):
+        SubgroupStore([dirs[0]], cache_subgroups=2)
+    with pytest.raises(ValueError, match="order"):
+        SubgroupStore([dirs[0]], order="random")
+    with pytest.raises(ValueError, match="given twice"):
+        SubgroupStore([dirs[0], dirs[0]])
+    with pytest.raises(ValueError, match="lock"):
+        SubgroupStore([dirs[0]], lock="maybe")
+    with pytest.raises(ValueError, match="paths"):
+        SubgroupStore([])
+    st = SubgroupStore([dirs[0]], subgroup_params=700, bandwidths=[1])
+    with pytest.raises(RuntimeError, match="bind"):
+        st.step(CFGS, [], [], [])
+    st.bind(SIZES)
+    with pytest.raises(ValueError, match="fill"):
+        st.init_params(lambda pid: np.zeros(3, np.float32))
+    with pytest.raises(ValueError, match="one per param"):
+        st.step(CFGS, [None], [None], [1])
+    st.close()
+
+
+def _hold_lock(path: str, ready, go) -> None:
+    fd, _ = aio.open_file(os.path.join(path, ".cxlkit-subgroups.lock"), write=True, create=True,
+                          direct=False)
+    aio.lock_file(fd, "exclusive", wait=True)
+    ready.set()
+    if go.wait(30):
+        aio.lock_file(fd, "unlock", wait=False)
+    os._exit(0)  # dies holding nothing, or holding the lock when not told to release
+
+
+def test_path_lock_excludes_another_process_and_a_dead_holder_releases(dirs):
+    ctx = mp.get_context("fork")
+    ready, go = ctx.Event(), ctx.Event()
+    child = ctx.Process(target=_hold_lock, args=(dirs[0], ready, go))
+    child.start()
+    assert ready.wait(30)
+    p = DirPath(dirs[0])
+    try:
+        assert p.acquire(False) is False
+        go.set()
+        child.join(30)
+        assert p.acquire(True)
+        p._unlock()
+        # a holder that dies without unlocking
+        ready2, never = ctx.Event(), ctx.Event()
+        child2 = ctx.Process(target=_hold_lock, args=(dirs[0], ready2, never))
+        child2.start()
+        assert ready2.wait(30)
+        child2.kill()
+        child2.join(30)
+        assert p.acquire(False)
+        p._unlock()
+        assert p.lock_acquired == 2
+    finally:
+        p.close()
+    ref = Ref(11)
+    with make([dirs[0]], ref, lock="exclusive") as st:
+        m = run_steps(st, ref, 1)[0]
+        assert m["paths"][0]["lock"] == "exclusive" and m["paths"][0]["lock_wait_s"] >= 0
+        assert st.paths[0].lock_acquired > 0
+    ref = Ref(12)
+    with make([dirs[1]], ref, lock="off") as st:
+        assert run_steps(st, ref, 1)[0]["paths"][0]["lock"] == "off"
+        assert st.paths[0].lock_acquired == 0
