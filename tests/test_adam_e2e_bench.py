@@ -14,7 +14,7 @@ BENCH = pathlib.Path(__file__).parent.parent / "bench" / "adam_e2e.py"
 
 
 @pytest.mark.slow  # a child process per configuration, each importing torch
-def test_adam_e2e_bench_prints_one_line_per_configuration():
+def test_adam_e2e_bench_prints_one_line_per_configuration(tmp_path):
     r = subprocess.run([sys.executable, str(BENCH), "--sizes", "200K", "--threads", "2",
                         "--models", "fp32,bf16", "--omp", "default,passive", "--reps", "2"],
                        capture_output=True, text=True, timeout=300)
@@ -29,6 +29,17 @@ def test_adam_e2e_bench_prints_one_line_per_configuration():
         assert ("cxlkit_pinned" in d["ms"]) == (d["threads"] > 1)
         assert d["vs_torch_fused"] > 0 and d["pct_of_bound"] > 0 and d["bound_gbs"] > 0
         assert "deepspeed" in d["ms"] or "deepspeed_error" in d
+    runs = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    for path in runs:
+        path.write_text(r.stdout)
+    table = subprocess.run([sys.executable, str(BENCH), "--summary", *map(str, runs)],
+                           capture_output=True, text=True, timeout=60, check=True).stdout
+    rows = [x for x in table.splitlines() if x.startswith("| default") or
+            x.startswith("| PASSIVE")]
+    assert len(rows) == 4  # one per configuration, the two runs' medians
+    first = lines[0]
+    assert rows[0].split(" | ")[:4] == ["| default", "200K", "2", "fp32"]
+    assert f"{first['pct_of_bound']:.2f}, {first['pct_of_bound']:.2f}" in rows[0]
 
 
 def test_adam_e2e_bench_rejects_an_unknown_wait_policy():

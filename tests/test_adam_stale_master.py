@@ -244,3 +244,55 @@ def test_staged_params_see_writes_their_version_counter_or_storage_shows(dtype):
         torch.testing.assert_close(mine.float(), ref.float(), rtol=1e-2 if dtype != torch.float32
                                    else 1e-5, atol=1e-3 if dtype != torch.float32 else 1e-6)
     assert "staged" not in opt.state[mine]  # the staged copy stays out of checkpoints
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("how", ["load_state_dict", "no_grad_copy_", "nn.init", "to_round_trip",
+                                 "p.data="])
+def test_resync_false_trusts_the_version_counter_and_storage(dtype, how):
+    # resync=False: no per-element re-read in the kernel (the copy can stream), a param whose
+    # version counter or storage changed is re-read whole: the same result as torch for every
+    # write the counter or the storage shows
+    change = CHANGES[how] or loaded(dtype)
+    mine, ref_model = mlp(dtype), mlp(dtype)
+    opt = TieredAdamW(mine.parameters(), lr=1e-2, resync=False, nt_copy=True)
+    ref = Reference(ref_model, lr=1e-2)
+    for s in range(4):
+        if s == 2:
+            change(mine)
+            change(ref_model)
+        for mdl, o in ((mine, opt), (ref_model, ref)):
+            backward(mdl, s)
+            o.step()
+    assert_same(mine, ref_model)
+
+
+def test_resync_false_misses_writes_through_data_as_documented():
+    m = mlp(torch.bfloat16)
+    opt = TieredAdamW(m.parameters(), lr=1e-3, resync=False)
+    backward(m, 0)
+    opt.step()
+    data_copy(m)  # .data has a version counter of its own: unseen
+    backward(m, 1)
+    opt.step()
+    assert all((p.float() - 5.0).abs().max() > 1 for p in m.parameters())
+
+
+def test_resync_false_resume_keeps_the_saved_master_bits():
+    m = mlp(torch.bfloat16)
+    opt = TieredAdamW(m.parameters(), lr=1e-2, resync=False)
+    for s in range(3):
+        backward(m, s)
+        opt.step()
+    saved_model, saved_opt = copy.deepcopy(m.state_dict()), copy.deepcopy(opt.state_dict())
+    backward(m, 3)
+    opt.step()
+    m2 = mlp(torch.bfloat16, seed=9)
+    o2 = TieredAdamW(m2.parameters(), lr=1e-2, resync=False)
+    m2.load_state_dict(saved_model)
+    o2.load_state_dict(saved_opt)
+    backward(m2, 3)
+    o2.step()
+    for a, b in zip(m.parameters(), m2.parameters()):
+        assert torch.equal(a, b)
+        assert torch.equal(opt.state[a]["master"], o2.state[b]["master"])

@@ -62,7 +62,11 @@ class TieredAdamW(torch.optim.Optimizer):
     (load_state_dict, copy_, torch.nn.init, to() round trips, writes through .data) are what
     the next step starts from: the kernel re-reads every master element whose param is no
     longer the master rounded to the param's dtype (exact for fp32; for bf16/fp16 an upcast,
-    and the old master's low bits are gone: logged once). place_grads / place_params also put the
+    and the old master's low bits are gone: logged once). resync=False trusts the version
+    counter instead: a param whose counter or storage changed is re-read whole before the step
+    (in-place ops, load_state_dict, init, to()), but writes through .data go unseen; it spares
+    the read of a 16-bit copy (28 instead of 30 bytes per param, with nt_copy).
+    place_grads / place_params also put the
     model's grads (bf16_grads) and CPU params (bf16_params) in placed buffers. team: an
     AdamTeam, a thread count, {node: threads} (pinned threads per node), "openmp" (the
     OpenMP threads torch itself runs on: AdamTeam.openmp()), None (the calling thread only)
@@ -74,7 +78,8 @@ class TieredAdamW(torch.optim.Optimizer):
     nt_copy: write the params back with non-temporal stores (no read-for-ownership of lines
     the step would only overwrite: about 13 % faster on a bandwidth-bound step here);
     "auto" does so from AUTO_TEAM_PARAMS params on, where the params are not in cache
-    anyway. nt_state streams p, m, v too (slower on the machines measured so far).
+    anyway. The kernel's re-read (resync=True) brings those lines in already, so the copy is
+    then stored normally and nt_copy only matters with resync=False. nt_state streams p, m, v too (slower on the machines measured so far).
     huge_pages: ask for transparent huge pages for every buffer whose policy is not
     page-granular interleave (fp32 state streamed as 3-4 arrays per thread misses the TLB
     once per 4 KiB without them). With pinned teams (several memory nodes, or team=int),
@@ -90,7 +95,7 @@ class TieredAdamW(torch.optim.Optimizer):
                  place_grads: bool = False, place_params: bool = False,
                  simd: str | None = None, nt_state: bool = False,
                  nt_copy: bool | str = "auto", huge_pages: bool = True,
-                 master: str = "auto") -> None:
+                 master: str = "auto", resync: bool = True) -> None:
         A.AdamConfig(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, simd=simd)
         if master not in ("auto", "copy"):
             raise ValueError(f"master {master!r}: expected 'auto' or 'copy'")
@@ -106,6 +111,7 @@ class TieredAdamW(torch.optim.Optimizer):
         self._place_grads = place_grads
         self._place_params = place_params
         self._master_mode = master
+        self._resync = bool(resync)
         self._buffers: list[tuple[str, P.Buffer]] = []
         self._views: dict[int, tuple[Any, Any, Any]] = {}  # id(param) -> numpy (master, m, v)
         self._grad_views: dict[int, torch.Tensor] = {}
@@ -118,6 +124,7 @@ class TieredAdamW(torch.optim.Optimizer):
         self._stage: dict[int, torch.Tensor] = {}  # id(param) -> its staged CPU copy
         self._warned_grads = False
         self._warned_resync = False
+        self._reread = 0  # elements re-read by _reread_if_changed, for this step's warning
         if nt_copy != "auto" and not isinstance(nt_copy, bool):
             raise ValueError(f"nt_copy {nt_copy!r}: expected True, False or 'auto'")
         if isinstance(team, str) and team not in ("auto", "openmp"):
@@ -209,6 +216,8 @@ class TieredAdamW(torch.optim.Optimizer):
                 g.zero_()
                 self._grad_views[id(p)] = g
                 p.grad = g
+            if not is_own:  # the master holds the param as of now (resync=False compares)
+                self._seen[id(p)] = (p.detach(), p._version)
             off += k
             boff += nb
 
@@ -247,7 +256,7 @@ class TieredAdamW(torch.optim.Optimizer):
                             eps=float(group["eps"]), weight_decay=float(group["weight_decay"]),
                             decoupled=group["decoupled"], maximize=group["maximize"],
                             simd=self._simd, nt_state=self._nt[0], nt_copy=bool(nt_copy),
-                            resync=True)
+                            resync=self._resync)
 
     @torch.no_grad()
     def step(self, closure: Any = None, *, grad_scale: float = 1.0) -> Any:
@@ -278,12 +287,16 @@ class TieredAdamW(torch.optim.Optimizer):
             low |= args[5] is not None and p.dtype != torch.float32
             by_step.setdefault(int(self.state[p]["step"].item()), []).append(args)
         team = self._auto_team()
-        changed = 0
+        changed, self._reread = self._reread, 0
         for s, args in by_step.items():
             changed += A.step_raw(args, cfg, s, grad_scale=grad_scale, team=team)
         for p, staged in back:
             p.copy_(staged)
             self._seen[id(p)] = (p.detach(), p._version)
+        if not self._resync:  # our own writes went through numpy: no version bump to forget
+            for p in group["params"]:
+                if id(p) not in self._own and id(p) not in self._stage:
+                    self._seen[id(p)] = (p.detach(), p._version)
         if changed and low and not self._warned_resync:
             dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in group["params"]
                              if p.dtype != torch.float32})
@@ -322,6 +335,8 @@ class TieredAdamW(torch.optim.Optimizer):
             mst, copy = self._own_view(p), None
         elif p.device.type == "cpu" and p.is_contiguous():
             copy = self._copy_view(p)
+            if not self._resync:
+                self._reread_if_changed(p)
         else:
             staged = self._staged(p)
             copy = _np(staged)
@@ -353,6 +368,16 @@ class TieredAdamW(torch.optim.Optimizer):
             m, v = self._views[id(p)][1:]
             self._views[id(p)] = (p.detach().numpy(), m, v)
         return self._views[id(p)][0]
+
+    def _reread_if_changed(self, p: torch.Tensor) -> None:
+        """resync=False: the whole master from the param when the param's version counter or
+        storage changed since the last step (or since construction)."""
+        seen = self._seen.get(id(p))
+        if seen is not None and seen[0].data_ptr() == p.data_ptr() and seen[1] == p._version:
+            return
+        with torch.no_grad():
+            self.state[p]["master"].copy_(p.detach().float())
+        self._reread += p.numel()
 
     def _staged(self, p: torch.Tensor) -> torch.Tensor:
         """The CPU copy of a param off the CPU (or not contiguous) that the kernel writes and
@@ -417,6 +442,8 @@ class TieredAdamW(torch.optim.Optimizer):
                 st["master"].copy_(v["master"].to(torch.float32))
             else:
                 st["master"].copy_(p.detach().to("cpu", torch.float32))
+            if id(p) not in self._own and id(p) not in self._stage:
+                self._seen[id(p)] = (p.detach(), p._version)
             st["step"] = torch.tensor(float(v["step"]))
         for g, sg in zip(self.param_groups, saved):
             for key, val in sg.items():
