@@ -751,6 +751,12 @@ CXK_API int cxk_ring_release(cxk_ring *r);
 /* Consumer: peek, copy up to cap bytes to dst, release. -EMSGSIZE (cell kept) when the
  * payload is longer than cap; *nbytes gets its length either way. */
 CXK_API int cxk_ring_pop(cxk_ring *r, void *dst, uint32_t cap, uint32_t *nbytes, uint32_t *kind);
+/* Producer: as cxk_ring_commit with flags; CXK_RING_DEFER writes the cell but not its stamp:
+ * it stays invisible until cxk_ring_publish, which stamps every deferred cell behind one
+ * fence (batched fences: one sfence for many cells on a non-coherent pool). */
+#define CXK_RING_DEFER 1u
+CXK_API int cxk_ring_commit_ex(cxk_ring *r, uint32_t nbytes, uint32_t kind, unsigned flags);
+CXK_API int cxk_ring_publish(cxk_ring *r);
 /* Cells the producer may still fill before the ring is full (producer; reads head). */
 CXK_API int cxk_ring_space(cxk_ring *r, uint32_t *ncells);
 /* Consumer: make the head published (it is published in batches and when the ring is
@@ -915,6 +921,63 @@ CXK_API int cxk_win_wait(cxk_win *win);
 /* Passive target: the target grants locks in arrival order (shared ones together). */
 CXK_API int cxk_win_lock(cxk_win *win, int type, int target);
 CXK_API int cxk_win_unlock(cxk_win *win, int target);
+
+/* ==== RPC: fixed-size request and reply slots over rings (issue 14) ===============
+ * A service "name" has one server and up to max_clients clients on one pool. Client k owns
+ * the ring "rpc.<name>.<k>.req" (its requests), the server "rpc.<name>.<k>.rep" (replies)
+ * and "rpc.<name>.srv" (geometry). A slot (ring cell) holds a 16-byte header and up to
+ * cxk_rpc_payload_max bytes. Requests and replies may be committed in batches: one fence
+ * publishes many slots (CXK_RPC_DEFER + cxk_rpc_flush / cxk_rpc_server_flush). Replies of one
+ * client come back in request order. Calls wait at most timeout_ms (-ETIMEDOUT), and fail
+ * with -EPIPE once the other side is closed or its process is gone. A server or client
+ * handle is used by one thread at a time. */
+typedef struct cxk_rpc_server cxk_rpc_server;
+typedef struct cxk_rpc_client cxk_rpc_client;
+#define CXK_RPC_NAME_MAX 64
+#define CXK_RPC_DEFER 1u
+struct cxk_rpc_req {
+    uint32_t client;     /* which client sent it (for the reply) */
+    uint32_t method;
+    uint64_t id;         /* the client's id for it */
+    const void *data;    /* in the ring: valid until the next cxk_rpc_server_next */
+    uint32_t nbytes;
+    uint32_t reserved;
+};
+/* slot_bytes: a multiple of 64 (0 = 256); depth: slots per ring, a power of two (0 = 128).
+ * Objects of an earlier server of this service on this host are removed first (-EBUSY when
+ * that server's process is alive). */
+CXK_API int cxk_rpc_server_create(cxk_pool *p, const char *name, uint32_t max_clients,
+                                  uint32_t slot_bytes, uint32_t depth, cxk_rpc_server **out);
+CXK_API void cxk_rpc_server_close(cxk_rpc_server *s);
+/* The next request of any client (clients in turn), or -EAGAIN. Connects new clients and
+ * drops closed ones on the way. */
+CXK_API int cxk_rpc_server_next(cxk_rpc_server *s, struct cxk_rpc_req *req);
+/* Answer request id of client with status (>= 0 success, < 0 an -errno the client gets as
+ * the call's result) and nbytes of data. With CXK_RPC_DEFER the reply waits for
+ * cxk_rpc_server_flush. -EAGAIN when that client's reply ring is full. */
+CXK_API int cxk_rpc_server_reply(cxk_rpc_server *s, uint32_t client, uint64_t id, int32_t status,
+                                 const void *data, uint32_t nbytes, unsigned flags);
+CXK_API int cxk_rpc_server_flush(cxk_rpc_server *s);
+CXK_API uint32_t cxk_rpc_server_clients(const cxk_rpc_server *s);  /* connected now */
+
+/* Connect to service name (waiting up to timeout_ms for its server, 0 = 10 s). */
+CXK_API int cxk_rpc_connect(cxk_pool *p, const char *name, uint32_t timeout_ms,
+                            cxk_rpc_client **out);
+CXK_API void cxk_rpc_close(cxk_rpc_client *c);
+CXK_API uint32_t cxk_rpc_payload_max(const cxk_rpc_client *c);
+/* Send a request (CXK_RPC_DEFER: publish later with cxk_rpc_flush); *id names it. -EAGAIN
+ * when depth requests are outstanding. */
+CXK_API int cxk_rpc_submit(cxk_rpc_client *c, uint32_t method, const void *data, uint32_t nbytes,
+                           unsigned flags, uint64_t *id);
+CXK_API int cxk_rpc_flush(cxk_rpc_client *c);
+/* The next reply (in request order), copied into buf (cap bytes; -EMSGSIZE when longer, the
+ * reply stays); -EAGAIN none yet. *status is the server's status. */
+CXK_API int cxk_rpc_poll(cxk_rpc_client *c, uint64_t *id, int32_t *status, void *buf,
+                         uint32_t cap, uint32_t *nbytes);
+/* submit + wait for its reply (up to the connect's timeout_ms): returns the server's status
+ * if negative, else 0; -EPROTO while submitted requests are outstanding. */
+CXK_API int cxk_rpc_call(cxk_rpc_client *c, uint32_t method, const void *req, uint32_t nbytes,
+                         void *reply, uint32_t cap, uint32_t *reply_nbytes, int32_t *status);
 
 #ifdef __cplusplus
 }

@@ -13,8 +13,12 @@
 #include <random>
 
 #include "msg/msg.h"
+#include "ring/liveness.h"
 
 namespace cxk::msg {
+
+using cxk::ring::boot_hash;
+using cxk::ring::pid_gone;
 
 int64_t now_ns() {
     timespec ts;
@@ -29,38 +33,6 @@ std::string obj_name(const cxk_comm *c, int rank, const char *what, long index) 
 }
 
 namespace {
-
-uint64_t boot_hash() {
-    char buf[64] = {};
-    FILE *f = std::fopen("/proc/sys/kernel/random/boot_id", "re");
-    if (f) {
-        if (!std::fgets(buf, sizeof buf, f)) buf[0] = 0;
-        std::fclose(f);
-    }
-    uint64_t h = 1469598103934665603ull;  // FNV-1a
-    for (const char *p = buf; *p && *p != '\n'; ++p) h = (h ^ uint8_t(*p)) * 1099511628211ull;
-    return h;
-}
-
-bool pid_alive(uint64_t pid) {
-    if (pid == 0 || pid > 0x7fffffff) return false;
-    return kill(pid_t(pid), 0) == 0 || errno != ESRCH;
-}
-
-// A process that ended, zombies included (a launcher that has not reaped a killed rank yet
-// still answers kill(pid, 0)).
-bool pid_gone(uint64_t pid) {
-    if (!pid_alive(pid)) return true;
-    char path[64], buf[512];
-    std::snprintf(path, sizeof path, "/proc/%llu/stat", static_cast<unsigned long long>(pid));
-    FILE *f = std::fopen(path, "re");
-    if (!f) return errno == ENOENT;
-    size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-    std::fclose(f);
-    buf[n] = 0;
-    const char *close = std::strrchr(buf, ')');  // the command name may hold anything
-    return close && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
-}
 
 uint32_t env_u32(const char *name, uint32_t dflt) {
     const char *v = std::getenv(name);

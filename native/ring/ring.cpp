@@ -138,6 +138,7 @@ int cxk_ring_attach(cxk_pool *p, uint64_t off, uint64_t nbytes, int role, cxk_ri
             ++r->pos;
         }
     }
+    r->stamped = r->pos;
     *out = r;
     return 0;
 }
@@ -176,6 +177,7 @@ int cxk_ring_open(cxk_pool *p, const char *name, int role, cxk_ring **out) {
 void cxk_ring_close(cxk_ring *r) {
     if (!r) return;
     if (r->role == CXK_RING_PRODUCER) {
+        cxk_ring_publish(r);
         ProdLine *pl = prod_line(r);
         __atomic_store_n(&pl->closed, uint64_t(1), __ATOMIC_RELEASE);
         if (r->nc) {
@@ -206,26 +208,49 @@ int cxk_ring_reserve(cxk_ring *r, void **payload) {
 }
 
 int cxk_ring_commit(cxk_ring *r, uint32_t nbytes, uint32_t kind) {
-    if (!r) return -EINVAL;
+    return cxk_ring_commit_ex(r, nbytes, kind, 0);
+}
+
+int cxk_ring_commit_ex(cxk_ring *r, uint32_t nbytes, uint32_t kind, unsigned flags) {
+    if (!r || (flags & ~CXK_RING_DEFER)) return -EINVAL;
     if (r->role != CXK_RING_PRODUCER || !r->reserved) return -EPROTO;
     if (nbytes > r->cell_bytes - kCellHdr) return -EMSGSIZE;
+    if (!(flags & CXK_RING_DEFER) && r->stamped != r->pos) {
+        if (int rc = cxk_ring_publish(r)) return rc;  // cells stay in order
+    }
     uint8_t *c = cell(r, r->pos);
     CellHdr *h = reinterpret_cast<CellHdr *>(c);
-    if (r->nc && kCellHdr + nbytes > kLine) {
-        // the payload past the stamp's line reaches memory before the stamp does
-        cxk_flush(c + kLine, kCellHdr + nbytes - kLine);
-        cxk_sfence();
-    }
+    if (r->nc && kCellHdr + nbytes > kLine) cxk_flush(c + kLine, kCellHdr + nbytes - kLine);
     h->nbytes = nbytes;
     h->kind = kind;
+    ++r->pos;
+    r->reserved = false;
+    if (flags & CXK_RING_DEFER) return 0;
+    // the payload past the stamp's line reaches memory before the stamp does
+    if (r->nc && kCellHdr + nbytes > kLine) cxk_sfence();
     // release pairs with the consumer's acquire of the stamp: payload, length, kind first
-    __atomic_store_n(&h->stamp, r->pos + 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&h->stamp, r->pos, __ATOMIC_RELEASE);
     if (r->nc) {
         cxk_flush(c, kLine);
         cxk_sfence();
     }
-    ++r->pos;
-    r->reserved = false;
+    r->stamped = r->pos;
+    return 0;
+}
+
+int cxk_ring_publish(cxk_ring *r) {
+    if (!r) return -EINVAL;
+    if (r->role != CXK_RING_PRODUCER) return -EPROTO;
+    if (r->stamped == r->pos) return 0;
+    if (r->nc) cxk_sfence();  // every deferred payload line written back before any stamp
+    for (uint64_t i = r->stamped; i < r->pos; ++i) {
+        CellHdr *h = cell_hdr(r, i);
+        // release pairs with the consumer's acquire of the stamp
+        __atomic_store_n(&h->stamp, i + 1, __ATOMIC_RELEASE);
+        if (r->nc) cxk_flush(h, kLine);
+    }
+    if (r->nc) cxk_sfence();
+    r->stamped = r->pos;
     return 0;
 }
 

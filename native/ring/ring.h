@@ -61,5 +61,6 @@ struct cxk_ring {
     uint64_t head_pub = 0;         // consumer: head last published
     uint32_t batch = 1;            // consumer: publish head every `batch` cells
     bool reserved = false;         // producer: a cell is reserved and not committed
+    uint64_t stamped = 0;          // producer: cells [stamped, pos) await cxk_ring_publish
     bool peeked = false;           // consumer: the cell at pos was returned by peek
 };

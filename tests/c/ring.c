@@ -97,6 +97,31 @@ static void basics(cxk_pool *p, const char *name) {
     CHECK_EQ(n, 112);
     CHECK_EQ(((const unsigned char *)pl)[111], 0x5a);
     CHECK_EQ(cxk_ring_release(cr), 0);
+    /* deferred commits stay invisible until one publish stamps them all, in order */
+    for (int i = 0; i < 3; ++i) {
+        CHECK_EQ(cxk_ring_reserve(pr, &dst), 0);
+        memset(dst, 'a' + i, 100);
+        CHECK_EQ(cxk_ring_commit_ex(pr, 100, 20 + i, CXK_RING_DEFER), 0);
+    }
+    CHECK_EQ(cxk_ring_commit_ex(pr, 1, 0, 8), -EINVAL);
+    CHECK_EQ(cxk_ring_peek(cr, &pl, &n, &kind), -EAGAIN);
+    CHECK_EQ(cxk_ring_publish(pr), 0);
+    CHECK_EQ(cxk_ring_publish(cr), -EPROTO);
+    for (int i = 0; i < 3; ++i) {
+        CHECK_EQ(cxk_ring_peek(cr, &pl, &n, &kind), 0);
+        CHECK_EQ(kind, 20 + i);
+        CHECK_EQ(n, 100);
+        CHECK_EQ(((const char *)pl)[99], 'a' + i);
+        CHECK_EQ(cxk_ring_release(cr), 0);
+    }
+    /* a plain commit after deferred ones publishes them first */
+    CHECK_EQ(cxk_ring_reserve(pr, &dst), 0);
+    CHECK_EQ(cxk_ring_commit_ex(pr, 0, 30, CXK_RING_DEFER), 0);
+    CHECK_EQ(cxk_ring_push(pr, "z", 1, 31), 0);
+    CHECK_EQ(cxk_ring_pop(cr, buf, sizeof buf, &n, &kind), 0);
+    CHECK_EQ(kind, 30);
+    CHECK_EQ(cxk_ring_pop(cr, buf, sizeof buf, &n, &kind), 0);
+    CHECK_EQ(kind, 31);
     /* close: the consumer drains what was written, then EPIPE */
     int v = 99;
     CHECK_EQ(cxk_ring_push(pr, &v, sizeof v, 0), 0);

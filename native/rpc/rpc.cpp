@@ -1,0 +1,373 @@
+// rpc.cpp — the Beluga pattern on cxlkit rings: each client owns a request ring, the server
+// a reply ring per client; fixed-size slots, replies in request order, batched publishes.
+#include "rpc/rpc.h"
+
+#include <sched.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "cxlkit.h"
+#include "ring/liveness.h"
+
+using namespace cxk::rpc;
+using cxk::ring::boot_hash;
+using cxk::ring::pid_gone;
+
+struct cxk_rpc_server {
+    cxk_pool *pool = nullptr;
+    std::string name;
+    uint64_t obj_off = 0;
+    uint32_t max_clients = 0, slot_bytes = 0, depth = 0;
+    std::vector<cxk_ring *> req, rep;  // per client slot (nullptr: none)
+    uint32_t next = 0;                  // client to look at first
+    uint32_t scan = 0;                  // next client slot to look for
+    uint64_t polls = 0;
+    int cur = -1;                       // client whose request was returned last
+    uint32_t connected = 0;
+};
+
+struct cxk_rpc_client {
+    cxk_pool *pool = nullptr;
+    std::string name;
+    uint32_t k = 0;
+    cxk_ring *req = nullptr, *rep = nullptr;
+    uint64_t srv_off = 0, srv_gen = 0;
+    uint64_t next_id = 1;
+    uint64_t outstanding = 0;
+    uint32_t depth = 0;
+    uint64_t srv_pid = 0, srv_boot = 0;
+    uint32_t timeout_ms = 10000;
+    uint32_t idle = 0;                  // empty polls, to look at the server now and then
+};
+
+namespace {
+
+int64_t now_ms() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+bool good_name(const char *n) {
+    size_t len = std::strlen(n);
+    if (len == 0 || len > CXK_RPC_NAME_MAX) return false;
+    for (size_t i = 0; i < len; ++i) {
+        char ch = n[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '_' || ch == '-'))
+            return false;
+    }
+    return true;
+}
+
+std::string ring_name(const std::string &svc, uint32_t k, const char *what) {
+    return "rpc." + svc + "." + std::to_string(k) + "." + what;
+}
+
+// The server process is gone (same machine only; another machine's server is trusted to
+// close its service, or calls time out).
+bool server_gone(cxk_rpc_client *c) {
+    if (cxk_obj_validate(c->pool, c->srv_off, c->srv_gen) != 0) return true;
+    if (c->srv_boot != boot_hash()) return false;
+    return pid_gone(c->srv_pid);
+}
+
+void drop_client(cxk_rpc_server *s, uint32_t k) {
+    if (s->req[k]) cxk_ring_close(s->req[k]), s->req[k] = nullptr;
+    if (s->rep[k]) {
+        cxk_ring_close(s->rep[k]);
+        s->rep[k] = nullptr;
+        std::string n = ring_name(s->name, k, "rep");
+        cxk_obj_destroy(s->pool, n.c_str());
+        --s->connected;
+    }
+}
+
+// Look for one new client per call: its request ring exists, make its reply ring.
+void scan_clients(cxk_rpc_server *s) {
+    uint32_t k = s->scan++ % s->max_clients;
+    if (s->req[k]) return;
+    std::string n = ring_name(s->name, k, "req");
+    cxk_ring *r = nullptr;
+    if (cxk_ring_open(s->pool, n.c_str(), CXK_RING_CONSUMER, &r)) return;
+    if (cxk_ring_payload_max(r) + CXK_RING_CELL_HDR != s->slot_bytes) {
+        cxk_ring_close(r);  // not made for this server's geometry
+        return;
+    }
+    std::string rn = ring_name(s->name, k, "rep");
+    cxk_obj_destroy(s->pool, rn.c_str());  // a reply ring left for an earlier client k
+    cxk_ring *rep = nullptr;
+    if (cxk_ring_create(s->pool, rn.c_str(), s->slot_bytes, s->depth, CXK_RING_PRODUCER, &rep)) {
+        cxk_ring_close(r);
+        return;
+    }
+    s->req[k] = r, s->rep[k] = rep;
+    ++s->connected;
+}
+
+}  // namespace
+
+extern "C" {
+
+int cxk_rpc_server_create(cxk_pool *p, const char *name, uint32_t max_clients,
+                          uint32_t slot_bytes, uint32_t depth, cxk_rpc_server **out) {
+    if (!p || !name || !out || !good_name(name) || max_clients == 0 || max_clients > 4096)
+        return -EINVAL;
+    if (!slot_bytes) slot_bytes = 256;
+    if (!depth) depth = 128;
+    if (cxk_ring_bytes(slot_bytes, depth) == 0 || slot_bytes < 128) return -EINVAL;
+    struct cxk_pool_stat ps;
+    if (int rc = cxk_pool_stat(p, &ps)) return rc;
+    auto *s = new (std::nothrow) cxk_rpc_server;
+    if (!s) return -ENOMEM;
+    s->pool = p, s->name = name, s->max_clients = max_clients;
+    s->slot_bytes = slot_bytes, s->depth = depth;
+    s->req.assign(max_clients, nullptr), s->rep.assign(max_clients, nullptr);
+    std::string srv = "rpc." + s->name + ".srv";
+    struct cxk_obj_stat st;
+    if (cxk_obj_stat(p, srv.c_str(), &st) == 0) {
+        // an earlier server: ours to replace if it ran on this host and its process is gone
+        SrvHdr h{};
+        if (st.state == CXK_OBJ_LIVE && st.nbytes >= sizeof h) {
+            cxk_pool_invalidate(p, st.off, sizeof h);
+            std::memcpy(&h, static_cast<uint8_t *>(cxk_pool_base(p)) + st.off, sizeof h);
+        }
+        bool alive = h.boot == boot_hash() && !pid_gone(h.pid);
+        if (st.host != ps.host_id || alive) {
+            delete s;
+            return -EBUSY;
+        }
+        cxk_obj_destroy(p, srv.c_str());
+        for (uint32_t k = 0; k < max_clients; ++k) {
+            std::string rn = ring_name(s->name, k, "rep");
+            cxk_obj_destroy(p, rn.c_str());
+        }
+    }
+    int rc = cxk_obj_create(p, srv.c_str(), sizeof(SrvHdr), &s->obj_off);
+    if (!rc) {
+        auto *h = reinterpret_cast<SrvHdr *>(static_cast<uint8_t *>(cxk_pool_base(p)) + s->obj_off);
+        *h = SrvHdr{kSrvMagic, max_clients, slot_bytes, depth, ps.host_id, uint64_t(getpid()),
+                    boot_hash(), {}};
+        rc = cxk_obj_publish(p, s->obj_off, 0);
+        if (rc) cxk_obj_destroy(p, srv.c_str()), cxk_obj_close(p, s->obj_off);
+    }
+    if (rc) {
+        delete s;
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void cxk_rpc_server_close(cxk_rpc_server *s) {
+    if (!s) return;
+    for (uint32_t k = 0; k < s->max_clients; ++k) drop_client(s, k);
+    std::string srv = "rpc." + s->name + ".srv";
+    cxk_obj_destroy(s->pool, srv.c_str());
+    cxk_obj_close(s->pool, s->obj_off);
+    delete s;
+}
+
+uint32_t cxk_rpc_server_clients(const cxk_rpc_server *s) { return s ? s->connected : 0; }
+
+int cxk_rpc_server_next(cxk_rpc_server *s, cxk_rpc_req *req) {
+    if (!s || !req) return -EINVAL;
+    if (s->cur >= 0 && s->req[size_t(s->cur)]) cxk_ring_release(s->req[size_t(s->cur)]);
+    s->cur = -1;
+    // a new client is looked for now and then, and whenever there is nothing to do
+    if ((++s->polls & 63) == 0 || s->connected == 0) scan_clients(s);
+    for (uint32_t i = 0; i < s->max_clients; ++i) {
+        uint32_t k = (s->next + i) % s->max_clients;
+        if (!s->req[k]) continue;
+        const void *pl;
+        uint32_t n, kind;
+        int rc = cxk_ring_peek(s->req[k], &pl, &n, &kind);
+        if (rc == -EAGAIN) continue;
+        if (rc == -EPIPE || rc == -EBADMSG || (rc == 0 && n < sizeof(SlotHdr))) {
+            drop_client(s, k);  // closed, or writing garbage: forget it
+            continue;
+        }
+        if (rc) return rc;
+        SlotHdr h;
+        std::memcpy(&h, pl, sizeof h);
+        *req = cxk_rpc_req{k, h.method, h.id, static_cast<const uint8_t *>(pl) + sizeof h,
+                           uint32_t(n - sizeof h), 0};
+        s->cur = int(k);
+        s->next = k;  // stay with a busy client: its batch is consecutive
+        return 0;
+    }
+    scan_clients(s);
+    s->next = (s->next + 1) % s->max_clients;
+    return -EAGAIN;
+}
+
+int cxk_rpc_server_reply(cxk_rpc_server *s, uint32_t client, uint64_t id, int32_t status,
+                         const void *data, uint32_t nbytes, unsigned flags) {
+    if (!s || client >= s->max_clients || (!data && nbytes) || (flags & ~CXK_RPC_DEFER))
+        return -EINVAL;
+    cxk_ring *r = s->rep[client];
+    if (!r) return -EPIPE;
+    if (nbytes > cxk_ring_payload_max(r) - sizeof(SlotHdr)) return -EMSGSIZE;
+    void *cell;
+    if (int rc = cxk_ring_reserve(r, &cell)) return rc;
+    SlotHdr h{id, 0, status};
+    std::memcpy(cell, &h, sizeof h);
+    if (nbytes) std::memcpy(static_cast<uint8_t *>(cell) + sizeof h, data, nbytes);
+    return cxk_ring_commit_ex(r, uint32_t(sizeof h + nbytes), 0,
+                              flags & CXK_RPC_DEFER ? CXK_RING_DEFER : 0);
+}
+
+int cxk_rpc_server_flush(cxk_rpc_server *s) {
+    if (!s) return -EINVAL;
+    for (auto *r : s->rep)
+        if (r) cxk_ring_publish(r);
+    return 0;
+}
+
+int cxk_rpc_connect(cxk_pool *p, const char *name, uint32_t timeout_ms, cxk_rpc_client **out) {
+    if (!p || !name || !out || !good_name(name)) return -EINVAL;
+    const int64_t deadline = now_ms() + (timeout_ms ? timeout_ms : 10000);
+    auto *c = new (std::nothrow) cxk_rpc_client;
+    if (!c) return -ENOMEM;
+    c->pool = p, c->name = name;
+    if (timeout_ms) c->timeout_ms = timeout_ms;
+    std::string srv = "rpc." + c->name + ".srv";
+    struct cxk_obj_stat st;
+    int rc;
+    while ((rc = cxk_obj_open(p, srv.c_str(), &st)) == -ENOENT || rc == -EAGAIN) {
+        if (now_ms() > deadline) break;
+        usleep(1000);
+    }
+    if (rc) {
+        delete c;
+        return rc == -ENOENT || rc == -EAGAIN ? -ETIMEDOUT : rc;
+    }
+    SrvHdr h;
+    cxk_pool_invalidate(p, st.off, sizeof h);
+    std::memcpy(&h, static_cast<uint8_t *>(cxk_pool_base(p)) + st.off, sizeof h);
+    c->srv_off = st.off, c->srv_gen = st.generation;
+    c->srv_pid = h.pid, c->srv_boot = h.boot;
+    if (st.nbytes < sizeof h || h.magic != kSrvMagic || h.max_clients == 0 ||
+        h.max_clients > 4096 || cxk_ring_bytes(h.slot_bytes, h.depth) == 0 || h.slot_bytes < 128) {
+        cxk_obj_close(p, st.off);
+        delete c;
+        return -EBADMSG;
+    }
+    c->depth = h.depth;
+    rc = -EBUSY;  // every client slot taken
+    for (uint32_t k = 0; k < h.max_clients && rc == -EBUSY; ++k) {
+        std::string rn = ring_name(c->name, k, "req");
+        rc = cxk_ring_create(p, rn.c_str(), h.slot_bytes, h.depth, CXK_RING_PRODUCER, &c->req);
+        if (rc == -EEXIST) rc = -EBUSY;
+        else c->k = k;
+    }
+    if (!rc) {
+        std::string rn = ring_name(c->name, c->k, "rep");
+        // the server makes our reply ring when it notices us
+        while ((rc = cxk_ring_open(p, rn.c_str(), CXK_RING_CONSUMER, &c->rep)) != 0) {
+            if ((rc != -ENOENT && rc != -EAGAIN) || now_ms() > deadline) break;
+            if (server_gone(c)) break;
+            usleep(200);
+        }
+        if (rc == -ENOENT || rc == -EAGAIN) rc = -ETIMEDOUT;
+    }
+    if (rc) {
+        cxk_rpc_close(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+void cxk_rpc_close(cxk_rpc_client *c) {
+    if (!c) return;
+    if (c->rep) cxk_ring_close(c->rep);
+    if (c->req) {
+        cxk_ring_close(c->req);  // the server sees -EPIPE and drops us
+        std::string rn = ring_name(c->name, c->k, "req");
+        cxk_obj_destroy(c->pool, rn.c_str());
+    }
+    if (c->srv_off) cxk_obj_close(c->pool, c->srv_off);
+    delete c;
+}
+
+uint32_t cxk_rpc_payload_max(const cxk_rpc_client *c) {
+    return c ? cxk_ring_payload_max(c->req) - uint32_t(sizeof(SlotHdr)) : 0;
+}
+
+int cxk_rpc_submit(cxk_rpc_client *c, uint32_t method, const void *data, uint32_t nbytes,
+                   unsigned flags, uint64_t *id) {
+    if (!c || (!data && nbytes) || (flags & ~CXK_RPC_DEFER)) return -EINVAL;
+    if (nbytes > cxk_rpc_payload_max(c)) return -EMSGSIZE;
+    // at most depth outstanding: the server's reply ring then always has room for ours
+    if (c->outstanding >= c->depth) return -EAGAIN;
+    void *cell;
+    if (int rc = cxk_ring_reserve(c->req, &cell)) return rc;
+    SlotHdr h{c->next_id, method, 0};
+    std::memcpy(cell, &h, sizeof h);
+    if (nbytes) std::memcpy(static_cast<uint8_t *>(cell) + sizeof h, data, nbytes);
+    int rc = cxk_ring_commit_ex(c->req, uint32_t(sizeof h + nbytes), 0,
+                                flags & CXK_RPC_DEFER ? CXK_RING_DEFER : 0);
+    if (rc) return rc;
+    if (id) *id = c->next_id;
+    ++c->next_id, ++c->outstanding;
+    return 0;
+}
+
+int cxk_rpc_flush(cxk_rpc_client *c) { return c ? cxk_ring_publish(c->req) : -EINVAL; }
+
+int cxk_rpc_poll(cxk_rpc_client *c, uint64_t *id, int32_t *status, void *buf, uint32_t cap,
+                 uint32_t *nbytes) {
+    if (!c || (!buf && cap)) return -EINVAL;
+    const void *pl;
+    uint32_t n, kind;
+    int rc = cxk_ring_peek(c->rep, &pl, &n, &kind);
+    if (rc == -EAGAIN && c->outstanding && (++c->idle & 4095) == 0 && server_gone(c))
+        return -EPIPE;
+    if (rc) return rc;
+    SlotHdr h;
+    if (n < sizeof h) return -EBADMSG;
+    std::memcpy(&h, pl, sizeof h);
+    // replies come in request order: the oldest outstanding id is next_id - outstanding
+    if (!c->outstanding || h.id != c->next_id - c->outstanding) return -EBADMSG;
+    const uint32_t len = uint32_t(n - sizeof h);
+    if (nbytes) *nbytes = len;
+    if (len > cap) return -EMSGSIZE;
+    if (len) std::memcpy(buf, static_cast<const uint8_t *>(pl) + sizeof h, len);
+    if (id) *id = h.id;
+    if (status) *status = h.status;
+    --c->outstanding;
+    return cxk_ring_release(c->rep);
+}
+
+int cxk_rpc_call(cxk_rpc_client *c, uint32_t method, const void *req, uint32_t nbytes,
+                 void *reply, uint32_t cap, uint32_t *reply_nbytes, int32_t *status) {
+    if (!c) return -EINVAL;
+    if (c->outstanding) return -EPROTO;  // a blocking call would take another's reply
+    if (int rc = cxk_rpc_submit(c, method, req, nbytes, 0, nullptr)) return rc;
+    int32_t st = 0;
+    uint32_t spins = 0;
+    const int64_t deadline = now_ms() + c->timeout_ms;
+    for (;;) {
+        int rc = cxk_rpc_poll(c, nullptr, &st, reply, cap, reply_nbytes);
+        if (rc == 0) break;
+        if (rc != -EAGAIN) return rc;
+        if ((++spins & 4095) == 0) {
+            if (server_gone(c)) return -EPIPE;
+            if (now_ms() > deadline) return -ETIMEDOUT;
+            sched_yield();  // the server may be waiting for this CPU
+        }
+    }
+    if (status) *status = st;
+    return st < 0 ? st : 0;
+}
+
+}  // extern "C"

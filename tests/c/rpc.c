@@ -1,0 +1,150 @@
+/* rpc.c — the RPC channel through the C ABI: a server process on its own host answering
+ * echo / sum / error methods, blocking calls, 128 batched requests answered in order with
+ * batched replies, oversize and bad arguments, two clients, a client closing, and a server
+ * killed under a waiting client (-EPIPE, no hang); both coherence modes. */
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "cxlkit.h"
+
+static char path[256];
+static int coherence;
+
+static cxk_pool *open_host(int host, unsigned flags) {
+    struct cxk_pool_opts o;
+    cxk_pool_opts_init(&o);
+    o.flags = flags;
+    o.size = 16u << 20;
+    o.host_id = host;
+    o.max_hosts = 3;
+    o.coherence = coherence;
+    cxk_pool *p = NULL;
+    if (cxk_pool_open(path, &o, &p)) return NULL;
+    return p;
+}
+
+/* method 1: echo; 2: sum of uint64s; 3: fail with -ENOENT; 4: never answered (server exits) */
+static void serve(int stop_after_kill_method) {
+    cxk_pool *p = open_host(1, 0);
+    if (!p) _exit(2);
+    cxk_rpc_server *s = NULL;
+    if (cxk_rpc_server_create(p, "svc", 4, 256, 128, &s)) _exit(3);
+    for (;;) {
+        struct cxk_rpc_req q;
+        int n = 0, rc;
+        while ((rc = cxk_rpc_server_next(s, &q)) == 0) {
+            if (q.method == 1) {
+                rc = cxk_rpc_server_reply(s, q.client, q.id, 0, q.data, q.nbytes, CXK_RPC_DEFER);
+            } else if (q.method == 2) {
+                uint64_t sum = 0, v;
+                for (uint32_t i = 0; i + 8 <= q.nbytes; i += 8) {
+                    memcpy(&v, (const char *)q.data + i, 8);
+                    sum += v;
+                }
+                rc = cxk_rpc_server_reply(s, q.client, q.id, 0, &sum, 8, CXK_RPC_DEFER);
+            } else if (q.method == 3) {
+                rc = cxk_rpc_server_reply(s, q.client, q.id, -ENOENT, NULL, 0, 0);
+            } else if (q.method == 4 && stop_after_kill_method) {
+                raise(SIGKILL);
+            } else if (q.method == 9) {
+                cxk_rpc_server_reply(s, q.client, q.id, 0, NULL, 0, 0);
+                cxk_rpc_server_close(s);
+                cxk_pool_close(p);
+                _exit(0);
+            }
+            if (rc) _exit(4);
+            if (++n == 64) break;  /* one batch */
+        }
+        cxk_rpc_server_flush(s);
+        if (rc != 0 && rc != -EAGAIN) _exit(5);
+    }
+}
+
+static pid_t start_server(int killable) {
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) serve(killable);
+    return pid;
+}
+
+static void calls(cxk_pool *p) {
+    cxk_rpc_client *c = NULL, *c2 = NULL;
+    CHECK_EQ(cxk_rpc_connect(p, "bad name", 100, &c), -EINVAL);
+    CHECK_EQ(cxk_rpc_connect(p, "svc", 5000, &c), 0);
+    CHECK_EQ(cxk_rpc_payload_max(c), 256 - 16 - 16);
+    char buf[256];
+    uint32_t n;
+    int32_t st;
+    CHECK_EQ(cxk_rpc_call(c, 1, "hello", 6, buf, sizeof buf, &n, &st), 0);
+    CHECK_EQ(n, 6);
+    CHECK(strcmp(buf, "hello") == 0);
+    uint64_t v[4] = {1, 2, 3, 1000}, sum = 0;
+    CHECK_EQ(cxk_rpc_call(c, 2, v, sizeof v, &sum, 8, &n, &st), 0);
+    CHECK_EQ(sum, 1006);
+    CHECK_EQ(cxk_rpc_call(c, 3, NULL, 0, buf, sizeof buf, &n, &st), -ENOENT);
+    CHECK_EQ(st, -ENOENT);
+    CHECK_EQ(cxk_rpc_call(c, 1, buf, 225, buf, sizeof buf, &n, &st), -EMSGSIZE);
+    /* 128 requests published with one fence, replies in order */
+    for (uint64_t i = 0; i < 128; ++i) {
+        uint64_t id;
+        CHECK_EQ(cxk_rpc_submit(c, 2, &i, 8, CXK_RPC_DEFER, &id), 0);
+    }
+    uint64_t id;
+    CHECK_EQ(cxk_rpc_submit(c, 2, v, 8, 0, &id), -EAGAIN); /* depth reached */
+    CHECK_EQ(cxk_rpc_call(c, 1, "x", 1, buf, sizeof buf, &n, &st), -EPROTO);
+    CHECK_EQ(cxk_rpc_flush(c), 0);
+    for (uint64_t i = 0; i < 128;) {
+        uint64_t got;
+        int rc = cxk_rpc_poll(c, &id, &st, &got, 8, &n);
+        if (rc == -EAGAIN) continue;
+        CHECK_EQ(rc, 0);
+        CHECK_EQ(got, i);
+        ++i;
+    }
+    /* a second client */
+    CHECK_EQ(cxk_rpc_connect(p, "svc", 5000, &c2), 0);
+    CHECK_EQ(cxk_rpc_call(c2, 1, "two", 4, buf, sizeof buf, &n, &st), 0);
+    CHECK(strcmp(buf, "two") == 0);
+    cxk_rpc_close(c2);
+    CHECK_EQ(cxk_rpc_call(c, 1, "one", 4, buf, sizeof buf, &n, &st), 0);
+    CHECK_EQ(cxk_rpc_call(c, 9, NULL, 0, buf, sizeof buf, &n, &st), 0); /* stop */
+    cxk_rpc_close(c);
+}
+
+int main(void) {
+    for (coherence = 0; coherence < 2; ++coherence) {
+        snprintf(path, sizeof path, "/dev/shm/cxk-test-rpc-%d", (int)getpid());
+        unlink(path);
+        cxk_pool *p = open_host(0, CXK_POOL_CREATE | CXK_POOL_EXCL);
+        CHECK(p != NULL);
+        cxk_rpc_client *c = NULL;
+        CHECK_EQ(cxk_rpc_connect(p, "svc", 50, &c), -ETIMEDOUT); /* no server yet */
+        pid_t srv = start_server(0);
+        calls(p);
+        int ws;
+        CHECK_EQ(waitpid(srv, &ws, 0), srv);
+        CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+        /* a server killed while we wait: the call fails, never hangs; a new server takes
+         * the service over */
+        srv = start_server(1);
+        CHECK_EQ(cxk_rpc_connect(p, "svc", 5000, &c), 0);
+        char buf[8];
+        uint32_t n;
+        int32_t st;
+        CHECK_EQ(cxk_rpc_call(c, 4, NULL, 0, buf, sizeof buf, &n, &st), -EPIPE);
+        CHECK_EQ(waitpid(srv, &ws, 0), srv);
+        CHECK(WIFSIGNALED(ws));
+        cxk_rpc_close(c);
+        srv = start_server(0);
+        calls(p);
+        CHECK_EQ(waitpid(srv, &ws, 0), srv);
+        CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+        cxk_pool_close(p);
+        unlink(path);
+    }
+    return 0;
+}
