@@ -72,11 +72,8 @@ def llama_blocks(args):
 
     def pool_view(st):
         # a scratch object in the same pool: memcpy into pool pages (tmpfs, 4 KiB pages) too
-        import ctypes
-
-        o = st._pool.create_counters("bench.scratch", nb * lay.nbytes)
-        arr = (ctypes.c_uint8 * (nb * lay.nbytes)).from_address(st._pool.base + o["offset"])
-        return np.ctypeslib.as_array(arr)
+        obj = st.pool.create("bench.scratch", nb * lay.nbytes)
+        return obj, obj.numpy()
 
     def paired(op, setup=None):
         # memcpy and op back to back in every repetition: the machine is shared, so the ratio
@@ -100,7 +97,7 @@ def llama_blocks(args):
                        checksum=checksum, namespace=f"bench-{checksum}",
                        coherence=args.coherence, nt_stores=nt)
             if checksum is False and nt is True:
-                pdst = pool_view(st)
+                scratch, pdst = pool_view(st)
 
                 def memcpy_pool():
                     for b in range(nb):
@@ -111,7 +108,8 @@ def llama_blocks(args):
                 emit(bench="kv", op="memcpy_into_pool_pages", block_bytes=lay.nbytes, blocks=nb,
                      GBps=round(bw, 2), fraction_of_memcpy=round(fr, 3))
                 del pdst
-                st._pool.destroy("bench.scratch")
+                scratch.close()
+                st.pool.destroy("bench.scratch")
             for name, eng in engines.items():
                 put_bw, put_fr = paired(lambda: st.put(keys, eng, ids), setup=st.clear)
                 n = st.get(keys, eng, ids)

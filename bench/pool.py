@@ -52,24 +52,21 @@ def call_overhead_ns(n: int = 20000) -> float:
 def lat_worker(path: str, host, ops: int, nbytes: int, tag: str, barrier, out) -> None:
     """create+publish+close+destroy, then open+close of a published object; ns per op."""
     pool = cxlkit.Pool(path, host_id=host)
-    h = pool._h
     pool.create(f"{tag}-target", nbytes, publish=True).close()
     cd, op = [], []
     barrier.wait()
     for i in range(ops):
         name = f"{tag}-{i}"
         t0 = time.perf_counter_ns()
-        d = h.create(name, nbytes)
-        o = cxlkit.PoolObject(h, name, d["offset"], d["nbytes"], d["generation"], d["host"], True)
+        o = pool.create(name, nbytes)
         o.publish()
         o.close()
-        h.destroy(name)
+        pool.destroy(name)
         cd.append(time.perf_counter_ns() - t0)
     barrier.wait()
     for _ in range(ops):
         t0 = time.perf_counter_ns()
-        d = h.open(f"{tag}-target")
-        h.close_object(d["offset"])
+        pool.open(f"{tag}-target").close()
         op.append(time.perf_counter_ns() - t0)
     pool.destroy(f"{tag}-target")
     pool.close()
@@ -148,17 +145,13 @@ def lookup(args) -> None:
     need = top * 384 + 64 * MiB + top * 48  # blocks + metadata
     try:
         with cxlkit.Pool(path, size=need, host_id=0, max_hosts=1, max_objects=top) as pool:
-            h = pool._h
             created = 0
             rng = np.random.default_rng(1)
             for s in sizes:
                 t0 = time.perf_counter()
                 while created < s:
                     name = f"key-{created:08d}"
-                    d = h.create(name, 64)
-                    o = cxlkit.PoolObject(h, name, d["offset"], 64, d["generation"], 0, True)
-                    o.publish()
-                    o.close()
+                    pool.create(name, 64, publish=True).close()
                     created += 1
                 fill_s = time.perf_counter() - t0
                 probes = [f"key-{i:08d}" for i in rng.integers(0, s, args.ops)]
@@ -168,21 +161,21 @@ def lookup(args) -> None:
                     ts = []
                     for name in probes:
                         t = time.perf_counter_ns()
-                        h.object_stat(name)
+                        pool.info(name)
                         ts.append(time.perf_counter_ns() - t)
                     hit_ns.append(statistics.median(ts))
                     ts = []
                     for name in misses:
                         t = time.perf_counter_ns()
                         try:
-                            h.object_stat(name)
-                        except FileNotFoundError:
+                            pool.info(name)
+                        except KeyError:
                             pass
                         ts.append(time.perf_counter_ns() - t)
                     miss_ns.append(statistics.median(ts))
-                native_hit = statistics.median(h._lookup_median_ns(probes)
+                native_hit = statistics.median(_native.bench_pool_lookup(pool, probes)
                                                for _ in range(args.repeat))
-                native_miss = statistics.median(h._lookup_median_ns(misses)
+                native_miss = statistics.median(_native.bench_pool_lookup(pool, misses)
                                                 for _ in range(args.repeat))
                 emit(bench="pool.lookup", objects=s, probes=args.ops, repeat=args.repeat,
                      native_hit_median_ns=round(native_hit),

@@ -376,6 +376,11 @@ enum cxk_simd { CXK_SIMD_AUTO = 0, CXK_SIMD_SCALAR = 1, CXK_SIMD_AVX2 = 2, CXK_S
 #define CXK_ADAM_BIAS_CORRECTION 4u  /* divide by 1-beta^step (torch always does) */
 #define CXK_ADAM_NT_STATE 8u         /* non-temporal stores for p, m, v (aligned body) */
 #define CXK_ADAM_NT_COPY 16u         /* non-temporal stores for param_copy (aligned body) */
+/* param_copy holds the params as their owner sees them: before the update, an element whose
+ * copy is not the master rounded to copy_dtype was written by someone else (a load, an init,
+ * a write through .data) and the master takes the copy's value, widened; the _ex calls count
+ * such elements. Costs the read of the copy (free unless NT_COPY saved it). */
+#define CXK_ADAM_RESYNC 32u
 
 struct cxk_adam_hparams {
     double lr, beta1, beta2, eps, weight_decay, grad_scale;
@@ -404,6 +409,9 @@ struct cxk_adam_tensor {
  * Everything is checked before any element is written. */
 CXK_API int cxk_adam_step(const struct cxk_adam_hparams *h, const struct cxk_adam_tensor *t,
                           size_t ntensors);
+/* As cxk_adam_step; *resynced (if not NULL) = elements re-read from param_copy (RESYNC). */
+CXK_API int cxk_adam_step_ex(const struct cxk_adam_hparams *h, const struct cxk_adam_tensor *t,
+                             size_t ntensors, uint64_t *resynced);
 /* The level AUTO resolves to here (CXLKIT_SIMD or the best available), or -errno as above. */
 CXK_API int cxk_adam_simd(void);
 /* "scalar", "avx2", "avx512", "auto"; "?" for anything else. */
@@ -432,6 +440,20 @@ CXK_API void cxk_adam_team_destroy(cxk_adam_team *team);
  * move_pages node query (nothing written then). */
 CXK_API int cxk_adam_team_step(cxk_adam_team *team, const struct cxk_adam_hparams *h,
                                const struct cxk_adam_tensor *t, size_t ntensors);
+CXK_API int cxk_adam_team_step_ex(cxk_adam_team *team, const struct cxk_adam_hparams *h,
+                                  const struct cxk_adam_tensor *t, size_t ntensors,
+                                  uint64_t *resynced);
+/* A team that owns no threads: each step is one parallel region of the OpenMP runtime this
+ * process has already loaded (GOMP_parallel: libgomp, or an LLVM/Intel runtime's GOMP entry
+ * points), so it runs on the threads the process's other OpenMP work (e.g. PyTorch's
+ * intra-op pool) uses and keeps warm, instead of competing with them for the cores.
+ * runtime: the path (or a substring of it) of the loaded library; NULL = the first of
+ * libgomp, libiomp5, libomp found. nthreads: per step; 0 = the runtime's default for the
+ * calling thread (omp_set_num_threads, OMP_NUM_THREADS). Never loads a runtime: -ENOENT when
+ * none is loaded, -ENOSYS when it has no GOMP_parallel. Chunks are not placed by node (one
+ * team, node -1 in cxk_adam_team_info). */
+CXK_API int cxk_adam_team_create_omp(const char *runtime, uint32_t nthreads,
+                                     uint64_t chunk_bytes, cxk_adam_team **out);
 /* For i < min(cap, *nteams): nodes[i], threads[i], cpus[i] (the first CPU the team may
  * run on, -1 unpinned) and chunks[i] = chunks team i updated in the last step. Output
  * arrays may be NULL. */
@@ -601,6 +623,14 @@ CXK_API int cxk_pool_crash_at(const char *name, int nth);
 CXK_API int cxk_pool_dax_geometry(const char *sysfs_root, const char *name, uint64_t *size,
                                   uint64_t *align);
 
+/* ---- Benchmarks over a pool (issue 11: moved out of the binding) -------------------
+ * Median nanoseconds of one cxk_obj_stat per name, timed around each call (CLOCK_MONOTONIC):
+ * the name-table lookup cost as the pool fills; names may be present or absent (a miss probes
+ * every host's table). *median_ns = 0 for n == 0. Returns 0 or -errno (-EINVAL for a NULL
+ * argument, -ENOMEM). */
+CXK_API int cxk_bench_pool_lookup(cxk_pool *p, const char *const *names, size_t n,
+                                  double *median_ns);
+
 /* ---- Async I/O: reads and writes of aligned buffers for optimizer-subgroup paths ----
  * An engine queues requests, cuts each into block_size chunks and keeps up to queue_depth
  * chunks in flight, through io_uring (liburing, when the build found it and the kernel
@@ -659,6 +689,225 @@ CXK_API int cxk_aio_truncate(int fd, uint64_t nbytes);
 CXK_API int cxk_aio_lock(int fd, int kind, int wait, uint64_t at);
 /* Nonzero when this build has io_uring (liburing) support. */
 CXK_API int cxk_aio_uring_built(void);
+
+/* ==== Rings: single-producer / single-consumer cells in a pool object (issue 14) ====
+ * A ring is CXK_RING_HDR_BYTES of header lines then ncells cells of cell_bytes. Line 0
+ * (geometry) is written once by the creator; line 1 (head, cells consumed) by the consumer
+ * only; line 2 (closed flag) by the producer only; a cell by the producer only, its stamp
+ * (ring index + 1) last: payload, flush, fence, then the stamp (DESIGN.md principle 2).
+ * Under CXK_COHERENCE_NONE the consumer invalidates before each read and the producer
+ * before reading head. Everything read from the ring is checked (-EBADMSG: a stamp, length
+ * or head that no correct peer writes). A handle is used by one thread at a time; one
+ * producer handle and one consumer handle per ring. Errors: -EAGAIN full (push) or empty
+ * (peek/pop), -EMSGSIZE payload over cxk_ring_payload_max, -EPIPE producer closed and
+ * drained, -EINVAL bad geometry or role, -EPROTO wrong call for the role or order. */
+typedef struct cxk_ring cxk_ring;
+#define CXK_RING_HDR_BYTES 192
+#define CXK_RING_CELL_HDR 16    /* bytes of each cell before its payload */
+enum cxk_ring_role { CXK_RING_PRODUCER = 1, CXK_RING_CONSUMER = 2 };
+/* Bytes a ring of ncells cells of cell_bytes needs; 0 for a bad geometry (cell_bytes a
+ * multiple of 64 in 64..1 MiB, ncells a power of two in 2..2^20). */
+CXK_API uint64_t cxk_ring_bytes(uint32_t cell_bytes, uint32_t ncells);
+/* Lay a fresh ring into [off, off + nbytes) of p: memory this process may write and that no
+ * one uses yet (a new object's zeroed payload); flushed before returning. */
+CXK_API int cxk_ring_format(cxk_pool *p, uint64_t off, uint64_t nbytes, uint32_t cell_bytes,
+                            uint32_t ncells);
+/* Attach to the ring at [off, off + nbytes) as role; the geometry is read once and checked
+ * against nbytes (-EBADMSG when it does not fit or is not a ring). */
+CXK_API int cxk_ring_attach(cxk_pool *p, uint64_t off, uint64_t nbytes, int role,
+                            cxk_ring **out);
+/* Create object `name` in this host's partition, format a ring in it, publish it and attach
+ * as role (the handle keeps the creator's lease). Pool errors as cxk_obj_create. */
+CXK_API int cxk_ring_create(cxk_pool *p, const char *name, uint32_t cell_bytes,
+                            uint32_t ncells, int role, cxk_ring **out);
+/* Open published ring object `name` (taking a lease) and attach as role. */
+CXK_API int cxk_ring_open(cxk_pool *p, const char *name, int role, cxk_ring **out);
+/* Producer: mark the ring closed (the consumer gets -EPIPE once drained). Then, any role:
+ * drop the lease (if the handle took one) and free the handle. NULL is a no-op. */
+CXK_API void cxk_ring_close(cxk_ring *r);
+CXK_API uint32_t cxk_ring_payload_max(const cxk_ring *r);  /* cell_bytes - 16 */
+CXK_API uint32_t cxk_ring_ncells(const cxk_ring *r);
+/* The ring's offset in the pool (where cxk_ring_attach finds it). */
+CXK_API uint64_t cxk_ring_offset(const cxk_ring *r);
+/* Producer: the payload area of the next cell (*payload, cxk_ring_payload_max bytes) to be
+ * filled in place, then cxk_ring_commit publishes it. -EAGAIN full. */
+CXK_API int cxk_ring_reserve(cxk_ring *r, void **payload);
+/* Producer: publish the reserved cell holding nbytes of payload and a caller-defined kind. */
+CXK_API int cxk_ring_commit(cxk_ring *r, uint32_t nbytes, uint32_t kind);
+/* Producer: reserve, copy nbytes from data, commit. */
+CXK_API int cxk_ring_push(cxk_ring *r, const void *data, uint32_t nbytes, uint32_t kind);
+/* Consumer: the next cell in place (valid until cxk_ring_release): payload, its length and
+ * kind (either out-param may be NULL). -EAGAIN empty, -EPIPE closed and drained. */
+CXK_API int cxk_ring_peek(cxk_ring *r, const void **payload, uint32_t *nbytes, uint32_t *kind);
+/* Consumer: hand the peeked cell back to the producer. */
+CXK_API int cxk_ring_release(cxk_ring *r);
+/* Consumer: peek, copy up to cap bytes to dst, release. -EMSGSIZE (cell kept) when the
+ * payload is longer than cap; *nbytes gets its length either way. */
+CXK_API int cxk_ring_pop(cxk_ring *r, void *dst, uint32_t cap, uint32_t *nbytes, uint32_t *kind);
+/* Cells the producer may still fill before the ring is full (producer; reads head). */
+CXK_API int cxk_ring_space(cxk_ring *r, uint32_t *ncells);
+/* Consumer: make the head published (it is published in batches and when the ring is
+ * found empty); call before waiting elsewhere for a long time. */
+CXK_API int cxk_ring_sync(cxk_ring *r);
+
+/* ==== Messaging: MPI-style ranks over one pool (issue 14) =========================
+ * A job of nranks ranks (each a process, usually each with its own pool host id) on one
+ * pool. Objects are named "msg.<job>.<rank>.<what>" and created by that rank only: its rank
+ * object (identity, heartbeat, barrier sequence, a directory of the rings it writes), the
+ * ring to each peer it sends to (created at the first send: no N^2 rings up front), its
+ * rendezvous buffers and its windows. Messages up to the eager limit travel in ring cells
+ * (several consecutive cells for one message); larger ones by rendezvous: the sender copies
+ * the payload into one of its buffers (pipelined, a ready count published as it goes), sends
+ * a request-to-send, the receiver copies out and answers FIN. Matching follows MPI: (source,
+ * tag), CXK_ANY_SOURCE / CXK_ANY_TAG, non-overtaking per (source, tag), an unexpected queue.
+ * A comm is used by one thread at a time. Every wait fails with -ETIMEDOUT, never hangs, when
+ * a peer it needs is gone (a process of this machine that no longer exists, or a rank of
+ * another machine whose heartbeat stopped for dead_ms) or timeout_ms passed; then
+ * cxk_msg_failed_rank names the rank. Errors beyond the usual: -EMSGSIZE a message longer
+ * than the receive buffer (status.count = its length, the first bytes delivered), -EINVAL a
+ * negative count, bad rank or tag, -EBADMSG a peer wrote what no correct rank writes. */
+typedef struct cxk_comm cxk_comm;
+typedef struct cxk_msg_req cxk_msg_req;
+#define CXK_ANY_SOURCE (-1)
+#define CXK_ANY_TAG (-1)
+#define CXK_MSG_JOB_MAX 64     /* job name: [A-Za-z0-9_-], 1..64 bytes */
+#define CXK_MSG_MAX_RANKS 4096
+#define CXK_MSG_TAG_MAX 0x7fffffff
+
+struct cxk_msg_opts {
+    uint32_t cell_bytes;    /* ring cell size; 0 = CXLKIT_MSG_CELL_BYTES or 4096 */
+    uint32_t ncells;        /* cells per ring; 0 = CXLKIT_MSG_CELLS or 64 */
+    uint64_t eager_bytes;   /* largest eager message; 0 = CXLKIT_MSG_EAGER or the ring's
+                               capacity for one message (half its cells), capped at 64 KiB */
+    uint32_t timeout_ms;    /* any wait; 0 = CXLKIT_MSG_TIMEOUT_MS or none (dead peers still
+                               end it) */
+    uint32_t dead_ms;       /* a peer of another machine whose heartbeat is this old is dead;
+                               0 = CXLKIT_MSG_DEAD_MS or 5000 */
+    uint32_t join_ms;       /* how long cxk_msg_init waits for every rank; 0 = 60000 */
+};
+CXK_API void cxk_msg_opts_init(struct cxk_msg_opts *opts);
+
+struct cxk_msg_status {
+    int32_t source;
+    int32_t tag;
+    uint64_t count;   /* bytes of the message (may exceed what was delivered: -EMSGSIZE) */
+    int32_t error;    /* 0 or -errno of this request */
+    int32_t reserved;
+};
+
+/* Join job `job` as rank of nranks over p (opened by the caller, kept open until
+ * cxk_msg_finalize). Waits (join_ms) until every rank has joined. Objects left by a crashed
+ * earlier run of the same job and rank on this host are removed first; -EBUSY when that rank
+ * is held by a live process. opts NULL = defaults. */
+CXK_API int cxk_msg_init(cxk_pool *p, const char *job, int rank, int nranks,
+                         const struct cxk_msg_opts *opts, cxk_comm **out);
+/* Barrier with every rank (failing like any wait when a peer is gone), then remove this
+ * rank's objects and free comm. Returns the barrier's error, if any. */
+CXK_API int cxk_msg_finalize(cxk_comm *comm);
+/* cxk_msg_finalize; *failed_rank (may be NULL) gets the rank that made it fail, or -1. */
+CXK_API int cxk_msg_finalize_ex(cxk_comm *comm, int *failed_rank);
+CXK_API int cxk_msg_rank(const cxk_comm *comm);
+CXK_API int cxk_msg_size(const cxk_comm *comm);
+/* The rank whose silence made the last call fail with -ETIMEDOUT, or -1. */
+CXK_API int cxk_msg_failed_rank(const cxk_comm *comm);
+CXK_API uint64_t cxk_msg_eager_bytes(const cxk_comm *comm);
+
+#define CXK_MSG_SYNC 1u  /* synchronous send: completes once the receive has matched it */
+/* Start sending count bytes of buf to dest. buf may be reused when the request completes
+ * (eager sends complete at once). *req is freed by the wait/test that completes it. */
+CXK_API int cxk_msg_isend(cxk_comm *comm, const void *buf, int64_t count, int dest, int tag,
+                          unsigned flags, cxk_msg_req **req);
+CXK_API int cxk_msg_irecv(cxk_comm *comm, void *buf, int64_t count, int source, int tag,
+                          cxk_msg_req **req);
+/* Wait for req and free it; st (may be NULL) gets its status. Returns the request's error
+ * (e.g. -EMSGSIZE) or -ETIMEDOUT (req stays valid: wait again or cancel). */
+CXK_API int cxk_msg_wait(cxk_comm *comm, cxk_msg_req *req, struct cxk_msg_status *st);
+/* *done = 1 and req freed when complete (returning its error), else *done = 0. */
+CXK_API int cxk_msg_test(cxk_comm *comm, cxk_msg_req *req, int *done, struct cxk_msg_status *st);
+/* Wait for all n (statuses may be NULL); NULL entries are skipped; every completed entry is
+ * set to NULL. Returns the first error. */
+CXK_API int cxk_msg_waitall(cxk_comm *comm, size_t n, cxk_msg_req **reqs,
+                            struct cxk_msg_status *statuses);
+/* Wait for any one of n: *index gets it (its entry set to NULL); -EINVAL if all are NULL. */
+CXK_API int cxk_msg_waitany(cxk_comm *comm, size_t n, cxk_msg_req **reqs, size_t *index,
+                            struct cxk_msg_status *st);
+/* Withdraw a receive not yet matched (-EBUSY once matched, or for a send) and free it. */
+CXK_API int cxk_msg_cancel(cxk_comm *comm, cxk_msg_req *req);
+CXK_API int cxk_msg_send(cxk_comm *comm, const void *buf, int64_t count, int dest, int tag,
+                         unsigned flags);
+CXK_API int cxk_msg_recv(cxk_comm *comm, void *buf, int64_t count, int source, int tag,
+                         struct cxk_msg_status *st);
+CXK_API int cxk_msg_sendrecv(cxk_comm *comm, const void *sbuf, int64_t scount, int dest,
+                             int stag, void *rbuf, int64_t rcount, int source, int rtag,
+                             struct cxk_msg_status *st);
+/* Is a matching message there? (*flag 1 and st filled, the message stays queued). */
+CXK_API int cxk_msg_iprobe(cxk_comm *comm, int source, int tag, int *flag,
+                           struct cxk_msg_status *st);
+CXK_API int cxk_msg_probe(cxk_comm *comm, int source, int tag, struct cxk_msg_status *st);
+/* Drive progress once (drain rings into matches / the unexpected queue). */
+CXK_API int cxk_msg_progress(cxk_comm *comm);
+
+/* Collectives: barrier by per-rank sequence numbers in the rank objects; bcast and
+ * allreduce of small buffers (messages on a context of their own: they never match user
+ * messages). */
+CXK_API int cxk_msg_barrier(cxk_comm *comm);
+CXK_API int cxk_msg_bcast(cxk_comm *comm, void *buf, int64_t count, int root);
+enum cxk_msg_type {
+    CXK_MSG_INT32 = 0, CXK_MSG_INT64 = 1, CXK_MSG_UINT32 = 2, CXK_MSG_UINT64 = 3,
+    CXK_MSG_FLOAT = 4, CXK_MSG_DOUBLE = 5,
+};
+enum cxk_msg_op { CXK_OP_SUM = 0, CXK_OP_MIN = 1, CXK_OP_MAX = 2, CXK_OP_REPLACE = 3,
+                  CXK_OP_NO_OP = 4 };
+/* Elementwise op over every rank's n elements of sendbuf into recvbuf on every rank
+ * (REPLACE / NO_OP: -EINVAL). sendbuf may equal recvbuf. */
+CXK_API int cxk_msg_allreduce(cxk_comm *comm, const void *sendbuf, void *recvbuf, int64_t n,
+                              int type, int op);
+/* Bytes of one element of type, 0 for an unknown type. */
+CXK_API size_t cxk_msg_type_size(int type);
+
+/* One-sided windows: each rank exposes nbytes of its own pool memory ("msg.<job>.<rank>.win.
+ * <id>"). Offsets are bytes into the target's window. Gets, and puts of whole cache lines
+ * under CXK_COHERENCE_NONE (any put under HOST), go straight to the target's memory;
+ * accumulates, fetch-and-op, compare-and-swap and the parts of lines a put touches under NONE
+ * are applied by the target itself as it reads its ring, one at a time: no two hosts write
+ * one line and no atomic crosses hosts. The target applies them when it drives progress (any
+ * cxk_msg_* / cxk_win_* call): passive-target epochs need the target to call in now and then.
+ * Errors: -ERANGE an access outside the target's window, -EINVAL bad type/op/rank,
+ * -EPROTO a call outside the epoch it needs (e.g. unlock without lock). */
+typedef struct cxk_win cxk_win;
+enum cxk_lock_type { CXK_LOCK_SHARED = 1, CXK_LOCK_EXCLUSIVE = 2 };
+/* Collective: every rank creates its window (nbytes may differ per rank; zeroed). */
+CXK_API int cxk_win_create(cxk_comm *comm, uint64_t nbytes, cxk_win **out);
+/* Collective: barrier, then remove this rank's window. */
+CXK_API int cxk_win_free(cxk_win *win);
+CXK_API void *cxk_win_base(const cxk_win *win);          /* this rank's window memory */
+/* Bytes of rank's window (-EINVAL: bad rank), into *nbytes. */
+CXK_API int cxk_win_size(const cxk_win *win, int rank, uint64_t *nbytes);
+CXK_API int cxk_win_put(cxk_win *win, const void *buf, uint64_t nbytes, int target, uint64_t off);
+CXK_API int cxk_win_get(cxk_win *win, void *buf, uint64_t nbytes, int target, uint64_t off);
+/* target[off..] op= buf[0..count) elementwise (SUM, MIN, MAX, REPLACE). */
+CXK_API int cxk_win_accumulate(cxk_win *win, const void *buf, uint64_t count, int type,
+                               int target, uint64_t off, int op);
+/* One element: *result = old value, then old op= *operand (NO_OP: fetch only). */
+CXK_API int cxk_win_fetch_and_op(cxk_win *win, const void *operand, void *result, int type,
+                                 int target, uint64_t off, int op);
+/* One element: *result = old value; if old == *compare (bitwise) it becomes *swap. */
+CXK_API int cxk_win_compare_and_swap(cxk_win *win, const void *compare, const void *swap,
+                                     void *result, int type, int target, uint64_t off);
+/* Everything this rank started on target (-1: every target) has been applied there. */
+CXK_API int cxk_win_flush(cxk_win *win, int target);
+/* Collective: all operations of every rank before it are complete and visible after it. */
+CXK_API int cxk_win_fence(cxk_win *win);
+/* Post-start-complete-wait: post exposes this window to the origins in ranks; start opens
+ * access to the targets in ranks (waits for their post); complete ends it (operations done);
+ * wait returns once every origin of the post has completed. */
+CXK_API int cxk_win_post(cxk_win *win, const int *ranks, int n);
+CXK_API int cxk_win_start(cxk_win *win, const int *ranks, int n);
+CXK_API int cxk_win_complete(cxk_win *win);
+CXK_API int cxk_win_wait(cxk_win *win);
+/* Passive target: the target grants locks in arrival order (shared ones together). */
+CXK_API int cxk_win_lock(cxk_win *win, int type, int target);
+CXK_API int cxk_win_unlock(cxk_win *win, int target);
 
 #ifdef __cplusplus
 }

@@ -56,3 +56,37 @@ def test_the_committed_adam_results_summarize():
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "adam.py"), "--summary", *runs],
                        capture_output=True, text=True, timeout=60, check=True)
     assert len([x for x in r.stdout.splitlines() if x.startswith("| ")]) == 1 + 24  # header, rows
+
+
+@pytest.mark.slow
+def test_pool_bench_runs_over_the_public_pool_face():
+    rows = run("pool.py", "--ops", "200", "--repeat", "1", "--copy-mib", "4",
+               "--lookup-max", "1000")
+    lookups = [r for r in rows if r["bench"] == "pool.lookup"]
+    assert lookups and lookups[0]["native_hit_median_ns"] > 0
+    assert any(r["bench"] != "pool.lookup" for r in rows)
+
+
+@pytest.mark.slow
+def test_kv_bench_reports_fractions_of_memcpy():
+    rows = run("kv.py", "--blocks", "2", "--reps", "1", "--tiny", "8", "--ttft", "",
+               "--no-mooncake")
+    puts = [r for r in rows if r.get("op") == "put"]
+    assert puts and all(r["fraction_of_memcpy"] > 0 for r in puts if "fraction_of_memcpy" in r)
+    assert any(r.get("op") == "memcpy_into_pool_pages" for r in rows)
+
+
+def test_the_pool_lookup_benchmark_times_names_in_C(tmp_path):
+    import cxlkit
+    from cxlkit import _native
+
+    path = f"/dev/shm/cxlkit-test-lookup-{tmp_path.name}"
+    try:
+        with cxlkit.Pool(path, size=8 << 20, host_id=0) as pool:
+            pool.create("a", 64, publish=True).close()
+            assert _native.bench_pool_lookup(pool, ["a", "a", "missing"]) > 0
+            assert _native.bench_pool_lookup(pool, []) == 0.0
+        with pytest.raises(ValueError, match="closed"):
+            _native.bench_pool_lookup(pool, ["a"])
+    finally:
+        cxlkit.pool.remove(path)

@@ -26,7 +26,7 @@ def test_kv_stats_json_reports_blocks_and_counters(pool_path):
                                "blocks": 3, "bytes": 3 * (128 + lay.nbytes)}]
     from cxlkit.kv.recency import HEADER, table_slots
 
-    nslots = table_slots(s._pool.stat(), s.block_bytes)
+    nslots = table_slots(s.pool.stat(), s.block_bytes)
     assert info["recency_tables"] == [{"namespace": s.name(keys[0]).split(".")[1], "host": 0,
                                        "bytes": HEADER.size + 8 * nslots}]
     c = info["hosts"]["0"]
@@ -35,9 +35,9 @@ def test_kv_stats_json_reports_blocks_and_counters(pool_path):
     assert r.exit_code == 0 and "counters per host" in r.output and "recency tables" in r.output
 
 
-def test_kv_stats_without_a_pool_exits_1_naming_it():
+def test_kv_stats_without_a_pool_exits_2_naming_it():
     r = CliRunner().invoke(app, ["kv", "stats", "--pool", "/dev/shm/cxlkit-test-kvcli-none"])
-    assert r.exit_code == 1 and "cxlkit-test-kvcli-none" in r.output
+    assert r.exit_code == 2 and "cxlkit-test-kvcli-none" in r.output
 
 
 def test_run_demo_hits_a_prefix_stored_by_another_process():

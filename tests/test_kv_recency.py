@@ -127,12 +127,12 @@ def test_a_vanished_hosts_table_still_counts_and_never_breaks_eviction(pool_path
     assert a.evict(2 * a.block_bytes) == 2
     assert present(a, keys) == [True, True, False, False, True]
     # the host's table disappears between the owner's listing and its read: skipped
-    listing = a._pool.list()
+    listing = a.pool.list()
     with Pool(pool_path, host_id=1) as p1:
         p1.destroy(a._prefix + "recent.1")
     own = a._blocks(listing)
     last = a._recency.last_use(own, listing)
-    created = np.array([o["created_ns"] for o in own], dtype=np.uint64)
+    created = np.array([o.created_ns for o in own], dtype=np.uint64)
     assert (last >= created).all()
     assert a.evict(a.block_bytes) == 1 and present(a, keys)[:2] == [False, True]
 
@@ -190,8 +190,8 @@ def test_a_bad_own_table_is_replaced_with_a_warning(pool_path, clock, caplog):
     a = open_store(pool_path, 0)
     assert any("ignored and replaced" in r.getMessage() for r in caplog.records)
     assert a._recency.attached
-    info = a._pool.obj_stat(prefix + "recent.0")
-    assert info["nbytes"] == recency.HEADER.size + 8 * a._recency.nslots
+    info = a.pool.info(prefix + "recent.0")
+    assert info.nbytes == recency.HEADER.size + 8 * a._recency.nslots
     keys = block_hashes(list(range(16 * 3)))
     put_in_order(a, clock, keys)
     clock.at(10)
@@ -203,11 +203,11 @@ def test_a_removed_own_table_is_created_again_at_the_next_eviction(pool_path, cl
     a = open_store(pool_path, 0)
     keys = block_hashes(list(range(16 * 4)))
     put_in_order(a, clock, keys)
-    gen = a._pool.obj_stat(a._recency.name)["generation"]
+    gen = a.pool.info(a._recency.name).generation
     with Pool(pool_path, host_id=0) as p:
         p.destroy(a._recency.name)  # e.g. `cxlkit pool rm`: the store still holds it
     assert a.evict(a.block_bytes) == 1  # ranks by creation (the table's stamps are gone)
-    assert a._pool.obj_stat(a._recency.name)["generation"] != gen
+    assert a.pool.info(a._recency.name).generation != gen
     clock.at(20)
     a.get(keys[1:2], engine(), [0])  # stamps go to the new table
     assert a.evict(a.block_bytes) == 1
@@ -256,11 +256,11 @@ def test_collisions_only_make_a_block_look_more_recent(pool_path, clock):
     clock.at(50)
     b.get([x], e, [0])
     own = a.blocks()
-    last = dict(zip((o["name"] for o in own), a._recency.last_use(own, a._pool.list())))
+    last = dict(zip((o.name for o in own), a._recency.last_use(own, a.pool.list())))
     assert last[a.name(y)] == last[a.name(x)] == BASE + 50  # y borrows x's later use
     assert last[a.name(z)] == BASE + 2  # z's own, never older
     for o in own:
-        assert last[o["name"]] >= o["created_ns"]
+        assert last[o.name] >= o.created_ns
 
 
 def test_non_coherent_pools_share_recency_through_flush_and_invalidate(pool_path, clock):
@@ -278,16 +278,18 @@ def test_tables_are_not_blocks_and_survive_clear(pool_path, clock):
     a = open_store(pool_path, 0)
     keys = block_hashes(list(range(32)))
     put_in_order(a, clock, keys)
-    assert {o["name"] for o in a.blocks()} == {a.name(k) for k in keys}
+    assert {o.name for o in a.blocks()} == {a.name(k) for k in keys}
     assert a.clear() == 2 and a.blocks() == [] and a.used_bytes() == 0
-    assert a._pool.obj_stat(a._recency.name)["state"] == 2
+    assert a.pool.info(a._recency.name).live
 
 
 def test_table_size_keeps_slots_per_block_and_stays_a_small_share_of_a_partition():
-    big = {"max_objects": 1 << 20, "partition_bytes": 16 << 30, "max_hosts": 4}
+    from types import SimpleNamespace as Stat  # the PoolStat fields table_slots reads
+
+    big = Stat(max_objects=1 << 20, partition_bytes=16 << 30, max_hosts=4)
     n = recency.table_slots(big, 2 << 20)  # Llama-3-8B blocks: 8192 per host
     assert n & (n - 1) == 0 and n >= recency.SLOTS_PER_BLOCK * 4 * 8192
-    small = {"max_objects": 511, "partition_bytes": 128 << 10, "max_hosts": 4}
+    small = Stat(max_objects=511, partition_bytes=128 << 10, max_hosts=4)
     n = recency.table_slots(small, 512)
     assert 8 * n <= (128 << 10) // recency.PARTITION_SHARE and n >= recency.MIN_SLOTS
 

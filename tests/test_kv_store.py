@@ -109,7 +109,7 @@ def test_a_block_stored_by_one_host_is_hit_by_another(pool_path):
     assert s0.get(keys, de, [0, 1, 2, 3]) == 4
     for b, k in enumerate(keys):
         assert torch.equal(read_block(dst, b), content(k))
-    assert {b["host"] for b in s0.blocks(all_hosts=True)} == {1}
+    assert {b.host for b in s0.blocks(all_hosts=True)} == {1}
     assert s0.blocks() == []  # host 0 owns none of them
 
 
@@ -145,7 +145,7 @@ def _reader(path, host_id, nkeys, start, done, q):
 def test_eviction_under_pressure_with_concurrent_readers_never_returns_a_torn_block(pool_path):
     # 768 KiB over 4 hosts: 128 KiB partitions, ~14 blocks of 8.6 KB; 40 keys: puts evict
     s = open_store(pool_path, size=768 << 10, max_hosts=4)
-    assert s._pool.stat()["partition_bytes"] < 16 * (128 + LAYOUT.nbytes)
+    assert s.pool.stat().partition_bytes < 16 * (128 + LAYOUT.nbytes)
     ctx = mp.get_context("spawn")
     start, done, q = ctx.Barrier(3), ctx.Event(), ctx.Queue()
     procs = [ctx.Process(target=_churn, args=(pool_path, 40, 150, start, done))] + [
@@ -158,7 +158,7 @@ def test_eviction_under_pressure_with_concurrent_readers_never_returns_a_torn_bl
         assert p.exitcode == 0
     assert sum(r[0] for r in results) > 0, "readers never hit: the test proved nothing"
     assert all(r[1] == 0 for r in results), f"torn blocks returned: {results}"
-    stats = host_stats(s._pool)
+    stats = host_stats(s.pool)
     assert stats[0]["evictions"] > 0
 
 
@@ -184,7 +184,7 @@ def test_a_writer_killed_mid_put_leaves_no_visible_partial_block(pool_path):
     p.start()
     p.join(60)
     assert p.exitcode == 137
-    assert s._pool.fsck(repair=True)["errors"] == 0  # recovery after a crashed writer
+    assert s.pool.fsck(repair=True).errors == 0  # recovery after a crashed writer
     keys = [block_hashes(list(range(i, i + 16)))[0] for i in range(8)]
     dst, de = engine()
     visible = [k for k in keys if s.get([k], de, [0]) == 1]
@@ -212,7 +212,7 @@ def test_a_pinned_block_survives_eviction_until_its_reader_dies(pool_path):
     src, se = engine()
     write_block(src, 0, key)
     s.put([key], se, [0])
-    used = s._pool.stat()["used_bytes"]
+    used = s.pool.stat().used_bytes
     ctx = mp.get_context("spawn")
     ready = ctx.Event()
     p = ctx.Process(target=_pin_and_wait, args=(pool_path, key, ready))
@@ -220,13 +220,13 @@ def test_a_pinned_block_survives_eviction_until_its_reader_dies(pool_path):
     assert ready.wait(60)
     assert s.evict(1) == 1 and s.lookup([key]) == 0
     # destroyed but leased: the memory is still held (pending), not reused
-    assert s._pool.fsck(repair=True)["leases_live"] >= 1
-    assert s._pool.stat()["used_bytes"] == used
+    assert s.pool.fsck(repair=True).leases_live >= 1
+    assert s.pool.stat().used_bytes == used
     os.kill(p.pid, signal.SIGKILL)
     p.join(60)
-    report = s._pool.fsck(repair=True)  # the dead reader's lease expires; memory reclaimed
-    assert report["errors"] == 0
-    assert s._pool.stat()["used_bytes"] < used
+    report = s.pool.fsck(repair=True)  # the dead reader's lease expires; memory reclaimed
+    assert report.errors == 0
+    assert s.pool.stat().used_bytes < used
 
 
 def test_stats_are_shared_by_processes_of_a_host(pool_path):
@@ -331,7 +331,7 @@ def test_a_store_over_a_cxlkit_Pool_uses_its_file_and_host(pool_path):
         keys = block_hashes(list(range(16)))
         _, se = engine()
         assert s.put(keys, se, [0]) == 1
-        assert [b["host"] for b in s.blocks()] == [2]
+        assert [b.host for b in s.blocks()] == [2]
         s.close()
     named = Store(pool_path, LAYOUT, host_id="host-b")
     assert named.host_id != 2 and named.lookup(keys) == 1
@@ -342,7 +342,7 @@ def test_a_store_shares_the_handle_of_a_cxlkit_Pool_and_leaves_it_open(pool_path
 
     with cxlkit.pool.Pool(pool_path, size=16 << 20, host_id=1) as pool:
         s = Store(pool, LAYOUT)
-        assert s._pool.pool is pool._h  # one cxk_pool, not a second mapping
+        assert s.pool is pool  # one cxk_pool, not a second mapping
         keys = block_hashes(list(range(16)))
         _, se = engine()
         assert s.put(keys, se, [0]) == 1
@@ -350,14 +350,14 @@ def test_a_store_shares_the_handle_of_a_cxlkit_Pool_and_leaves_it_open(pool_path
         s.close()
         assert not pool.closed  # the caller's pool stays open
         other = Store(pool, LAYOUT, host_id=3)  # another host: its own handle, closed with it
-        assert other._pool.pool is not pool._h and other.host_id == 3
+        assert other.pool is not pool and other.host_id == 3
         other.close()
-        assert other._pool.pool.closed and not pool.closed
+        assert other.pool.closed and not pool.closed
     with pytest.raises(ValueError, match="closed"):
         Store(pool, LAYOUT)
     own = Store(pool_path, LAYOUT, host_id=1)
     own.close()
-    assert own._pool.pool.closed  # a store that opened the pool closes it
+    assert own.pool.closed  # a store that opened the pool closes it
 
 
 def test_a_store_over_a_striped_pool_round_trips(pool_path):
@@ -418,7 +418,7 @@ def test_writers_killed_at_arbitrary_points_leave_only_whole_blocks(pool_path):
         assert started.wait(60)
         os.kill(p.pid, signal.SIGKILL)
         p.join(30)
-    assert s._pool.fsck(repair=False)["errors"] == 0
+    assert s.pool.fsck(repair=False).errors == 0
     dst, de = engine()
     loaded = 0
     for k in keys:
@@ -471,37 +471,48 @@ def test_closing_stores_over_a_shared_pool_returns_their_leases(pool_path):
         assert p.fsck(repair=False).leases_live == 0
 
 
-def test_counters_are_added_and_read_by_pool_offset_within_the_pool(pool_path):
+def test_counters_are_added_by_word_offset_within_their_object_only(pool_path):
     from cxlkit import Pool
 
     with Pool(pool_path, 32 << 20, host_id=1, max_hosts=2) as p:
         s = Store(p, LAYOUT)
-        kp, off = s._pool, s._shared["offset"]
+        obj = s._shared
         i = 8 * list(STAT_FIELDS).index("evictions")
-        assert kp.atomic_add(off + i, 5) == 5  # the new value
-        assert kp.atomic_add(off + i, 2) == 7
+        assert obj.add_u64(i, 5) == 5  # the new value
+        assert obj.add_u64(i, 2) == 7
         assert host_stats(p)[1]["evictions"] == 7
-        assert kp.read(off + i, 8) == (7).to_bytes(8, "little")
-        assert kp.read(off, 0) == b""
-        st = p.stat()
-        theirs = st.data_offset  # host 0's partition: readable, never written by host 1
-        assert len(kp.read(theirs, 64)) == 64
-        for bad in (theirs, 0, st.size - 8, st.size, 1 << 63):
-            with pytest.raises(ValueError, match=f"offset 0x{bad:x} .*outside this host's "
-                                                 "partition"):
-                kp.atomic_add(bad, 1)
-        with pytest.raises(ValueError, match=f"offset {off + 4}: .*8-byte aligned"):
-            kp.atomic_add(off + 4, 1)
-        for bad, n in ((0, 8), (st.size - 8, 16), (st.size, 1), (1 << 63, 1 << 63)):
-            with pytest.raises(ValueError, match=f"offset 0x{bad:x} .*outside the data region"):
-                kp.read(bad, n)
+        end = 8 * len(STAT_FIELDS)
+        for bad in (end, end + 8, 1 << 40, (1 << 63) - 8):
+            with pytest.raises(ValueError, match=f"outside object kv.stats.h1 of {end} bytes"):
+                obj.add_u64(bad, 1)
+        with pytest.raises(ValueError, match="offset 4 in object kv.stats.h1: not a multiple"):
+            obj.add_u64(4, 1)
         with pytest.raises(TypeError):
-            kp.atomic_add(off, -1)  # counters only grow
+            obj.add_u64(0, -1)  # counters only grow
+        with p.open("kv.stats.h1") as ro:
+            with pytest.raises(PermissionError, match="read-only"):
+                ro.add_u64(0, 1)
         s.close()
-        for call in (lambda: kp.atomic_add(off, 1), lambda: kp.read(off, 8)):
-            with pytest.raises(ValueError, match="KV store's pool is closed"):
-                call()
-        kp2 = _native.KVPool(p)
-    for call in (lambda: kp2.atomic_add(off, 1), lambda: kp2.read(off, 8)):
-        with pytest.raises(ValueError, match=f"pool {pool_path} is closed"):
-            call()
+        with pytest.raises(ValueError, match="KV store is closed"):
+            s._count(puts=1)
+        with pytest.raises(ValueError, match="closed"):
+            obj.add_u64(0, 1)
+
+
+def test_a_counters_object_of_another_size_is_replaced_and_no_neighbour_is_overwritten(
+        pool_path):
+    """Defect 1: a 16-byte kv.stats.h0 (another build's field count) was written past its end
+    by the counter adds, so the next object in the partition lost its header."""
+    from cxlkit import Pool
+
+    with Pool(pool_path, 32 << 20, host_id=0) as p:
+        p.create("kv.stats.h0", 16, publish=True).close()
+        p.create("neighbour", 4096, data=b"\xab" * 4096).close()
+        s = Store(p, LAYOUT)
+        for _ in range(3):
+            s._count(load_errors=1, put_errors=1)
+        assert p.open("neighbour").read() == b"\xab" * 4096
+        assert p.info("kv.stats.h0").nbytes == 8 * len(STAT_FIELDS)
+        assert host_stats(p)[0]["load_errors"] == 3
+        assert p.fsck(repair=False).clean
+        s.close()

@@ -1,12 +1,17 @@
-"""The vLLM connector driven by a faithful fake of vLLM's calls (tests/kv_fakes/vllm_fake.py):
-call order, a prefix saved by one engine and loaded by another on another host instead of
-recomputed, vLLM's own block hashes as keys, load errors degrading to recompute, cross-layer
-caches. vLLM itself is not installed here; nothing in this file runs real vLLM."""
+"""The vLLM connector driven by a fake of vLLM's calls (tests/kv_fakes/vllm_fake.py) for fast
+failure cases: call order, a prefix saved by one engine and loaded by another on another host
+instead of recomputed, vLLM's own block hashes as keys, load errors degrading to recompute, the
+staging path, refused layouts. The truth is the real engine: tests/test_kv_vllm_engine.py
+(make test-vllm), which also checks the fake's page layout against vLLM's."""
 
 import pytest
+import torch
 
 from cxlkit.integrations import vllm as conn
-from kv_fakes.vllm_fake import FakeEngine, Request, vllm_block_hashes
+from cxlkit.integrations import vllm_pages as pages
+from cxlkit.kv import BlockLayout, Store
+from kv_fakes.vllm_fake import (FakeEngine, FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec,
+                                Request, cpu_attn_pages, vllm_block_hashes)
 
 PROMPT = [(11 * i + 5) % 997 for i in range(83)]  # 5 full blocks + 3 tokens
 
@@ -22,9 +27,12 @@ STEP_CALLS = ["get_num_new_matched_tokens", "update_state_after_alloc", "build_c
     "wait_for_save", "get_finished", "get_block_ids_with_load_errors", "clear_connector_metadata"]
 
 
-def test_connector_imports_and_runs_without_vllm():
-    assert conn.HAVE_VLLM is False  # vLLM is not installable on this machine
+def test_connector_is_a_kv_connector_with_or_without_vllm():
     assert issubclass(conn.CxlkitConnector, conn.KVConnectorBase_V1)
+    if conn.HAVE_VLLM:  # in .venv-vllm: the real base class
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
+
+        assert conn.KVConnectorBase_V1 is KVConnectorBase_V1
 
 
 def test_one_engine_saves_and_another_host_loads_instead_of_recomputing(extra):
@@ -72,7 +80,7 @@ def test_a_block_evicted_between_lookup_and_load_is_recomputed(extra):
     keys = vllm_block_hashes(PROMPT, 16)
 
     def evict_third_block():  # the owner host evicts after b's scheduler counted the hit
-        a.worker.store._pool.destroy(a.worker.store.name(keys[2]))
+        a.worker.store.pool.destroy(a.worker.store.name(keys[2]))
 
     b.before_worker = evict_third_block
     so = b.step(req)
@@ -82,24 +90,95 @@ def test_a_block_evicted_between_lookup_and_load_is_recomputed(extra):
     assert all(b.block_matches_recompute(req, ids, i) for i in range(5))
 
 
-def test_cross_layer_and_per_layer_engines_share_blocks(extra):
-    a = FakeEngine(dict(extra, cross_layer=True), cross_layer=True)
+def test_staged_and_direct_engines_share_blocks(extra):
+    a = FakeEngine(dict(extra, staging=True, staging_blocks=2))  # 5 blocks: chunks 2, 2, 1
+    assert a.worker._engine.staged
     req = Request("a", PROMPT)
     so = a.step(req)
     ids = so.scheduled_new_reqs[0].block_ids[0]
     assert all(a.block_matches_recompute(req, ids, i) for i in range(5))
     b = FakeEngine(dict(extra, host_id=1, create=False))
-    req_b = Request("b", PROMPT)
-    so_b = b.step(req_b)
-    ids_b = so_b.scheduled_new_reqs[0].block_ids[0]
+    so_b = b.step(Request("b", PROMPT))
     assert b.computed_positions["b"] == [80, 81, 82]
-    assert all(b.block_matches_recompute(req_b, ids_b, i) for i in range(5))
-    c = FakeEngine(dict(extra, cross_layer=True, create=False), cross_layer=True)
+    c = FakeEngine(dict(extra, staging=True, staging_blocks=3, create=False))
     req_c = Request("c", PROMPT)
     so_c = c.step(req_c)
     assert c.computed_positions["c"] == [80, 81, 82]
     assert all(c.block_matches_recompute(req_c, so_c.scheduled_new_reqs[0].block_ids[0], i)
                for i in range(5))
+    assert a.worker.store.stats.puts == 5 and c.worker.store.stats.hits == 5
+
+
+def test_layout_comes_from_the_kv_cache_spec_and_matches_the_model_config(extra):
+    a = FakeEngine(extra)
+    b = FakeEngine(dict(extra, create=False), with_kv_cache_config=False)
+    want = BlockLayout(num_layers=3, num_kv_heads=2, head_dim=16, dtype="float32",
+                       block_tokens=16)
+    assert a.worker.layout == want and b.worker.layout == want
+    a.step(Request("a", PROMPT))
+    assert b.step(Request("b", PROMPT)).scheduled_new_reqs[0].num_computed_tokens == 80
+
+
+@pytest.mark.parametrize("bad, match", [
+    ("hybrid", "hybrid"), ("v_size", "head_size_v"), ("mla", "MLA")])
+def test_unsupported_kv_cache_specs_are_refused_by_name(bad, match):
+    spec = FullAttentionSpec(16, 2, 16, torch.float32, head_size_v=8 if bad == "v_size" else None)
+    names = [f"model.layers.{i}.attn" for i in range(3)]
+    groups = [KVCacheGroupSpec(names, spec)]
+    if bad == "hybrid":
+        groups.append(KVCacheGroupSpec(["model.layers.3.attn"], spec))
+    if bad == "mla":
+        class MLAAttentionSpec:
+            pass
+        groups = [KVCacheGroupSpec(names, MLAAttentionSpec())]
+    with pytest.raises(ValueError, match=match):
+        pages.attention_spec(None, KVCacheConfig(8, groups))
+
+
+def test_page_views_split_each_row_in_halves_and_refuse_other_shapes():
+    lay = BlockLayout(num_layers=1, num_kv_heads=2, head_dim=4, dtype="float32", block_tokens=3)
+    page = cpu_attn_pages(1, 5, 2, 3, 4, torch.float32)[0]
+    page.copy_(torch.arange(page.numel(), dtype=torch.float32).view(page.shape))
+    halves = pages.split_kv(page, lay)
+    assert torch.equal(halves[:, :, :, 0], page[..., :4])
+    assert torch.equal(halves[:, :, :, 1], page[..., 4:])
+    strided = torch.zeros(5, 3, 2, 8).transpose(1, 2)  # heads inside tokens (layout LBNHC)
+    assert pages.split_kv(strided, lay).shape == (5, 2, 3, 2, 4)
+    with pytest.raises(ValueError, match="page shape"):
+        pages.split_kv(torch.zeros(5, 2, 3, 6), lay)
+    with pytest.raises(ValueError, match="4-D"):
+        pages.split_kv(torch.zeros(2, 5, 3, 2, 4), lay)
+    with pytest.raises(ValueError, match="not contiguous"):
+        pages.split_kv(torch.zeros(5, 2, 8, 3).transpose(2, 3), lay)
+    with pytest.raises(ValueError, match="dtype"):
+        pages.split_kv(torch.zeros(5, 2, 3, 8, dtype=torch.float16), lay)
+    fmt = pages.page_format(None, [], lay, {"attn_backend": "CPU_ATTN", "cpu_attn_isa": "amx"})
+    assert fmt.name == "CPU_ATTN.amx"  # the ISA's packing is part of the namespace
+    assert pages.page_format(None, [], lay, {"attn_backend": "FLASH_ATTN"}).name == "FLASH_ATTN"
+
+
+def test_keys_take_the_hash_at_each_vllm_block_end_when_hashes_are_finer(extra):
+    a = FakeEngine(extra)
+    req = Request("r", PROMPT, block_size=8)  # hashes every 8 tokens, blocks of 16
+    a.sched._inner._hashes_per_block = 2
+    assert a.sched._keys(req) == vllm_block_hashes(PROMPT, 8)[1::2]
+
+
+def test_connector_stats_and_reset_cache(extra):
+    a = FakeEngine(extra)
+    a.step(Request("a", PROMPT))
+    st = a.worker.get_kv_connector_stats()
+    assert st.data["saved_blocks"] == 5 and st.data["loaded_blocks"] == 0
+    assert a.worker.get_kv_connector_stats() is None  # reset after each interval
+    b = FakeEngine(dict(extra, host_id=1, create=False))
+    b.step(Request("b", PROMPT))
+    st_b = b.worker.get_kv_connector_stats()
+    assert st_b.reduce()["loaded_blocks"] == 5 and not st_b.is_empty()
+    agg = conn.CxlkitConnector.build_kv_connector_stats(dict(st.data)).aggregate(st_b)
+    assert agg.data["saved_blocks"] == 5 and agg.data["loaded_blocks"] == 5
+    assert not a.sched.requires_kv_delivery  # a cache: a dropped save is a later miss
+    assert a.sched.reset_cache() is True  # vLLM's reset_prefix_cache(reset_connector=True)
+    assert a.sched.get_num_new_matched_tokens(Request("c", PROMPT), 0) == (0, False)
 
 
 def test_a_prompt_of_whole_blocks_keeps_its_last_block_to_compute(extra):
@@ -115,10 +194,32 @@ def test_a_different_prompt_is_a_miss_and_unknown_cache_shapes_are_refused(extra
     a.step(Request("a", PROMPT))
     other = Request("o", [t + 1 for t in PROMPT])
     assert a.sched.get_num_new_matched_tokens(other, 0) == (0, False)
-    import torch
-
-    with pytest.raises(ValueError, match="kv_axes"):
-        a.worker.register_kv_caches({f"model.layers.{i}.attn": torch.zeros(3, 4, 5, 6, 7)
-                                     for i in range(3)})
+    with pytest.raises(ValueError, match="no KV cache for layers"):
+        a.worker.register_kv_caches({"model.layers.0.attn": torch.zeros(4, 2, 16, 32)})
+    with pytest.raises(ValueError, match="4-D"):  # the pre-0.32 FlashAttention shape
+        a.worker.register_kv_caches({n: torch.zeros(2, 4, 16, 2, 16) for n in a.layer_names})
     with pytest.raises(ValueError, match="layer index"):
-        a.worker.register_kv_caches({"attn": torch.zeros(2, 4, 16, 2, 16)})
+        pages.layer_index("attn")
+
+
+def test_page_engine_checks_its_input(pool_path):
+    lay = BlockLayout(num_layers=2, num_kv_heads=2, head_dim=4, dtype="float32", block_tokens=3)
+    fmt = pages.PageFormat("CPU_ATTN.vec")
+    two = cpu_attn_pages(2, 4, 2, 3, 4, torch.float32)
+    with pytest.raises(ValueError, match="2 layers"):
+        pages.PageEngine(lay, two[:1], fmt)
+    with pytest.raises(ValueError, match="staging_blocks"):
+        pages.PageEngine(lay, two, fmt, staging=True, staging_blocks=0)
+    eng = pages.PageEngine(lay, two, fmt, staging=True, staging_blocks=2)
+    keys = [bytes([7]) * 32, bytes([8]) * 32]
+    with Store(pool_path, lay, create=True, size=8 << 20, host_id=0) as st:
+        with pytest.raises(ValueError, match="2 keys but 1 block ids"):
+            eng.save(st, keys, [0])
+        with pytest.raises(IndexError, match=r"\[0, 4\)"):
+            eng.load(st, keys, [0, 4])
+        two[1][3].fill_(5.0)
+        assert eng.save(st, keys, [3, 2]) == 2 and eng.save(st, keys, [3, 2]) == 0  # immutable
+        two[1].zero_()
+        assert eng.load(st, keys + [bytes([9]) * 32], [0, 1, 2]) == 2  # a miss ends the prefix
+        assert torch.equal(two[1][0], torch.full((2, 3, 8), 5.0))
+        assert not two[1][1].any()

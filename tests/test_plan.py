@@ -43,9 +43,9 @@ def test_vectordb_of_the_issue_needs_460_8_GB():
 def test_kv_of_the_issue_needs_256_KiB_per_token():
     # 2 x 64 layers x 8 kv heads x 128 x 2 bytes
     assert PL.kv_bytes_per_token(64, 8, 128, "bf16") == 262_144
-    p = PL.kv(64, 8, 128, "1M", "bf16", tiers=TIERS)
-    assert p.need_bytes == 262_144 * 1_000_000
-    assert p.detail["bytes_per_token"] == 262_144 and p.detail["tokens"] == 1_000_000
+    p = PL.kv(64, 8, 128, "1M", "bf16", tiers=TIERS)  # token counts are binary: 1M = 2**20
+    assert p.need_bytes == 262_144 << 20
+    assert p.detail["bytes_per_token"] == 262_144 and p.detail["tokens"] == 1 << 20
 
 
 def test_a_need_that_fits_one_tier_names_it():
@@ -108,7 +108,7 @@ def test_cli_plan_kv_json_is_the_plan(cli):
             "--tokens", "1M", "--dtype", "bf16", "--json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
-    assert d["need_bytes"] == 262_144_000_000 and d["what"] == "kv"
+    assert d["need_bytes"] == 256 << 30 and d["what"] == "kv"
     assert [t["node"] for t in d["tiers"]] == topology.memory_nodes()
 
 

@@ -63,7 +63,9 @@ def test_torch_view_is_zero_copy(path):
     torch = pytest.importorskip("torch")
     with cxlkit.Pool(path, size=8 * MiB, host_id=0) as pool:
         with pool.create("t", 64 * 4, publish=True) as obj:
-            t = obj.torch(torch.float32, (8, 8))
+            from cxlkit.integrations.views import tensor
+
+            t = tensor(obj, torch.float32, (8, 8))
             t.fill_(2.5)
             assert obj.numpy(np.float32)[63] == 2.5
             del t

@@ -67,9 +67,9 @@ def _hammer(pool: cxlkit.Pool, kv, plan, what: str, rnd: int, started: threading
             pool.list()
             pool.stat()
         elif what == "kv":
-            kv.put(plan, names, [bytes(k) for k in keys], LAYOUT.pack(), ids, 0)
-            kv.get(plan, names, [bytes(k) for k in keys], LAYOUT.pack(), ids, 0)
-            kv.lookup(names)
+            _native.kv_put(kv, plan, names, [bytes(k) for k in keys], LAYOUT.pack(), ids, 0)
+            _native.kv_get(kv, plan, names, [bytes(k) for k in keys], LAYOUT.pack(), ids, 0)
+            _native.kv_lookup(kv, names)
     _until_closed(op, what, pool._h.label, started, errors)
 
 
@@ -82,7 +82,7 @@ def _close_under_load(path: str, rounds: int) -> None:
             pool.create("big", 4 * MiB, publish=True, checksum=True).close()
         ts = [torch.zeros(2, 4, 16, 2, 64) for _ in range(LAYOUT.num_layers)]
         plan = EngineTensors.per_layer(LAYOUT, ts, "KBTHD").plan
-        kv = _native.KVPool(pool)
+        kv = pool  # the KV calls take the cxlkit.Pool itself (issue 11: one pool face)
         kinds = ["create", "read", "list", "kv"]
         started = threading.Barrier(len(kinds) + 1)
         threads = [threading.Thread(target=_hammer, args=(pool, kv, plan, k, r, started, errors))
@@ -141,7 +141,7 @@ def _store_hammer(store: Store, what: str, started: threading.Barrier, errors: l
             store.get(keys, eng, range(4))
             store.lookup(keys)
         elif what == "stats":  # reads every host's counters by offset under a lease
-            host_stats(store._pool)
+            host_stats(store.pool)
             store.blocks(all_hosts=True)
         elif what == "touch":  # stamps (store_u64) and range flushes
             store._recency.touch(keys[:1])
@@ -184,7 +184,7 @@ def _close_store_under_load(path: str, rounds: int) -> None:
             if t.is_alive():
                 errors.append("a thread did not finish after close")
         for call in (lambda: store.get(keys, eng, range(4)), lambda: store.put(keys[:1], eng, [0]),
-                     lambda: host_stats(store._pool), lambda: store._recency.touch(keys)):
+                     lambda: host_stats(store.pool), lambda: store._recency.touch(keys)):
             try:
                 call()
                 errors.append("a store call on a closed pool did not raise")
@@ -218,7 +218,7 @@ def test_closing_twice_and_from_two_threads_is_harmless(pool_path):
     with pytest.raises(ValueError, match=f"pool {pool_path} is closed"):
         pool.create("x", 64)
     with pytest.raises(ValueError, match="closed"):
-        _native.KVPool(pool)
+        _native.kv_lookup(pool, ["x"])
 
 
 def test_an_object_kept_open_after_its_pool_closed_says_closed(pool_path):

@@ -463,7 +463,7 @@ def test_load_state_dict_refuses_amsgrad_instead_of_dropping_its_state():
 
 
 def test_state_asks_for_huge_pages_unless_told_not_to_or_interleaved(memory_nodes):
-    m = mlp()
+    m = mlp(dtype=torch.bfloat16)  # an fp32 CPU model would be its own master (no buffer)
     on = {cls: b for cls, b in TieredAdamW(m.parameters()).buffers()}
     assert on["fp32_params"].thp is True and on["optimizer_states"].thp is True
     assert on["optimizer_states"].address % (2 << 20) == 0
@@ -474,3 +474,93 @@ def test_state_asks_for_huge_pages_unless_told_not_to_or_interleaved(memory_node
     plan = TP.plan_training(TP.Footprint(param_count(m)))
     planned = TieredAdamW(m.parameters(), plan=plan).buffers()
     assert all(b.thp is (None if b.policy.page_granular else True) for _, b in planned)
+
+
+def test_fp32_cpu_param_is_its_own_master_without_a_buffer():
+    m1, m2 = mlp(), mlp()
+    o1 = TieredAdamW(m1.parameters(), lr=1e-2)
+    assert [cls for cls, _ in o1.buffers()] == ["optimizer_states"]
+    for p in m1.parameters():
+        assert o1.state[p]["master"].data_ptr() == p.data_ptr()
+    o2 = TieredAdamW(m2.parameters(), lr=1e-2, master="copy")
+    assert sorted(cls for cls, _ in o2.buffers()) == ["fp32_params", "optimizer_states"]
+    x, y = data()
+    assert train(m1, o1, 4, x, y) == train(m2, o2, 4, x, y)
+    for a, b in zip(m1.parameters(), m2.parameters()):
+        assert torch.equal(a, b)
+        assert o2.state[b]["master"].data_ptr() != b.data_ptr()
+    with pytest.raises(ValueError, match="master 'half'"):
+        TieredAdamW(mlp().parameters(), master="half")
+
+
+def test_a_plan_moves_fp32_params_into_its_master_buffer_and_keeps_them_there():
+    m, ref = mlp(), mlp()
+    plan = TP.plan_training(TP.Footprint(param_count(m)))
+    o = TieredAdamW(m.parameters(), lr=1e-2, plan=plan)
+    o_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2, foreach=False)
+    buf = dict(o.buffers())["fp32_params"]
+    inside = lambda p: buf.address <= p.data_ptr() < buf.address + buf.nbytes  # noqa: E731
+    assert all(inside(p) for p in m.parameters())
+    x, y = data()
+    train(m, o, 2, x, y)
+    train(ref, o_ref, 2, x, y)
+    for mdl in (m, ref):  # a round trip gives the params new storage (and bf16 values)
+        mdl.to(torch.bfloat16).to(torch.float32)
+    assert not any(inside(p) for p in m.parameters())
+    train(m, o, 2, x, y)
+    train(ref, o_ref, 2, x, y)
+    assert all(inside(p) for p in m.parameters())  # moved back where the plan placed them
+    for a, b in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    m.to(torch.bfloat16)
+    with pytest.raises(TypeError, match="build the optimizer again"):
+        train(m, o, 1, *data(torch.bfloat16))
+
+
+def test_auto_team_runs_on_torchs_openmp_threads_on_one_node(monkeypatch, memory_nodes):
+    import cxlkit.integrations.torch as T
+
+    if len(memory_nodes) != 1:
+        pytest.skip("several memory nodes: 'auto' picks pinned teams that follow memory")
+    monkeypatch.setattr(T, "AUTO_TEAM_PARAMS", 10)
+    m1, m2 = mlp(), mlp()
+    x, y = data()
+    o1 = TieredAdamW(m1.parameters(), lr=1e-2)
+    o2 = TieredAdamW(m2.parameters(), lr=1e-2, team=None)
+    train(m1, o1, 2, x, y)
+    train(m2, o2, 2, x, y)
+    assert o1._team.kind == "openmp" and o1._team.threads == torch.get_num_threads()
+    for a, b in zip(m1.parameters(), m2.parameters()):
+        assert torch.equal(a, b)
+    m3 = mlp()
+    o3 = TieredAdamW(m3.parameters(), lr=1e-2, team="openmp")  # below AUTO_TEAM_PARAMS too
+    monkeypatch.setattr(T, "AUTO_TEAM_PARAMS", 1 << 20)
+    train(m3, o3, 2, x, y)
+    assert o3._team.kind == "openmp"
+    for a, b in zip(m1.parameters(), m3.parameters()):
+        assert torch.equal(a, b)
+    o1.close()
+    o3.close()
+
+
+def test_docs_train_recipes_run_as_written(tmp_path):
+    # every ```python block after a <!-- recipe --> line of docs/train.md, each in a fresh
+    # process (as a user pastes it into a script), in an empty directory
+    import pathlib
+    import re
+    import subprocess
+    import sys
+
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    doc = (pathlib.Path(__file__).parent.parent / "docs" / "train.md").read_text()
+    blocks = re.findall(r"<!-- recipe -->\n```python\n(.*?)```", doc, re.S)
+    assert len(blocks) == 2, "docs/train.md: the HF Trainer and accelerate recipes"
+    for i, code in enumerate(blocks):
+        script = tmp_path / f"recipe{i}.py"
+        script.write_text(code + "\nprint('RECIPE-OK', opt.state[next(iter(opt.state))]['step'])\n")
+        r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        steps = float(r.stdout.split("RECIPE-OK")[1].split()[0].strip("tensor()"))
+        assert steps == (4 if i == 0 else 5), r.stdout

@@ -20,7 +20,9 @@
 #include <vector>
 
 #include "adam/adam.h"
+#include "adam/omp.h"
 #include "cxlkit.h"
+#include "sys/sys.h"
 
 namespace cxk::adam {
 namespace {
@@ -84,7 +86,7 @@ int check_hparams(const cxk_adam_hparams *h) {
     if (h->beta1 < 0 || h->beta1 >= 1 || h->beta2 < 0 || h->beta2 >= 1) return -EINVAL;
     if (h->step < 1) return -EINVAL;
     const uint32_t known = CXK_ADAM_DECOUPLED | CXK_ADAM_MAXIMIZE | CXK_ADAM_BIAS_CORRECTION |
-                           CXK_ADAM_NT_STATE | CXK_ADAM_NT_COPY;
+                           CXK_ADAM_NT_STATE | CXK_ADAM_NT_COPY | CXK_ADAM_RESYNC;
     if (h->flags & ~known) return -EINVAL;
     return 0;
 }
@@ -122,6 +124,7 @@ Coeffs coeffs_of(const cxk_adam_hparams *h) {
     c.maximize = h->flags & CXK_ADAM_MAXIMIZE;
     c.nt_state = h->flags & CXK_ADAM_NT_STATE;
     c.nt_copy = h->flags & CXK_ADAM_NT_COPY;
+    c.resync = h->flags & CXK_ADAM_RESYNC;
     return c;
 }
 
@@ -157,14 +160,10 @@ int prepare(const cxk_adam_hparams *h, const cxk_adam_tensor *t, size_t nt, Coef
 
 // ---- sysfs: memory nodes, their CPUs and distances (read at team creation) ----
 
-std::string read_text(const std::string &path) {
+// a sysfs file relative to the sysfs root (sys: honours CXLKIT_SYSFS_ROOT); "" when unreadable
+std::string read_text(const std::string &rel) {
     std::string out;
-    if (FILE *f = std::fopen(path.c_str(), "re")) {
-        char buf[4096];
-        size_t got;
-        while ((got = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, got);
-        std::fclose(f);
-    }
+    if (cxk::sys_read_sysfs(rel.c_str(), &out) < 0) out.clear();
     return out;
 }
 
@@ -190,7 +189,7 @@ std::vector<int> parse_list(const std::string &s) {
     return out;
 }
 
-const char *kNodeDir = "/sys/devices/system/node/node";
+const char *kNodeDir = "devices/system/node/node";
 
 std::vector<int> node_cpus(int node) {
     return parse_list(read_text(kNodeDir + std::to_string(node) + "/cpulist"));
@@ -210,7 +209,7 @@ std::vector<int> node_distances(int node) {
 }
 
 std::vector<int> memory_nodes() {
-    std::vector<int> n = parse_list(read_text("/sys/devices/system/node/has_memory"));
+    std::vector<int> n = parse_list(read_text("devices/system/node/has_memory"));
     if (n.empty()) n.push_back(0);  // no NUMA sysfs: one node
     return n;
 }
@@ -265,6 +264,12 @@ struct cxk_adam_team {
     std::vector<std::unique_ptr<Group>> groups;
     uint64_t chunk_bytes = 1 << 20;
     bool pinned = false;
+    // An OpenMP team (cxk_adam_team_create_omp) owns no threads: groups[0] holds the chunks
+    // and each step is one parallel region of the process's runtime, of omp_threads threads.
+    bool use_omp = false;
+    cxk::adam::Omp omp{};
+    uint32_t omp_threads = 0;
+    std::atomic<uint64_t> resynced{0};  // elements re-read this step, summed per chunk
     std::mutex mu;
     std::condition_variable cv_work, cv_done;
     // gen and stop change under mu (so a thread blocked in cv_work cannot miss them);
@@ -312,7 +317,8 @@ struct cxk_adam_team {
                 const size_t k = g->next.fetch_add(1, std::memory_order_relaxed);
                 if (k >= g->work.size()) break;
                 const Chunk &c = g->work[k];
-                kernel(coeffs, cxk::adam::span_of(tensors[c.tensor], c.begin, c.n));
+                if (uint64_t r = kernel(coeffs, cxk::adam::span_of(tensors[c.tensor], c.begin, c.n)))
+                    resynced.fetch_add(r, std::memory_order_relaxed);
             }
             // The last one out wakes run(); notifying under mu pairs with run() testing
             // pending under mu before it blocks, so the wake-up cannot fall between the two.
@@ -340,7 +346,29 @@ struct cxk_adam_team {
         return n;
     }
 
+    // One OpenMP thread's share: chunks off groups[0] until none is left. Called by every
+    // thread of the region, the caller included; the region's end is the runtime's barrier,
+    // which orders the kernel's stores before the caller returns.
+    static void omp_region(void *arg) {
+        auto *t = static_cast<cxk_adam_team *>(arg);
+        Group *g = t->groups[0].get();
+        uint64_t mine = 0;
+        for (;;) {
+            const size_t k = g->next.fetch_add(1, std::memory_order_relaxed);
+            if (k >= g->work.size()) break;
+            const Chunk &c = g->work[k];
+            mine += t->kernel(t->coeffs, cxk::adam::span_of(t->tensors[c.tensor], c.begin, c.n));
+        }
+        if (mine) t->resynced.fetch_add(mine, std::memory_order_relaxed);
+    }
+
     void run() {
+        if (use_omp) {
+            const unsigned n = omp_threads ? omp_threads : unsigned(omp.max_threads());
+            const size_t chunks = groups[0]->work.size();
+            omp.parallel(omp_region, this, unsigned(n < chunks ? n : chunks), 0);
+            return;
+        }
         {
             std::lock_guard<std::mutex> lk(mu);
             pending.store(nthreads(), std::memory_order_relaxed);
@@ -357,14 +385,21 @@ struct cxk_adam_team {
 
 extern "C" {
 
-int cxk_adam_step(const cxk_adam_hparams *h, const cxk_adam_tensor *t, size_t nt) {
+int cxk_adam_step_ex(const cxk_adam_hparams *h, const cxk_adam_tensor *t, size_t nt,
+                     uint64_t *resynced) {
     cxk::adam::Coeffs c;
     cxk::adam::Kernel k;
     int r = cxk::adam::prepare(h, t, nt, &c, &k);
     if (r < 0) return r;
+    uint64_t changed = 0;
     for (size_t i = 0; i < nt; ++i)
-        if (t[i].n) k(c, cxk::adam::span_of(t[i], 0, t[i].n));
+        if (t[i].n) changed += k(c, cxk::adam::span_of(t[i], 0, t[i].n));
+    if (resynced) *resynced = changed;
     return 0;
+}
+
+int cxk_adam_step(const cxk_adam_hparams *h, const cxk_adam_tensor *t, size_t nt) {
+    return cxk_adam_step_ex(h, t, nt, nullptr);
 }
 
 int cxk_adam_simd(void) { return cxk::adam::resolve(CXK_SIMD_AUTO); }
@@ -402,7 +437,7 @@ int cxk_adam_team_create(const cxk_adam_team_opts *opts, cxk_adam_team **out) {
     }
     cpu_set_t allowed;
     CPU_ZERO(&allowed);
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return -errno;
+    if (int e = cxk::sys_getaffinity_self(sizeof allowed, &allowed)) return e;
 
     std::unique_ptr<cxk_adam_team> team(new (std::nothrow) cxk_adam_team);
     if (!team) return -ENOMEM;
@@ -433,11 +468,11 @@ int cxk_adam_team_create(const cxk_adam_team_opts *opts, cxk_adam_team **out) {
                     cpu_set_t set;
                     CPU_ZERO(&set);
                     for (int c : gp->cpus) CPU_SET(c, &set);
-                    int r = pthread_setaffinity_np(gp->threads.back().native_handle(),
-                                                   sizeof set, &set);
+                    int r = cxk::sys_setaffinity_thread(gp->threads.back().native_handle(),
+                                                        sizeof set, &set);
                     if (r != 0) {
                         team->shutdown();
-                        return -r;
+                        return r;
                     }
                 }
             }
@@ -461,7 +496,13 @@ void cxk_adam_team_destroy(cxk_adam_team *team) {
 
 int cxk_adam_team_step(cxk_adam_team *team, const cxk_adam_hparams *h, const cxk_adam_tensor *t,
                        size_t nt) {
+    return cxk_adam_team_step_ex(team, h, t, nt, nullptr);
+}
+
+int cxk_adam_team_step_ex(cxk_adam_team *team, const cxk_adam_hparams *h,
+                          const cxk_adam_tensor *t, size_t nt, uint64_t *resynced) {
     if (!team) return -EINVAL;
+    if (resynced) *resynced = 0;
     cxk::adam::Coeffs c;
     cxk::adam::Kernel k;
     int r = cxk::adam::prepare(h, t, nt, &c, &k);
@@ -487,9 +528,11 @@ int cxk_adam_team_step(cxk_adam_team *team, const cxk_adam_hparams *h, const cxk
             for (auto &g : team->groups) g->last_chunks = 0;
             return 0;
         }
-        std::vector<int> status(chunks.size(), 0);
-        long q = cxk_move_pages(0, pages.size(), pages.data(), nullptr, status.data(), 0);
-        if (q < 0) return int(q);
+        std::vector<int> status(chunks.size(), -1);
+        if (!team->use_omp) {  // an OpenMP team has one group: no node to ask for
+            long q = cxk_move_pages(0, pages.size(), pages.data(), nullptr, status.data(), 0);
+            if (q < 0) return int(q);
+        }
         for (auto &g : team->groups) {
             g->work.clear();
             g->next.store(0, std::memory_order_relaxed);
@@ -507,7 +550,36 @@ int cxk_adam_team_step(cxk_adam_team *team, const cxk_adam_hparams *h, const cxk
     team->coeffs = c;  // published by run()'s release increment of gen
     team->kernel = k;
     team->tensors = t;
+    team->resynced.store(0, std::memory_order_relaxed);
     team->run();
+    // relaxed is enough: run() returned after the workers' release (pending / the region's
+    // barrier), which orders their increments before this load
+    if (resynced) *resynced = team->resynced.load(std::memory_order_relaxed);
+    return 0;
+}
+
+int cxk_adam_team_create_omp(const char *runtime, uint32_t nthreads, uint64_t chunk_bytes,
+                             cxk_adam_team **out) {
+    if (!out) return -EINVAL;
+    *out = nullptr;
+    if (nthreads > 1024) return -EINVAL;
+    if (chunk_bytes == 0) chunk_bytes = 1 << 20;
+    if (chunk_bytes % 64) return -EINVAL;
+    cxk::adam::Omp omp{};
+    int r = cxk::adam::find_omp(runtime, &omp);
+    if (r < 0) return r;
+    try {
+        std::unique_ptr<cxk_adam_team> team(new cxk_adam_team);
+        team->chunk_bytes = chunk_bytes;
+        team->use_omp = true;
+        team->omp = omp;
+        team->omp_threads = nthreads;
+        team->groups.push_back(std::make_unique<Group>());
+        team->groups[0]->node = -1;
+        *out = team.release();
+    } catch (const std::bad_alloc &) {
+        return -ENOMEM;
+    }
     return 0;
 }
 
@@ -519,7 +591,10 @@ int cxk_adam_team_info(const cxk_adam_team *team, uint32_t cap, int32_t *nodes, 
     for (uint32_t i = 0; i < n && i < cap; ++i) {
         const Group &g = *team->groups[i];
         if (nodes) nodes[i] = g.node;
-        if (threads) threads[i] = uint32_t(g.threads.size());
+        if (threads)
+            threads[i] = team->use_omp ? (team->omp_threads ? team->omp_threads
+                                                            : uint32_t(team->omp.max_threads()))
+                                       : uint32_t(g.threads.size());
         if (cpus) cpus[i] = team->pinned && !g.cpus.empty() ? g.cpus[0] : -1;
         if (chunks) chunks[i] = g.last_chunks;
     }

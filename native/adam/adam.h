@@ -17,6 +17,7 @@ struct Coeffs {
     float decay;       // 1 - lr*wd when decoupled, else 1
     bool maximize, l2, decoupled;
     bool nt_state, nt_copy;
+    bool resync;       // CXK_ADAM_RESYNC: a copy element that is not the rounded master wins
 };
 
 // One contiguous run of elements of a cxk_adam_tensor (dtypes: enum cxk_dtype).
@@ -28,10 +29,11 @@ struct Span {
     int gdt, cdt;
 };
 
-using Kernel = void (*)(const Coeffs &, const Span &);
-void step_scalar(const Coeffs &c, const Span &s);
-void step_avx2(const Coeffs &c, const Span &s);    // pre: AVX2 + F16C
-void step_avx512(const Coeffs &c, const Span &s);  // pre: AVX-512F
+// A kernel returns how many elements it re-read from the copy (c.resync), else 0.
+using Kernel = uint64_t (*)(const Coeffs &, const Span &);
+uint64_t step_scalar(const Coeffs &c, const Span &s);
+uint64_t step_avx2(const Coeffs &c, const Span &s);    // pre: AVX2 + F16C
+uint64_t step_avx512(const Coeffs &c, const Span &s);  // pre: AVX-512F
 
 // The recipe in scalar form; every SIMD variant performs these operations in this order
 // (no FMA), so their results are bitwise those of step_scalar. torch divides by

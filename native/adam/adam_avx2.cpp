@@ -41,25 +41,62 @@ struct V256 {
         }
     }
 
+    // The copy's bits of p, one per 32-bit lane (bf16: round to nearest even with integer
+    // ops, u + 0x7fff + lsb, high half, NaN -> 0x7fc0; fp16: vcvtps2ph).
+    template <int CDT>
+    static __m256i copy_bits(F p) {
+        if constexpr (CDT == CXK_DTYPE_F32) {
+            return _mm256_castps_si256(p);
+        } else if constexpr (CDT == CXK_DTYPE_BF16) {
+            __m256i u = _mm256_castps_si256(p);
+            __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+            __m256i r = _mm256_srli_epi32(
+                _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+            __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(p, p, _CMP_UNORD_Q));
+            return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fc0), nan);
+        } else {
+            return _mm256_cvtepu16_epi32(
+                _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        }
+    }
+
+    // 32-bit lanes < 0x10000 -> 16-bit lanes (the unsigned-saturating pack is exact then)
+    static __m128i pack16(__m256i r) {
+        return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    }
+
+    template <int CDT>
+    static __m256i load_copy(const void *c, size_t i) {
+        if constexpr (CDT == CXK_DTYPE_F32)
+            return _mm256_loadu_si256(
+                reinterpret_cast<const __m256i *>(static_cast<const float *>(c) + i));
+        else
+            return _mm256_cvtepu16_epi32(_mm_loadu_si128(
+                reinterpret_cast<const __m128i *>(static_cast<const uint16_t *>(c) + i)));
+    }
+
+    template <int CDT>
+    static F widen(__m256i b) {
+        if constexpr (CDT == CXK_DTYPE_F32) return _mm256_castsi256_ps(b);
+        else if constexpr (CDT == CXK_DTYPE_BF16)
+            return _mm256_castsi256_ps(_mm256_slli_epi32(b, 16));
+        else return _mm256_cvtph_ps(pack16(b));
+    }
+
+    static __m256i ne(__m256i a, __m256i b) {
+        return _mm256_xor_si256(_mm256_cmpeq_epi32(a, b), _mm256_set1_epi32(-1));
+    }
+    static unsigned count(__m256i k) {
+        return unsigned(__builtin_popcount(_mm256_movemask_ps(_mm256_castsi256_ps(k))));
+    }
+    static F blend(F a, F b, __m256i k) { return _mm256_blendv_ps(a, b, _mm256_castsi256_ps(k)); }
+
     template <int CDT, bool NT>
     static void store_copy(void *c, size_t i, F p) {
         if constexpr (CDT == CXK_DTYPE_F32) {
             store<NT>(static_cast<float *>(c) + i, p);
         } else {
-            __m128i h;
-            if constexpr (CDT == CXK_DTYPE_BF16) {
-                // round to nearest even: u + 0x7fff + lsb, keep the high half; NaN -> 0x7fc0
-                __m256i u = _mm256_castps_si256(p);
-                __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-                __m256i r = _mm256_srli_epi32(
-                    _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
-                __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(p, p, _CMP_UNORD_Q));
-                r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fc0), nan);
-                // every lane is < 0x10000, so the unsigned-saturating pack is exact
-                h = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-            } else {
-                h = _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            }
+            __m128i h = pack16(copy_bits<CDT>(p));
             auto *dst = reinterpret_cast<__m128i *>(static_cast<uint16_t *>(c) + i);
             if constexpr (NT) _mm_stream_si128(dst, h);
             else _mm_storeu_si128(dst, h);
@@ -69,6 +106,6 @@ struct V256 {
 
 }  // namespace
 
-void step_avx2(const Coeffs &c, const Span &s) { run_simd<V256>(c, s); }
+uint64_t step_avx2(const Coeffs &c, const Span &s) { return run_simd<V256>(c, s); }
 
 }  // namespace cxk::adam

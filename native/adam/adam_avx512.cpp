@@ -45,24 +45,52 @@ struct V512 {
         }
     }
 
+    // The copy's bits of p, one per 32-bit lane (bf16: round to nearest even with integer
+    // ops, u + 0x7fff + lsb, high half, NaN -> 0x7fc0; fp16: vcvtps2ph).
+    template <int CDT>
+    static __m512i copy_bits(F p) {
+        if constexpr (CDT == CXK_DTYPE_F32) {
+            return _mm512_castps_si512(p);
+        } else if constexpr (CDT == CXK_DTYPE_BF16) {
+            __m512i u = _mm512_castps_si512(p);
+            __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+            __m512i r = _mm512_srli_epi32(
+                _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+            __mmask16 nan = _mm512_cmp_ps_mask(p, p, _CMP_UNORD_Q);
+            return _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7fc0));
+        } else {
+            return _mm512_cvtepu16_epi32(
+                _mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        }
+    }
+
+    template <int CDT>
+    static __m512i load_copy(const void *c, size_t i) {
+        if constexpr (CDT == CXK_DTYPE_F32)
+            return _mm512_loadu_si512(static_cast<const float *>(c) + i);
+        else
+            return _mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                reinterpret_cast<const __m256i *>(static_cast<const uint16_t *>(c) + i)));
+    }
+
+    template <int CDT>
+    static F widen(__m512i b) {
+        if constexpr (CDT == CXK_DTYPE_F32) return _mm512_castsi512_ps(b);
+        else if constexpr (CDT == CXK_DTYPE_BF16)
+            return _mm512_castsi512_ps(_mm512_slli_epi32(b, 16));
+        else return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(b));
+    }
+
+    static __mmask16 ne(__m512i a, __m512i b) { return _mm512_cmpneq_epi32_mask(a, b); }
+    static unsigned count(__mmask16 k) { return unsigned(__builtin_popcount(k)); }
+    static F blend(F a, F b, __mmask16 k) { return _mm512_mask_mov_ps(a, k, b); }
+
     template <int CDT, bool NT>
     static void store_copy(void *c, size_t i, F p) {
         if constexpr (CDT == CXK_DTYPE_F32) {
             store<NT>(static_cast<float *>(c) + i, p);
         } else {
-            __m256i h;
-            if constexpr (CDT == CXK_DTYPE_BF16) {
-                // round to nearest even: u + 0x7fff + lsb, keep the high half; NaN -> 0x7fc0
-                __m512i u = _mm512_castps_si512(p);
-                __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-                __m512i r = _mm512_srli_epi32(
-                    _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-                __mmask16 nan = _mm512_cmp_ps_mask(p, p, _CMP_UNORD_Q);
-                r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7fc0));
-                h = _mm512_cvtepi32_epi16(r);
-            } else {
-                h = _mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            }
+            __m256i h = _mm512_cvtepi32_epi16(copy_bits<CDT>(p));
             auto *dst = reinterpret_cast<__m256i *>(static_cast<uint16_t *>(c) + i);
             if constexpr (NT) _mm256_stream_si256(dst, h);
             else _mm256_storeu_si256(dst, h);
@@ -72,6 +100,6 @@ struct V512 {
 
 }  // namespace
 
-void step_avx512(const Coeffs &c, const Span &s) { run_simd<V512>(c, s); }
+uint64_t step_avx512(const Coeffs &c, const Span &s) { return run_simd<V512>(c, s); }
 
 }  // namespace cxk::adam

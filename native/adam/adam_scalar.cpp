@@ -63,6 +63,43 @@ inline float load_grad(const void *g, size_t i) {
 }
 
 template <int CDT>
+inline uint32_t copy_bits(float p) {
+    if constexpr (CDT == CXK_DTYPE_F32) {
+        uint32_t u;
+        std::memcpy(&u, &p, 4);
+        return u;
+    } else if constexpr (CDT == CXK_DTYPE_BF16) {
+        return f32_to_bf16(p);
+    } else {
+        return f32_to_f16(p);
+    }
+}
+
+template <int CDT>
+inline uint32_t load_copy(const void *c, size_t i) {
+    if constexpr (CDT == CXK_DTYPE_F32) {
+        uint32_t u;
+        std::memcpy(&u, static_cast<const float *>(c) + i, 4);
+        return u;
+    } else {
+        return static_cast<const uint16_t *>(c)[i];
+    }
+}
+
+template <int CDT>
+inline float widen(uint32_t b) {
+    if constexpr (CDT == CXK_DTYPE_F32) {
+        float f;
+        std::memcpy(&f, &b, 4);
+        return f;
+    } else if constexpr (CDT == CXK_DTYPE_BF16) {
+        return bf16_to_f32(uint16_t(b));
+    } else {
+        return f16_to_f32(uint16_t(b));
+    }
+}
+
+template <int CDT>
 inline void store_copy(void *c, size_t i, float p) {
     if constexpr (CDT == CXK_DTYPE_F32) {
         static_cast<float *>(c)[i] = p;
@@ -74,19 +111,27 @@ inline void store_copy(void *c, size_t i, float p) {
 }
 
 template <int GDT, int CDT>
-void run(const Coeffs &c, const Span &s) {
+uint64_t run(const Coeffs &c, const Span &s) {
+    uint64_t changed = 0;
     for (size_t i = 0; i < s.n; ++i) {
         float p = s.p[i], m = s.m[i], v = s.v[i];
+        if constexpr (CDT != CXK_DTYPE_NONE) {
+            // the copy is what the user sees: one that is not our rounding was written by
+            // someone else since our last step, and its value replaces the master
+            const uint32_t old = load_copy<CDT>(s.copy, i);
+            if (c.resync && old != copy_bits<CDT>(p)) p = widen<CDT>(old), ++changed;
+        }
         element(c, load_grad<GDT>(s.g, i), p, m, v);
         s.p[i] = p;
         s.m[i] = m;
         s.v[i] = v;
         store_copy<CDT>(s.copy, i, p);
     }
+    return changed;
 }
 
 template <int GDT>
-void run_g(const Coeffs &c, const Span &s) {
+uint64_t run_g(const Coeffs &c, const Span &s) {
     switch (s.cdt) {
         case CXK_DTYPE_F32: return run<GDT, CXK_DTYPE_F32>(c, s);
         case CXK_DTYPE_BF16: return run<GDT, CXK_DTYPE_BF16>(c, s);
@@ -97,7 +142,7 @@ void run_g(const Coeffs &c, const Span &s) {
 
 }  // namespace
 
-void step_scalar(const Coeffs &c, const Span &s) {
+uint64_t step_scalar(const Coeffs &c, const Span &s) {
     switch (s.gdt) {
         case CXK_DTYPE_BF16: return run_g<CXK_DTYPE_BF16>(c, s);
         case CXK_DTYPE_F16: return run_g<CXK_DTYPE_F16>(c, s);

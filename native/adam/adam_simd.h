@@ -38,12 +38,23 @@ struct Loop {
           omb2(V::set1(c.omb2)), wd(V::set1(c.wd)), decay(V::set1(c.decay)),
           maximize(c.maximize), l2(c.l2), decoupled(c.decoupled) {}
 
-    // W elements at index i; NTP / NTC: stream the state / the copy (aligned there).
-    template <bool NTP, bool NTC>
-    inline void block(float *p, float *m, float *v, const void *g, void *copy, size_t i) const {
+    // W elements at index i; NTP / NTC: stream the state / the copy (aligned there);
+    // RS: re-read the master from every copy element that is not its rounding (adam.h's
+    // Coeffs::resync), counted in `changed`.
+    template <bool NTP, bool NTC, bool RS>
+    inline void block(float *p, float *m, float *v, const void *g, void *copy, size_t i,
+                      uint64_t &changed) const {
         F gv = V::mul(V::template load_grad<GDT>(g, i), scale);
         if (maximize) gv = V::neg(gv);
         F pv = V::load(p + i);
+        if constexpr (RS && CDT != CXK_DTYPE_NONE) {
+            auto old = V::template load_copy<CDT>(copy, i);
+            auto ne = V::ne(old, V::template copy_bits<CDT>(pv));
+            if (const unsigned k = V::count(ne)) {
+                pv = V::blend(pv, V::template widen<CDT>(old), ne);
+                changed += k;
+            }
+        }
         if (l2) gv = V::add(gv, V::mul(wd, pv));
         if (decoupled) pv = V::mul(pv, decay);
         F mv = V::load(m + i);
@@ -60,7 +71,8 @@ struct Loop {
 
     // Fewer than W elements: run one block on a zero-padded copy (zeros are harmless:
     // v = 0 gives d = eps) and copy the results back.
-    void tail(const Span &s, size_t i, size_t k) const {
+    template <bool RS>
+    void tail(const Span &s, size_t i, size_t k, uint64_t &changed) const {
         alignas(64) float pb[V::W] = {}, mb[V::W] = {}, vb[V::W] = {};
         alignas(64) unsigned char gb[V::W * 4] = {}, cb[V::W * 4] = {};
         constexpr size_t gs = dtype_size(GDT), cs = dtype_size(CDT);
@@ -68,7 +80,9 @@ struct Loop {
         std::memcpy(mb, s.m + i, k * 4);
         std::memcpy(vb, s.v + i, k * 4);
         std::memcpy(gb, static_cast<const unsigned char *>(s.g) + i * gs, k * gs);
-        block<false, false>(pb, mb, vb, gb, cb, 0);
+        if constexpr (RS && CDT != CXK_DTYPE_NONE)  // padding: 0 is the rounding of 0
+            std::memcpy(cb, static_cast<const unsigned char *>(s.copy) + i * cs, k * cs);
+        block<false, false, RS>(pb, mb, vb, gb, cb, 0, changed);
         std::memcpy(s.p + i, pb, k * 4);
         std::memcpy(s.m + i, mb, k * 4);
         std::memcpy(s.v + i, vb, k * 4);
@@ -76,8 +90,8 @@ struct Loop {
             std::memcpy(static_cast<unsigned char *>(s.copy) + i * cs, cb, k * cs);
     }
 
-    template <bool NTP, bool NTC>
-    void body(const Span &s, size_t i, size_t end) const {
+    template <bool NTP, bool NTC, bool RS>
+    uint64_t body(const Span &s, size_t i, size_t end) const {
         // Local copies: stores through float* could alias *this and s, and the compiler
         // would reload every constant and pointer per block; locals cannot be aliased.
         const Loop k(*this);
@@ -89,20 +103,27 @@ struct Loop {
         // prefetchers alone leave the 4 streams per thread short of bandwidth, most with 2
         // threads (8 streams); T0 or a longer distance measured slower (the A/B
         // in docs/train.md). Prefetch never faults, so running past the end is harmless.
-        constexpr size_t kLine = 16, gs = dtype_size(GDT);
+        uint64_t changed = 0;
+        constexpr size_t kLine = 16, gs = dtype_size(GDT), cs = dtype_size(CDT);
         static_assert(kLine % V::W == 0, "a group is whole vectors");
         for (; i + kLine <= end; i += kLine) {
             prefetch_l2(p, (i + kPrefetch) * 4);
             prefetch_l2(m, (i + kPrefetch) * 4);
             prefetch_l2(v, (i + kPrefetch) * 4);
             prefetch_l2(g, (i + kPrefetch) * gs);
+            // the re-read makes the copy a fifth read stream: without its prefetch the
+            // step measured 1.3-1.5x slower on one thread (10M params, bf16 copy)
+            if constexpr (RS && CDT != CXK_DTYPE_NONE) prefetch_l2(copy, (i + kPrefetch) * cs);
             for (size_t j = 0; j < kLine; j += V::W)
-                k.template block<NTP, NTC>(p, m, v, g, copy, i + j);
+                k.template block<NTP, NTC, RS>(p, m, v, g, copy, i + j, changed);
         }
-        for (; i < end; i += V::W) k.template block<NTP, NTC>(p, m, v, g, copy, i);
+        for (; i < end; i += V::W) k.template block<NTP, NTC, RS>(p, m, v, g, copy, i, changed);
+        return changed;
     }
 
-    void run(const Coeffs &c, const Span &s) const {
+    template <bool RS>
+    uint64_t run(const Coeffs &c, const Span &s) const {
+        uint64_t changed = 0;
         const size_t n = s.n;
         size_t head = 0;
         if (c.nt_state || c.nt_copy) {
@@ -111,34 +132,45 @@ struct Loop {
             head = ((V::kAlign - (uintptr_t(s.p) & (V::kAlign - 1))) & (V::kAlign - 1)) / 4;
             if (head > n) head = n;
         }
-        for (size_t i = 0; i < head; i += V::W) tail(s, i, head - i < V::W ? head - i : V::W);
+        for (size_t i = 0; i < head; i += V::W)
+            tail<RS>(s, i, head - i < V::W ? head - i : V::W, changed);
         const size_t end = head + (n - head) / V::W * V::W;
         const bool ntp = c.nt_state && aligned_to(s.p + head, V::kAlign) &&
                          aligned_to(s.m + head, V::kAlign) && aligned_to(s.v + head, V::kAlign);
-        const bool ntc = c.nt_copy && CDT != CXK_DTYPE_NONE &&
+        // A re-read brings the copy's lines into the cache already: a streaming store would
+        // only evict them again (measured slower), so the copy is stored normally then.
+        const bool ntc = c.nt_copy && !(RS && CDT != CXK_DTYPE_NONE) && CDT != CXK_DTYPE_NONE &&
                          aligned_to(static_cast<unsigned char *>(s.copy) + head * dtype_size(CDT),
                                     V::kAlign * dtype_size(CDT) / 4);
-        if (ntp && ntc) body<true, true>(s, head, end);
-        else if (ntp) body<true, false>(s, head, end);
-        else if (ntc) body<false, true>(s, head, end);
-        else body<false, false>(s, head, end);
-        if (end < n) tail(s, end, n - end);
+        if (ntp && ntc) changed += body<true, true, RS>(s, head, end);
+        else if (ntp) changed += body<true, false, RS>(s, head, end);
+        else if (ntc) changed += body<false, true, RS>(s, head, end);
+        else changed += body<false, false, RS>(s, head, end);
+        if (end < n) tail<RS>(s, end, n - end, changed);
         if (ntp || ntc) V::sfence();  // streaming stores are weakly ordered: drain them
+        return changed;
     }
 };
 
+template <class V, int GDT, int CDT>
+uint64_t run_c(const Coeffs &c, const Span &s) {
+    const Loop<V, GDT, CDT> loop(c);
+    if (c.resync && CDT != CXK_DTYPE_NONE) return loop.template run<true>(c, s);
+    return loop.template run<false>(c, s);
+}
+
 template <class V, int GDT>
-void run_g(const Coeffs &c, const Span &s) {
+uint64_t run_g(const Coeffs &c, const Span &s) {
     switch (s.cdt) {
-        case CXK_DTYPE_F32: return Loop<V, GDT, CXK_DTYPE_F32>(c).run(c, s);
-        case CXK_DTYPE_BF16: return Loop<V, GDT, CXK_DTYPE_BF16>(c).run(c, s);
-        case CXK_DTYPE_F16: return Loop<V, GDT, CXK_DTYPE_F16>(c).run(c, s);
-        default: return Loop<V, GDT, CXK_DTYPE_NONE>(c).run(c, s);
+        case CXK_DTYPE_F32: return run_c<V, GDT, CXK_DTYPE_F32>(c, s);
+        case CXK_DTYPE_BF16: return run_c<V, GDT, CXK_DTYPE_BF16>(c, s);
+        case CXK_DTYPE_F16: return run_c<V, GDT, CXK_DTYPE_F16>(c, s);
+        default: return run_c<V, GDT, CXK_DTYPE_NONE>(c, s);
     }
 }
 
 template <class V>
-void run_simd(const Coeffs &c, const Span &s) {
+uint64_t run_simd(const Coeffs &c, const Span &s) {
     switch (s.gdt) {
         case CXK_DTYPE_BF16: return run_g<V, CXK_DTYPE_BF16>(c, s);
         case CXK_DTYPE_F16: return run_g<V, CXK_DTYPE_F16>(c, s);

@@ -202,8 +202,7 @@ int pin_self(int cpu) noexcept {
     const size_t sz = CPU_ALLOC_SIZE(kMaxCpu);
     CPU_ZERO_S(sz, set);
     CPU_SET_S(size_t(cpu), sz, set);
-    int r = sched_setaffinity(0, sz, set);  // pid 0: the calling thread only
-    int e = r == 0 ? 0 : -errno;
+    int e = cxk::sys_setaffinity_self(sz, set);
     CPU_FREE(set);
     return e;
 }
@@ -214,7 +213,7 @@ int check_cpus(const int32_t *cpus, uint32_t ncpus) noexcept {
     if (!set) return -ENOMEM;
     const size_t sz = CPU_ALLOC_SIZE(kMaxCpu);
     CPU_ZERO_S(sz, set);
-    int e = sched_getaffinity(0, sz, set) == 0 ? 0 : -errno;
+    int e = cxk::sys_getaffinity_self(sz, set);
     for (uint32_t i = 0; e == 0 && i < ncpus; ++i)
         if (cpus[i] < 0 || size_t(cpus[i]) >= kMaxCpu || !CPU_ISSET_S(size_t(cpus[i]), sz, set))
             e = -EINVAL;
@@ -516,8 +515,7 @@ int cxk_bench_copy(void *dst, const void *src, size_t span, size_t size, int met
 int cxk_bench_hugepages(void *addr, size_t nbytes) {
     const size_t ps = cxk_page_size();
     if (!addr || nbytes == 0 || (uintptr_t(addr) & (ps - 1))) return -EINVAL;
-    if (int e = cxk::fault_check(cxk::Sys::madvise)) return e;
-    return madvise(addr, nbytes, MADV_HUGEPAGE) == 0 ? 0 : -errno;
+    return cxk::sys_madvise(addr, nbytes, MADV_HUGEPAGE);
 }
 
 }  // extern "C"

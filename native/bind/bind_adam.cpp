@@ -47,7 +47,7 @@ void check_array(const A &a, const char *what, size_t idx, size_t itemsize, size
                                std::to_string(n))
                                   .c_str());
     int64_t want = 1;  // C-contiguous: strides (in elements) are suffix products of the shape
-    for (size_t d = a.ndim(); d-- > 0;) {
+    for (size_t d = a.ndim(); n != 0 && d-- > 0;) {  // an empty array has any strides
         if (a.shape(d) != 1 && a.stride(d) != want)
             throw nb::value_error((name + ": expected a contiguous array").c_str());
         want *= int64_t(a.shape(d));
@@ -123,6 +123,16 @@ struct AdamTeam {
         o.pin = pin ? 1 : 0;
         check(cxk_adam_team_create(&o, &team), "adam team");
     }
+    // A team on the process's OpenMP runtime (cxk_adam_team_create_omp).
+    AdamTeam(const std::optional<std::string> &runtime, unsigned nthreads, uint64_t chunk_bytes) {
+        const char *rt = runtime ? runtime->c_str() : nullptr;
+        int r = cxk_adam_team_create_omp(rt, nthreads, chunk_bytes, &team);
+        if (r == -ENOENT)
+            raise_errno(ENOENT, "OpenMP runtime " + (runtime ? "'" + *runtime + "'" :
+                                std::string("(libgomp, libiomp5, libomp)")) +
+                                    " is not loaded in this process");
+        check(r, "adam OpenMP team");
+    }
     ~AdamTeam() { cxk_adam_team_destroy(team); }
     void require_open() const {
         if (!team) throw nb::value_error("AdamTeam is closed");
@@ -165,6 +175,7 @@ CXK_BIND(adam) {
     m.attr("ADAM_BIAS_CORRECTION") = CXK_ADAM_BIAS_CORRECTION;
     m.attr("ADAM_NT_STATE") = CXK_ADAM_NT_STATE;
     m.attr("ADAM_NT_COPY") = CXK_ADAM_NT_COPY;
+    m.attr("ADAM_RESYNC") = CXK_ADAM_RESYNC;
 
     m.def("adam_simd", [] { return int(check(cxk_adam_simd(), "CXLKIT_SIMD")); });
     m.def("simd_name", [](int s) { return std::string(cxk_simd_name(s)); });
@@ -172,6 +183,13 @@ CXK_BIND(adam) {
     nb::class_<AdamTeam>(m, "AdamTeam")
         .def(nb::init<const std::vector<int> &, const std::vector<unsigned> &, uint64_t, bool>(),
              nb::arg("nodes"), nb::arg("threads"), nb::arg("chunk_bytes"), nb::arg("pin"))
+        .def_static(
+            "openmp",
+            [](const std::optional<std::string> &runtime, unsigned nthreads, uint64_t chunk_bytes) {
+                return new AdamTeam(runtime, nthreads, chunk_bytes);
+            },
+            nb::arg("runtime").none(), nb::arg("nthreads"), nb::arg("chunk_bytes"),
+            nb::rv_policy::take_ownership)
         .def("info", &AdamTeam::info)
         .def("close", &AdamTeam::close)
         .def_prop_ro("closed", [](const AdamTeam &t) { return t.team == nullptr; });
@@ -183,15 +201,18 @@ CXK_BIND(adam) {
             std::vector<cxk_adam_tensor> t = to_tensors(ts);
             if (team) team->require_open();
             int r;
+            uint64_t resynced = 0;
             bool closed = false;
             {
                 nb::gil_scoped_release unlock;  // a step over a large model takes a while
                 if (team) {
                     std::lock_guard<std::mutex> lk(team->mu);
                     closed = team->team == nullptr;  // closed by another thread meanwhile
-                    r = closed ? 0 : cxk_adam_team_step(team->team, &h, t.data(), t.size());
+                    r = closed ? 0
+                               : cxk_adam_team_step_ex(team->team, &h, t.data(), t.size(),
+                                                       &resynced);
                 } else {
-                    r = cxk_adam_step(&h, t.data(), t.size());
+                    r = cxk_adam_step_ex(&h, t.data(), t.size(), &resynced);
                 }
             }
             if (closed) team->require_open();
@@ -201,6 +222,7 @@ CXK_BIND(adam) {
                                         " (expected scalar, avx2, avx512 or auto)");
             }
             check(r, team ? "adam step (node query)" : "adam step");
+            return resynced;  // elements re-read from param_copy (ADAM_RESYNC)
         },
         nb::arg("hparams"), nb::arg("tensors"), nb::arg("team").none());
 }

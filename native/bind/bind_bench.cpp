@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "bind/bind.h"
+#include "bind/bind_pool.h"
 #include "cxlkit.h"
 
 namespace cxk::py {
@@ -128,6 +128,23 @@ CXK_BIND(bench) {
         return ns;
     }, nb::arg("dst"), nb::arg("src"), nb::arg("size"), nb::arg("method"), nb::arg("ncopies"),
        nb::arg("cpu"));
+
+    // bench/pool.py: median ns of one name lookup (cxk_bench_pool_lookup) in a cxlkit.Pool,
+    // under a hold of the pool (a close waits for it)
+    m.def("bench_pool_lookup", [](nb::handle pool, const std::vector<std::string> &names) {
+        std::vector<const char *> ptrs;
+        for (const auto &s : names) ptrs.push_back(s.c_str());
+        nb::object h = pool_handle(pool);
+        PoolHold use = hold_pool(h);
+        double ns = 0;
+        int r;
+        {
+            nb::gil_scoped_release unlock;
+            r = cxk_bench_pool_lookup(use.get(), ptrs.data(), ptrs.size(), &ns);
+        }
+        check(r, "pool lookup benchmark");
+        return ns;
+    }, nb::arg("pool"), nb::arg("names"));
 
     m.def("bench_hugepages", [](nb::handle buf) {
         View v(buf, false, "buffer");

@@ -1,7 +1,7 @@
 // bind_kv.cpp — binding of the KV copy engine: KVPlan (a validated copy of a cxk_kv_plan) with
-// batched gather/scatter over image addresses, the block checksum, and KVPool: the KV store's
-// batched put/get/lookup of blocks, and its counter and table accesses by pool offset, over a
-// cxlkit.Pool's own handle (bind_pool.h).
+// batched gather/scatter over image addresses, the block checksum, and the KV store's batched
+// put/get/lookup of blocks (kv_put / kv_get / kv_lookup) over a cxlkit.Pool's own handle
+// (bind_pool.h). Everything else the store does in a pool goes through cxlkit.Pool / PoolObject.
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -129,26 +129,9 @@ CXK_BIND(kv) {
     m.attr("KV_CHECKSUM") = int(CXK_KV_CHECKSUM);
 }
 
-// ---- KVPool: block operations on the cxk_pool of a cxlkit.Pool (one handle per pool) --------
+// ---- batched block calls on the cxk_pool of a cxlkit.Pool (the one pool face) -------------
 namespace cxk::py {
 namespace {
-
-struct KVPool {
-    nb::object handle;  // the _native.PoolHandle: keeps the pool mapped while we exist
-    bool owns = false;  // close() closes the pool too (the store opened it)
-    bool closed = false;
-
-    // A shared hold on the pool's mapping for one call (bind_pool.h): a concurrent close of
-    // the pool waits for it, and calls after that raise the closed error.
-    PoolHold hold() const {
-        if (closed) throw nb::value_error("KV store's pool is closed");
-        return hold_pool(handle);
-    }
-    nb::object call(const char *method) const {
-        hold();
-        return handle.attr(method);
-    }
-};
 
 // names and keys as the C calls want them; the strings outlive the call
 struct Names {
@@ -171,9 +154,10 @@ std::string keys_blob(const std::vector<nb::bytes> &keys) {
 using BatchFn = int (*)(struct cxk_pool *, const struct cxk_kv_plan *, const char *const *,
                         const uint8_t *, const uint8_t *, const int64_t *, size_t, unsigned, int *);
 
-// put and get: check lengths, pack names, keys and layout, run fn without the GIL; returns
-// (fn's count, per-block status), status starting at `untried` for blocks fn never reaches
-std::pair<int, std::vector<int>> batch(const KVPool &k, BatchFn fn, const char *what,
+// put and get: check lengths, pack names, keys and layout, run fn without the GIL under a hold
+// of the pool (a concurrent close waits for it); returns (fn's count, per-block status),
+// status starting at `untried` for blocks fn never reaches
+std::pair<int, std::vector<int>> batch(nb::handle pool, BatchFn fn, const char *what,
                                        const KVPlan &plan, const std::vector<std::string> &names,
                                        const std::vector<nb::bytes> &keys, nb::bytes layout,
                                        const Vec1<int64_t> &ids, unsigned flags, int untried) {
@@ -186,7 +170,8 @@ std::pair<int, std::vector<int>> batch(const KVPool &k, BatchFn fn, const char *
     Names nm(names);
     std::string kb = keys_blob(keys);
     std::vector<int> status(names.size(), untried);
-    PoolHold use = k.hold();
+    nb::object h = pool_handle(pool);  // keeps the handle alive for the call
+    PoolHold use = hold_pool(h);
     int r;
     {
         nb::gil_scoped_release nogil;
@@ -203,121 +188,34 @@ std::pair<int, std::vector<int>> batch(const KVPool &k, BatchFn fn, const char *
 
 CXK_BIND(kvpool) {
     using namespace cxk::py;
-    nb::class_<KVPool>(m, "KVPool")
-        .def(
-            "__init__",
-            [](KVPool *self, nb::handle pool, bool owns) {
-                nb::object h = pool_handle(pool);
-                { PoolHold open = hold_pool(h); }  // the closed error for a closed pool
-                new (self) KVPool{h, owns};
-            },
-            nb::arg("pool"), nb::arg("owns") = false)
-        .def("close",
-             [](KVPool &k) {
-                 if (k.closed) return;
-                 k.closed = true;
-                 if (k.owns) k.handle.attr("close")();
-             })
-        .def_prop_ro("pool", [](const KVPool &k) { return k.handle; })
-        // the mapping's address now, for a benchmark's scratch view; the library passes
-        // offsets instead (an address kept across calls dangles once the pool is closed)
-        .def_prop_ro("base", [](const KVPool &k) {
-            PoolHold use = k.hold();
-            return uint64_t(cxk_pool_base(use.get()));
-        })
-        .def("stat", [](const KVPool &k) { return k.call("stat")(); })
-        .def("obj_stat", [](const KVPool &k, nb::str name) { return k.call("object_stat")(name); })
-        .def("list", [](const KVPool &k) { return k.call("list")(); })
-        .def("destroy", [](const KVPool &k, nb::str name) { k.call("destroy")(name); })
-        .def("fsck", [](const KVPool &k, bool repair) { return k.call("fsck")(repair); },
-             nb::arg("repair") = false)
-        .def("create_counters",
-             [](const KVPool &k, const std::string &name, uint64_t nbytes) {
-                 // a host-owned counter object: created and published zeroed once; processes
-                 // of the owner host then update it with atomics (one coherence domain)
-                 PoolHold use = k.hold();
-                 cxk_pool *p = use.get();
-                 uint64_t off = 0;
-                 int r = cxk_obj_create(p, name.c_str(), nbytes, &off);
-                 if (r == 0) {
-                     r = cxk_obj_publish(p, off, 0);
-                     cxk_obj_close(p, off);
-                 }
-                 if (r < 0 && r != -EEXIST) check(r, name);
-                 struct cxk_obj_stat s;
-                 check(cxk_obj_stat(p, name.c_str(), &s), name);
-                 return obj_stat_dict(s);
-             })
-        .def("put",
-             [](const KVPool &k, const KVPlan &plan, const std::vector<std::string> &names,
-                const std::vector<nb::bytes> &keys, nb::bytes layout, Vec1<int64_t> ids,
-                unsigned flags) {
-                 return batch(k, cxk_kv_put, "put", plan, names, keys, layout, ids, flags, 0);
-             })
-        .def("get",
-             [](const KVPool &k, const KVPlan &plan, const std::vector<std::string> &names,
-                const std::vector<nb::bytes> &keys, nb::bytes layout, Vec1<int64_t> ids,
-                unsigned flags) {
-                 // 1 = not tried: get stops at the first block that fails
-                 return batch(k, cxk_kv_get, "get", plan, names, keys, layout, ids, flags, 1);
-             })
-        .def("hold",
-             [](const KVPool &k, const std::string &name) {
-                 // a reader's lease: the object's memory is not reused until release (or until
-                 // this process dies and the pool expires the lease)
-                 struct cxk_obj_stat s;
-                 PoolHold use = k.hold();
-                 check(cxk_obj_open(use.get(), name.c_str(), &s), name);
-                 return obj_stat_dict(s);
-             })
-        .def("release",
-             [](const KVPool &k, uint64_t off) {
-                 PoolHold use = k.hold();
-                 check(cxk_obj_close(use.get(), off), "lease");
-             })
-        .def("lookup", [](const KVPool &k, const std::vector<std::string> &names) {
+    m.def(
+        "kv_put",
+        [](nb::handle pool, const KVPlan &plan, const std::vector<std::string> &names,
+           const std::vector<nb::bytes> &keys, nb::bytes layout, Vec1<int64_t> ids,
+           unsigned flags) {
+            return batch(pool, cxk_kv_put, "put", plan, names, keys, layout, ids, flags, 0);
+        },
+        nb::arg("pool"), nb::arg("plan"), nb::arg("names"), nb::arg("keys"), nb::arg("layout"),
+        nb::arg("block_ids"), nb::arg("flags"));
+    m.def(
+        "kv_get",
+        [](nb::handle pool, const KVPlan &plan, const std::vector<std::string> &names,
+           const std::vector<nb::bytes> &keys, nb::bytes layout, Vec1<int64_t> ids,
+           unsigned flags) {
+            // 1 = not tried: get stops at the first block that fails
+            return batch(pool, cxk_kv_get, "get", plan, names, keys, layout, ids, flags, 1);
+        },
+        nb::arg("pool"), nb::arg("plan"), nb::arg("names"), nb::arg("keys"), nb::arg("layout"),
+        nb::arg("block_ids"), nb::arg("flags"));
+    m.def(
+        "kv_lookup",
+        [](nb::handle pool, const std::vector<std::string> &names) {
             Names nm(names);
             size_t hits = 0;
-            PoolHold use = k.hold();
+            nb::object h = pool_handle(pool);
+            PoolHold use = hold_pool(h);
             check(cxk_kv_lookup(use.get(), nm.ptrs.data(), names.size(), &hits), "kv lookup");
             return hits;
-        })
-        .def(
-            "atomic_add",
-            [](const KVPool &k, uint64_t offset, uint64_t value) {
-                // a counter (u64) in a host-owned object: processes of one host are one
-                // coherence domain, so a relaxed atomic add is exact among them; other hosts
-                // only read it. Only this host's partition, and whole aligned words.
-                PoolHold use = k.hold();
-                if (offset % 8)
-                    throw nb::value_error(("offset " + std::to_string(offset) +
-                                           ": a counter is an 8-byte aligned u64").c_str());
-                use.check_range(offset, 8, true);
-                auto *w = reinterpret_cast<uint64_t *>(use.base() + offset);
-                const uint64_t now = __atomic_add_fetch(w, value, __ATOMIC_RELAXED);
-                // coherence "none": write the line back so other hosts' reads (which
-                // invalidate first, see read below) see the count; a fence under "host"
-                cxk_pool_flush(use.get(), offset, 8);
-                return now;
-            },
-            nb::arg("offset"), nb::arg("value"))
-        .def(
-            "read",
-            [](const KVPool &k, uint64_t offset, uint64_t nbytes) {
-                // a copy of [offset, offset + nbytes) of the data region, after dropping stale
-                // lines (coherence "none": pairs with the writer host's flush)
-                PoolHold use = k.hold();
-                use.check_range(offset, nbytes, false);
-                cxk_pool_invalidate(use.get(), offset, nbytes);
-                nb::bytes out(nullptr, size_t(nbytes));
-                char *dst = PyBytes_AS_STRING(out.ptr());  // a fresh object: ours to fill
-                if (nbytes >= (1u << 20)) {
-                    nb::gil_scoped_release nogil;
-                    std::memcpy(dst, use.base() + offset, nbytes);
-                } else {
-                    std::memcpy(dst, use.base() + offset, nbytes);
-                }
-                return out;
-            },
-            nb::arg("offset"), nb::arg("nbytes"));
+        },
+        nb::arg("pool"), nb::arg("names"));
 }

@@ -431,6 +431,25 @@ CXK_BIND(pool) {
                                          __ATOMIC_RELAXED);
             return nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>(out, {n}, owner);
         }, nb::arg("offsets"))
+        // ---- one face (issue 11): a bounded counter add, for the KV store's shared counters
+        // One u64 of the payload at an aligned offset inside the object (never past its end,
+        // whatever the object's size), added to atomically: processes of one host are one
+        // coherence domain, so a relaxed add is exact among them; other hosts only read it.
+        // Only the owner's writable objects. Returns the new value; on a non-coherent pool the
+        // word's line is written back so other hosts' reads (which invalidate first) see it.
+        .def("add_u64", [](PoolObject &o, uint64_t offset, uint64_t value) {
+            PoolHold use = o.hold();
+            if (!o.writable) raise_errno(EACCES, o.what() + " (opened read-only)");
+            if (offset % 8)
+                throw nb::value_error(("offset " + std::to_string(offset) + " in object " +
+                                       o.name + ": not a multiple of 8 (a u64 word)").c_str());
+            if (o.nbytes < 8 || offset > o.nbytes - 8) o.bad_range(offset, 8);
+            use.check_range(o.off + offset, 8, true);
+            auto *w = reinterpret_cast<uint64_t *>(use.base() + o.off + offset);
+            const uint64_t now = __atomic_add_fetch(w, value, __ATOMIC_RELAXED);
+            cxk_pool_flush(use.get(), o.off + offset, 8);
+            return now;
+        }, nb::arg("offset"), nb::arg("value"))
         // flush / invalidate for nbytes at each payload offset of a batch (scattered words,
         // e.g. the slots a recency update stamped), one call; every range is checked first
         .def("flush_at", [](PoolObject &o, U64Array offsets, int64_t nbytes) {
@@ -534,27 +553,6 @@ CXK_BIND(pool) {
             check(cxk_obj_stat(use.get(), name.c_str(), &s),
                   "object " + name + " in pool " + h.label);
             return obj_stat_dict(s);
-        })
-        // bench/pool.py: median ns of one cxk_obj_stat per name, timed in C (no Python call
-        // or exception per lookup); names may be present or absent
-        .def("_lookup_median_ns", [](PoolHandle &h, const std::vector<std::string> &names) {
-            PoolHold use = h.hold();
-            cxk_pool *p = use.get();
-            std::vector<int64_t> ns(names.size());
-            {
-                nb::gil_scoped_release unlock;
-                struct cxk_obj_stat s;
-                for (size_t i = 0; i < names.size(); ++i) {
-                    struct timespec a, b;
-                    clock_gettime(CLOCK_MONOTONIC, &a);
-                    (void)cxk_obj_stat(p, names[i].c_str(), &s);
-                    clock_gettime(CLOCK_MONOTONIC, &b);
-                    ns[i] = (b.tv_sec - a.tv_sec) * 1000000000ll + (b.tv_nsec - a.tv_nsec);
-                }
-            }
-            if (ns.empty()) return 0.0;
-            std::nth_element(ns.begin(), ns.begin() + ns.size() / 2, ns.end());
-            return double(ns[ns.size() / 2]);
         })
         .def("list", [](PoolHandle &h) {
             PoolHold use = h.hold();

@@ -80,23 +80,6 @@ namespace {
 
 constexpr size_t kHugePage = size_t(2) << 20;
 
-// An anonymous mapping of nbytes (page-rounded) starting on a 2 MiB boundary: map 2 MiB
-// more, then unmap the slop before and after.
-int map_anon_huge_aligned(size_t nbytes, void **out) {
-    const size_t ps = cxk_page_size();
-    if (nbytes > SIZE_MAX - kHugePage - ps) return -ENOMEM;
-    const size_t len = (nbytes + ps - 1) & ~(ps - 1);
-    void *raw = nullptr;
-    if (int e = cxk_map_anon(len + kHugePage, &raw)) return e;
-    const uintptr_t base = uintptr_t(raw);
-    const uintptr_t start = (base + kHugePage - 1) & ~uintptr_t(kHugePage - 1);
-    if (start > base) munmap(raw, start - base);
-    const size_t after = base + len + kHugePage - (start + len);
-    if (after) munmap(reinterpret_cast<void *>(start + len), after);
-    *out = reinterpret_cast<void *>(start);
-    return 0;
-}
-
 }  // namespace
 
 extern "C" {
@@ -209,7 +192,10 @@ int cxk_alloc(size_t nbytes, const struct cxk_policy *pol, unsigned flags, void 
     const bool huge = flags & CXK_ALLOC_HUGEPAGE;
     if (huge && (flags & CXK_ALLOC_NOHUGEPAGE)) return -EINVAL;
     void *p = nullptr;
-    if (int e = huge ? map_anon_huge_aligned(nbytes, &p) : cxk_map_anon(nbytes, &p)) return e;
+    // huge: a 2 MiB-aligned start, so THP can back the range from its first byte
+    if (int e = huge ? cxk::sys_map_aligned(nbytes, kHugePage, PROT_READ | PROT_WRITE, &p)
+                     : cxk_map_anon(nbytes, &p))
+        return e;
     int e = (flags & CXK_ALLOC_NOHUGEPAGE) ? cxk::sys_madvise(p, nbytes, MADV_NOHUGEPAGE)
             : huge                         ? cxk::sys_madvise(p, nbytes, MADV_HUGEPAGE)
                                            : 0;
@@ -217,7 +203,7 @@ int cxk_alloc(size_t nbytes, const struct cxk_policy *pol, unsigned flags, void 
     if (e == 0 && (flags & CXK_ALLOC_POPULATE)) e = cxk_populate(p, nbytes);
     if (e != 0) {
         const size_t ps = cxk_page_size();
-        munmap(p, (nbytes + ps - 1) & ~(ps - 1));
+        (void)cxk::sys_munmap(p, (nbytes + ps - 1) & ~(ps - 1));  // e is the error to report
         return e;
     }
     *out = p;

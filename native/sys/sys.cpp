@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "cxlkit.h"
@@ -25,7 +26,7 @@ namespace {
 const char *const kSysNames[] = {"mbind", "set_mempolicy", "get_mempolicy", "move_pages",
                                  "migrate_pages", "memfd_create", "mmap", "munmap",
                                  "madvise", "open", "ftruncate", "fstat", "prctl", "fcntl",
-                                 "pthread_create",
+                                 "pthread_create", "sched_setaffinity", "sched_getaffinity",
                                  // ---- aio (native/sys/sys_aio.cpp) ----
                                  "pread", "pwrite", "fdatasync", "io_uring_setup",
                                  "io_uring_enter"};
@@ -131,6 +132,74 @@ int sys_madvise(void *addr, size_t nbytes, int advice) noexcept {
     return int(ret(::madvise(addr, nbytes, advice)));
 }
 
+// ---- issue 11: the one aligned reservation, affinity, and the one sysfs reader ----------
+int sys_map_aligned(size_t nbytes, size_t align, int prot, void **out) noexcept {
+    const size_t ps = cxk_page_size();
+    if (!out || nbytes == 0 || align < ps || (align & (align - 1)) != 0) return -EINVAL;
+    if (nbytes > SIZE_MAX - align - ps) return -ENOMEM;
+    const size_t len = (nbytes + ps - 1) & ~(ps - 1);
+    if (int e = fault_check(Sys::mmap)) return e;
+    void *raw = ::mmap(nullptr, len + align, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                       -1, 0);
+    if (raw == MAP_FAILED) return -errno;
+    const uintptr_t base = uintptr_t(raw);
+    const uintptr_t start = (base + align - 1) & ~uintptr_t(align - 1);
+    // the slop is ours and page-aligned: these munmaps cannot fail, and are not hooked
+    if (start > base) ::munmap(raw, start - base);
+    const size_t after = base + len + align - (start + len);
+    if (after) ::munmap(reinterpret_cast<void *>(start + len), after);
+    *out = reinterpret_cast<void *>(start);
+    return 0;
+}
+
+int sys_munmap(void *addr, size_t nbytes) noexcept {
+    if (int e = fault_check(Sys::munmap)) return e;
+    return int(ret(::munmap(addr, nbytes)));
+}
+
+int sys_setaffinity_self(size_t setsize, const cpu_set_t *set) noexcept {
+    if (int e = fault_check(Sys::sched_setaffinity)) return e;
+    return int(ret(::sched_setaffinity(0, setsize, set)));  // pid 0: the calling thread only
+}
+
+int sys_getaffinity_self(size_t setsize, cpu_set_t *set) noexcept {
+    if (int e = fault_check(Sys::sched_getaffinity)) return e;
+    return int(ret(::sched_getaffinity(0, setsize, set)));
+}
+
+int sys_setaffinity_thread(pthread_t t, size_t setsize, const cpu_set_t *set) noexcept {
+    if (int e = fault_check(Sys::sched_setaffinity)) return e;
+    return -::pthread_setaffinity_np(t, setsize, set);  // returns the error number itself
+}
+
+std::string sysfs_root() {
+    const char *env = std::getenv("CXLKIT_SYSFS_ROOT");
+    std::string root = env && *env ? env : "/sys";
+    while (root.size() > 1 && root.back() == '/') root.pop_back();
+    return root;
+}
+
+int sys_read_sysfs(const char *rel, std::string *out) noexcept {
+    if (!rel || !out) return -EINVAL;
+    try {
+        const std::string path = sysfs_root() + "/" + rel;
+        Fd fd(sys_open(path.c_str(), O_RDONLY, 0));
+        if (fd.fd < 0) return fd.release();
+        out->clear();
+        char buf[4096];
+        for (;;) {
+            ssize_t got = ::read(fd.fd, buf, sizeof buf);
+            if (got < 0 && errno == EINTR) continue;
+            if (got < 0) return -errno;
+            if (got == 0) return 0;
+            out->append(buf, size_t(got));
+            if (out->size() > (1u << 20)) return -EFBIG;  // no sysfs attribute is this long
+        }
+    } catch (const std::bad_alloc &) {
+        return -ENOMEM;
+    }
+}
+
 }  // namespace cxk
 
 using cxk::fault_check;
@@ -222,31 +291,23 @@ int cxk_map_fd(int fd, size_t nbytes, uint64_t offset, size_t align, int writabl
     if ((align & (align - 1)) != 0 || align < ps || offset % ps != 0) return -EINVAL;
     if (nbytes > SIZE_MAX - align) return -ENOMEM;
     int prot = PROT_READ | (writable ? PROT_WRITE : 0);
-    if (int e = fault_check(Sys::mmap)) return e;
     if (align == ps) {
+        if (int e = fault_check(Sys::mmap)) return e;
         void *p = mmap(nullptr, nbytes, prot, MAP_SHARED, fd, off_t(offset));
         if (p == MAP_FAILED) return -errno;
         *out = p;
         return 0;
     }
-    // Reserve align extra bytes of address space, then place the mapping on the first
-    // aligned address inside it (MAP_FIXED replaces the reservation) and trim the slop.
-    size_t span = nbytes + align;
-    void *res = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (res == MAP_FAILED) return -errno;
-    uintptr_t base = (uintptr_t(res) + align - 1) & ~uintptr_t(align - 1);
-    void *p = mmap(reinterpret_cast<void *>(base), nbytes, prot, MAP_SHARED | MAP_FIXED, fd,
-                   off_t(offset));
+    // Reserve an aligned range of address space (the one aligned-reservation helper), then
+    // place the mapping on it: MAP_FIXED replaces the reservation.
+    void *res = nullptr;
+    if (int e = cxk::sys_map_aligned(nbytes, align, PROT_NONE, &res)) return e;
+    void *p = mmap(res, nbytes, prot, MAP_SHARED | MAP_FIXED, fd, off_t(offset));
     if (p == MAP_FAILED) {
         int e = errno;
-        munmap(res, span);
+        munmap(res, (nbytes + ps - 1) & ~(ps - 1));
         return -e;
     }
-    size_t head = base - uintptr_t(res);
-    size_t mapped = (nbytes + ps - 1) & ~(ps - 1);
-    if (head) munmap(res, head);
-    size_t tail = span - head - mapped;
-    if (tail) munmap(reinterpret_cast<void *>(base + mapped), tail);
     *out = p;
     return 0;
 }

@@ -1,9 +1,12 @@
 // sys.h — private: the fault-injection check used by every syscall wrapper in sys.cpp
 // and by other native files that make a syscall of their own (open, ftruncate, ...).
 #pragma once
+#include <pthread.h>
+#include <sched.h>
 #include <sys/stat.h>
 
 #include <cstddef>
+#include <string>
 
 #include <cerrno>
 
@@ -12,6 +15,7 @@ namespace cxk {
 enum class Sys : int {
     mbind, set_mempolicy, get_mempolicy, move_pages, migrate_pages, memfd_create,
     mmap, munmap, madvise, open, ftruncate, fstat, prctl, fcntl, pthread_create,
+    sched_setaffinity, sched_getaffinity,
     // ---- aio (native/sys/sys_aio.cpp) ----
     pread, pwrite, fdatasync, io_uring_setup, io_uring_enter,
     count_
@@ -39,5 +43,26 @@ int sys_open(const char *path, int flags, unsigned mode) noexcept;
 int sys_ftruncate(int fd, long long len) noexcept;
 int sys_fstat(int fd, struct stat *st) noexcept;
 int sys_madvise(void *addr, size_t nbytes, int advice) noexcept;
+
+// ---- issue 11: the one aligned reservation, affinity, and the one sysfs reader ----------
+// An anonymous private mapping of nbytes (page-rounded) whose start is a multiple of align (a
+// power of two >= the page size): align more bytes are mapped (one Sys::mmap), the slop before
+// and after is unmapped. prot PROT_NONE reserves address space for a MAP_FIXED mapping to
+// replace (MAP_NORESERVE either way). Returns 0 or -errno (-EINVAL for a bad align, -ENOMEM
+// when nbytes + align overflows).
+int sys_map_aligned(size_t nbytes, size_t align, int prot, void **out) noexcept;
+// munmap(2) with the fault hook (Sys::munmap); 0 or -errno.
+int sys_munmap(void *addr, size_t nbytes) noexcept;
+// The calling thread's CPU affinity (pid 0), with the fault hooks; 0 or -errno.
+int sys_setaffinity_self(size_t setsize, const cpu_set_t *set) noexcept;
+int sys_getaffinity_self(size_t setsize, cpu_set_t *set) noexcept;
+// Another thread's affinity (Sys::sched_setaffinity); 0 or -errno.
+int sys_setaffinity_thread(pthread_t t, size_t setsize, const cpu_set_t *set) noexcept;
+// The text of a sysfs file named relative to the sysfs root: $CXLKIT_SYSFS_ROOT (tests point
+// it at a fixture tree), else /sys; e.g. "devices/system/node/node0/cpulist". Opened through
+// the fault hook (Sys::open). 0 and *out, or -errno (-ENOENT when absent).
+int sys_read_sysfs(const char *rel, std::string *out) noexcept;
+// The sysfs root itself (no trailing slash): what sys_read_sysfs prefixes.
+std::string sysfs_root();
 
 }  // namespace cxk

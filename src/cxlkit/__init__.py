@@ -7,6 +7,10 @@ from .topology import Topology, discover
 from .errors import (ObjectNotPublished, PoolCorruptError, PoolError, PoolFormatError,
                      PoolFullError, PoolTooSmallError, PoolVersionError, StaleObjectError)
 from .pool import Pool, PoolObject
+# ---- issue 11: the typed records of the pool face, the memory error, the one size parser
+from .errors import InsufficientMemoryError
+from .pool import FsckReport, ObjectInfo, PoolStat
+from .units import parse_count, parse_size
 
 __version__ = _native.version()
 
@@ -16,4 +20,7 @@ __all__ = [
     "residency", "stripe", "weighted", "Topology", "discover", "__version__",
     "Pool", "PoolObject", "PoolError", "PoolFormatError", "PoolCorruptError", "PoolVersionError",
     "PoolTooSmallError", "PoolFullError", "ObjectNotPublished", "StaleObjectError",
+    # issue 11
+    "InsufficientMemoryError", "ObjectInfo", "PoolStat", "FsckReport", "parse_size",
+    "parse_count",
 ]

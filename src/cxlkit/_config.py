@@ -13,6 +13,17 @@ ENV: dict[str, tuple[str, str]] = {
     "CXLKIT_HOST_ID": ("", "host id in a shared pool (default: derived from the machine id)"),
     "CXLKIT_POOL": ("cxlkit-default", "the embedded pool: /dev/shm/<name> or a path"),
     "CXLKIT_SIMD": ("", "force a SIMD level for kernels: scalar, avx2 or avx512"),
+    "CXLKIT_COHERENCE": ("host", "how pools are opened: host (one coherence domain) or none "
+                                 "(hosts that do not share caches: flush and invalidate)"),
+    # messaging (cxlkit.msg; the native library reads the CXLKIT_MSG_* ones itself)
+    "CXLKIT_RANK": ("", "this process's rank in a cxlkit.msg job (else the MPI launcher's)"),
+    "CXLKIT_SIZE": ("", "ranks in the job (else the MPI launcher's)"),
+    "CXLKIT_JOB": ("", "job name: ranks with the same name on one pool form one job"),
+    "CXLKIT_MSG_CELL_BYTES": ("4096", "ring cell size of a job's rings"),
+    "CXLKIT_MSG_CELLS": ("64", "cells per ring"),
+    "CXLKIT_MSG_EAGER": ("", "largest eager message (default: half a ring, at most 64 KiB)"),
+    "CXLKIT_MSG_TIMEOUT_MS": ("", "fail any wait after this long (default: only dead peers)"),
+    "CXLKIT_MSG_DEAD_MS": ("5000", "a rank of another machine silent this long is dead"),
 }
 
 
@@ -23,6 +34,7 @@ class Config:
     host_id: str
     pool: str
     simd: str
+    coherence: str
 
 
 def config() -> Config:
@@ -37,4 +49,5 @@ def config() -> Config:
         host_id=get("CXLKIT_HOST_ID"),
         pool=get("CXLKIT_POOL"),
         simd=get("CXLKIT_SIMD"),
+        coherence=get("CXLKIT_COHERENCE"),
     )

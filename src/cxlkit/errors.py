@@ -71,3 +71,59 @@ def _typed(e: OSError, table: dict[int, tuple[type, str]]) -> OSError:
         cls, why = table[e.errno]
         return cls(e.errno, why, e.filename)
     return e
+
+
+# ---- memory placement (issue 11) ------------------------------------------------------------
+class InsufficientMemoryError(MemoryError):
+    """An allocation cannot fit in the memory its policy allows (would run into the OOM killer).
+    nbytes: asked for; nodes: the nodes the policy may use; available: bytes they can give."""
+
+    def __init__(self, msg: str, *, nbytes: int, nodes: tuple[int, ...], available: int) -> None:
+        super().__init__(msg)
+        self.nbytes = nbytes
+        self.nodes = nodes
+        self.available = available
+
+
+# ---- messaging (cxlkit.msg, cxlkit.rpc) ------------------------------------------------
+class MsgError(OSError):
+    """A messaging call failed (the subclasses say why)."""
+
+
+class PeerLostError(MsgError, TimeoutError):
+    """A rank the call waited on is gone (its process ended, or its heartbeat stopped), or the
+    call's timeout passed. `rank` names it (-1 when no one rank is to blame)."""
+
+    def __init__(self, rank: int, message: str) -> None:
+        super().__init__(errno.ETIMEDOUT, message)
+        self.rank = rank
+
+
+class TruncationError(MsgError):
+    """The message was longer than the receive buffer; `count` is its length and the buffer
+    holds its first bytes."""
+
+    def __init__(self, count: int, capacity: int, source: int, tag: int) -> None:
+        super().__init__(errno.EMSGSIZE, f"message of {count} bytes from rank {source} tag {tag} "
+                                         f"does not fit the {capacity}-byte receive buffer")
+        self.count, self.source, self.tag = count, source, tag
+
+
+class WindowRangeError(MsgError):
+    """A one-sided access outside the target rank's window."""
+
+
+class RpcError(MsgError):
+    """An RPC server answered a request with an error (its message says which)."""
+
+
+_MSG_ERRORS = {
+    errno.EBADMSG: (MsgError, "a peer wrote what no correct rank writes (corrupt ring, "
+                              "message or window request)"),
+    errno.ERANGE: (WindowRangeError, "outside the target rank's window"),
+    errno.EPROTO: (MsgError, "not allowed in this epoch (e.g. unlock without lock, complete "
+                             "without start)"),
+    errno.EBUSY: (MsgError, "this rank of the job is held by a live process, or an object of "
+                            "an earlier run belongs to another host (run `cxlkit pool fsck` there)"),
+    errno.ENOSPC: (PoolFullError, "no room in this host's partition for rings or buffers"),
+}

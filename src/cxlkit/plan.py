@@ -2,9 +2,11 @@
 machine (free memory per node) could hold it — one node alone, or all of them interleaved."""
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+
+from . import topology
+from .units import parse_count
 
 # Bits per element: sizes are computed in bits so that int4 / binary vectors stay exact.
 DTYPE_BITS = {
@@ -13,30 +15,7 @@ DTYPE_BITS = {
     "fp8": 8, "e4m3": 8, "e5m2": 8, "int8": 8, "uint8": 8,
     "int4": 4, "fp4": 4, "binary": 1,
 }
-# Counts (vectors, tokens) are decimal: 1M = 10**6. Ki/Mi/Gi give powers of two.
-_COUNT_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9, "t": 10**12,
-                "ki": 1 << 10, "mi": 1 << 20, "gi": 1 << 30, "ti": 1 << 40}
-
-
-def parse_count(text: str | int, what: str = "count") -> int:
-    """'100M' -> 100_000_000, '1M' -> 1_000_000, '64Ki' -> 65536, '1.5k' -> 1500."""
-    if isinstance(text, bool):
-        raise TypeError(f"{what} {text!r}: expected an int or a string like 100M")
-    if isinstance(text, int):
-        n = text
-    else:
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgGbBtT][iI]?)?\s*", str(text))
-        if not m:
-            raise ValueError(f"{what} {text!r}: expected a number with an optional K/M/G/T "
-                             "(decimal) or Ki/Mi/Gi/Ti (binary) suffix")
-        mult = _COUNT_UNITS[(m.group(2) or "").lower()]
-        value = float(m.group(1)) * mult
-        if value != int(value):
-            raise ValueError(f"{what} {text!r}: not a whole number")
-        n = int(value)
-    if n <= 0:
-        raise ValueError(f"{what} {text!r}: expected > 0")
-    return n
+# Counts: cxlkit.units (vectors decimal, 100M = 10**8; tokens in powers of two, 32k = 32768)
 
 
 def dtype_bits(dtype: str) -> int:
@@ -111,15 +90,15 @@ class SizingPlan:
 
 def tiers_free(nodes: Sequence[int] | None = None) -> list[tuple[int, str, int | None, int | None]]:
     """(node, kind, total bytes, free bytes) for the memory nodes (or `nodes`)."""
-    from .bench.machine import nodes as node_facts
-
-    facts = {f.node: f for f in node_facts()}
+    # node facts from topology (the floor below): the benchmarks read the same discover()
+    facts = {n.id: n for n in topology.discover().nodes if n.has_memory}
     chosen = list(facts) if nodes is None else list(nodes)
     for n in chosen:
         if n not in facts:
             raise ValueError(f"node {n} has no memory on this machine (nodes with memory: "
                              f"{','.join(map(str, facts))})")
-    return [(n, facts[n].kind, facts[n].total_bytes, facts[n].free_bytes) for n in chosen]
+    return [(n, facts[n].kind, facts[n].mem_total_bytes, facts[n].mem_free_bytes)
+            for n in chosen]
 
 
 def fit(what: str, need: int, detail: dict,
@@ -146,7 +125,7 @@ def vectordb(vectors: int | str, dim: int, dtype: str = "fp32", overhead: float 
 def kv(layers: int, kv_heads: int, head_dim: int, tokens: int | str, dtype: str = "bf16", *,
        nodes: Sequence[int] | None = None,
        tiers: Sequence[tuple[int, str, int | None, int | None]] | None = None) -> SizingPlan:
-    t = parse_count(tokens, "tokens")
+    t = parse_count(tokens, "tokens", tokens=True)
     per = kv_bytes_per_token(layers, kv_heads, head_dim, dtype)
     detail = {"layers": layers, "kv_heads": kv_heads, "head_dim": head_dim, "tokens": t,
               "dtype": dtype, "bytes_per_token": per}

@@ -13,6 +13,8 @@ from typing import Any
 from . import _native, topology
 from ._config import config
 from ._views import Views
+from .errors import InsufficientMemoryError
+from .units import parse_size
 
 MiB = 1 << 20
 DEFAULT_STRIPE_CHUNK = 2 * MiB
@@ -168,16 +170,6 @@ def stripe(nodes: Sequence[int], weights: Sequence[int] | None = None, *,
                   chunk)
 
 
-def _parse_size(text: str) -> int:
-    units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    t = text.strip().lower().removesuffix("ib").removesuffix("b")
-    num, unit = (t[:-1], t[-1]) if t and t[-1] in "kmg" else (t, "")
-    try:
-        return int(float(num) * units[unit])
-    except ValueError:
-        raise ValueError(f"size {text!r}: expected a number with an optional K/M/G") from None
-
-
 def parse_weights(spec: str) -> dict[int, int]:
     """'0:3,1:1' -> {0: 3, 1: 1}."""
     out: dict[int, int] = {}
@@ -216,7 +208,7 @@ def parse(spec: str) -> Policy:
                          "weighted:A:w,B:w, stripe:A:w,B:w[@chunk] or default")
     if mode == "stripe":
         body, _, chunk = rest.partition("@")
-        size = _parse_size(chunk) if chunk else DEFAULT_STRIPE_CHUNK
+        size = parse_size(chunk, "stripe chunk") if chunk else DEFAULT_STRIPE_CHUNK
         if ":" in body:
             w = parse_weights(body)
             return stripe(list(w), list(w.values()), chunk=size)
@@ -385,28 +377,53 @@ _HUGE_PAGE = 2 * MiB
 _PAGE_GRANULAR = ("interleave", "weighted")
 
 
-def alloc(nbytes: int, policy: Policy | None = None, *, populate: bool = True,
-          thp: bool | None = None) -> Buffer:
+def alloc(nbytes: int | str, policy: Policy | None = None, *, populate: bool = True,
+          thp: bool | None = None, overcommit: bool = False) -> Buffer:
     """Page-aligned memory of nbytes with `policy` applied before first touch (then populated
     unless populate=False). thp: True asks for transparent huge pages (a 2 MiB-aligned
     mapping with MADV_HUGEPAGE, which THP's "madvise" mode needs), False refuses them
     (MADV_NOHUGEPAGE), None (the default) refuses them for interleave and weighted, whose
     ratio the kernel would otherwise apply per 2 MiB folio, and leaves the rest to the
-    system's THP setting; the Buffer's `thp` says which. Raises ValueError for a bad size or a
-    node without memory, WeightMismatchError / WeightedInterleaveUnsupported for an
-    impossible `weighted`."""
-    if isinstance(nbytes, bool) or not isinstance(nbytes, int):
-        raise TypeError(f"nbytes {nbytes!r}: expected an int")
+    system's THP setting; the Buffer's `thp` says which. nbytes: an int or a size such as
+    "1G" (cxlkit.units: K/M/G = 1024**n). A populated allocation larger than the memory its
+    policy's nodes can give (free plus reclaimable page cache) raises InsufficientMemoryError
+    naming the nodes and what they have, instead of running into the OOM killer;
+    overcommit=True skips that check. Raises ValueError for a bad size or a node without
+    memory, WeightMismatchError / WeightedInterleaveUnsupported for an impossible `weighted`."""
+    nbytes = parse_size(nbytes, "nbytes")
     if nbytes <= 0:
         raise ValueError(f"nbytes {nbytes}: expected > 0")
     if nbytes > _address_space_limit():
         raise ValueError(f"nbytes {nbytes}: larger than this machine could map")
     policy = policy if policy is not None else default()
     kw = validate(policy)
+    if populate and not overcommit:
+        _check_room(nbytes, policy)
     if thp is None and policy.page_granular:
         thp = False
     return Buffer(nbytes, policy, populate=populate, thp=None if thp is None else bool(thp),
                   kernel_weights=kw)
+
+
+def _check_room(nbytes: int, policy: Policy) -> None:
+    """InsufficientMemoryError when nbytes cannot fit in the nodes `policy` may use (bind,
+    interleave, weighted, stripe: its nodes; preferred and default fall back to every node).
+    Nodes whose meminfo cannot be read are not counted against it."""
+    if policy.mode in ("preferred", "default"):
+        nodes = tuple(topology.memory_nodes())
+    else:
+        nodes = tuple(policy.nodes)
+    avail = {n: topology.node_available_bytes(n) for n in nodes}
+    if any(v is None for v in avail.values()):
+        return  # no figure for some node: nothing to refuse on
+    total = sum(v for v in avail.values() if v is not None)
+    if nbytes <= total:
+        return
+    have = ", ".join(f"node {n}: {v / 2**30:.1f} GiB" for n, v in avail.items())
+    raise InsufficientMemoryError(
+        f"nbytes {nbytes} ({nbytes / 2**30:.1f} GiB) does not fit policy {policy}: "
+        f"{have} free or reclaimable (pass overcommit=True to allocate anyway)",
+        nbytes=nbytes, nodes=nodes, available=total)
 
 
 def _address_space_limit() -> int:
@@ -453,6 +470,18 @@ def task_policy() -> tuple[str, list[int]]:
     return _KERNEL_MODES.get(mode, str(mode)), list(nodes)
 
 
+def restore_kernel_auto_weights(*, sysfs_root: Path | None = None) -> None:
+    """Turn the kernel's weighted-interleave auto mode back on (Linux 6.16+, root): the kernel
+    then sets the weights from the firmware's bandwidth again. FileNotFoundError when the
+    kernel has no auto mode (restore the previous weights with write_kernel_weights instead)."""
+    _, f = topology.weighted_interleave_auto(sysfs_root or config().sysfs_root)
+    if f is None:
+        d = (sysfs_root or config().sysfs_root) / topology.WEIGHTED_INTERLEAVE_DIR
+        raise FileNotFoundError(2, "this kernel has no weighted-interleave auto mode (Linux "
+                                   "6.16+): restore the previous weights instead", str(d))
+    f.write_text("1\n")
+
+
 def write_kernel_weights(weights: dict[int, int], *, sysfs_root: Path | None = None) -> None:
     """Write the system-wide weighted-interleave weights (root only). Raises
     PermissionError naming the file when not allowed, FileNotFoundError when the kernel has
@@ -470,6 +499,43 @@ def write_kernel_weights(weights: dict[int, int], *, sysfs_root: Path | None = N
         (d / f"node{n}").write_text(f"{w}\n")
 
 
-# Bandwidth-proportional weighted-interleave weights (the kernel's bandwidth-tiering rule
-# applied to measured figures); lives with the measurements it reads, re-exported here.
-from .bench.weights import weights_from  # noqa: E402
+# ---- bandwidth-proportional weights (the kernel's bandwidth-tiering rule, mm/mempolicy.c
+# reduce_interleave_weights, Linux 6.16+); cxlkit.bench.weights reads them off bench results.
+# The kernel's "weightiness": weights land in 1..32 before the GCD reduction; small enough to
+# cycle through the nodes quickly, large enough to follow the bandwidth ratio.
+KERNEL_MAX_WEIGHT = 32
+
+
+def weights_from(bandwidths: _MappingABC, nodes: Sequence[int] | None = None, *,
+                 max_weight: int = KERNEL_MAX_WEIGHT) -> dict[int, int]:
+    """Integer weights proportional to bandwidth, like the kernel's auto weights: each node
+    gets floor(max_weight * bw / total bw), at least 1, then all are divided by their GCD.
+    bandwidths: {node: bandwidth} in any one unit (a bench result: cxlkit.bench.weights_from);
+    nodes picks and orders the nodes (KeyError for one without a figure)."""
+    if isinstance(max_weight, bool) or not isinstance(max_weight, int) \
+            or not 1 <= max_weight <= 255:
+        raise ValueError(f"max_weight {max_weight!r}: expected an int in 1..255")
+    if not isinstance(bandwidths, _MappingABC):
+        raise TypeError(f"expected a bench result or a {{node: bandwidth}} mapping, got "
+                        f"{type(bandwidths).__name__}")
+    bw = {}
+    for n, v in bandwidths.items():
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"node {n!r}: expected an int")
+        bw[n] = v
+    if nodes is not None:
+        missing = [n for n in nodes if n not in bw]
+        if missing:
+            raise KeyError(f"no bandwidth for node(s) {','.join(map(str, missing))} "
+                           f"(have {','.join(map(str, sorted(bw)))})")
+        bw = {n: bw[n] for n in nodes}
+    if not bw:
+        raise ValueError("no nodes to weigh")
+    for n, v in bw.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or v <= 0:
+            raise ValueError(f"bandwidth of node {n}: {v!r}, expected a finite number > 0")
+    total = sum(bw.values())
+    raw = {n: max(1, math.floor(max_weight * v / total)) for n, v in bw.items()}
+    g = math.gcd(*raw.values())
+    return {n: w // g for n, w in raw.items()}

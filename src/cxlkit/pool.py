@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import _native
+from . import units as _units
 from ._config import config
 from .errors import (_CREATE_ERRORS, _OBJECT_ERRORS, _OPEN_ERRORS, ObjectNotPublished,  # noqa: F401
                      PoolCorruptError, PoolError, PoolFormatError, PoolFullError,
@@ -25,15 +25,9 @@ _COHERENCE = {"host": 0, "none": 1}
 
 
 def parse_size(text: str | int) -> int:
-    """Bytes from an int or a string such as "64M", "1G", "4096", "2MiB"."""
-    if isinstance(text, bool):
-        raise TypeError(f"size {text!r}: expected an int or a string such as '64M'")
-    if isinstance(text, int):
-        return text
-    m = re.fullmatch(r"\s*(\d+)\s*([kKmMgGtT]?)(i?[bB])?\s*", str(text))
-    if not m:
-        raise ValueError(f"size {text!r}: expected a number with an optional K/M/G/T suffix")
-    return int(m.group(1)) << (10 * " KMGT".index(m.group(2).upper() or " "))
+    """Bytes from an int or a string such as "64M", "1G", "4096", "2MiB" (cxlkit.units, the
+    one parser of every size option: K/M/G/T = 1024**n)."""
+    return _units.parse_size(text, "size")
 
 
 def resolve(path_or_name: str | os.PathLike[str] | None) -> str:
@@ -105,13 +99,19 @@ class ObjectInfo:
     state: str         # "creating", "live" or "dead"
     checksum: int | None  # crc32c of the payload when recorded
     created: float     # seconds since the epoch
+    created_ns: int = 0  # the same, exact (CLOCK_REALTIME ns: KV recency compares them)
+
+    @property
+    def live(self) -> bool:
+        """Published: open() of any host finds it."""
+        return self.state == "live"
 
     @classmethod
     def _from(cls, d: dict[str, Any]) -> ObjectInfo:
         ck = d["checksum"]
         return cls(d["name"], d["nbytes"], d["offset"], d["host"], d["generation"],
                    _STATES.get(d["state"], str(d["state"])), ck & 0xFFFFFFFF if ck else None,
-                   d["created_ns"] / 1e9)
+                   d["created_ns"] / 1e9, d["created_ns"])
 
 
 @dataclass(frozen=True)
@@ -201,6 +201,22 @@ class PoolObject(Views, _native.PoolObject):
             raise _typed(e, _OBJECT_ERRORS) from None
         return bytes(out)
 
+    # ---- issue 11: every call maps its errno through errors.py (the binding raises OSError)
+    def write(self, pos: int, data: Any) -> None:
+        """Copy bytes into the payload at pos (writable objects of this host only)."""
+        try:
+            super().write(pos, data)
+        except OSError as e:
+            raise _typed(e, _OBJECT_ERRORS) from None
+
+    def add_u64(self, offset: int, value: int) -> int:
+        """Atomically add value to the u64 at payload offset (8-aligned, inside the object);
+        returns the new value. For counters shared by one host's processes."""
+        try:
+            return super().add_u64(offset, value)
+        except OSError as e:
+            raise _typed(e, _OBJECT_ERRORS) from None
+
     def verify(self) -> None:
         """Recompute the payload checksum: PoolCorruptError on mismatch, ValueError when
         none was recorded."""
@@ -220,11 +236,12 @@ class Pool:
     Pool([path, path, ...]) stripes several backings; Pool("memfd:name", size=...) makes
     anonymous memory. Giving size creates the pool if it does not exist. host_id: an int
     slot, a str host name, or None for CXLKIT_HOST_ID / the machine id. coherence "host"
-    (one coherence domain) or "none" (hosts that do not share caches)."""
+    (one coherence domain) or "none" (hosts that do not share caches); None: CXLKIT_COHERENCE,
+    else "host"."""
 
     def __init__(self, path_or_name: str | os.PathLike[str] | Sequence[str] | None = None,
                  size: int | str | None = None, *, host_id: int | str | None = None,
-                 coherence: str = "host", create: bool | None = None,
+                 coherence: str | None = None, create: bool | None = None,
                  exclusive: bool = False, force: bool = False, max_hosts: int | None = None,
                  max_objects: int | None = None, numa_node: int | None = None,
                  mode: int = 0o600, group: int | str | None = None,
@@ -240,6 +257,8 @@ class Pool:
         nbytes = 0 if size is None else parse_size(size)
         if nbytes < 0:
             raise ValueError(f"size {size!r}: must be positive")
+        if coherence is None:
+            coherence = config().coherence
         if coherence not in _COHERENCE:
             raise ValueError(f"coherence {coherence!r}: expected 'host' or 'none'")
         if max_hosts is not None and not 1 <= max_hosts <= _native.POOL_MAX_HOSTS:
@@ -382,6 +401,8 @@ class Pool:
             self._h.destroy(name)
         except FileNotFoundError:
             raise KeyError(f"object {name!r} not in pool {self._h.label}") from None
+        except OSError as e:
+            raise _typed(e, _OBJECT_ERRORS) from None
 
     def __contains__(self, name: str) -> bool:
         try:
@@ -396,13 +417,21 @@ class Pool:
             return ObjectInfo._from(self._h.object_stat(name))
         except FileNotFoundError:
             raise KeyError(f"object {name!r} not in pool {self._h.label}") from None
+        except OSError as e:
+            raise _typed(e, _OBJECT_ERRORS) from None
 
     def list(self) -> list[ObjectInfo]:
         """Objects of every host, published or being created, in partition order."""
-        return [ObjectInfo._from(d) for d in self._h.list()]
+        try:
+            return [ObjectInfo._from(d) for d in self._h.list()]
+        except OSError as e:
+            raise _typed(e, _OBJECT_ERRORS) from None
 
     def stat(self) -> PoolStat:
-        d = self._h.stat()
+        try:
+            d = self._h.stat()
+        except OSError as e:
+            raise _typed(e, _OBJECT_ERRORS) from None
         return PoolStat(
             path=self._h.label, kind=d["kind"], size=d["size"], version=d["version"],
             uuid=d["uuid"].hex(), max_hosts=d["max_hosts"], host_id=d["host_id"],
@@ -416,7 +445,10 @@ class Pool:
     def fsck(self, *, repair: bool = True) -> FsckReport:
         """Check every host's part; with repair, rebuild this host's part first (reclaim
         objects of dead creators and unleased dead objects, expire dead processes' leases)."""
-        return FsckReport(**self._h.fsck(repair))
+        try:
+            return FsckReport(**self._h.fsck(repair))
+        except OSError as e:
+            raise _typed(e, _OBJECT_ERRORS) from None
 
 
 def remove(path_or_name: str | os.PathLike[str]) -> None:

@@ -54,6 +54,22 @@ def memory_nodes(root: Path | None = None) -> list[int]:
         return [0]
 
 
+def node_available_bytes(node: int, root: Path | None = None) -> int | None:
+    """Bytes an allocation bound to `node` could get without swapping: MemFree plus the page
+    cache the kernel can drop (FilePages less Shmem, which tmpfs pool files pin) plus
+    reclaimable slab, from the node's meminfo; None when the node has no readable meminfo."""
+    try:
+        text = (_sysfs(root) / NODE_DIR / f"node{node}" / "meminfo").read_text()
+    except OSError:
+        return None
+    vals = {m.group(1): int(m.group(2)) * 1024
+            for m in re.finditer(r"Node\s+\d+\s+(\w+):\s+(\d+)\s*kB", text)}
+    if "MemFree" not in vals:
+        return None
+    reclaimable = max(0, vals.get("FilePages", 0) - vals.get("Shmem", 0))
+    return vals["MemFree"] + reclaimable + vals.get("SReclaimable", 0)
+
+
 WEIGHTED_INTERLEAVE_DIR = "kernel/mm/mempolicy/weighted_interleave"
 # The auto-mode switch (Linux 6.16+) is declared as `auto`; kernels whose compiler headers
 # `#define auto __auto_type` (6.18 here) export it under the macro's expansion instead.
@@ -72,6 +88,25 @@ KINDS = ("dram", "cxl", "hbm", "pmem")
 HBM_MIN_BANDWIDTH_RATIO = 1.5
 HBM_MAX_LATENCY_RATIO = 1.5
 SLOW_MIN_LATENCY_RATIO = 1.3
+
+
+def weighted_interleave_auto(root: Path | None = None) -> tuple[bool | None, Path | None]:
+    """(auto mode on?, its sysfs file) of the kernel's weighted interleave: (None, None) when
+    the kernel has no auto mode (before Linux 6.16); (None, file) when the file is unreadable
+    or malformed. In auto mode the kernel sets the weights from the firmware's bandwidth; a
+    weight written by hand turns it off."""
+    d = _sysfs(root) / WEIGHTED_INTERLEAVE_DIR
+    for name in WEIGHTED_INTERLEAVE_AUTO_FILES:
+        f = d / name
+        try:
+            t = f.read_text().strip()
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return None, f
+        return {"true": True, "1": True, "Y": True, "false": False, "0": False,
+                "N": False}.get(t), f
+    return None, None
 
 
 def weighted_interleave_weights(root: Path | None = None) -> dict[int, int] | None:

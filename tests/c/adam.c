@@ -1,7 +1,9 @@
 /* adam.c — the Adam C ABI from C: every SIMD level gives the scalar level's bits on odd
  * lengths and unaligned starts (fp32/bf16/fp16 grads, each copy dtype, NT stores), bad input
  * is -EINVAL, a team updates every element and reports where its chunks went, and a failing
- * node query leaves everything untouched. */
+ * node query leaves everything untouched; RESYNC re-reads exactly the copy elements that are
+ * not the master's rounding and the _ex calls count them; an OpenMP team needs a loaded
+ * runtime (-ENOENT here: this program loads none). */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -164,5 +166,34 @@ int main(void) {
     o.nnodes = 1, o.chunk_bytes = 100;
     CHECK_EQ(cxk_adam_team_create(&o, &team), -EINVAL);
     CHECK_EQ(cxk_adam_team_step(NULL, &h, &b, 1), -EINVAL);
+
+    /* RESYNC: after a step the bf16 copy is the master's rounding; overwrite 3 elements and
+     * the next step re-reads exactly those (counted), the others keep their fp32 masters */
+    fill(&got);
+    b = tensor_of(&got, 0, CXK_DTYPE_BF16, CXK_DTYPE_BF16);
+    struct cxk_adam_hparams hr = h;
+    hr.flags |= CXK_ADAM_RESYNC;
+    uint64_t resynced = 99;
+    for (int i = 0; i < N; ++i) got.copy[i] = to_bf16(got.p[i]);
+    CHECK_EQ(cxk_adam_step_ex(&hr, &b, 1, &resynced), 0);
+    CHECK_EQ(resynced, 0);
+    got.copy[0] = to_bf16(5.0f), got.copy[500] = to_bf16(-3.0f), got.copy[N - 1] = 0x4000;
+    memcpy(&ref, &got, sizeof ref);
+    ref.p[0] = 5.0f, ref.p[500] = -3.0f, ref.p[N - 1] = 2.0f;  /* what the re-read gives */
+    a = tensor_of(&ref, 0, CXK_DTYPE_BF16, CXK_DTYPE_BF16);
+    hr.step = h.step = 2;
+    CHECK_EQ(cxk_adam_step_ex(&hr, &b, 1, &resynced), 0);
+    CHECK_EQ(resynced, 3);
+    CHECK_EQ(cxk_adam_step(&h, &a, 1), 0);
+    CHECK(memcmp(&ref, &got, sizeof ref) == 0);
+    CHECK_EQ(cxk_adam_step_ex(&hr, &b, 1, NULL), 0);  /* the count is optional */
+
+    /* an OpenMP team: this program has no OpenMP runtime loaded, and none is loaded for it */
+    CHECK_EQ(cxk_adam_team_create_omp(NULL, 2, 0, &team), -ENOENT);
+    CHECK(team == NULL);
+    CHECK_EQ(cxk_adam_team_create_omp("libgomp", 2000, 0, &team), -EINVAL);
+    CHECK_EQ(cxk_adam_team_create_omp(NULL, 2, 100, &team), -EINVAL);
+    CHECK_EQ(cxk_adam_team_create_omp(NULL, 2, 0, NULL), -EINVAL);
+    CHECK_EQ(cxk_adam_team_step_ex(NULL, &hr, &b, 1, &resynced), -EINVAL);
     return 0;
 }

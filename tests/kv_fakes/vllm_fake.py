@@ -4,11 +4,14 @@ KVCacheBlocks, SchedulerOutput, and one engine step making the connector calls i
 build_connector_meta; worker: bind_connector_metadata, start_load_kv, per layer
 wait_for_layer_load / attention / save_kv_layer, wait_for_save, get_finished,
 get_block_ids_with_load_errors, clear_connector_metadata; request_finished when done).
-Paged caches are shaped like vLLM's: FlashAttention [2, num_blocks, block_size, kv_heads,
-head_size] per layer, or the cross-layer tensor in physical order. Request.block_hashes are
-computed like vLLM's hasher (sha256 of pickled (parent, tokens, extra)), written here apart from
-cxlkit.kv.hashing. The "attention" writes K/V values that depend only on (layer, prefix tokens),
-so a loaded block must equal what recompute would write.
+Paged caches are shaped as vLLM 0.32 hands them to register_kv_caches (checked against the real
+engine in tests/test_kv_vllm_engine.py): one 4-D view [num_blocks, kv_heads, block_size,
+2 * head_size] per layer, cut out of one flat buffer (layout LBHNC), K and V encoded as CPU_ATTN's
+vec kernel does (per head: K transposed [head_size, block_size], then V [block_size, head_size]). The KV cache config carries a
+FullAttentionSpec-like spec. Request.block_hashes are computed like vLLM's hasher (sha256 of
+pickled (parent, tokens, extra)), written here apart from cxlkit.kv.hashing. The "attention"
+writes K/V values that depend only on (layer, prefix tokens), so a loaded block must equal what
+recompute would write.
 """
 from __future__ import annotations
 
@@ -144,15 +147,43 @@ class ForwardContext:
     no_compile_layers: dict
 
 
-class FlashAttnBackend:
-    @staticmethod
-    def get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size, cache_dtype_str="auto"):
-        return (2, num_blocks, block_size, num_kv_heads, head_size)
+@dataclass(frozen=True)
+class FullAttentionSpec:  # the fields of vllm.v1.kv_cache_interface.FullAttentionSpec used
+    block_size: int
+    num_kv_heads: int
+    head_size: int
+    dtype: torch.dtype
+    head_size_v: int | None = None
 
-    @staticmethod
-    def get_kv_cache_stride_order(include_num_layers_dimension=False):
-        # physical (num_blocks, num_layers, 2, block_size, heads, head_size)
-        return (2, 0, 1, 3, 4, 5) if include_num_layers_dimension else (0, 1, 2, 3, 4)
+
+@dataclass
+class KVCacheGroupSpec:
+    layer_names: list[str]
+    kv_cache_spec: Any
+
+
+@dataclass
+class KVCacheConfig:
+    num_blocks: int
+    kv_cache_groups: list[KVCacheGroupSpec]
+    hash_block_size: int | None = None
+
+
+def cpu_attn_pages(layers: int, num_blocks: int, heads: int, block_size: int, dim: int,
+                   dtype: torch.dtype) -> list[torch.Tensor]:
+    """Per-layer [B, H, N, 2D] views of one flat buffer, layer-major (vLLM's LBHNC)."""
+    page = heads * block_size * 2 * dim
+    flat = torch.zeros(layers * num_blocks * page, dtype=dtype)
+    return [flat[i * num_blocks * page:(i + 1) * num_blocks * page].view(
+        num_blocks, heads, block_size, 2 * dim) for i in range(layers)]
+
+
+def cpu_attn_kv(page: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """K and V of a [B, H, N, 2D] page as CPU_ATTN's vec kernel stores them, each viewed as
+    [B, H, N, D]: per head, K transposed ([D, N]) then V ([N, D])."""
+    B, H, N, _ = page.shape
+    halves = page.view(B, H, 2, N * dim)
+    return halves[:, :, 0].view(B, H, dim, N).transpose(2, 3), halves[:, :, 1].view(B, H, N, dim)
 
 
 class Recorder:
@@ -184,31 +215,27 @@ def kv_value(layer: int, part: int, prefix: tuple, heads: int, dim: int) -> torc
 class FakeEngine:
     """One vLLM engine (scheduler + one worker) with a paged KV cache."""
 
-    def __init__(self, extra: dict, num_blocks: int = 24, cross_layer: bool = False,
-                 model: ModelConfig | None = None, block_size: int = 16) -> None:
+    def __init__(self, extra: dict, num_blocks: int = 24, model: ModelConfig | None = None,
+                 block_size: int = 16, with_kv_cache_config: bool = True) -> None:
         from cxlkit.integrations.vllm import CxlkitConnector, KVConnectorRole
 
-        self.model = model or ModelConfig()
+        self.model = m = model or ModelConfig()
         self.bs = block_size
-        self.cfg = VllmConfig(self.model, CacheConfig(block_size=block_size), ParallelConfig(),
-                              KVTransferConfig(kv_connector_extra_config=dict(extra)))
-        self.calls: list[str] = []
-        self.sched = Recorder(CxlkitConnector(self.cfg, KVConnectorRole.SCHEDULER), self.calls)
-        self.worker = Recorder(CxlkitConnector(self.cfg, KVConnectorRole.WORKER), self.calls)
-        m = self.model
+        extra = {"attn_backend": "CPU_ATTN", "cpu_attn_isa": "vec", **extra}
+        self.cfg = VllmConfig(m, CacheConfig(block_size=block_size), ParallelConfig(),
+                              KVTransferConfig(kv_connector_extra_config=extra))
         self.layer_names = [f"model.layers.{i}.self_attn.attn" for i in range(m.num_layers)]
-        shape = (2, num_blocks, block_size, m.num_kv_heads, m.head_size)
-        if cross_layer:
-            assert self.worker.prefer_cross_layer_blocks
-            phys = (num_blocks, m.num_layers, 2, block_size, m.num_kv_heads, m.head_size)
-            self.cross = torch.zeros(phys, dtype=m.dtype)
-            # per-layer views in logical order, as allocate_uniform_kv_caches builds them
-            logical = self.cross.permute(1, 2, 0, 3, 4, 5)
-            self.kv = {n: logical[i] for i, n in enumerate(self.layer_names)}
-            self.worker.register_cross_layers_kv_cache(self.cross, FlashAttnBackend)
-        else:
-            self.kv = {n: torch.zeros(shape, dtype=m.dtype) for n in self.layer_names}
-            self.worker.register_kv_caches(self.kv)
+        spec = FullAttentionSpec(block_size, m.num_kv_heads, m.head_size, m.dtype)
+        kcc = (KVCacheConfig(num_blocks, [KVCacheGroupSpec(list(self.layer_names), spec)])
+               if with_kv_cache_config else None)
+        self.calls: list[str] = []
+        self.sched = Recorder(CxlkitConnector(self.cfg, KVConnectorRole.SCHEDULER, kcc),
+                              self.calls)
+        self.worker = Recorder(CxlkitConnector(self.cfg, KVConnectorRole.WORKER, kcc), self.calls)
+        pages = cpu_attn_pages(m.num_layers, num_blocks, m.num_kv_heads, block_size,
+                               m.head_size, m.dtype)
+        self.kv = dict(zip(self.layer_names, pages))
+        self.worker.register_kv_caches(self.kv)
         self.free = list(range(num_blocks - 1, -1, -1))
         self.computed_positions: dict[str, list[int]] = {}
         self.invalid_block_ids: set[int] = set()
@@ -262,9 +289,10 @@ class FakeEngine:
         m = self.model
         for p in positions:
             blk, off = ids[p // self.bs], p % self.bs
+            kv = cpu_attn_kv(self.kv[name], m.head_size)
             for part in (0, 1):
-                self.kv[name][part, blk, off] = kv_value(li, part, tuple(req.prompt_token_ids[:p + 1]),
-                                                          m.num_kv_heads, m.head_size)
+                kv[part][blk, :, off] = kv_value(li, part, tuple(req.prompt_token_ids[:p + 1]),
+                                                   m.num_kv_heads, m.head_size)
 
     def finish(self, req: Request, ids: list[int] | None = None) -> None:
         self.sched.request_finished(req, ids or [])
@@ -272,11 +300,12 @@ class FakeEngine:
     def block_matches_recompute(self, req: Request, ids: list[int], i: int) -> bool:
         m = self.model
         for li, name in enumerate(self.layer_names):
+            kv = cpu_attn_kv(self.kv[name], m.head_size)
             for off in range(self.bs):
                 p = i * self.bs + off
                 for part in (0, 1):
                     want = kv_value(li, part, tuple(req.prompt_token_ids[:p + 1]),
                                     m.num_kv_heads, m.head_size)
-                    if not torch.equal(self.kv[name][part, ids[i], off], want):
+                    if not torch.equal(kv[part][ids[i], :, off], want):
                         return False
         return True

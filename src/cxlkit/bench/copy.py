@@ -59,7 +59,8 @@ def time_copy(dst, src, size: int, method: str, *, cpu: int, target_s: float,
 
 def run(pairs: Sequence[tuple[int, int]] | None = None, *, quick: bool = False,
         config: CopySettings | None = None, cpu: int | None = None,
-        progress: Progress | None = None, gpu: bool = True) -> dict:
+        progress: Progress | None = None, gpu: bool = True,
+        gpu_backend: CudaCopier | None = None) -> dict:
     """Every (src, dst) pair of memory nodes (or `pairs`); the copying thread runs on `cpu`
     (default: the first CPU of the first node with CPUs, where an application would run)."""
     cfg = config or copy_settings(quick)
@@ -115,7 +116,8 @@ def run(pairs: Sequence[tuple[int, int]] | None = None, *, quick: bool = False,
                   elapsed_s=round(time.perf_counter() - t0, 2),
                   gbps="1e9 bytes copied per second (each byte counted once)")
     figures = {"pairs": out_pairs,
-               "gpu": gpu_matrix([f.node for f in M.nodes()]) if gpu else None}
+               "gpu": gpu_matrix([f.node for f in M.nodes()], backend=gpu_backend)
+               if gpu else None}
     return {"kind": "copy", "version": DOC_VERSION, "machine": M.machine(),
             "kernel": M.kernel(), "date": M.now(), "parameters": params, "figures": figures}
 
@@ -131,61 +133,25 @@ class CudaCopier(Protocol):
     def copy_seconds(self, host, devs: Sequence[int], nbytes: int, direction: str) -> float: ...
 
 
-def no_gpu_reason() -> str | None:
-    """None when a GPU can be used; else why not (the CUDA runtime, then torch)."""
+def no_gpu_reason(backend: CudaCopier | None = None) -> str | None:
+    """None when a GPU can be used through backend; else why not. The copier over torch.cuda
+    lives with the torch integration (cxlkit.integrations.cuda.torch_copier): torch is above
+    this floor, so the caller (the CLI) passes it in."""
+    if backend is not None:
+        return None
     if not _native.pin_available():
         return "no GPU present: the CUDA runtime (libcudart) is not loadable or reports no device"
-    try:
-        import torch
-    except ImportError:
-        return "a CUDA device is present but torch is not installed to drive copies"
-    if not torch.cuda.is_available():
-        return "a CUDA device is present but this torch build has no CUDA"
-    return None
-
-
-class TorchCuda:
-    """CudaCopier over torch.cuda: pinned (cudaHostRegister) host memory, one stream per
-    device, timed with CUDA events."""
-
-    def __init__(self) -> None:
-        import torch
-
-        self.torch = torch
-
-    def devices(self) -> list[int]:
-        return list(range(self.torch.cuda.device_count()))
-
-    def copy_seconds(self, host, devs: Sequence[int], nbytes: int, direction: str) -> float:
-        torch = self.torch
-        h = host.torch()
-        work = []
-        for i, d in enumerate(devs):  # device i uses its own nbytes of the host buffer
-            dev = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{d}")
-            work.append((h[i * nbytes:(i + 1) * nbytes], dev, torch.cuda.Stream(device=d)))
-        for d in devs:
-            torch.cuda.synchronize(d)
-        t0 = time.perf_counter()
-        for hp, dev, s in work:
-            with torch.cuda.stream(s):
-                if direction == "h2d":
-                    dev.copy_(hp, non_blocking=True)
-                else:
-                    hp.copy_(dev, non_blocking=True)
-        for _, _, s in work:
-            s.synchronize()
-        return time.perf_counter() - t0
+    return ("a CUDA device is present but no copier was given to drive it "
+            "(cxlkit.integrations.cuda.torch_copier() needs torch with CUDA)")
 
 
 def gpu_matrix(host_nodes: Sequence[int], *, backend: CudaCopier | None = None,
                nbytes: int = 64 * MiB, reps: int = 3) -> dict:
     """{available, reason} or {available, devices, rows: [{node, device|"all", h2d_gbps,
     d2h_gbps}]}; host memory bound to each node and page-locked."""
+    reason = no_gpu_reason(backend)
     if backend is None:
-        reason = no_gpu_reason()
-        if reason is not None:
-            return {"available": False, "reason": reason}
-        backend = TorchCuda()
+        return {"available": False, "reason": reason}
     devs = backend.devices()
     if not devs:
         return {"available": False, "reason": "the CUDA runtime reports no device"}

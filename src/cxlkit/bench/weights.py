@@ -1,19 +1,15 @@
 """Weighted-interleave weights from measured bandwidth: the kernel's bandwidth-tiering rule
 (mm/mempolicy.c reduce_interleave_weights, Linux 6.16+) applied to cxlkit's own figures.
-Re-exported as cxlkit.policy.weights_from; `cxlkit policy weights --from-bench` uses
-weights_table()."""
+The rule itself is cxlkit.policy.weights_from (placement's floor, below the benchmarks); this
+module reads it off result documents. `cxlkit policy weights --from-bench` uses weights_table()."""
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .. import topology
-
-# The kernel's "weightiness": weights land in 1..32 before the GCD reduction; small enough
-# to cycle through the nodes quickly, large enough to follow the bandwidth ratio.
-KERNEL_MAX_WEIGHT = 32
+from .. import policy, topology
+from ..policy import KERNEL_MAX_WEIGHT
 BANDWIDTH_KINDS = ("read", "write", "copy", "nt_write")
 
 
@@ -39,40 +35,14 @@ def node_bandwidths(result: Mapping, kind: str = "min") -> dict[int, float]:
 
 def weights_from(result_or_bandwidths: Mapping, nodes: Sequence[int] | None = None, *,
                  max_weight: int = KERNEL_MAX_WEIGHT, kind: str = "min") -> dict[int, int]:
-    """Integer weights proportional to bandwidth, like the kernel's auto weights: each node
-    gets floor(max_weight * bw / total bw), at least 1, then all are divided by their GCD.
-    result_or_bandwidths is a `cxlkit bench memory` result (dict) or {node: bandwidth} in any
-    one unit; nodes picks and orders the nodes (KeyError for one without a figure)."""
-    if isinstance(max_weight, bool) or not isinstance(max_weight, int) \
-            or not 1 <= max_weight <= 255:
-        raise ValueError(f"max_weight {max_weight!r}: expected an int in 1..255")
-    if not isinstance(result_or_bandwidths, Mapping):
-        raise TypeError(f"expected a bench result or a {{node: bandwidth}} mapping, got "
-                        f"{type(result_or_bandwidths).__name__}")
-    if "figures" in result_or_bandwidths:
-        bw = node_bandwidths(result_or_bandwidths, kind)
-    else:
-        bw = {}
-        for n, v in result_or_bandwidths.items():
-            if isinstance(n, bool) or not isinstance(n, int):
-                raise TypeError(f"node {n!r}: expected an int")
-            bw[n] = v
-    if nodes is not None:
-        missing = [n for n in nodes if n not in bw]
-        if missing:
-            raise KeyError(f"no bandwidth for node(s) {','.join(map(str, missing))} "
-                           f"(have {','.join(map(str, sorted(bw)))})")
-        bw = {n: bw[n] for n in nodes}
-    if not bw:
-        raise ValueError("no nodes to weigh")
-    for n, v in bw.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                or v <= 0:
-            raise ValueError(f"bandwidth of node {n}: {v!r}, expected a finite number > 0")
-    total = sum(bw.values())
-    raw = {n: max(1, math.floor(max_weight * v / total)) for n, v in bw.items()}
-    g = math.gcd(*raw.values())
-    return {n: w // g for n, w in raw.items()}
+    """cxlkit.policy.weights_from (the kernel's rule) over a `cxlkit bench memory` result
+    (its peak `kind` bandwidth per node, see node_bandwidths) or a {node: bandwidth} mapping."""
+    if isinstance(result_or_bandwidths, Mapping) and "figures" in result_or_bandwidths:
+        if isinstance(max_weight, bool) or not isinstance(max_weight, int) \
+                or not 1 <= max_weight <= 255:
+            raise ValueError(f"max_weight {max_weight!r}: expected an int in 1..255")
+        result_or_bandwidths = node_bandwidths(result_or_bandwidths, kind)
+    return policy.weights_from(result_or_bandwidths, nodes, max_weight=max_weight)
 
 
 def load_result(path: str | Path) -> dict:

@@ -3,24 +3,24 @@ print rich tables, write the JSON document and PNG plots; and the demo's quick s
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
-from typing import Optional
+from typing import NoReturn, Optional
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .main import app
+from .main import app, fail, one_line
 
 bench_app = typer.Typer(no_args_is_help=True,
                         help="Measure the tiers: latency, bandwidth, loaded latency, copy paths.")
 app.add_typer(bench_app, name="bench")
 
 
-def _fail(msg: str, code: int = 2) -> None:
-    Console(stderr=True).print(f"[red]error:[/red] {msg}")
-    raise typer.Exit(code)
+def _fail(msg: str) -> NoReturn:
+    fail(msg)  # one line on stderr, exit 2
 
 
 def _nodes(spec: Optional[str]) -> Optional[list[int]]:
@@ -52,6 +52,27 @@ def _run_with_bar(con: Console, quiet: bool, fn):
         def cb(done: int, total: int, what: str) -> None:
             bar.update(task, completed=done, total=total, description=what)
         return fn(cb)
+
+
+def _check_outputs(out: Optional[Path], plots: Optional[Path]) -> None:
+    """Fail now (one line, exit 2) when --out or --plots cannot be written: a measurement
+    takes minutes, and its result must not be lost at the end for a mistyped path."""
+    for path, what, is_dir in ((out, "--out", False), (plots, "--plots", True)):
+        if path is None:
+            continue
+        if is_dir and path.exists() and not path.is_dir():
+            _fail(f"{what} {path}: exists and is not a directory")
+        if not is_dir and path.is_dir():
+            _fail(f"{what} {path}: is a directory (give a file name, e.g. {path}/result.json)")
+        if not is_dir and path.exists() and not os.access(path, os.W_OK):
+            _fail(f"{what} {path}: not writable")
+        anc = path if is_dir else path.parent
+        while not anc.exists() and anc != anc.parent:  # the folders _write would create
+            anc = anc.parent
+        if not anc.is_dir():
+            _fail(f"{what} {path}: {anc} is not a directory")
+        if not os.access(anc, os.W_OK | os.X_OK):
+            _fail(f"{what} {path}: {anc} is not writable")
 
 
 def _write(doc: dict, out: Optional[Path], as_json: bool, con: Console) -> None:
@@ -182,6 +203,7 @@ def memory_cmd(
     """Latency, bandwidth (thread sweep), loaded latency per node, and the cross-node matrix."""
     from ..bench import memory as BM
 
+    _check_outputs(out, plots)  # before the measurement, not after it
     con = Console(stderr=as_json)
     try:
         over: dict = {"hugepages": hugepages, "loaded_kind": load_kind}
@@ -195,7 +217,7 @@ def memory_cmd(
     except (ValueError, KeyError) as e:
         _fail(str(e))
     except OSError as e:
-        _fail(f"measurement failed: {e}", 1)
+        _fail(f"measurement failed: {one_line(e)}")
     _report(con, doc, as_json, out, plots, memory_tables, "plot_memory")
 
 
@@ -241,17 +263,33 @@ def copy_cmd(
     """memcpy, non-temporal, copy+flush and invalidate+copy per node pair and size; GPU copies."""
     from ..bench import copy as BC
 
+    _check_outputs(out, plots)  # before the measurement, not after it
     con = Console(stderr=as_json)
     try:
         ns = _nodes(nodes)
         pairs = None if ns is None else [(s, d) for s in ns for d in ns]
+        backend = _cuda_copier() if gpu else None
         doc = _run_with_bar(con, as_json, lambda cb: BC.run(
-            pairs, quick=quick, cpu=cpu, progress=cb, gpu=gpu))
+            pairs, quick=quick, cpu=cpu, progress=cb, gpu=gpu, gpu_backend=backend))
     except (ValueError, KeyError) as e:
         _fail(str(e))
     except OSError as e:
-        _fail(f"measurement failed: {e}", 1)
+        _fail(f"measurement failed: {one_line(e)}")
     _report(con, doc, as_json, out, plots, copy_tables, "plot_copy")
+
+
+def _cuda_copier():
+    """The torch.cuda copier when a CUDA runtime and torch with CUDA are both here, else None
+    (the GPU matrix then says why)."""
+    from .. import _native
+
+    if not _native.pin_available():
+        return None
+    try:
+        from ..integrations.cuda import torch_copier
+    except ImportError:
+        return None
+    return torch_copier()
 
 
 def run_demo(console: Console) -> None:

@@ -3,15 +3,15 @@ every host's shared counters; and the KV section of `cxlkit demo` (run_demo)."""
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
+from typing import Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from .._config import config
-from .main import app
+from .main import app, fail, one_line
 
 kv_app = typer.Typer(no_args_is_help=True, help="The KV-cache pool: blocks and statistics.")
 app.add_typer(kv_app, name="kv")
@@ -23,47 +23,59 @@ def _pool_path(pool: str | None) -> str:
     return resolve(pool or config().pool)
 
 
-def collect(path: str) -> dict:
+def collect(path: str, *, host_id: int | str | None = None,
+            coherence: str | None = None) -> dict:
     from ..kv.recency import is_table
     from ..kv.store import _STATS_PREFIX, _open_pool, host_stats
 
-    kp = _open_pool(path, create=False, size=0, host_id=None, coherence=None, max_hosts=0,
-                    lease_timeout_ms=0)
-    try:
+    pool, _ = _open_pool(path, create=False, size=0, host_id=host_id, coherence=coherence,
+                         max_hosts=0, lease_timeout_ms=0)
+    with pool:
         groups: dict[tuple[str, int], dict] = {}
         tables = []
-        for o in kp.list():
-            name = o["name"]
-            if not name.startswith("kv.") or name.startswith(_STATS_PREFIX) or o["state"] != 2:
+        for o in pool.list():
+            if not o.name.startswith("kv.") or o.name.startswith(_STATS_PREFIX) or not o.live:
                 continue
-            if is_table(name):
-                tables.append({"namespace": name.split(".")[1], "host": o["host"],
-                               "bytes": o["nbytes"]})
+            if is_table(o.name):
+                tables.append({"namespace": o.name.split(".")[1], "host": o.host,
+                               "bytes": o.nbytes})
                 continue
-            g = groups.setdefault((name.split(".")[1], o["host"]), {"blocks": 0, "bytes": 0})
+            g = groups.setdefault((o.name.split(".")[1], o.host), {"blocks": 0, "bytes": 0})
             g["blocks"] += 1
-            g["bytes"] += o["nbytes"]
-        st = kp.stat()
+            g["bytes"] += o.nbytes
+        st = pool.stat()
         return {
-            "pool": path, "size": st["size"], "partition_bytes": st["partition_bytes"],
+            "pool": path, "size": st.size, "partition_bytes": st.partition_bytes,
             "blocks": [{"namespace": ns, "host": h, **g} for (ns, h), g in sorted(groups.items())],
             "recency_tables": sorted(tables, key=lambda t: (t["namespace"], t["host"])),
-            "hosts": {str(h): c for h, c in sorted(host_stats(kp).items())},
+            "hosts": {str(h): c for h, c in sorted(host_stats(pool).items())},
         }
-    finally:
-        kp.close()
 
 
 @kv_app.command("stats")
-def stats(pool: str = typer.Option(None, help="pool path or name (default: CXLKIT_POOL)"),
+def stats(pool: Optional[str] = typer.Argument(
+              None, help="pool name (/dev/shm/cxlkit-NAME) or path, as for `cxlkit pool stat`; "
+              "default: CXLKIT_POOL"),
+          pool_opt: Optional[str] = typer.Option(None, "--pool", hidden=True,
+                                                 help="the same as POOL (older spelling)"),
+          host_id: Optional[str] = typer.Option(None, "--host-id", help="host slot (int) or "
+                                                "host name; default: CXLKIT_HOST_ID, else the "
+                                                "machine id"),
+          coherence: Optional[str] = typer.Option(None, "--coherence", help="host or none; "
+                                                  "default: CXLKIT_COHERENCE, else host"),
           as_json: bool = typer.Option(False, "--json", help="one JSON object")) -> None:
     """KV blocks per namespace and host, and each host's counters (shared by its processes)."""
-    path = _pool_path(pool)
+    if pool is not None and pool_opt is not None and pool != pool_opt:
+        fail(f"two pools given: {pool} and --pool {pool_opt}")
+    path = _pool_path(pool or pool_opt)
     try:
-        info = collect(path)
+        info = collect(path, host_id=int(host_id) if host_id and host_id.isdigit() else host_id,
+                       coherence=coherence)
     except FileNotFoundError:
-        typer.echo(f"no pool at {path} (create one with a KV store, or pass --pool)", err=True)
-        raise typer.Exit(1) from None
+        fail(f"no pool at {path} (create one with a KV store, or name one: "
+             "cxlkit kv stats POOL)")
+    except (OSError, ValueError) as e:
+        fail(f"pool {path}: {one_line(e)}")
     if as_json:
         typer.echo(json.dumps(info))
         return
@@ -92,64 +104,21 @@ def stats(pool: str = typer.Option(None, help="pool path or name (default: CXLKI
 
 
 # ---- demo ------------------------------------------------------------------------------------
-def _demo_model():
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(vocab_size=2048, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
-                      num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=4096)
-    torch.manual_seed(1234)  # same weights in both processes
-    return LlamaForCausalLM(cfg).eval()
-
-
-def _demo_prompt(prefix_len: int, tail: int) -> list[int]:
-    return [(31 * i + 7) % 2048 for i in range(prefix_len)] + [(i * 13) % 2048 for i in range(tail)]
-
-
-def _demo_prefill(path: str, prefix_len: int, q) -> None:
-    import torch
-
-    from ..integrations.transformers import PrefixCache, generate
-
-    torch.set_num_threads(1)
-    model = _demo_model()
-    pc = PrefixCache(path, model, host_id=1, checksum=True)
-    toks, info = generate(model, _demo_prompt(prefix_len, 5), pc, max_new_tokens=1)
-    q.put((info.stored_blocks, info.ttft_s))
-
-
 def run_demo(console: Console, prefix_len: int = 512) -> None:
     """A prefix stored by one process (host 1) is hit by another (host 0): TTFT hit vs recompute."""
-    import torch
+    from ..integrations.demo import kv_demo
 
-    from ..integrations.transformers import PrefixCache, generate
-
-    path = f"/dev/shm/cxlkit-demo-kv-{os.getpid()}"
-    torch.set_num_threads(1)
-    try:
-        model = _demo_model()
-        pc = PrefixCache(path, model, create=True, size=64 << 20, host_id=0, checksum=True)
-        ctx = mp.get_context("spawn")
-        q = ctx.Queue()
-        p = ctx.Process(target=_demo_prefill, args=(path, prefix_len, q))
-        p.start()
-        stored, ttft_prefill = q.get(timeout=300)
-        p.join(60)
-        prompt = _demo_prompt(prefix_len, 9)  # same prefix, another question
-        generate(model, prompt, None, max_new_tokens=1)  # warm-up (allocator, kernels)
-        full, ref = generate(model, prompt, None, max_new_tokens=4)
-        hit_toks, info = generate(model, prompt, pc, max_new_tokens=4, save=False)
-        t = Table(title=f"KV pool: {prefix_len}-token prefix stored by process {p.pid} (host 1), "
-                        f"reused by process {os.getpid()} (host 0)")
-        for col in ("", "tokens from pool", "TTFT ms", "greedy tokens"):
-            t.add_column(col)
-        t.add_row("recompute", "0", f"{ref.ttft_s * 1e3:.1f}", str(full))
-        t.add_row("pool hit", str(info.prefix_tokens), f"{info.ttft_s * 1e3:.1f}", str(hit_toks))
-        console.print(t)
-        same = "[green]same tokens[/green]" if hit_toks == full else "[red]tokens differ[/red]"
-        console.print(f"blocks stored by the other process: {stored}; TTFT ratio hit/recompute "
-                      f"{info.ttft_s / ref.ttft_s:.2f}; {same}; pool {path} (removed after); "
-                      f"tiny random-weight Llama on CPU, 1 thread")
-    finally:
-        if os.path.exists(path):
-            os.unlink(path)
+    d = kv_demo(prefix_len)
+    ref, hit = d["recompute"], d["hit"]
+    t = Table(title=f"KV pool: {prefix_len}-token prefix stored by process {d['writer_pid']} "
+                    f"(host 1), reused by process {os.getpid()} (host 0)")
+    for col in ("", "tokens from pool", "TTFT ms", "greedy tokens"):
+        t.add_column(col)
+    t.add_row("recompute", "0", f"{ref['ttft_s'] * 1e3:.1f}", str(ref["greedy"]))
+    t.add_row("pool hit", str(hit["tokens"]), f"{hit['ttft_s'] * 1e3:.1f}", str(hit["greedy"]))
+    console.print(t)
+    same = ("[green]same tokens[/green]" if hit["greedy"] == ref["greedy"]
+            else "[red]tokens differ[/red]")
+    console.print(f"blocks stored by the other process: {d['stored']}; TTFT ratio "
+                  f"hit/recompute {hit['ttft_s'] / ref['ttft_s']:.2f}; {same}; pool {d['path']} "
+                  "(removed after); tiny random-weight Llama on CPU, 1 thread")

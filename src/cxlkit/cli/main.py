@@ -1,6 +1,9 @@
 """`cxlkit <noun> [<verb>]`: the entry point; each noun lives in its own module here."""
 from __future__ import annotations
 
+import sys
+from typing import NoReturn
+
 import typer
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -16,6 +19,7 @@ _COMMAND_MODULES = (
     "cxlkit.cli.kv",  # kv stats
     "cxlkit.cli.pool",  # pool create, ls, stat, rm, fsck
     "cxlkit.cli.demo",
+    "cxlkit.cli.doctor",  # doctor
     "cxlkit.cli.train_spill",  # train demo (spilled optimizer subgroups)
 )
 
@@ -28,5 +32,37 @@ def _load() -> None:
 
 
 def main() -> None:
+    sys.exit(run())
+
+
+# ---- one-line errors (issue 11): every error of every command is one line on stderr, exit 2
+def one_line(e: BaseException) -> str:
+    """An exception as one line: 'PATH: why' for OSErrors that name a path, else its message."""
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
+    msg = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+    return " ".join((msg or type(e).__name__).split())
+
+
+def fail(msg: str, code: int = 2) -> NoReturn:
+    """Print `cxlkit: error: msg` (one line, never wrapped) on stderr and exit 2 (`cxlkit run`
+    alone exits 127 when its command cannot run, as a shell does)."""
+    typer.echo(f"cxlkit: error: {' '.join(msg.split())}", err=True)
+    raise typer.Exit(code)
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI on argv (default sys.argv[1:]); returns the exit code. An exception a
+    command lets out becomes one line and code 2, never a traceback."""
     _load()
-    app()
+    try:
+        app(args=argv, prog_name="cxlkit")
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    except KeyboardInterrupt:
+        typer.echo("cxlkit: interrupted", err=True)
+        return 130
+    except Exception as e:  # noqa: BLE001 - the CLI's last word: one line, not a traceback
+        typer.echo(f"cxlkit: error: {one_line(e)}", err=True)
+        return 2
+    return 0

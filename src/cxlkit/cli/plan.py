@@ -3,13 +3,13 @@ machine could hold it."""
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import NoReturn, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from .main import app
+from .main import app, fail
 
 plan_app = typer.Typer(no_args_is_help=True,
                        help="Size a vector database or a KV cache against this machine's tiers.")
@@ -40,9 +40,8 @@ def _show(p, as_json: bool, headline: str) -> None:
     con.print(p.verdict())
 
 
-def _fail(msg: str) -> None:
-    Console(stderr=True).print(f"[red]error:[/red] {msg}")
-    raise typer.Exit(2)
+def _fail(msg: str) -> NoReturn:
+    fail(msg)  # one line on stderr, exit 2
 
 
 def _nodes(spec: Optional[str]):
@@ -78,7 +77,7 @@ def kv_cmd(
     layers: int = typer.Option(..., "--layers", help="transformer layers"),
     kv_heads: int = typer.Option(..., "--kv-heads", help="key/value heads per layer"),
     head_dim: int = typer.Option(..., "--head-dim", help="dimension per head"),
-    tokens: str = typer.Option(..., "--tokens", help="tokens to hold, e.g. 1M (decimal)"),
+    tokens: str = typer.Option(..., "--tokens", help="tokens to hold, e.g. 1M (= 2**20: token counts are powers of two, docs/units.md)"),
     dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16, fp8, fp32..."),
     nodes: Optional[str] = typer.Option(None, "--nodes", help="only these memory nodes"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),

@@ -24,6 +24,8 @@ POOL_ARG = typer.Argument(None, help="pool name (/dev/shm/cxlkit-NAME), path or 
 HOST_OPT = typer.Option(None, "--host-id", help="host slot (int) or host name; default: "
                         "CXLKIT_HOST_ID, else the machine id")
 JSON_OPT = typer.Option(False, "--json", help="one JSON document on stdout")
+COHERENCE_OPT = typer.Option(None, "--coherence", help="host (one coherence domain) or none "
+                             "(hosts behind a CXL switch); default: CXLKIT_COHERENCE, else host")
 
 
 def _fail(msg: str, code: int = 2) -> None:
@@ -37,9 +39,10 @@ def _host(host_id: Optional[str]) -> int | str | None:
     return int(host_id) if host_id.isdigit() else host_id
 
 
-def _open(pool: Optional[str], host_id: Optional[str], **kw) -> P.Pool:
+def _open(pool: Optional[str], host_id: Optional[str], coherence: Optional[str] = None,
+          **kw) -> P.Pool:
     try:
-        return P.Pool(pool, host_id=_host(host_id), **kw)
+        return P.Pool(pool, host_id=_host(host_id), coherence=coherence, **kw)
     except (OSError, ValueError, TypeError) as e:
         _fail(str(e))
         raise  # unreachable: _fail exits
@@ -81,6 +84,7 @@ def create_cmd(
     numa_node: Optional[int] = typer.Option(None, "--numa-node", help="bind its memory here"),
     force: bool = typer.Option(False, "--force", help="devices: format over foreign data"),
     host_id: Optional[str] = HOST_OPT,
+    coherence: Optional[str] = COHERENCE_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:
     """Create (format) a pool; an existing pool is opened as it is."""
@@ -88,7 +92,7 @@ def create_cmd(
         nbytes = P.parse_size(size)
     except (TypeError, ValueError) as e:
         _fail(str(e))
-    with _open(pool, host_id, size=nbytes, max_hosts=max_hosts, max_objects=max_objects,
+    with _open(pool, host_id, coherence, size=nbytes, max_hosts=max_hosts, max_objects=max_objects,
                group=group, numa_node=numa_node, force=force, create=True) as p:
         _print_stat(p.stat(), as_json)
 
@@ -96,7 +100,7 @@ def create_cmd(
 @pool_app.command("ls")
 def ls_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
            pools: bool = typer.Option(False, "--pools", help="list pool files in /dev/shm"),
-           as_json: bool = JSON_OPT) -> None:
+           coherence: Optional[str] = COHERENCE_OPT, as_json: bool = JSON_OPT) -> None:
     """List the objects of a pool (every host's), or with --pools the embedded pool files."""
     if pools:
         files = [str(f) for f in P.embedded_pools()]
@@ -106,7 +110,7 @@ def ls_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
             for f in files:
                 print(f)
         return
-    with _open(pool, host_id) as p:
+    with _open(pool, host_id, coherence) as p:
         objs = p.list()
     if as_json:
         print(json.dumps([dataclasses.asdict(o) for o in objs]))
@@ -123,9 +127,9 @@ def ls_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
 
 @pool_app.command("stat")
 def stat_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
-             as_json: bool = JSON_OPT) -> None:
+             coherence: Optional[str] = COHERENCE_OPT, as_json: bool = JSON_OPT) -> None:
     """Geometry and usage of a pool."""
-    with _open(pool, host_id) as p:
+    with _open(pool, host_id, coherence) as p:
         _print_stat(p.stat(), as_json)
 
 
@@ -133,7 +137,8 @@ def stat_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
 def rm_cmd(pool: str = typer.Argument(..., help="pool name or path"),
            names: list[str] = typer.Argument(None, help="objects to destroy; none: delete "
                                              "the pool file itself"),
-           host_id: Optional[str] = HOST_OPT, as_json: bool = JSON_OPT) -> None:
+           host_id: Optional[str] = HOST_OPT, coherence: Optional[str] = COHERENCE_OPT,
+           as_json: bool = JSON_OPT) -> None:
     """Destroy objects of this host, or delete a pool file (processes that map it keep it
     until they close)."""
     if not names:
@@ -145,7 +150,7 @@ def rm_cmd(pool: str = typer.Argument(..., help="pool name or path"),
             print(json.dumps({"removed": P.resolve(pool)}))
         return
     done, errors = [], {}
-    with _open(pool, host_id) as p:
+    with _open(pool, host_id, coherence) as p:
         for n in names:
             try:
                 p.destroy(n)
@@ -165,9 +170,9 @@ def rm_cmd(pool: str = typer.Argument(..., help="pool name or path"),
 def fsck_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
              repair: bool = typer.Option(True, "--repair/--no-repair",
                                          help="rebuild this host's part first"),
-             as_json: bool = JSON_OPT) -> None:
+             coherence: Optional[str] = COHERENCE_OPT, as_json: bool = JSON_OPT) -> None:
     """Check every host's part of a pool (exit 1 if anything cannot be trusted)."""
-    with _open(pool, host_id) as p:
+    with _open(pool, host_id, coherence) as p:
         rep = p.fsck(repair=repair)
     if as_json:
         print(json.dumps({**dataclasses.asdict(rep), "clean": rep.clean}))

@@ -2,9 +2,7 @@
 placement on the tiers; and run_demo, the training section of `cxlkit demo`."""
 from __future__ import annotations
 
-import gc
 import json
-import time
 from typing import Optional
 
 import typer
@@ -12,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..train import plan as TP
+from ..units import parse_count
 from .plan import plan_app
 
 
@@ -97,8 +96,8 @@ def train_cmd(
     """Footprint of CPU-offloaded training per class, and where each class goes."""
     con = Console()
     try:
-        fp = TP.Footprint(TP.parse_count(params), layers, hidden,
-                          TP.parse_count(context, binary=True), batch, gpus, fp32_grads)
+        fp = TP.Footprint(parse_count(params, "params"), layers, hidden,
+                          parse_count(context, "context", tokens=True), batch, gpus, fp32_grads)
         tiers = _tiers(tier, reserve, measure)
         modes = list(TP.MODES) if mode == "all" else [mode]
         plans = [TP.plan_training(fp, tiers, mode=m) for m in modes]
@@ -126,61 +125,28 @@ def train_cmd(
 def run_demo(console: Console) -> None:
     """Train a tiny bf16 transformer a few steps with TieredAdamW (state placed by a plan for
     this model on this machine) and activation offload; print the plan, audits, step times."""
-    import torch
+    from ..integrations.demo import train_demo
 
-    from ..integrations.torch import ActivationOffload, TieredAdamW, param_count
+    def show_plan(plan: TP.TrainPlan, nparams: int) -> None:
+        console.print(plan_table(plan, f"tiny model: {nparams:,} bf16 params, state per class "
+                                       "on this machine"))
+        console.print(verdict(plan))
 
-    torch.manual_seed(0)
-    vocab, dim, nlayers, seq, batch = 256, 64, 2, 64, 8
-    layer = torch.nn.TransformerEncoderLayer(dim, 4, 4 * dim, dropout=0.0, batch_first=True)
-    model = torch.nn.Sequential(torch.nn.Embedding(vocab, dim),
-                                torch.nn.TransformerEncoder(layer, nlayers,
-                                                            enable_nested_tensor=False),
-                                torch.nn.Linear(dim, vocab)).to(torch.bfloat16)
-    nparams = param_count(model)
-    fp = TP.Footprint(nparams, nlayers, dim, seq, batch, 1, fp32_grads=False)
-    plan = TP.plan_training(fp)
-    console.print(plan_table(plan, f"tiny model: {nparams:,} bf16 params, state per class "
-                                   "on this machine"))
-    console.print(verdict(plan))
-    opt = TieredAdamW(model.parameters(), lr=3e-3, plan=plan, place_grads=True,
-                      place_params=True)
-    # Without checkpointing every saved tensor is offloaded, far more than the plan's
-    # checkpoint estimate: use the plan's activation policy, sized for this model.
-    off = ActivationOffload(64 << 20, tier=plan.policy("activations"))
-    x = torch.randint(0, vocab, (batch, seq))
-    y = torch.roll(x, 1, dims=1)  # learn to predict the previous token
+    d = train_demo(show_plan)
     t = Table(title="TieredAdamW + activation offload, bf16 model, fp32 state")
     for c in ("step", "loss", "fwd+bwd ms", "optimizer ms", "offloaded MiB"):
         t.add_column(c, justify="right")
-    for step in range(1, 6):
-        t0 = time.perf_counter()
-        with off:
-            loss = torch.nn.functional.cross_entropy(model(x).float().flatten(0, 1),
-                                                     y.flatten())
-        loss.backward()
-        t1 = time.perf_counter()
-        opt.step()
-        opt.zero_grad()
-        t2 = time.perf_counter()
-        t.add_row(str(step), f"{loss.item():.4f}", f"{(t1 - t0) * 1e3:.1f}",
-                  f"{(t2 - t1) * 1e3:.2f}", f"{off.peak_bytes / 2**20:.2f}")
+    for r in d["steps"]:
+        t.add_row(str(r["step"]), f"{r['loss']:.4f}", f"{r['fwd_bwd_ms']:.1f}",
+                  f"{r['optimizer_ms']:.2f}", f"{r['offloaded_mib']:.2f}")
     console.print(t)
     a = Table(title="where the training state is (intended vs actual pages)")
     for c in ("class", "policy", "pages per node", "ok"):
         a.add_column(c)
-    for cls, buf in opt.buffers() + [("activations", off.buffer)]:
-        au = buf.audit()
-        a.add_row(cls, str(buf.policy),
-                  ", ".join(f"N{n}={c}" for n, c in sorted(au.actual.pages.items())),
-                  "[green]yes[/green]" if au.ok else "[red]no: " + "; ".join(au.problems))
+    for au in d["audits"]:
+        a.add_row(au["class"], au["policy"],
+                  ", ".join(f"N{n}={c}" for n, c in sorted(au["pages"].items())),
+                  "[green]yes[/green]" if au["ok"] else "[red]no: " + "; ".join(au["problems"]))
     console.print(a)
-    from ..train.adam import simd_level
-
-    console.print(f"kernel: {simd_level()}; bf16 grads upcast in registers, bf16 params written "
+    console.print(f"kernel: {d['simd']}; bf16 grads upcast in registers, bf16 params written "
                   "back in the same pass")
-    # The model's params and the optimizer's state are views of placed buffers: drop them
-    # now rather than at interpreter exit, after the native module is gone.
-    off.close()
-    del model, opt, off, a, au, buf
-    gc.collect()

@@ -34,17 +34,42 @@ def _flat_f32(buf: P.Buffer) -> torch.Tensor:
     return torch.frombuffer(buf, dtype=torch.float32)
 
 
+def _default_team(spec: str) -> A.AdamTeam:
+    """'openmp': torch's OpenMP threads. 'auto': those on a machine with one memory node,
+    where following memory needs no pinning and they are the threads torch keeps warm; pinned
+    teams on every memory node otherwise (or when no OpenMP runtime is loaded)."""
+    if spec == "openmp" or len(topology.memory_nodes()) == 1:
+        try:
+            return A.AdamTeam.openmp()
+        except FileNotFoundError:
+            if spec == "openmp":
+                raise
+            log.info("TieredAdamW: no OpenMP runtime loaded, using a pinned team")
+    return A.AdamTeam()
+
+
 class TieredAdamW(torch.optim.Optimizer):
     """AdamW (decoupled=True) or Adam with L2 decay (decoupled=False), stepping on the CPU.
-    Per param group, one buffer of fp32 master params and one of exp_avg + exp_avg_sq are
-    allocated under `plan`'s policies for fp32_params and optimizer_states (budgets enforced:
-    BudgetExceeded) or, without a plan, under `policy` (default: the task's). Gradients may be
+    Per param group, one buffer of exp_avg + exp_avg_sq is allocated under `plan`'s policy for
+    optimizer_states (budgets enforced: BudgetExceeded) or, without a plan, under `policy`
+    (default: the task's). The fp32 master params: an fp32 param on the CPU is its own master
+    (no copy, no second buffer; moved into the fp32_params buffer when a plan or policy
+    places that class); bf16/fp16 params, params on another device, and master="copy" get a
+    master in an fp32_params buffer (a copy costs 4 bytes per param of memory and, for an fp32
+    CPU param, 4 more bytes per param of traffic per step: 32 instead of 28). Gradients may be
     fp32, bf16 or fp16 (the model's dtype); the kernel upcasts them and writes the updated
-    params back in the model's dtype in the same pass. place_grads / place_params also put the
+    params back in the model's dtype in the same pass. Weights changed between steps
+    (load_state_dict, copy_, torch.nn.init, to() round trips, writes through .data) are what
+    the next step starts from: the kernel re-reads every master element whose param is no
+    longer the master rounded to the param's dtype (exact for fp32; for bf16/fp16 an upcast,
+    and the old master's low bits are gone: logged once). place_grads / place_params also put the
     model's grads (bf16_grads) and CPU params (bf16_params) in placed buffers. team: an
-    AdamTeam, a thread count, {node: threads}, None (the calling thread only) or "auto": a
-    team on every memory node (AdamTeam()) once the params reach AUTO_TEAM_PARAMS, the
-    calling thread below that, where waking threads costs more than they save.
+    AdamTeam, a thread count, {node: threads} (pinned threads per node), "openmp" (the
+    OpenMP threads torch itself runs on: AdamTeam.openmp()), None (the calling thread only)
+    or "auto": once the params reach AUTO_TEAM_PARAMS (the calling thread below that, where
+    waking threads costs more than they save), torch's OpenMP threads on a machine with one
+    memory node (they are warm after forward/backward and nothing competes with them; as many
+    as torch.get_num_threads()), pinned teams on every memory node otherwise.
     step(grad_scale=s) multiplies every gradient by s first (unscaling, clipping).
     nt_copy: write the params back with non-temporal stores (no read-for-ownership of lines
     the step would only overwrite: about 13 % faster on a bandwidth-bound step here);
@@ -52,9 +77,10 @@ class TieredAdamW(torch.optim.Optimizer):
     anyway. nt_state streams p, m, v too (slower on the machines measured so far).
     huge_pages: ask for transparent huge pages for every buffer whose policy is not
     page-granular interleave (fp32 state streamed as 3-4 arrays per thread misses the TLB
-    once per 4 KiB without them). With a team, run with OMP_WAIT_POLICY=PASSIVE where torch
-    does CPU work on the same cores: libgomp's threads otherwise spin for milliseconds after
-    each op and take the CPUs the team is pinned to (docs/train.md)."""
+    once per 4 KiB without them). With pinned teams (several memory nodes, or team=int),
+    run with OMP_WAIT_POLICY=PASSIVE where torch does CPU work on the same cores: libgomp's
+    threads otherwise spin for milliseconds after each op and take the CPUs the team is
+    pinned to (docs/train.md)."""
 
     def __init__(self, params: Iterable[Any], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
@@ -63,8 +89,11 @@ class TieredAdamW(torch.optim.Optimizer):
                  team: A.AdamTeam | int | Mapping[int, int] | str | None = "auto",
                  place_grads: bool = False, place_params: bool = False,
                  simd: str | None = None, nt_state: bool = False,
-                 nt_copy: bool | str = "auto", huge_pages: bool = True) -> None:
+                 nt_copy: bool | str = "auto", huge_pages: bool = True,
+                 master: str = "auto") -> None:
         A.AdamConfig(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, simd=simd)
+        if master not in ("auto", "copy"):
+            raise ValueError(f"master {master!r}: expected 'auto' or 'copy'")
         if plan is not None and policy is not None:
             raise ValueError("give either plan= or policy=, not both")
         if (place_grads or place_params) and plan is None and policy is None:
@@ -76,16 +105,24 @@ class TieredAdamW(torch.optim.Optimizer):
         self._huge_pages = bool(huge_pages)
         self._place_grads = place_grads
         self._place_params = place_params
+        self._master_mode = master
         self._buffers: list[tuple[str, P.Buffer]] = []
         self._views: dict[int, tuple[Any, Any, Any]] = {}  # id(param) -> numpy (master, m, v)
         self._grad_views: dict[int, torch.Tensor] = {}
         self._copies: dict[int, tuple[int, Any]] = {}  # id(param) -> (data_ptr, numpy view)
+        # id(param) -> the placed fp32 view a param that is its own master lives in, or None
+        self._own: dict[int, torch.Tensor | None] = {}
+        # id(param) -> (alias of the param's storage, its version) when last synced, for
+        # params off the CPU: their staged copy is refilled when either changed
+        self._seen: dict[int, tuple[torch.Tensor, int]] = {}
+        self._stage: dict[int, torch.Tensor] = {}  # id(param) -> its staged CPU copy
         self._warned_grads = False
+        self._warned_resync = False
         if nt_copy != "auto" and not isinstance(nt_copy, bool):
             raise ValueError(f"nt_copy {nt_copy!r}: expected True, False or 'auto'")
-        if isinstance(team, str) and team != "auto":
+        if isinstance(team, str) and team not in ("auto", "openmp"):
             raise ValueError(f"team {team!r}: expected an AdamTeam, a thread count, "
-                             "{node: threads}, 'auto' or None")
+                             "{node: threads}, 'openmp', 'auto' or None")
         self._team_spec = team
         self._team: A.AdamTeam | None = team if isinstance(team, A.AdamTeam) else None
         if team is not None and not isinstance(team, (A.AdamTeam, str)):
@@ -121,32 +158,52 @@ class TieredAdamW(torch.optim.Optimizer):
                                 "bfloat16 or float16")
             if p.is_sparse:
                 raise TypeError("TieredAdamW does not take sparse params")
+        own = [self._own_master(p) for p in params]
         n = sum(p.numel() for p in params)
-        master = _flat_f32(self._alloc("fp32_params", 4 * n))
+        copied = sum(p.numel() for p in params if self._master_mode == "copy"
+                     and p.dtype == torch.float32 and p.device.type == "cpu")
+        if copied:
+            log.info("TieredAdamW: master='copy' keeps a second fp32 copy of %d fp32 params: "
+                     "%d more bytes of memory and 4 more bytes per param per step (32 instead "
+                     "of 28 bytes per param)", copied, 4 * copied)
+        n_own = sum(p.numel() for p, o in zip(params, own) if o)
+        place_own = self._plan is not None or self._policy is not None
+        n_master = n - n_own + (n_own if place_own else 0)
+        master = _flat_f32(self._alloc("fp32_params", 4 * n_master)) if n_master else None
         moments = _flat_f32(self._alloc("optimizer_states", 8 * n))
         moments.zero_()
         m_all, v_all = moments[:n], moments[n:2 * n]
         if self._place_grads:
             gbuf = self._alloc("bf16_grads", sum(p.numel() * p.element_size() for p in params))
             graw = torch.frombuffer(gbuf, dtype=torch.uint8)
-        if self._place_params:
-            pbuf = self._alloc("bf16_params", sum(p.numel() * p.element_size() for p in params))
+        if self._place_params:  # a param that is its own master lives in fp32_params
+            pbuf = self._alloc("bf16_params", sum(p.numel() * p.element_size()
+                                                  for p, o in zip(params, own) if not o))
             praw = torch.frombuffer(pbuf, dtype=torch.uint8)
-        off = boff = 0
-        for p in params:
+        off = moff = boff = poff = 0
+        for p, is_own in zip(params, own):
             k = p.numel()
-            mv = master[off:off + k].view(p.shape)
-            with torch.no_grad():
-                mv.copy_(p.detach().to("cpu", torch.float32))
+            if is_own and not place_own:
+                mv = p.detach()  # the param is its own master: nothing copied, ever
+                self._own[id(p)] = None
+            else:
+                mv = master[moff:moff + k].view(p.shape)
+                moff += k
+                with torch.no_grad():
+                    mv.copy_(p.detach().to("cpu", torch.float32))
+                if is_own:  # the param moves into the placed master buffer (one copy, now)
+                    p.data = mv
+                    self._own[id(p)] = mv
             self.state[p] = {"step": torch.tensor(0.0), "exp_avg": m_all[off:off + k].view(p.shape),
                              "exp_avg_sq": v_all[off:off + k].view(p.shape), "master": mv}
-            self._views[id(p)] = (master[off:off + k].numpy(), m_all[off:off + k].numpy(),
+            self._views[id(p)] = (mv.numpy(), m_all[off:off + k].numpy(),
                                   v_all[off:off + k].numpy())
             nb = k * p.element_size()
-            if self._place_params and p.device.type == "cpu":
-                view = praw[boff:boff + nb].view(p.dtype).view(p.shape)
+            if self._place_params and p.device.type == "cpu" and not is_own:
+                view = praw[poff:poff + nb].view(p.dtype).view(p.shape)
                 view.copy_(p.detach())
                 p.data = view
+                poff += nb
             if self._place_grads and p.device.type == "cpu":
                 g = graw[boff:boff + nb].view(p.dtype).view(p.shape)
                 g.zero_()
@@ -154,6 +211,10 @@ class TieredAdamW(torch.optim.Optimizer):
                 p.grad = g
             off += k
             boff += nb
+
+    def _own_master(self, p: torch.Tensor) -> bool:
+        return self._master_mode == "auto" and p.dtype == torch.float32 \
+            and p.device.type == "cpu" and p.is_contiguous()
 
     # ---- the step ----
 
@@ -185,7 +246,8 @@ class TieredAdamW(torch.optim.Optimizer):
         return A.AdamConfig(lr=float(group["lr"]), betas=tuple(group["betas"]),
                             eps=float(group["eps"]), weight_decay=float(group["weight_decay"]),
                             decoupled=group["decoupled"], maximize=group["maximize"],
-                            simd=self._simd, nt_state=self._nt[0], nt_copy=bool(nt_copy))
+                            simd=self._simd, nt_state=self._nt[0], nt_copy=bool(nt_copy),
+                            resync=True)
 
     @torch.no_grad()
     def step(self, closure: Any = None, *, grad_scale: float = 1.0) -> Any:
@@ -197,53 +259,113 @@ class TieredAdamW(torch.optim.Optimizer):
                 or not math.isfinite(grad_scale):
             raise ValueError(f"grad_scale {grad_scale!r}: expected a finite number")
         for group in self.param_groups:
-            cfg = self._config(group)
-            by_step: dict[int, list[tuple]] = {}
-            back: list[tuple[torch.Tensor, torch.Tensor]] = []  # (param, staged copy)
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                g = p.grad
-                if g.is_sparse:
-                    raise TypeError("TieredAdamW does not take sparse gradients")
-                if g.dtype not in _CODES:
-                    raise TypeError(f"grad of param of shape {tuple(p.shape)}: {g.dtype}")
-                st = self.state[p]
-                st["step"] += 1
-                placed = self._grad_views.get(id(p))
-                if placed is not None and g.data_ptr() != placed.data_ptr():
-                    # something replaced the placed grad (model.zero_grad() sets None, then
-                    # autograd allocates anew): put it back where the plan wants it, loudly
-                    if not self._warned_grads:
-                        log.warning("TieredAdamW: grads were moved out of their placed "
-                                    "buffer (model.zero_grad()?); copying them back each "
-                                    "step. Call the optimizer's zero_grad instead.")
-                        self._warned_grads = True
-                    placed.copy_(g)
-                    p.grad = g = placed
-                if g.device.type != "cpu" or not g.is_contiguous():
-                    g = g.to("cpu").contiguous()
-                if p.device.type == "cpu" and p.is_contiguous():
-                    copy = self._copy_view(p)
-                else:
-                    staged = torch.empty(p.shape, dtype=p.dtype)
-                    back.append((p, staged))
-                    copy = _np(staged)
-                mst, m, v = self._views[id(p)]
-                by_step.setdefault(int(st["step"].item()), []).append(
-                    (mst, m, v, _np(g.detach()), _CODES[g.dtype], copy, _CODES[p.dtype]))
-            team = self._auto_team()
-            for s, args in by_step.items():
-                A.step_raw(args, cfg, s, grad_scale=grad_scale, team=team)
-            for p, staged in back:
-                p.copy_(staged)
+            self._step_group(group, grad_scale)
         return loss
 
+    def _step_group(self, group: dict[str, Any], grad_scale: float) -> None:
+        """One group: the kernel's arguments per step count, one kernel call per count,
+        staged params copied back, one warning the first time a 16-bit master is re-read."""
+        cfg = self._config(group)
+        by_step: dict[int, list[tuple]] = {}
+        back: list[tuple[torch.Tensor, torch.Tensor]] = []  # (param, staged copy)
+        low = False  # a 16-bit param's master may be re-read (an upcast, not exact)
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            args, staged = self._kernel_args(p)
+            if staged is not None:
+                back.append((p, staged))
+            low |= args[5] is not None and p.dtype != torch.float32
+            by_step.setdefault(int(self.state[p]["step"].item()), []).append(args)
+        team = self._auto_team()
+        changed = 0
+        for s, args in by_step.items():
+            changed += A.step_raw(args, cfg, s, grad_scale=grad_scale, team=team)
+        for p, staged in back:
+            p.copy_(staged)
+            self._seen[id(p)] = (p.detach(), p._version)
+        if changed and low and not self._warned_resync:
+            dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in group["params"]
+                             if p.dtype != torch.float32})
+            log.warning("TieredAdamW: %d param elements were changed outside the optimizer "
+                        "since its last step (a load, an init, a copy_, a .data write); their "
+                        "fp32 masters were re-read from the %s params, so the low bits the old "
+                        "masters held are gone (logged once)", changed, "/".join(dtypes))
+            self._warned_resync = True
+
+    def _kernel_args(self, p: torch.Tensor) -> tuple[tuple, torch.Tensor | None]:
+        """The kernel's tuple for one param with a grad (its step count advanced), and the
+        staged CPU copy to write back when the param is off the CPU."""
+        g = p.grad
+        if g.is_sparse:
+            raise TypeError("TieredAdamW does not take sparse gradients")
+        if g.dtype not in _CODES:
+            raise TypeError(f"grad of param of shape {tuple(p.shape)}: {g.dtype}")
+        st = self.state[p]
+        st["step"] += 1
+        placed = self._grad_views.get(id(p))
+        if placed is not None and g.data_ptr() != placed.data_ptr():
+            # something replaced the placed grad (model.zero_grad() sets None, then autograd
+            # allocates anew): put it back where the plan wants it, loudly
+            if not self._warned_grads:
+                log.warning("TieredAdamW: grads were moved out of their placed buffer "
+                            "(model.zero_grad()?); copying them back each step. Call the "
+                            "optimizer's zero_grad instead.")
+                self._warned_grads = True
+            placed.copy_(g)
+            p.grad = g = placed
+        if g.device.type != "cpu" or not g.is_contiguous():
+            g = g.to("cpu").contiguous()
+        mst, m, v = self._views[id(p)]
+        staged = None
+        if id(p) in self._own:
+            mst, copy = self._own_view(p), None
+        elif p.device.type == "cpu" and p.is_contiguous():
+            copy = self._copy_view(p)
+        else:
+            staged = self._staged(p)
+            copy = _np(staged)
+        code = _CODES[p.dtype] if copy is not None else A.DTYPES_NONE
+        return (mst, m, v, _np(g.detach()), _CODES[g.dtype], copy, code), staged
+
     def _auto_team(self) -> A.AdamTeam | None:
-        if self._team is None and self._team_spec == "auto" \
-                and self._nparams() >= AUTO_TEAM_PARAMS:
-            self._team = A.AdamTeam()
+        spec = self._team_spec
+        if self._team is None and (spec == "openmp" or
+                                   (spec == "auto" and self._nparams() >= AUTO_TEAM_PARAMS)):
+            self._team = _default_team(spec)
         return self._team
+
+    def _own_view(self, p: torch.Tensor) -> Any:
+        """The numpy master of a param that is its own master, following the param when its
+        storage was replaced (to() round trips, p.data = ...)."""
+        if not (p.dtype == torch.float32 and p.device.type == "cpu" and p.is_contiguous()):
+            raise TypeError(f"param of shape {tuple(p.shape)} is now {p.dtype} on {p.device} "
+                            "(it was a contiguous float32 CPU param, its own master): build "
+                            "the optimizer again for a model that changed dtype or device")
+        placed = self._own[id(p)]
+        if placed is not None:
+            if p.data_ptr() != placed.data_ptr():  # back into the buffer the plan placed
+                placed.copy_(p.detach())
+                p.data = placed
+            return self._views[id(p)][0]
+        if p.data_ptr() != self.state[p]["master"].data_ptr():
+            self.state[p]["master"] = p.detach()
+            m, v = self._views[id(p)][1:]
+            self._views[id(p)] = (p.detach().numpy(), m, v)
+        return self._views[id(p)][0]
+
+    def _staged(self, p: torch.Tensor) -> torch.Tensor:
+        """The CPU copy of a param off the CPU (or not contiguous) that the kernel writes and
+        step copies back; refilled from the param when the param changed since (its version
+        counter or its storage), so the kernel's re-read sees what the user wrote."""
+        staged = self._stage.get(id(p))  # not in self.state: no checkpoint should hold it
+        if staged is None or staged.dtype != p.dtype or staged.shape != p.shape:
+            staged = self._stage[id(p)] = torch.empty(p.shape, dtype=p.dtype)
+            self._seen.pop(id(p), None)
+        seen = self._seen.get(id(p))
+        if seen is None or seen[0].data_ptr() != p.data_ptr() or seen[1] != p._version:
+            staged.copy_(p.detach())
+        return staged
 
     def _copy_view(self, p: torch.Tensor) -> Any:
         # numpy views cross into the kernel four times faster than DLPack; cached per param
@@ -260,7 +382,8 @@ class TieredAdamW(torch.optim.Optimizer):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Copies the saved moments (and fp32 master params, when saved; from the params
         otherwise, as for a torch.optim.AdamW state dict) into the placed buffers, bit for
-        bit, and takes the saved hyperparameters."""
+        bit, and takes the saved hyperparameters. A param that is its own master (fp32 on
+        the CPU) keeps its value: the model's state dict holds it."""
         saved = state_dict["param_groups"]
         if len(saved) != len(self.param_groups):
             raise ValueError(f"state dict has {len(saved)} param groups, this optimizer "
@@ -288,7 +411,9 @@ class TieredAdamW(torch.optim.Optimizer):
                     raise ValueError(f"param {k}: saved {key} has shape {tuple(src.shape)}, "
                                      f"expected {tuple(st[key].shape)}")
                 st[key].copy_(src.to(torch.float32))
-            if "master" in v:
+            if id(p) in self._own:
+                pass  # the param is its own master: the model's state dict holds it
+            elif "master" in v:
                 st["master"].copy_(v["master"].to(torch.float32))
             else:
                 st["master"].copy_(p.detach().to("cpu", torch.float32))

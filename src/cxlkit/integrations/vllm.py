@@ -1,16 +1,24 @@
-"""vLLM KV connector (KVConnectorBase_V1) over the cxlkit KV pool, loaded out of tree with
+"""vLLM KV connector (KVConnectorBase_V1, vLLM >= 0.32) over the cxlkit KV pool, loaded out of
+tree with
 
     --kv-transfer-config '{"kv_connector": "CxlkitConnector", "kv_role": "kv_both",
       "kv_connector_module_path": "cxlkit.integrations.vllm",
+      "kv_load_failure_policy": "recompute",
       "kv_connector_extra_config": {"pool": "/dev/shm/cxlkit-kv", "create": true,
-                                    "size": 68719476736}}'
+                                    "size": 8589934592, "host_id": 0}}'
 
-Scheduler side: matched tokens = leading pooled blocks of the request's prompt (keys are vLLM's
-own request.block_hashes); state after allocation; metadata naming blocks to load and to save.
-Worker side: blocks load synchronously in start_load_kv (one batched native call per request),
-saves happen in wait_for_save (a block object holds every layer, so it is written once all
-layers ran); blocks that fail to load are reported by get_block_ids_with_load_errors and vLLM
-recomputes them. The copy engine needs host memory: vLLM's CPU backend, or CPU staging.
+Scheduler side (vLLM's EngineCore process): matched tokens = the leading pooled blocks of the
+prompt past the engine's own prefix-cache hit; keys are vLLM's request.block_hashes (one per
+vLLM block, the chain hash ending at its boundary), so engines that share a pool share hits.
+Worker side (vLLM's Worker process): the layout comes from the engine itself — the attention
+KV cache spec in kv_cache_config (block size, KV heads, head size, dtype), the per-layer page
+views vLLM hands to register_kv_caches (their strides carry the physical layout) and the
+attention backend's page encoding (vllm_pages.py). Loads are synchronous in start_load_kv (one
+native call per request), saves happen in wait_for_save (a pool block holds every layer);
+blocks that fail to load go to vLLM through get_block_ids_with_load_errors, and with
+kv_load_failure_policy "recompute" vLLM recomputes them (its default "fail" fails the request).
+Device (GPU) caches go through a host staging copy (torch copies between device blocks and
+staging buffers; extra_config "staging": true runs the same path on CPU tensors).
 Importable without vLLM: a minimal stand-in base class is used then (tests drive it with a fake).
 """
 from __future__ import annotations
@@ -18,24 +26,32 @@ from __future__ import annotations
 import enum
 import hashlib
 import logging
-import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..kv import block_hashes
 from ..kv.hashing import HASH_ALGOS
-from ..kv.layout import BlockLayout, EngineTensors
+from ..kv.layout import BlockLayout
 from ..kv.store import Store
+from .vllm_pages import PageEngine, attention_spec, layer_index, page_format
 
 log = logging.getLogger("cxlkit")
 
 try:  # the real base when vLLM is installed
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore
         KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole)
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (  # type: ignore
+        KVConnectorStats)
 
+    try:
+        from vllm.v1.metrics.cache_hit_source import CacheHitSource  # type: ignore
+    except ImportError:  # an older vLLM: no per-tier hit sources
+        CacheHitSource = None
     HAVE_VLLM = True
 except ImportError:  # the same surface, for use and tests without vLLM
     HAVE_VLLM = False
+    CacheHitSource = None
 
     class KVConnectorRole(enum.Enum):  # type: ignore[no-redef]
         SCHEDULER = 0
@@ -43,6 +59,10 @@ except ImportError:  # the same surface, for use and tests without vLLM
 
     class KVConnectorMetadata:  # type: ignore[no-redef]
         pass
+
+    @dataclass
+    class KVConnectorStats:  # type: ignore[no-redef]
+        data: dict[str, Any] = field(default_factory=dict)
 
     class KVConnectorBase_V1:  # type: ignore[no-redef]
         def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
@@ -85,50 +105,70 @@ class CxlkitConnectorMetadata(KVConnectorMetadata):
     saves: list[BlockTransfer] = field(default_factory=list)
 
 
+_STAT_KEYS = ("loaded_blocks", "load_failed_blocks", "saved_blocks", "load_s", "save_s")
+
+
+@dataclass
+class CxlkitConnectorStats(KVConnectorStats):
+    """Worker-side transfer counters of one logging interval (vLLM sums them over workers and
+    logs them; `vllm serve` shows them in its periodic stats line)."""
+
+    def __post_init__(self) -> None:
+        for k in _STAT_KEYS:
+            self.data.setdefault(k, 0)
+
+    def reset(self) -> None:
+        self.data = {k: 0 for k in _STAT_KEYS}
+
+    def aggregate(self, other: Any) -> CxlkitConnectorStats:
+        for k in _STAT_KEYS:
+            self.data[k] = self.data.get(k, 0) + other.data.get(k, 0)
+        return self
+
+    def reduce(self) -> dict[str, int | float]:
+        return {k: self.data.get(k, 0) for k in _STAT_KEYS}
+
+    def is_empty(self) -> bool:
+        return not any(self.data.get(k) for k in _STAT_KEYS[:3])
+
+
 @dataclass
 class _Req:
     request: Any
     block_ids: list[int] = field(default_factory=list)
-    prompt_len: int = 0
     saved_blocks: int = 0
     load: tuple[int, int] | None = None  # block range to load at the next step
 
 
-_VLLM_DTYPES = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
-
-
-def _layout_from_config(cfg: Any, extra: dict) -> BlockLayout:
-    if "layout" in extra:  # explicit: {"num_layers":..., "num_kv_heads":..., "head_dim":..., ...}
-        return BlockLayout(**extra["layout"])
-    mc, pc, cc = cfg.model_config, cfg.parallel_config, cfg.cache_config
-    mla = bool(getattr(mc, "use_mla", False))
-    dtype = cc.cache_dtype if cc.cache_dtype not in (None, "auto") else mc.dtype
-    dtype = _VLLM_DTYPES.get(str(dtype), str(dtype).removeprefix("torch."))
-    return BlockLayout(num_layers=mc.get_num_layers(pc),
-                       num_kv_heads=1 if mla else mc.get_num_kv_heads(pc),
-                       head_dim=mc.get_head_size(), dtype=dtype, block_tokens=cc.block_size,
-                       kv_parts=1 if mla else 2)
-
-
-def _layer_index(name: str) -> int:
-    nums = re.findall(r"\.(\d+)\.", f".{name}.")
-    if not nums:
-        raise ValueError(f"kv cache layer {name!r}: no layer index in the name")
-    return int(nums[0])
+def _tp(vllm_config: Any) -> int:
+    return int(getattr(vllm_config.parallel_config, "tensor_parallel_size", 1) or 1)
 
 
 class CxlkitConnector(KVConnectorBase_V1):
+    if CacheHitSource is not None:
+        _cache_hit_source = CacheHitSource.HOST  # pool memory: host DRAM or CXL
+
     def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
         super().__init__(vllm_config, role, kv_cache_config)
         ktc = self._kv_transfer_config
         self._extra: dict = dict(getattr(ktc, "kv_connector_extra_config", None) or {})
-        self._block_size = vllm_config.cache_config.block_size
-        self._hash_algo = getattr(vllm_config.cache_config, "prefix_caching_hash_algo", "sha256")
-        self._layout = _layout_from_config(vllm_config, self._extra)
+        spec, self._layer_names = attention_spec(vllm_config, kv_cache_config)
+        self._layout: BlockLayout = spec
+        self._block_size = spec.block_tokens
+        cc = vllm_config.cache_config
+        hash_bs = (getattr(kv_cache_config, "hash_block_size", None)
+                   or getattr(cc, "hash_block_size", None) or self._block_size)
+        if self._block_size % hash_bs:
+            raise ValueError(f"hash_block_size {hash_bs} does not divide the block size "
+                             f"{self._block_size}")
+        self._hashes_per_block = self._block_size // hash_bs
+        self._hash_algo = getattr(cc, "prefix_caching_hash_algo", "sha256")
+        self._format = page_format(vllm_config, self._layer_names, spec, self._extra)
         mc = vllm_config.model_config
-        tp = vllm_config.parallel_config.tensor_parallel_size
-        # one namespace per tensor-parallel shard: rank r stores its own heads
-        base_ns = self._extra.get("namespace") or f"{getattr(mc, 'model', 'model')}|tp{tp}"
+        # one namespace per (model, TP shard, page format): rank r stores its own heads, and
+        # engines whose backends encode pages differently never read each other's blocks
+        base_ns = self._extra.get("namespace") or (
+            f"{getattr(mc, 'model', 'model')}|tp{_tp(vllm_config)}|{self._format.name}")
         rank = 0 if role == KVConnectorRole.SCHEDULER else self._tp_rank()
         self._store = Store(self._extra.get("pool", "/dev/shm/cxlkit-kv"), self._layout,
                             namespace=f"{base_ns}|r{rank}",
@@ -140,8 +180,9 @@ class CxlkitConnector(KVConnectorBase_V1):
                             capacity_bytes=self._extra.get("capacity_bytes"))
         self._reqs: dict[str, _Req] = {}
         self._local: dict[str, int] = {}  # request -> locally computed tokens at lookup
-        self._engine: EngineTensors | None = None
+        self._engine: PageEngine | None = None
         self._failed: set[int] = set()
+        self._stats = CxlkitConnectorStats()
 
     def _tp_rank(self) -> int:
         if "tp_rank" in self._extra:
@@ -157,16 +198,23 @@ class CxlkitConnector(KVConnectorBase_V1):
         return self._store
 
     @property
-    def prefer_cross_layer_blocks(self) -> bool:
-        return bool(self._extra.get("cross_layer", False))
+    def layout(self) -> BlockLayout:
+        return self._layout
+
+    @property
+    def requires_kv_delivery(self) -> bool:
+        return False  # a cache: a save that did not happen is a later miss, nothing more
 
     # ---- keys --------------------------------------------------------------------------------
     def _keys(self, request: Any) -> list[bytes]:
-        engine = list(getattr(request, "block_hashes", None) or [])
-        if engine and all(isinstance(h, (bytes, bytearray)) for h in engine):
-            # vLLM's own chain hashes: hits line up with its prefix cache; hashes that are not
-            # 32 bytes (xxhash) still chain, so their SHA-256 is a key as good
-            return [bytes(h) if len(h) == 32 else hashlib.sha256(h).digest() for h in engine]
+        hashes = list(getattr(request, "block_hashes", None) or [])
+        if hashes and all(isinstance(h, (bytes, bytearray)) for h in hashes):
+            # vLLM's chain hash ending at each vLLM block's last token: hits line up with its
+            # prefix cache; hashes that are not 32 bytes (xxhash) still chain, so their
+            # SHA-256 is as good a key
+            hpb = self._hashes_per_block
+            ends = hashes[hpb - 1::hpb]
+            return [bytes(h) if len(h) == 32 else hashlib.sha256(h).digest() for h in ends]
         if self._hash_algo not in HASH_ALGOS:
             raise ValueError(f"prefix_caching_hash_algo {self._hash_algo!r}: cxlkit computes "
                              f"{HASH_ALGOS} itself; others need the request's block_hashes")
@@ -180,18 +228,20 @@ class CxlkitConnector(KVConnectorBase_V1):
         prompt_len = len(request.prompt_token_ids or [])
         # vLLM must compute at least the last prompt token itself (its logits)
         usable = max(0, (prompt_len - 1) // self._block_size)
-        keys = self._keys(request)[:usable]
-        hits = self._store.lookup(keys) if keys else 0
-        new = hits * self._block_size - num_computed_tokens
-        # vLLM sets request.num_computed_tokens only after update_state_after_alloc
+        local = num_computed_tokens // self._block_size
         self._local[request.request_id] = num_computed_tokens
-        return (new, False) if new > 0 else (0, False)
+        if usable <= local:
+            return 0, False
+        keys = self._keys(request)[local:usable]
+        hits = self._store.lookup(keys) if keys else 0
+        return (hits * self._block_size, False) if hits else (0, False)
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
         st = self._reqs.setdefault(request.request_id, _Req(request))
-        st.prompt_len = len(request.prompt_token_ids or [])
+        st.request = request
         st.block_ids = list(blocks.get_block_ids()[0])
         local = self._local.pop(request.request_id, 0) // self._block_size
+        st.load = None
         if num_external_tokens > 0:
             # the allocation starts with the locally cached blocks, then ours
             st.load = (local, local + num_external_tokens // self._block_size)
@@ -213,7 +263,7 @@ class CxlkitConnector(KVConnectorBase_V1):
             if st is None:
                 continue
             new_ids = cached.new_block_ids[i]
-            if rid in resumed:
+            if rid in resumed:  # after a preemption: the block list is new
                 st.block_ids = list(new_ids[0]) if new_ids else []
             elif new_ids:
                 st.block_ids.extend(new_ids[0])
@@ -225,10 +275,11 @@ class CxlkitConnector(KVConnectorBase_V1):
             if st.load is not None:
                 a, b = st.load
                 meta.loads.append(BlockTransfer(rid, keys[a:b], st.block_ids[a:b]))
+                st.saved_blocks = max(st.saved_blocks, b)  # loaded blocks are in the pool
                 st.load = None
-            # prompt blocks whose KV exists once this step ran
-            full = min(computed_after, st.prompt_len) // self._block_size
-            full = min(full, len(keys), len(st.block_ids))
+            # full blocks (prompt or generated: keys exist only for known tokens) whose KV
+            # exists once this step ran; wait_for_save stores them
+            full = min(computed_after // self._block_size, len(keys), len(st.block_ids))
             if full > st.saved_blocks:
                 meta.saves.append(BlockTransfer(rid, keys[st.saved_blocks:full],
                                                 st.block_ids[st.saved_blocks:full]))
@@ -237,48 +288,46 @@ class CxlkitConnector(KVConnectorBase_V1):
 
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, dict | None]:
         self._reqs.pop(request.request_id, None)
+        self._local.pop(request.request_id, None)
         return False, None  # saves are synchronous: vLLM may free the blocks now
+
+    def reset_cache(self) -> bool:
+        """vLLM's reset_prefix_cache(reset_connector=True), e.g. after a weight update: this
+        host's blocks of this model are stale, so they go."""
+        self._store.clear()
+        return True
 
     # ---- worker side ---------------------------------------------------------------------------
     def register_kv_caches(self, kv_caches: dict[str, Any]) -> None:
-        names = sorted(kv_caches, key=_layer_index)
-        tensors = [kv_caches[n] for n in names]
-        self._engine = EngineTensors.per_layer(self._layout, tensors,
-                                               self._extra.get("kv_axes") or self._axes(tensors[0]))
+        names = self._layer_names or sorted(kv_caches, key=layer_index)
+        missing = [n for n in names if n not in kv_caches]
+        if missing:
+            raise ValueError(f"register_kv_caches: no KV cache for layers {missing[:4]}")
+        self._engine = PageEngine(self._layout, [kv_caches[n] for n in names], self._format,
+                                  staging=self._extra.get("staging"),
+                                  staging_blocks=int(self._extra.get("staging_blocks", 64)))
 
-    def register_cross_layers_kv_cache(self, kv_cache: Any, attn_backend: Any) -> None:
-        axes = self._extra.get("kv_axes")
-        if not axes:
-            lay = self._layout
-            logical = "L" + ("KBTHD" if lay.kv_parts == 2 else "BTD")
-            order = attn_backend.get_kv_cache_stride_order(include_num_layers_dimension=True)
-            axes = "".join(logical[i] for i in order)  # kv_cache is in physical order
-        self._engine = EngineTensors.cross_layer(self._layout, kv_cache, axes)
-
-    def _axes(self, t: Any) -> str:
-        lay = self._layout
-        if t.dim() == 3:
-            return "BTD"  # MLA: [num_blocks, block_size, head_size]
-        if t.shape[0] == 2 and tuple(t.shape[2:]) == (lay.block_tokens, lay.num_kv_heads,
-                                                      lay.head_dim):
-            return "KBTHD"  # FlashAttention: [2, num_blocks, block_size, heads, head_size]
-        if t.shape[0] == 2 and tuple(t.shape[2:]) == (lay.num_kv_heads, lay.block_tokens,
-                                                      lay.head_dim):
-            return "KBHTD"  # HND: [2, num_blocks, heads, block_size, head_size]
-        if t.shape[1] == 2:
-            return "BKTHD"  # [num_blocks, 2, block_size, heads, head_size]
-        raise ValueError(f"kv cache shape {tuple(t.shape)}: unknown layout, set kv_axes in "
-                         "kv_connector_extra_config")
+    def _engine_or_raise(self) -> PageEngine:
+        if self._engine is None:
+            raise RuntimeError("CxlkitConnector: register_kv_caches was not called")
+        return self._engine
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
+        if not meta.loads:
+            return
+        engine = self._engine_or_raise()
+        t0 = time.perf_counter()
         for t in meta.loads:
             try:
-                n = self._store.get(t.keys, self._engine, t.block_ids)
+                n = engine.load(self._store, t.keys, t.block_ids)
             except (OSError, ValueError, IndexError) as e:
-                log.warning("kv load of request %s failed: %s (recomputed)", t.req_id, e)
+                log.warning("kv load of request %s failed: %s (reported to vLLM)", t.req_id, e)
                 n = 0
             self._failed.update(t.block_ids[n:])
+            self._stats.data["loaded_blocks"] += n
+            self._stats.data["load_failed_blocks"] += len(t.block_ids) - n
+        self._stats.data["load_s"] += time.perf_counter() - t0
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         return  # start_load_kv loaded every layer already
@@ -289,11 +338,16 @@ class CxlkitConnector(KVConnectorBase_V1):
 
     def wait_for_save(self) -> None:
         meta = self._get_connector_metadata()
+        if not meta.saves:
+            return
+        engine = self._engine_or_raise()
+        t0 = time.perf_counter()
         for t in meta.saves:
             try:
-                self._store.put(t.keys, self._engine, t.block_ids)
+                self._stats.data["saved_blocks"] += engine.save(self._store, t.keys, t.block_ids)
             except (OSError, ValueError, IndexError) as e:
                 log.warning("kv save of request %s failed: %s", t.req_id, e)
+        self._stats.data["save_s"] += time.perf_counter() - t0
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         return None, None  # loads and saves complete within the step
@@ -301,6 +355,17 @@ class CxlkitConnector(KVConnectorBase_V1):
     def get_block_ids_with_load_errors(self) -> set[int]:
         failed, self._failed = self._failed, set()
         return failed
+
+    def get_kv_connector_stats(self) -> CxlkitConnectorStats | None:
+        if self._stats.is_empty():
+            return None
+        out, self._stats = self._stats, CxlkitConnectorStats()
+        return out
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: dict[str, Any] | None = None
+                                 ) -> CxlkitConnectorStats:
+        return CxlkitConnectorStats(data=dict(data or {}))
 
     def shutdown(self) -> None:
         self._store.close()

@@ -3,9 +3,11 @@ bytes live in an engine's paged KV tensors (EngineTensors -> a native copy plan)
 
 A block image is canonical: [layers][parts][tokens][kv_heads][head_dim], parts = K, V (2) or one
 latent (MLA, 1). Engine tensors are described by axis letters: L layer, K part, B block,
-T token-in-block, H kv head, D head dim. vLLM's FlashAttention per-layer cache is "KBTHD"
-([2, num_blocks, block_size, heads, dim]); backends that put the block first use "BKTHD"; the
-cross-layer cache (all layers of a block contiguous) is "BLKTHD".
+T token-in-block, H kv head, D head dim. A FlashAttention-style per-layer cache is "KBTHD"
+([2, num_blocks, block_size, heads, dim]); backends that put the block first use "BKTHD"; a
+cross-layer cache (all layers of a block contiguous) is "BLKTHD". vLLM 0.32 hands connectors
+[B, H, N, K+V] views per layer: cxlkit.integrations.vllm_pages cuts the K+V axis in two
+("BHTKD") from the views' own strides.
 """
 from __future__ import annotations
 

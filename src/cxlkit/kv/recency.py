@@ -5,7 +5,6 @@ times (ns, CLOCK_REALTIME: hosts compare them); a block's slot is the first 8 by
 (a SHA-256, so uniform) as a little-endian u64, mod nslots. Sizing and collisions: docs/kv.md."""
 from __future__ import annotations
 
-import errno
 import logging
 import struct
 import time
@@ -14,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..pool import PoolObject
+from ..errors import ObjectNotPublished, PoolFullError
+from ..pool import ObjectInfo, Pool, PoolObject, PoolStat
 
 log = logging.getLogger("cxlkit")
 
@@ -35,14 +35,14 @@ def _now() -> int:
     return time.time_ns()
 
 
-def table_slots(pool_stat: dict, block_bytes: int) -> int:
+def table_slots(pool_stat: PoolStat, block_bytes: int) -> int:
     """Slots for a table: a power of two >= SLOTS_PER_BLOCK x the blocks the namespace could
     hold if every host's partition were full of them, at most 1/PARTITION_SHARE of a partition,
     at least MIN_SLOTS. Every process of every host computes the same number for a pool."""
-    per_host = max(1, min(pool_stat["max_objects"], pool_stat["partition_bytes"] // block_bytes))
-    want = SLOTS_PER_BLOCK * pool_stat["max_hosts"] * per_host
+    per_host = max(1, min(pool_stat.max_objects, pool_stat.partition_bytes // block_bytes))
+    want = SLOTS_PER_BLOCK * pool_stat.max_hosts * per_host
     n = 1 << (want - 1).bit_length()
-    cap = pool_stat["partition_bytes"] // (PARTITION_SHARE * 8)
+    cap = pool_stat.partition_bytes // (PARTITION_SHARE * 8)
     while n > cap and n > MIN_SLOTS:
         n >>= 1
     return max(n, MIN_SLOTS)
@@ -94,12 +94,13 @@ def _slot_offsets(words: np.ndarray, mask: int) -> np.ndarray:
     return np.uint64(HEADER.size) + np.uint64(8) * (words & np.uint64(mask))
 
 
-def _checked(obj: PoolObject, nbytes: int, host: int) -> tuple[int, str]:
+def _checked(obj: PoolObject) -> tuple[int, str]:
     """(nslots, "") or (0, what is wrong with the table). The closed error of the pool is
     raised, not reported as a bad table."""
+    nbytes = obj.nbytes
     words = obj.load_u64(_HEADER_OFFSETS) if nbytes >= HEADER.size else _HEADER_OFFSETS[:0]
     try:
-        return check(words, nbytes, host), ""
+        return check(words, nbytes, obj.host), ""
     except ValueError as e:
         return 0, str(e)
 
@@ -107,12 +108,12 @@ def _checked(obj: PoolObject, nbytes: int, host: int) -> tuple[int, str]:
 class RecencyTables:
     """This host's table of one namespace (written) and every host's tables (read).
 
-    kp: the store's _native.KVPool; prefix: the namespace's object-name prefix;
+    pool: the store's cxlkit.Pool; prefix: the namespace's object-name prefix;
     nslots: the size a new table gets (existing tables keep theirs: readers use the header)."""
 
-    def __init__(self, kp: Any, prefix: str, host_id: int, nslots: int, *, nc: bool,
+    def __init__(self, pool: Pool, prefix: str, host_id: int, nslots: int, *, nc: bool,
                  make_room: Any) -> None:
-        self._kp = kp
+        self._pool = pool
         self.prefix = prefix + TAG
         self.name = f"{self.prefix}{host_id}"
         self.host_id = host_id
@@ -141,37 +142,38 @@ class RecencyTables:
             self._attaching = False
 
     def _attach_once(self, wait_s: float) -> None:
-        h = self._kp.pool
+        pool = self._pool
         nbytes = HEADER.size + 8 * self.nslots
         deadline = time.monotonic() + wait_s
         freed = False
         for _ in range(1000):  # bounded: each pass makes progress unless others keep racing
             try:
-                d = h.open(self.name)
-            except FileNotFoundError:
+                obj = pool.open(self.name, writable=True)
+            except KeyError:
                 try:
-                    d = h.create(self.name, nbytes, 0)
+                    obj = pool.create(self.name, nbytes)
                 except FileExistsError:
                     continue  # another process of this host created it first: open that
+                except PoolFullError:
+                    if freed:
+                        self._give_up("no room for it in this host's partition")
+                        return
+                    freed = True
+                    self._make_room(nbytes)
+                    continue
                 except OSError as e:
-                    if e.errno == errno.ENOSPC and not freed:
-                        freed = True
-                        self._make_room(nbytes)
-                        continue
                     self._give_up(f"cannot create it: {e}")
                     return
-                obj = PoolObject(h, self.name, d["offset"], d["nbytes"], d["generation"],
-                                 d["host"], True)
                 try:
                     obj.write(0, header(self.host_id, self.nslots))  # no view: close stays possible
                     obj.publish()  # header first: a published table never changes shape
                 except BaseException:
                     obj.close()
-                    h.destroy(self.name)
+                    pool.destroy(self.name)
                     raise
                 self._use(obj, self.nslots)
                 return
-            except BlockingIOError:  # another process of this host is creating it right now
+            except ObjectNotPublished:  # another process of this host is creating it now
                 if time.monotonic() >= deadline:
                     self._give_up("another process of this host has not published it yet")
                     return
@@ -180,16 +182,14 @@ class RecencyTables:
             except OSError as e:
                 self._give_up(f"cannot open it: {e}")
                 return
-            obj = PoolObject(h, self.name, d["offset"], d["nbytes"], d["generation"],
-                             d["host"], True)
-            nslots, bad = _checked(obj, d["nbytes"], self.host_id)
+            nslots, bad = _checked(obj)
             if bad:
                 obj.close()
                 log.warning("kv recency table %s (generation %d) ignored and replaced: %s",
-                            self.name, d["generation"], bad)
+                            self.name, obj.generation, bad)
                 try:
-                    h.destroy(self.name)  # our own object: this host may replace it
-                except FileNotFoundError:
+                    pool.destroy(self.name)  # our own object: this host may replace it
+                except KeyError:
                     pass  # another process of this host replaced it first
                 continue
             self._use(obj, nslots)
@@ -228,17 +228,17 @@ class RecencyTables:
             table.flush_at(offsets)
 
     # -- every host's tables ----------------------------------------------------------------
-    def last_use(self, blocks: list[dict], listing: list[dict]) -> np.ndarray:
-        """Per block (dicts of the pool listing): the latest use any host recorded, at least
-        its creation time. Collisions can only make a block look more recent."""
-        acc = np.array([o["created_ns"] for o in blocks], dtype=np.uint64)
+    def last_use(self, blocks: list[ObjectInfo], listing: list[ObjectInfo]) -> np.ndarray:
+        """Per block (of the pool listing): the latest use any host recorded, at least its
+        creation time. Collisions can only make a block look more recent."""
+        acc = np.array([o.created_ns for o in blocks], dtype=np.uint64)
         if not blocks:
             return acc
-        words = name_words([o["name"] for o in blocks], len(self.prefix) - len(TAG))
-        tables = [o for o in listing if o["name"].startswith(self.prefix) and o["state"] == 2]
-        mine = next((o for o in tables if o["name"] == self.name), None)
+        words = name_words([o.name for o in blocks], len(self.prefix) - len(TAG))
+        tables = [o for o in listing if o.name.startswith(self.prefix) and o.live]
+        mine = next((o for o in tables if o.name == self.name), None)
         table = self._table  # once: a touch in another thread may be using it
-        if table is not None and (mine is None or mine["generation"] != table.generation):
+        if table is not None and (mine is None or mine.generation != table.generation):
             table.close()  # replaced or removed since we opened it: attach again
             self._table = table = None
         if table is None and not self._attaching:
@@ -247,7 +247,7 @@ class RecencyTables:
         if table is not None:
             acc = self._fold(acc, table, _slot_offsets(words, self._mask))
         for o in tables:
-            if o["name"] == self.name:
+            if o.name == self.name:
                 continue
             acc = self._fold_other(acc, o, words)
         return acc
@@ -256,33 +256,28 @@ class RecencyTables:
     def _fold(acc: np.ndarray, obj: PoolObject, offsets: np.ndarray) -> np.ndarray:
         return np.maximum(acc, obj.load_u64(offsets))
 
-    def _fold_other(self, acc: np.ndarray, o: dict, words: np.ndarray) -> np.ndarray:
-        h = self._kp.pool
+    def _fold_other(self, acc: np.ndarray, o: ObjectInfo, words: np.ndarray) -> np.ndarray:
         try:
-            d = h.open(o["name"])  # a lease: its memory is not reused while we read it
-        except OSError:
+            obj = self._pool.open(o.name)  # a lease: its memory is not reused while we read it
+        except (KeyError, OSError):
             return acc  # destroyed, replaced or unpublished since the listing: skip it
-        obj = PoolObject(h, o["name"], d["offset"], d["nbytes"], d["generation"], d["host"],
-                         False)
-        try:
+        with obj:
             if self._nc:
                 # drop stale lines of what we read (pairs with the writer's flush in touch):
                 # the header, then, once it gives nslots, the slots of these blocks only
-                obj.invalidate(0, min(HEADER.size, d["nbytes"]))
-            nslots, bad = _checked(obj, d["nbytes"], d["host"])
+                obj.invalidate(0, min(HEADER.size, obj.nbytes))
+            nslots, bad = _checked(obj)
             if bad:
-                key = (o["name"], d["generation"])
+                key = (o.name, obj.generation)
                 if key not in self._warned:  # once per table, not once per eviction
                     self._warned.add(key)
-                    log.warning("kv recency table %s of host %d ignored: %s", o["name"],
-                                d["host"], bad)
+                    log.warning("kv recency table %s of host %d ignored: %s", o.name,
+                                obj.host, bad)
                 return acc
             offsets = _slot_offsets(words, nslots - 1)
             if self._nc:
                 obj.invalidate_at(offsets)
             return self._fold(acc, obj, offsets)
-        finally:
-            obj.close()
 
     def close(self) -> None:
         t, self._table = self._table, None

@@ -10,6 +10,7 @@ import errno
 import hashlib
 import logging
 import os
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -18,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from .. import _native
+from ..errors import _OBJECT_ERRORS, ObjectNotPublished, PoolError, _typed
+from ..pool import ObjectInfo, Pool, PoolObject
 from .layout import BlockLayout, EngineTensors
 from .recency import RecencyTables, table_slots
 
@@ -29,6 +32,7 @@ NT_MIN_BLOCK_BYTES = 64 << 10  # auto streaming stores from this block image siz
 STAT_FIELDS = ("lookups", "hits", "misses", "puts", "put_skipped", "bytes_in", "bytes_out",
                "evictions", "load_errors", "put_errors")
 _STATS_PREFIX = "kv.stats.h"
+COUNTERS_WAIT_S = 1.0  # how long a store waits for another process of its host to publish them
 
 
 @dataclass
@@ -48,46 +52,74 @@ class KVStats:
         return asdict(self)
 
 
-def _open_pool(pool: Any, *, create: bool, size: int, host_id: int | str | None,
-               coherence: str | None, max_hosts: int, lease_timeout_ms: int) -> Any:
-    """A KVPool over the cxk_pool of a cxlkit.Pool: the caller's own pool when it is one (and
-    host_id / coherence, if given, agree with it), else one this store opens and closes."""
-    from ..pool import Pool
-
-    if isinstance(pool, _native.KVPool):
-        return pool
+def _open_pool(pool: Any, *, create: bool, size: int | str, host_id: int | str | None,
+               coherence: str | None, max_hosts: int, lease_timeout_ms: int) -> tuple[Pool, bool]:
+    """(pool, whether the store owns it): the caller's cxlkit.Pool when it is one (and host_id /
+    coherence, if given, agree with it), else one the store opens and closes."""
     if coherence is not None and coherence not in COHERENCE:
         raise ValueError(f"coherence: {coherence!r} is not one of {sorted(COHERENCE)}")
     if isinstance(pool, Pool):
         if (host_id is None or host_id == pool.host_id) and coherence in (None, pool.coherence):
-            return _native.KVPool(pool)
+            return pool, False
         paths: Any = pool.paths  # the same backings, as another host or coherence
         coherence = coherence or pool.coherence
     elif isinstance(pool, (str, os.PathLike)):
         paths = pool  # a bare name is /dev/shm/cxlkit-<name>, as for cxlkit.Pool
     else:
-        raise TypeError("pool: expected a path, a pool name, a cxlkit.Pool or a KVPool")
+        raise TypeError(f"pool {pool!r}: expected a path, a pool name or a cxlkit.Pool")
     if isinstance(host_id, int) and not isinstance(host_id, bool) and host_id < 0:
         raise ValueError(f"host_id: expected an int >= 0 or a host name, got {host_id!r}")
-    own = Pool(paths, size or None, host_id=host_id, coherence=coherence or "host",
+    own = Pool(paths, size or None, host_id=host_id, coherence=coherence,
                create=create, max_hosts=max_hosts or None,
                lease_timeout_ms=lease_timeout_ms or None)
-    return _native.KVPool(own, owns=True)
+    return own, True
+
+
+def _counters(pool: Pool, name: str, nbytes: int) -> PoolObject:
+    """This host's counters object, opened writable (its lease keeps the memory while our adds
+    write into it, even if it is destroyed meanwhile): created zeroed and published once, then
+    shared by the host's processes. One of another size (left by a cxlkit with another field
+    count) is replaced, never written past."""
+    deadline = time.monotonic() + COUNTERS_WAIT_S
+    for _ in range(1000):  # bounded: each pass makes progress unless others keep racing
+        try:
+            obj = pool.open(name, writable=True)
+        except KeyError:
+            try:
+                pool.create(name, nbytes, publish=True).close()
+            except FileExistsError:
+                pass  # another process of this host made it first: open that
+            continue
+        except ObjectNotPublished:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.001)
+            continue
+        if obj.nbytes == nbytes:
+            return obj
+        obj.close()
+        log.warning("kv counters %s: %d bytes, expected %d (another cxlkit's fields): "
+                    "replaced", name, obj.nbytes, nbytes)
+        try:
+            pool.destroy(name)  # our own object: this host may replace it
+        except KeyError:
+            pass  # another process of this host replaced it first
+    raise PoolError(errno.EBUSY, "other processes kept creating and removing it", name)
 
 
 class Store:
     """KV blocks of one model (layout + namespace) in a pool.
 
-    pool: a pool path ("/dev/shm/x"), a bare name (/dev/shm/cxlkit-<name>), a cxlkit.Pool (used
-    as is: one handle; another host_id or coherence opens its backings again), or a
-    _native.KVPool. create/size/host_id/coherence open it;
+    pool: a pool path ("/dev/shm/x"), a bare name (/dev/shm/cxlkit-<name>) or a cxlkit.Pool
+    (used as is: one handle; another host_id or coherence opens its backings again).
+    create/size (bytes or "64M")/host_id/coherence open it;
     host_id None means CXLKIT_HOST_ID, else this machine's slot (DESIGN: derived id).
     checksum: record a checksum with every block and verify it on every get (costs one pass
     over the image on put; on get it is folded into the copy)."""
 
     def __init__(self, pool: Any, layout: BlockLayout, *, namespace: str = "default",
                  checksum: bool = False, capacity_bytes: int | None = None,
-                 create: bool = False, size: int = 0, host_id: int | str | None = None,
+                 create: bool = False, size: int | str = 0, host_id: int | str | None = None,
                  coherence: str | None = None, max_hosts: int = 0, lease_timeout_ms: int = 0,
                  nt_stores: bool | None = None) -> None:
         if not isinstance(layout, BlockLayout):
@@ -107,26 +139,23 @@ class Store:
         self.nt_stores = (layout.nbytes >= NT_MIN_BLOCK_BYTES if nt_stores is None
                           else bool(nt_stores))
         self.capacity_bytes = capacity_bytes
-        self._pool = _open_pool(pool, create=create, size=size, host_id=host_id,
-                                coherence=coherence, max_hosts=max_hosts,
-                                lease_timeout_ms=lease_timeout_ms)
+        self._pool, self._owns_pool = _open_pool(
+            pool, create=create, size=size, host_id=host_id, coherence=coherence,
+            max_hosts=max_hosts, lease_timeout_ms=lease_timeout_ms)
         st = self._pool.stat()
-        self.host_id = st["host_id"]
-        self._nc = st["coherence"] == COHERENCE["none"]
+        self.host_id = st.host_id
+        self._nc = st.coherence == "none"
         # one namespace per (model name, block layout): keys are token hashes only
         self._prefix = ("kv." + hashlib.sha256(namespace.encode() + layout.pack()).hexdigest()[:8]
                         + ".")
         self._layout_bytes = layout.pack()
         self.block_bytes = HDR_BYTES + layout.nbytes
         self.stats = KVStats()
-        self._shared = None
+        self._shared: PoolObject | None = None
         self._recency: RecencyTables | None = None
         try:
-            name = f"{_STATS_PREFIX}{self.host_id}"
-            self._pool.create_counters(name, 8 * len(STAT_FIELDS))
-            # a reader's lease for the store's life: if the object is destroyed meanwhile, its
-            # block is not reused while our atomics still write into it
-            self._shared = self._pool.hold(name)
+            self._shared = _counters(self._pool, f"{_STATS_PREFIX}{self.host_id}",
+                                     8 * len(STAT_FIELDS))
             # last uses of this namespace's blocks by this host's processes, shared with the
             # owners that evict them (one table per host; every host's tables are read)
             self._recency = RecencyTables(self._pool, self._prefix, self.host_id,
@@ -135,6 +164,11 @@ class Store:
         except BaseException:
             self.close()
             raise
+
+    @property
+    def pool(self) -> Pool:
+        """The pool the store lives in (the caller's, or the one it opened)."""
+        return self._pool
 
     # -- keys ------------------------------------------------------------------------------
     def name(self, key: bytes) -> str:
@@ -149,11 +183,13 @@ class Store:
         return out
 
     def _count(self, **deltas: int) -> None:
-        off = self._shared["offset"]  # an offset, not an address: each add holds the pool
+        shared = self._shared
+        if shared is None:
+            raise ValueError("KV store is closed")
         for k, v in deltas.items():
             if v:
                 setattr(self.stats, k, getattr(self.stats, k) + v)
-                self._pool.atomic_add(off + 8 * STAT_FIELDS.index(k), v)
+                shared.add_u64(8 * STAT_FIELDS.index(k), v)  # checked against the object
 
     def _check(self, keys: Sequence[bytes], engine: EngineTensors, block_ids: Sequence[int]):
         if not isinstance(engine, EngineTensors):
@@ -167,6 +203,13 @@ class Store:
             raise ValueError(f"{len(names)} keys but {len(ids)} block ids")
         return names, ids
 
+    def _batch(self, fn: Any, plan: Any, names: list[str], keys: list[bytes], ids: Any,
+               flags: int) -> tuple[int, list[int]]:
+        try:
+            return fn(self._pool, plan, names, keys, self._layout_bytes, ids, flags)
+        except OSError as e:
+            raise _typed(e, _OBJECT_ERRORS) from None
+
     # -- data path ---------------------------------------------------------------------------
     def put(self, keys: Sequence[bytes], source: EngineTensors, block_ids: Sequence[int]) -> int:
         """Store source's blocks block_ids[i] under keys[i]; returns how many were new."""
@@ -179,9 +222,8 @@ class Store:
         stored = skipped = 0
         used: list[bytes] = []
         for attempt in range(3):
-            n, status = self._pool.put(source.plan, [names[i] for i in todo],
-                                       [bytes(keys[i]) for i in todo], self._layout_bytes,
-                                       ids[todo], flags)
+            n, status = self._batch(_native.kv_put, source.plan, [names[i] for i in todo],
+                                    [bytes(keys[i]) for i in todo], ids[todo], flags)
             stored += n
             retry = []
             for i, s in zip(todo, status):
@@ -211,8 +253,8 @@ class Store:
         names, ids = self._check(keys, dest, block_ids)
         flags = (_native.KV_CHECKSUM if self.checksum else 0) | (
             _native.KV_INVALIDATE if self._nc else 0)
-        n, status = self._pool.get(dest.plan, names, [bytes(k) for k in keys],
-                                   self._layout_bytes, ids, flags)
+        n, status = self._batch(_native.kv_get, dest.plan, names, [bytes(k) for k in keys],
+                                ids, flags)
         self._recency.touch(keys[:n])
         failed = n < len(names) and status[n] not in (-errno.ENOENT, -errno.EAGAIN)
         if failed:
@@ -225,7 +267,10 @@ class Store:
         """Number of leading keys whose blocks are in the pool now (they may be evicted later:
         get reports what it actually loaded)."""
         names = self._names(keys)
-        n = self._pool.lookup(names)
+        try:
+            n = _native.kv_lookup(self._pool, names)
+        except OSError as e:
+            raise _typed(e, _OBJECT_ERRORS) from None
         self._count(lookups=len(names), hits=n)
         return n
 
@@ -233,36 +278,36 @@ class Store:
     def pin(self, keys: Sequence[bytes]) -> Iterator[int]:
         """Hold reader leases on the leading present blocks of keys for the duration of the
         block (their memory is not reused even if the owner evicts them); yields how many."""
-        held = []
+        held: list[PoolObject] = []
         try:
             for nm in self._names(keys):
                 try:
-                    held.append(self._pool.hold(nm)["offset"])
-                except (FileNotFoundError, BlockingIOError):
+                    held.append(self._pool.open(nm))
+                except (KeyError, ObjectNotPublished):
                     break
             yield len(held)
         finally:
-            for off in held:
-                self._pool.release(off)
+            for obj in held:
+                obj.close()
 
     # -- capacity ------------------------------------------------------------------------------
-    def blocks(self, *, all_hosts: bool = False) -> list[dict]:
+    def blocks(self, *, all_hosts: bool = False) -> list[ObjectInfo]:
         """This namespace's blocks (of this host unless all_hosts)."""
         return self._blocks(self._pool.list(), all_hosts)
 
-    def _blocks(self, listing: list[dict], all_hosts: bool = False) -> list[dict]:
+    def _blocks(self, listing: list[ObjectInfo], all_hosts: bool = False) -> list[ObjectInfo]:
         n = len(self._prefix) + 64  # prefix + key hex; recency tables have other names
-        return [o for o in listing if len(o["name"]) == n and o["name"].startswith(self._prefix)
-                and (all_hosts or o["host"] == self.host_id) and o["state"] == 2]
+        return [o for o in listing if len(o.name) == n and o.name.startswith(self._prefix)
+                and (all_hosts or o.host == self.host_id) and o.live]
 
     def used_bytes(self) -> int:
-        return sum(o["nbytes"] for o in self.blocks())
+        return sum(o.nbytes for o in self.blocks())
 
     def _make_room(self, need: int, budget: bool = False) -> int:
         listing = self._pool.list()
         own = self._blocks(listing)
         if budget:  # stay within capacity_bytes of this namespace on this host
-            excess = sum(o["nbytes"] for o in own) + need - self.capacity_bytes
+            excess = sum(o.nbytes for o in own) + need - self.capacity_bytes
         else:  # the partition is full: free need bytes
             excess = need
         if excess <= 0:
@@ -273,16 +318,16 @@ class Store:
             last = self._recency.last_use(own, listing)
             own = [own[i] for i in np.argsort(last, kind="stable")]
         else:  # the table is being attached (it made room for itself): creation order
-            own.sort(key=lambda o: o["created_ns"])
+            own.sort(key=lambda o: o.created_ns)
         freed = evicted = 0
         for o in own:
             if freed >= excess:
                 break
             try:
-                self._pool.destroy(o["name"])  # readers holding a lease keep the memory
-            except FileNotFoundError:
+                self._pool.destroy(o.name)  # readers holding a lease keep the memory
+            except KeyError:
                 continue  # another process of this host evicted it first
-            freed += o["nbytes"]
+            freed += o.nbytes
             evicted += 1
         self._count(evictions=evicted)
         return evicted
@@ -303,10 +348,11 @@ class Store:
         shared, self._shared = self._shared, None
         if shared is not None:
             try:
-                self._pool.release(shared["offset"])
+                shared.close()
             except ValueError:
                 pass  # the pool was closed first: that dropped the lease
-        self._pool.close()
+        if self._owns_pool:
+            self._pool.close()
 
     def __enter__(self) -> Store:
         return self
@@ -315,28 +361,33 @@ class Store:
         self.close()
 
 
-def host_stats(pool: Any) -> dict[int, dict[str, int]]:
+def host_stats(pool: Pool | str | os.PathLike[str]) -> dict[int, dict[str, int]]:
     """Counters of every host that used a KV store in this pool (shared by its processes)."""
-    kp = pool if isinstance(pool, _native.KVPool) else _open_pool(
-        pool, create=False, size=0, host_id=None, coherence=None, max_hosts=0,
-        lease_timeout_ms=0)
-    out = {}
-    for o in kp.list():
-        if o["name"].startswith(_STATS_PREFIX) and o["state"] == 2:
-            raw = np.frombuffer(_read(kp, o["name"]), dtype="<u8")
-            if raw.size:
-                out[o["host"]] = dict(zip(STAT_FIELDS, (int(x) for x in raw)))
-    return out
-
-
-def _read(kp: Any, name: str) -> bytes:
-    """The counters object's bytes, read under a lease (its block cannot be reused meanwhile);
-    b"" when it was destroyed since the listing."""
+    p, owns = _open_pool(pool, create=False, size=0, host_id=None, coherence=None, max_hosts=0,
+                         lease_timeout_ms=0)
     try:
-        o = kp.hold(name)
-    except (FileNotFoundError, BlockingIOError):
-        return b""
-    try:
-        return kp.read(o["offset"], o["nbytes"])  # holds the pool: a close waits for it
+        nc = p.stat().coherence == "none"
+        out = {}
+        for o in p.list():
+            if o.name.startswith(_STATS_PREFIX) and o.live:
+                words = _read_counters(p, o.name, nc)
+                if words is not None:
+                    out[o.host] = dict(zip(STAT_FIELDS, words))
+        return out
     finally:
-        kp.release(o["offset"])
+        if owns:
+            p.close()
+
+
+def _read_counters(pool: Pool, name: str, nc: bool) -> list[int] | None:
+    """The counters object's words, read under a lease (its memory cannot be reused meanwhile);
+    None when it was destroyed or replaced since the listing."""
+    try:
+        obj = pool.open(name)
+    except (KeyError, ObjectNotPublished):
+        return None
+    with obj:
+        if nc:
+            obj.invalidate()  # pairs with the writer host's flush after each add
+        n = obj.nbytes // 8
+        return [int(x) for x in obj.load_u64(np.arange(n, dtype=np.uint64) * np.uint64(8))]

@@ -13,6 +13,7 @@ from .. import _native, topology
 # dtype names -> kernel codes; numpy and torch dtypes are recognised by their names.
 DTYPES = {"float32": _native.DTYPE_F32, "bfloat16": _native.DTYPE_BF16,
           "float16": _native.DTYPE_F16}
+DTYPES_NONE = _native.DTYPE_NONE  # no param copy
 SIMD_LEVELS = {"auto": 0, "scalar": 1, "avx2": 2, "avx512": 3}
 
 
@@ -38,7 +39,10 @@ def _dtype_code(arr: Any, given: str | None, what: str) -> int:
 class AdamConfig:
     """Hyperparameters of one step (torch.optim.AdamW's meaning). decoupled=False is Adam
     with L2 weight decay; simd None = CXLKIT_SIMD or the best level; nt_state / nt_copy use
-    non-temporal stores for the state / the param copy."""
+    non-temporal stores for the state / the param copy. resync: the param copy is what the
+    params' owner sees, so a copy element that is not the master rounded to the copy's dtype
+    was written by someone else since the last step and replaces the master (widened) before
+    the update; the step functions return how many elements that happened to."""
 
     lr: float = 1e-3
     betas: tuple[float, float] = (0.9, 0.999)
@@ -50,6 +54,7 @@ class AdamConfig:
     simd: str | None = None
     nt_state: bool = False
     nt_copy: bool = False
+    resync: bool = False
 
     def __post_init__(self) -> None:
         for name in ("lr", "eps", "weight_decay"):
@@ -70,7 +75,8 @@ class AdamConfig:
                  | (_native.ADAM_MAXIMIZE if self.maximize else 0)
                  | (_native.ADAM_BIAS_CORRECTION if self.bias_correction else 0)
                  | (_native.ADAM_NT_STATE if self.nt_state else 0)
-                 | (_native.ADAM_NT_COPY if self.nt_copy else 0))
+                 | (_native.ADAM_NT_COPY if self.nt_copy else 0)
+                 | (_native.ADAM_RESYNC if self.resync else 0))
         return (float(self.lr), float(self.betas[0]), float(self.betas[1]), float(self.eps),
                 float(self.weight_decay), float(grad_scale), int(step), flags,
                 SIMD_LEVELS[self.simd or "auto"])
@@ -104,6 +110,12 @@ class AdamTensor:
         return (self.param, self.exp_avg, self.exp_avg_sq, self.grad, g, self.param_copy, c)
 
 
+def _check_chunk(chunk_bytes: Any) -> None:
+    if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) \
+            or chunk_bytes <= 0 or chunk_bytes % 64:
+        raise ValueError(f"chunk_bytes {chunk_bytes!r}: expected a positive multiple of 64")
+
+
 class AdamTeam:
     """Threads that follow memory: one team per NUMA node, pinned to the node's CPUs (a
     CPU-less node borrows its nearest node's), each updating the chunks whose params live on
@@ -123,10 +135,26 @@ class AdamTeam:
         for n, c in zip(node_list, counts):
             if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= 1024:
                 raise ValueError(f"threads of node {n}: {c!r}, expected an int in 0..1024")
-        if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) \
-                or chunk_bytes <= 0 or chunk_bytes % 64:
-            raise ValueError(f"chunk_bytes {chunk_bytes!r}: expected a positive multiple of 64")
+        _check_chunk(chunk_bytes)
         self._team = _native.AdamTeam(node_list, counts, chunk_bytes, pin)
+        self.kind = "pinned"
+
+    @classmethod
+    def openmp(cls, threads: int = 0, *, runtime: str | None = None,
+               chunk_bytes: int = 1 << 20) -> AdamTeam:
+        """A team on the OpenMP runtime already loaded in this process (PyTorch's libgomp,
+        say): each step is one parallel region of `threads` threads (0 = the calling
+        thread's OpenMP default, which torch.set_num_threads sets), run by the threads the
+        process's other OpenMP work keeps warm instead of competing with them. runtime: a
+        substring of the library's path (None: libgomp, libiomp5, libomp). It never loads
+        a runtime: FileNotFoundError when none is loaded. Chunks are not placed by node."""
+        if isinstance(threads, bool) or not isinstance(threads, int) or not 0 <= threads <= 1024:
+            raise ValueError(f"threads {threads!r}: expected an int in 0..1024")
+        _check_chunk(chunk_bytes)
+        self = cls.__new__(cls)
+        self._team = _native.AdamTeam.openmp(runtime, threads, chunk_bytes)
+        self.kind = "openmp"
+        return self
 
     def info(self) -> list[dict[str, int]]:
         """Per team: node, threads, first CPU it may run on (-1 unpinned), chunks it updated
@@ -148,26 +176,27 @@ class AdamTeam:
 
 
 def step_tensors(tensors: Sequence[AdamTensor], config: AdamConfig, step: int, *,
-         grad_scale: float = 1.0, team: AdamTeam | None = None) -> None:
+         grad_scale: float = 1.0, team: AdamTeam | None = None) -> int:
     """One Adam(W) step over every tensor, in place; `step` counts from 1. On the calling
-    thread, or by `team`'s threads."""
+    thread, or by `team`'s threads. Returns the elements re-read from the copies
+    (config.resync), else 0."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ValueError(f"step {step!r}: expected an int >= 1")
     if isinstance(grad_scale, bool) or not isinstance(grad_scale, (int, float)) \
             or not math.isfinite(grad_scale):
         raise ValueError(f"grad_scale {grad_scale!r}: expected a finite number")
     args = [t._native() for t in tensors]
-    _native.adam_step(config._native(step, grad_scale), args,
+    return _native.adam_step(config._native(step, grad_scale), args,
                       team._team if team is not None else None)
 
 
 def step_raw(tensors: Sequence[tuple], config: AdamConfig, step: int, *,
-             grad_scale: float = 1.0, team: AdamTeam | None = None) -> None:
+             grad_scale: float = 1.0, team: AdamTeam | None = None) -> int:
     """step_tensors for callers that keep the kernel's tuples themselves, (param, exp_avg,
     exp_avg_sq, grad, grad code, copy or None, copy code) with codes from DTYPES (-1: no
     copy), to spare the per-tensor checks of AdamTensor on every step. The native layer
     still checks sizes, element widths and contiguity."""
-    _native.adam_step(config._native(step, grad_scale), list(tensors),
+    return _native.adam_step(config._native(step, grad_scale), list(tensors),
                       team._team if team is not None else None)
 
 

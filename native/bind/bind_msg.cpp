@@ -1,0 +1,488 @@
+// bind_msg.cpp — cxlkit._native's messaging part: MsgComm (a rank of a job, on a pool handle
+// of its own so that closing the caller's Pool never unmaps under it), MsgRequest (holds the
+// Python buffer of a non-blocking call until it completes), MsgWindow (one-sided windows,
+// the local window lent through the buffer protocol) and Ring (a bare ring end, for tests
+// and tools). Blocking calls release the GIL; one native call per comm at a time (a mutex).
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "bind/bind.h"
+#include "cxlkit.h"
+
+namespace cxk::py {
+namespace {
+
+cxk_pool *open_private(const std::vector<std::string> &paths, int host_id,
+                       const std::string &tag, int coherence) {
+    if (paths.empty()) throw nb::value_error("a pool needs at least one backing path");
+    cxk_pool_opts o;
+    cxk_pool_opts_init(&o);
+    o.host_id = host_id;
+    o.host_tag = tag.c_str();
+    o.coherence = coherence;
+    std::vector<const char *> cp;
+    for (const auto &s : paths) cp.push_back(s.c_str());
+    cxk_pool *p = nullptr;
+    int r;
+    {
+        nb::gil_scoped_release unlock;
+        r = cxk_pool_open_striped(cp.data(), uint32_t(cp.size()), &o, &p);
+    }
+    check(r, paths[0]);
+    return p;
+}
+
+// A Python buffer held for the duration of a native call or a request.
+struct View {
+    Py_buffer b{};
+    bool held = false;
+    View() = default;
+    View(nb::handle obj, bool writable) {
+        if (PyObject_GetBuffer(obj.ptr(), &b, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) != 0)
+            throw nb::python_error();
+        held = true;
+    }
+    View(View &&o) noexcept : b(o.b), held(o.held) { o.held = false; }
+    View &operator=(View &&o) noexcept {
+        release();
+        b = o.b, held = o.held, o.held = false;
+        return *this;
+    }
+    ~View() { release(); }
+    void release() {
+        if (held) PyBuffer_Release(&b), held = false;
+    }
+    void *ptr() const { return b.buf; }
+    int64_t len() const { return int64_t(b.len); }
+};
+
+nb::tuple status_tuple(const cxk_msg_status &s) {
+    return nb::make_tuple(s.source, s.tag, s.count);
+}
+
+struct MsgComm {
+    cxk_pool *p = nullptr;
+    cxk_comm *c = nullptr;
+    std::mutex mu;
+    std::string label;
+
+    MsgComm(const std::vector<std::string> &paths, int host_id, const std::string &tag,
+            int coherence, const std::string &job, int rank, int size, uint32_t cell_bytes,
+            uint32_t ncells, uint64_t eager_bytes, uint32_t timeout_ms, uint32_t dead_ms,
+            uint32_t join_ms) {
+        label = "job " + job + " rank " + std::to_string(rank);
+        p = open_private(paths, host_id, tag, coherence);
+        cxk_msg_opts o;
+        cxk_msg_opts_init(&o);
+        o.cell_bytes = cell_bytes, o.ncells = ncells, o.eager_bytes = eager_bytes;
+        o.timeout_ms = timeout_ms, o.dead_ms = dead_ms, o.join_ms = join_ms;
+        int r;
+        {
+            nb::gil_scoped_release unlock;
+            r = cxk_msg_init(p, job.c_str(), rank, size, &o, &c);
+        }
+        if (r) {
+            cxk_pool_close(p);
+            p = nullptr;
+            check(r, label);
+        }
+    }
+    ~MsgComm() { shut(); }
+    int failed = -1;  // the rank that made finalize fail
+    int shut() {
+        int r = 0;
+        if (c) r = cxk_msg_finalize_ex(c, &failed), c = nullptr;
+        if (p) cxk_pool_close(p), p = nullptr;
+        return r;
+    }
+    cxk_comm *get() {
+        if (!c) throw nb::value_error(("closed communicator (" + label + ")").c_str());
+        return c;
+    }
+};
+
+struct MsgRequest {
+    cxk_msg_req *r = nullptr;
+    nb::object comm;  // keeps the MsgComm alive
+    View view;
+    MsgComm &owner() { return *nb::cast<MsgComm *>(comm); }
+    // Dropped while pending: the library must not touch the buffer after we release it —
+    // withdraw a receive, finish a send (bounded: a gone peer fails the wait).
+    ~MsgRequest() {
+        if (!r || !comm.is_valid()) return;
+        MsgComm &s = owner();
+        if (!s.c) return;  // finalize freed it
+        nb::gil_scoped_release unlock;
+        std::lock_guard<std::mutex> g(s.mu);
+        if (cxk_msg_cancel(s.c, r) == 0) return;
+        // a send that cannot finish (its peer is gone) keeps the buffer: leak, never dangle
+        if (cxk_msg_wait(s.c, r, nullptr) == -ETIMEDOUT) view.held = false;
+    }
+};
+
+// Run fn(comm) with the GIL released and the comm's mutex held; raise on a negative return.
+template <class Fn> int call(MsgComm &m, const std::string &what, Fn fn) {
+    cxk_comm *c = m.get();
+    int r;
+    {
+        nb::gil_scoped_release unlock;
+        std::lock_guard<std::mutex> g(m.mu);
+        r = fn(c);
+    }
+    if (r < 0) check(r, what);
+    return r;
+}
+
+struct MsgWindow {
+    cxk_win *w = nullptr;
+    nb::object comm;
+    Py_ssize_t exports = 0;
+    uint64_t nbytes = 0;
+    ExportedRange exported() const {
+        if (!w) return ExportedRange{nullptr, 0, false, "window freed"};
+        return ExportedRange{cxk_win_base(w), Py_ssize_t(nbytes), false, nullptr};
+    }
+    MsgComm &owner() { return *nb::cast<MsgComm *>(comm); }
+    cxk_win *get() {
+        if (!w) throw nb::value_error("window freed");
+        owner().get();
+        return w;
+    }
+};
+
+struct Ring {
+    cxk_pool *p = nullptr;
+    cxk_ring *r = nullptr;
+    std::string name;
+    Ring(const std::vector<std::string> &paths, int host_id, const std::string &tag,
+         int coherence, const std::string &ring_name, int role, uint32_t cell_bytes,
+         uint32_t ncells, bool create) {
+        name = ring_name;
+        p = open_private(paths, host_id, tag, coherence);
+        int rc = create ? cxk_ring_create(p, name.c_str(), cell_bytes, ncells, role, &r)
+                        : cxk_ring_open(p, name.c_str(), role, &r);
+        if (rc) {
+            cxk_pool_close(p);
+            p = nullptr;
+            check(rc, name);
+        }
+    }
+    ~Ring() { shut(); }
+    void shut() {
+        if (r) cxk_ring_close(r), r = nullptr;
+        if (p) cxk_pool_close(p), p = nullptr;
+    }
+    cxk_ring *get() {
+        if (!r) throw nb::value_error(("closed ring " + name).c_str());
+        return r;
+    }
+};
+
+void bind_comm(nb::module_ &m) {
+    nb::class_<MsgComm>(m, "MsgComm")
+        .def(nb::init<const std::vector<std::string> &, int, const std::string &, int,
+                      const std::string &, int, int, uint32_t, uint32_t, uint64_t, uint32_t,
+                      uint32_t, uint32_t>())
+        .def("close", [](MsgComm &s) {
+            int r;
+            {
+                nb::gil_scoped_release unlock;
+                std::lock_guard<std::mutex> g(s.mu);
+                r = s.shut();
+            }
+            if (r < 0) check(r, s.label);
+        })
+        .def_prop_ro("closed", [](const MsgComm &s) { return s.c == nullptr; })
+        .def_prop_ro("rank", [](MsgComm &s) { return cxk_msg_rank(s.get()); })
+        .def_prop_ro("size", [](MsgComm &s) { return cxk_msg_size(s.get()); })
+        .def_prop_ro("eager_bytes", [](MsgComm &s) { return cxk_msg_eager_bytes(s.get()); })
+        .def_prop_ro("failed_rank", [](MsgComm &s) { return s.c ? cxk_msg_failed_rank(s.c) : s.failed; })
+        .def("send", [](MsgComm &s, nb::handle buf, int dest, int tag, bool sync) {
+            View v(buf, false);
+            call(s, s.label + " send", [&](cxk_comm *c) {
+                return cxk_msg_send(c, v.ptr(), v.len(), dest, tag, sync ? CXK_MSG_SYNC : 0);
+            });
+        })
+        .def("recv_into", [](MsgComm &s, nb::handle buf, int source, int tag) {
+            View v(buf, true);
+            cxk_msg_status st{};
+            cxk_comm *c = s.get();
+            int r;
+            {
+                nb::gil_scoped_release unlock;
+                std::lock_guard<std::mutex> g(s.mu);
+                r = cxk_msg_recv(c, v.ptr(), v.len(), source, tag, &st);
+            }
+            if (r == -EMSGSIZE) return nb::make_tuple(st.source, st.tag, st.count, true);
+            if (r < 0) check(r, s.label + " recv");
+            return nb::make_tuple(st.source, st.tag, st.count, false);
+        })
+        .def("isend", [](nb::handle self, nb::handle buf, int dest, int tag, bool sync) {
+            MsgComm &s = *nb::cast<MsgComm *>(self);
+            auto *q = new MsgRequest;
+            q->comm = nb::borrow(self);
+            q->view = View(buf, false);
+            int r;
+            {
+                cxk_comm *c = s.get();
+                std::lock_guard<std::mutex> g(s.mu);
+                r = cxk_msg_isend(c, q->view.ptr(), q->view.len(), dest, tag,
+                                  sync ? CXK_MSG_SYNC : 0, &q->r);
+            }
+            if (r) {
+                delete q;
+                check(r, s.label + " isend");
+            }
+            return q;
+        }, nb::rv_policy::take_ownership)
+        .def("irecv", [](nb::handle self, nb::handle buf, int source, int tag) {
+            MsgComm &s = *nb::cast<MsgComm *>(self);
+            auto *q = new MsgRequest;
+            q->comm = nb::borrow(self);
+            q->view = View(buf, true);
+            int r;
+            {
+                cxk_comm *c = s.get();
+                std::lock_guard<std::mutex> g(s.mu);
+                r = cxk_msg_irecv(c, q->view.ptr(), q->view.len(), source, tag, &q->r);
+            }
+            if (r) {
+                delete q;
+                check(r, s.label + " irecv");
+            }
+            return q;
+        }, nb::rv_policy::take_ownership)
+        .def("iprobe", [](MsgComm &s, int source, int tag) -> nb::object {
+            int flag = 0;
+            cxk_msg_status st{};
+            call(s, s.label + " iprobe",
+                 [&](cxk_comm *c) { return cxk_msg_iprobe(c, source, tag, &flag, &st); });
+            if (!flag) return nb::none();
+            return status_tuple(st);
+        })
+        .def("probe", [](MsgComm &s, int source, int tag) {
+            cxk_msg_status st{};
+            call(s, s.label + " probe", [&](cxk_comm *c) { return cxk_msg_probe(c, source, tag, &st); });
+            return status_tuple(st);
+        })
+        .def("barrier", [](MsgComm &s) {
+            call(s, s.label + " barrier", [](cxk_comm *c) { return cxk_msg_barrier(c); });
+        })
+        .def("bcast", [](MsgComm &s, nb::handle buf, int root) {
+            View v(buf, true);
+            call(s, s.label + " bcast",
+                 [&](cxk_comm *c) { return cxk_msg_bcast(c, v.ptr(), v.len(), root); });
+        })
+        .def("allreduce", [](MsgComm &s, nb::handle src, nb::handle dst, int64_t n, int type,
+                             int op) {
+            View a(src, false), b(dst, true);
+            size_t es = cxk_msg_type_size(type);
+            if (es == 0) throw nb::value_error("unknown element type");
+            if (a.len() < n * int64_t(es) || b.len() < n * int64_t(es))
+                throw nb::value_error("buffer shorter than count elements");
+            call(s, s.label + " allreduce", [&](cxk_comm *c) {
+                return cxk_msg_allreduce(c, a.ptr(), b.ptr(), n, type, op);
+            });
+        });
+
+    nb::class_<MsgRequest>(m, "MsgRequest")
+        .def_prop_ro("done", [](const MsgRequest &q) { return q.r == nullptr; })
+        .def("wait", [](MsgRequest &q) -> nb::object {
+            if (!q.r) throw nb::value_error("request already completed");
+            MsgComm &s = q.owner();
+            cxk_msg_status st{};
+            cxk_comm *c = s.get();
+            int r;
+            {
+                nb::gil_scoped_release unlock;
+                std::lock_guard<std::mutex> g(s.mu);
+                r = cxk_msg_wait(c, q.r, &st);
+            }
+            if (r != -ETIMEDOUT) q.r = nullptr, q.view.release();  // freed by the wait
+            if (r == -EMSGSIZE) return nb::make_tuple(st.source, st.tag, st.count, true);
+            if (r < 0) check(r, s.label + " wait");
+            return nb::make_tuple(st.source, st.tag, st.count, false);
+        })
+        .def("test", [](MsgRequest &q) -> nb::object {
+            if (!q.r) throw nb::value_error("request already completed");
+            MsgComm &s = q.owner();
+            cxk_msg_status st{};
+            int done = 0, r;
+            {
+                cxk_comm *c = s.get();
+                std::lock_guard<std::mutex> g(s.mu);
+                r = cxk_msg_test(c, q.r, &done, &st);
+            }
+            if (!done) {
+                if (r < 0) check(r, s.label + " test");
+                return nb::none();
+            }
+            q.r = nullptr, q.view.release();
+            if (r == -EMSGSIZE) return nb::make_tuple(st.source, st.tag, st.count, true);
+            if (r < 0) check(r, s.label + " test");
+            return nb::make_tuple(st.source, st.tag, st.count, false);
+        })
+        .def("cancel", [](MsgRequest &q) {
+            if (!q.r) throw nb::value_error("request already completed");
+            MsgComm &s = q.owner();
+            int r;
+            {
+                cxk_comm *c = s.get();
+                std::lock_guard<std::mutex> g(s.mu);
+                r = cxk_msg_cancel(c, q.r);
+            }
+            check(r, s.label + " cancel");
+            q.r = nullptr, q.view.release();
+        });
+}
+
+void bind_window(nb::module_ &m) {
+    nb::class_<MsgWindow>(m, "MsgWindow", nb::type_slots(buffer_slots<MsgWindow>))
+        .def("__init__", [](MsgWindow *self, nb::handle comm, uint64_t nbytes) {
+            new (self) MsgWindow();
+            self->comm = nb::borrow(comm);
+            self->nbytes = nbytes;
+            MsgComm &s = self->owner();
+            call(s, s.label + " window", [&](cxk_comm *c) { return cxk_win_create(c, nbytes, &self->w); });
+        })
+        .def("free", [](MsgWindow &w) {
+            if (!w.w) return;
+            if (w.exports) throw nb::buffer_error("window memory is still viewed: release the views first");
+            MsgComm &s = w.owner();
+            cxk_win *x = w.get();
+            w.w = nullptr;
+            call(s, s.label + " window free", [&](cxk_comm *) { return cxk_win_free(x); });
+        })
+        .def("size_of", [](MsgWindow &w, int rank) {
+            uint64_t n = 0;
+            check(cxk_win_size(w.get(), rank, &n), "window size of rank " + std::to_string(rank));
+            return n;
+        })
+        .def("put", [](MsgWindow &w, nb::handle buf, int target, uint64_t off) {
+            View v(buf, false);
+            cxk_win *x = w.get();
+            call(w.owner(), "put to rank " + std::to_string(target) + " offset " + std::to_string(off),
+                 [&](cxk_comm *) { return cxk_win_put(x, v.ptr(), uint64_t(v.len()), target, off); });
+        })
+        .def("get_into", [](MsgWindow &w, nb::handle buf, int target, uint64_t off) {
+            View v(buf, true);
+            cxk_win *x = w.get();
+            call(w.owner(), "get from rank " + std::to_string(target) + " offset " + std::to_string(off),
+                 [&](cxk_comm *) { return cxk_win_get(x, v.ptr(), uint64_t(v.len()), target, off); });
+        })
+        .def("accumulate", [](MsgWindow &w, nb::handle buf, uint64_t count, int type, int target,
+                              uint64_t off, int op) {
+            View v(buf, false);
+            if (uint64_t(v.len()) < count * cxk_msg_type_size(type))
+                throw nb::value_error("buffer shorter than count elements");
+            cxk_win *x = w.get();
+            call(w.owner(), "accumulate to rank " + std::to_string(target) + " offset " + std::to_string(off),
+                 [&](cxk_comm *) { return cxk_win_accumulate(x, v.ptr(), count, type, target, off, op); });
+        })
+        .def("fetch_and_op", [](MsgWindow &w, nb::bytes operand, int type, int target, uint64_t off,
+                                int op) {
+            size_t es = cxk_msg_type_size(type);
+            if (!es || operand.size() != es) throw nb::value_error("operand is not one element of the type");
+            std::string arg(operand.c_str(), operand.size());
+            char result[8] = {};
+            cxk_win *x = w.get();
+            call(w.owner(), "fetch_and_op at rank " + std::to_string(target) + " offset " + std::to_string(off),
+                 [&](cxk_comm *) { return cxk_win_fetch_and_op(x, arg.data(), result, type, target, off, op); });
+            return nb::bytes(result, es);
+        })
+        .def("compare_and_swap", [](MsgWindow &w, nb::bytes cmp, nb::bytes swp, int type, int target,
+                                    uint64_t off) {
+            size_t es = cxk_msg_type_size(type);
+            if (!es || cmp.size() != es || swp.size() != es)
+                throw nb::value_error("compare and swap must be one element of the type each");
+            std::string a(cmp.c_str(), es), b(swp.c_str(), es);
+            char result[8] = {};
+            cxk_win *x = w.get();
+            call(w.owner(), "compare_and_swap at rank " + std::to_string(target) + " offset " + std::to_string(off),
+                 [&](cxk_comm *) { return cxk_win_compare_and_swap(x, a.data(), b.data(), result, type, target, off); });
+            return nb::bytes(result, es);
+        })
+        .def("flush", [](MsgWindow &w, int target) {
+            cxk_win *x = w.get();
+            call(w.owner(), "window flush", [&](cxk_comm *) { return cxk_win_flush(x, target); });
+        })
+        .def("fence", [](MsgWindow &w) {
+            cxk_win *x = w.get();
+            call(w.owner(), "window fence", [&](cxk_comm *) { return cxk_win_fence(x); });
+        })
+        .def("post", [](MsgWindow &w, const std::vector<int> &ranks) {
+            cxk_win *x = w.get();
+            call(w.owner(), "window post", [&](cxk_comm *) { return cxk_win_post(x, ranks.data(), int(ranks.size())); });
+        })
+        .def("start", [](MsgWindow &w, const std::vector<int> &ranks) {
+            cxk_win *x = w.get();
+            call(w.owner(), "window start", [&](cxk_comm *) { return cxk_win_start(x, ranks.data(), int(ranks.size())); });
+        })
+        .def("complete", [](MsgWindow &w) {
+            cxk_win *x = w.get();
+            call(w.owner(), "window complete", [&](cxk_comm *) { return cxk_win_complete(x); });
+        })
+        .def("wait", [](MsgWindow &w) {
+            cxk_win *x = w.get();
+            call(w.owner(), "window wait", [&](cxk_comm *) { return cxk_win_wait(x); });
+        })
+        .def("lock", [](MsgWindow &w, int type, int target) {
+            cxk_win *x = w.get();
+            call(w.owner(), "lock of rank " + std::to_string(target), [&](cxk_comm *) { return cxk_win_lock(x, type, target); });
+        })
+        .def("unlock", [](MsgWindow &w, int target) {
+            cxk_win *x = w.get();
+            call(w.owner(), "unlock of rank " + std::to_string(target), [&](cxk_comm *) { return cxk_win_unlock(x, target); });
+        });
+}
+
+void bind_ring(nb::module_ &m) {
+    m.attr("RING_PRODUCER") = int(CXK_RING_PRODUCER);
+    m.attr("RING_CONSUMER") = int(CXK_RING_CONSUMER);
+    m.def("ring_bytes", &cxk_ring_bytes);
+    nb::class_<Ring>(m, "Ring")
+        .def(nb::init<const std::vector<std::string> &, int, const std::string &, int,
+                      const std::string &, int, uint32_t, uint32_t, bool>())
+        .def("close", &Ring::shut)
+        .def_prop_ro("payload_max", [](Ring &r) { return cxk_ring_payload_max(r.get()); })
+        .def_prop_ro("ncells", [](Ring &r) { return cxk_ring_ncells(r.get()); })
+        .def("push", [](Ring &r, nb::bytes data, uint32_t kind) {
+            int rc = cxk_ring_push(r.get(), data.c_str(), uint32_t(data.size()), kind);
+            if (rc == -EAGAIN) return false;
+            check(rc, r.name);
+            return true;
+        })
+        .def("pop", [](Ring &r) -> nb::object {
+            const void *pl;
+            uint32_t n, kind;
+            int rc = cxk_ring_peek(r.get(), &pl, &n, &kind);
+            if (rc == -EAGAIN) return nb::none();
+            check(rc, r.name);
+            nb::bytes out(static_cast<const char *>(pl), n);
+            check(cxk_ring_release(r.r), r.name);
+            return nb::make_tuple(out, kind);
+        })
+        .def("space", [](Ring &r) {
+            uint32_t n = 0;
+            check(cxk_ring_space(r.get(), &n), r.name);
+            return n;
+        });
+}
+
+}  // namespace
+}  // namespace cxk::py
+
+CXK_BIND(msg) {
+    using namespace cxk::py;
+    m.attr("ANY_SOURCE") = CXK_ANY_SOURCE;
+    m.attr("ANY_TAG") = CXK_ANY_TAG;
+    bind_comm(m);
+    bind_window(m);
+    bind_ring(m);
+}

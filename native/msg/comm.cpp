@@ -1,0 +1,366 @@
+// comm.cpp — joining a job (rank object, session agreement, stale objects of a crashed run),
+// peer liveness (pid on this machine, heartbeat elsewhere), the wait deadline, finalize.
+#include <sched.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <random>
+
+#include "msg/msg.h"
+
+namespace cxk::msg {
+
+int64_t now_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+std::string obj_name(const cxk_comm *c, int rank, const char *what, long index) {
+    std::string s = "msg." + c->job + "." + std::to_string(rank) + "." + what;
+    if (index >= 0) s += "." + std::to_string(index);
+    return s;
+}
+
+namespace {
+
+uint64_t boot_hash() {
+    char buf[64] = {};
+    FILE *f = std::fopen("/proc/sys/kernel/random/boot_id", "re");
+    if (f) {
+        if (!std::fgets(buf, sizeof buf, f)) buf[0] = 0;
+        std::fclose(f);
+    }
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    for (const char *p = buf; *p && *p != '\n'; ++p) h = (h ^ uint8_t(*p)) * 1099511628211ull;
+    return h;
+}
+
+bool pid_alive(uint64_t pid) {
+    if (pid == 0 || pid > 0x7fffffff) return false;
+    return kill(pid_t(pid), 0) == 0 || errno != ESRCH;
+}
+
+// A process that ended, zombies included (a launcher that has not reaped a killed rank yet
+// still answers kill(pid, 0)).
+bool pid_gone(uint64_t pid) {
+    if (!pid_alive(pid)) return true;
+    char path[64], buf[512];
+    std::snprintf(path, sizeof path, "/proc/%llu/stat", static_cast<unsigned long long>(pid));
+    FILE *f = std::fopen(path, "re");
+    if (!f) return errno == ENOENT;
+    size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[n] = 0;
+    const char *close = std::strrchr(buf, ')');  // the command name may hold anything
+    return close && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
+}
+
+uint32_t env_u32(const char *name, uint32_t dflt) {
+    const char *v = std::getenv(name);
+    if (!v || !*v) return dflt;
+    char *end;
+    unsigned long x = std::strtoul(v, &end, 10);
+    return (*end || x > 0xffffffffu) ? dflt : uint32_t(x);
+}
+
+bool good_job(const char *job) {
+    size_t n = std::strlen(job);
+    if (n == 0 || n > CXK_MSG_JOB_MAX) return false;
+    for (size_t i = 0; i < n; ++i) {
+        char ch = job[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '_' || ch == '-'))
+            return false;
+    }
+    return true;
+}
+
+void *heartbeat(void *arg) {
+    auto *c = static_cast<cxk_comm *>(arg);
+    auto *live = reinterpret_cast<RankLive *>(c->base + c->obj_off + kLine);
+    while (!c->heart_stop.load(std::memory_order_acquire)) {
+        __atomic_store_n(&live->beat, live->beat + 1, __ATOMIC_RELEASE);
+        if (c->nc) cxk_flush(live, kLine), cxk_sfence();
+        timespec ts{0, 100 * 1000 * 1000};
+        nanosleep(&ts, nullptr);
+    }
+    return nullptr;
+}
+
+// Remove every object this rank of this job left on this host (a crashed earlier run).
+// -EBUSY when its rank object names a live process of this machine.
+int clear_stale(cxk_comm *c) {
+    std::string rank_name = obj_name(c, c->rank, "rank");
+    struct cxk_obj_stat st;
+    int rc = cxk_obj_stat(c->pool, rank_name.c_str(), &st);
+    if (rc == 0 && st.host != c->host) return -EBUSY;  // another host's: not ours to remove
+    if (rc == 0 && st.state == CXK_OBJ_LIVE && st.nbytes >= sizeof(RankHdr)) {
+        RankHdr h;
+        cxk_pool_invalidate(c->pool, st.off, sizeof h);
+        std::memcpy(&h, c->base + st.off, sizeof h);
+        if (h.magic == kRankMagic && h.boot == c->boot && h.pid != uint64_t(getpid()) &&
+            !pid_gone(h.pid))
+            return -EBUSY;
+    }
+    size_t n = 0;
+    if ((rc = cxk_obj_list(c->pool, nullptr, 0, &n))) return rc;
+    std::vector<struct cxk_obj_stat> all(n + 16);
+    if ((rc = cxk_obj_list(c->pool, all.data(), all.size(), &n))) return rc;
+    std::string prefix = "msg." + c->job + "." + std::to_string(c->rank) + ".";
+    for (size_t i = 0; i < n && i < all.size(); ++i)
+        if (all[i].host == c->host && std::strncmp(all[i].name, prefix.c_str(), prefix.size()) == 0)
+            cxk_obj_destroy(c->pool, all[i].name);
+    return 0;
+}
+
+int create_rank_obj(cxk_comm *c) {
+    std::string name = obj_name(c, c->rank, "rank");
+    uint64_t nbytes = rank_obj_bytes(uint32_t(c->nranks)), off;
+    int rc = cxk_obj_create(c->pool, name.c_str(), nbytes, &off);
+    if (rc) return rc;
+    auto *h = rank_hdr(c, off);
+    h->magic = kRankMagic;
+    h->version = kVersion;
+    h->nranks = uint32_t(c->nranks);
+    h->rank = uint32_t(c->rank);
+    h->host = c->host;
+    h->pid = uint64_t(getpid());
+    h->boot = c->boot;
+    h->session = c->session;
+    if ((rc = cxk_obj_publish(c->pool, off, 0))) {
+        cxk_obj_destroy(c->pool, name.c_str());
+        cxk_obj_close(c->pool, off);
+        return rc;
+    }
+    c->obj_off = off;
+    return 0;
+}
+
+// Open rank r's object if it belongs to this run (same session, unless session is 0:
+// rank 0's, any live one). 0 and the peer filled in; -EAGAIN to look again later.
+int try_join_peer(cxk_comm *c, int r, uint64_t session) {
+    std::string name = obj_name(c, r, "rank");
+    struct cxk_obj_stat st;
+    int rc = cxk_obj_open(c->pool, name.c_str(), &st);
+    if (rc == -ENOENT || rc == -EAGAIN) return -EAGAIN;
+    if (rc) return rc;
+    RankHdr h;
+    bool ok = st.nbytes >= rank_obj_bytes(uint32_t(c->nranks));
+    if (ok) {
+        cxk_pool_invalidate(c->pool, st.off, sizeof h);
+        std::memcpy(&h, c->base + st.off, sizeof h);
+        ok = h.magic == kRankMagic && h.version == kVersion && h.rank == uint32_t(r) &&
+             h.nranks == uint32_t(c->nranks) && h.host == st.host;
+    }
+    // a stale object of a crashed run on this machine: wait for the rank to replace it
+    if (ok && h.boot == c->boot && pid_gone(h.pid)) ok = false;
+    if (ok && session && h.session != session) ok = false;
+    if (!ok) {
+        cxk_obj_close(c->pool, st.off);
+        return -EAGAIN;
+    }
+    cxk::msg::Peer &p = c->peers[size_t(r)];
+    p.obj_off = st.off;
+    p.obj_gen = st.generation;
+    p.pid = h.pid;
+    p.boot = h.boot;
+    p.host = h.host;
+    p.beat_seen_ns = now_ns();
+    if (session == 0) c->session = h.session;
+    return 0;
+}
+
+int join(cxk_comm *c) {
+    const int64_t deadline = now_ns() + int64_t(c->opts.join_ms) * 1000000;
+    int rc;
+    if (c->rank == 0) {
+        std::random_device rd;
+        c->session = (uint64_t(rd()) << 32 | rd()) | 1;
+    } else {
+        // adopt rank 0's session: its object must be live (a crashed run's is skipped)
+        while ((rc = try_join_peer(c, 0, 0)) == -EAGAIN) {
+            if (now_ns() > deadline) return c->failed_rank = 0, -ETIMEDOUT;
+            usleep(1000);
+        }
+        if (rc) return rc;
+    }
+    if ((rc = create_rank_obj(c))) return rc;
+    for (int r = 0; r < c->nranks; ++r) {
+        if (c->peers[size_t(r)].obj_off) continue;
+        if (r == c->rank) {
+            struct cxk_obj_stat st;
+            if ((rc = cxk_obj_stat_at(c->pool, c->obj_off, &st))) return rc;
+            auto &p = c->peers[size_t(r)];
+            p.obj_off = c->obj_off, p.obj_gen = st.generation, p.pid = uint64_t(getpid());
+            p.boot = c->boot, p.host = c->host;
+            continue;
+        }
+        while ((rc = try_join_peer(c, r, c->session)) == -EAGAIN) {
+            if (now_ns() > deadline) return c->failed_rank = r, -ETIMEDOUT;
+            usleep(1000);
+        }
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+void release_all(cxk_comm *c) {
+    free_wins(c);
+    close_rings(c);
+    for (size_t r = 0; r < c->peers.size(); ++r) {
+        auto &p = c->peers[r];
+        for (auto &v : p.rdv)
+            if (v.off) cxk_obj_close(c->pool, v.off);
+        if (int(r) != c->rank && p.obj_off) cxk_obj_close(c->pool, p.obj_off);
+    }
+    for (size_t k = 0; k < c->rdv.size(); ++k) {
+        std::string name = obj_name(c, c->rank, "rdv", long(k));
+        cxk_obj_destroy(c->pool, name.c_str());
+        cxk_obj_close(c->pool, c->rdv[k].off);
+    }
+    if (c->obj_off) {
+        std::string name = obj_name(c, c->rank, "rank");
+        cxk_obj_destroy(c->pool, name.c_str());
+        cxk_obj_close(c->pool, c->obj_off);
+    }
+    for (auto *r : c->posted) free_req(r);
+    for (auto *r : c->waiting) free_req(r);
+    for (auto &p : c->peers)
+        for (auto *r : p.sendq) free_req(r);
+}
+
+}  // namespace
+
+int check_peer(cxk_comm *c, int r) {
+    Peer &p = c->peers[size_t(r)];
+    if (r == c->rank) return 0;
+    if (!p.gone) {
+        if (cxk_obj_validate(c->pool, p.obj_off, p.obj_gen) != 0) {
+            p.gone = true;  // finalized or removed: it will not write again
+        } else {
+            auto *live = reinterpret_cast<RankLive *>(c->base + p.obj_off + kLine);
+            if (c->nc) cxk_invalidate(live, kLine);
+            uint64_t beat = __atomic_load_n(&live->beat, __ATOMIC_ACQUIRE);
+            int64_t now = now_ns();
+            if (beat != p.beat) p.beat = beat, p.beat_seen_ns = now;
+            const int64_t silent = now - p.beat_seen_ns;
+            // On this machine a missing process ends it once its heartbeat (every 100 ms)
+            // has also stopped: a pid alone can mislead across pid namespaces.
+            if (silent > int64_t(c->opts.dead_ms) * 1000000) p.gone = true;
+            else if (p.boot == c->boot && silent > 300 * 1000000ll) p.gone = pid_gone(p.pid);
+        }
+    }
+    if (!p.gone) return 0;
+    c->failed_rank = r;
+    return -ETIMEDOUT;
+}
+
+Waiter::Waiter(cxk_comm *comm, int need_rank) : c(comm), need(need_rank) {
+    deadline = c->opts.timeout_ms ? now_ns() + int64_t(c->opts.timeout_ms) * 1000000 : 0;
+}
+
+int Waiter::check() {
+    if (++spins & 1023) return 0;
+    // a polled peer needs a CPU too: with more ranks than cores, spinning starves it
+    sched_yield();
+    if (deadline && now_ns() > deadline) {
+        c->failed_rank = need;
+        return -ETIMEDOUT;
+    }
+    if (need >= 0) return check_peer(c, need);
+    for (int r = 0; r < c->nranks; ++r)
+        if (int rc = check_peer(c, r)) return rc;
+    return 0;
+}
+
+}  // namespace cxk::msg
+
+using namespace cxk::msg;
+
+extern "C" {
+
+void cxk_msg_opts_init(cxk_msg_opts *o) {
+    if (o) std::memset(o, 0, sizeof *o);
+}
+
+int cxk_msg_init(cxk_pool *p, const char *job, int rank, int nranks, const cxk_msg_opts *opts,
+                 cxk_comm **out) {
+    if (!p || !job || !out || !good_job(job) || nranks < 1 || nranks > CXK_MSG_MAX_RANKS ||
+        rank < 0 || rank >= nranks)
+        return -EINVAL;
+    cxk_msg_opts o{};
+    if (opts) o = *opts;
+    if (!o.cell_bytes) o.cell_bytes = env_u32("CXLKIT_MSG_CELL_BYTES", 4096);
+    if (!o.ncells) o.ncells = env_u32("CXLKIT_MSG_CELLS", 64);
+    if (!o.eager_bytes) o.eager_bytes = env_u32("CXLKIT_MSG_EAGER", 0);
+    if (!o.timeout_ms) o.timeout_ms = env_u32("CXLKIT_MSG_TIMEOUT_MS", 0);
+    if (!o.dead_ms) o.dead_ms = env_u32("CXLKIT_MSG_DEAD_MS", 5000);
+    if (!o.join_ms) o.join_ms = 60000;
+    if (cxk_ring_bytes(o.cell_bytes, o.ncells) == 0 || o.cell_bytes < 128 || o.ncells < 4)
+        return -EINVAL;
+    // one message may fill half the ring: the other half keeps room for FIN / ACK cells
+    const uint64_t pmax = o.cell_bytes - CXK_RING_CELL_HDR;
+    const uint64_t cap = (pmax - sizeof(MsgHdr)) + pmax * (o.ncells / 2 - 1);
+    if (!o.eager_bytes) o.eager_bytes = cap < 65536 ? cap : 65536;
+    if (o.eager_bytes > cap) return -EINVAL;
+
+    struct cxk_pool_stat ps;
+    if (int rc = cxk_pool_stat(p, &ps)) return rc;
+    cxk_comm *c = new (std::nothrow) cxk_comm;
+    if (!c) return -ENOMEM;
+    c->pool = p;
+    c->base = static_cast<uint8_t *>(cxk_pool_base(p));
+    c->nc = ps.coherence == CXK_COHERENCE_NONE;
+    c->job = job;
+    c->rank = rank;
+    c->nranks = nranks;
+    c->opts = o;
+    c->eager = o.eager_bytes;
+    c->host = ps.host_id;
+    c->boot = boot_hash();
+    c->peers.resize(size_t(nranks));
+    int rc = clear_stale(c);
+    if (!rc) rc = join(c);
+    if (!rc) {
+        if (pthread_create(&c->heart, nullptr, heartbeat, c) == 0) c->heart_started = true;
+        else rc = -EAGAIN;
+    }
+    if (rc) {
+        release_all(c);
+        delete c;
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+int cxk_msg_finalize(cxk_comm *c) { return cxk_msg_finalize_ex(c, nullptr); }
+
+int cxk_msg_finalize_ex(cxk_comm *c, int *failed_rank) {
+    if (failed_rank) *failed_rank = -1;
+    if (!c) return -EINVAL;
+    // peers may still be busy for long: only a gone peer (or timeout_ms) ends the wait
+    int rc = cxk_msg_barrier(c);
+    if (c->heart_started) {
+        c->heart_stop.store(true, std::memory_order_release);
+        pthread_join(c->heart, nullptr);
+    }
+    if (failed_rank && rc) *failed_rank = c->failed_rank;
+    release_all(c);
+    delete c;
+    return rc;
+}
+
+int cxk_msg_rank(const cxk_comm *c) { return c ? c->rank : -EINVAL; }
+int cxk_msg_size(const cxk_comm *c) { return c ? c->nranks : -EINVAL; }
+int cxk_msg_failed_rank(const cxk_comm *c) { return c ? c->failed_rank : -1; }
+uint64_t cxk_msg_eager_bytes(const cxk_comm *c) { return c ? c->eager : 0; }
+
+}  // extern "C"

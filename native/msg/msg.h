@@ -1,0 +1,245 @@
+// msg.h — private to native/msg/: the rank object's layout in the pool, the cell format of
+// messages, and the comm / request structures the messaging files share (comm.cpp: join,
+// liveness, finalize; p2p.cpp: matching and progress; coll.cpp: barrier, bcast, allreduce).
+#pragma once
+#include <pthread.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "cxlkit.h"
+
+namespace cxk::msg {
+
+constexpr uint64_t kLine = 64;
+constexpr uint64_t kRankMagic = 0x314b4e41524b5843ull;  // "CXKRANK1"
+constexpr uint64_t kRdvMagic = 0x31564452584b5843ull;   // "CXKRDV1"
+constexpr uint32_t kVersion = 1;
+
+// ---- the rank object "msg.<job>.<rank>.rank", written by that rank only ----
+struct RankHdr {           // line 0: written before publish, immutable afterwards
+    uint64_t magic;
+    uint32_t version;
+    uint32_t nranks;
+    uint32_t rank;
+    uint32_t host;         // the rank's pool host slot
+    uint64_t pid;
+    uint64_t boot;         // hash of the machine's boot id: pid means something only there
+    uint64_t session;      // rank 0's nonce: every rank of one run carries the same
+    uint8_t pad[16];
+};
+struct RankLive {          // line 1: the rank's heartbeat thread
+    uint64_t beat;         // +1 every 100 ms while the rank is in the job
+    uint8_t pad[56];
+};
+struct RankSeq {           // line 2: the rank's barrier entries so far
+    uint64_t barrier;
+    uint8_t pad[56];
+};
+// From line 3: uint64_t ring_off[nranks], the offset of the ring this rank writes to each
+// peer (0: none yet). A hint only: readers open the ring by name.
+constexpr uint64_t kDirOff = 3 * kLine;
+static_assert(sizeof(RankHdr) == kLine && sizeof(RankLive) == kLine && sizeof(RankSeq) == kLine,
+              "one line each");
+inline uint64_t rank_obj_bytes(uint32_t nranks) {
+    return (kDirOff + 8ull * nranks + kLine - 1) & ~(kLine - 1);
+}
+
+// ---- rendezvous buffer "msg.<job>.<rank>.rdv.<k>": line 0 by the sender, then data ----
+struct RdvHdr {
+    uint64_t magic;
+    uint64_t cookie;       // the message the data belongs to (written before any data)
+    uint64_t ready;        // bytes of data written so far (written after them)
+    uint8_t pad[40];
+};
+static_assert(sizeof(RdvHdr) == kLine, "one line");
+
+// ---- cells: the ring's kind field says what a cell holds ----
+enum Kind : uint32_t {
+    kEager = 1,  // MsgHdr + the first bytes; the rest in ncells - 1 kCont cells after it
+    kCont = 2,   // raw bytes of the message before it
+    kRts = 3,    // MsgHdr only: data in rendezvous buffer rdv_index of the sender
+    kFin = 4,    // CtlMsg: the receiver copied rendezvous `cookie` out (buffer free again)
+    kAck = 5,    // CtlMsg: a synchronous eager send `cookie` was matched
+    kRma = 6,    // RmaHdr + operands: a one-sided operation for the receiver's window
+    kRmaReply = 7,  // CtlMsg: the answer to RMA request `cookie` (value: fetched bytes)
+};
+constexpr uint32_t kSync = 1;  // MsgHdr.flags: answer kAck when matched
+struct MsgHdr {
+    uint32_t ctx;          // 0 user messages, 1 collectives
+    int32_t tag;
+    uint64_t len;          // message bytes
+    uint64_t cookie;       // sender's id for the message (FIN / ACK name it)
+    uint32_t flags;
+    uint32_t ncells;       // kEager: cells the message spans, this one included
+    uint64_t rdv_off;      // kRts: payload offset of the buffer (a hint; opened by name)
+    uint32_t rdv_index;    // kRts: k of "msg.<job>.<sender>.rdv.<k>"
+    uint32_t reserved;
+};
+struct CtlMsg {
+    uint64_t cookie;
+    uint64_t value;
+};
+struct Ctl {
+    uint32_t kind;
+    uint64_t cookie;
+    uint64_t value;
+};
+
+// One-sided requests (kRma). Puts of whole lines and gets go straight to the target's window
+// memory; everything else is applied by the target when it reads its ring, one at a time, so
+// no two hosts ever write one line and no atomic crosses hosts.
+enum RmaWhat : uint16_t {
+    kRmaPut = 1,      // bytes at off (parts of lines, coherence "none")
+    kRmaAcc = 2,      // count elements of type, op
+    kRmaFop = 3,      // one element: fetch, then op; reply value = old
+    kRmaCas = 4,      // one element: compare (operand 0) and swap (operand 1); reply old
+    kRmaFlush = 5,    // reply once everything before it is applied
+    kRmaLock = 6,     // op = 1 shared / 2 exclusive; reply when granted
+    kRmaUnlock = 7,   // release, reply (everything before it applied)
+};
+struct RmaHdr {
+    uint32_t win;
+    uint16_t what;
+    uint8_t type;
+    uint8_t op;
+    uint64_t off;      // bytes into the target's window
+    uint64_t count;    // elements (acc, fop, cas) or bytes (put)
+    uint64_t cookie;   // for the reply
+};
+
+}  // namespace cxk::msg
+
+// ---- process-local state ----
+struct cxk_msg_req {
+    enum Kind { kSend, kRecv } kind = kSend;
+    enum State { kQueued, kActive, kDone } state = kQueued;
+    const void *sbuf = nullptr;   // send
+    void *rbuf = nullptr;         // recv
+    uint64_t count = 0;           // send: bytes; recv: capacity
+    int peer = 0;                 // send: dest; recv: source (or ANY)
+    int tag = 0;
+    uint32_t ctx = 0;
+    unsigned flags = 0;
+    uint64_t cookie = 0;          // send: id FIN/ACK will name
+    int rdv = -1;                 // send: rendezvous buffer held until FIN
+    cxk_msg_status status{};
+};
+
+namespace cxk::msg {
+
+struct Unexpected {
+    int src;
+    int tag;
+    uint32_t ctx;
+    uint64_t len;
+    uint32_t flags;
+    uint64_t cookie;
+    bool rts;                     // data still in the sender's rendezvous buffer
+    uint32_t rdv_index;
+    std::vector<uint8_t> data;    // eager: the whole message
+};
+
+struct RmaWait {                  // an RMA request of mine awaiting its reply
+    uint64_t cookie;
+    int target;
+    bool done = false;
+    uint64_t value = 0;
+};
+
+struct RdvBuf {                   // one of my rendezvous buffers
+    uint64_t off = 0;             // payload offset in the pool
+    uint64_t cap = 0;             // data bytes it holds (payload - header)
+    bool busy = false;
+};
+struct RdvView {                  // a peer's rendezvous buffer I opened (lease held)
+    uint64_t off = 0, nbytes = 0, gen = 0;
+};
+
+struct Peer {
+    uint64_t obj_off = 0, obj_gen = 0;  // their rank object (lease held)
+    uint64_t pid = 0, boot = 0;
+    uint32_t host = 0;
+    cxk_ring *out = nullptr;            // ring I write to them
+    cxk_ring *in = nullptr;             // ring they write to me
+    std::deque<cxk_msg_req *> sendq;    // sends not yet started, in order
+    std::deque<Ctl> ctlq;               // FIN / ACK / RMA replies to send
+    std::vector<RdvView> rdv;           // their rendezvous buffers by index
+    uint64_t beat = 0;                  // heartbeat last seen
+    int64_t beat_seen_ns = 0;           // when it last changed
+    int broken = 0;                     // -errno once their ring held garbage
+    bool gone = false;
+};
+
+}  // namespace cxk::msg
+
+struct cxk_comm {
+    cxk_pool *pool = nullptr;
+    uint8_t *base = nullptr;
+    bool nc = false;
+    std::string job;
+    int rank = 0, nranks = 0;
+    cxk_msg_opts opts{};
+    uint64_t eager = 0;
+    uint32_t host = 0;
+    uint64_t boot = 0, session = 0;
+    uint64_t obj_off = 0;                     // my rank object
+    std::vector<cxk::msg::Peer> peers;
+    std::deque<cxk_msg_req *> posted;         // receives not yet matched, in post order
+    std::deque<cxk::msg::Unexpected> unexpected;
+    std::vector<cxk_msg_req *> waiting;       // started sends awaiting FIN / ACK
+    std::vector<cxk::msg::RdvBuf> rdv;        // my rendezvous buffers
+    uint64_t rdv_bytes = 0;                   // their total size
+    uint64_t next_cookie = 1;
+    uint64_t barrier_seq = 0;
+    uint32_t scan_next = 0;                   // next peer whose directory to look at
+    uint64_t polls = 0;
+    std::vector<cxk_win *> wins;              // by window id (nullptr once freed)
+    std::vector<cxk::msg::RmaWait *> rma_waits;  // my RMA requests awaiting a reply
+    int failed_rank = -1;
+    pthread_t heart{};
+    bool heart_started = false;
+    std::atomic<bool> heart_stop{false};
+};
+
+namespace cxk::msg {
+
+// comm.cpp
+int64_t now_ns();
+std::string obj_name(const cxk_comm *c, int rank, const char *what, long index = -1);
+inline RankHdr *rank_hdr(const cxk_comm *c, uint64_t off) {
+    return reinterpret_cast<RankHdr *>(c->base + off);
+}
+// 0 while peer r may still act; -ETIMEDOUT (failed_rank = r) once it is gone.
+int check_peer(cxk_comm *c, int r);
+// Deadline bookkeeping for one wait: check() every few thousand polls gives -ETIMEDOUT when
+// timeout_ms passed or a peer the wait depends on (one rank, or all for -1) is gone.
+struct Waiter {
+    cxk_comm *c;
+    int need;            // rank the wait depends on, -1 every rank
+    int64_t deadline;    // 0 none
+    uint32_t spins = 0;
+    Waiter(cxk_comm *comm, int need_rank);
+    int check();
+};
+
+// p2p.cpp
+int progress(cxk_comm *c);
+int ensure_out(cxk_comm *c, int peer);   // my ring to peer exists
+void free_req(cxk_msg_req *r);
+int isend_ctx(cxk_comm *c, const void *buf, uint64_t count, int dest, int tag, uint32_t ctx,
+              unsigned flags, cxk_msg_req **out);
+int irecv_ctx(cxk_comm *c, void *buf, uint64_t count, int source, int tag, uint32_t ctx,
+              cxk_msg_req **out);
+void close_rings(cxk_comm *c);
+int send_ctl(cxk_comm *c, int dest);
+
+// win.cpp
+int rma_request(cxk_comm *c, int src, const void *pl, uint32_t n);   // a kRma cell
+int rma_reply(cxk_comm *c, int src, const CtlMsg &m);                // a kRmaReply cell
+void free_wins(cxk_comm *c);
+
+}  // namespace cxk::msg

@@ -1,0 +1,656 @@
+// p2p.cpp — two-sided messaging: the rings between ranks (created at the first send, found
+// through the sender's directory), eager and rendezvous sends started in order per peer,
+// MPI matching (posted receives, unexpected queue) and the progress loop that drives both.
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "msg/msg.h"
+
+namespace cxk::msg {
+namespace {
+
+constexpr uint64_t kCopyChunk = 256 * 1024;  // rendezvous: ready is published per chunk
+
+uint64_t first_cap(uint64_t pmax) { return pmax - sizeof(MsgHdr); }
+uint64_t cells_for(uint64_t len, uint64_t pmax) {
+    uint64_t f = first_cap(pmax);
+    return len <= f ? 1 : 1 + (len - f + pmax - 1) / pmax;
+}
+
+int push_ctl(cxk_comm *c, Peer &p);
+
+bool matches(const cxk_msg_req *r, int src, int tag, uint32_t ctx) {
+    return r->ctx == ctx && (r->peer == CXK_ANY_SOURCE || r->peer == src) &&
+           (r->tag == CXK_ANY_TAG || r->tag == tag);
+}
+
+cxk_msg_req *take_posted(cxk_comm *c, int src, int tag, uint32_t ctx) {
+    for (auto it = c->posted.begin(); it != c->posted.end(); ++it)
+        if (matches(*it, src, tag, ctx)) {
+            cxk_msg_req *r = *it;
+            c->posted.erase(it);
+            return r;
+        }
+    return nullptr;
+}
+
+void complete_recv(cxk_msg_req *r, int src, int tag, uint64_t len) {
+    r->status.source = src;
+    r->status.tag = tag;
+    r->status.count = len;
+    r->status.error = len > r->count ? -EMSGSIZE : 0;
+    r->state = cxk_msg_req::kDone;
+}
+
+// Copy into dst (capacity cap) the part of bytes [pos, pos + n) of a message that fits.
+void copy_part(void *dst, uint64_t cap, uint64_t pos, const void *src, uint64_t n) {
+    if (pos >= cap) return;
+    uint64_t m = n < cap - pos ? n : cap - pos;
+    std::memcpy(static_cast<uint8_t *>(dst) + pos, src, m);
+}
+
+// Wait for the next cell of a message already begun (its sender wrote them back to back).
+int next_cell(cxk_comm *c, int src, const void **pl, uint32_t *n, uint32_t *kind) {
+    Waiter w(c, src);
+    for (;;) {
+        int rc = cxk_ring_peek(c->peers[size_t(src)].in, pl, n, kind);
+        if (rc != -EAGAIN) return rc == -EPIPE ? -EBADMSG : rc;
+        if ((rc = w.check())) return rc;
+    }
+}
+
+// The rest of an eager message: cells 2..ncells, each pmax bytes but the last.
+int eager_rest(cxk_comm *c, int src, const MsgHdr &h, uint64_t pmax, void *dst, uint64_t cap) {
+    uint64_t pos = first_cap(pmax);
+    for (uint32_t i = 1; i < h.ncells; ++i) {
+        const void *pl;
+        uint32_t n, kind;
+        if (int rc = next_cell(c, src, &pl, &n, &kind)) return rc;
+        uint64_t want = h.len - pos < pmax ? h.len - pos : pmax;
+        if (kind != kCont || n != want) return -EBADMSG;
+        copy_part(dst, cap, pos, pl, n);
+        pos += n;
+        cxk_ring_release(c->peers[size_t(src)].in);
+    }
+    return 0;
+}
+
+// A peer's rendezvous buffer `index`, opened by name (the lease keeps it while we copy).
+int rdv_view(cxk_comm *c, int src, uint32_t index, RdvView **out) {
+    Peer &p = c->peers[size_t(src)];
+    if (index >= 65536) return -EBADMSG;
+    if (p.rdv.size() <= index) p.rdv.resize(index + 1);
+    RdvView &v = p.rdv[index];
+    if (v.off && cxk_obj_validate(c->pool, v.off, v.gen) != 0) {
+        cxk_obj_close(c->pool, v.off);
+        v = RdvView{};
+    }
+    if (!v.off) {
+        std::string name = obj_name(c, src, "rdv", long(index));
+        struct cxk_obj_stat st;
+        int rc = cxk_obj_open(c->pool, name.c_str(), &st);
+        if (rc) return rc == -ENOENT ? -EBADMSG : rc;
+        if (st.host != p.host || st.nbytes < sizeof(RdvHdr)) {
+            cxk_obj_close(c->pool, st.off);
+            return -EBADMSG;
+        }
+        v.off = st.off, v.nbytes = st.nbytes, v.gen = st.generation;
+    }
+    *out = &v;
+    return 0;
+}
+
+// Receive side of a rendezvous: copy the message out of the sender's buffer as its ready
+// count grows (the sender may still be copying in), then queue FIN.
+int rdv_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index, void *dst,
+             uint64_t cap) {
+    RdvView *v;
+    if (int rc = rdv_view(c, src, index, &v)) return rc;
+    if (len > v->nbytes - sizeof(RdvHdr)) return -EBADMSG;
+    auto *h = reinterpret_cast<RdvHdr *>(c->base + v->off);
+    const uint8_t *data = c->base + v->off + sizeof(RdvHdr);
+    if (c->nc) cxk_invalidate(h, kLine);
+    // the sender wrote magic and cookie (flushed) before the RTS we are answering
+    if (h->magic != kRdvMagic || __atomic_load_n(&h->cookie, __ATOMIC_ACQUIRE) != cookie)
+        return -EBADMSG;
+    Waiter w(c, src);
+    uint64_t done = 0;
+    while (done < len) {
+        if (c->nc) cxk_invalidate(h, kLine);
+        // acquire pairs with the sender's release of ready: the bytes it counts are there
+        uint64_t ready = __atomic_load_n(&h->ready, __ATOMIC_ACQUIRE);
+        if (ready > len) return -EBADMSG;
+        if (ready == done) {
+            if (int rc = w.check()) return rc;
+            continue;
+        }
+        uint64_t want = ready < cap ? ready : cap;
+        if (want > done) {
+            if (c->nc) cxk_invalidate(data + done, want - done);
+            std::memcpy(static_cast<uint8_t *>(dst) + done, data + done, want - done);
+        }
+        done = ready;
+    }
+    c->peers[size_t(src)].ctlq.push_back(Ctl{kFin, cookie, 0});
+    return send_ctl(c, src);
+}
+
+int on_control(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) {
+    if (n != sizeof(CtlMsg)) return -EBADMSG;
+    CtlMsg m;
+    std::memcpy(&m, pl, sizeof m);
+    if (kind == kRmaReply) return rma_reply(c, src, m);
+    for (size_t i = 0; i < c->waiting.size(); ++i) {
+        cxk_msg_req *r = c->waiting[i];
+        if (r->cookie != m.cookie || r->peer != src) continue;
+        if (kind == kFin) {
+            if (r->rdv < 0) return -EBADMSG;
+            c->rdv[size_t(r->rdv)].busy = false;
+            r->rdv = -1;
+        }
+        r->state = cxk_msg_req::kDone;
+        c->waiting.erase(c->waiting.begin() + long(i));
+        return 0;
+    }
+    return -EBADMSG;  // no send of ours waits for it
+}
+
+// The first cell of a message from src is at the head of its ring: match or queue it.
+int on_message(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) {
+    Peer &p = c->peers[size_t(src)];
+    const uint64_t pmax = cxk_ring_payload_max(p.in);
+    MsgHdr h;
+    if (n < sizeof h) return -EBADMSG;
+    std::memcpy(&h, pl, sizeof h);
+    if (h.ctx > 2 || h.tag < 0) return -EBADMSG;  // 0 user, 1 collectives, 2 windows
+    if (kind == kEager) {
+        uint64_t first = h.len < first_cap(pmax) ? h.len : first_cap(pmax);
+        if (h.ncells != cells_for(h.len, pmax) || h.ncells > cxk_ring_ncells(p.in) / 2 ||
+            n != sizeof h + first)
+            return -EBADMSG;
+    } else if (n != sizeof h || h.len == 0) {
+        return -EBADMSG;
+    }
+    cxk_msg_req *r = take_posted(c, src, h.tag, h.ctx);
+    Unexpected u;
+    void *dst;
+    uint64_t cap;
+    if (r) {
+        dst = r->rbuf, cap = r->count;
+    } else {
+        u = Unexpected{src, h.tag, h.ctx, h.len, h.flags, h.cookie, kind == kRts, h.rdv_index, {}};
+        if (kind == kEager) {
+            try {
+                u.data.resize(h.len);
+            } catch (const std::bad_alloc &) {
+                return -ENOMEM;
+            }
+        }
+        dst = u.data.data(), cap = kind == kEager ? h.len : 0;
+    }
+    int rc = 0;
+    if (kind == kEager) {
+        copy_part(dst, cap, 0, static_cast<const uint8_t *>(pl) + sizeof h, n - sizeof h);
+        cxk_ring_release(p.in);
+        rc = eager_rest(c, src, h, pmax, dst, cap);
+        if (!rc && r && (h.flags & kSync)) {
+            p.ctlq.push_back(Ctl{kAck, h.cookie, 0});
+            rc = send_ctl(c, src);
+        }
+    } else {
+        cxk_ring_release(p.in);
+        if (r) rc = rdv_recv(c, src, h.len, h.cookie, h.rdv_index, dst, cap);
+    }
+    if (rc) {
+        if (r) r->status.error = rc, r->status.source = src, r->state = cxk_msg_req::kDone;
+        return rc;
+    }
+    if (r) complete_recv(r, src, h.tag, h.len);
+    else c->unexpected.push_back(std::move(u));
+    return 0;
+}
+
+// Read every cell the ring from src holds now.
+int drain(cxk_comm *c, int src) {
+    Peer &p = c->peers[size_t(src)];
+    if (p.broken) return p.broken;
+    for (;;) {
+        const void *pl;
+        uint32_t n, kind;
+        int rc = cxk_ring_peek(p.in, &pl, &n, &kind);
+        if (rc == -EAGAIN || rc == -EPIPE) return 0;
+        if (!rc) {
+            if (kind == kRma) {
+                rc = rma_request(c, src, pl, n);
+                if (!rc) cxk_ring_release(p.in);
+            } else if (kind == kFin || kind == kAck || kind == kRmaReply) {
+                rc = on_control(c, src, kind, pl, n);
+                if (!rc) cxk_ring_release(p.in);
+            } else if (kind == kEager || kind == kRts) {
+                rc = on_message(c, src, kind, pl, n);
+            } else {
+                rc = -EBADMSG;
+            }
+        }
+        if (rc == -EBADMSG) {
+            p.broken = rc;
+            c->failed_rank = src;
+        }
+        if (rc) return rc;
+    }
+}
+
+// My ring from src, if src has made one (its directory entry for me is set).
+bool find_in(cxk_comm *c, int src) {
+    Peer &p = c->peers[size_t(src)];
+    if (p.in) return true;
+    auto *dir = reinterpret_cast<uint64_t *>(c->base + p.obj_off + kDirOff) + c->rank;
+    if (c->nc) cxk_invalidate(dir, 8);
+    if (__atomic_load_n(dir, __ATOMIC_ACQUIRE) == 0) return false;
+    std::string name = obj_name(c, src, "ring", c->rank);
+    if (cxk_ring_open(c->pool, name.c_str(), CXK_RING_CONSUMER, &p.in)) p.in = nullptr;
+    return p.in != nullptr;
+}
+
+int push_ctl(cxk_comm *, Peer &p) {
+    while (!p.ctlq.empty()) {
+        const Ctl &t = p.ctlq.front();
+        CtlMsg m{t.cookie, t.value};
+        int rc = cxk_ring_push(p.out, &m, sizeof m, t.kind);
+        if (rc) return rc;
+        p.ctlq.pop_front();
+    }
+    return 0;
+}
+
+int pick_rdv(cxk_comm *c, uint64_t len) {
+    int best = -1;
+    for (size_t k = 0; k < c->rdv.size(); ++k)
+        if (!c->rdv[k].busy && c->rdv[k].cap >= len &&
+            (best < 0 || c->rdv[k].cap < c->rdv[size_t(best)].cap))
+            best = int(k);
+    if (best >= 0) return best;
+    uint64_t cap = 65536;
+    while (cap < len) cap <<= 1;
+    std::string name = obj_name(c, c->rank, "rdv", long(c->rdv.size()));
+    uint64_t off;
+    int rc = cxk_obj_create_ex(c->pool, name.c_str(), sizeof(RdvHdr) + cap, CXK_OBJ_NOZERO, &off);
+    if (rc) return rc;
+    auto *h = reinterpret_cast<RdvHdr *>(c->base + off);
+    std::memset(h, 0, sizeof *h);
+    h->magic = kRdvMagic;
+    cxk_pool_flush(c->pool, off, sizeof *h);
+    if ((rc = cxk_obj_publish(c->pool, off, 0))) {
+        cxk_obj_destroy(c->pool, name.c_str());
+        cxk_obj_close(c->pool, off);
+        return rc;
+    }
+    c->rdv.push_back(RdvBuf{off, cap, false});
+    return int(c->rdv.size() - 1);
+}
+
+int start_rdv(cxk_comm *c, Peer &p, cxk_msg_req *r) {
+    int k = pick_rdv(c, r->count);
+    if (k == -ENOSPC) {
+        for (auto &b : c->rdv)
+            if (b.busy) return -EAGAIN;  // a FIN will free one
+    }
+    if (k < 0) return k;
+    void *cell;
+    if (int rc = cxk_ring_reserve(p.out, &cell)) return rc;
+    RdvBuf &b = c->rdv[size_t(k)];
+    auto *h = reinterpret_cast<RdvHdr *>(c->base + b.off);
+    uint8_t *data = c->base + b.off + sizeof(RdvHdr);
+    h->cookie = r->cookie;
+    h->ready = 0;
+    if (c->nc) cxk_flush(h, kLine);
+    MsgHdr m{r->ctx, r->tag, r->count, r->cookie, r->flags, 1, b.off, uint32_t(k), 0};
+    std::memcpy(cell, &m, sizeof m);
+    // commit's fence orders the header above before the RTS that sends the receiver here
+    if (int rc = cxk_ring_commit(p.out, sizeof m, kRts)) return rc;
+    b.busy = true;
+    r->rdv = k;
+    const auto *src = static_cast<const uint8_t *>(r->sbuf);
+    for (uint64_t pos = 0; pos < r->count; pos += kCopyChunk) {
+        uint64_t n = r->count - pos < kCopyChunk ? r->count - pos : kCopyChunk;
+        if (c->nc) cxk_copy_flush(data + pos, src + pos, n);
+        else std::memcpy(data + pos, src + pos, n);
+        // release pairs with the receiver's acquire of ready in rdv_recv
+        __atomic_store_n(&h->ready, pos + n, __ATOMIC_RELEASE);
+        if (c->nc) cxk_flush(&h->ready, 8), cxk_sfence();
+    }
+    return 0;
+}
+
+int start_eager(cxk_comm *, Peer &p, cxk_msg_req *r) {
+    const uint64_t pmax = cxk_ring_payload_max(p.out);
+    const uint64_t ncells = cells_for(r->count, pmax);
+    if (ncells > 1) {
+        uint32_t space;
+        if (int rc = cxk_ring_space(p.out, &space)) return rc;
+        if (space < ncells) return -EAGAIN;
+    }
+    const auto *src = static_cast<const uint8_t *>(r->sbuf);
+    void *cell;
+    if (int rc = cxk_ring_reserve(p.out, &cell)) return rc;
+    MsgHdr m{r->ctx, r->tag, r->count, r->cookie, r->flags, uint32_t(ncells), 0, 0, 0};
+    std::memcpy(cell, &m, sizeof m);
+    uint64_t first = r->count < first_cap(pmax) ? r->count : first_cap(pmax);
+    if (first) std::memcpy(static_cast<uint8_t *>(cell) + sizeof m, src, first);
+    if (int rc = cxk_ring_commit(p.out, uint32_t(sizeof m + first), kEager)) return rc;
+    for (uint64_t pos = first; pos < r->count; pos += pmax) {
+        uint64_t n = r->count - pos < pmax ? r->count - pos : pmax;
+        if (int rc = cxk_ring_reserve(p.out, &cell)) return rc == -EAGAIN ? -EBADMSG : rc;
+        std::memcpy(cell, src + pos, n);
+        if (int rc = cxk_ring_commit(p.out, uint32_t(n), kCont)) return rc;
+    }
+    return 0;
+}
+
+// Start the queued sends to peer in order; stop at the first that has to wait.
+int start_sends(cxk_comm *c, int dest) {
+    Peer &p = c->peers[size_t(dest)];
+    if (p.ctlq.empty() && p.sendq.empty()) return 0;
+    if (int rc = ensure_out(c, dest)) return rc;
+    int rc = push_ctl(c, p);
+    if (rc == -EAGAIN) return 0;
+    if (rc) return rc;
+    while (!p.sendq.empty()) {
+        cxk_msg_req *r = p.sendq.front();
+        rc = r->count > c->eager ? start_rdv(c, p, r) : start_eager(c, p, r);
+        if (rc == -EAGAIN) return 0;
+        p.sendq.pop_front();
+        if (rc) {
+            r->status.error = rc;
+            r->state = cxk_msg_req::kDone;
+            return rc;
+        }
+        if ((r->flags & kSync) || r->rdv >= 0) {
+            r->state = cxk_msg_req::kActive;
+            c->waiting.push_back(r);
+        } else {
+            r->state = cxk_msg_req::kDone;
+        }
+    }
+    return 0;
+}
+
+}  // namespace
+
+int ensure_out(cxk_comm *c, int peer) {
+    Peer &p = c->peers[size_t(peer)];
+    if (p.out) return 0;
+    std::string name = obj_name(c, c->rank, "ring", peer);
+    int rc = cxk_ring_create(c->pool, name.c_str(), c->opts.cell_bytes, c->opts.ncells,
+                             CXK_RING_PRODUCER, &p.out);
+    if (rc) return rc;
+    auto *dir = reinterpret_cast<uint64_t *>(c->base + c->obj_off + kDirOff) + peer;
+    // the ring is published (flushed, fenced) before its directory entry names it
+    __atomic_store_n(dir, cxk_ring_offset(p.out), __ATOMIC_RELEASE);
+    if (c->nc) cxk_flush(dir, 8), cxk_sfence();
+    return 0;
+}
+
+void free_req(cxk_msg_req *r) { delete r; }
+
+// Send queued controls to dest now if its ring has room (else the next progress does).
+int send_ctl(cxk_comm *c, int dest) {
+    if (int rc = ensure_out(c, dest)) return rc;
+    int rc = push_ctl(c, c->peers[size_t(dest)]);
+    return rc == -EAGAIN ? 0 : rc;
+}
+
+void close_rings(cxk_comm *c) {
+    for (int r = 0; r < c->nranks; ++r) {
+        Peer &p = c->peers[size_t(r)];
+        if (p.in) cxk_ring_close(p.in), p.in = nullptr;
+        if (p.out) {
+            cxk_ring_close(p.out);
+            p.out = nullptr;
+            std::string name = obj_name(c, c->rank, "ring", r);
+            cxk_obj_destroy(c->pool, name.c_str());
+        }
+    }
+}
+
+int progress(cxk_comm *c) {
+    ++c->polls;
+    int err = 0;
+    for (int r = 0; r < c->nranks; ++r) {
+        Peer &p = c->peers[size_t(r)];
+        if (!p.in) continue;
+        int rc = drain(c, r);
+        if (rc && !err) err = rc;
+    }
+    // look for one new incoming ring per call (a directory line of one peer)
+    for (int i = 0; i < c->nranks; ++i) {
+        int r = int(c->scan_next++ % uint32_t(c->nranks));
+        if (c->peers[size_t(r)].in) continue;
+        if (find_in(c, r)) {
+            int rc = drain(c, r);
+            if (rc && !err) err = rc;
+        }
+        break;
+    }
+    for (int r = 0; r < c->nranks; ++r) {
+        int rc = start_sends(c, r);
+        if (rc && !err) err = rc;
+    }
+    return err;
+}
+
+int isend_ctx(cxk_comm *c, const void *buf, uint64_t count, int dest, int tag, uint32_t ctx,
+              unsigned flags, cxk_msg_req **out) {
+    auto *r = new (std::nothrow) cxk_msg_req;
+    if (!r) return -ENOMEM;
+    r->kind = cxk_msg_req::kSend;
+    r->sbuf = buf, r->count = count, r->peer = dest, r->tag = tag, r->ctx = ctx;
+    r->flags = flags & CXK_MSG_SYNC ? kSync : 0;
+    r->cookie = c->next_cookie++;
+    r->status.source = dest, r->status.tag = tag, r->status.count = count;
+    c->peers[size_t(dest)].sendq.push_back(r);
+    int rc = start_sends(c, dest);
+    if (rc && r->state != cxk_msg_req::kDone) return rc;  // queued: the error is the ring's
+    *out = r;
+    return 0;
+}
+
+int irecv_ctx(cxk_comm *c, void *buf, uint64_t count, int source, int tag, uint32_t ctx,
+              cxk_msg_req **out) {
+    auto *r = new (std::nothrow) cxk_msg_req;
+    if (!r) return -ENOMEM;
+    r->kind = cxk_msg_req::kRecv;
+    r->rbuf = buf, r->count = count, r->peer = source, r->tag = tag, r->ctx = ctx;
+    r->state = cxk_msg_req::kActive;
+    *out = r;
+    for (auto it = c->unexpected.begin(); it != c->unexpected.end(); ++it) {
+        if (!matches(r, it->src, it->tag, it->ctx)) continue;
+        Unexpected u = std::move(*it);
+        c->unexpected.erase(it);
+        int rc = 0;
+        if (u.rts) {
+            rc = rdv_recv(c, u.src, u.len, u.cookie, u.rdv_index, buf, count);
+        } else {
+            copy_part(buf, count, 0, u.data.data(), u.len);
+            if (u.flags & kSync) {
+                c->peers[size_t(u.src)].ctlq.push_back(Ctl{kAck, u.cookie, 0});
+                rc = send_ctl(c, u.src);
+            }
+        }
+        complete_recv(r, u.src, u.tag, u.len);
+        if (rc) r->status.error = rc;
+        return 0;
+    }
+    c->posted.push_back(r);
+    return 0;
+}
+
+}  // namespace cxk::msg
+
+using namespace cxk::msg;
+
+namespace {
+
+bool bad_rank(const cxk_comm *c, int r, bool any_ok) {
+    return !(r >= 0 && r < c->nranks) && !(any_ok && r == CXK_ANY_SOURCE);
+}
+
+int finish(cxk_msg_req *r, cxk_msg_status *st) {
+    int err = r->status.error;
+    if (st) *st = r->status;
+    free_req(r);
+    return err;
+}
+
+int need_of(const cxk_msg_req *r) { return r->peer; }  // ANY_SOURCE (-1): every rank
+
+}  // namespace
+
+extern "C" {
+
+int cxk_msg_isend(cxk_comm *c, const void *buf, int64_t count, int dest, int tag,
+                  unsigned flags, cxk_msg_req **req) {
+    if (!c || !req || count < 0 || (!buf && count) || bad_rank(c, dest, false) || tag < 0 ||
+        (flags & ~CXK_MSG_SYNC))
+        return -EINVAL;
+    return isend_ctx(c, buf, uint64_t(count), dest, tag, 0, flags, req);
+}
+
+int cxk_msg_irecv(cxk_comm *c, void *buf, int64_t count, int source, int tag,
+                  cxk_msg_req **req) {
+    if (!c || !req || count < 0 || (!buf && count) || bad_rank(c, source, true) ||
+        (tag < 0 && tag != CXK_ANY_TAG))
+        return -EINVAL;
+    return irecv_ctx(c, buf, uint64_t(count), source, tag, 0, req);
+}
+
+int cxk_msg_test(cxk_comm *c, cxk_msg_req *r, int *done, cxk_msg_status *st) {
+    if (!c || !r || !done) return -EINVAL;
+    *done = 0;
+    if (r->state != cxk_msg_req::kDone) {
+        int rc = progress(c);
+        if (r->state != cxk_msg_req::kDone) return rc;
+    }
+    *done = 1;
+    return finish(r, st);
+}
+
+int cxk_msg_wait(cxk_comm *c, cxk_msg_req *r, cxk_msg_status *st) {
+    if (!c || !r) return -EINVAL;
+    Waiter w(c, need_of(r));
+    while (r->state != cxk_msg_req::kDone) {
+        int rc = progress(c);
+        if (r->state == cxk_msg_req::kDone) break;
+        if (rc) return rc;
+        if ((rc = w.check())) {
+            progress(c);  // what a peer wrote before it went is still delivered
+            if (r->state == cxk_msg_req::kDone) break;
+            return rc;
+        }
+    }
+    return finish(r, st);
+}
+
+int cxk_msg_waitall(cxk_comm *c, size_t n, cxk_msg_req **reqs, cxk_msg_status *sts) {
+    if (!c || (!reqs && n)) return -EINVAL;
+    int first = 0;
+    for (size_t i = 0; i < n; ++i) {
+        if (!reqs[i]) continue;
+        int rc = cxk_msg_wait(c, reqs[i], sts ? &sts[i] : nullptr);
+        if (rc == -ETIMEDOUT) return rc;  // reqs[i] still pending: the caller may wait again
+        reqs[i] = nullptr;
+        if (rc && !first) first = rc;
+    }
+    return first;
+}
+
+int cxk_msg_waitany(cxk_comm *c, size_t n, cxk_msg_req **reqs, size_t *index,
+                    cxk_msg_status *st) {
+    if (!c || !index || (!reqs && n)) return -EINVAL;
+    bool any = false;
+    for (size_t i = 0; i < n; ++i) any |= reqs[i] != nullptr;
+    if (!any) return -EINVAL;
+    Waiter w(c, -1);
+    for (;;) {
+        for (size_t i = 0; i < n; ++i)
+            if (reqs[i] && reqs[i]->state == cxk_msg_req::kDone) {
+                *index = i;
+                cxk_msg_req *r = reqs[i];
+                reqs[i] = nullptr;
+                return finish(r, st);
+            }
+        int rc = progress(c);
+        if (rc || (rc = w.check())) return rc;
+    }
+}
+
+int cxk_msg_cancel(cxk_comm *c, cxk_msg_req *r) {
+    if (!c || !r) return -EINVAL;
+    for (auto it = c->posted.begin(); it != c->posted.end(); ++it)
+        if (*it == r) {
+            c->posted.erase(it);
+            free_req(r);
+            return 0;
+        }
+    return -EBUSY;
+}
+
+int cxk_msg_send(cxk_comm *c, const void *buf, int64_t count, int dest, int tag, unsigned flags) {
+    cxk_msg_req *r;
+    if (int rc = cxk_msg_isend(c, buf, count, dest, tag, flags, &r)) return rc;
+    return cxk_msg_wait(c, r, nullptr);
+}
+
+int cxk_msg_recv(cxk_comm *c, void *buf, int64_t count, int source, int tag, cxk_msg_status *st) {
+    cxk_msg_req *r;
+    if (int rc = cxk_msg_irecv(c, buf, count, source, tag, &r)) return rc;
+    int rc = cxk_msg_wait(c, r, st);
+    // a receive is matched and completed in the same step, so a timed-out one is still posted
+    if (rc == -ETIMEDOUT) cxk_msg_cancel(c, r);
+    return rc;
+}
+
+int cxk_msg_sendrecv(cxk_comm *c, const void *sbuf, int64_t scount, int dest, int stag,
+                     void *rbuf, int64_t rcount, int source, int rtag, cxk_msg_status *st) {
+    cxk_msg_req *rr, *sr;
+    if (int rc = cxk_msg_irecv(c, rbuf, rcount, source, rtag, &rr)) return rc;
+    if (int rc = cxk_msg_isend(c, sbuf, scount, dest, stag, 0, &sr)) {
+        cxk_msg_cancel(c, rr);
+        return rc;
+    }
+    int rs = cxk_msg_wait(c, sr, nullptr);
+    int rv = cxk_msg_wait(c, rr, st);
+    return rs ? rs : rv;
+}
+
+int cxk_msg_iprobe(cxk_comm *c, int source, int tag, int *flag, cxk_msg_status *st) {
+    if (!c || !flag || bad_rank(c, source, true) || (tag < 0 && tag != CXK_ANY_TAG))
+        return -EINVAL;
+    *flag = 0;
+    int rc = progress(c);
+    cxk_msg_req probe;
+    probe.peer = source, probe.tag = tag, probe.ctx = 0;
+    for (const auto &u : c->unexpected)
+        if (matches(&probe, u.src, u.tag, u.ctx)) {
+            *flag = 1;
+            if (st) *st = cxk_msg_status{u.src, u.tag, u.len, 0, 0};
+            return 0;
+        }
+    return rc;
+}
+
+int cxk_msg_probe(cxk_comm *c, int source, int tag, cxk_msg_status *st) {
+    if (!c) return -EINVAL;
+    Waiter w(c, source);
+    for (;;) {
+        int flag;
+        int rc = cxk_msg_iprobe(c, source, tag, &flag, st);
+        if (flag) return 0;
+        if (rc || (rc = w.check())) return rc;
+    }
+}
+
+int cxk_msg_progress(cxk_comm *c) { return c ? progress(c) : -EINVAL; }
+
+}  // extern "C"

@@ -1,0 +1,440 @@
+"""MPI-style messaging over a shared pool: a job of ranks with send/recv (MPI matching),
+collectives, one-sided windows and bare rings. The C library (cxk_msg_*, cxk_win_*,
+cxk_ring_*) does the work; docs/msg.md has the protocol.
+
+    with cxlkit.Pool("jobpool", size="256M") as pool, msg.Comm(pool, job="j1") as comm:
+        comm.send(b"hi", dest=1, tag=0)          # rank, size from CXLKIT_RANK / the launcher
+"""
+from __future__ import annotations
+
+import errno
+import os
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from . import _native
+from ._config import ENV
+from .errors import _MSG_ERRORS, PeerLostError, TruncationError, _typed
+from .pool import Pool, _check_name, machine_tag
+
+ANY_SOURCE = _native.ANY_SOURCE
+ANY_TAG = _native.ANY_TAG
+TAG_MAX = 0x7FFFFFFF
+
+# element types and reduction ops as the C ABI numbers them (enum cxk_msg_type / cxk_msg_op)
+_TYPES = {"int32": (0, "i"), "int64": (1, "q"), "uint32": (2, "I"), "uint64": (3, "Q"),
+          "float32": (4, "f"), "float64": (5, "d")}
+_OPS = {"sum": 0, "min": 1, "max": 2, "replace": 3, "no_op": 4}
+_COHERENCE = {"host": 0, "none": 1}
+
+__all__ = ["ANY_SOURCE", "ANY_TAG", "Comm", "Request", "Ring", "Status", "Window"]
+
+
+@dataclass(frozen=True)
+class Status:
+    source: int
+    tag: int
+    count: int  # bytes of the message
+
+
+def _env(name: str) -> str:
+    return os.environ.get(name, ENV[name][0])
+
+
+def _launcher_rank_size() -> tuple[int | None, int | None]:
+    """Rank and size from CXLKIT_RANK/SIZE, else what an MPI launcher exported."""
+    for rk, sz in (("CXLKIT_RANK", "CXLKIT_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+                   ("PMI_RANK", "PMI_SIZE"), ("PMIX_RANK", "PMIX_SIZE")):
+        r, s = os.environ.get(rk), os.environ.get(sz)
+        if r is not None and s is not None and r.isdigit() and s.isdigit():
+            return int(r), int(s)
+    return None, None
+
+
+def _positive(label: str, v: int | None) -> int:
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise ValueError(f"{label} {v!r}: expected a positive int")
+    return v
+
+
+def _type(dtype: Any) -> tuple[int, str]:
+    name = getattr(dtype, "name", None) or str(dtype)
+    if name not in _TYPES:
+        raise ValueError(f"dtype {dtype!r}: expected one of {', '.join(_TYPES)}")
+    return _TYPES[name]
+
+
+def _op(op: str, allowed: tuple[str, ...]) -> int:
+    if op not in allowed:
+        raise ValueError(f"op {op!r}: expected one of {', '.join(allowed)}")
+    return _OPS[op]
+
+
+def _private_pool_args(pool: Pool | str) -> tuple[list[str], int, str, int]:
+    """How the native side opens a handle of its own on the same pool as the same host."""
+    if isinstance(pool, Pool):
+        return list(pool.paths), pool.host_id, machine_tag(), _COHERENCE[pool.coherence]
+    raise TypeError(f"pool {pool!r}: expected a cxlkit.Pool")
+
+
+class Comm:
+    """This process as one rank of a job on a pool. rank/size default to CXLKIT_RANK and
+    CXLKIT_SIZE or the MPI launcher's variables (Open MPI, MPICH/PMI, PMIx); job to
+    CXLKIT_JOB. The comm opens a pool handle of its own (same paths and host id), so closing
+    `pool` first is safe. One thread at a time per comm; blocking calls release the GIL.
+    Calls waiting on a rank that is gone raise PeerLostError naming it."""
+
+    def __init__(self, pool: Pool, *, rank: int | None = None, size: int | None = None,
+                 job: str | None = None, cell_bytes: int | None = None,
+                 ncells: int | None = None, eager_bytes: int | None = None,
+                 timeout_ms: int | None = None, dead_ms: int | None = None,
+                 join_ms: int | None = None) -> None:
+        lr, ls = _launcher_rank_size()
+        rank = lr if rank is None else rank
+        size = ls if size is None else size
+        job = job or _env("CXLKIT_JOB")
+        if rank is None or size is None:
+            raise ValueError("rank and size: pass them, set CXLKIT_RANK and CXLKIT_SIZE, or "
+                             "start the program under mpiexec")
+        if not job:
+            raise ValueError("job: pass job= or set CXLKIT_JOB (ranks with the same job on "
+                             "one pool form one job)")
+        if not (isinstance(size, int) and 1 <= size <= 4096):
+            raise ValueError(f"size {size!r}: expected 1..4096")
+        if not (isinstance(rank, int) and 0 <= rank < size):
+            raise ValueError(f"rank {rank!r}: expected 0..{size - 1}")
+        if len(job) > 64 or not all(ch.isascii() and (ch.isalnum() or ch in "_-") for ch in job):
+            raise ValueError(f"job {job!r}: expected 1..64 of [A-Za-z0-9_-]")
+        paths, host, tag, coh = _private_pool_args(pool)
+        self.job = job
+        try:
+            self._c = _native.MsgComm(
+                paths, host, tag, coh, job, rank, size, _positive("cell_bytes", cell_bytes),
+                _positive("ncells", ncells), _positive("eager_bytes", eager_bytes),
+                _positive("timeout_ms", timeout_ms), _positive("dead_ms", dead_ms),
+                _positive("join_ms", join_ms))
+        except OSError as e:
+            if e.errno == errno.ETIMEDOUT:
+                raise PeerLostError(-1, f"job {job}: not every one of {size} ranks joined "
+                                        f"in time") from None
+            if e.errno == errno.EINVAL:
+                raise ValueError(f"job {job}: bad ring geometry or eager size "
+                                 f"(cell_bytes a multiple of 64 >= 128, ncells a power of "
+                                 f"two >= 4, eager_bytes <= half a ring)") from None
+            raise _typed(e, _MSG_ERRORS) from None
+
+    # -- lifetime
+    def close(self) -> None:
+        """Barrier with every rank, then remove this rank's rings, buffers and windows."""
+        if not self._c.closed:
+            self._call(self._c.close)
+
+    def __enter__(self) -> Comm:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self._c.closed:
+            return f"<Comm job={self.job} closed>"
+        return f"<Comm job={self.job} rank={self.rank}/{self.size}>"
+
+    @property
+    def rank(self) -> int:
+        return self._c.rank
+
+    @property
+    def size(self) -> int:
+        return self._c.size
+
+    @property
+    def eager_bytes(self) -> int:
+        """Messages up to this size travel in ring cells; larger ones by rendezvous."""
+        return self._c.eager_bytes
+
+    # -- argument checks (ValueError before crossing into native)
+    def _rank(self, label: str, r: int, *, any_ok: bool = False) -> int:
+        if isinstance(r, bool) or not isinstance(r, int) or not (
+                0 <= r < self.size or (any_ok and r == ANY_SOURCE)):
+            raise ValueError(f"{label} {r!r}: not a rank of job {self.job} (0..{self.size - 1}"
+                             f"{' or ANY_SOURCE' if any_ok else ''})")
+        return r
+
+    @staticmethod
+    def _tag(t: int, *, any_ok: bool = False) -> int:
+        if isinstance(t, bool) or not isinstance(t, int) or not (
+                0 <= t <= TAG_MAX or (any_ok and t == ANY_TAG)):
+            raise ValueError(f"tag {t!r}: expected 0..{TAG_MAX}{' or ANY_TAG' if any_ok else ''}")
+        return t
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except OSError as e:
+            raise self._error(e) from None
+
+    def _error(self, e: OSError) -> OSError:
+        if e.errno == errno.ETIMEDOUT:
+            r = self._c.failed_rank
+            who = f"rank {r}" if r >= 0 else "a rank"
+            return PeerLostError(r, f"job {self.job}: {who} is gone or did not answer in time "
+                                    f"({e.filename})")
+        return _typed(e, _MSG_ERRORS)
+
+    # -- two-sided
+    def send(self, data: Any, dest: int, tag: int = 0, *, sync: bool = False) -> None:
+        """Send a bytes-like object; with sync, return once the receiver matched it."""
+        self._call(self._c.send, data, self._rank("dest", dest), self._tag(tag), sync)
+
+    def recv_into(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Status:
+        """Receive into a writable buffer; TruncationError (buffer holds the first bytes) when
+        the message is longer."""
+        s, t, n, trunc = self._call(self._c.recv_into, buf, self._rank("source", source, any_ok=True),
+                                    self._tag(tag, any_ok=True))
+        if trunc:
+            raise TruncationError(n, memoryview(buf).nbytes, s, t)
+        return Status(s, t, n)
+
+    def recv(self, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> tuple[bytes, Status]:
+        """Receive the next matching message whatever its size."""
+        st = self.probe(source, tag)
+        buf = bytearray(st.count)
+        got = self.recv_into(buf, st.source, st.tag)  # the probed message: order per (source, tag)
+        return bytes(buf), got
+
+    def isend(self, data: Any, dest: int, tag: int = 0, *, sync: bool = False) -> Request:
+        """Start a send; `data` must stay unchanged until the request completes."""
+        return Request(self, self._call(self._c.isend, data, self._rank("dest", dest),
+                                        self._tag(tag), sync))
+
+    def irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
+        return Request(self, self._call(self._c.irecv, buf,
+                                        self._rank("source", source, any_ok=True),
+                                        self._tag(tag, any_ok=True)), buf)
+
+    def iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Status | None:
+        r = self._call(self._c.iprobe, self._rank("source", source, any_ok=True),
+                       self._tag(tag, any_ok=True))
+        return None if r is None else Status(*r)
+
+    def probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Status:
+        return Status(*self._call(self._c.probe, self._rank("source", source, any_ok=True),
+                                  self._tag(tag, any_ok=True)))
+
+    def sendrecv(self, data: Any, dest: int, source: int = ANY_SOURCE, *, sendtag: int = 0,
+                 recvtag: int = ANY_TAG) -> tuple[bytes, Status]:
+        req = self.isend(data, dest, sendtag)
+        out = self.recv(source, recvtag)
+        req.wait()
+        return out
+
+    # -- collectives
+    def barrier(self) -> None:
+        self._call(self._c.barrier)
+
+    def bcast(self, buf: Any, root: int = 0) -> None:
+        """Broadcast a writable buffer (the same size on every rank) from root, in place."""
+        self._call(self._c.bcast, buf, self._rank("root", root))
+
+    def allreduce(self, array: Any, op: str = "sum") -> Any:
+        """Elementwise sum/min/max of a numpy array over every rank; a new array."""
+        import numpy as np
+
+        a = np.ascontiguousarray(array)
+        code, _ = _type(a.dtype)
+        out = np.empty_like(a)
+        self._call(self._c.allreduce, a, out, a.size, code, _op(op, ("sum", "min", "max")))
+        return out
+
+    def window(self, nbytes: int) -> Window:
+        """Collective: a one-sided window of nbytes (zeroed) on every rank."""
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+            raise ValueError(f"nbytes {nbytes!r}: expected an int >= 0")
+        return Window(self, self._call(_native.MsgWindow, self._c, nbytes), nbytes)
+
+
+class Request:
+    """A non-blocking send or receive. wait() returns its Status; test() it or None."""
+
+    def __init__(self, comm: Comm, native: Any, buf: Any = None) -> None:
+        self._comm, self._r, self._buf = comm, native, buf
+
+    @property
+    def done(self) -> bool:
+        return self._r.done
+
+    def _status(self, r: tuple[int, int, int, bool]) -> Status:
+        s, t, n, trunc = r
+        if trunc:
+            raise TruncationError(n, memoryview(self._buf).nbytes, s, t)
+        return Status(s, t, n)
+
+    def wait(self) -> Status:
+        return self._status(self._comm._call(self._r.wait))
+
+    def test(self) -> Status | None:
+        r = self._comm._call(self._r.test)
+        return None if r is None else self._status(r)
+
+    def cancel(self) -> None:
+        """Withdraw a receive not yet matched (MsgError if it already was, or is a send)."""
+        self._comm._call(self._r.cancel)
+
+
+class Window:
+    """One-sided access to every rank's window of a job. `local` is this rank's window
+    memory (a memoryview); offsets are bytes. Epochs: fence(), post/start/complete/wait, or
+    lock/unlock for passive target (the target applies operations when it calls into cxlkit)."""
+
+    def __init__(self, comm: Comm, native: Any, nbytes: int) -> None:
+        self._comm, self._w, self.nbytes = comm, native, nbytes
+
+    @property
+    def local(self) -> memoryview:
+        return memoryview(self._w)
+
+    def size_of(self, rank: int) -> int:
+        return self._w.size_of(self._comm._rank("rank", rank))
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        return self._comm._call(fn, *args)
+
+    def put(self, data: Any, target: int, offset: int = 0) -> None:
+        self._call(self._w.put, data, self._comm._rank("target", target), _off(offset))
+
+    def get(self, nbytes: int, target: int, offset: int = 0) -> bytes:
+        buf = bytearray(_off(nbytes))
+        self._call(self._w.get_into, buf, self._comm._rank("target", target), _off(offset))
+        return bytes(buf)
+
+    def accumulate(self, array: Any, target: int, offset: int = 0, op: str = "sum") -> None:
+        import numpy as np
+
+        a = np.ascontiguousarray(array)
+        code, _ = _type(a.dtype)
+        self._call(self._w.accumulate, a, a.size, code, self._comm._rank("target", target),
+                   _off(offset), _op(op, ("sum", "min", "max", "replace")))
+
+    def fetch_and_op(self, value: int | float | None, target: int, offset: int = 0, *,
+                     dtype: str = "int64", op: str = "sum") -> int | float:
+        code, fmt = _type(dtype)
+        operand = struct.pack(fmt, 0 if value is None else value)
+        old = self._call(self._w.fetch_and_op, operand, code, self._comm._rank("target", target),
+                         _off(offset), _op(op, tuple(_OPS)))
+        return struct.unpack(fmt, old)[0]
+
+    def compare_and_swap(self, compare: int | float, swap: int | float, target: int,
+                         offset: int = 0, *, dtype: str = "int64") -> int | float:
+        code, fmt = _type(dtype)
+        old = self._call(self._w.compare_and_swap, struct.pack(fmt, compare),
+                         struct.pack(fmt, swap), code, self._comm._rank("target", target),
+                         _off(offset))
+        return struct.unpack(fmt, old)[0]
+
+    def flush(self, target: int | None = None) -> None:
+        self._call(self._w.flush, -1 if target is None else self._comm._rank("target", target))
+
+    def fence(self) -> None:
+        self._call(self._w.fence)
+
+    def post(self, ranks: list[int]) -> None:
+        self._call(self._w.post, [self._comm._rank("rank", r) for r in ranks])
+
+    def start(self, ranks: list[int]) -> None:
+        self._call(self._w.start, [self._comm._rank("rank", r) for r in ranks])
+
+    def complete(self) -> None:
+        self._call(self._w.complete)
+
+    def wait(self) -> None:
+        self._call(self._w.wait)
+
+    def lock(self, target: int, *, exclusive: bool = True) -> None:
+        self._call(self._w.lock, 2 if exclusive else 1, self._comm._rank("target", target))
+
+    def unlock(self, target: int) -> None:
+        self._call(self._w.unlock, self._comm._rank("target", target))
+
+    def free(self) -> None:
+        """Collective: remove the window (views of `local` must be released first)."""
+        self._call(self._w.free)
+
+    def __enter__(self) -> Window:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.free()
+
+
+def _off(v: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"offset/size {v!r}: expected an int >= 0")
+    return v
+
+
+class Ring:
+    """One end of a bare single-producer/single-consumer ring in a pool object (the
+    transport under Comm and the RPC channel). Ring.create makes the object; Ring.open
+    attaches to one. push returns False when full; pop returns (payload, kind) or None."""
+
+    def __init__(self, native: Any, name: str) -> None:
+        self._r, self.name = native, name
+
+    @classmethod
+    def create(cls, pool: Pool, name: str, *, cell_bytes: int = 256, ncells: int = 64,
+               role: str = "producer") -> Ring:
+        if _native.ring_bytes(cell_bytes, ncells) == 0:
+            raise ValueError(f"ring {name}: cell_bytes {cell_bytes} (a multiple of 64, 64..1 MiB) "
+                             f"or ncells {ncells} (a power of two, 2..2^20) out of range")
+        return cls._make(pool, name, role, cell_bytes, ncells, True)
+
+    @classmethod
+    def open(cls, pool: Pool, name: str, *, role: str = "consumer") -> Ring:
+        return cls._make(pool, name, role, 0, 0, False)
+
+    @classmethod
+    def _make(cls, pool: Pool, name: str, role: str, cell_bytes: int, ncells: int,
+              create: bool) -> Ring:
+        roles = {"producer": _native.RING_PRODUCER, "consumer": _native.RING_CONSUMER}
+        if role not in roles:
+            raise ValueError(f"role {role!r}: expected 'producer' or 'consumer'")
+        paths, host, tag, coh = _private_pool_args(pool)
+        try:
+            return cls(_native.Ring(paths, host, tag, coh, _check_name(name), roles[role],
+                                    cell_bytes, ncells, create), name)
+        except OSError as e:
+            if e.errno == errno.EBADMSG:
+                raise _typed(e, {errno.EBADMSG: (OSError, "not a ring (bad geometry)")}) from None
+            raise
+
+    @property
+    def payload_max(self) -> int:
+        return self._r.payload_max
+
+    @property
+    def ncells(self) -> int:
+        return self._r.ncells
+
+    def push(self, data: bytes, kind: int = 0) -> bool:
+        if len(data) > self.payload_max:
+            raise ValueError(f"ring {self.name}: {len(data)} bytes, a cell holds {self.payload_max}")
+        return self._r.push(bytes(data), kind)
+
+    def pop(self) -> tuple[bytes, int] | None:
+        return self._r.pop()
+
+    def space(self) -> int:
+        return self._r.space()
+
+    def close(self) -> None:
+        self._r.close()
+
+    def __enter__(self) -> Ring:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,58 @@
+"""The code blocks of README.md and docs/*.md and where each says it runs (issue 11, defect 7).
+
+A ```sh / ```python block runs as written on a one-node machine (the test machine) unless the
+line before it says otherwise:
+  <!-- rig: TOPOLOGY -->         it needs that QEMU rig topology (tests/vm/rig.py TOPOLOGIES):
+                                 tests/vm/test_vm_docs.py runs it inside that guest;
+  <!-- not run: REASON -->       it cannot run in a test (it builds the rig itself, ...).
+Blocks fenced without a language (layouts, tables) are text. docs/deploy.md has its own runner
+(tests/vm/test_vm_deploy.py)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OWN_RUNNER = {"docs/deploy.md"}
+# Docs another branch owns this sprint, whose fragment blocks (TieredAdamW, ActivationOffload)
+# still need whole programs or a `not run` line: the integrator drops them from here at merge.
+PENDING = {"docs/train.md": "branch adam owns docs/train.md (issue 11 merge)"}
+LANGS = ("sh", "python")
+_BLOCK = re.compile(r"(?:<!--\s*(rig|not run):\s*(.*?)\s*-->\s*\n)?```(\w*)[^\n]*\n(.*?)```",
+                    re.S)
+
+
+@dataclass(frozen=True)
+class Block:
+    doc: str        # path relative to the repository
+    index: int      # n-th code block of the doc
+    lang: str       # "sh" or "python"
+    where: str      # "here", "rig" or "not run"
+    detail: str     # the rig topology or the reason
+    code: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.doc}#{self.index}"
+
+
+def docs() -> list[Path]:
+    return [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+
+
+def blocks(path: Path) -> list[Block]:
+    rel = str(path.relative_to(ROOT))
+    out = []
+    for m in _BLOCK.finditer(path.read_text()):
+        kind, detail, lang, code = m.groups()
+        if lang not in LANGS:
+            continue
+        where = "here" if kind is None else kind
+        out.append(Block(rel, len(out), lang, where, detail or "", code))
+    return out
+
+
+def all_blocks() -> list[Block]:
+    skip = OWN_RUNNER | set(PENDING)
+    return [b for p in docs() if str(p.relative_to(ROOT)) not in skip for b in blocks(p)]

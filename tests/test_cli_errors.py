@@ -1,0 +1,85 @@
+"""Every CLI error is one line on stderr and exit code 2, and output paths are checked before a
+measurement starts (issue 11, defect 6: `kv stats --pool /etc/passwd` printed a 52-line
+traceback; `bench memory -o /bad/r.json` failed only after the whole measurement)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cxlkit.cli.main import one_line, run
+
+
+def cli(capsys, *args) -> tuple[int, str, str]:
+    code = run(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("cxlkit: error: "), err
+    return lines[0]
+
+
+@pytest.mark.parametrize("spelling", [["kv", "stats", "/etc/passwd"],
+                                      ["kv", "stats", "--pool", "/etc/passwd"]])
+def test_kv_stats_of_a_file_that_is_not_a_pool_is_one_line_exit_2(capsys, spelling):
+    code, _, err = cli(capsys, *spelling)
+    assert code == 2
+    line = one_error_line(err)
+    assert "/etc/passwd" in line
+
+
+def test_kv_stats_without_a_pool_is_one_line_exit_2(capsys):
+    code, _, err = cli(capsys, "kv", "stats", "/dev/shm/cxlkit-test-cli-errors-none")
+    assert code == 2
+    assert "no pool at /dev/shm/cxlkit-test-cli-errors-none" in one_error_line(err)
+
+
+@pytest.mark.parametrize("cmd", ["memory", "copy"])
+@pytest.mark.parametrize("flag,target", [("-o", "r.json"), ("--plots", "png")])
+def test_bench_output_paths_are_checked_before_the_measurement(capsys, tmp_path, cmd, flag,
+                                                               target):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    bad = blocker / target  # under a regular file: can never be written
+    t0 = time.monotonic()
+    code, _, err = cli(capsys, "bench", cmd, "--quick", flag, str(bad))
+    assert code == 2
+    line = one_error_line(err)
+    assert str(bad) in line and "is not a directory" in line
+    assert time.monotonic() - t0 < 5  # refused at once, no measurement ran
+
+
+def test_bench_out_that_is_a_directory_is_refused_at_once(capsys, tmp_path):
+    code, _, err = cli(capsys, "bench", "memory", "--quick", "-o", str(tmp_path))
+    assert code == 2 and "is a directory" in one_error_line(err)
+
+
+def test_an_exception_a_command_lets_out_becomes_one_line(capsys, monkeypatch):
+    from cxlkit.cli import kv
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("a bad\nthing happened")
+
+    monkeypatch.setattr(kv, "collect", boom)
+    code, _, err = cli(capsys, "kv", "stats", "x")
+    assert code == 2
+    assert one_error_line(err) == "cxlkit: error: a bad thing happened"
+
+
+def test_one_line_names_the_path_of_an_OSError():
+    assert one_line(FileNotFoundError(2, "No such file", "/x/y")) == "/x/y: No such file"
+    assert one_line(KeyError("object 'a' not in pool p")) == "object 'a' not in pool p"
+    assert one_line(ValueError("")) == "ValueError"
+
+
+def test_the_installed_entry_point_prints_one_line_and_exits_2():
+    r = subprocess.run([sys.executable, "-c", "from cxlkit.cli.main import main; main()",
+                        "kv", "stats", "/etc/passwd"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and "/etc/passwd" in r.stderr

@@ -1,0 +1,128 @@
+"""cxlkit.integrations.deepspeed in the real engine (run by `make test-deepspeed` in .venv-ds,
+DS_ACCELERATOR=cpu, a gloo world of one): ZeRO-2 and ZeRO-3 with offload_optimizer: cpu train
+a small bf16 model with DeepSpeed's own DeepSpeedCPUAdam and with CxlkitCPUAdam + place_offload
+to the same losses, every placed class audited; CxlkitCPUAdam against DeepSpeedCPUAdam step by
+step."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+deepspeed = pytest.importorskip("deepspeed", reason="DeepSpeed lives in .venv-ds: make test-deepspeed")
+import torch  # noqa: E402
+
+from cxlkit.integrations.deepspeed import (CLASSES, CxlkitCPUAdam, audit_offload,  # noqa: E402
+                                           place_offload)
+from cxlkit.train import plan as TP  # noqa: E402
+
+pytestmark = pytest.mark.slow  # DeepSpeed JIT-builds its cpu_adam op on first use (minutes)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def world_of_one():
+    if os.environ.get("DS_ACCELERATOR") != "cpu":
+        pytest.skip("run with DS_ACCELERATOR=cpu (make test-deepspeed)")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+    for k, v in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
+        os.environ.setdefault(k, v)
+    deepspeed.init_distributed(dist_backend="gloo")
+    yield
+
+
+def model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 4))
+
+
+def config(stage):
+    return {"train_micro_batch_size_per_gpu": 8, "bf16": {"enabled": True},
+            "zero_optimization": {"stage": stage, "offload_optimizer": {"device": "cpu"}}}
+
+
+def train(engine, steps=5):
+    g = torch.Generator().manual_seed(1)
+    losses = []
+    for _ in range(steps):
+        x, y = torch.randn(8, 16, generator=g).bfloat16(), torch.randn(8, 4, generator=g).bfloat16()
+        loss = ((engine(x) - y).float() ** 2).mean()
+        engine.backward(loss)
+        engine.step()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_zero_offload_with_cxlkit_trains_like_deepspeed_and_places_every_class(stage):
+    cfg = dict(config(stage),
+               optimizer={"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.01}})
+    ref_engine, ref_opt, _, _ = deepspeed.initialize(model=model(), config=cfg)
+    assert type(ref_opt.optimizer).__name__ == "DeepSpeedCPUAdam"
+    ref = train(ref_engine)
+
+    m = model()
+    plan = TP.plan_training(TP.Footprint(sum(p.numel() for p in m.parameters())))
+    opt = CxlkitCPUAdam(m.parameters(), lr=1e-2, weight_decay=0.01, plan=plan)
+    engine, zo, _, _ = deepspeed.initialize(model=m, optimizer=opt, config=config(stage))
+    assert zo.optimizer is opt
+    placed = place_offload(engine)
+    got = train(engine)
+    assert got == pytest.approx(ref, rel=2e-3)
+    assert got[-1] < got[0]
+
+    audit = audit_offload(engine)
+    assert set(audit) == set(CLASSES)
+    placed_classes = ["master_weights", "moments", "variances", "master_grads"]
+    if stage == 2:  # the flat compute weights of the CPU accelerator
+        placed_classes.append("compute_weights")
+    for name in placed_classes:
+        a = audit[name]
+        assert a.placed and a.ok and a.nbytes > 0, a
+        assert set(a.pages) <= set(plan.classes[CLASSES[name]].nodes), a
+        assert all(b.policy == plan.policy(CLASSES[name]) for b in placed.get(name, []) +
+                   opt.buffers()[name])
+    assert not audit["compute_grads"].placed  # DeepSpeed's per-bucket buffers
+    if stage == 3:
+        assert not audit["compute_weights"].placed  # stage 3's own parameter partitions
+        return
+    flat = opt.buffers()["compute_weights"][0]
+    for p in m.parameters():  # the model's params are views of the placed compute weights
+        assert flat.address <= p.data_ptr() < flat.address + flat.nbytes
+
+
+def test_cxlkit_cpu_adam_steps_like_deepspeed_cpu_adam():
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+    torch.manual_seed(3)
+    p1 = [torch.randn(1003), torch.randn(64, 17)]
+    p2 = [p.clone() for p in p1]
+    ref = DeepSpeedCPUAdam(p1, lr=1e-2, weight_decay=0.1, adamw_mode=True)
+    opt = CxlkitCPUAdam(p2, lr=1e-2, weight_decay=0.1, adamw_mode=True, team=None)
+    for s in range(5):
+        for a, b in zip(p1, p2):
+            a.grad = torch.randn(a.shape, generator=torch.Generator().manual_seed(s))
+            b.grad = a.grad.clone()
+        ref.step()
+        opt.step()
+    for a, b in zip(p1, p2):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(ref.state[a]["exp_avg_sq"], opt.state[b]["exp_avg_sq"])
+        assert opt.state[b]["step"] == 5
+
+
+def test_bad_arguments_raise_typed_errors():
+    with pytest.raises(ValueError, match="AMSGrad"):
+        CxlkitCPUAdam([torch.zeros(3)], amsgrad=True)
+    with pytest.raises(ValueError, match="fp32"):
+        CxlkitCPUAdam([torch.zeros(3)], fp32_optimizer_states=False)
+    with pytest.raises(ValueError, match="team"):
+        CxlkitCPUAdam([torch.zeros(3)], team="many")
+    p = torch.zeros(3, dtype=torch.bfloat16)
+    p.grad = torch.zeros(3, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="fp32 CPU master"):
+        CxlkitCPUAdam([p]).step()
+    with pytest.raises(ValueError, match="offload_optimizer"):
+        place_offload(object())
+    with pytest.raises(NotImplementedError, match="SuperOffload"):
+        CxlkitCPUAdam([torch.zeros(3)]).step_subgroup(0)

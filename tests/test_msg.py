@@ -1,0 +1,224 @@
+"""cxlkit.msg two-sided messaging and collectives across forked ranks (each its own pool
+host): eager and rendezvous sizes, MPI matching, truncation, non-blocking requests, typed
+errors for bad input, a killed rank naming itself, and a comm outliving its Pool object."""
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+import cxlkit
+from cxlkit import msg
+from cxlkit.errors import MsgError, PeerLostError, TruncationError
+
+from msg_ranks import make_pool, run_ranks
+
+
+@pytest.fixture
+def pool2(pool_path):
+    make_pool(pool_path, 4)
+    return pool_path
+
+
+def _pingpong(comm: msg.Comm) -> list[int]:
+    sizes = [0, 1, 8, 4000, 70000, 1 << 20]
+    seen = []
+    for n in sizes:
+        payload = bytes((i * 7 + n) & 0xFF for i in range(n)) if n < 5000 else os.urandom(n)
+        if comm.rank == 0:
+            comm.send(payload, dest=1, tag=n % 100)
+            back, st = comm.recv(source=1, tag=n % 100)
+            assert back == payload[::-1] and st.count == n and st.source == 1
+        else:
+            data, st = comm.recv(source=0)
+            assert st.tag == n % 100
+            comm.send(data[::-1], dest=0, tag=st.tag)
+        seen.append(n)
+    return seen
+
+
+@pytest.mark.parametrize("coherence", ["host", "none"])
+def test_pingpong_over_eager_and_rendezvous_sizes_returns_every_byte(pool_path, coherence):
+    make_pool(pool_path, 2, coherence)
+    res = run_ranks(pool_path, 2, _pingpong, coherence=coherence)
+    assert res[0] == res[1] == [0, 1, 8, 4000, 70000, 1 << 20]
+
+
+def _matching(comm: msg.Comm) -> str:
+    if comm.rank == 1:
+        comm.send(b"five", 0, tag=5)
+        comm.send(b"six", 0, tag=6)
+        comm.send(b"0123456789", 0, tag=9)
+        req = comm.isend(b"sync", 0, tag=10, sync=True)
+        assert req.test() is None  # rank 0 matches it only after the barrier
+        comm.barrier()
+        assert req.wait() == msg.Status(0, 10, 4)
+        return "sent"
+    if comm.rank == 0:
+        st = comm.probe(1, msg.ANY_TAG)
+        assert st == msg.Status(1, 5, 4)
+        data, st = comm.recv(msg.ANY_SOURCE, 6)  # overtakes tag 5: other tag
+        assert data == b"six" and st.tag == 6
+        data, st = comm.recv(1, msg.ANY_TAG)
+        assert data == b"five"
+        buf = bytearray(4)
+        with pytest.raises(TruncationError) as ei:
+            comm.recv_into(buf, 1, 9)
+        assert ei.value.count == 10 and bytes(buf) == b"0123"
+        pending = comm.irecv(bytearray(8), 1, 1234)
+        pending.cancel()
+        assert comm.iprobe(1, 1234) is None
+        comm.barrier()
+        buf = bytearray(16)
+        req = comm.irecv(buf, 1, 10)
+        st = req.wait()
+        assert bytes(buf[:st.count]) == b"sync" and req.done
+        return "received"
+    comm.barrier()
+    return "idle"
+
+
+def test_matching_wildcards_truncation_and_sync_sends_follow_mpi(pool2):
+    assert run_ranks(pool2, 3, _matching) == ["received", "sent", "idle"]
+
+
+def _collectives(comm: msg.Comm) -> tuple:
+    a = np.arange(5, dtype=np.float64) * (comm.rank + 1)
+    s = comm.allreduce(a)
+    mx = comm.allreduce(np.array([comm.rank], dtype=np.int32), op="max")
+    mn = comm.allreduce(np.array([comm.rank + 10], dtype=np.uint64), op="min")
+    buf = bytearray(b"root-data" if comm.rank == 2 else bytes(9))
+    comm.bcast(buf, root=2)
+    comm.barrier()
+    data, st = comm.sendrecv(f"to{(comm.rank + 1) % comm.size}".encode(), (comm.rank + 1) % comm.size,
+                             (comm.rank - 1) % comm.size)
+    return s.tolist(), int(mx[0]), int(mn[0]), bytes(buf), data.decode()
+
+
+def test_collectives_agree_on_every_rank(pool2):
+    res = run_ranks(pool2, 3, _collectives)
+    for r, (s, mx, mn, b, d) in enumerate(res):
+        assert s == [0.0, 6.0, 12.0, 18.0, 24.0]
+        assert (mx, mn, b) == (2, 10, b"root-data")
+        assert d == f"to{r}"
+
+
+def _bad_input(comm: msg.Comm) -> bool:
+    for call in (lambda: comm.send(b"x", dest=comm.size),
+                 lambda: comm.send(b"x", dest=msg.ANY_SOURCE),
+                 lambda: comm.send(b"x", dest=0, tag=-3),
+                 lambda: comm.recv_into(bytearray(1), source=7),
+                 lambda: comm.allreduce(np.zeros(2, dtype=np.int8)),
+                 lambda: comm.allreduce(np.zeros(2), op="replace"),
+                 lambda: comm.window(-1)):
+        with pytest.raises(ValueError):
+            call()
+    with pytest.raises(TypeError):
+        comm.send("not bytes", dest=0)
+    return True
+
+
+def test_bad_arguments_raise_ValueError_naming_the_parameter(pool2):
+    assert run_ranks(pool2, 2, _bad_input) == [True, True]
+
+
+def test_comm_arguments_checked_before_joining(pool2):
+    with cxlkit.Pool(pool2, host_id=0) as pool:
+        with pytest.raises(ValueError, match="rank"):
+            msg.Comm(pool, rank=3, size=2, job="x")
+        with pytest.raises(ValueError, match="job"):
+            msg.Comm(pool, rank=0, size=1, job="bad job")
+        with pytest.raises(ValueError, match="cell_bytes"):
+            msg.Comm(pool, rank=0, size=1, job="x", cell_bytes=0)
+        with pytest.raises(ValueError, match="geometry"):
+            msg.Comm(pool, rank=0, size=1, job="x", cell_bytes=100)
+        with pytest.raises(PeerLostError, match="joined"):
+            msg.Comm(pool, rank=0, size=2, job="alone", join_ms=200)
+        os.environ.pop("CXLKIT_RANK", None)
+        with pytest.raises(ValueError, match="CXLKIT_RANK"):
+            msg.Comm(pool, size=2, job="x")
+
+
+def test_rank_and_size_come_from_the_environment(pool2, monkeypatch):
+    monkeypatch.setenv("CXLKIT_RANK", "0")
+    monkeypatch.setenv("CXLKIT_SIZE", "1")
+    monkeypatch.setenv("CXLKIT_JOB", "envjob")
+    with cxlkit.Pool(pool2, host_id=0) as pool:
+        with msg.Comm(pool) as comm:
+            assert (comm.rank, comm.size, comm.job) == (0, 1, "envjob")
+            assert "rank=0/1" in repr(comm)
+            comm.send(b"self", 0, 3)
+            assert comm.recv(0, 3)[0] == b"self"
+            assert comm.eager_bytes == 65536
+        assert "closed" in repr(comm)
+        with pytest.raises(ValueError, match="closed"):
+            comm.barrier()
+
+
+def test_comm_outlives_the_pool_object_it_was_made_from(pool2):
+    pool = cxlkit.Pool(pool2, host_id=0)
+    comm = msg.Comm(pool, rank=0, size=1, job="solo")
+    pool.close()  # the comm has a pool handle of its own
+    comm.send(b"still here", 0)
+    assert comm.recv()[0] == b"still here"
+    comm.close()
+
+
+def _killed(comm: msg.Comm) -> int:
+    comm.barrier()
+    if comm.rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    with pytest.raises(PeerLostError) as ei:
+        comm.recv(source=1)
+    assert "rank 1" in str(ei.value)
+    rank = ei.value.rank
+    with pytest.raises(PeerLostError) as ei:
+        comm.close()  # its barrier cannot complete either; the comm is closed anyway
+    assert ei.value.rank == rank and "closed" in repr(comm)
+    return rank
+
+
+def test_killed_rank_makes_waits_fail_naming_it(pool2):
+    import multiprocessing as mp
+
+    from msg_ranks import _rank_main
+
+    ctx = mp.get_context("fork")
+    procs, conns = [], []
+    for r in range(2):
+        a, b = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_rank_main, args=(_killed, pool2, "host", "kill", r, 2, b, {}))
+        p.start()
+        procs.append(p)
+        conns.append(a)
+    assert conns[0].poll(30)
+    kind, val = conns[0].recv()
+    for p in procs:
+        p.join(10)
+    assert (kind, val) == ("ok", 1), val  # PeerLostError.rank, from the recv and from close
+    assert procs[1].exitcode == -signal.SIGKILL
+
+
+def test_two_jobs_on_one_pool_never_see_each_others_messages(pool2):
+    import threading
+
+    out = {}
+
+    def job(name, base):
+        def fn(comm):
+            tagged = f"{name}:{comm.rank}".encode()
+            comm.send(tagged, 1 - comm.rank, tag=0)
+            return comm.recv(1 - comm.rank, 0)[0].decode()
+        out[name] = run_ranks(pool2, 2, fn, job=name)
+
+    ts = [threading.Thread(target=job, args=(n, 0)) for n in ("jobA", "jobB")]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    assert out["jobA"] == ["jobA:1", "jobA:0"]
+    assert out["jobB"] == ["jobB:1", "jobB:0"]
+
+
+def test_msg_error_is_an_oserror():
+    assert issubclass(PeerLostError, TimeoutError) and issubclass(MsgError, OSError)
