@@ -265,7 +265,8 @@ def main() -> None:
                           **{**last, "lock": "exclusive"}), params, figs)
         if a.deepspeed_path and "deepspeed" in a.only:
             env = {**os.environ, "PYTHONPATH": a.deepspeed_path,
-                   "TORCH_EXTENSIONS_DIR": os.path.join(a.deepspeed_path, "_ext"),
+                   "TORCH_EXTENSIONS_DIR": os.environ.get(
+                       "TORCH_EXTENSIONS_DIR", os.path.join(a.deepspeed_path, "_ext")),
                    "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
             subprocess.run([sys.executable, __file__, "--deepspeed-child", disk, "--params",
                             str(params), "--subgroup", str(subgroup), "--steps", str(a.steps)],

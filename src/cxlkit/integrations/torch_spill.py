@@ -10,7 +10,6 @@ from typing import Any
 
 import torch
 
-from ..train import adam as A
 from ..train.spill_config import OffloadConfig, from_config
 from ..train.subgroups import SubgroupStore
 from .torch import _CODES, _SUPPORTED, TieredAdamW, _np
