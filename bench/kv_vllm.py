@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -113,8 +114,10 @@ def run_engine(spec: dict, python: str = sys.executable, env: dict | None = None
                            **os.environ, **env})
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
     if p.returncode != 0 or not lines:
-        err = [ln for ln in p.stderr.splitlines() if "Error" in ln or "error" in ln]
-        return {"error": (err[-1] if err else p.stderr[-400:]).strip()[-400:]}
+        # the root cause: the first exception line, not the engine's "initialization failed"
+        err = [ln for ln in p.stderr.splitlines() if re.search(r"\w(Error|Exception): ", ln)
+               and "initialization failed" not in ln]
+        return {"error": (err[0] if err else p.stderr[-400:]).strip()[-400:]}
     out = json.loads(lines[-1][len("RESULT "):])
     # errors a connector logged while the engine went on (e.g. one that failed to initialize)
     out["logged_errors"] = sorted({ln.strip()[-300:] for ln in p.stderr.splitlines()
