@@ -79,6 +79,7 @@ enum cxk_cpu_feature {
     CXK_CPU_MOVDIR64B = 1u << 6,
     CXK_CPU_FMA = 1u << 7,
     CXK_CPU_F16C = 1u << 8,
+    CXK_CPU_SSE42 = 1u << 9,   /* crc32c in hardware (the pool checksum) */
 };
 /* Bit set of cxk_cpu_feature the CPU and the OS (XSAVE state) both support. */
 CXK_API uint32_t cxk_cpu_features(void);

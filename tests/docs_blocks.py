@@ -17,8 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OWN_RUNNER = {"docs/deploy.md"}
 # Docs another branch owns this sprint, whose fragment blocks (TieredAdamW, ActivationOffload)
 # still need whole programs or a `not run` line: the integrator drops them from here at merge.
-PENDING = {"docs/train.md": "branch adam owns docs/train.md (issue 11 merge)",
-           "docs/subgroups.md": "branch sub: its example spills to /nvme0 and /nvme1 paths"}
+PENDING: dict[str, str] = {}  # doc -> the branch making its blocks runnable
 LANGS = ("sh", "python")
 _BLOCK = re.compile(r"(?:<!--\s*(rig|not run):\s*(.*?)\s*-->\s*\n)?```(\w*)[^\n]*\n(.*?)```",
                     re.S)

@@ -29,7 +29,7 @@ FLOORS = [
 ENGINES = {"torch", "transformers", "vllm", "deepspeed", "mpi4py", "accelerate"}
 # Landed from another branch while issue 11 was open: its torch half moves to integrations/
 # (as cli/train.py's demo moved to integrations/demo.py); the integrator drops it from here.
-PENDING_ENGINE_IMPORTS = {"cli/train_spill.py": "branch sub: `cxlkit train demo --spill`"}
+PENDING_ENGINE_IMPORTS: dict[str, str] = {}  # module -> the branch cleaning it
 
 
 def floor_of(parts: tuple[str, ...]) -> int:

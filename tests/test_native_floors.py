@@ -17,12 +17,7 @@ RAW = ("mmap", "munmap", "mremap", "mprotect", "madvise", "mbind", "set_mempolic
        "opendir", "__builtin_cpu_supports", "__get_cpuid", "__cpuid_count", "xgetbv")
 # a call of one of them: not a member (.x( ->x(), not part of a longer name, not cxk_/sys_
 CALL = re.compile(r"(?<![\w.>])(?:::|std::)?(" + "|".join(map(re.escape, RAW)) + r")\s*\(")
-# Being cleaned on another branch in parallel (issue 11: "pool" moves native/pool/'s raw calls
-# behind sys on branch `pool`); the integrator removes this exception at the merge.
-PENDING = {"pool": "branch pool (issue 10/11) moves native/pool/'s raw calls into native/sys/",
-           # landed from branch msg during issue 11: its boot_id read and pid liveness probe
-           # (fopen, kill) are the calls branch pool wraps for native/pool/; use those then
-           "msg": "native/msg/comm.cpp: boot_id and pid liveness, after branch pool's wrappers"}
+PENDING: dict[str, str] = {}  # folders being cleaned on a branch: name -> why
 
 
 def code_lines(path: Path):
@@ -58,7 +53,7 @@ def test_no_raw_syscall_outside_native_sys():
 
 
 def test_the_pending_exception_still_has_raw_calls_to_clean():
-    # once native/pool/ is clean, this fails: then drop it from PENDING
+    # once a pending folder is clean, this fails: then drop it from PENDING
     for name in PENDING:
         assert raw_calls(NATIVE / name), f"native/{name}/ is clean: remove it from PENDING"
 

@@ -73,6 +73,7 @@ CXK_BIND(sys) {
     f["avx512bw"] = int(CXK_CPU_AVX512BW);
     f["avx512bf16"] = int(CXK_CPU_AVX512BF16);
     f["movdir64b"] = int(CXK_CPU_MOVDIR64B);
+    f["sse4.2"] = int(CXK_CPU_SSE42);
     f["fma"] = int(CXK_CPU_FMA);
     f["f16c"] = int(CXK_CPU_F16C);
     m.attr("CPU_FEATURE_BITS") = f;

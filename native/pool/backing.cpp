@@ -25,12 +25,13 @@ namespace cxk::pool {
 namespace {
 
 int read_u64(const std::string &path, uint64_t *v) {
-    FILE *f = std::fopen(path.c_str(), "re");
-    if (!f) return -errno;
-    unsigned long long x = 0;
-    int n = std::fscanf(f, "%llu", &x);
-    std::fclose(f);
-    if (n != 1) return -EINVAL;
+    char buf[64];
+    const long got = sys_read_small(path.c_str(), buf, sizeof buf);
+    if (got < 0) return int(got);
+    char *end = nullptr;
+    errno = 0;
+    const unsigned long long x = std::strtoull(buf, &end, 0);
+    if (end == buf || errno == ERANGE || buf[0] == '-') return -EINVAL;
     *v = x;
     return 0;
 }

@@ -2,6 +2,8 @@
 // of superblocks, object headers and payloads.
 #include "pool/checksum.h"
 
+#include "cxlkit.h"
+
 #include <cstring>
 
 namespace cxk::pool {
@@ -25,7 +27,7 @@ __attribute__((target("sse4.2"))) uint32_t crc32c_hw(const uint8_t *d, size_t n,
 }  // namespace
 
 uint32_t crc32c(const void *data, size_t n, uint32_t crc) {
-    static const bool hw = __builtin_cpu_supports("sse4.2");
+    static const bool hw = (cxk_cpu_features() & CXK_CPU_SSE42) != 0;
     const uint8_t *d = static_cast<const uint8_t *>(data);
     crc = ~crc;
     if (hw) {

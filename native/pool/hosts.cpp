@@ -46,12 +46,8 @@ bool pid_alive(uint32_t pid) {
 // ---- host state --------------------------------------------------------------------
 uint64_t boot_hash() {
     char buf[64] = {};
-    FILE *f = std::fopen("/proc/sys/kernel/random/boot_id", "re");
-    size_t n = 0;
-    if (f) {
-        n = std::fread(buf, 1, sizeof buf - 1, f);
-        std::fclose(f);
-    }
+    const long got = sys_read_small("/proc/sys/kernel/random/boot_id", buf, sizeof buf);
+    const size_t n = got > 0 ? size_t(got) : 0;  // no procfs: every process the same boot
     return name_hash(buf, n) | (1ull << 63);  // never kBootFresh or kBootBusy
 }
 

@@ -247,6 +247,22 @@ int sys_mmap(void *want, size_t n, int prot, int flags, int fd, long long off,
 }
 int sys_close(int fd) noexcept { return int(ret(::close(fd))); }
 
+long sys_read_small(const char *path, char *buf, size_t cap) noexcept {
+    if (!path || !buf || cap == 0) return -EINVAL;
+    Fd fd(sys_open(path, O_RDONLY | O_CLOEXEC, 0));
+    if (fd.fd < 0) return fd.release();
+    size_t n = 0;
+    while (n + 1 < cap) {
+        ssize_t got = ::read(fd.fd, buf + n, cap - 1 - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return -errno;
+        if (got == 0) break;
+        n += size_t(got);
+    }
+    buf[n] = 0;
+    return long(n);
+}
+
 }  // namespace cxk
 
 using cxk::fault_check;
@@ -401,6 +417,7 @@ uint32_t cxk_cpu_features(void) {
         const bool zmm = (xcr0 & 0xe6) == 0xe6;   // + opmask, ZMM_Hi256, Hi16_ZMM
         if (ymm && (c & (1u << 12))) f |= CXK_CPU_FMA;
         if (ymm && (c & (1u << 29))) f |= CXK_CPU_F16C;
+        if (c & (1u << 20)) f |= CXK_CPU_SSE42;
         if (__get_cpuid_max(0, nullptr) < 7) return f;
         __cpuid_count(7, 0, a, b, c, d);
         if (b & (1u << 23)) f |= CXK_CPU_CLFLUSHOPT;

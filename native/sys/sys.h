@@ -79,5 +79,9 @@ int sys_ofd_lock(int fd, long long at, int type) noexcept;
 // -errno through *out; 0 or -errno.
 int sys_mmap(void *want, size_t n, int prot, int flags, int fd, long long off, void **out) noexcept;
 int sys_close(int fd) noexcept;
+// A small file read whole (procfs, sysfs: boot_id, /proc/PID/stat, a dax attribute) through
+// the fault hook (Sys::open): at most cap - 1 bytes into buf, NUL-terminated. The byte count or
+// -errno (-ENOENT when absent).
+long sys_read_small(const char *path, char *buf, size_t cap) noexcept;
 
 }  // namespace cxk

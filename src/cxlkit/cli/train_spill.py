@@ -5,12 +5,9 @@ bit for bit. Also the spill section of `cxlkit plan train --spill`."""
 from __future__ import annotations
 
 import contextlib
-import copy
-import gc
 import json
 import os
 import tempfile
-import time
 from typing import Optional
 
 import typer
@@ -38,17 +35,6 @@ def _default_spill(stack: contextlib.ExitStack) -> list[str]:
     return [*dirs, "mem"]
 
 
-def _llama(layers: int, hidden: int):
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=512, hidden_size=hidden, intermediate_size=2 * hidden,
-                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=256)
-    return LlamaForCausalLM(cfg).to(torch.bfloat16)
-
-
 @train_app.command("demo")
 def demo_cmd(
     spill: Optional[str] = typer.Option(
@@ -63,12 +49,11 @@ def demo_cmd(
     as_json: bool = typer.Option(False, "--json", help="one JSON object per step"),
 ) -> None:
     """Train a small random Llama on the CPU with and without spilled optimizer state."""
-    import torch
-
-    from ..integrations.torch import TieredAdamW
+    from ..integrations.spill_demo import spill_demo
     from ..train.subgroups import SubgroupStore
 
     con = Console()
+    equal = True
     with contextlib.ExitStack() as stack:
         paths = spill.split(",") if spill else _default_spill(stack)
         try:
@@ -76,58 +61,36 @@ def demo_cmd(
                                   measure_nbytes=8 << 20)
         except (ValueError, OSError) as e:
             _fail(str(e))
-        ref_model = _llama(layers, hidden)
-        model = copy.deepcopy(ref_model)
-        ref_opt = TieredAdamW(ref_model.parameters(), lr=3e-3, team=None)
-        opt = TieredAdamW(model.parameters(), lr=3e-3, team=None, spill=store)
-        stack.callback(opt.close)
-        if not as_json:
-            con.print(f"Llama: {sum(p.numel() for p in model.parameters()):,} bf16 params, "
-                      f"{len(store.subgroups)} subgroups of <= {sub_group_size:,}, host cache "
-                      f"{cache}; paths:")
+
+        def show_plan(nparams: int) -> None:
+            if as_json:
+                return
+            con.print(f"Llama: {nparams:,} bf16 params, {len(store.subgroups)} subgroups of "
+                      f"<= {sub_group_size:,}, host cache {cache}; paths:")
             for row in store.plan():
                 con.print(f"  {row['path']} ({row['kind']}): {row['subgroups']} subgroups, "
                           f"read {row['read'] / 1e9:.2f} / write {row['write'] / 1e9:.2f} GB/s")
-        g = torch.Generator().manual_seed(1)
-        equal = True
-        for step in range(1, steps + 1):
-            ids = torch.randint(0, 512, (4, 64), generator=g)
-            t0 = time.perf_counter()
-            out = model(input_ids=ids, labels=ids)
-            t1 = time.perf_counter()
-            out.loss.backward()
-            t2 = time.perf_counter()
-            store.report_times(forward_s=t1 - t0, backward_s=t2 - t1)
-            opt.step()
-            opt.zero_grad()
-            ref_out = ref_model(input_ids=ids, labels=ids)
-            ref_out.loss.backward()
-            ref_opt.step()
-            ref_opt.zero_grad()
-            same = out.loss.item() == ref_out.loss.item() and all(
-                torch.equal(a, b) for a, b in zip(model.parameters(), ref_model.parameters()))
-            equal &= same
-            mt = opt.last_metrics
+
+        for step, mt in enumerate(spill_demo(store, steps=steps, layers=layers, hidden=hidden,
+                                             on_start=show_plan), 1):
+            equal &= mt["equal"]
             if as_json:
-                typer.echo(json.dumps({**mt, "loss": out.loss.item(),
-                                       "reference_loss": ref_out.loss.item(), "equal": same}))
+                typer.echo(json.dumps(mt))
                 continue
             io = ", ".join(f"{os.path.basename(p['path']) or p['path']}: "
                            f"{p['subgroups']} sg, {(p['read_bytes'] + p['write_bytes']) / 2**20:.1f} MiB"
                            for p in mt["paths"])
-            con.print(f"step {step}: loss {out.loss.item():.6f} (without spill "
-                      f"{ref_out.loss.item():.6f}, {'[green]equal[/green]' if same else '[red]DIFFERS[/red]'}) "
+            same = "[green]equal[/green]" if mt["equal"] else "[red]DIFFERS[/red]"
+            con.print(f"step {step}: loss {mt['loss']:.6f} (without spill "
+                      f"{mt['reference_loss']:.6f}, {same}) "
                       f"fwd {mt['forward_s'] * 1e3:.0f} ms, bwd {mt['backward_s'] * 1e3:.0f} ms, "
                       f"update {mt['update_s'] * 1e3:.0f} ms (I/O wait {mt['io_wait_s'] * 1e3:.0f}), "
                       f"{mt['order']}, cache hits {mt['cache_hits']}/{mt['subgroups']}; {io}")
-        del model, ref_model, opt, ref_opt, out, ref_out
-        gc.collect()
     if not as_json:
         con.print("[green]losses and params bitwise equal to TieredAdamW without spill[/green]"
                   if equal else "[red]spilled training differs from TieredAdamW[/red]")
     if not equal:
         raise typer.Exit(1)
-
 
 def spill_section(con: Console, params: int, spill: str, host_cache: str,
                   sub_group_size: int, as_json: bool) -> dict | None:
