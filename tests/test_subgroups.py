@@ -379,3 +379,26 @@ def test_path_lock_excludes_another_process_and_a_dead_holder_releases(dirs):
     with make([dirs[1]], ref, lock="off") as st:
         assert run_steps(st, ref, 1)[0]["paths"][0]["lock"] == "off"
         assert st.paths[0].lock_acquired == 0
+
+
+def test_busy_seconds_is_the_union_of_request_intervals():
+    from cxlkit.train.subgroups import busy_seconds
+    assert busy_seconds([]) == 0.0
+    assert busy_seconds([(0.0, 1.0)]) == 1.0
+    # two paths in flight at once count once; a gap does not count; nested spans add nothing
+    assert busy_seconds([(2.0, 3.0), (0.0, 1.0), (0.5, 1.5), (2.2, 2.4)]) == pytest.approx(2.5)
+
+
+def test_step_metrics_give_io_busy_time_per_path_and_overall(dirs):
+    ref = Ref(3)
+    with make([dirs[0], "mem"], ref) as st:
+        m = run_steps(st, ref, 2)[-1]
+    paths_busy = [p["busy_s"] for p in m["paths"]]
+    assert all(b > 0 for b in paths_busy)
+    # overall busy time: at least the busiest path's, at most their sum, within the step
+    assert max(paths_busy) <= m["io_busy_s"] <= sum(paths_busy) + 1e-9
+    assert m["io_busy_s"] <= m["update_s"]
+    assert m["io_busy_GBps"] == pytest.approx(m["io_bytes"] / m["io_busy_s"] / 1e9)
+    for p in m["paths"]:
+        assert p["busy_GBps"] == pytest.approx((p["read_bytes"] + p["write_bytes"])
+                                               / p["busy_s"] / 1e9)

@@ -102,12 +102,15 @@ def check_payload(raw: Any, payload: Any, idx: int, path: str) -> None:
 
 
 class Pending:
-    """One read or write in flight on a path; wait() gives its duration in seconds."""
+    """One read or write in flight on a path; wait() gives its duration in seconds, from
+    submit to completion (t_submit: time.perf_counter() at submit, so that the store can
+    take the union of the requests' intervals: the time a path, or any path, was busy)."""
 
     def __init__(self, waiter: Any, nbytes: int, path: SpillPath, idx: int,
-                 write: bool) -> None:
+                 write: bool, t_submit: float | None = None) -> None:
         self._waiter, self.nbytes, self.path, self.idx, self.write = waiter, nbytes, path, \
             idx, write
+        self.t_submit = time.perf_counter() if t_submit is None else t_submit
         self.done = False
 
     def wait(self) -> float:
@@ -276,6 +279,7 @@ class DirPath(SpillPath):
     def _submit(self, idx: int, slot: int, buf: Any, write: bool) -> Pending:
         fd = self._fd(idx, create=write)
         f = self.file(idx)
+        t0 = time.perf_counter()
         try:
             t = self.engine.submit(fd, write, buf, slot * self.slot_nbytes, f)
         except OSError as e:
@@ -286,7 +290,7 @@ class DirPath(SpillPath):
                 return self.engine.wait(t, f)
             except OSError as e:
                 raise typed(e, f, idx) from None
-        return Pending(waiter, buf.nbytes, self, idx, write)
+        return Pending(waiter, buf.nbytes, self, idx, write, t0)
 
     def sync(self, idx: int) -> None:
         fd = self._fds.get(idx)
@@ -332,15 +336,18 @@ class _CopyPath(SpillPath):
             raise PathIOError(errno.EIO, f"slot {slot} holds {dst.nbytes} bytes, not "
                               f"{buf.nbytes}", self.name, idx)
 
+        t0 = time.perf_counter()
+
         def move() -> float:
-            t0 = time.perf_counter()
+            # from submit to the copy's end, as the aio engine counts (a copy queued behind
+            # another on this path's worker waits its turn, as a chunk in a queue does)
             if write:
                 np.copyto(dst, buf)
             else:
                 np.copyto(buf, dst)
             return time.perf_counter() - t0
         fut = self._pool.submit(move)
-        return Pending(fut.result, buf.nbytes, self, idx, write)
+        return Pending(fut.result, buf.nbytes, self, idx, write, t0)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

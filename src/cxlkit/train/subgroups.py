@@ -175,6 +175,7 @@ class SubgroupStore(StoreState):
         st = self._step_stats
         st["io_s"][pi][1 if pend.write else 0] += dt
         st["bytes"][pi][1 if pend.write else 0] += pend.nbytes
+        st["spans"][pi].append((pend.t_submit, pend.t_submit + dt))
         if isinstance(pend, _Fetch):
             self._check_fetched(bi, pend)
         else:
@@ -450,6 +451,7 @@ class SubgroupStore(StoreState):
             dt = pend.wait()
             self._step_stats["io_s"][pi][1] += dt
             self._step_stats["bytes"][pi][1] += pend.nbytes
+            self._step_stats["spans"][pi].append((pend.t_submit, pend.t_submit + dt))
 
     # ---- metrics, bandwidth ----
 
@@ -457,7 +459,7 @@ class SubgroupStore(StoreState):
         n = len(self.paths)
         return dict(hits=0, fetched=set(), fetches=0, flushes=0, migrations=0, wait_s=0.0, compute_s=0.0,
                     io_s=[[0.0, 0.0] for _ in range(n)], bytes=[[0, 0] for _ in range(n)],
-                    lock0=[p.lock_wait_s for p in self.paths])
+                    spans=[[] for _ in range(n)], lock0=[p.lock_wait_s for p in self.paths])
 
     def report_times(self, **seconds: float) -> None:
         """The caller's own phases of the step (forward_s=, backward_s=), kept in the next
@@ -469,18 +471,22 @@ class SubgroupStore(StoreState):
         per_path = []
         for i, p in enumerate(self.paths):
             (rs, ws), (rb, wb) = st["io_s"][i], st["bytes"][i]
+            busy = busy_seconds(st["spans"][i])
             per_path.append(dict(
                 path=p.name, kind=p.kind, subgroups=self.assignment.count(i),
                 read_bytes=rb, write_bytes=wb,
                 read_GBps=rb / rs / 1e9 if rs else None, write_GBps=wb / ws / 1e9 if ws else None,
+                busy_s=busy, busy_GBps=(rb + wb) / busy / 1e9 if busy else None,
                 bandwidth_GBps=self.bandwidth[i] / 1e9, lock=p.lock_mode,
                 lock_wait_s=p.lock_wait_s - st["lock0"][i]))
         tot_b = sum(b[0] + b[1] for b in st["bytes"])
+        busy = busy_seconds([s for spans in st["spans"] for s in spans])
         out = dict(step=self.steps_done, order="ascending" if ascending else "descending",
                    update_s=st["update_s"], compute_s=st["compute_s"], io_wait_s=st["wait_s"],
                    cache_hits=st["hits"], fetches=st["fetches"], flushes=st["flushes"],
                    migrations=st["migrations"], subgroups=len(self.subgroups),
                    io_bytes=tot_b, io_GBps=tot_b / st["update_s"] / 1e9 if st["update_s"] else 0,
+                   io_busy_s=busy, io_busy_GBps=tot_b / busy / 1e9 if busy else None,
                    paths=per_path, **self._caller_times)
         self._caller_times = {}
         self.history.append(out)
@@ -546,6 +552,18 @@ class SubgroupStore(StoreState):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def busy_seconds(spans: Sequence[tuple[float, float]]) -> float:
+    """Length of the union of (start, end) intervals: the time at least one of the requests
+    was in flight (requests on several paths at once count once)."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
 
 
 class _Fetch(Pending):
