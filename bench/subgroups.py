@@ -1,17 +1,23 @@
 """bench/subgroups.py — SubgroupStore: update throughput (Mparams/s) and effective I/O
 throughput over 1, 2 and 3 paths of different bandwidths (a directory on the disk, one on
 tmpfs, a memory tier), each path's own read/write figure measured in the same run (the
-store's own microbenchmark, and fio as the independent reference when installed: `make -f
-mk/subgroups.mk bench-subgroups-deps`), and the ablation table (baseline: one path, ascending,
-fp32 grads written, no locks; + alternating order and cache; + delayed upcast; + per-path
-locks with 2 processes; + multi-path), every row in the same run. One JSON line per row.
+store's own microbenchmark, and fio, with the same O_DIRECT choice and io_uring, as the
+independent reference: `make -f mk/subgroups.mk bench-subgroups-deps`); the ablation table
+(baseline: one path, ascending, fp32 grads written, no locks; + alternating order and cache;
++ delayed upcast; + per-path locks with 2 processes; + multi-path); and DeepSpeed's ZeRO-3
+engine with offload_optimizer nvme on each single path (bench/subgroups_deepspeed.py, run in
+.venv-ds: --deepspeed-python). Every row in the same run; one JSON line per row.
 
-  .venv/bin/python bench/subgroups.py --params 96M --subgroup 12M --steps 4
+  .venv/bin/python bench/subgroups.py --params 96M --subgroup 12M --steps 4 --runs 3 \
+      --deepspeed-python .venv-ds/bin/python
 
-Effective I/O = bytes the step moved to and from the paths / the update's wall time; the
-goal compares it with the sum of the used paths' own bandwidths (min of read and write).
-A row's figure is the median over its steps after the first (which fills the cache), with
-the spread (min..max) beside it.
+Effective I/O (the issue's "2 x subgroup bytes / (read + write time)"): the bytes a step
+moved to and from the paths / the time at least one request was in flight (io_busy_s, the
+union of the requests' submit-to-completion intervals over all paths: several paths busy at
+once count once). It is compared with the sum of the used paths' own bandwidths (min of read
+and write; store and fio figures both). io_wall_GBps = the same bytes / the update's wall time.
+Rows repeat --runs times, round-robin (the machine's load drifts); a figure is the median
+over every step after the first (which fills the cache) of every run, with min..max.
 """
 from __future__ import annotations
 
@@ -24,7 +30,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
@@ -33,6 +38,7 @@ from cxlkit.train.spill_paths import parse_path
 from cxlkit.train.subgroups import SubgroupStore
 
 BF16 = A.DTYPES["bfloat16"]
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def parse_count(s: str) -> int:
@@ -47,8 +53,7 @@ def fio(path: str, rw: str, nbytes: int, direct: bool) -> float | None:
         return None
     f = os.path.join(path, "cxlkit-fio.tmp")
     cmd = ["fio", "--name=ref", f"--filename={f}", f"--rw={rw}", "--bs=1M",
-           f"--size={nbytes}", "--iodepth=32", "--ioengine=io_uring" if direct else
-           "--ioengine=psync", f"--direct={int(direct)}", "--output-format=json",
+           f"--size={nbytes}", "--iodepth=32", "--ioengine=io_uring", f"--direct={int(direct)}", "--output-format=json",
            "--end_fsync=0"]
     try:
         if rw == "read":  # lay the file out first
@@ -71,11 +76,10 @@ def path_figures(specs: list[str], nbytes: int) -> list[dict]:
         r, w = p.measure(nbytes)
         direct = getattr(p, "direct", None)
         p.close()
-        row = dict(path=s, kind=p.kind, read_GBps=r / 1e9, write_GBps=w / 1e9, direct=direct)
-        if p.kind == "dir":
-            d = not s.startswith("/dev/shm")
-            row["fio_read_GBps"] = (fio(s, "read", nbytes, d) or 0) / 1e9 or None
-            row["fio_write_GBps"] = (fio(s, "write", nbytes, d) or 0) / 1e9 or None
+        row = dict(path=p.name, spec=s, kind=p.kind, read_GBps=r / 1e9, write_GBps=w / 1e9, direct=direct)
+        if p.kind == "dir":  # fio as the store does it: O_DIRECT where it took, io_uring
+            row["fio_read_GBps"] = (fio(s, "read", nbytes, bool(direct)) or 0) / 1e9 or None
+            row["fio_write_GBps"] = (fio(s, "write", nbytes, bool(direct)) or 0) / 1e9 or None
         out.append(row)
     return out
 
@@ -101,28 +105,76 @@ def run(paths: list[str], params: int, subgroup: int, steps: int, **kw) -> dict:
     return dict(metrics=ms, plan=plan)
 
 
-def summarize(name: str, res: dict, params: int, figs: dict[str, dict], **extra) -> dict:
-    ms = res["metrics"][1:] or res["metrics"]
+def med(xs: list[float]) -> dict:
+    return dict(median=statistics.median(xs), min=min(xs), max=max(xs), n=len(xs))
+
+
+def own_sum(used: list[str], figs: dict[str, list[dict]]) -> float | None:
+    """Sum over the used paths of min(read, write) from the store's own microbenchmark
+    (median over rounds), GB/s."""
+    tot = 0.0
+    for p in used:
+        rows = figs.get(p)
+        if not rows:
+            return None
+        tot += min(statistics.median(f["read_GBps"] for f in rows),
+                   statistics.median(f["write_GBps"] for f in rows))
+    return tot
+
+
+def summarize(name: str, results: list[dict], params: int, figs: dict[str, list[dict]],
+              **extra) -> dict:
+    """One row from the runs of one configuration (steps after each run's first)."""
+    ms = [m for res in results for m in (res["metrics"][1:] or res["metrics"])]
     upd = [m["update_s"] for m in ms]
-    io = [m["io_bytes"] / m["update_s"] / 1e9 for m in ms]
-    used = [p["path"] for p in ms[-1]["paths"] if p["subgroups"]]
-    own = sum(min(figs[p]["read_GBps"], figs[p]["write_GBps"]) for p in used if p in figs)
-    row = dict(row=name, update_s=statistics.median(upd), update_s_min=min(upd),
-               update_s_max=max(upd), Mparams_per_s=params / statistics.median(upd) / 1e6,
-               io_GBps=statistics.median(io), io_GBps_min=min(io), io_GBps_max=max(io),
-               paths_sum_GBps=own or None,
-               io_of_paths=statistics.median(io) / own if own else None,
-               cache_hits=[m["cache_hits"] for m in res["metrics"]],
-               fetches=[m["fetches"] for m in res["metrics"]],
-               subgroups=ms[-1]["subgroups"], io_wait_s=statistics.median(
-                   m["io_wait_s"] for m in ms),
+    busy = [m["io_bytes"] / m["io_busy_s"] / 1e9 for m in ms if m["io_busy_s"]]
+    wall = [m["io_bytes"] / m["update_s"] / 1e9 for m in ms]
+    last = results[-1]["metrics"][-1]
+    used = [p["path"] for p in last["paths"] if p["subgroups"]]
+    store_sum = own_sum(used, figs)
+    fio_sum = sum_with_fio(used, figs)
+    io = statistics.median(busy) if busy else None
+    row = dict(row=name, runs=len(results), update_s=med(upd),
+               Mparams_per_s=params / statistics.median(upd) / 1e6,
+               io_GBps=med(busy) if busy else None, io_wall_GBps=med(wall),
+               paths_sum_GBps=store_sum, paths_sum_fio_GBps=fio_sum,
+               io_of_paths=io / store_sum if io and store_sum else None,
+               io_of_paths_fio=io / fio_sum if io and fio_sum else None,
+               cache_hits=[[m["cache_hits"] for m in res["metrics"]] for res in results],
+               fetches=[[m["fetches"] for m in res["metrics"]] for res in results],
+               subgroups=last["subgroups"],
+               io_wait_s=statistics.median(m["io_wait_s"] for m in ms),
                compute_s=statistics.median(m["compute_s"] for m in ms),
                per_path=[dict(path=p["path"], subgroups=p["subgroups"],
-                              read_GBps=p["read_GBps"], write_GBps=p["write_GBps"],
-                              lock_wait_s=p["lock_wait_s"]) for p in ms[-1]["paths"]],
+                              busy_GBps=statistics.median(
+                                  q["busy_GBps"] for m in ms for q in m["paths"]
+                                  if q["path"] == p["path"] and q["busy_GBps"]) if any(
+                                  q["busy_GBps"] for m in ms for q in m["paths"]
+                                  if q["path"] == p["path"]) else None,
+                              lock=p["lock"], lock_wait_s=statistics.median(
+                                  q["lock_wait_s"] for m in ms for q in m["paths"]
+                                  if q["path"] == p["path"]))
+                         for p in last["paths"]],
                **extra)
     print(json.dumps(row), flush=True)
     return row
+
+
+def sum_with_fio(used: list[str], figs: dict[str, list[dict]]) -> float | None:
+    """Sum of min(read, write) with fio's figure for directories, the store's own for a
+    memory tier or pool (fio has no engine for those)."""
+    tot = 0.0
+    for p in used:
+        rows = figs.get(p) or []
+        if not rows:
+            return None
+        key = "fio_" if rows[0]["kind"] == "dir" else ""
+        r = [f.get(f"{key}read_GBps") for f in rows]
+        w = [f.get(f"{key}write_GBps") for f in rows]
+        if None in r or None in w:
+            return None
+        tot += min(statistics.median(r), statistics.median(w))
+    return tot
 
 
 def _child(q, paths, params, subgroup, steps, kw, barrier) -> None:
@@ -146,66 +198,62 @@ def two_procs(paths: list[str], params: int, subgroup: int, steps: int, kw: dict
     return out
 
 
-def deepspeed_child(path: str, params: int, subgroup: int, steps: int, qd: int) -> None:
-    """DeepSpeed 0.19's aio op (aio_handle, the op its PartitionedOptimizerSwapper drives)
-    in that swapper's sequence, one path: per subgroup, swap in fp32 master, exp_avg,
-    exp_avg_sq and the fp32 grads (one file each), wait, update (cxlkit's kernel, the same
-    for both), swap the three states out, wait; ascending, no cache. The fp32 grads are
-    swapped out before the step (DeepSpeed writes them during backward): timed apart."""
-    import torch
-    from deepspeed.ops.op_builder import AsyncIOBuilder
-    from deepspeed.runtime.swap_tensor.utils import swap_in_tensors, swap_out_tensors
+def deepspeed_row(py: str, path: str, label: str, params: int, subgroup: int,
+                  steps: int) -> dict | None:
+    """bench/subgroups_deepspeed.py in DeepSpeed's environment; its JSON row, or None (the
+    reason on stderr)."""
+    env = {**os.environ, "DS_ACCELERATOR": "cpu",
+           "TORCH_EXTENSIONS_DIR": os.environ.get(
+               "TORCH_EXTENSIONS_DIR", os.path.join(os.path.dirname(HERE), "build", "ds-ext")),
+           "PATH": os.path.dirname(py) + os.pathsep + os.environ["PATH"]}
+    r = subprocess.run([py, os.path.join(HERE, "subgroups_deepspeed.py"), "--path", path,
+                        "--label", label, "--params", str(params), "--subgroup",
+                        str(subgroup), "--steps", str(steps)],
+                       env=env, capture_output=True, text=True, check=False)
+    rows = [json.loads(x) for x in r.stdout.splitlines() if x.startswith('{"row"')]
+    if r.returncode or not rows:
+        print(f"DeepSpeed row {label!r} failed (rc {r.returncode}): {r.stderr[-3000:]}",
+              file=sys.stderr)
+        return None
+    return rows[0]
 
-    import cxlkit
 
-    h = AsyncIOBuilder().load().aio_handle(1 << 20, qd, False, True, 1)
-    m = params // subgroup
-    bufs = [cxlkit.alloc(4 * subgroup) for _ in range(4)]  # page-aligned, as O_DIRECT wants
-    tens = [torch.frombuffer(b, dtype=torch.float32) for b in bufs]
-    names = ["master", "m", "v", "g"]
-    files = [[os.path.join(path, f"ds-{k}-{n}.swp") for n in names] for k in range(m)]
-    for k in range(m):  # initial state
-        tens[0].fill_(0.5)
-        tens[1].zero_()
-        tens[2].zero_()
-        tens[3].zero_()
-        swap_out_tensors(h, tens, files[k])
-        assert h.wait() == 4
-    rng = np.random.default_rng(0)
-    g16 = (rng.standard_normal(subgroup, np.float32).view(np.uint32) >> 16).astype(np.uint16)
-    copy = np.empty(subgroup, np.uint16)
-    cfg = A.AdamConfig()
-    rows = []
-    for step in range(1, steps + 1):
-        t0 = time.perf_counter()
-        for k in range(m):  # the grads, upcast and swapped out (backward's part)
-            tens[3].numpy().view(np.uint32)[:] = g16.astype(np.uint32) << 16
-            swap_out_tensors(h, [tens[3]], [files[k][3]])
-            assert h.wait() == 1
-        t1 = time.perf_counter()
-        for k in range(m):
-            swap_in_tensors(h, tens, files[k])
-            assert h.wait() == 4
-            p, mm, v, g = (t.numpy() for t in tens)
-            A.step_raw([(p, mm, v, g, A.DTYPES["float32"], copy, BF16)], cfg, step)
-            swap_out_tensors(h, tens[:3], files[k][:3])
-            assert h.wait() == 3
-        t2 = time.perf_counter()
-        rows.append((t1 - t0, t2 - t1))
-    for k in range(m):
-        for f in files[k]:
-            os.unlink(f)
-    del tens
-    for b in bufs:
-        b.close()
-    upd = [r[1] for r in rows[1:] or rows]
-    moved = m * 4 * subgroup * 7  # 4 tensors in, 3 out
-    print(json.dumps(dict(
-        row="DeepSpeed 0.19 aio op in its swapper's sequence, 1 path (disk)",
-        update_s=statistics.median(upd), update_s_min=min(upd), update_s_max=max(upd),
-        Mparams_per_s=params / statistics.median(upd) / 1e6,
-        io_GBps=moved / statistics.median(upd) / 1e9,
-        grad_swap_out_s=statistics.median(r[0] for r in rows[1:] or rows))), flush=True)
+def summarize_ds(label: str, rows: list[dict], params: int) -> dict:
+    upd = [st["update_s"] for r in rows for st in r["steps"][1:] or r["steps"]]
+    bwd = [st["backward_s"] for r in rows for st in r["steps"][1:] or r["steps"]]
+    out = dict(row=label, runs=len(rows), engine=rows[0]["engine"],
+               deepspeed=rows[0]["deepspeed"], optimizer=rows[0]["optimizer"],
+               swapper=rows[0]["swapper"], subgroups=rows[0]["subgroups"],
+               update_s=med(upd), Mparams_per_s=params / statistics.median(upd) / 1e6,
+               io_wall_GBps=rows[0]["io_GBps"] * rows[0]["update_s"] / statistics.median(upd),
+               backward_s=med(bwd))
+    print(json.dumps(out), flush=True)
+    return out
+
+
+def configs(a: argparse.Namespace, disk: str, shm: str) -> list[tuple[str, str, list, dict]]:
+    """(row, 'one' or 'two' processes, paths, store kwargs), in the order they run."""
+    best = dict(cache_subgroups=a.cache, order="alternate", upcast="delayed",
+                lock="exclusive")
+    out = []
+    if "paths" in a.only:
+        out += [("1 path: disk", "one", [disk], best),
+                ("2 paths: disk+tmpfs", "one", [disk, shm], best),
+                ("3 paths: disk+tmpfs+mem", "one", [disk, shm, a.mem], best)]
+    if "ablation" in a.only:
+        base = dict(cache_subgroups=3, order="ascending", upcast="eager", lock="off")
+        alt = {**base, "order": "alternate", "cache_subgroups": a.cache}
+        up = {**alt, "upcast": "delayed"}
+        out += [("baseline: 1 path, ascending, fp32 grads written, no locks", "one", [disk],
+                 base),
+                ("+ alternating order and cache", "one", [disk], alt),
+                ("+ delayed upcast", "one", [disk], up),
+                # two processes, each with the whole model's subgroups, on the same path
+                ("+ delayed upcast, 2 processes, no locks", "two", [disk], up),
+                ("+ per-path locks, 2 processes", "two", [disk], {**up, "lock": "exclusive"}),
+                ("+ multi-path (disk+tmpfs+mem), 2 processes", "two", [disk, shm, a.mem],
+                 {**up, "lock": "exclusive"})]
+    return out
 
 
 def main() -> None:
@@ -213,71 +261,64 @@ def main() -> None:
     ap.add_argument("--params", default="96M", help="params (decimal suffixes)")
     ap.add_argument("--subgroup", default="12M", help="params per subgroup")
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--runs", type=int, default=3, help="rounds over every row")
     ap.add_argument("--cache", type=int, default=4, help="host cache (subgroups), rows 2+")
     ap.add_argument("--disk", default="/var/tmp", help="a directory on the disk")
     ap.add_argument("--tmpfs", default="/dev/shm", help="a directory on tmpfs")
     ap.add_argument("--mem", default="mem", help="memory tier path spec")
-    ap.add_argument("--only", default="paths,ablation", help="paths, ablation, deepspeed")
-    ap.add_argument("--deepspeed-path", default=None,
-                    help="a directory DeepSpeed is installed in (pip --target), for its row")
-    ap.add_argument("--deepspeed-child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--only", default="paths,ablation,deepspeed",
+                    help="paths, ablation, deepspeed")
+    ap.add_argument("--deepspeed-python", default=None,
+                    help="the python of an environment with DeepSpeed (.venv-ds/bin/python, "
+                    "mk/deepspeed.mk), for its rows")
     a = ap.parse_args()
-    if a.deepspeed_child:
-        deepspeed_child(a.deepspeed_child, parse_count(a.params), parse_count(a.subgroup),
-                        a.steps, 32)
-        return
     params, subgroup = parse_count(a.params), parse_count(a.subgroup)
     params -= params % subgroup
     tmp = [tempfile.mkdtemp(prefix="cxlkit-sgbench-", dir=d) for d in (a.disk, a.tmpfs)]
     try:
         disk, shm = tmp
-        load = os.getloadavg()
-        print(json.dumps(dict(machine=dict(cpus=os.cpu_count(), loadavg=load,
+        print(json.dumps(dict(machine=dict(cpus=os.cpu_count(), loadavg=os.getloadavg(),
                                            kernel=os.uname().release),
-                              params=params, subgroup=subgroup, steps=a.steps)), flush=True)
-        figs = {f["path"]: f for f in path_figures([disk, shm, a.mem], 12 * subgroup)}
-        for f in figs.values():
-            print(json.dumps(dict(path_figure=f)), flush=True)
-        best = dict(cache_subgroups=a.cache, order="alternate", upcast="delayed",
-                    lock="exclusive")
-        if "paths" in a.only:
-            for name, ps in (("1 path: disk", [disk]), ("2 paths: disk+tmpfs", [disk, shm]),
-                             ("3 paths: disk+tmpfs+mem", [disk, shm, a.mem])):
-                summarize(name, run(ps, params, subgroup, a.steps, **best), params, figs)
-        if "ablation" in a.only:
-            base = dict(cache_subgroups=3, order="ascending", upcast="eager", lock="off")
-            rows = [("baseline: 1 path, ascending, fp32 grads written, no locks", base),
-                    ("+ alternating order and cache", {**base, "order": "alternate",
-                                                       "cache_subgroups": a.cache}),
-                    ("+ delayed upcast", {**base, "order": "alternate", "cache_subgroups": a.cache,
-                                          "upcast": "delayed"})]
-            for name, kw in rows:
-                summarize(name, run([disk], params, subgroup, a.steps, **kw), params, figs)
-            last = rows[-1][1]
-            for lock in ("off", "exclusive"):
-                # each process has the whole model's subgroups (a cache smaller than them)
-                res = two_procs([disk], params, subgroup, a.steps, {**last, "lock": lock})
-                for i, r in enumerate(res):
-                    summarize(f"+ per-path locks, 2 processes (lock {lock}, process {i})", r,
-                              params, figs)
-            summarize("+ multi-path (disk+tmpfs+mem)",
-                      run([disk, shm, a.mem], params, subgroup, a.steps,
-                          **{**last, "lock": "exclusive"}), params, figs)
-        if a.deepspeed_path and "deepspeed" in a.only:
-            env = {**os.environ, "PYTHONPATH": a.deepspeed_path,
-                   "TORCH_EXTENSIONS_DIR": os.environ.get(
-                       "TORCH_EXTENSIONS_DIR", os.path.join(a.deepspeed_path, "_ext")),
-                   "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
-            subprocess.run([sys.executable, __file__, "--deepspeed-child", disk, "--params",
-                            str(params), "--subgroup", str(subgroup), "--steps", str(a.steps)],
-                           env=env, check=False)
-            for name, ps in (("cxlkit 1 path (disk), same run", [disk]),
-                             ("cxlkit 2 paths (disk+tmpfs), same run", [disk, shm])):
-                summarize(name, run(ps, params, subgroup, a.steps, **best), params, figs)
+                              params=params, subgroup=subgroup, steps=a.steps,
+                              runs=a.runs)), flush=True)
+        rows = configs(a, disk, shm)
+        ds = [(f"DeepSpeed ZeRO-3, nvme_path = {n}", p) for n, p in
+              (("disk", disk), ("tmpfs", shm))] \
+            if a.deepspeed_python and "deepspeed" in a.only else []
+        figs: dict[str, list[dict]] = {}
+        res: dict[str, list[dict]] = {r[0]: [] for r in rows + [(n, "") for n, _ in ds]}
+        for rnd in range(a.runs):
+            for f in path_figures([disk, shm, a.mem], 12 * subgroup):
+                figs.setdefault(f["path"], []).append(f)
+                print(json.dumps(dict(path_figure=f, round=rnd)), flush=True)
+            for name, procs, ps, kw in rows:
+                if procs == "one":
+                    res[name].append(run(ps, params, subgroup, a.steps, **kw))
+                else:
+                    res[name] += two_procs(ps, params, subgroup, a.steps, kw)
+            for name, p in ds:
+                r = deepspeed_row(a.deepspeed_python, p, name, params, subgroup, a.steps)
+                if r is not None:
+                    res[name].append(r)
+            print(json.dumps(dict(round=rnd, loadavg=os.getloadavg())), flush=True)
+        out = {name: summarize(name, res[name], params, figs) for name, *_ in rows}
+        out.update({n: summarize_ds(n, res[n], params) for n, _ in ds if res[n]})
+        compare(out)
         print(json.dumps(dict(loadavg_end=os.getloadavg())), flush=True)
     finally:
         for d in tmp:
             shutil.rmtree(d, ignore_errors=True)
+
+
+def compare(out: dict[str, dict]) -> None:
+    """cxlkit against DeepSpeed, update time ratios (medians of the same run)."""
+    pairs = [("1 path: disk", "DeepSpeed ZeRO-3, nvme_path = disk"),
+             ("2 paths: disk+tmpfs", "DeepSpeed ZeRO-3, nvme_path = disk"),
+             ("2 paths: disk+tmpfs", "DeepSpeed ZeRO-3, nvme_path = tmpfs")]
+    for mine, theirs in pairs:
+        if mine in out and theirs in out:
+            x = out[theirs]["update_s"]["median"] / out[mine]["update_s"]["median"]
+            print(json.dumps(dict(compare=f"{mine} vs {theirs}", speedup=x)), flush=True)
 
 
 if __name__ == "__main__":

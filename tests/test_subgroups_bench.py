@@ -15,20 +15,44 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_subgroups_bench_prints_paths_figures_and_every_ablation_row(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "subgroups.py"), "--params", "2M",
-                        "--subgroup", "250K", "--steps", "2", "--disk", str(tmp_path)],
+                        "--subgroup", "250K", "--steps", "2", "--runs", "2", "--disk",
+                        str(tmp_path), "--only", "paths,ablation"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     rows = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
     figs = [x["path_figure"] for x in rows if "path_figure" in x]
-    assert [f["kind"] for f in figs] == ["dir", "dir", "memory"]
+    assert [f["kind"] for f in figs] == ["dir", "dir", "memory"] * 2  # one set per round
     assert all(f["read_GBps"] > 0 and f["write_GBps"] > 0 for f in figs)
     names = [x["row"] for x in rows if "row" in x]
     assert names[:3] == ["1 path: disk", "2 paths: disk+tmpfs", "3 paths: disk+tmpfs+mem"]
     assert names[3].startswith("baseline") and names[-1].startswith("+ multi-path")
-    assert sum("2 processes" in n for n in names) == 4
+    assert sum("2 processes" in n for n in names) == 3
     for x in rows:
         if "row" in x:
-            assert x["update_s"] > 0 and x["Mparams_per_s"] > 0
+            # two runs of one process, or of two processes (a result each)
+            assert x["runs"] == (4 if "2 processes" in x["row"] else 2)
+            assert x["update_s"]["min"] <= x["update_s"]["median"] <= x["update_s"]["max"]
+            assert x["Mparams_per_s"] > 0 and x["io_GBps"]["median"] > 0
+            assert x["paths_sum_GBps"] > 0 and x["io_of_paths"] > 0
     alt = next(x for x in rows if x.get("row") == "+ delayed upcast")
-    assert alt["cache_hits"][1:] == [4]
+    assert [h[1:] for h in alt["cache_hits"]] == [[4], [4]]  # K of M skip I/O
+    base = next(x for x in rows if x.get("row", "").startswith("baseline"))
+    assert [h[1:] for h in base["cache_hits"]] == [[0], [0]]  # ascending: none
+    locked = next(x for x in rows if x.get("row") == "+ per-path locks, 2 processes")
+    assert [p["lock"] for p in locked["per_path"]] == ["exclusive"]
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_subgroups_bench_deepspeed_row_reports_a_failed_engine_without_dying(tmp_path):
+    # a python without DeepSpeed: the DeepSpeed row is left out with the reason on stderr
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "subgroups.py"), "--params", "1M",
+                        "--subgroup", "250K", "--steps", "2", "--runs", "1", "--disk",
+                        str(tmp_path), "--only", "paths,deepspeed",
+                        "--deepspeed-python", sys.executable],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "DeepSpeed row 'DeepSpeed ZeRO-3, nvme_path = disk' failed" in r.stderr
+    rows = [json.loads(x) for x in r.stdout.splitlines() if x.startswith('{"row"')]
+    assert [x["row"] for x in rows] == ["1 path: disk", "2 paths: disk+tmpfs",
+                                        "3 paths: disk+tmpfs+mem"]
