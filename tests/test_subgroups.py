@@ -389,15 +389,19 @@ def test_busy_seconds_is_the_union_of_request_intervals():
     assert busy_seconds([(2.0, 3.0), (0.0, 1.0), (0.5, 1.5), (2.2, 2.4)]) == pytest.approx(2.5)
 
 
-def test_step_metrics_give_io_busy_time_per_path_and_overall(dirs):
+@pytest.mark.parametrize("upcast", ["delayed", "eager"])
+def test_step_metrics_give_io_busy_time_per_path_and_overall(dirs, upcast):
     ref = Ref(3)
-    with make([dirs[0], "mem"], ref) as st:
+    with make([dirs[0], "mem"], ref, upcast=upcast) as st:
         m = run_steps(st, ref, 2)[-1]
     paths_busy = [p["busy_s"] for p in m["paths"]]
     assert all(b > 0 for b in paths_busy)
     # overall busy time: at least the busiest path's, at most their sum, within the step
     assert max(paths_busy) <= m["io_busy_s"] <= sum(paths_busy) + 1e-9
     assert m["io_busy_s"] <= m["update_s"]
+    # blocked on reads / on writes: parts of the step's I/O wait
+    assert m["read_wait_s"] >= 0 and m["write_wait_s"] >= 0
+    assert m["read_wait_s"] + m["write_wait_s"] <= m["io_wait_s"] + 1e-6
     assert m["io_busy_GBps"] == pytest.approx(m["io_bytes"] / m["io_busy_s"] / 1e9)
     for p in m["paths"]:
         assert p["busy_GBps"] == pytest.approx((p["read_bytes"] + p["write_bytes"])

@@ -84,7 +84,8 @@ def demo_cmd(
             con.print(f"step {step}: loss {mt['loss']:.6f} (without spill "
                       f"{mt['reference_loss']:.6f}, {same}) "
                       f"fwd {mt['forward_s'] * 1e3:.0f} ms, bwd {mt['backward_s'] * 1e3:.0f} ms, "
-                      f"update {mt['update_s'] * 1e3:.0f} ms (I/O wait {mt['io_wait_s'] * 1e3:.0f}), "
+                      f"update {mt['update_s'] * 1e3:.0f} ms (I/O wait {mt['io_wait_s'] * 1e3:.0f}: "
+                      f"read {mt['read_wait_s'] * 1e3:.0f}, write {mt['write_wait_s'] * 1e3:.0f}), "
                       f"{mt['order']}, cache hits {mt['cache_hits']}/{mt['subgroups']}; {io}")
     if not as_json:
         con.print("[green]losses and params bitwise equal to TieredAdamW without spill[/green]"

@@ -154,6 +154,7 @@ class SubgroupStore(StoreState):
         self._io[bi] = None
         k = self._held[bi]
         path = pend.path
+        t_block = time.perf_counter()
         try:
             dt = pend.wait()
             if isinstance(pend, _Fetch):
@@ -173,6 +174,8 @@ class SubgroupStore(StoreState):
                             pass
         pi = self.paths.index(path)
         st = self._step_stats
+        # the time this thread sat blocked on the request (0 when it had already finished)
+        st["write_wait_s" if pend.write else "read_wait_s"] += time.perf_counter() - t_block
         st["io_s"][pi][1 if pend.write else 0] += dt
         st["bytes"][pi][1 if pend.write else 0] += pend.nbytes
         st["spans"][pi].append((pend.t_submit, pend.t_submit + dt))
@@ -370,8 +373,10 @@ class SubgroupStore(StoreState):
         order = [k for k in order if self.gen[k] < self._target]
         self._pos = {k: i for i, k in enumerate(order)}
         st = self._step_stats
-        if self.upcast == "eager":
+        if self.upcast == "eager":  # the baseline waits for its fp32 grads to be written
+            tw = time.perf_counter()
             self._spill_grads(order, grads)
+            st["wait_s"] += time.perf_counter() - tw
         for pos, k in enumerate(order):
             tw = time.perf_counter()
             if not self._fetch(k, {k}, wait=True):
@@ -448,7 +453,9 @@ class SubgroupStore(StoreState):
             path = self.paths[pi]
             self._acquire(path)
             pend = path.write(k, 2, stage[:L.pad(4 * sg.nparams)])
+            t_block = time.perf_counter()
             dt = pend.wait()
+            self._step_stats["write_wait_s"] += time.perf_counter() - t_block
             self._step_stats["io_s"][pi][1] += dt
             self._step_stats["bytes"][pi][1] += pend.nbytes
             self._step_stats["spans"][pi].append((pend.t_submit, pend.t_submit + dt))
@@ -457,7 +464,8 @@ class SubgroupStore(StoreState):
 
     def _new_stats(self) -> dict[str, Any]:
         n = len(self.paths)
-        return dict(hits=0, fetched=set(), fetches=0, flushes=0, migrations=0, wait_s=0.0, compute_s=0.0,
+        return dict(hits=0, fetched=set(), fetches=0, flushes=0, migrations=0, wait_s=0.0,
+                    read_wait_s=0.0, write_wait_s=0.0, compute_s=0.0,
                     io_s=[[0.0, 0.0] for _ in range(n)], bytes=[[0, 0] for _ in range(n)],
                     spans=[[] for _ in range(n)], lock0=[p.lock_wait_s for p in self.paths])
 
@@ -483,6 +491,7 @@ class SubgroupStore(StoreState):
         busy = busy_seconds([s for spans in st["spans"] for s in spans])
         out = dict(step=self.steps_done, order="ascending" if ascending else "descending",
                    update_s=st["update_s"], compute_s=st["compute_s"], io_wait_s=st["wait_s"],
+                   read_wait_s=st["read_wait_s"], write_wait_s=st["write_wait_s"],
                    cache_hits=st["hits"], fetches=st["fetches"], flushes=st["flushes"],
                    migrations=st["migrations"], subgroups=len(self.subgroups),
                    io_bytes=tot_b, io_GBps=tot_b / st["update_s"] / 1e9 if st["update_s"] else 0,
