@@ -681,6 +681,9 @@ CXK_API int cxk_aio_wait(cxk_aio *aio, uint64_t ticket);
 /* cxk_aio_wait that also gives the request's duration in ns, from its submit to the
  * completion of its last chunk (NULL: not wanted): the path's observed throughput. */
 CXK_API int cxk_aio_wait_ex(cxk_aio *aio, uint64_t ticket, uint64_t *duration_ns);
+/* Without blocking: 1 when the request is done (cxk_aio_wait then returns at once), 0 while
+ * a chunk is in flight, -ENOENT for an unknown or already waited ticket. */
+CXK_API int cxk_aio_done(cxk_aio *aio, uint64_t ticket);
 CXK_API int cxk_aio_stats(const cxk_aio *aio, struct cxk_aio_stats *out);
 #define CXK_AIO_O_WRITE 1u   /* read-write (else read-only) */
 #define CXK_AIO_O_CREATE 2u  /* create if missing, mode 0600 */

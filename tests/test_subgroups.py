@@ -15,7 +15,8 @@ from cxlkit import _native
 from cxlkit.train import adam as A
 from cxlkit.train import aio
 from cxlkit.train import subgroup_layout as L
-from cxlkit.train.spill_paths import (DirPath, PathFullError, PathIOError, PathVanishedError,
+from cxlkit.train.spill_paths import (DirPath, MemoryPath, PathFullError, PathIOError,
+                                      PathVanishedError,
                                       PoolPath, SubgroupCorruptError)
 from cxlkit.train.subgroups import SubgroupStore
 
@@ -406,3 +407,58 @@ def test_step_metrics_give_io_busy_time_per_path_and_overall(dirs, upcast):
     for p in m["paths"]:
         assert p["busy_GBps"] == pytest.approx((p["read_bytes"] + p["write_bytes"])
                                                / p["busy_s"] / 1e9)
+
+
+class _HeldPath(MemoryPath):
+    """A memory path that records how many reads were outstanding (submitted, not yet
+    waited for) at once; held=True: its requests stay 'in flight' until waited for
+    (ready() is False), the worst case for read-ahead."""
+
+    def __init__(self, held: bool) -> None:
+        super().__init__()
+        self.held = held
+        self.reads_out, self.most_reads_out = 0, 0
+
+    def _submit(self, idx, slot, buf, write):
+        p = super()._submit(idx, slot, buf, write)
+        inner = p._waiter
+        if not write:
+            self.reads_out += 1
+            self.most_reads_out = max(self.most_reads_out, self.reads_out)
+
+        def waiter():
+            if not write:
+                self.reads_out -= 1
+            return inner()
+        p._waiter = waiter
+        if self.held:
+            p._poll = lambda: False
+        return p
+
+
+def test_pending_ready_never_blocks_and_turns_true_when_done(dirs):
+    p = DirPath(dirs[0], lock="off")
+    p.open(1 << 20)
+    mem = cxlkit.alloc(1 << 20)
+    try:
+        w = p.write(3, 0, mem.numpy())
+        while not w.ready():  # polled, never waited: the request finishes on its own
+            pass
+        assert w.wait() >= 0 and w.ready()
+    finally:
+        p.close()
+        mem.close()
+
+
+@pytest.mark.parametrize("cache", [5, 6])
+@pytest.mark.parametrize("held", [False, True])
+def test_read_ahead_keeps_up_to_cache_minus_two_reads_in_flight_and_the_same_bits(cache,
+                                                                                  held):
+    ref = Ref(5)
+    path = _HeldPath(held)
+    with make([path], ref, cache_subgroups=cache) as st:
+        run_steps(st, ref, 3)
+        check_state(st, ref)
+    # K buffers: the one updated, K-2 read ahead, one written back; buffers whose flush is
+    # still in flight are not taken without waiting (held), so fewer reads go ahead then
+    assert path.most_reads_out == cache - 2 if not held else path.most_reads_out >= 2

@@ -145,6 +145,14 @@ int cxk_aio_wait_ex(cxk_aio *a, uint64_t ticket, uint64_t *duration_ns) {
     return err;
 }
 
+int cxk_aio_done(cxk_aio *a, uint64_t ticket) {
+    if (!a) return -EINVAL;
+    std::lock_guard<std::mutex> g(a->mu);
+    auto it = a->reqs.find(ticket);
+    if (it == a->reqs.end()) return -ENOENT;
+    return it->second->left == 0 ? 1 : 0;
+}
+
 int cxk_aio_stats(const cxk_aio *a, struct cxk_aio_stats *out) {
     if (!a || !out) return -EINVAL;
     std::lock_guard<std::mutex> g(const_cast<cxk_aio *>(a)->mu);

@@ -76,6 +76,12 @@ CXK_BIND(aio) {
                 return ns;
             },
             nb::arg("ticket"), nb::arg("what") = "aio")
+        .def(
+            "done",
+            [](AioEngine &e, uint64_t ticket, const std::string &what) {
+                return check(cxk_aio_done(e.get(), ticket), what) == 1;
+            },
+            nb::arg("ticket"), nb::arg("what") = "aio")
         .def("stats",
              [](const AioEngine &e) {
                  struct cxk_aio_stats s{};

@@ -43,11 +43,18 @@ static void round_trip(int backend, const char *name) {
     CHECK_EQ(cxk_aio_wait(a, t1), 0);
     CHECK_EQ(cxk_aio_sync(fd), 0);
     CHECK_EQ(cxk_aio_submit(a, fd, 0, r, n, 0, &t2), 0);
+    int d;  /* polled until done: 0 while in flight, then 1, and the wait returns at once */
+    while ((d = cxk_aio_done(a, t2)) == 0) {
+    }
+    CHECK_EQ(d, 1);
+    CHECK_EQ(cxk_aio_done(a, t2), 1);
     uint64_t ns = 0;
     CHECK_EQ(cxk_aio_wait_ex(a, t2, &ns), 0);
     CHECK(ns > 0);
     CHECK(memcmp(w, r, n) == 0);
     CHECK_EQ(cxk_aio_wait(a, t2), -ENOENT);  /* a ticket is waited for once */
+    CHECK_EQ(cxk_aio_done(a, t2), -ENOENT);
+    CHECK_EQ(cxk_aio_done(NULL, t2), -EINVAL);
     struct cxk_aio_stats st;
     CHECK_EQ(cxk_aio_stats(a, &st), 0);
     CHECK_EQ(st.bytes_written, n);

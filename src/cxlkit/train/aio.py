@@ -64,6 +64,10 @@ class AioEngine:
         """Seconds from the request's submit to its last chunk's completion."""
         return self._e.wait(ticket, what) * 1e-9
 
+    def done(self, ticket: int, what: str = "aio") -> bool:
+        """True when the request has finished (wait will not block); never blocks."""
+        return bool(self._e.done(ticket, what))
+
     def stats(self) -> dict[str, int]:
         r, w, reqs, chunks, errs = self._e.stats()
         return dict(bytes_read=r, bytes_written=w, requests=reqs, chunks=chunks, errors=errs)

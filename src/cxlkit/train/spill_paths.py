@@ -107,11 +107,23 @@ class Pending:
     take the union of the requests' intervals: the time a path, or any path, was busy)."""
 
     def __init__(self, waiter: Any, nbytes: int, path: SpillPath, idx: int,
-                 write: bool, t_submit: float | None = None) -> None:
+                 write: bool, t_submit: float | None = None,
+                 poll: Any = None) -> None:
         self._waiter, self.nbytes, self.path, self.idx, self.write = waiter, nbytes, path, \
             idx, write
         self.t_submit = time.perf_counter() if t_submit is None else t_submit
+        self._poll = poll
         self.done = False
+
+    def ready(self) -> bool:
+        """True when wait() would not block (the request finished, or was waited for);
+        never blocks. A failed request is ready too: wait() raises its error."""
+        if self.done or self._poll is None:
+            return True
+        try:
+            return bool(self._poll())
+        except OSError:
+            return True  # wait() reports it
 
     def wait(self) -> float:
         if self.done:
@@ -290,7 +302,8 @@ class DirPath(SpillPath):
                 return self.engine.wait(t, f)
             except OSError as e:
                 raise typed(e, f, idx) from None
-        return Pending(waiter, buf.nbytes, self, idx, write, t0)
+        return Pending(waiter, buf.nbytes, self, idx, write, t0,
+                       lambda: self.engine.done(t, f))
 
     def sync(self, idx: int) -> None:
         fd = self._fds.get(idx)
@@ -347,7 +360,7 @@ class _CopyPath(SpillPath):
                 np.copyto(buf, dst)
             return time.perf_counter() - t0
         fut = self._pool.submit(move)
-        return Pending(fut.result, buf.nbytes, self, idx, write, t0)
+        return Pending(fut.result, buf.nbytes, self, idx, write, t0, fut.done)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

@@ -224,12 +224,15 @@ class SubgroupStore(StoreState):
             self._drain()
             path.acquire(True)
 
-    def _victim(self, keep: set[int]) -> int | None:
+    def _victim(self, keep: set[int], ready_only: bool = False) -> int | None:
         """A buffer to reuse: a free one, else the one whose subgroup is needed last
         (Belady): subgroups done for this step come next step, the least recently updated
-        last (alternating order); those still to do, by their position in this step."""
+        last (alternating order); those still to do, by their position in this step.
+        ready_only: skip buffers whose I/O is still in flight (taking one would block)."""
         best, best_d = None, None
         for bi, k in enumerate(self._held):
+            if ready_only and self._io[bi] is not None and not self._io[bi].ready():
+                continue
             if k is None and self._io[bi] is None:
                 return bi
             if k is None or k in keep:
@@ -285,17 +288,20 @@ class SubgroupStore(StoreState):
 
     def _fetch(self, k: int, keep: set[int], wait: bool) -> bool:
         """Make subgroup k resident (start its read into a free or evicted buffer). False
-        when no buffer is free yet (all busy with this step's subgroups)."""
+        when no buffer is free yet (all busy with this step's subgroups) or, not wait, when
+        the buffer it takes must first be written back (the flush starts now) or is still
+        busy: wait=False never blocks on I/O in flight."""
         if k in self._where:
             return True
-        bi = self._victim(keep)
+        bi = self._victim(keep, ready_only=not wait)
         if bi is None:
             return False
         if self._held[bi] is not None or self._io[bi] is not None:
             self._evict(bi)
-            if not wait:
-                return False  # the flush runs now; the read goes in on a later call
-            self._finish(bi)
+            if self._io[bi] is not None:  # a dirty subgroup's flush is in flight
+                if not wait:
+                    return False  # the read goes in on a later call
+                self._finish(bi)
             self._drop(bi)
         sg = self.subgroups[k]
         pi, slot, g = self._location(k)
@@ -383,12 +389,16 @@ class SubgroupStore(StoreState):
                 raise RuntimeError("host cache has no buffer for the next subgroup")
             bi = self._where[k]
             self._finish(bi)
-            nxt = order[pos + 1:pos + 3]
+            # read-ahead over K-2 subgroups (at least 2): k+1 surely (waiting for its buffer
+            # if need be), the later ones into buffers that are free without waiting, or by
+            # starting a done subgroup's flush (lazy flush) so that it overlaps this update;
+            # consecutive subgroups sit on different paths, so the paths work at once
+            nxt = order[pos + 1:pos + 1 + max(2, len(self._bufs) - 2)]
             if nxt and self.pipeline_read:
                 self._fetch(nxt[0], {k, nxt[0]}, wait=True)
-            if len(nxt) > 1 and nxt[1] not in self._where and self.pipeline_read:
-                # free a buffer for k+2 now, so its flush overlaps this update (lazy flush)
-                self._fetch(nxt[1], {k, *nxt}, wait=False)
+                for j in range(1, len(nxt)):
+                    if nxt[j] not in self._where:
+                        self._fetch(nxt[j], {k, *nxt[:j + 1]}, wait=False)
             st["wait_s"] += time.perf_counter() - tw
             tc = time.perf_counter()
             self._update(bi, self.subgroups[k], configs, grads, copies, steps, grad_scale,
@@ -583,6 +593,9 @@ class _Fetch(Pending):
         self._inner = inner
         self.idx, self.slot, self.gen = idx, slot, gen
         self.extra: list[Pending] = []
+
+    def ready(self) -> bool:
+        return self._inner.ready() and all(e.ready() for e in self.extra)
 
     def wait(self) -> float:
         self.done = True
