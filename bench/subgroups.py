@@ -123,7 +123,7 @@ def own_sum(used: list[str], figs: dict[str, list[dict]]) -> float | None:
 
 
 def summarize(name: str, results: list[dict], params: int, figs: dict[str, list[dict]],
-              **extra) -> dict:
+              key: str = "row") -> dict:
     """One row from the runs of one configuration (steps after each run's first)."""
     ms = [m for res in results for m in (res["metrics"][1:] or res["metrics"])]
     upd = [m["update_s"] for m in ms]
@@ -134,7 +134,8 @@ def summarize(name: str, results: list[dict], params: int, figs: dict[str, list[
     store_sum = own_sum(used, figs)
     fio_sum = sum_with_fio(used, figs)
     io = statistics.median(busy) if busy else None
-    row = dict(row=name, runs=len(results), update_s=med(upd),
+    row = {key: name, "runs": len(results), "update_s": med(upd)}
+    row.update(dict(
                Mparams_per_s=params / statistics.median(upd) / 1e6,
                io_GBps=med(busy) if busy else None, io_wall_GBps=med(wall),
                paths_sum_GBps=store_sum, paths_sum_fio_GBps=fio_sum,
@@ -154,8 +155,7 @@ def summarize(name: str, results: list[dict], params: int, figs: dict[str, list[
                               lock=p["lock"], lock_wait_s=statistics.median(
                                   q["lock_wait_s"] for m in ms for q in m["paths"]
                                   if q["path"] == p["path"]))
-                         for p in last["paths"]],
-               **extra)
+                         for p in last["paths"]]))
     print(json.dumps(row), flush=True)
     return row
 
@@ -218,10 +218,11 @@ def deepspeed_row(py: str, path: str, label: str, params: int, subgroup: int,
     return rows[0]
 
 
-def summarize_ds(label: str, rows: list[dict], params: int) -> dict:
+def summarize_ds(label: str, rows: list[dict], params: int, key: str = "row") -> dict:
     upd = [st["update_s"] for r in rows for st in r["steps"][1:] or r["steps"]]
     bwd = [st["backward_s"] for r in rows for st in r["steps"][1:] or r["steps"]]
-    out = dict(row=label, runs=len(rows), engine=rows[0]["engine"],
+    out = {key: label}
+    out.update(runs=len(rows), engine=rows[0]["engine"],
                deepspeed=rows[0]["deepspeed"], optimizer=rows[0]["optimizer"],
                swapper=rows[0]["swapper"], subgroups=rows[0]["subgroups"],
                update_s=med(upd), Mparams_per_s=params / statistics.median(upd) / 1e6,
@@ -301,16 +302,20 @@ def main() -> None:
                 if r is not None:
                     res[name].append(r)
             print(json.dumps(dict(round=rnd, loadavg=os.getloadavg())), flush=True)
-        out = {name: summarize(name, res[name], params, figs) for name, *_ in rows}
-        out.update({n: summarize_ds(n, res[n], params) for n, _ in ds if res[n]})
-        compare(out)
+            # every round's rows so far (the last round's are the result: "row"; the earlier
+            # ones, "partial_row", are there for a run that is cut short)
+            key = "row" if rnd == a.runs - 1 else "partial_row"
+            out = {name: summarize(name, res[name], params, figs, key)
+                   for name, *_ in rows}
+            out.update({n: summarize_ds(n, res[n], params, key) for n, _ in ds if res[n]})
+            compare(out, "compare" if key == "row" else "partial_compare")
         print(json.dumps(dict(loadavg_end=os.getloadavg())), flush=True)
     finally:
         for d in tmp:
             shutil.rmtree(d, ignore_errors=True)
 
 
-def compare(out: dict[str, dict]) -> None:
+def compare(out: dict[str, dict], key: str = "compare") -> None:
     """cxlkit against DeepSpeed, update time ratios (medians of the same run)."""
     pairs = [("1 path: disk", "DeepSpeed ZeRO-3, nvme_path = disk"),
              ("2 paths: disk+tmpfs", "DeepSpeed ZeRO-3, nvme_path = disk"),
@@ -318,7 +323,7 @@ def compare(out: dict[str, dict]) -> None:
     for mine, theirs in pairs:
         if mine in out and theirs in out:
             x = out[theirs]["update_s"]["median"] / out[mine]["update_s"]["median"]
-            print(json.dumps(dict(compare=f"{mine} vs {theirs}", speedup=x)), flush=True)
+            print(json.dumps({key: f"{mine} vs {theirs}", "speedup": x}), flush=True)
 
 
 if __name__ == "__main__":
