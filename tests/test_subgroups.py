@@ -379,3 +379,16 @@ def test_path_lock_excludes_another_process_and_a_dead_holder_releases(dirs):
     with make([dirs[1]], ref, lock="off") as st:
         assert run_steps(st, ref, 1)[0]["paths"][0]["lock"] == "off"
         assert st.paths[0].lock_acquired == 0
+
+
+def test_measuring_a_pool_path_too_small_raises_the_real_error_not_BufferError(tmp_path):
+    # defect (found trying `plan train --spill pool:X`): the probe's buffer was closed while the
+    # error's traceback still held views of it, so BufferError replaced PathFullError
+    import cxlkit
+    from cxlkit.train import spill_plan as SP
+    from cxlkit.train.spill_paths import PathFullError
+
+    path = str(tmp_path / "small")
+    cxlkit.Pool(path, size="16M").close()
+    with pytest.raises(PathFullError, match="no room"):
+        SP.measure_paths([f"pool:{path}"], nbytes=32 << 20)
