@@ -483,7 +483,7 @@ class Pool:
         try:
             return FsckReport(**self._h.fsck(repair))
         except OSError as e:
-            raise _typed(e, _OPEN_ERRORS) from None
+            raise _typed(e, _OBJECT_ERRORS) from None
 
 
 def _check_group(paths: list[str], gid: int) -> None:
