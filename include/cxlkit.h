@@ -485,6 +485,9 @@ typedef struct cxk_pool cxk_pool;
 enum cxk_coherence {
     CXK_COHERENCE_HOST = 0, /* one coherence domain: flushes are no-ops, ordering kept */
     CXK_COHERENCE_NONE = 1, /* hosts without coherence: flush on publish, invalidate on read */
+    /* ---- issue 16: the non-coherence simulator ---- */
+    CXK_COHERENCE_SIM = 2,  /* as NONE, on a simulated cache per host id (docs/pool-format.md):
+                               tests only; $CXLKIT_SIM_SEED, $CXLKIT_SIM_EVICT, $CXLKIT_SIM_DIR */
 };
 
 #define CXK_POOL_CREATE 1u /* format the pool if it does not exist (files: atomically) */

@@ -108,7 +108,7 @@ struct PoolHandle {
         }
         this->host_id = s.host_id;
         geo = PoolGeometry{s.size, s.data_off, s.partition_bytes, s.host_id,
-                           s.coherence == CXK_COHERENCE_NONE};
+                           s.coherence != CXK_COHERENCE_HOST};
     }
     ~PoolHandle();
     // A shared hold on the mapping for one call; the closed error once close() has begun.

@@ -31,7 +31,7 @@ int pool_geometry(cxk_pool *p, uint64_t *size, bool *nc) {
     int rc = cxk_pool_stat(p, &st);
     if (rc) return rc;
     *size = st.size;
-    *nc = st.coherence == CXK_COHERENCE_NONE;
+    *nc = st.coherence != CXK_COHERENCE_HOST;  // "none" or "sim"
     return 0;
 }
 
