@@ -271,9 +271,11 @@ int map_files(Map *m, uint8_t *pool, uint64_t size, uint64_t align, const uint8_
         m->synced = m->view + size;
         Meta *meta = reinterpret_cast<Meta *>(m->synced + size);
         if (meta->magic != kMetaMagic || meta->size != size || !meta->ready) {
-            // a new host cache: every line cached and clean, as the pool is now
-            std::memcpy(m->view, pool, size);
+            // a new host cache: every line cached and clean, as the pool is now. The view is
+            // copied from the shadow, not from the pool again: other hosts write lines back
+            // meanwhile, and a line that differed would pass for dirty and go back stale.
             std::memcpy(m->synced, pool, size);
+            std::memcpy(m->view, m->synced, size);
             meta->magic = kMetaMagic;
             meta->size = size;
             __atomic_store_n(&meta->ready, uint64_t(1), __ATOMIC_RELEASE);
