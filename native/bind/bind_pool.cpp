@@ -454,7 +454,8 @@ CXK_BIND(pool) {
             use.check_range(o.off + offset, 8, true);
             auto *w = reinterpret_cast<uint64_t *>(use.base() + o.off + offset);
             const uint64_t now = __atomic_add_fetch(w, value, __ATOMIC_RELAXED);
-            cxk_pool_flush(use.get(), o.off + offset, 8);
+            if (!cxk_mutation_on(CXK_MUT_COUNTER_WRITEBACK))  // issue 16's mutation tests
+                cxk_pool_flush(use.get(), o.off + offset, 8);
             return now;
         }, nb::arg("offset"), nb::arg("value"))
         // flush / invalidate for nbytes at each payload offset of a batch (scattered words,

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "cxlkit.h"
+#include "prim/memops_raw.h"
 #include "prim/sim.h"
 
 namespace cxk {
@@ -63,6 +64,19 @@ void nt_body_sse2(char *d, const char *s, size_t n) {
 inline bool sim_on() { return __builtin_expect(sim::g_on.load(std::memory_order_relaxed), 0); }
 
 }  // namespace
+
+namespace prim {
+void flush_raw(const void *addr, size_t nbytes) {
+    uintptr_t lo, hi;
+    lines(addr, nbytes, &lo, &hi);
+    switch (flush_kind()) {
+        case FlushKind::clwb: flush_clwb(lo, hi); break;
+        case FlushKind::clflushopt: flush_clflushopt(lo, hi); break;
+        case FlushKind::clflush: flush_clflush(lo, hi); break;
+    }
+}
+void sfence_raw() { _mm_sfence(); }
+}  // namespace prim
 }  // namespace cxk
 
 extern "C" {
@@ -70,13 +84,7 @@ extern "C" {
 void cxk_flush(const void *addr, size_t nbytes) {
     if (nbytes == 0) return;
     if (cxk::sim_on() && cxk::sim::flush(addr, nbytes)) return;
-    uintptr_t lo, hi;
-    cxk::lines(addr, nbytes, &lo, &hi);
-    switch (cxk::flush_kind()) {
-        case cxk::FlushKind::clwb: cxk::flush_clwb(lo, hi); break;
-        case cxk::FlushKind::clflushopt: cxk::flush_clflushopt(lo, hi); break;
-        case cxk::FlushKind::clflush: cxk::flush_clflush(lo, hi); break;
-    }
+    cxk::prim::flush_raw(addr, nbytes);
 }
 
 void cxk_invalidate(const void *addr, size_t nbytes) {
@@ -96,7 +104,7 @@ void cxk_invalidate(const void *addr, size_t nbytes) {
 
 void cxk_sfence(void) {
     if (cxk::sim_on()) cxk::sim::fence();
-    _mm_sfence();
+    cxk::prim::sfence_raw();
 }
 void cxk_mfence(void) {
     if (cxk::sim_on()) cxk::sim::fence();

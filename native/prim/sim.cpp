@@ -394,3 +394,12 @@ Counts counts() {
 }
 
 }  // namespace cxk::sim
+
+extern "C" void cxk_sim_counts(uint64_t out[4]) {
+    if (!out) return;
+    const cxk::sim::Counts c = cxk::sim::counts();
+    out[0] = c.writebacks;
+    out[1] = c.fetches;
+    out[2] = c.evictions;
+    out[3] = c.nt_lines;
+}
