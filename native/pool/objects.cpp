@@ -310,7 +310,7 @@ int cxk_obj_open(cxk_pool *p, const char *name, struct cxk_obj_stat *st_) {
             // Non-coherent pool: the caller may read the payload in place (zero-copy views),
             // so drop any lines of it cached before the owner published (pairs with the
             // owner's flush + fence before its header write).
-            if (f.host != p->host)
+            if (f.host != p->host && !cxk::mutated(cxk::Mut::read_invalidate))
                 sync_in(p, reinterpret_cast<const uint8_t *>(o) + kObjHeaderBytes, st_->nbytes);
             std::lock_guard<std::mutex> lk(p->lease_mu);
             p->my_leases.push_back(uint32_t(li));

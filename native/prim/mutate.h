@@ -8,7 +8,7 @@ namespace cxk {
 
 enum class Mut : int {
     publish_payload_flush,   // cxk_obj_publish: the payload is not written back before LIVE
-    read_invalidate,         // cxk_obj_read: another host's payload copied without invalidating
+    read_invalidate,         // cxk_obj_open / cxk_obj_read: another host's payload not invalidated
     ring_head_flush,         // the ring consumer's head index is stored but not written back
     counter_writeback,       // PoolObject.add_u64: the counter's line is not written back
     count_
