@@ -1004,8 +1004,9 @@ CXK_API int cxk_mutation_on(int i);
 CXK_API void cxk_sim_counts(uint64_t out[4]);
 /* The simulator's cost to production, timed in one run: medians of `rounds` rounds of `calls`
  * calls, ns per call: out[0] cxk_flush of one line, out[1] the same instruction without the
- * simulator's check, out[2] cxk_sfence, out[3] sfence without the check. 0 or -EINVAL. */
-CXK_API int cxk_bench_sim_branch(uint32_t rounds, uint32_t calls, double out[4]);
+ * simulator's check, out[2] cxk_sfence, out[3] sfence without the check; out[4], out[5] the
+ * medians of each round's ratio (flush, sfence). 0 or -EINVAL. */
+CXK_API int cxk_bench_sim_branch(uint32_t rounds, uint32_t calls, double out[6]);
 
 #ifdef __cplusplus
 }

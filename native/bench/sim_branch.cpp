@@ -33,7 +33,7 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-extern "C" int cxk_bench_sim_branch(uint32_t rounds, uint32_t calls, double out[4]) {
+extern "C" int cxk_bench_sim_branch(uint32_t rounds, uint32_t calls, double out[6]) {
     if (!out || rounds == 0 || calls == 0) return -EINVAL;
     alignas(64) static uint64_t line[8];
     // volatile pointers: the compiler may not see through them and fold the calls away
@@ -54,9 +54,18 @@ extern "C" int cxk_bench_sim_branch(uint32_t rounds, uint32_t calls, double out[
             c.push_back(time_fence(fwith, calls));
         }
     }
+    // paired: the ratio of each round's two timings, which load that drifts between rounds
+    // leaves alone
+    std::vector<double> pf, ps;
+    for (uint32_t r = 0; r < rounds; ++r) {
+        pf.push_back(a[r] / b[r]);
+        ps.push_back(c[r] / d[r]);
+    }
     out[0] = median(a);
     out[1] = median(b);
     out[2] = median(c);
     out[3] = median(d);
+    out[4] = median(pf);
+    out[5] = median(ps);
     return 0;
 }

@@ -26,13 +26,13 @@ CXK_BIND(sim) {
         return std::vector<uint64_t>(c, c + 4);
     });
     m.def("bench_sim_branch", [](uint32_t rounds, uint32_t calls) {
-        double out[4];
+        double out[6];
         int r;
         {
             nb::gil_scoped_release unlock;
             r = cxk_bench_sim_branch(rounds, calls, out);
         }
         check(r, "bench_sim_branch");
-        return std::vector<double>(out, out + 4);
+        return std::vector<double>(out, out + 6);
     }, nb::arg("rounds"), nb::arg("calls"));
 }
