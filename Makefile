@@ -75,3 +75,15 @@ clean:
 ENGINE_TESTS :=
 include $(wildcard mk/*.mk)
 test-engines: $(ENGINE_TESTS)
+
+# ---- issue 16: pool, KV and ring suites again under the non-coherence simulator ----------
+# (docs/pool-format.md): every pool a test opens without naming a coherence is simulated,
+# once per seed. tests/test_coherence_sim.py (the mutation tests) runs in pytest already.
+SIM_SEEDS ?= 1 2
+SIM_TESTS ?= tests/test_pool.py tests/test_pool_state.py tests/test_kv_store.py \
+             tests/test_kv_recency.py tests/test_msg_ring.py
+test-sim: build
+	for s in $(SIM_SEEDS); do $(VPY) -m pytest -q --coherence-sim --sim-seed $$s $(SIM_TESTS) \
+	  || exit 1; done
+
+test: test-sim

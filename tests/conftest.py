@@ -70,9 +70,19 @@ def pytest_configure(config):
         import tempfile
 
         os.environ["CXLKIT_COHERENCE"] = "sim"
-        os.environ.setdefault("CXLKIT_SIM_DIR", tempfile.mkdtemp(prefix="cxlkit-sim-"))
+        # on tmpfs, as the views of a real run: the simulator refuses views larger than it
+        os.environ.setdefault("CXLKIT_SIM_DIR", tempfile.mkdtemp(prefix="cxlkit-sim-",
+                                                                dir="/dev/shm"))
         if config.getoption("--sim-seed") is not None:
             os.environ["CXLKIT_SIM_SEED"] = str(config.getoption("--sim-seed"))
+
+
+def pytest_unconfigure(config):
+    d = os.environ.get("CXLKIT_SIM_DIR", "")
+    if os.path.basename(d).startswith("cxlkit-sim-") and os.path.isdir(d):
+        import shutil
+
+        shutil.rmtree(d, ignore_errors=True)  # views a killed process left behind
 
 
 def pytest_report_header(config):

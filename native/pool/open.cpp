@@ -184,7 +184,6 @@ int open_impl(const char *const *paths, uint32_t npaths, const cxk_pool_opts *op
     if (!p) return -ENOMEM;
     p->nc = o.coherence != CXK_COHERENCE_HOST;
     p->pid = getpid();
-    p->boot = boot_hash();
 
     for (int attempt = 0; attempt < 2; ++attempt) {
         const bool try_create = create && attempt == 0;
@@ -220,6 +219,9 @@ int open_impl(const char *const *paths, uint32_t npaths, const cxk_pool_opts *op
         }
         if (r) return fail(r);
         if ((r = validate(base, ob.total, npaths, &p->geo)) != 0) return fail(r);
+        // after the backings: a caller's fault on the nth open names the pool's files, and
+        // the boot only matters from attach on
+        p->boot = boot_hash();
         if ((r = heart_start(p.get())) != 0) return fail(r);
         const int lock_fd = ob.bs[0].fd;
         if ((r = attach_host(p.get(), o, tag, lock_fd)) != 0 ||

@@ -4,8 +4,10 @@
 #include "prim/sim.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -80,9 +82,17 @@ Map *find(const void *a) {
 }
 
 // ---- cross-process line locks (a process killed holding one is detected by its pid) ----
+// This process's pid for the lock words, without a syscall per line (reset in a child of fork).
+std::atomic<int> g_pid{0};
+uint32_t my_pid() {
+    int v = g_pid.load(std::memory_order_relaxed);
+    if (v == 0) g_pid.store(v = getpid(), std::memory_order_relaxed);
+    return uint32_t(v);
+}
+
 void lock_line(Map *m, uint64_t i) {
     uint32_t *w = &m->locks[i & (kLocks - 1)];
-    const uint32_t me = uint32_t(getpid());
+    const uint32_t me = my_pid();
     for (uint64_t spin = 1;; ++spin) {
         uint32_t want = 0;
         // acquire pairs with the release in unlock_line: the previous holder's copies are seen
@@ -264,6 +274,11 @@ int map_files(Map *m, uint8_t *pool, uint64_t size, uint64_t align, const uint8_
     });
     if (r) return r;
     const uint64_t bytes = 2 * size + kMetaBytes;
+    // a view and its shadow are written whole: refuse what would fill the filesystem (a
+    // tmpfs full under a mapping is SIGBUS, for every user of it)
+    struct statvfs vs {};
+    if ((r = sys_fstatvfs(m->locks_fd, &vs)) != 0) return r;
+    if (bytes > uint64_t(vs.f_bavail) * vs.f_frsize) return -ENOSPC;
     return shared_open(m->view_path, bytes, &m->view_fd, [&](int fd, bool) {
         void *a = nullptr;
         if (int e = cxk_map_fd(fd, bytes, 0, align, 1, &a)) return e;
@@ -300,6 +315,8 @@ int attach(uint8_t *pool, uint64_t size, uint64_t align, const uint8_t uuid[16],
     m->pid = getpid();
     std::unique_lock<std::shared_mutex> lk(g_mu);
     read_env();  // tests change them between opens
+    static const int atfork = pthread_atfork(nullptr, nullptr, [] { g_pid.store(0); });
+    (void)atfork;
     uint32_t at = kMaxMaps;
     for (uint32_t k = 0; k < kMaxMaps && at == kMaxMaps; ++k)
         if (!g_maps[k].load(std::memory_order_relaxed)) at = k;
@@ -330,6 +347,8 @@ void detach(Map *m) {
     const bool owner = getpid() == m->pid;
     shared_close(m->view_path, m->view_fd, owner, [m] {
         for (uint64_t i = 0; i < m->nlines; ++i) {
+            // no other process of the host is left: a line equal to its shadow stays clean
+            if (std::memcmp(m->view + i * kLine, m->synced + i * kLine, kLine) == 0) continue;
             lock_line(m, i);
             write_back(m, i);
             unlock_line(m, i);
