@@ -26,7 +26,7 @@ TAG_MAX = 0x7FFFFFFF
 _TYPES = {"int32": (0, "i"), "int64": (1, "q"), "uint32": (2, "I"), "uint64": (3, "Q"),
           "float32": (4, "f"), "float64": (5, "d")}
 _OPS = {"sum": 0, "min": 1, "max": 2, "replace": 3, "no_op": 4}
-_COHERENCE = {"host": 0, "none": 1}
+_COHERENCE = {"host": 0, "none": 1, "sim": 2}  # as cxlkit.pool's ("sim": issue 16)
 
 __all__ = ["ANY_SOURCE", "ANY_TAG", "Comm", "Request", "Ring", "Status", "Window"]
 
