@@ -2,7 +2,7 @@
  * operation (put, get, accumulate, fetch-and-op, CAS on each type) against a reference
  * computed locally, puts across partial and whole lines, fence, PSCW, exclusive locks under
  * contention (no lost update), shared readers beside exclusive writers (never a torn pair),
- * many PSCW epochs in a row (nothing leaks across epochs), fetch-and-add under contention,
+ * 20 PSCW epochs in a row (nothing leaks across epochs), fetch-and-add under contention,
  * bad input; both coherence modes. */
 #include <errno.h>
 #include <stdint.h>
@@ -166,7 +166,7 @@ static int locks(cxk_comm *c, cxk_win *w, int rank) {
  * under shared locks and must never see it torn (a shared lock granted beside an exclusive
  * one would show a != b). */
 static int readers_writers(cxk_comm *c, cxk_win *w, int rank) {
-    enum { ITERS = 120 };
+    enum { ITERS = 50 };
     int64_t *mine = cxk_win_base(w);
     if (rank == 0) mine[60] = mine[61] = 0;
     T(cxk_msg_barrier(c) == 0);
@@ -201,7 +201,7 @@ static int readers_writers(cxk_comm *c, cxk_win *w, int rank) {
 /* Many PSCW epochs in a row, every origin hitting the same words: after each wait the
  * target sees exactly that epoch's contributions (no operation leaks into the next epoch). */
 static int pscw_rounds(cxk_comm *c, cxk_win *w, int rank) {
-    enum { ROUNDS = 40 };
+    enum { ROUNDS = 20 };
     int64_t *mine = cxk_win_base(w);
     int others[NR - 1], zero = 0;
     for (int i = 1; i < NR; ++i) others[i - 1] = i;
