@@ -4,7 +4,7 @@
 # over shared memory and over TCP loopback); each program checks the data it received and the
 # run fails on any error. bench-osu is the full measurement (REPS rounds, medians, ratios).
 OSU_BIN := build/osu
-OSU_SRC := bench/osu/osu.c bench/osu/osu.h
+OSU_SRC := bench/osu/osu.c
 OSU_OUT ?= build/osu/results
 OSU_CFLAGS := -O2 -Wall -Wextra
 
