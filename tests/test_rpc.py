@@ -147,6 +147,10 @@ def test_in_process_server_thread_stop_and_counts(pool_path):
             assert srv.handled == 40
             srv.serve_in_thread()  # served again after a stop
             assert c.call("inc", struct.pack("<i", 9)) == struct.pack("<i", 10)
+            with pytest.raises(TypeError, match="int is not bytes-like"):
+                c.call("inc", 5)
+            with pytest.raises(TypeError, match="str is not bytes-like"):
+                c.call_many("inc", ["text"])
         srv.close()
         srv.close()  # twice is fine
         with pytest.raises(ValueError, match="closed RPC server"):

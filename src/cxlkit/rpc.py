@@ -157,6 +157,7 @@ class Server:
         max_requests were answered. Returns how many were answered."""
         if timeout is not None and timeout < 0:
             raise ValueError(f"timeout {timeout!r}: expected seconds >= 0")
+        self._s.resume()  # a stop() before this call ended the previous serve()
         n = 0
         idle_ms = None if timeout is None else int(timeout * 1000)
         while max_requests is None or n < max_requests:
@@ -235,7 +236,11 @@ class Client:
 
     def _check(self, method: str | int, data: Any) -> tuple[int, bytes]:
         mid = method_id(method)
-        raw = bytes(data)
+        try:
+            raw = bytes(memoryview(data))  # bytes(5) would be five zero bytes
+        except TypeError:
+            raise TypeError(f"service {self.name} method {method!r}: request {type(data).__name__}"
+                            f" is not bytes-like") from None
         if len(raw) > self._c.payload_max:
             raise ValueError(f"service {self.name} method {method!r}: request of {len(raw)} "
                              f"bytes, a slot holds {self._c.payload_max}")
