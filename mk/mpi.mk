@@ -26,7 +26,7 @@ osu-build: mpi-deps
 
 test-mpi: osu-build
 	rm -rf $(OSU_BIN)/check
-	REPS=1 OSU_MAX=65536 OSU_ITERS=20 RPC_CALLS=2000 OSU_TIMEOUT=120 \
+	REPS=1 OSU_MAX=65536 OSU_ITERS=20 RPC_CALLS=2000 OSU_TIMEOUT=90 \
 	  bench/osu/run.sh $(OSU_BIN)/check
 	$(PY) bench/osu/summary.py $(OSU_BIN)/check --sizes 1,8,65536 --check
 

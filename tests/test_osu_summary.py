@@ -12,7 +12,7 @@ SCRIPT = ROOT / "bench" / "osu" / "summary.py"
 
 def table(title: str, rows: dict[int, float]) -> str:
     body = "".join(f"{n:<10}{v:18.2f}\n" for n, v in rows.items())
-    return f"# command: x\n# OSU MPI {title}\n# Library: t\n# Ranks: 2\n# Size  Col\n{body}"
+    return f"# command: x -m {max(rows)}\n# OSU MPI {title}\n# Library: t\n# Ranks: 2\n# Size  Col\n{body}"
 
 
 def rpc(rt1: float, ops1: float, rtq: float, opsq: float) -> str:
@@ -61,3 +61,16 @@ def test_check_fails_on_a_failed_or_missing_run(tmp_path):
     r = summary(tmp_path, "--check")
     assert r.returncode == 1
     assert "mpich-shm bw: no table" in r.stdout and "rpc-tcp: no table" in r.stdout
+
+
+def test_a_run_that_hung_after_its_whole_table_is_listed_apart(tmp_path):
+    write_run(tmp_path, rounds=1)
+    f = tmp_path / "mpich-tcp.latency.1.txt"
+    f.write_text(f.read_text() + "# exit status 124\n")
+    r = summary(tmp_path, "--check")
+    assert r.returncode == 0, r.stdout
+    assert "hung until the timeout" in r.stdout and "mpich-tcp.latency.1.txt" in r.stdout
+    # cut short (the largest size missing): a failure
+    f.write_text(table("Latency Test", {8: 1.0}).replace("-m 8", "-m 65536") + "# exit status 124\n")
+    r = summary(tmp_path, "--check")
+    assert r.returncode == 1 and "runs that failed" in r.stdout
