@@ -208,3 +208,21 @@ def test_bad_input_gives_typed_errors(pool_path):
             c.call("a")
         assert time.monotonic() - t0 < 25
         c.close()
+
+
+def test_bootstrap_join_is_idempotent_per_asking_process(pool_path):
+    """A process whose join call timed out asks again: it must get the same rank, not a
+    second one (before: each ask took a new rank, so a slow job ran out of ranks)."""
+    make_pool(pool_path, 2)
+    with cxlkit.Pool(pool_path, host_id=0) as pool:
+        srv = rpc._serve_ranks(pool, rpc.service_name("j"), "j", 3)
+        try:
+            with rpc.Client(pool, rpc.service_name("j")) as c:
+                first = c.call("join", b"proc-a")
+                assert c.call("join", b"proc-a") == first == struct.pack("<i", 1)
+                assert c.call("join", b"proc-b") == struct.pack("<i", 2)
+                with pytest.raises(RpcError, match="all 3 ranks are taken"):
+                    c.call("join", b"proc-c")
+                assert c.call("join", b"proc-b") == struct.pack("<i", 2)
+        finally:
+            srv.close()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import os
 import struct
 import threading
 import time
@@ -31,7 +32,7 @@ from typing import Any
 from . import _native
 from .errors import MsgError, PeerLostError, RpcError, RpcServerLostError, RpcTimeoutError
 from .msg import _private_pool_args
-from .pool import Pool
+from .pool import Pool, machine_tag
 
 __all__ = ["Client", "Server", "method_id"]
 
@@ -295,14 +296,16 @@ def service_name(job: str) -> str:
 
 def _serve_ranks(pool: Pool, name: str, job: str, size: int) -> Server:
     srv = Server(pool, name, max_clients=min(size, 64), slot_bytes=128, depth=4)
-    handed = [1]  # rank 0 is the server's own
+    given: dict[bytes, int] = {}  # the asking process's token -> its rank (rank 0 is ours)
 
     @srv.handler("join")
-    def join(_: bytes) -> bytes:
-        if handed[0] >= size:
-            raise ValueError(f"job {job}: all {size} ranks are taken")
-        handed[0] += 1
-        return struct.pack("<i", handed[0] - 1)
+    def join(token: bytes) -> bytes:
+        # a process asking again (its earlier call timed out) gets the same rank
+        if token not in given:
+            if len(given) + 1 >= size:
+                raise ValueError(f"job {job}: all {size} ranks are taken")
+            given[token] = len(given) + 1
+        return struct.pack("<i", given[token])
 
     srv.serve_in_thread()
     return srv
@@ -314,6 +317,7 @@ def arrival_rank(pool: Pool, job: str, size: int, wait_s: float) -> tuple[int, S
     if size == 1:
         return 0, None
     name = service_name(job)
+    token = f"{os.getpid()}:{time.time_ns()}:{machine_tag()}".encode()[:96]
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -323,8 +327,8 @@ def arrival_rank(pool: Pool, job: str, size: int, wait_s: float) -> tuple[int, S
                 raise
         left = deadline - time.monotonic()
         try:  # another process serves: ask it
-            with Client(pool, name, timeout=max(0.05, min(left, 5.0))) as c:
-                return struct.unpack("<i", c.call("join"))[0], None
+            with Client(pool, name, timeout=max(0.05, left)) as c:
+                return struct.unpack("<i", c.call("join", token))[0], None
         except (RpcTimeoutError, RpcServerLostError):
             if time.monotonic() > deadline:
                 raise PeerLostError(-1, f"job {job}: no process handed out ranks within "

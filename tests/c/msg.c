@@ -200,6 +200,7 @@ static int stress_round(cxk_comm *c, int rank) {
     T(cxk_msg_barrier(c) == 0);
     int flag = 1;
     T(cxk_msg_iprobe(c, CXK_ANY_SOURCE, CXK_ANY_TAG, &flag, NULL) == 0 && flag == 0);
+    T(cxk_msg_barrier(c) == 0);  /* nobody sends the next round's messages before that check */
     return 0;
 }
 
