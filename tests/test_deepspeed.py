@@ -9,7 +9,11 @@ import os
 
 import pytest
 
-deepspeed = pytest.importorskip("deepspeed", reason="DeepSpeed lives in .venv-ds: make test-deepspeed")
+if os.environ.get("CXLKIT_REQUIRE_DEEPSPEED"):  # make test-deepspeed: a broken install fails
+    import deepspeed
+else:
+    deepspeed = pytest.importorskip("deepspeed",
+                                    reason="DeepSpeed lives in .venv-ds: make test-deepspeed")
 import torch  # noqa: E402
 
 from cxlkit.integrations.deepspeed import (CLASSES, CxlkitCPUAdam, audit_offload,  # noqa: E402
