@@ -3,7 +3,8 @@ DeepSpeedCPUAdam through the optimizer objects, with a torch forward/backward of
 between steps (torch's OpenMP threads are busy right before every step), fp32 and bf16 models.
 bf16 baselines are what a user writes: an fp32 master stepped by torch / DeepSpeed, the grad
 upcast into the master's grad buffer (kept across steps) and `.copy_()` back to the bf16
-param. Each configuration runs in a child
+param; one such master serves both baselines (memory: 200M params fit beside other tenants).
+A configuration whose child fails (the OOM killer) gets a line with "error" and the rest run. Each configuration runs in a child
 process (OMP_WAIT_POLICY must be set before libgomp starts): `default` leaves the
 environment as it is, `passive` sets OMP_WAIT_POLICY=PASSIVE. One JSON line per
 configuration: medians over --reps rounds of step times, of per-round ratios (cxlkit against
@@ -30,6 +31,7 @@ def parse_size(s: str) -> int:
 
 
 def child(a: argparse.Namespace) -> None:
+    n, low = parse_size(a.size), a.model == "bf16"  # bad input fails before torch loads
     import torch
 
     import cxlkit
@@ -38,7 +40,6 @@ def child(a: argparse.Namespace) -> None:
     from cxlkit.train.adam import AdamTeam
 
     torch.set_num_threads(a.threads)
-    n, low = parse_size(a.size), a.model == "bf16"
     dt = torch.bfloat16 if low else torch.float32
     torch.manual_seed(0)
     small = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(),
@@ -69,13 +70,17 @@ def child(a: argparse.Namespace) -> None:
         impls["cxlkit_pinned"] = TieredAdamW([param(low)], lr=1e-4,
                                              team=AdamTeam(a.threads)).step
 
+    masters: list[torch.Tensor] = []
+
     def with_master(make):  # fp32 model: the param itself; bf16: fp32 master + copy_ back
         p = param()
         if not low:
             o = make([p])
             return o.step
-        mp = torch.nn.Parameter(p.detach().float())
-        mp.grad = torch.empty_like(mp)  # kept across steps: no allocation per step
+        if not masters:  # one master (and its grad) for both baselines, as the shared param
+            masters.append(torch.nn.Parameter(p.detach().float()))
+            masters[0].grad = torch.empty_like(masters[0])  # kept: no allocation per step
+        mp = masters[0]
         o = make([mp])
 
         def step() -> None:
@@ -180,6 +185,8 @@ def summary(paths: list[str]) -> None:
             for line in f:
                 if line.startswith("{"):
                     d = json.loads(line)
+                    if "error" in d:
+                        continue  # a configuration that did not run (its line says why)
                     d.update(best_of_rounds(d))
                     key = (d["omp_wait_policy"], d["params"], d["threads"], d["model"])
                     rows.setdefault(key, []).append(d)
@@ -224,6 +231,7 @@ def main() -> None:
         a.threads = int(a.threads)
         child(a)
         return
+    failed = False
     for omp in a.omp.split(","):
         env = dict(os.environ)
         env.pop("OMP_WAIT_POLICY", None)
@@ -234,10 +242,20 @@ def main() -> None:
         for size in a.sizes.split(","):
             for t in a.threads.split(","):
                 for model in a.models.split(","):
-                    subprocess.run([sys.executable, __file__, "--child", "--size", size,
-                                    "--threads", t, "--model", model, "--reps", str(a.reps)]
-                                   + ([] if a.pinned else ["--no-pinned"]), env=env,
-                                   check=True)
+                    r = subprocess.run([sys.executable, __file__, "--child", "--size", size,
+                                        "--threads", t, "--model", model, "--reps",
+                                        str(a.reps)] + ([] if a.pinned else ["--no-pinned"]),
+                                       env=env)
+                    if r.returncode:  # the next configurations still run; this one says why
+                        failed = True
+                        why = (f"killed by signal {-r.returncode} (SIGKILL: the OOM killer?)"
+                               if r.returncode < 0 else f"exit status {r.returncode}")
+                        print(json.dumps({"size": size, "threads": int(t), "model": model,
+                                          "omp_wait_policy": env.get("OMP_WAIT_POLICY",
+                                                                     "default"),
+                                          "error": why}), flush=True)
+    if failed:
+        sys.exit("some configurations failed: see their lines")
 
 
 if __name__ == "__main__":
