@@ -188,9 +188,12 @@ class CxlkitConnector(KVConnectorBase_V1):
         if "tp_rank" in self._extra:
             return int(self._extra["tp_rank"])
         if HAVE_VLLM:
-            from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+            from vllm.distributed import parallel_state as ps
 
-            return get_tensor_model_parallel_rank()
+            # a worker's groups exist before its connector; a connector made outside one
+            # (no tensor parallel group) is the only rank
+            if ps.model_parallel_is_initialized():
+                return ps.get_tensor_model_parallel_rank()
         return 0
 
     @property
