@@ -54,7 +54,8 @@ def run_engine(spec: dict) -> dict:
             "kv_load_failure_policy": "recompute",
             "kv_connector_extra_config": {"pool": spec["pool"], "create": spec["create"],
                                           "size": 1 << 30, "host_id": spec["host_id"],
-                                          "checksum": True}}
+                                          "checksum": True,
+                                          "staging": spec.get("staging", False)}}
     llm = LLM(model=spec["model"], load_format="dummy", skip_tokenizer_init=True,
               dtype="float32", max_model_len=4096, enforce_eager=True,
               kv_cache_memory_bytes=256 << 20, disable_log_stats=False, seed=0, **kw)
@@ -164,8 +165,10 @@ def test_two_engines_share_a_prefix_and_a_corrupt_block_is_recomputed(tmp_path, 
         obj.write(at, bytes([obj.read(at, 1)[0] ^ 0x40]))
     pool.close()
 
+    # B copies through the staging buffers a GPU cache uses (CPU tensors here): the same
+    # path in the real engine
     b = engine({"model": model, "pool": pool_path, "create": False, "host_id": 1,
-                "runs": [{"prompt": new}, {"prompt": new, "skip_cache": True},
+                "staging": True, "runs": [{"prompt": new}, {"prompt": new, "skip_cache": True},
                          {"prompt": other2}, {"prompt": other2, "skip_cache": True}]})
     hit, recompute, broken, recompute2 = b["runs"]
     assert hit["cached"] == 7 * BLOCK and recompute["cached"] == 0
