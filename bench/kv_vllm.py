@@ -183,36 +183,41 @@ def summarize(name: str, model: str, size: int, steps: list[dict],
     return row
 
 
+def _rows(name: str, mname: str, result: dict, sizes: list[int], runs: int) -> list[dict]:
+    """The per-size rows of one scenario's engine result, or its error row."""
+    if "error" in result:
+        print(json.dumps({"scenario": name, "model": mname, **result}), flush=True)
+        return [{"scenario": name, "model": mname, **result}]
+    return [summarize(name, mname, s, result["steps"][i * runs:(i + 1) * runs],
+                      result.get("logged_errors", [])) for i, s in enumerate(sizes)]
+
+
+def _drop(pool: str) -> None:
+    for p in Path(pool).parent.glob(Path(pool).name + "*"):
+        p.unlink()
+
+
 def bench_model(mname: str, args: argparse.Namespace, work: Path) -> list[dict]:
     model = make_model(work / mname, MODELS[mname])
     sizes = [int(s) for s in args.sizes.split(",")]
-    base = {"model": model, "max_len": max(sizes) + 256, "kv_bytes": args.kv_gib << 30}
-    cpu_bytes = args.pool_gib << 30
-    rows = []
+    base = {"model": model, "max_len": max(sizes) + 256, "kv_bytes": int(args.kv_gib * (1 << 30))}
+    cpu_bytes = int(args.pool_gib * (1 << 30))
+    rows: list[dict] = []
     seeds = {(s, r): 1000 * s + r for s in sizes for r in range(args.runs)}
+    pool = f"/dev/shm/cxlkit-bench-vllm-{os.getpid()}-{mname}"
     for conn in args.connectors.split(","):
-        pool = f"/dev/shm/cxlkit-bench-vllm-{mname}"
-        for p in Path("/dev/shm").glob(Path(pool).name + "*"):
-            p.unlink()
         if conn == "cxlkit":  # two engines, two hosts, one pool
             steps = [{"kind": "store", "size": s, "seed": seeds[s, r]} for s in sizes
                      for r in range(args.runs)]
-            a = run_engine({**base, "ktc": ktc(conn, pool, 0, True, cpu_bytes), "steps": steps})
-            if "error" in a:
-                rows.append({"scenario": "cxlkit-2engines", "model": mname, **a})
-                print(json.dumps(rows[-1]), flush=True)
-                continue
-            b = run_engine({**base, "ktc": ktc(conn, pool, 1, False, cpu_bytes),
-                            "steps": [dict(st, kind="hit") for st in steps]})
-            if "error" in b:
-                rows.append({"scenario": "cxlkit-2engines", "model": mname, **b})
-                print(json.dumps(rows[-1]), flush=True)
-                continue
-            for i, s in enumerate(sizes):
-                rows.append(summarize("cxlkit-2engines", mname, s,
-                                      b["steps"][i * args.runs:(i + 1) * args.runs]))
-            for p in Path("/dev/shm").glob(Path(pool).name + "*"):
-                p.unlink()
+            try:
+                res = run_engine({**base, "ktc": ktc(conn, pool, 0, True, cpu_bytes),
+                                  "steps": steps})
+                if "error" not in res:
+                    res = run_engine({**base, "ktc": ktc(conn, pool, 1, False, cpu_bytes),
+                                      "steps": [dict(st, kind="hit") for st in steps]})
+            finally:
+                _drop(pool)
+            rows += _rows("cxlkit-2engines", mname, res, sizes, args.runs)
         steps = [{"kind": "1engine", "size": s, "seed": seeds[s, r] + 7} for s in sizes
                  for r in range(args.runs)]
         py, env = sys.executable, None
@@ -220,18 +225,12 @@ def bench_model(mname: str, args: argparse.Namespace, work: Path) -> list[dict]:
             py = args.lmcache_python
             env = {"LMCACHE_LOCAL_CPU": "True", "LMCACHE_CHUNK_SIZE": "256",
                    "LMCACHE_MAX_LOCAL_CPU_SIZE": str(args.pool_gib), "PYTHONHASHSEED": "0"}
-        e = run_engine({**base, "ktc": ktc(conn, pool, 0, True, cpu_bytes), "steps": steps},
-                       py, env)
-        if "error" in e:
-            rows.append({"scenario": f"{conn}-1engine", "model": mname, **e})
-            print(json.dumps(rows[-1]), flush=True)
-        else:
-            for i, s in enumerate(sizes):
-                rows.append(summarize(f"{conn}-1engine", mname, s,
-                                      e["steps"][i * args.runs:(i + 1) * args.runs],
-                                      e.get("logged_errors", [])))
-        for p in Path("/dev/shm").glob(Path(pool).name + "*"):
-            p.unlink()
+        try:
+            res = run_engine({**base, "ktc": ktc(conn, pool, 0, True, cpu_bytes),
+                              "steps": steps}, py, env)
+        finally:
+            _drop(pool)
+        rows += _rows(f"{conn}-1engine", mname, res, sizes, args.runs)
     return rows
 
 
@@ -241,8 +240,8 @@ def main() -> int:
     ap.add_argument("--models", default="tiny,mid")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--connectors", default="cxlkit,offloading,simple,lmcache")
-    ap.add_argument("--kv-gib", type=int, default=2, help="vLLM's KV cache per engine")
-    ap.add_argument("--pool-gib", type=int, default=4, help="pool / CPU tier size")
+    ap.add_argument("--kv-gib", type=float, default=2, help="vLLM's KV cache per engine")
+    ap.add_argument("--pool-gib", type=float, default=4, help="pool / CPU tier size")
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--lmcache-python", default=sys.executable,
                     help="the python of an environment where lmcache is installed")
