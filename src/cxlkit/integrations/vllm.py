@@ -177,7 +177,8 @@ class CxlkitConnector(KVConnectorBase_V1):
                             size=int(self._extra.get("size", 0)),
                             host_id=self._extra.get("host_id"),
                             coherence=self._extra.get("coherence", "host"),
-                            capacity_bytes=self._extra.get("capacity_bytes"))
+                            capacity_bytes=self._extra.get("capacity_bytes"),
+                            max_hosts=int(self._extra.get("max_hosts", 0)))
         self._reqs: dict[str, _Req] = {}
         self._local: dict[str, int] = {}  # request -> locally computed tokens at lookup
         self._engine: PageEngine | None = None
