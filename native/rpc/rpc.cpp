@@ -241,20 +241,28 @@ int cxk_rpc_connect(cxk_pool *p, const char *name, uint32_t timeout_ms, cxk_rpc_
     if (timeout_ms) c->timeout_ms = timeout_ms;
     std::string srv = "rpc." + c->name + ".srv";
     struct cxk_obj_stat st;
+    SrvHdr h;
     int rc;
-    while ((rc = cxk_obj_open(p, srv.c_str(), &st)) == -ENOENT || rc == -EAGAIN) {
-        if (now_ms() > deadline) break;
+    for (;;) {
+        rc = cxk_obj_open(p, srv.c_str(), &st);
+        if (rc == 0) {
+            cxk_pool_invalidate(p, st.off, sizeof h);
+            std::memcpy(&h, static_cast<uint8_t *>(cxk_pool_base(p)) + st.off, sizeof h);
+            c->srv_off = st.off, c->srv_gen = st.generation;
+            c->srv_pid = h.pid, c->srv_boot = h.boot;
+            if (st.nbytes < sizeof h || h.magic != kSrvMagic || !server_gone(c)) break;
+            // the object of a server killed before it could close: its replacement takes the
+            // service over (cxk_rpc_server_create), so wait for it as for one not yet started
+            cxk_obj_close(p, st.off);
+            rc = -EAGAIN;
+        }
+        if ((rc != -ENOENT && rc != -EAGAIN) || now_ms() > deadline) break;
         usleep(1000);
     }
     if (rc) {
         delete c;
         return rc == -ENOENT || rc == -EAGAIN ? -ETIMEDOUT : rc;
     }
-    SrvHdr h;
-    cxk_pool_invalidate(p, st.off, sizeof h);
-    std::memcpy(&h, static_cast<uint8_t *>(cxk_pool_base(p)) + st.off, sizeof h);
-    c->srv_off = st.off, c->srv_gen = st.generation;
-    c->srv_pid = h.pid, c->srv_boot = h.boot;
     if (st.nbytes < sizeof h || h.magic != kSrvMagic || h.max_clients == 0 ||
         h.max_clients > 4096 || cxk_ring_bytes(h.slot_bytes, h.depth) == 0 || h.slot_bytes < 128) {
         cxk_obj_close(p, st.off);
@@ -330,8 +338,12 @@ int cxk_rpc_poll(cxk_rpc_client *c, uint64_t *id, int32_t *status, void *buf, ui
     const void *pl;
     uint32_t n, kind;
     int rc = cxk_ring_peek(c->rep, &pl, &n, &kind);
-    if (rc == -EAGAIN && c->outstanding && (++c->idle & 4095) == 0 && server_gone(c))
-        return -EPIPE;
+    if (rc == -EAGAIN && c->outstanding && (++c->idle & 4095) == 0 && server_gone(c)) {
+        // a reply published before the server left is still ours: look once more after
+        // the check (the server may answer, close and exit between our peek and the check)
+        rc = cxk_ring_peek(c->rep, &pl, &n, &kind);
+        if (rc == -EAGAIN) return -EPIPE;
+    }
     if (rc) return rc;
     SlotHdr h;
     if (n < sizeof h) return -EBADMSG;
@@ -361,7 +373,11 @@ int cxk_rpc_call(cxk_rpc_client *c, uint32_t method, const void *req, uint32_t n
         if (rc == 0) break;
         if (rc != -EAGAIN) return rc;
         if ((++spins & 4095) == 0) {
-            if (server_gone(c)) return -EPIPE;
+            if (server_gone(c)) {  // its last reply may have landed since the poll
+                rc = cxk_rpc_poll(c, nullptr, &st, reply, cap, reply_nbytes);
+                if (rc == 0) break;
+                return rc == -EAGAIN ? -EPIPE : rc;
+            }
             if (now_ms() > deadline) return -ETIMEDOUT;
             sched_yield();  // the server may be waiting for this CPU
         }

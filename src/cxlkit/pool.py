@@ -483,7 +483,7 @@ class Pool:
         try:
             return FsckReport(**self._h.fsck(repair))
         except OSError as e:
-            raise _typed(e, _OPEN_ERRORS) from None
+            raise _typed(e, _OBJECT_ERRORS) from None
 
 
 def _check_group(paths: list[str], gid: int) -> None:
@@ -537,8 +537,15 @@ def remove(path_or_name: str | os.PathLike[str]) -> None:
     os.unlink(path)
 
 
-def embedded_pools() -> list[Path]:
-    """Pool files in /dev/shm named cxlkit-*."""
-    if not _SHM.is_dir():
+# cxlkit's other files in /dev/shm: subgroup manifests and lock files, a pool's temporary
+_NOT_POOLS = (".json", ".lock")
+
+
+def embedded_pools(shm: str | os.PathLike[str] = _SHM) -> list[Path]:
+    """Pool files in /dev/shm (or shm) named cxlkit-*: every such regular file but cxlkit's
+    manifests, lock files and temporaries (a pool whose superblock is damaged is listed)."""
+    d = Path(shm)
+    if not d.is_dir():
         return []
-    return sorted(p for p in _SHM.glob("cxlkit-*") if p.is_file() and ".tmp." not in p.name)
+    return sorted(p for p in d.glob("cxlkit-*") if p.is_file() and ".tmp." not in p.name
+                  and not p.name.endswith(_NOT_POOLS))
