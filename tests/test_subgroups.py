@@ -411,7 +411,7 @@ def test_step_metrics_give_io_busy_time_per_path_and_overall(dirs, upcast):
 class _HeldPath(MemoryPath):
     """A memory path that records how many reads were outstanding (submitted, not yet
     waited for) at once; held=True: its requests stay 'in flight' until waited for
-    (ready() is False), the worst case for read-ahead."""
+    (ready() is False), the worst case for read-ahead; held=False: ready() is always True."""
 
     def __init__(self, held: bool) -> None:
         super().__init__()
@@ -430,8 +430,9 @@ class _HeldPath(MemoryPath):
                 self.reads_out -= 1
             return inner()
         p._waiter = waiter
-        if self.held:
-            p._poll = lambda: False
+        # held: in flight until waited for; else done at once as far as ready() tells (the
+        # copy thread's own timing would make the read-ahead depth vary from run to run)
+        p._poll = (lambda: False) if self.held else (lambda: True)
         return p
 
 
@@ -460,7 +461,12 @@ def test_read_ahead_keeps_up_to_cache_minus_two_reads_in_flight_and_the_same_bit
         check_state(st, ref)
     # K buffers: the one updated, K-2 read ahead, one written back; buffers whose flush is
     # still in flight are not taken without waiting (held), so fewer reads go ahead then
-    assert path.most_reads_out == cache - 2 if not held else path.most_reads_out >= 2
+    # (K-3 in the steady state: the buffer of the next read is the done subgroup whose flush
+    # started one update earlier); the store before read-ahead kept one read in flight
+    if held:
+        assert path.most_reads_out >= 2
+    else:
+        assert cache - 3 <= path.most_reads_out <= cache - 2
 
 
 def test_measuring_a_pool_path_too_small_raises_the_real_error_not_BufferError(tmp_path):
