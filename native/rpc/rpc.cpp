@@ -338,12 +338,25 @@ int cxk_rpc_submit(cxk_rpc_client *c, uint32_t method, const void *data, uint32_
     // at most depth outstanding: the server's reply ring then always has room for ours
     if (c->outstanding >= c->depth) return -EAGAIN;
     void *cell;
-    if (int rc = cxk_ring_reserve(c->req, &cell)) return rc;
+    int rc;
+    uint32_t spins = 0;
+    const int64_t deadline = now_ms() + c->timeout_ms;
+    while ((rc = cxk_ring_reserve(c->req, &cell)) == -EAGAIN) {
+        // fewer than depth outstanding, so the full cells are requests already answered:
+        // the server frees each right after publishing its reply (which we may hold), so
+        // the room comes; wait for it rather than fail a submit the depth allows
+        if ((++spins & 4095) == 0) {
+            if (server_gone(c)) return -EPIPE;
+            if (now_ms() > deadline) return -ETIMEDOUT;
+            sched_yield();
+        }
+    }
+    if (rc) return rc;
     SlotHdr h{c->next_id, method, 0};
     std::memcpy(cell, &h, sizeof h);
     if (nbytes) std::memcpy(static_cast<uint8_t *>(cell) + sizeof h, data, nbytes);
-    int rc = cxk_ring_commit_ex(c->req, uint32_t(sizeof h + nbytes), 0,
-                                flags & CXK_RPC_DEFER ? CXK_RING_DEFER : 0);
+    rc = cxk_ring_commit_ex(c->req, uint32_t(sizeof h + nbytes), 0,
+                            flags & CXK_RPC_DEFER ? CXK_RING_DEFER : 0);
     if (rc) return rc;
     if (id) *id = c->next_id;
     ++c->next_id, ++c->outstanding;
