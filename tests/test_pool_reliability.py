@@ -499,3 +499,23 @@ def test_foreign_error_keeps_errno(path):
     with pytest.raises(cxlkit.PoolForeignError) as ei:
         cxlkit.Pool(path, host_id=0)
     assert ei.value.errno == errno.EPERM and ei.value.filename == path
+
+
+# ---- the boot id: a read that fails is an error, never another boot ------------------------
+
+def test_boot_id_read_failing_fails_the_open_and_leaves_the_running_host_alone(path):
+    # before: the failed read hashed "" as this boot's id, so the open saw its own host as
+    # rebooted (a different boot) while this process still used it
+    from cxlkit.testing import inject_fault
+
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0) as a:
+        o = a.create("mine", 100)  # CREATING: reclaimed if the host were taken over
+        with inject_fault("open", 1, errno.EMFILE):  # the first open: /proc/.../boot_id
+            with pytest.raises(OSError) as ei:
+                cxlkit.Pool(path, host_id=0)
+        assert ei.value.errno == errno.EMFILE and ei.value.filename == path
+        o.write(0, b"m" * 100)
+        o.publish()
+        o.close()
+        assert a.open("mine").read() == b"m" * 100
+        assert a.fsck(repair=False).clean

@@ -44,11 +44,22 @@ bool pid_alive(uint32_t pid) {
 }
 
 // ---- host state --------------------------------------------------------------------
-uint64_t boot_hash() {
+int read_boot_hash(uint64_t *out) {
     char buf[64] = {};
     const long got = sys_read_small("/proc/sys/kernel/random/boot_id", buf, sizeof buf);
-    const size_t n = got > 0 ? size_t(got) : 0;  // no procfs: every process the same boot
-    return name_hash(buf, n) | (1ull << 63);  // never kBootFresh or kBootBusy
+    // no procfs (ENOENT): every process the same boot. Any other failure (EMFILE, EACCES)
+    // is the caller's error: a wrong hash would make this host look rebooted to its own
+    // running processes, whose slot, leases and objects an open would then take over.
+    if (got < 0 && got != -ENOENT) return int(got);
+    const size_t n = got > 0 ? size_t(got) : 0;
+    *out = name_hash(buf, n) | (1ull << 63);  // never kBootFresh or kBootBusy
+    return 0;
+}
+
+uint64_t boot_hash() {
+    uint64_t h = 1ull << 63;
+    read_boot_hash(&h);
+    return h;
 }
 
 bool host_used(const cxk_pool *p, uint32_t h) {

@@ -157,7 +157,7 @@ int open_impl(const char *const *paths, uint32_t npaths, const cxk_pool_opts *op
     if (!p) return -ENOMEM;
     p->nc = o.coherence == CXK_COHERENCE_NONE;
     p->pid = getpid();
-    p->boot = boot_hash();
+    if (int r = read_boot_hash(&p->boot)) return r;
 
     for (int attempt = 0; attempt < 2; ++attempt) {
         const bool try_create = create && attempt == 0;

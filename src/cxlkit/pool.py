@@ -23,6 +23,8 @@ MiB = 1 << 20
 _SHM = Path("/dev/shm")
 _STATES = {1: "creating", 2: "live", 3: "dead"}
 _COHERENCE = {"host": 0, "none": 1}
+# fsck: the object errors of its walk and repair, and a truncated pool file (ENXIO)
+_FSCK_ERRORS = {**_OBJECT_ERRORS, errno.ENXIO: _OPEN_ERRORS[errno.ENXIO]}
 
 
 def parse_size(text: str | int) -> int:
@@ -483,7 +485,7 @@ class Pool:
         try:
             return FsckReport(**self._h.fsck(repair))
         except OSError as e:
-            raise _typed(e, _OPEN_ERRORS) from None
+            raise _typed(e, _FSCK_ERRORS) from None
 
 
 def _check_group(paths: list[str], gid: int) -> None:
