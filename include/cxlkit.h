@@ -485,6 +485,9 @@ typedef struct cxk_pool cxk_pool;
 enum cxk_coherence {
     CXK_COHERENCE_HOST = 0, /* one coherence domain: flushes are no-ops, ordering kept */
     CXK_COHERENCE_NONE = 1, /* hosts without coherence: flush on publish, invalidate on read */
+    /* ---- issue 16: the non-coherence simulator ---- */
+    CXK_COHERENCE_SIM = 2,  /* as NONE, on a simulated cache per host id (docs/pool-format.md):
+                               tests only; $CXLKIT_SIM_SEED, $CXLKIT_SIM_EVICT, $CXLKIT_SIM_DIR */
 };
 
 #define CXK_POOL_CREATE 1u /* format the pool if it does not exist (files: atomically) */
@@ -979,6 +982,31 @@ CXK_API int cxk_rpc_poll(cxk_rpc_client *c, uint64_t *id, int32_t *status, void 
  * if negative, else 0; -EPROTO while submitted requests are outstanding. */
 CXK_API int cxk_rpc_call(cxk_rpc_client *c, uint32_t method, const void *req, uint32_t nbytes,
                          void *reply, uint32_t cap, uint32_t *reply_nbytes, int32_t *status);
+
+/* ---- issue 16: the non-coherence simulator (coherence "sim") and protocol mutations ----
+ * Test-only. cxk_mutate removes one step of a coherence protocol on purpose, so a test shows
+ * that the simulator catches the missing step: "publish_payload_flush", "read_invalidate",
+ * "ring_head_flush", "counter_writeback" (CXLKIT_MUTATE=name[,name] at load). on: 1 removes
+ * the step, 0 puts it back. -EINVAL for an unknown name. */
+CXK_API int cxk_mutate(const char *name, int on);
+/* The i-th mutation's name, NULL past the last. */
+CXK_API const char *cxk_mutation_name(int i);
+enum cxk_mutation { /* in the order of cxk_mutation_name */
+    CXK_MUT_PUBLISH_PAYLOAD_FLUSH = 0,
+    CXK_MUT_READ_INVALIDATE = 1,
+    CXK_MUT_RING_HEAD_FLUSH = 2,
+    CXK_MUT_COUNTER_WRITEBACK = 3,
+};
+/* 1 when mutation i (enum cxk_mutation) is on, else 0. */
+CXK_API int cxk_mutation_on(int i);
+/* What the simulator did in this process since load: out[0] lines written back to a pool,
+ * out[1] lines fetched again, out[2] random evictions, out[3] lines of streaming stores. */
+CXK_API void cxk_sim_counts(uint64_t out[4]);
+/* The simulator's cost to production, timed in one run: medians of `rounds` rounds of `calls`
+ * calls, ns per call: out[0] cxk_flush of one line, out[1] the same instruction without the
+ * simulator's check, out[2] cxk_sfence, out[3] sfence without the check; out[4], out[5] the
+ * medians of each round's ratio (flush, sfence). 0 or -EINVAL. */
+CXK_API int cxk_bench_sim_branch(uint32_t rounds, uint32_t calls, double out[6]);
 
 #ifdef __cplusplus
 }

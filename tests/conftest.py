@@ -53,3 +53,40 @@ def make_sysfs(root: Path, *, nodes: str = "0-1", weights: dict[int, int] | None
         for n, v in weights.items():
             (w / f"node{n}").write_text(f"{v}\n")
     return root
+
+
+# ---- issue 16: run the suite under the non-coherence simulator ---------------------------
+# `pytest --coherence-sim [--sim-seed N]` (or CXLKIT_TEST_COHERENCE=sim) opens every pool whose
+# test does not name a coherence with coherence="sim": each host id on a simulated cache of its
+# own (docs/pool-format.md). Subprocesses inherit it through the environment.
+def pytest_addoption(parser):
+    parser.addoption("--coherence-sim", action="store_true",
+                     help="open pools with coherence='sim' unless a test names one (issue 16)")
+    parser.addoption("--sim-seed", default=None, help="CXLKIT_SIM_SEED for --coherence-sim")
+
+
+def pytest_configure(config):
+    if config.getoption("--coherence-sim") or os.environ.get("CXLKIT_TEST_COHERENCE") == "sim":
+        import tempfile
+
+        os.environ["CXLKIT_COHERENCE"] = "sim"
+        # on tmpfs, as the views of a real run: the simulator refuses views larger than it
+        os.environ.setdefault("CXLKIT_SIM_DIR", tempfile.mkdtemp(prefix="cxlkit-sim-",
+                                                                dir="/dev/shm"))
+        if config.getoption("--sim-seed") is not None:
+            os.environ["CXLKIT_SIM_SEED"] = str(config.getoption("--sim-seed"))
+
+
+def pytest_unconfigure(config):
+    d = os.environ.get("CXLKIT_SIM_DIR", "")
+    if os.path.basename(d).startswith("cxlkit-sim-") and os.path.isdir(d):
+        import shutil
+
+        shutil.rmtree(d, ignore_errors=True)  # views a killed process left behind
+
+
+def pytest_report_header(config):
+    if os.environ.get("CXLKIT_COHERENCE") == "sim":
+        return (f"cxlkit: coherence=sim, seed {os.environ.get('CXLKIT_SIM_SEED', '1')}, "
+                f"views in {os.environ['CXLKIT_SIM_DIR']}")
+    return None

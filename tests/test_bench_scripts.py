@@ -90,3 +90,34 @@ def test_the_pool_lookup_benchmark_times_names_in_C(tmp_path):
             _native.bench_pool_lookup(pool, ["a"])
     finally:
         cxlkit.pool.remove(path)
+
+
+def _gone(pid: int, within: float = 10.0) -> bool:
+    """The process ended (no such pid, or a zombie waiting for init to reap it)."""
+    import time
+
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] in "ZX":
+                return True
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_the_vllm_bench_runner_kills_what_an_engine_leaves_behind():
+    """bench/kv_vllm.py's run_session (also the engine tests' runner): on a timeout, and after a
+    normal exit, the processes the child started go too (vLLM's EngineCore and Worker outlived
+    a timed-out subprocess.run before and kept two cores busy)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from kv_vllm import run_session
+
+    with pytest.raises(subprocess.TimeoutExpired) as e:
+        run_session(["bash", "-c", "sleep 300 & echo $!; wait"], 1.0)
+    assert _gone(int(e.value.stdout.split()[0]))
+    r = run_session(["bash", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"], 30.0)
+    assert r.returncode == 0 and _gone(int(r.stdout.split()[0]))
+    r = run_session([sys.executable, "-c", "import sys; print('out'); sys.exit(3)"], 30.0)
+    assert (r.returncode, r.stdout) == (3, "out\n")

@@ -78,3 +78,53 @@ def test_kv_store_opens_its_pool_with_CXLKIT_COHERENCE(pool_path, monkeypatch):
         assert s.pool.coherence == "none"
     finally:
         s.close()
+
+
+def _recording_pool(monkeypatch):
+    """Record how cxlkit.pool.Pool is called (spill paths import it when they open a pool)."""
+    import cxlkit.pool as P
+
+    seen, real = [], P.Pool
+
+    def rec(*a, **kw):
+        seen.append(kw)
+        return real(*a, **kw)
+    monkeypatch.setattr(P, "Pool", rec)
+    return seen
+
+
+def test_plan_train_spill_opens_pool_paths_with_host_id_and_coherence(pool_path, monkeypatch):
+    monkeypatch.delenv("CXLKIT_COHERENCE", raising=False)
+    cxlkit.Pool(pool_path, size="512M", max_hosts=2, coherence="none").close()  # 64 MiB probe
+    seen = _recording_pool(monkeypatch)
+    _load()
+    r = CliRunner().invoke(app, ["plan", "train", "--params", "1B", "--layers", "16", "--hidden",
+                                 "2048", "--context", "2k", "--spill", f"pool:{pool_path}",
+                                 "--host-cache", "4G", "--host-id", "1", "--coherence", "none",
+                                 "--json"])
+    assert r.exit_code == 0, r.output
+    assert seen == [{"host_id": 1, "coherence": "none"}]
+    assert json.loads(r.output)["spill"]["paths"][0]["path"].startswith(f"pool:{pool_path}")
+
+
+def test_train_demo_with_a_bad_coherence_fails_in_one_line(pool_path, monkeypatch):
+    cxlkit.Pool(pool_path, size="64M").close()
+    _load()
+    r = CliRunner().invoke(app, ["train", "demo", "--spill", f"pool:{pool_path}",
+                                 "--coherence", "maybe"])
+    assert r.exit_code == 2
+    assert "coherence 'maybe'" in r.output and "Traceback" not in r.output
+
+
+def test_subgroup_store_passes_pool_options_to_pool_paths(pool_path, monkeypatch):
+    from cxlkit.train import SubgroupStore
+
+    cxlkit.Pool(pool_path, size="64M", coherence="none").close()
+    seen = _recording_pool(monkeypatch)
+    store = SubgroupStore([f"pool:{pool_path}"], subgroup_params=10_000, cache_subgroups=3,
+                          bandwidths=[1e9], pool_options={"host_id": 1, "coherence": "none"})
+    try:
+        assert seen == [{"host_id": 1, "coherence": "none"}]
+        assert store.paths[0].pool.coherence == "none"
+    finally:
+        store.close()

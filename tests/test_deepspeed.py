@@ -9,7 +9,11 @@ import os
 
 import pytest
 
-deepspeed = pytest.importorskip("deepspeed", reason="DeepSpeed lives in .venv-ds: make test-deepspeed")
+if os.environ.get("CXLKIT_REQUIRE_DEEPSPEED"):  # make test-deepspeed: a broken install fails
+    import deepspeed
+else:
+    deepspeed = pytest.importorskip("deepspeed",
+                                    reason="DeepSpeed lives in .venv-ds: make test-deepspeed")
 import torch  # noqa: E402
 
 from cxlkit.integrations.deepspeed import (CLASSES, CxlkitCPUAdam, audit_offload,  # noqa: E402
@@ -60,6 +64,15 @@ def test_zero_offload_with_cxlkit_trains_like_deepspeed_and_places_every_class(s
     ref_engine, ref_opt, _, _ = deepspeed.initialize(model=model(), config=cfg)
     assert type(ref_opt.optimizer).__name__ == "DeepSpeedCPUAdam"
     ref = train(ref_engine)
+    ref_audit = audit_offload(ref_engine)  # DeepSpeed's own tensors, class by class
+    assert set(ref_audit) == set(CLASSES)
+    transient = {"compute_grads"} if stage == 2 else set()  # stage 1/2: IPG buckets per backward
+    for name, a in ref_audit.items():
+        assert not a.placed and not a.ok, a
+        if name in transient:
+            assert a.nbytes == 0, a
+        else:
+            assert a.nbytes > 0 and sum(a.pages.values()) > 0, a
 
     m = model()
     plan = TP.plan_training(TP.Footprint(sum(p.numel() for p in m.parameters())))
@@ -68,27 +81,30 @@ def test_zero_offload_with_cxlkit_trains_like_deepspeed_and_places_every_class(s
     assert zo.optimizer is opt
     placed = place_offload(engine)
     got = train(engine)
+    print(f"ZeRO-{stage} losses: DeepSpeedCPUAdam {ref}, CxlkitCPUAdam {got}")  # with -s
     assert got == pytest.approx(ref, rel=2e-3)
     assert got[-1] < got[0]
 
     audit = audit_offload(engine)
     assert set(audit) == set(CLASSES)
-    placed_classes = ["master_weights", "moments", "variances", "master_grads"]
-    if stage == 2:  # the flat compute weights of the CPU accelerator
-        placed_classes.append("compute_weights")
-    for name in placed_classes:
+    for name in set(CLASSES) - transient:  # every class cxlkit can reach is placed
         a = audit[name]
-        assert a.placed and a.ok and a.nbytes > 0, a
+        assert a.placed and a.ok and a.nbytes == ref_audit[name].nbytes, (a, ref_audit[name])
         assert set(a.pages) <= set(plan.classes[CLASSES[name]].nodes), a
         assert all(b.policy == plan.policy(CLASSES[name]) for b in placed.get(name, []) +
                    opt.buffers()[name])
-    assert not audit["compute_grads"].placed  # DeepSpeed's per-bucket buffers
-    if stage == 3:
-        assert not audit["compute_weights"].placed  # stage 3's own parameter partitions
-        return
+    for name in transient:
+        assert not audit[name].placed and audit[name].nbytes == 0
     flat = opt.buffers()["compute_weights"][0]
-    for p in m.parameters():  # the model's params are views of the placed compute weights
-        assert flat.address <= p.data_ptr() < flat.address + flat.nbytes
+    parts = [p.data for p in m.parameters()] if stage == 2 else \
+        zo._get_parameter_partitions()  # stage 3: the params' partitions (ds_tensor)
+    for t in parts:  # what the model computes with lives in the placed compute weights
+        assert flat.address <= t.data_ptr() < flat.address + flat.nbytes
+    if stage == 3:
+        g = opt.buffers()["compute_grads"][0]
+        views = zo._DeepSpeedZeroOptimizer_Stage3__param_id_to_grad_partition
+        assert views and all(g.address <= v.data_ptr() < g.address + g.nbytes
+                             for v in views.values())
 
 
 def test_cxlkit_cpu_adam_steps_like_deepspeed_cpu_adam():

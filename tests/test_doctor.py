@@ -198,3 +198,16 @@ def test_cli_exits_1_and_names_the_blocking_finding(tmp_path, monkeypatch):
                            env={"COLUMNS": "200"})
     assert r.exit_code == 1, r.output
     assert "blocking: cxlkit-junk: cannot open" in r.output
+
+
+def test_cxlkit_manifests_and_lock_files_in_shm_are_not_pools(tmp_path):
+    # found running doctor here: subgroup manifests (cxlkit-subgroups.<ns>.json) and lock files
+    # in /dev/shm were reported as pools that "cannot open" and blocked
+    m = _machine(tmp_path, "one-node")
+    (tmp_path / "shm" / "cxlkit-subgroups.t1.json").write_text("{}")
+    (tmp_path / "shm" / "cxlkit-subgroups-0a1b.lock").write_bytes(b"")
+    with cxlkit.Pool(str(tmp_path / "shm" / "cxlkit-real"), size="8M"):
+        pass
+    v = _verdicts(m)
+    assert [item for area, item in v if area == "pools"] == ["cxlkit-real"]
+    assert "1 pool file(s)" in v["shm", str(tmp_path / "shm")].detail

@@ -360,7 +360,7 @@ def test_non_coherent_touch_flushes_only_the_slots_it_stamped(pool_path, clock, 
 
 
 def test_coherent_touch_flushes_nothing(pool_path, clock, monkeypatch):
-    a = open_store(pool_path, 0)
+    a = open_store(pool_path, 0, coherence="host")  # named: --coherence-sim changes the default
     log = SyncLog(monkeypatch)
     a._recency.touch(block_hashes(list(range(16 * 40))))
     a._recency.touch(block_hashes(list(range(16))))

@@ -35,6 +35,19 @@ def test_connector_is_a_kv_connector_with_or_without_vllm():
         assert conn.KVConnectorBase_V1 is KVConnectorBase_V1
 
 
+def test_extra_config_max_hosts_sizes_each_hosts_partition(extra):
+    """extra_config "max_hosts" reaches the pool it makes: two servers on a pool of `size` get
+    size/2 each (without it, the default host count left each a small partition, and a
+    benchmark's early prompts were evicted before the second engine read them)."""
+    from cxlkit import Pool
+
+    a = FakeEngine(dict(extra, max_hosts=2))
+    st = Pool(extra["pool"], host_id=1).stat()
+    assert st.max_hosts == 2 and st.partition_bytes >= (extra["size"] // 2) * 9 // 10
+    b = FakeEngine(dict(extra, max_hosts=2, host_id=1, create=False))
+    assert b.worker.store.stats.hits == 0 and a.worker.store is not b.worker.store
+
+
 def test_one_engine_saves_and_another_host_loads_instead_of_recomputing(extra):
     a = FakeEngine(extra)
     req = Request("a-1", PROMPT)

@@ -7,12 +7,12 @@ weights, prompts are token ids (nothing is downloaded). Checked: vLLM's CPU_ATTN
 and V where split_kv reads them; a second engine loads the prefix a first one stored (vLLM's own
 counters: num_cached_tokens, vllm:external_prefix_cache_hits) and produces the same greedy tokens
 and logprobs as a recompute; a corrupted pool block is reported through vLLM's load-error path
-and recomputed; `vllm serve` with the connector, driven over HTTP on 127.0.0.1 (the example).
+and recomputed; `vllm serve` with the connector, driven over HTTP on 127.0.0.1 (the example,
+and docs/kv.md's recipe with curl).
 """
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,8 +23,11 @@ if __name__ != "__main__":
     pytest.importorskip("vllm", reason="vLLM is not installed in this environment: "
                                        "`make test-vllm` runs these tests in .venv-vllm")
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from kv_vllm import run_session  # noqa: E402  (kills an engine's whole session on a timeout)
+
 BLOCK = 128  # vLLM's default block size on CPU
-ENGINE_TIMEOUT = 420
+ENGINE_TIMEOUT = 900  # start-up and a few prompts take ~1 min; minutes on a loaded machine
 
 
 def make_tiny_model(path: Path, layers: int = 2, hidden: int = 256, heads: int = 4,
@@ -51,7 +54,8 @@ def run_engine(spec: dict) -> dict:
             "kv_load_failure_policy": "recompute",
             "kv_connector_extra_config": {"pool": spec["pool"], "create": spec["create"],
                                           "size": 1 << 30, "host_id": spec["host_id"],
-                                          "checksum": True}}
+                                          "checksum": True,
+                                          "staging": spec.get("staging", False)}}
     llm = LLM(model=spec["model"], load_format="dummy", skip_tokenizer_init=True,
               dtype="float32", max_model_len=4096, enforce_eager=True,
               kv_cache_memory_bytes=256 << 20, disable_log_stats=False, seed=0, **kw)
@@ -74,8 +78,7 @@ def run_engine(spec: dict) -> dict:
 
 def engine(spec: dict) -> dict:
     """Run one engine in a fresh process (vLLM spawns its own EngineCore and Worker)."""
-    p = subprocess.run([sys.executable, __file__, json.dumps(spec)], capture_output=True,
-                       text=True, timeout=ENGINE_TIMEOUT)
+    p = run_session([sys.executable, __file__, json.dumps(spec)], ENGINE_TIMEOUT)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
     assert p.returncode == 0 and lines, f"engine failed ({p.returncode}):\n{p.stderr[-6000:]}"
     return json.loads(lines[-1][len("RESULT "):])
@@ -162,8 +165,10 @@ def test_two_engines_share_a_prefix_and_a_corrupt_block_is_recomputed(tmp_path, 
         obj.write(at, bytes([obj.read(at, 1)[0] ^ 0x40]))
     pool.close()
 
+    # B copies through the staging buffers a GPU cache uses (CPU tensors here): the same
+    # path in the real engine
     b = engine({"model": model, "pool": pool_path, "create": False, "host_id": 1,
-                "runs": [{"prompt": new}, {"prompt": new, "skip_cache": True},
+                "staging": True, "runs": [{"prompt": new}, {"prompt": new, "skip_cache": True},
                          {"prompt": other2}, {"prompt": other2, "skip_cache": True}]})
     hit, recompute, broken, recompute2 = b["runs"]
     assert hit["cached"] == 7 * BLOCK and recompute["cached"] == 0
@@ -186,14 +191,51 @@ def test_example_two_openai_servers_share_the_prompt_over_http():
     ex = Path(__file__).resolve().parent.parent / "examples" / "vllm" / "two_servers.py"
     lines = ex.read_text().splitlines()
     assert lines[0].startswith("# Run:") and len(lines) < 60
-    p = subprocess.run([sys.executable, str(ex)], capture_output=True, text=True,
-                       timeout=2 * ENGINE_TIMEOUT)
+    p = run_session([sys.executable, str(ex)], 2 * ENGINE_TIMEOUT)
     assert p.returncode == 0, p.stderr[-4000:]
     out = json.loads(p.stdout.splitlines()[-1])
     a, b = out["0"], out["1"]
     assert a["pool_hit_tokens"] == 0 and b["pool_hit_tokens"] == 5 * BLOCK  # 700 tokens
     assert a["tokens"] == b["tokens"]  # B's hit gives A's recompute
     assert all(abs(x - y) < 1e-3 for x, y in zip(a["logprobs"], b["logprobs"]))
+
+
+@pytest.mark.slow
+def test_the_docs_recipe_runs_as_written():
+    """docs/kv.md's recipe (two `vllm serve`, curl), run by bash from the checkout as a user
+    pastes it: B's completion equals A's and vLLM counts 640 prompt tokens from the pool."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import docs_blocks as D
+
+    (block,) = [b for b in D.blocks(D.ROOT / "docs" / "kv.md") if "vllm serve" in b.code]
+    assert block.where == "not run" and "test_kv_vllm_engine" in block.detail
+    p = run_session(["bash", "-euo", "pipefail", "-c", block.code], 2 * ENGINE_TIMEOUT,
+                    cwd=D.ROOT)
+    assert p.returncode == 0, f"{p.stdout[-2000:]}\n{p.stderr[-4000:]}"
+    done = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
+    assert len(done) == 2
+    a, b = (d["choices"][0] for d in done)
+    assert len(a["token_ids"]) == 8 and a["token_ids"] == b["token_ids"]
+    (hits,) = [ln for ln in p.stdout.splitlines() if ln.startswith("vllm:external_prefix")]
+    assert float(hits.split()[-1]) == 5 * BLOCK
+
+
+@pytest.mark.slow
+def test_the_vllm_bench_reports_hit_and_recompute_per_connector(tmp_path):
+    """bench/kv_vllm.py end to end at a tiny size (its figures are the closing note's): each
+    scenario's row has both TTFTs, the same first token and the tokens the connector served."""
+    out = tmp_path / "rows.json"
+    bench = Path(__file__).resolve().parent.parent / "bench" / "kv_vllm.py"
+    p = run_session([sys.executable, str(bench), "--models", "tiny", "--sizes", "384", "--runs",
+                     "1", "--connectors", "cxlkit", "--kv-gib", "0.25", "--pool-gib", "0.25",
+                     "--json", str(out)], 3 * ENGINE_TIMEOUT)
+    assert p.returncode == 0, p.stderr[-4000:]
+    rows = {r["scenario"]: r for r in json.loads(out.read_text())}
+    assert set(rows) == {"cxlkit-2engines", "cxlkit-1engine"}, rows
+    for r in rows.values():
+        assert r["tokens"] == 384 and r["hit_cached_tokens"] == 2 * BLOCK, r
+        assert r["same_first_token"] and r["ttft_hit_ms"] > 0 and r["ttft_recompute_ms"] > 0
+    assert rows["cxlkit-1engine"]["ttft_local_hit_ms"] > 0
 
 
 if __name__ == "__main__":

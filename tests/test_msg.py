@@ -137,8 +137,54 @@ def test_comm_arguments_checked_before_joining(pool2):
         with pytest.raises(PeerLostError, match="joined"):
             msg.Comm(pool, rank=0, size=2, job="alone", join_ms=200)
         os.environ.pop("CXLKIT_RANK", None)
-        with pytest.raises(ValueError, match="CXLKIT_RANK"):
-            msg.Comm(pool, size=2, job="x")
+        os.environ.pop("CXLKIT_SIZE", None)
+        with pytest.raises(ValueError, match="CXLKIT_SIZE"):
+            msg.Comm(pool, job="x")
+        with pytest.raises(ValueError, match="join_ms"):
+            msg.Comm(pool, size=2, job="x", join_ms=-1)
+        # ranks by arrival: nobody else arrives, the wait ends naming the job
+        with pytest.raises(PeerLostError, match="job lonely"):
+            msg.Comm(pool, size=2, job="lonely", join_ms=300)
+
+
+def _arrive(path: str, job: str, host: int, conn) -> None:
+    try:
+        with cxlkit.Pool(path, host_id=host) as pool:
+            os.environ["CXLKIT_SIZE"] = "4"
+            os.environ.pop("CXLKIT_RANK", None)
+            with msg.Comm(pool, job=job, join_ms=30000) as comm:
+                total = int(comm.allreduce(np.array([comm.rank], dtype=np.int64))[0])
+                conn.send((comm.rank, total))
+    except BaseException as e:
+        conn.send(("error", repr(e)))
+
+
+def test_ranks_by_arrival_through_the_bootstrap_rpc_service(pool_path):
+    import multiprocessing as mp
+
+    from cxlkit import rpc
+
+    make_pool(pool_path, 4)
+    ctx = mp.get_context("fork")
+    got = []
+    for attempt in range(2):  # a second job of the same name after the first ended
+        pipes, procs = [], []
+        for host in range(4):
+            a, b = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_arrive, args=(pool_path, "arrive", host, b))
+            p.start()
+            pipes.append(a)
+            procs.append(p)
+        res = [a.recv() if a.poll(60) else ("error", "no answer") for a in pipes]
+        for p in procs:
+            p.join(10)
+        assert sorted(r for r, _ in res) == [0, 1, 2, 3], res
+        assert all(t == 6 for _, t in res), res
+        got.append(res)
+    with cxlkit.Pool(pool_path, host_id=0) as pool:  # the service is gone with the job
+        assert not any(o.name.startswith("rpc.msgboot-") for o in pool.list())
+    assert rpc.service_name("j" * 64).startswith("msgboot-")
+    assert len(rpc.service_name("j" * 64)) <= 64
 
 
 def test_rank_and_size_come_from_the_environment(pool2, monkeypatch):

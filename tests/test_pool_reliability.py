@@ -426,8 +426,9 @@ def test_pool_larger_than_the_filesystems_free_space_is_refused_unless_overcommi
         cxlkit.Pool(path, size=want, host_id=0, max_hosts=1, max_objects=256)
     assert "/dev/shm" in str(ei.value) and "free" in str(ei.value)
     assert not os.path.exists(path)
+    # coherence named: the simulator (--coherence-sim) refuses views larger than tmpfs's room
     with cxlkit.Pool(path, size=want, host_id=0, max_hosts=1, max_objects=256,
-                     overcommit=True) as p:
+                     overcommit=True, coherence="host") as p:
         assert p.stat().size == want
 
 
@@ -506,11 +507,14 @@ def test_foreign_error_keeps_errno(path):
 def test_boot_id_read_failing_fails_the_open_and_leaves_the_running_host_alone(path):
     # before: the failed read hashed "" as this boot's id, so the open saw its own host as
     # rebooted (a different boot) while this process still used it
-    from cxlkit.testing import inject_fault
+    from cxlkit.testing import inject_fault, syscall_count
 
     with cxlkit.Pool(path, size=8 * MiB, host_id=0) as a:
         o = a.create("mine", 100)  # CREATING: reclaimed if the host were taken over
-        with inject_fault("open", 1, errno.EMFILE):  # the first open: /proc/.../boot_id
+        n0 = syscall_count("open")
+        cxlkit.Pool(path, host_id=0).close()
+        opens = syscall_count("open") - n0  # the pool's files, then /proc/.../boot_id
+        with inject_fault("open", opens, errno.EMFILE):
             with pytest.raises(OSError) as ei:
                 cxlkit.Pool(path, host_id=0)
         assert ei.value.errno == errno.EMFILE and ei.value.filename == path

@@ -147,15 +147,14 @@ def test_aio_engine_round_trip_and_bad_config(tmp_path):
 
 
 def test_store_updates_bitwise_equal_to_the_kernel_over_dirs_tmpfs_and_memory(dirs):
+    import tempfile
+
     ref = Ref()
-    with make([dirs[0], "/dev/shm" if os.path.isdir("/dev/shm") else dirs[1], "mem"], ref,
-              namespace=f"t{os.getpid()}") as st:
+    # a directory of its own on tmpfs: the store's files and manifest go with it
+    with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else dirs[1]) \
+            as shm, make([dirs[0], shm, "mem"], ref, namespace=f"t{os.getpid()}") as st:
         run_steps(st, ref, 4)
         check_state(st, ref)
-        for sg in range(len(st.subgroups)):
-            for p in st.paths:
-                if p.kind == "dir" and p.name == "/dev/shm":
-                    p.remove(sg)
 
 
 def test_pool_path_holds_subgroups(pool_path, dirs):
@@ -379,3 +378,16 @@ def test_path_lock_excludes_another_process_and_a_dead_holder_releases(dirs):
     with make([dirs[1]], ref, lock="off") as st:
         assert run_steps(st, ref, 1)[0]["paths"][0]["lock"] == "off"
         assert st.paths[0].lock_acquired == 0
+
+
+def test_measuring_a_pool_path_too_small_raises_the_real_error_not_BufferError(tmp_path):
+    # defect (found trying `plan train --spill pool:X`): the probe's buffer was closed while the
+    # error's traceback still held views of it, so BufferError replaced PathFullError
+    import cxlkit
+    from cxlkit.train import spill_plan as SP
+    from cxlkit.train.spill_paths import PathFullError
+
+    path = str(tmp_path / "small")
+    cxlkit.Pool(path, size="16M").close()
+    with pytest.raises(PathFullError, match="no room"):
+        SP.measure_paths([f"pool:{path}"], nbytes=32 << 20)

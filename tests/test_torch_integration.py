@@ -337,6 +337,7 @@ def test_small_llama_20_steps_with_offload_matches_torch_adamw():
     assert l1 == pytest.approx(l2, rel=1e-4, abs=1e-5)
 
 
+@pytest.mark.slow  # transformers' import and a Trainer: tens of seconds
 def test_hf_trainer_runs_with_tiered_adamw(tmp_path):
     transformers = pytest.importorskip("transformers")
     cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
@@ -543,6 +544,7 @@ def test_auto_team_runs_on_torchs_openmp_threads_on_one_node(monkeypatch, memory
     o3.close()
 
 
+@pytest.mark.slow  # two fresh processes importing transformers / accelerate
 def test_docs_train_recipes_run_as_written(tmp_path):
     # every ```python block after a <!-- recipe --> line of docs/train.md, each in a fresh
     # process (as a user pastes it into a script), in an empty directory

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "bind/bind.h"
+#include "bind/bind_msg.h"
 #include "cxlkit.h"
 
 namespace cxk::py {
-namespace {
 
 cxk_pool *open_private(const std::vector<std::string> &paths, int host_id,
                        const std::string &tag, int coherence) {
@@ -37,6 +37,8 @@ cxk_pool *open_private(const std::vector<std::string> &paths, int host_id,
     check(r, paths[0]);
     return p;
 }
+
+namespace {
 
 // A Python buffer held for the duration of a native call or a request.
 struct View {

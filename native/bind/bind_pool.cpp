@@ -108,7 +108,7 @@ struct PoolHandle {
         }
         this->host_id = s.host_id;
         geo = PoolGeometry{s.size, s.data_off, s.partition_bytes, s.host_id,
-                           s.coherence == CXK_COHERENCE_NONE};
+                           s.coherence != CXK_COHERENCE_HOST};
     }
     ~PoolHandle();
     // A shared hold on the mapping for one call; the closed error once close() has begun.
@@ -454,7 +454,8 @@ CXK_BIND(pool) {
             use.check_range(o.off + offset, 8, true);
             auto *w = reinterpret_cast<uint64_t *>(use.base() + o.off + offset);
             const uint64_t now = __atomic_add_fetch(w, value, __ATOMIC_RELAXED);
-            cxk_pool_flush(use.get(), o.off + offset, 8);
+            if (!cxk_mutation_on(CXK_MUT_COUNTER_WRITEBACK))  // issue 16's mutation tests
+                cxk_pool_flush(use.get(), o.off + offset, 8);
             return now;
         }, nb::arg("offset"), nb::arg("value"))
         // flush / invalidate for nbytes at each payload offset of a batch (scattered words,

@@ -289,7 +289,7 @@ int cxk_msg_init(cxk_pool *p, const char *job, int rank, int nranks, const cxk_m
     if (!c) return -ENOMEM;
     c->pool = p;
     c->base = static_cast<uint8_t *>(cxk_pool_base(p));
-    c->nc = ps.coherence == CXK_COHERENCE_NONE;
+    c->nc = ps.coherence != CXK_COHERENCE_HOST;  // "none" or "sim"
     c->job = job;
     c->rank = rank;
     c->nranks = nranks;

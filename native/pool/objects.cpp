@@ -16,6 +16,7 @@
 #include "sys/sys.h"
 #include "pool/leases.h"
 #include "pool/recovery.h"
+#include "prim/mutate.h"
 #include "prim/policy.h"
 
 namespace cxk::pool {
@@ -209,9 +210,14 @@ int cxk_obj_create_ex(cxk_pool *p, const char *name, uint64_t nbytes, unsigned f
             o->name_len = uint16_t(len);
             std::memset(o->name, 0, sizeof o->name);
             std::memcpy(o->name, name, len);
+            // Non-coherent readers fetch the header line by line: the name's lines reach the
+            // pool (write-back, fence) before line 0 may say CREATING, else a reader on another
+            // host takes a new state with an old name (issue 16's simulator found it). Line 0
+            // evicted early still says FREE, which readers refuse.
+            sync_out(p, reinterpret_cast<uint8_t *>(o) + kLine, kObjHeaderBytes - kLine);
             // release: the fields above are in place before the state says CREATING
             st(&o->state, uint32_t(kCreating));
-            sync_out(p, o, kObjHeaderBytes);
+            sync_out(p, o, kLine);
             crash_point(Crash::create_alloc);
             s->creating[s->ncreating_list++] = block;
             s->ncreating++;
@@ -254,7 +260,8 @@ int cxk_obj_publish(cxk_pool *p, uint64_t off, unsigned flags) {
         o->flags = uint16_t(o->flags | kObjChecksummed);
     }
     // payload -> flush -> fence, then the header (pairs with the reader's validation)
-    sync_out(p, p->base + off, nbytes);
+    if (cxk::mutated(cxk::Mut::publish_payload_flush)) __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    else sync_out(p, p->base + off, nbytes);
     HostLock lk(p);
     if (lk.err) return lk.err;
     if (ld(&o->state) != kCreating) return -EINVAL;  // destroyed meanwhile
@@ -303,7 +310,7 @@ int cxk_obj_open(cxk_pool *p, const char *name, struct cxk_obj_stat *st_) {
             // Non-coherent pool: the caller may read the payload in place (zero-copy views),
             // so drop any lines of it cached before the owner published (pairs with the
             // owner's flush + fence before its header write).
-            if (f.host != p->host)
+            if (f.host != p->host && !cxk::mutated(cxk::Mut::read_invalidate))
                 sync_in(p, reinterpret_cast<const uint8_t *>(o) + kObjHeaderBytes, st_->nbytes);
             std::lock_guard<std::mutex> lk(p->lease_mu);
             p->my_leases.push_back(uint32_t(li));
@@ -424,6 +431,9 @@ bool snapshot_header(const cxk_pool *p, uint32_t h, uint64_t block, ObjHeader *o
     if (s1 != kLive && s1 != kCreating) return false;
     std::memcpy(static_cast<void *>(out), o, sizeof *out);
     __atomic_thread_fence(__ATOMIC_ACQUIRE);  // pairs with create's release fence after gen
+    // non-coherent: the re-check reads the pool again, not the copy fetched above (which
+    // would always agree with itself: issue 16's simulator found a torn name listed)
+    if (h != p->host) sync_in(p, o, kLine);
     if (ldr(&o->state) != s1 || ldr(&o->gen) != g1) return false;
     out->state = s1;
     out->gen = g1;
@@ -486,7 +496,8 @@ int cxk_obj_read(cxk_pool *p, uint64_t off, uint64_t generation, uint64_t pos, v
     const int ck = checksum_state(o);
     if (size > part_end(p, h) - off) return -ESTALE;  // changed since the validation
     if (pos > size || nbytes > size - pos) return -ERANGE;
-    if (h != p->host && p->nc) cxk_copy_invalidate(dst, p->base + off + pos, nbytes);
+    if (h != p->host && p->nc && !cxk::mutated(cxk::Mut::read_invalidate))
+        cxk_copy_invalidate(dst, p->base + off + pos, nbytes);
     else std::memcpy(dst, p->base + off + pos, nbytes);
     // acquire: the copy is done before the re-check (pairs with the destroyer's release
     // of the DEAD state and the allocator's reuse that follows it)

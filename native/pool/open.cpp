@@ -29,7 +29,9 @@ constexpr unsigned kOpenFlags = CXK_POOL_CREATE | CXK_POOL_EXCL | CXK_POOL_FORCE
 int check_opts(const char *const *paths, uint32_t npaths, const cxk_pool_opts &o) {
     const char *tag = o.host_tag ? o.host_tag : "";
     if (std::strlen(tag) > kTagMax) return -ENAMETOOLONG;
-    if (o.coherence != CXK_COHERENCE_HOST && o.coherence != CXK_COHERENCE_NONE) return -EINVAL;
+    if (o.coherence != CXK_COHERENCE_HOST && o.coherence != CXK_COHERENCE_NONE &&
+        o.coherence != CXK_COHERENCE_SIM)
+        return -EINVAL;
     if (o.max_hosts > kMaxHosts || o.host_id < -1 || o.numa_node > CXK_MAX_NODE_ID) return -EINVAL;
     if ((o.flags & ~kOpenFlags) != 0) return -EINVAL;
     // owner and group read/write at most: no exec, setuid/setgid/sticky, or other users' write
@@ -129,14 +131,39 @@ int format_if_new(cxk_pool *p, Opened &ob, const cxk_pool_opts &o, uint32_t npat
     return r == -EEXIST && !(o.flags & CXK_POOL_EXCL) ? kCreatedByAnother : r;
 }
 
+// ---- coherence "sim" (issue 16): from the slot on, this handle runs on slot's view ----
+int sim_enter(cxk_pool *p) {
+    char key[16];
+    std::snprintf(key, sizeof key, "host%u", p->host);
+    uint8_t *view = nullptr;
+    if (int r = cxk::sim::attach(p->base, p->size, p->align, p->geo.uuid, key, &p->sim, &view))
+        return r;
+    p->sim_pool = p->base;
+    p->base = view;
+    return 0;
+}
+}  // namespace
+void sim_leave(cxk_pool *p) {
+    if (!p->sim) return;
+    cxk::sim::detach(p->sim);
+    p->sim = nullptr;
+    p->base = p->sim_pool;
+    p->sim_pool = nullptr;
+}
+namespace {
+
 // open, phase 4: pick a slot and attach to it (again when another name took it meanwhile).
+// Under "sim" the slot is picked on the pool itself, then everything runs on its host's view.
 int attach_host(cxk_pool *p, const cxk_pool_opts &o, const char *tag, int lock_fd) {
     for (uint64_t taken = 0;;) {
         const int r = pick_slot(p, o.host_id, tag, taken);
         if (r < 0) return r;
         p->host = uint32_t(r);
+        if (o.coherence == CXK_COHERENCE_SIM)
+            if (int e = sim_enter(p)) return e;
         const int a = attach(p, lock_fd, tag, o.host_id < 0);
         if (a != kSlotTaken) return a;
+        sim_leave(p);
         taken |= 1ull << p->host;  // another name claimed it since we looked
     }
 }
@@ -155,9 +182,8 @@ int open_impl(const char *const *paths, uint32_t npaths, const cxk_pool_opts *op
 
     std::unique_ptr<cxk_pool> p(new (std::nothrow) cxk_pool);
     if (!p) return -ENOMEM;
-    p->nc = o.coherence == CXK_COHERENCE_NONE;
+    p->nc = o.coherence != CXK_COHERENCE_HOST;
     p->pid = getpid();
-    if (int r = read_boot_hash(&p->boot)) return r;
 
     for (int attempt = 0; attempt < 2; ++attempt) {
         const bool try_create = create && attempt == 0;
@@ -174,6 +200,7 @@ int open_impl(const char *const *paths, uint32_t npaths, const cxk_pool_opts *op
         std::snprintf(p->kind, sizeof p->kind, "%s", npaths > 1 ? "striped" : ob.devdax ? "devdax"
                                                      : ob.memfd ? "memfd" : "file");
         auto fail = [&](int err) {
+            sim_leave(p.get());
             cxk_unmap(p->base, p->size);
             p->base = nullptr;
             backings_discard(ob.bs);
@@ -192,6 +219,10 @@ int open_impl(const char *const *paths, uint32_t npaths, const cxk_pool_opts *op
         }
         if (r) return fail(r);
         if ((r = validate(base, ob.total, npaths, &p->geo)) != 0) return fail(r);
+        // after the backings: a caller's fault on the nth open names the pool's files, and
+        // the boot only matters from attach on; one that exists but cannot be read fails the
+        // open (a made-up hash would make this host look rebooted to its running processes)
+        if ((r = read_boot_hash(&p->boot)) != 0) return fail(r);
         if ((r = heart_start(p.get())) != 0) return fail(r);
         const int lock_fd = ob.bs[0].fd;
         if ((r = attach_host(p.get(), o, tag, lock_fd)) != 0 ||
@@ -243,6 +274,7 @@ int cxk_pool_close(cxk_pool *p) {
         for (uint32_t i : p->my_leases) lease_free(p, i);
         p->my_leases.clear();
     }
+    sim_leave(p);  // the last process of a simulated host writes its dirty lines back
     int r = cxk_unmap(p->base, p->size);
     if (p->memfd >= 0) cxk::sys_close(p->memfd);
     if (p->file_fd >= 0) cxk::sys_close(p->file_fd);
@@ -272,7 +304,7 @@ int cxk_pool_stat(cxk_pool *p, struct cxk_pool_stat *st_) {
     st_->version = g.version;
     st_->max_hosts = g.max_hosts;
     st_->host_id = p->host;
-    st_->coherence = p->nc ? CXK_COHERENCE_NONE : CXK_COHERENCE_HOST;
+    st_->coherence = p->sim ? CXK_COHERENCE_SIM : p->nc ? CXK_COHERENCE_NONE : CXK_COHERENCE_HOST;
     st_->nbackings = g.nbackings;
     std::memcpy(st_->uuid, g.uuid, 16);
     std::snprintf(st_->kind, sizeof st_->kind, "%s", p->kind);

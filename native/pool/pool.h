@@ -13,6 +13,7 @@
 
 #include "cxlkit.h"
 #include "pool/format.h"
+#include "prim/sim.h"
 
 struct cxk_pool {
     uint8_t *base = nullptr;
@@ -22,7 +23,10 @@ struct cxk_pool {
     int memfd = -1;                // kept open for memfd pools (closing it would free them)
     int file_fd = -1;              // backing 0 of a file pool: fsck checks its size (truncation)
     bool needs_recover = false;    // under the host lock: an op found derived state corrupt
-    bool nc = false;               // coherence "none"
+    bool nc = false;               // coherence "none" (or "sim")
+    // coherence "sim" (issue 16): base is this host's simulated view; the pool's own mapping
+    cxk::sim::Map *sim = nullptr;
+    uint8_t *sim_pool = nullptr;
     uint32_t host = 0;
     uint64_t boot = 0;
     pid_t pid = 0;                 // the opener (leases use the caller's pid: fork works)

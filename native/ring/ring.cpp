@@ -3,6 +3,8 @@
 // peek/release, with flushes and invalidates when the pool is not coherent.
 #include "ring/ring.h"
 
+#include "prim/mutate.h"
+
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -31,7 +33,7 @@ int pool_geometry(cxk_pool *p, uint64_t *size, bool *nc) {
     int rc = cxk_pool_stat(p, &st);
     if (rc) return rc;
     *size = st.size;
-    *nc = st.coherence == CXK_COHERENCE_NONE;
+    *nc = st.coherence != CXK_COHERENCE_HOST;  // "none" or "sim"
     return 0;
 }
 
@@ -53,7 +55,7 @@ void publish_head(cxk_ring *r) {
     // happened before it may reuse them
     __atomic_store_n(&h->head, r->pos, __ATOMIC_RELEASE);
     if (r->nc) {
-        cxk_flush(h, sizeof *h);
+        if (!cxk::mutated(cxk::Mut::ring_head_flush)) cxk_flush(h, sizeof *h);
         cxk_sfence();
     }
     r->head_pub = r->pos;

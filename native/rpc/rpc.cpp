@@ -140,7 +140,9 @@ int cxk_rpc_server_create(cxk_pool *p, const char *name, uint32_t max_clients,
             cxk_pool_invalidate(p, st.off, sizeof h);
             std::memcpy(&h, static_cast<uint8_t *>(cxk_pool_base(p)) + st.off, sizeof h);
         }
-        bool alive = h.boot == boot_hash() && !pid_gone(h.pid);
+        // not yet published: another process is creating it now (a dead creator's object
+        // is reclaimed by the pool's lease rule, not here)
+        bool alive = st.state == CXK_OBJ_CREATING || (h.boot == boot_hash() && !pid_gone(h.pid));
         if (st.host != ps.host_id || alive) {
             delete s;
             return -EBUSY;
@@ -232,6 +234,68 @@ int cxk_rpc_server_flush(cxk_rpc_server *s) {
     return 0;
 }
 
+}  // extern "C"
+
+namespace {
+
+// One try at connecting: open the service object, take a client slot, wait for the server to
+// make our reply ring. -EAGAIN: the object found belongs to a server that is gone (a new one
+// will replace it): try again.
+int connect_once(cxk_rpc_client *c, int64_t deadline) {
+    std::string srv = "rpc." + c->name + ".srv";
+    struct cxk_obj_stat st;
+    int rc;
+    while ((rc = cxk_obj_open(c->pool, srv.c_str(), &st)) == -ENOENT || rc == -EAGAIN) {
+        if (now_ms() > deadline) return -ETIMEDOUT;
+        usleep(1000);
+    }
+    if (rc) return rc;
+    SrvHdr h;
+    cxk_pool_invalidate(c->pool, st.off, sizeof h);
+    std::memcpy(&h, static_cast<uint8_t *>(cxk_pool_base(c->pool)) + st.off, sizeof h);
+    c->srv_off = st.off, c->srv_gen = st.generation;
+    c->srv_pid = h.pid, c->srv_boot = h.boot;
+    if (st.nbytes < sizeof h || h.magic != kSrvMagic || h.max_clients == 0 ||
+        h.max_clients > 4096 || cxk_ring_bytes(h.slot_bytes, h.depth) == 0 || h.slot_bytes < 128)
+        return -EBADMSG;
+    if (server_gone(c)) return -EAGAIN;  // a dead server's object, not yet replaced
+    c->depth = h.depth;
+    rc = -EBUSY;  // every client slot taken
+    for (uint32_t k = 0; k < h.max_clients && rc == -EBUSY; ++k) {
+        std::string rn = ring_name(c->name, k, "req");
+        rc = cxk_ring_create(c->pool, rn.c_str(), h.slot_bytes, h.depth, CXK_RING_PRODUCER,
+                             &c->req);
+        if (rc == -EEXIST) rc = -EBUSY;
+        else c->k = k;
+    }
+    if (rc) return rc;
+    std::string rn = ring_name(c->name, c->k, "rep");
+    // the server makes our reply ring when it notices us
+    while ((rc = cxk_ring_open(c->pool, rn.c_str(), CXK_RING_CONSUMER, &c->rep)) != 0) {
+        if (rc != -ENOENT && rc != -EAGAIN) return rc;
+        if (now_ms() > deadline) return -ETIMEDOUT;
+        if (server_gone(c)) return -EAGAIN;
+        usleep(200);
+    }
+    // a reply ring left by a dead server for an earlier client k is not ours
+    return server_gone(c) ? -EAGAIN : 0;
+}
+
+// Undo a try: our request ring (the server sees -EPIPE), the reply ring, the service object.
+void disconnect(cxk_rpc_client *c) {
+    if (c->rep) cxk_ring_close(c->rep), c->rep = nullptr;
+    if (c->req) {
+        cxk_ring_close(c->req), c->req = nullptr;
+        std::string rn = ring_name(c->name, c->k, "req");
+        cxk_obj_destroy(c->pool, rn.c_str());
+    }
+    if (c->srv_off) cxk_obj_close(c->pool, c->srv_off), c->srv_off = 0;
+}
+
+}  // namespace
+
+extern "C" {
+
 int cxk_rpc_connect(cxk_pool *p, const char *name, uint32_t timeout_ms, cxk_rpc_client **out) {
     if (!p || !name || !out || !good_name(name)) return -EINVAL;
     const int64_t deadline = now_ms() + (timeout_ms ? timeout_ms : 10000);
@@ -239,48 +303,18 @@ int cxk_rpc_connect(cxk_pool *p, const char *name, uint32_t timeout_ms, cxk_rpc_
     if (!c) return -ENOMEM;
     c->pool = p, c->name = name;
     if (timeout_ms) c->timeout_ms = timeout_ms;
-    std::string srv = "rpc." + c->name + ".srv";
-    struct cxk_obj_stat st;
     int rc;
-    while ((rc = cxk_obj_open(p, srv.c_str(), &st)) == -ENOENT || rc == -EAGAIN) {
-        if (now_ms() > deadline) break;
+    while ((rc = connect_once(c, deadline)) == -EAGAIN) {
+        disconnect(c);
+        if (now_ms() > deadline) {
+            rc = -ETIMEDOUT;
+            break;
+        }
         usleep(1000);
     }
     if (rc) {
+        disconnect(c);
         delete c;
-        return rc == -ENOENT || rc == -EAGAIN ? -ETIMEDOUT : rc;
-    }
-    SrvHdr h;
-    cxk_pool_invalidate(p, st.off, sizeof h);
-    std::memcpy(&h, static_cast<uint8_t *>(cxk_pool_base(p)) + st.off, sizeof h);
-    c->srv_off = st.off, c->srv_gen = st.generation;
-    c->srv_pid = h.pid, c->srv_boot = h.boot;
-    if (st.nbytes < sizeof h || h.magic != kSrvMagic || h.max_clients == 0 ||
-        h.max_clients > 4096 || cxk_ring_bytes(h.slot_bytes, h.depth) == 0 || h.slot_bytes < 128) {
-        cxk_obj_close(p, st.off);
-        delete c;
-        return -EBADMSG;
-    }
-    c->depth = h.depth;
-    rc = -EBUSY;  // every client slot taken
-    for (uint32_t k = 0; k < h.max_clients && rc == -EBUSY; ++k) {
-        std::string rn = ring_name(c->name, k, "req");
-        rc = cxk_ring_create(p, rn.c_str(), h.slot_bytes, h.depth, CXK_RING_PRODUCER, &c->req);
-        if (rc == -EEXIST) rc = -EBUSY;
-        else c->k = k;
-    }
-    if (!rc) {
-        std::string rn = ring_name(c->name, c->k, "rep");
-        // the server makes our reply ring when it notices us
-        while ((rc = cxk_ring_open(p, rn.c_str(), CXK_RING_CONSUMER, &c->rep)) != 0) {
-            if ((rc != -ENOENT && rc != -EAGAIN) || now_ms() > deadline) break;
-            if (server_gone(c)) break;
-            usleep(200);
-        }
-        if (rc == -ENOENT || rc == -EAGAIN) rc = -ETIMEDOUT;
-    }
-    if (rc) {
-        cxk_rpc_close(c);
         return rc;
     }
     *out = c;
@@ -289,13 +323,7 @@ int cxk_rpc_connect(cxk_pool *p, const char *name, uint32_t timeout_ms, cxk_rpc_
 
 void cxk_rpc_close(cxk_rpc_client *c) {
     if (!c) return;
-    if (c->rep) cxk_ring_close(c->rep);
-    if (c->req) {
-        cxk_ring_close(c->req);  // the server sees -EPIPE and drops us
-        std::string rn = ring_name(c->name, c->k, "req");
-        cxk_obj_destroy(c->pool, rn.c_str());
-    }
-    if (c->srv_off) cxk_obj_close(c->pool, c->srv_off);
+    disconnect(c);  // the server sees -EPIPE on our request ring and drops us
     delete c;
 }
 
@@ -330,8 +358,11 @@ int cxk_rpc_poll(cxk_rpc_client *c, uint64_t *id, int32_t *status, void *buf, ui
     const void *pl;
     uint32_t n, kind;
     int rc = cxk_ring_peek(c->rep, &pl, &n, &kind);
-    if (rc == -EAGAIN && c->outstanding && (++c->idle & 4095) == 0 && server_gone(c))
-        return -EPIPE;
+    if (rc == -EAGAIN && c->outstanding && (++c->idle & 4095) == 0 && server_gone(c)) {
+        // a reply published just before the server left is still ours: look once more
+        rc = cxk_ring_peek(c->rep, &pl, &n, &kind);
+        if (rc == -EAGAIN) return -EPIPE;
+    }
     if (rc) return rc;
     SlotHdr h;
     if (n < sizeof h) return -EBADMSG;
@@ -361,7 +392,11 @@ int cxk_rpc_call(cxk_rpc_client *c, uint32_t method, const void *req, uint32_t n
         if (rc == 0) break;
         if (rc != -EAGAIN) return rc;
         if ((++spins & 4095) == 0) {
-            if (server_gone(c)) return -EPIPE;
+            if (server_gone(c)) {  // its last reply may have landed before it left
+                rc = cxk_rpc_poll(c, nullptr, &st, reply, cap, reply_nbytes);
+                if (rc == 0) break;
+                return rc == -EAGAIN ? -EPIPE : rc;
+            }
             if (now_ms() > deadline) return -ETIMEDOUT;
             sched_yield();  // the server may be waiting for this CPU
         }

@@ -33,7 +33,8 @@ const char *const kSysNames[] = {"mbind", "set_mempolicy", "get_mempolicy", "mov
                                  // ---- aio (native/sys/sys_aio.cpp) ----
                                  "pread", "pwrite", "fdatasync", "io_uring_setup",
                                  "io_uring_enter",
-                                 "fchmod", "fstatvfs", "link", "unlink", "kill", "getrandom"};
+                                 "fchmod", "fstatvfs", "link", "unlink", "kill", "getrandom",
+                                 "read_small"};
 static_assert(sizeof(kSysNames) / sizeof(kSysNames[0]) == size_t(Sys::count_), "names");
 
 struct Fault {
@@ -249,8 +250,9 @@ int sys_close(int fd) noexcept { return int(ret(::close(fd))); }
 
 long sys_read_small(const char *path, char *buf, size_t cap) noexcept {
     if (!path || !buf || cap == 0) return -EINVAL;
-    Fd fd(sys_open(path, O_RDONLY | O_CLOEXEC, 0));
-    if (fd.fd < 0) return fd.release();
+    if (int e = fault_check(Sys::read_small)) return e;
+    Fd fd(::open(path, O_RDONLY | O_CLOEXEC));
+    if (fd.fd < 0) return -errno;
     size_t n = 0;
     while (n + 1 < cap) {
         ssize_t got = ::read(fd.fd, buf + n, cap - 1 - n);

@@ -20,6 +20,7 @@ enum class Sys : int {
     // ---- aio (native/sys/sys_aio.cpp) ----
     pread, pwrite, fdatasync, io_uring_setup, io_uring_enter,
     fchmod, fstatvfs, link, unlink, kill, getrandom,  // the pool's (issue 10)
+    read_small,  // sys_read_small: procfs / sysfs attributes (boot_id, /proc/PID/stat)
     count_
 };
 
@@ -80,8 +81,8 @@ int sys_ofd_lock(int fd, long long at, int type) noexcept;
 int sys_mmap(void *want, size_t n, int prot, int flags, int fd, long long off, void **out) noexcept;
 int sys_close(int fd) noexcept;
 // A small file read whole (procfs, sysfs: boot_id, /proc/PID/stat, a dax attribute) through
-// the fault hook (Sys::open): at most cap - 1 bytes into buf, NUL-terminated. The byte count or
-// -errno (-ENOENT when absent).
+// its own fault hook (Sys::read_small, so injecting "open" still reaches the pool file's open):
+// at most cap - 1 bytes into buf, NUL-terminated. The byte count or -errno (-ENOENT: absent).
 long sys_read_small(const char *path, char *buf, size_t cap) noexcept;
 
 }  // namespace cxk

@@ -14,7 +14,13 @@ ENV: dict[str, tuple[str, str]] = {
     "CXLKIT_POOL": ("cxlkit-default", "the embedded pool: /dev/shm/<name> or a path"),
     "CXLKIT_SIMD": ("", "force a SIMD level for kernels: scalar, avx2 or avx512"),
     "CXLKIT_COHERENCE": ("host", "how pools are opened: host (one coherence domain) or none "
-                                 "(hosts that do not share caches: flush and invalidate)"),
+                                 "(hosts that do not share caches: flush and invalidate), or "
+                                 "sim (none, on a simulated cache per host id: tests)"),
+    # ---- issue 16: the non-coherence simulator (read by the native library) ----
+    "CXLKIT_SIM_SEED": ("1", "seed of the simulator's evictions (coherence sim)"),
+    "CXLKIT_SIM_EVICT": ("0.25", "chance per flush/invalidate of one random eviction (sim)"),
+    "CXLKIT_SIM_DIR": ("/dev/shm", "where the simulator keeps each host's view of a pool"),
+    "CXLKIT_MUTATE": ("", "name[,...]: remove a protocol step on purpose (tests of the simulator)"),
     # messaging (cxlkit.msg; the native library reads the CXLKIT_MSG_* ones itself)
     "CXLKIT_RANK": ("", "this process's rank in a cxlkit.msg job (else the MPI launcher's)"),
     "CXLKIT_SIZE": ("", "ranks in the job (else the MPI launcher's)"),

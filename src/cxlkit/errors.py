@@ -138,6 +138,14 @@ class RpcError(MsgError):
     """An RPC server answered a request with an error (its message says which)."""
 
 
+class RpcServerLostError(MsgError, ConnectionError):
+    """The RPC server is gone: closed its service, or its process ended."""
+
+
+class RpcTimeoutError(MsgError, TimeoutError):
+    """No RPC server answered in time (none running, or it is stuck)."""
+
+
 _MSG_ERRORS = {
     errno.EBADMSG: (MsgError, "a peer wrote what no correct rank writes (corrupt ring, "
                               "message or window request)"),

@@ -26,7 +26,7 @@ TAG_MAX = 0x7FFFFFFF
 _TYPES = {"int32": (0, "i"), "int64": (1, "q"), "uint32": (2, "I"), "uint64": (3, "Q"),
           "float32": (4, "f"), "float64": (5, "d")}
 _OPS = {"sum": 0, "min": 1, "max": 2, "replace": 3, "no_op": 4}
-_COHERENCE = {"host": 0, "none": 1}
+_COHERENCE = {"host": 0, "none": 1, "sim": 2}  # as cxlkit.pool's ("sim": issue 16)
 
 __all__ = ["ANY_SOURCE", "ANY_TAG", "Comm", "Request", "Ring", "Status", "Window"]
 
@@ -49,7 +49,8 @@ def _launcher_rank_size() -> tuple[int | None, int | None]:
         r, s = os.environ.get(rk), os.environ.get(sz)
         if r is not None and s is not None and r.isdigit() and s.isdigit():
             return int(r), int(s)
-    return None, None
+    s = os.environ.get("CXLKIT_SIZE")
+    return None, int(s) if s is not None and s.isdigit() else None
 
 
 def _positive(label: str, v: int | None) -> int:
@@ -83,7 +84,8 @@ def _private_pool_args(pool: Pool | str) -> tuple[list[str], int, str, int]:
 class Comm:
     """This process as one rank of a job on a pool. rank/size default to CXLKIT_RANK and
     CXLKIT_SIZE or the MPI launcher's variables (Open MPI, MPICH/PMI, PMIx); job to
-    CXLKIT_JOB. The comm opens a pool handle of its own (same paths and host id), so closing
+    CXLKIT_JOB. With the size known but no rank, ranks go by arrival: the job's first
+    process is rank 0 and hands out the others over the RPC service msgboot-<job>. The comm opens a pool handle of its own (same paths and host id), so closing
     `pool` first is safe. One thread at a time per comm; blocking calls release the GIL.
     Calls waiting on a rank that is gone raise PeerLostError naming it."""
 
@@ -96,20 +98,36 @@ class Comm:
         rank = lr if rank is None else rank
         size = ls if size is None else size
         job = job or _env("CXLKIT_JOB")
-        if rank is None or size is None:
-            raise ValueError("rank and size: pass them, set CXLKIT_RANK and CXLKIT_SIZE, or "
-                             "start the program under mpiexec")
+        if size is None:
+            raise ValueError("size: pass it, set CXLKIT_SIZE (and CXLKIT_RANK, or ranks go by "
+                             "arrival), or start the program under mpiexec")
         if not job:
             raise ValueError("job: pass job= or set CXLKIT_JOB (ranks with the same job on "
                              "one pool form one job)")
         if not (isinstance(size, int) and 1 <= size <= 4096):
             raise ValueError(f"size {size!r}: expected 1..4096")
-        if not (isinstance(rank, int) and 0 <= rank < size):
+        if not (rank is None or isinstance(rank, int) and 0 <= rank < size):
             raise ValueError(f"rank {rank!r}: expected 0..{size - 1}")
         if len(job) > 64 or not all(ch.isascii() and (ch.isalnum() or ch in "_-") for ch in job):
             raise ValueError(f"job {job!r}: expected 1..64 of [A-Za-z0-9_-]")
         paths, host, tag, coh = _private_pool_args(pool)
         self.job = job
+        boot = None
+        if rank is None:
+            from .rpc import arrival_rank
+
+            rank, boot = arrival_rank(pool, job, size,
+                                      (_positive("join_ms", join_ms) or 60000) / 1000)
+        try:
+            self._join(paths, host, tag, coh, job, rank, size, cell_bytes, ncells, eager_bytes,
+                       timeout_ms, dead_ms, join_ms)
+        finally:
+            if boot is not None:
+                boot.close()  # every rank has joined (or the join failed): no more arrivals
+
+    def _join(self, paths: list[str], host: int, tag: str, coh: int, job: str, rank: int,
+              size: int, cell_bytes: int | None, ncells: int | None, eager_bytes: int | None,
+              timeout_ms: int | None, dead_ms: int | None, join_ms: int | None) -> None:
         try:
             self._c = _native.MsgComm(
                 paths, host, tag, coh, job, rank, size, _positive("cell_bytes", cell_bytes),

@@ -22,7 +22,8 @@ from ._views import Views
 MiB = 1 << 20
 _SHM = Path("/dev/shm")
 _STATES = {1: "creating", 2: "live", 3: "dead"}
-_COHERENCE = {"host": 0, "none": 1}
+_COHERENCE = {"host": 0, "none": 1, "sim": 2}  # sim: issue 16, the non-coherence simulator
+_COHERENCE_NAMES = {v: k for k, v in _COHERENCE.items()}
 # fsck: the object errors of its walk and repair, and a truncated pool file (ENXIO)
 _FSCK_ERRORS = {**_OBJECT_ERRORS, errno.ENXIO: _OPEN_ERRORS[errno.ENXIO]}
 
@@ -239,8 +240,9 @@ class Pool:
     Pool([path, path, ...]) stripes several backings; Pool("memfd:name", size=...) makes
     anonymous memory. Giving size creates the pool if it does not exist. host_id: an int
     slot, a str host name, or None for CXLKIT_HOST_ID / the machine id. coherence "host"
-    (one coherence domain) or "none" (hosts that do not share caches); None: CXLKIT_COHERENCE,
-    else "host"."""
+    (one coherence domain), "none" (hosts that do not share caches) or "sim" (as "none", each
+    host id on a simulated cache of its own: tests, docs/pool-format.md); None:
+    CXLKIT_COHERENCE, else "host"."""
 
     def __init__(self, path_or_name: str | os.PathLike[str] | Sequence[str] | None = None,
                  size: int | str | None = None, *, host_id: int | str | None = None,
@@ -270,7 +272,7 @@ class Pool:
             raise ValueError(f"mode {mode!r}: owner and group read/write at most (e.g. 0o600, "
                              "0o660); no exec, setuid/setgid/sticky or write by every user")
         if coherence not in _COHERENCE:
-            raise ValueError(f"coherence {coherence!r}: expected 'host' or 'none'")
+            raise ValueError(f"coherence {coherence!r}: expected 'host', 'none' or 'sim'")
         if max_hosts is not None and not 1 <= max_hosts <= _native.POOL_MAX_HOSTS:
             raise ValueError(f"max_hosts {max_hosts}: expected 1..{_native.POOL_MAX_HOSTS}")
         if numa_node is not None and (isinstance(numa_node, bool) or numa_node < 0):
@@ -473,7 +475,7 @@ class Pool:
             path=self._h.label, kind=d["kind"], size=d["size"], version=d["version"],
             uuid=d["uuid"].hex(), max_hosts=d["max_hosts"], host_id=d["host_id"],
             hosts_active=d["hosts_active"],
-            coherence="none" if d["coherence"] else "host",
+            coherence=_COHERENCE_NAMES[d["coherence"]],
             partition_bytes=d["partition_bytes"], used_bytes=d["used_bytes"],
             free_bytes=d["free_bytes"], objects=d["objects"], objects_host=d["objects_host"],
             max_objects=d["max_objects"], align=d["align"], nbackings=d["nbackings"],
@@ -539,8 +541,15 @@ def remove(path_or_name: str | os.PathLike[str]) -> None:
     os.unlink(path)
 
 
-def embedded_pools() -> list[Path]:
-    """Pool files in /dev/shm named cxlkit-*."""
-    if not _SHM.is_dir():
+# cxlkit's other files in /dev/shm: subgroup manifests and lock files, a pool's temporary
+_NOT_POOLS = (".json", ".lock")
+
+
+def embedded_pools(shm: str | os.PathLike[str] = _SHM) -> list[Path]:
+    """Pool files in /dev/shm (or shm) named cxlkit-*: every such regular file but cxlkit's
+    manifests, lock files and temporaries (a pool whose superblock is damaged is listed)."""
+    d = Path(shm)
+    if not d.is_dir():
         return []
-    return sorted(p for p in _SHM.glob("cxlkit-*") if p.is_file() and ".tmp." not in p.name)
+    return sorted(p for p in d.glob("cxlkit-*") if p.is_file() and ".tmp." not in p.name
+                  and not p.name.endswith(_NOT_POOLS))

@@ -27,3 +27,27 @@ def inject_fault(name: str, nth: int = 1, err: int | str = _errno.ENOMEM) -> Ite
 def syscall_count(name: str) -> int:
     """Calls of syscall `name` made through cxlkit since it loaded."""
     return _native.fault_calls(name)
+
+
+# ---- issue 16: protocol mutations and the non-coherence simulator -------------------------
+MUTATIONS = ("publish_payload_flush", "read_invalidate", "ring_head_flush", "counter_writeback")
+
+
+@contextmanager
+def mutate(name: str) -> Iterator[None]:
+    """Within the block, one step of a coherence protocol is removed on purpose (MUTATIONS):
+    tests show that coherence="sim" catches the missing step and coherent memory does not."""
+    if name not in MUTATIONS:
+        raise ValueError(f"mutation {name!r}: expected one of {', '.join(MUTATIONS)}")
+    _native.mutate(name, True)
+    try:
+        yield
+    finally:
+        _native.mutate(name, False)
+
+
+def sim_counts() -> dict[str, int]:
+    """What the simulator did in this process: lines written back, fetched, randomly evicted,
+    and lines of streaming stores."""
+    wb, fetched, evicted, nt = _native.sim_counts()
+    return {"writebacks": wb, "fetches": fetched, "evictions": evicted, "nt_lines": nt}

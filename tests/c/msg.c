@@ -125,8 +125,11 @@ static uint32_t rnd(uint64_t *s) {
     return (uint32_t)(*s >> 33);
 }
 struct plan { int dest, tag; uint32_t len; };
+/* CXK_MSG_STRESS_ROUNDS=R runs the stress R times (R * 4 * NSTRESS messages, new plans each
+ * round): the long run of the report; the suite runs one round. */
+static uint64_t stress_seed;
 static void make_plan(int src, struct plan *pl) {
-    uint64_t s = 0x9e3779b97f4a7c15ull * (uint64_t)(src + 1);
+    uint64_t s = 0x9e3779b97f4a7c15ull * (uint64_t)(src + 1) + stress_seed;
     for (int i = 0; i < NSTRESS; ++i) {
         pl[i].dest = (int)(rnd(&s) % NR);
         pl[i].tag = (int)(rnd(&s) % NTAGS);
@@ -135,8 +138,20 @@ static void make_plan(int src, struct plan *pl) {
     }
 }
 
+static int stress_round(cxk_comm *c, int rank);
+
 static int stress(cxk_comm *c, int rank, int n) {
     (void)n;
+    const char *env = getenv("CXK_MSG_STRESS_ROUNDS");
+    const int rounds = env && atoi(env) > 0 ? atoi(env) : 1;
+    for (int r = 0; r < rounds; ++r) {
+        stress_seed = (uint64_t)r * 0x632be59bd9b4e019ull;
+        if (stress_round(c, rank)) return 1;
+    }
+    return 0;
+}
+
+static int stress_round(cxk_comm *c, int rank) {
     static struct plan plans[NR][NSTRESS];
     for (int s = 0; s < NR; ++s) make_plan(s, plans[s]);
     int expect_total = 0;
@@ -185,6 +200,7 @@ static int stress(cxk_comm *c, int rank, int n) {
     T(cxk_msg_barrier(c) == 0);
     int flag = 1;
     T(cxk_msg_iprobe(c, CXK_ANY_SOURCE, CXK_ANY_TAG, &flag, NULL) == 0 && flag == 0);
+    T(cxk_msg_barrier(c) == 0);  /* nobody sends the next round's messages before that check */
     return 0;
 }
 

@@ -1,8 +1,9 @@
 /* msg_rma.c — one-sided windows, 4 ranks as forked processes on their own pool hosts: every
  * operation (put, get, accumulate, fetch-and-op, CAS on each type) against a reference
  * computed locally, puts across partial and whole lines, fence, PSCW, exclusive locks under
- * contention (no lost update), fetch-and-add under contention, bad input; both coherence
- * modes. */
+ * contention (no lost update), shared readers beside exclusive writers (never a torn pair),
+ * 20 PSCW epochs in a row (nothing leaks across epochs), fetch-and-add under contention,
+ * bad input; both coherence modes. */
 #include <errno.h>
 #include <stdint.h>
 #include <sys/wait.h>
@@ -160,6 +161,70 @@ static int locks(cxk_comm *c, cxk_win *w, int rank) {
     return 0;
 }
 
+/* Lock epochs under contention, shared and exclusive mixed: ranks 1 and 2 bump a pair of
+ * words of rank 0's window (two separate puts) under exclusive locks, rank 3 reads the pair
+ * under shared locks and must never see it torn (a shared lock granted beside an exclusive
+ * one would show a != b). */
+static int readers_writers(cxk_comm *c, cxk_win *w, int rank) {
+    enum { ITERS = 50 };
+    int64_t *mine = cxk_win_base(w);
+    if (rank == 0) mine[60] = mine[61] = 0;
+    T(cxk_msg_barrier(c) == 0);
+    if (rank == 1 || rank == 2) {
+        for (int i = 0; i < ITERS; ++i) {
+            int64_t v;
+            T(cxk_win_lock(w, CXK_LOCK_EXCLUSIVE, 0) == 0);
+            T(cxk_win_get(w, &v, 8, 0, 60 * 8) == 0);
+            ++v;
+            T(cxk_win_put(w, &v, 8, 0, 60 * 8) == 0);
+            T(cxk_win_flush(w, 0) == 0);  /* a reader between the puts would see a != b */
+            T(cxk_win_put(w, &v, 8, 0, 61 * 8) == 0);
+            T(cxk_win_unlock(w, 0) == 0);
+        }
+    } else if (rank == 3) {
+        int64_t last = 0;
+        for (int i = 0; i < 3 * ITERS; ++i) {
+            int64_t ab[2];
+            T(cxk_win_lock(w, CXK_LOCK_SHARED, 0) == 0);
+            T(cxk_win_get(w, ab, 16, 0, 60 * 8) == 0);
+            T(cxk_win_unlock(w, 0) == 0);
+            T(ab[0] == ab[1]);       /* never torn */
+            T(ab[0] >= last);        /* never going back */
+            last = ab[0];
+        }
+    }
+    T(cxk_msg_barrier(c) == 0);
+    if (rank == 0) T(mine[60] == 2 * ITERS && mine[61] == 2 * ITERS);
+    return 0;
+}
+
+/* Many PSCW epochs in a row, every origin hitting the same words: after each wait the
+ * target sees exactly that epoch's contributions (no operation leaks into the next epoch). */
+static int pscw_rounds(cxk_comm *c, cxk_win *w, int rank) {
+    enum { ROUNDS = 20 };
+    int64_t *mine = cxk_win_base(w);
+    int others[NR - 1], zero = 0;
+    for (int i = 1; i < NR; ++i) others[i - 1] = i;
+    for (int r = 0; r < ROUNDS; ++r) {
+        if (rank == 0) {
+            mine[70] = 0, mine[71] = INT64_MIN;
+            T(cxk_win_post(w, others, NR - 1) == 0);
+            T(cxk_win_wait(w) == 0);
+            int64_t want = 0;
+            for (int o = 1; o < NR; ++o) want += (int64_t)o * (r + 1);
+            T(mine[70] == want);
+            T(mine[71] == (int64_t)(NR - 1) * (r + 1));  /* the largest contribution */
+        } else {
+            int64_t v = (int64_t)rank * (r + 1);
+            T(cxk_win_start(w, &zero, 1) == 0);
+            T(cxk_win_accumulate(w, &v, 1, CXK_MSG_INT64, 0, 70 * 8, CXK_OP_SUM) == 0);
+            T(cxk_win_accumulate(w, &v, 1, CXK_MSG_INT64, 0, 71 * 8, CXK_OP_MAX) == 0);
+            T(cxk_win_complete(w) == 0);
+        }
+    }
+    return cxk_msg_barrier(c) == 0 ? 0 : 1;
+}
+
 static int bad_input(cxk_win *w, int rank) {
     char b[16] = {0};
     int64_t r;
@@ -193,6 +258,8 @@ static int rank_main(int rank) {
     int rc = fence_ops(c, w, rank);
     if (!rc) rc = pscw(c, w, rank);
     if (!rc) rc = locks(c, w, rank);
+    if (!rc) rc = readers_writers(c, w, rank);
+    if (!rc) rc = pscw_rounds(c, w, rank);
     if (!rc) rc = bad_input(w, rank);
     if (!rc) T(cxk_win_free(w) == 0);
     if (!rc) T(cxk_msg_finalize(c) == 0);

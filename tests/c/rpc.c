@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@ static cxk_pool *open_host(int host, unsigned flags) {
 
 /* method 1: echo; 2: sum of uint64s; 3: fail with -ENOENT; 4: never answered (server exits) */
 static void serve(int stop_after_kill_method) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  /* a failed CHECK in the parent ends the server too */
     cxk_pool *p = open_host(1, 0);
     if (!p) _exit(2);
     cxk_rpc_server *s = NULL;

@@ -306,8 +306,10 @@ def _shm(m: Machine) -> list[Finding]:
 
 
 def _pool_files(m: Machine) -> list[Path]:
+    from ..pool import embedded_pools
+
     try:
-        return sorted(p for p in m.shm.glob("cxlkit-*") if p.is_file())
+        return embedded_pools(m.shm)
     except OSError:
         return []
 

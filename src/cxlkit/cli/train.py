@@ -12,6 +12,7 @@ from rich.table import Table
 from ..train import plan as TP
 from ..units import parse_count
 from .plan import plan_app
+from .pool import COHERENCE_OPT, HOST_OPT
 
 
 def _gib(n: int, unit: int = 1 << 30) -> str:
@@ -92,6 +93,8 @@ def train_cmd(
                                    help="host memory for the subgroup cache (with --spill)"),
     sub_group_size: int = typer.Option(100_000_000, "--sub-group-size",
                                        help="params per subgroup (with --spill)"),
+    host_id: Optional[str] = HOST_OPT,      # pool:NAME spill paths
+    coherence: Optional[str] = COHERENCE_OPT,
 ) -> None:
     """Footprint of CPU-offloaded training per class, and where each class goes."""
     con = Console()
@@ -106,8 +109,9 @@ def train_cmd(
         raise typer.Exit(2)
     spilled = None
     if spill:  # ---- spill (issue 15): cli/train_spill.py ----
-        from .train_spill import spill_section
-        spilled = spill_section(con, fp.params, spill, host_cache, sub_group_size, as_json)
+        from .train_spill import pool_options, spill_section
+        spilled = spill_section(con, fp.params, spill, host_cache, sub_group_size, as_json,
+                                pool_options(host_id, coherence))
     if as_json:
         out = [p.to_dict() for p in plans]
         doc = out[0] if len(out) == 1 else out

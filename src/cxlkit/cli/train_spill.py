@@ -15,9 +15,16 @@ from rich.console import Console
 from rich.table import Table
 
 from .main import app
+from .pool import COHERENCE_OPT, HOST_OPT, _host
 
 train_app = typer.Typer(no_args_is_help=True, help="Training offload demos.")
 app.add_typer(train_app, name="train")
+
+
+def pool_options(host_id: Optional[str], coherence: Optional[str]) -> dict[str, object]:
+    """How `pool:NAME` spill paths open their pool: --host-id and --coherence as `cxlkit pool`
+    takes them (unset: CXLKIT_HOST_ID / CXLKIT_COHERENCE, as Pool() reads them)."""
+    return {"host_id": _host(host_id), "coherence": coherence}
 
 
 def _fail(msg: str) -> None:
@@ -47,6 +54,8 @@ def demo_cmd(
                                        help="params per subgroup (small, so the state spills)"),
     cache: int = typer.Option(3, "--cache", help="host cache, in subgroups (>= 3)"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object per step"),
+    host_id: Optional[str] = HOST_OPT,
+    coherence: Optional[str] = COHERENCE_OPT,
 ) -> None:
     """Train a small random Llama on the CPU with and without spilled optimizer state."""
     from ..integrations.spill_demo import spill_demo
@@ -58,7 +67,8 @@ def demo_cmd(
         paths = spill.split(",") if spill else _default_spill(stack)
         try:
             store = SubgroupStore(paths, subgroup_params=sub_group_size, cache_subgroups=cache,
-                                  measure_nbytes=8 << 20)
+                                  measure_nbytes=8 << 20,
+                                  pool_options=pool_options(host_id, coherence))
         except (ValueError, OSError) as e:
             _fail(str(e))
 
@@ -93,14 +103,15 @@ def demo_cmd(
         raise typer.Exit(1)
 
 def spill_section(con: Console, params: int, spill: str, host_cache: str,
-                  sub_group_size: int, as_json: bool) -> dict | None:
+                  sub_group_size: int, as_json: bool,
+                  pools: dict[str, object] | None = None) -> dict | None:
     """`plan train --spill`: the paths learned (measured or given), subgroups per path and
     the expected update time."""
     from ..pool import parse_size
     from ..train import spill_plan as SP
 
     try:
-        figs = SP.measure_paths(spill.split(","))
+        figs = SP.measure_paths(spill.split(","), pool_options=pools)
         p = SP.plan_spill(params, figs, host_cache_bytes=parse_size(host_cache),
                           subgroup_params=sub_group_size)
     except (ValueError, OSError) as e:

@@ -11,6 +11,7 @@ where every class's pages are.
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import torch
 from deepspeed.ops.adam import DeepSpeedCPUAdam
 from deepspeed.runtime.zero import utils as _zero_utils
+from deepspeed.runtime.zero.utils import get_mapping_to_flat_buffer
 
 from .. import policy as P
 from ..train import adam as A
@@ -205,17 +207,49 @@ def _place_compute_weights(zo: Any, i: int, placer: _Placer) -> None:
     zo._update_model_bit16_weights(i)
 
 
+def _place_flat(placer: _Placer, what: str, flat: torch.Tensor) -> bool:
+    """Copy a DeepSpeed flat CPU buffer into a placed one and re-point its .data (the tensor
+    object DeepSpeed holds stays the same); False when there is nothing in host memory."""
+    if flat is None or flat.device.type != "cpu" or flat.numel() == 0:
+        return False
+    view = placer.tensor(what, flat)
+    view.copy_(flat)
+    flat.data = view
+    return True
+
+
+def _place_stage3_compute(zo: Any, placer: _Placer) -> None:
+    """Stage 3 on the CPU accelerator without offload_param: the flat buffer the parameter
+    partitions are views of (lp_param_buffer) and the flat buffer of the reduced grad
+    partitions (grad_partitions_flat_buffer). Both move, and the views over them are rebuilt
+    as DeepSpeed's own reload_states rebuilds them."""
+    lp = getattr(zo, "lp_param_buffer", None)
+    if not getattr(zo, "offload_param", False) and _place_flat(placer, "compute_weights", lp):
+        zo.fp16_partitioned_groups_flat.clear()
+        zo._set_fp16_partitioned_groups_flat()
+        for t, off, n in get_mapping_to_flat_buffer(zo._get_parameter_partitions()):
+            t.data = lp.narrow(0, off, n)
+    g = getattr(zo, "grad_partitions_flat_buffer", None)
+    views = getattr(zo, "_DeepSpeedZeroOptimizer_Stage3__param_id_to_grad_partition", None)
+    if views is not None and _place_flat(placer, "compute_grads", g):
+        off = 0
+        for p in itertools.chain.from_iterable(zo.fp16_groups):
+            views[p.ds_id] = g.narrow(0, off, p.partition_numel())
+            off += p.partition_numel()
+
+
 def place_offload(engine: Any, *, plan: TrainPlan | None = None,
                   policy: P.Policy | None = None) -> dict[str, list[P.Buffer]]:
     """Move the CPU buffers of a ZeRO engine with offload_optimizer: cpu into placed
     buffers: master weights (the fp32 partitions: stage 1/2's single_partition_of_fp32_groups,
     stage 3's fp32_partitioned_groups_flat) and master grads (their .grad, which DeepSpeed
     fills in place) and, for stage 1/2 on the CPU accelerator, the compute weights (the flat
-    bf16/fp16 buffer the model's params are views of). A CxlkitCPUAdam under the engine records
+    bf16/fp16 buffer the model's params are views of); for stage 3 (without offload_param)
+    the compute weights (the flat buffer of the parameter partitions) and compute grads (the
+    flat buffer of the reduced grad partitions). A CxlkitCPUAdam under the engine records
     them beside its own moments and variances (its plan/policy unless plan/policy are given).
-    Compute grads stay DeepSpeed's (per bucket), and so do stage 3's compute weights (its
-    parameter partitions). Returns offload class -> placed buffers. Call once, after
-    deepspeed.initialize."""
+    Stage 1/2's compute grads stay DeepSpeed's (IPG buckets allocated per backward). Returns
+    offload class -> placed buffers. Call once, after deepspeed.initialize."""
     zo, stage = _zero_optimizer(engine)
     inner = getattr(zo, "optimizer", None)
     own = isinstance(inner, CxlkitCPUAdam)
@@ -235,6 +269,8 @@ def place_offload(engine: Any, *, plan: TrainPlan | None = None,
                 master.grad = gview
             if stage == 2:
                 _place_compute_weights(zo, i, placer)
+        if stage == 3:
+            _place_stage3_compute(zo, placer)
     if own and placer is not inner._placer:  # audit_offload finds them all in one place
         for k, v in placer.buffers.items():
             inner._placer.buffers.setdefault(k, []).extend(v)
@@ -243,8 +279,10 @@ def place_offload(engine: Any, *, plan: TrainPlan | None = None,
 
 @dataclass(frozen=True)
 class ClassAudit:
-    """Where one offload class's pages are: placed (cxlkit buffers, intended vs actual) or
-    DeepSpeed's own allocation (not placed)."""
+    """Where one offload class's pages are. placed: cxlkit buffers, ok when their pages match
+    the intended policy; not placed: DeepSpeed's own tensors of that class as they are now
+    (ok False: nothing to check them against), nbytes 0 when none exists at the moment (stage
+    1/2's compute grads live only during backward)."""
 
     name: str
     placed: bool
@@ -253,17 +291,45 @@ class ClassAudit:
     pages: dict[int, int]
 
 
+def _own_tensors(zo: Any, stage: int) -> dict[str, list[torch.Tensor]]:
+    """DeepSpeed's CPU tensors per offload class, as the engine holds them now."""
+    masters = [m for m in (zo.single_partition_of_fp32_groups if stage == 2
+                           else zo.fp32_partitioned_groups_flat) if m.numel()]
+    inner = getattr(zo, "optimizer", None)
+    states = [inner.state.get(m, {}) for m in masters] if inner is not None else []
+    if stage == 2:
+        compute_w = list(zo.bit16_groups_flat)
+        compute_g = [b for k in getattr(zo, "ipg_buckets", {}).values()
+                     for b in (k.buffer or [])]
+    else:
+        compute_w = [getattr(zo, "lp_param_buffer", None)]
+        compute_g = [getattr(zo, "grad_partitions_flat_buffer", None)]
+    found = {"master_weights": masters, "master_grads": [m.grad for m in masters],
+             "moments": [st.get("exp_avg") for st in states],
+             "variances": [st.get("exp_avg_sq") for st in states],
+             "compute_weights": compute_w, "compute_grads": compute_g}
+    return {k: [t for t in v if isinstance(t, torch.Tensor) and t.device.type == "cpu"
+                and t.numel()] for k, v in found.items()}
+
+
+def _pages_of(t: torch.Tensor) -> dict[int, int]:
+    flat = t.detach().reshape(-1).view(torch.uint8)
+    return dict(P.residency(flat.numpy()).pages)
+
+
 def audit_offload(engine: Any) -> dict[str, ClassAudit]:
     """Per offload class: the bytes, whether cxlkit placed them, and the pages per node
-    (move_pages) against the intended policy."""
-    zo, _ = _zero_optimizer(engine)
+    (move_pages): against the intended policy for the classes cxlkit placed, as they are for
+    those DeepSpeed allocated itself (any engine: DeepSpeedCPUAdam's too)."""
+    zo, stage = _zero_optimizer(engine)
     inner = getattr(zo, "optimizer", None)
     placed = inner._placer.buffers if isinstance(inner, CxlkitCPUAdam) else {}
+    own = _own_tensors(zo, stage)
     out: dict[str, ClassAudit] = {}
     for name in CLASSES:
         bufs = placed.get(name, [])
+        pages: dict[int, int] = {}
         if bufs:
-            pages: dict[int, int] = {}
             ok = True
             for b in bufs:
                 a = b.audit()
@@ -271,8 +337,12 @@ def audit_offload(engine: Any) -> dict[str, ClassAudit]:
                 for node, k in a.actual.pages.items():
                     pages[node] = pages.get(node, 0) + k
             out[name] = ClassAudit(name, True, sum(b.nbytes for b in bufs), ok, pages)
-        else:
-            out[name] = ClassAudit(name, False, 0, False, {})
+            continue
+        for t in own[name]:
+            for node, k in _pages_of(t).items():
+                pages[node] = pages.get(node, 0) + k
+        out[name] = ClassAudit(name, False, sum(t.numel() * t.element_size()
+                                                 for t in own[name]), False, pages)
     return out
 
 

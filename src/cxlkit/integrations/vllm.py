@@ -177,7 +177,8 @@ class CxlkitConnector(KVConnectorBase_V1):
                             size=int(self._extra.get("size", 0)),
                             host_id=self._extra.get("host_id"),
                             coherence=self._extra.get("coherence", "host"),
-                            capacity_bytes=self._extra.get("capacity_bytes"))
+                            capacity_bytes=self._extra.get("capacity_bytes"),
+                            max_hosts=int(self._extra.get("max_hosts", 0)))
         self._reqs: dict[str, _Req] = {}
         self._local: dict[str, int] = {}  # request -> locally computed tokens at lookup
         self._engine: PageEngine | None = None
@@ -188,9 +189,12 @@ class CxlkitConnector(KVConnectorBase_V1):
         if "tp_rank" in self._extra:
             return int(self._extra["tp_rank"])
         if HAVE_VLLM:
-            from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+            from vllm.distributed import parallel_state as ps
 
-            return get_tensor_model_parallel_rank()
+            # a worker's groups exist before its connector; a connector made outside one
+            # (no tensor parallel group) is the only rank
+            if ps.model_parallel_is_initialized():
+                return ps.get_tensor_model_parallel_rank()
         return 0
 
     @property

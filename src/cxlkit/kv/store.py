@@ -26,7 +26,7 @@ from .recency import RecencyTables, table_slots
 
 log = logging.getLogger("cxlkit")
 
-COHERENCE = {"host": 0, "none": 1}
+COHERENCE = {"host": 0, "none": 1, "sim": 2}
 HDR_BYTES = 128  # CXK_KV_HDR_BYTES: the block header before the image
 NT_MIN_BLOCK_BYTES = 64 << 10  # auto streaming stores from this block image size on
 STAT_FIELDS = ("lookups", "hits", "misses", "puts", "put_skipped", "bytes_in", "bytes_out",
@@ -144,7 +144,7 @@ class Store:
             max_hosts=max_hosts, lease_timeout_ms=lease_timeout_ms)
         st = self._pool.stat()
         self.host_id = st.host_id
-        self._nc = st.coherence == "none"
+        self._nc = st.coherence != "host"  # "none" or "sim"
         # one namespace per (model name, block layout): keys are token hashes only
         self._prefix = ("kv." + hashlib.sha256(namespace.encode() + layout.pack()).hexdigest()[:8]
                         + ".")
@@ -366,7 +366,7 @@ def host_stats(pool: Pool | str | os.PathLike[str]) -> dict[int, dict[str, int]]
     p, owns = _open_pool(pool, create=False, size=0, host_id=None, coherence=None, max_hosts=0,
                          lease_timeout_ms=0)
     try:
-        nc = p.stat().coherence == "none"
+        nc = p.stat().coherence != "host"
         out = {}
         for o in p.list():
             if o.name.startswith(_STATS_PREFIX) and o.live:

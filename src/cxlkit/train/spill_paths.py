@@ -215,16 +215,21 @@ class SpillPath:
         self.open(max(self.slot_nbytes, nbytes), self.nslots, self.namespace)
         scratch = 1 << 40  # an index no store uses
         tw = tr = float("inf")
+        done = False
         try:
             for _ in range(2):  # the first round pays for page faults and file allocation
                 self.acquire(True)
                 tw = min(tw, self.write(scratch, 0, arr).wait())
                 self.acquire(True)
                 tr = min(tr, self.read(scratch, 0, arr).wait())
+            done = True
         finally:
             self.remove(scratch)
             del arr
-            buf.close()
+            # on an error the frames in its traceback still hold views of buf: it is freed
+            # with them; closing it now would replace the real error with a BufferError
+            if done:
+                buf.close()
         return nbytes / max(tr, 1e-9), nbytes / max(tw, 1e-9)
 
     def close(self) -> None:
@@ -445,10 +450,12 @@ class PoolPath(_CopyPath):
         self._objs.clear()
 
 
-def parse_path(spec: Any, *, lock: str = "exclusive",
-               config: aio.AioConfig | None = None) -> SpillPath:
+def parse_path(spec: Any, *, lock: str = "exclusive", config: aio.AioConfig | None = None,
+               pool_options: dict[str, Any] | None = None) -> SpillPath:
     """A SpillPath as is; 'mem' (the task's policy) or 'mem:NODE' (a memory node);
-    'pool:NAME_OR_PATH' (an object area of that cxlkit pool); else a directory."""
+    'pool:NAME_OR_PATH' (an object area of that cxlkit pool, opened with pool_options:
+    Pool's host_id and coherence, e.g. {"coherence": "none"} behind a CXL switch); else a
+    directory."""
     if isinstance(spec, SpillPath):
         return spec
     s = os.fspath(spec)
@@ -461,5 +468,5 @@ def parse_path(spec: Any, *, lock: str = "exclusive",
             raise ValueError(f"spill path {s!r}: {e}") from None
     if s.startswith("pool:"):
         from ..pool import Pool
-        return PoolPath(Pool(s[5:]), lock=lock)
+        return PoolPath(Pool(s[5:], **(pool_options or {})), lock=lock)
     return DirPath(s, lock=lock, config=config)

@@ -7,6 +7,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -38,9 +39,10 @@ class SpillPlan:
         return asdict(self)
 
 
-def measure_paths(specs: Sequence[str], nbytes: int = 64 << 20) -> list[PathFigure]:
+def measure_paths(specs: Sequence[str], nbytes: int = 64 << 20, *,
+                  pool_options: dict[str, Any] | None = None) -> list[PathFigure]:
     """'DIR', 'mem[:NODE]' or 'pool:NAME' measured now; 'SPEC=GBPS' taken as given (both
-    directions)."""
+    directions). pool_options: Pool's host_id and coherence for the pool paths."""
     out = []
     for s in specs:
         spec, _, gbps = s.partition("=")
@@ -54,7 +56,7 @@ def measure_paths(specs: Sequence[str], nbytes: int = 64 << 20) -> list[PathFigu
                 raise ValueError(f"path {s!r}: bandwidth must be > 0 GB/s")
             out.append(PathFigure(spec, b, b))
             continue
-        p = parse_path(spec, lock="off")
+        p = parse_path(spec, lock="off", pool_options=pool_options)
         try:
             p.open(L.pad(nbytes) + HEADER_NBYTES)
             r, w = p.measure(nbytes)

@@ -38,7 +38,8 @@ class SubgroupStore(StoreState):
     lock: 'exclusive' / 'shared' / 'off' among the processes of one host, per path.
     verify: check every fetched subgroup's payload checksum (headers are always checked).
     bandwidths: bytes/s per path instead of the start-up measurement. pipeline_read /
-    pipeline_write: prefetch k+1 / flush in the background (off: each waits at once)."""
+    pipeline_write: prefetch k+1 / flush in the background (off: each waits at once).
+    pool_options: how 'pool:NAME' paths open their pool (Pool's host_id, coherence)."""
 
     def __init__(self, paths: Sequence[Any], *, subgroup_params: int = DEFAULT_SUBGROUP_PARAMS,
                  cache_subgroups: int = 4, cache_policy: P.Policy | None = None,
@@ -46,7 +47,8 @@ class SubgroupStore(StoreState):
                  aio_config: aio.AioConfig | None = None, verify: bool = True,
                  reestimate: bool = True, bandwidths: Sequence[float] | None = None,
                  measure_nbytes: int = 32 << 20, namespace: str = "default",
-                 pipeline_read: bool = True, pipeline_write: bool = True) -> None:
+                 pipeline_read: bool = True, pipeline_write: bool = True,
+                 pool_options: dict[str, Any] | None = None) -> None:
         if not paths:
             raise ValueError("paths: give at least one path")
         if isinstance(cache_subgroups, bool) or not isinstance(cache_subgroups, int) \
@@ -62,8 +64,8 @@ class SubgroupStore(StoreState):
             raise ValueError(f"bandwidths: {len(bandwidths)} figures for {len(paths)} paths")
         self.subgroup_params = subgroup_params
         L.cut([[1]], subgroup_params)  # validates it
-        self.paths: list[SpillPath] = [parse_path(p, lock=lock, config=aio_config)
-                                       for p in paths]
+        self.paths: list[SpillPath] = [parse_path(p, lock=lock, config=aio_config,
+                                                  pool_options=pool_options) for p in paths]
         names = [p.name for p in self.paths]
         if len(set(names)) != len(names):
             raise ValueError(f"paths {names}: a path given twice")

@@ -1,0 +1,37 @@
+# MPICH and Open MPI (Debian packages) for bench/osu: the OSU-style benchmarks built three
+# ways (cxlkit's C API, MPICH's mpicc, Open MPI's mpicc) and the RPC benchmark. test-mpi runs
+# every benchmark once at small sizes over every transport (cxlkit on a pool file, both MPIs
+# over shared memory and over TCP loopback); each program checks the data it received and the
+# run fails on any error. bench-osu is the full measurement (REPS rounds, medians, ratios).
+OSU_BIN := build/osu
+OSU_SRC := bench/osu/osu.c
+OSU_OUT ?= build/osu/results
+OSU_CFLAGS := -O2 -Wall -Wextra
+
+.PHONY: mpi-deps osu-build test-mpi bench-osu
+mpi-deps:
+	@if ! command -v mpicc.mpich >/dev/null 2>&1 || ! command -v mpicc.openmpi >/dev/null 2>&1; then \
+	  apt-get update && apt-get install -y mpich libmpich-dev openmpi-bin libopenmpi-dev; fi
+
+osu-build: mpi-deps
+	@mkdir -p build $(OSU_BIN)
+	flock build/.lock sh -c 'cmake -S . -B $(CBUILD) -G Ninja -DCXLKIT_PYTHON=OFF \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null && cmake --build $(CBUILD) --target cxlkit'
+	cc $(OSU_CFLAGS) -Iinclude $(OSU_SRC) bench/osu/be_cxk.c -L$(CBUILD) -lcxlkit \
+	  -Wl,-rpath,$(CURDIR)/$(CBUILD) -o $(OSU_BIN)/osu_cxk
+	cc $(OSU_CFLAGS) -Iinclude bench/osu/rpc_bench.c -L$(CBUILD) -lcxlkit \
+	  -Wl,-rpath,$(CURDIR)/$(CBUILD) -o $(OSU_BIN)/rpc_bench
+	mpicc.mpich $(OSU_CFLAGS) $(OSU_SRC) bench/osu/be_mpi.c -o $(OSU_BIN)/osu_mpich
+	mpicc.openmpi $(OSU_CFLAGS) $(OSU_SRC) bench/osu/be_mpi.c -o $(OSU_BIN)/osu_ompi
+
+test-mpi: osu-build
+	rm -rf $(OSU_BIN)/check
+	REPS=1 OSU_MAX=65536 OSU_ITERS=20 RPC_CALLS=2000 OSU_TIMEOUT=90 \
+	  bench/osu/run.sh $(OSU_BIN)/check
+	$(PY) bench/osu/summary.py $(OSU_BIN)/check --sizes 1,8,65536 --check
+
+bench-osu: osu-build
+	bench/osu/run.sh $(OSU_OUT)
+	$(PY) bench/osu/summary.py $(OSU_OUT)
+
+ENGINE_TESTS += test-mpi

@@ -1,0 +1,15 @@
+// bind_msg.h — private to the binding floor: what the messaging and RPC bindings share.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "cxlkit.h"
+
+namespace cxk::py {
+
+// A pool handle of the binding's own on the same backing paths, as the same host (so that
+// closing the caller's Pool never unmaps under a comm, ring or RPC end). Raises OSError.
+cxk_pool *open_private(const std::vector<std::string> &paths, int host_id,
+                       const std::string &tag, int coherence);
+
+}  // namespace cxk::py
