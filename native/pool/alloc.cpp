@@ -126,9 +126,12 @@ void free_block(cxk_pool *p, uint64_t off) {
         bytes += hdr(p, next)->block_bytes;
         st(&b->block_bytes, bytes);
     }
-    // prev_bytes is derived: trust it only when the block it names ends where we begin
+    // prev_bytes is derived: trust it only when the block it names ends where we begin. A
+    // held neighbour is the common case, not a corruption: free_ok (which marks the pool
+    // for recovery) is asked only about a block that says it is FREE.
     const uint64_t pb = b->prev_bytes;
-    if (off > begin && pb && pb <= off - begin && free_ok(p, off - pb) &&
+    if (off > begin && pb && pb <= off - begin && own_block(p, off - pb) &&
+        ld(&hdr(p, off - pb)->state) == kFree && free_ok(p, off - pb) &&
         hdr(p, off - pb)->block_bytes == pb) {
         const uint64_t prev = off - b->prev_bytes;
         list_remove(p, s, prev);

@@ -44,11 +44,22 @@ bool pid_alive(uint32_t pid) {
 }
 
 // ---- host state --------------------------------------------------------------------
-uint64_t boot_hash() {
+int read_boot_hash(uint64_t *out) {
     char buf[64] = {};
     const long got = sys_read_small("/proc/sys/kernel/random/boot_id", buf, sizeof buf);
-    const size_t n = got > 0 ? size_t(got) : 0;  // no procfs: every process the same boot
-    return name_hash(buf, n) | (1ull << 63);  // never kBootFresh or kBootBusy
+    // no procfs (ENOENT): every process the same boot. Any other failure (EMFILE, EACCES)
+    // is the caller's error: a wrong hash would make this host look rebooted to its own
+    // running processes, whose slot, leases and objects an open would then take over.
+    if (got < 0 && got != -ENOENT) return int(got);
+    const size_t n = got > 0 ? size_t(got) : 0;
+    *out = name_hash(buf, n) | (1ull << 63);  // never kBootFresh or kBootBusy
+    return 0;
+}
+
+uint64_t boot_hash() {
+    uint64_t h = 1ull << 63;
+    read_boot_hash(&h);
+    return h;
 }
 
 bool host_used(const cxk_pool *p, uint32_t h) {
@@ -111,13 +122,27 @@ int mutex_kind_expected() {
     return kind;
 }
 
+int64_t mono_ns() {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+
 // Lock s's mutex; a lock word naming a thread that no longer exists and that the kernel did
 // not hand over (EOWNERDEAD) was never a real holder: ENOTRECOVERABLE, which `fsck --repair`
-// (CXK_POOL_REPAIR) resets. A live holder is waited for as long as it holds the lock.
-int lock_mutex(HostSlot *s, bool try_only) {
+// (CXK_POOL_REPAIR) resets. A live holder is waited for while it makes progress: the host
+// lock guards critical sections of microseconds to milliseconds (recovery of a large chain
+// the longest), so one owner seen holding it for longer than the pool's lease timeout
+// (clamped to 1..30 s) is a lock word that names some unrelated live thread (any user of the
+// pool file can write one) or a stopped process: ENOTRECOVERABLE too, never a wait for ever.
+int lock_mutex(const cxk_pool *p, HostSlot *s, bool try_only) {
     if (ldr(&s->mutex.__data.__kind) != mutex_kind_expected()) return ENOTRECOVERABLE;
     if (try_only) return pthread_mutex_trylock(&s->mutex);
-    for (int dead_seen = 0;;) {
+    const int64_t held_max = std::clamp<int64_t>(int64_t(std::min<uint64_t>(
+        p->geo.lease_timeout_ns, uint64_t(INT64_MAX))), 1000000000ll, 30000000000ll);
+    int dead_seen = 0, held_by = -1;
+    int64_t since = 0;
+    for (;;) {
         struct timespec t;
         clock_gettime(CLOCK_REALTIME, &t);
         t.tv_nsec += 200 * 1000000;  // 200 ms slices
@@ -127,8 +152,15 @@ int lock_mutex(HostSlot *s, bool try_only) {
         const int owner = ldr(&s->mutex.__data.__lock) & 0x3fffffff;  // FUTEX_TID_MASK
         if (owner != 0 && sys_kill(owner, 0) == -ESRCH) {
             if (++dead_seen >= 2) return ENOTRECOVERABLE;
-        } else {
-            dead_seen = 0;
+            continue;
+        }
+        dead_seen = 0;
+        const int64_t now = mono_ns();
+        if (owner != held_by) {  // another holder: the lock is changing hands, not stuck
+            held_by = owner;
+            since = now;
+        } else if (now - since > held_max) {
+            return ENOTRECOVERABLE;
         }
     }
 }
@@ -136,7 +168,7 @@ int lock_mutex(HostSlot *s, bool try_only) {
 
 int lock_host(cxk_pool *p, bool try_only) {
     HostSlot *s = slot(p, p->host);
-    const int e = lock_result(p, s, lock_mutex(s, try_only));
+    const int e = lock_result(p, s, lock_mutex(p, s, try_only));
     if (e) return e;
     // counts out of range cannot be trusted or iterated: rebuild them from the chain
     if (ldr(&s->npending) > kPendingMax || ldr(&s->ncreating_list) > kCreatingMax) {

@@ -9,7 +9,9 @@
 
 namespace cxk::pool {
 
-uint64_t boot_hash();
+uint64_t boot_hash();  // entropy and messages: a failed read gives a fixed value
+// This boot's hash for the host slot: 0, or -errno when boot_id exists but cannot be read.
+int read_boot_hash(uint64_t *out);
 // The slot was used by some boot (not fresh from formatting).
 bool host_used(const cxk_pool *p, uint32_t h);
 // Another host is alive while its heartbeat is younger than the lease timeout; we are.

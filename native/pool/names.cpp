@@ -2,6 +2,7 @@
 // count per level, buckets of kBucketSlots entries; the last level probes linearly so an
 // insert fails only when the table is really full), seqlocked entries, and the name hash.
 #include <sched.h>
+#include <time.h>
 
 #include <cstring>
 
@@ -97,10 +98,20 @@ void entry_write(const cxk_pool *p, NameEntry *e, uint64_t hash, uint64_t block,
 
 bool entry_read(const cxk_pool *p, uint32_t h, uint64_t i, EntryView *v) {
     NameEntry *e = &names(p, h)[i];
-    // A writer holds its host lock for microseconds; one that stays odd this long has died
-    // mid-write (its host's recovery rewrites the entry).
-    for (int tries = 0; tries < 200000; ++tries) {
-        if (tries >= 64) sched_yield();
+    // A writer holds its host lock for microseconds; one that stays odd for 100 ms has died
+    // mid-write, or the word was written by someone else (its host's recovery rewrites the
+    // entry). Bounded by time, not by tries: on a loaded machine every sched_yield may give
+    // the CPU away for a whole time slice, and 200,000 of them were minutes.
+    struct timespec t0 = {0, 0}, now;
+    for (int tries = 0;; ++tries) {
+        if (tries == 64) clock_gettime(CLOCK_MONOTONIC, &t0);
+        if (tries > 64) {
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if ((now.tv_sec - t0.tv_sec) * 1000000000ll + (now.tv_nsec - t0.tv_nsec) >
+                100000000ll)
+                return false;
+            sched_yield();
+        }
         if (h != p->host) sync_in(p, e, sizeof *e);
         uint32_t s1 = ld(&e->seq);  // acquire pairs with the writer's release store of seq
         if (s1 & 1) continue;
@@ -114,7 +125,6 @@ bool entry_read(const cxk_pool *p, uint32_t h, uint64_t i, EntryView *v) {
             return true;
         }
     }
-    return false;
 }
 
 }  // namespace cxk::pool

@@ -220,8 +220,9 @@ int open_impl(const char *const *paths, uint32_t npaths, const cxk_pool_opts *op
         if (r) return fail(r);
         if ((r = validate(base, ob.total, npaths, &p->geo)) != 0) return fail(r);
         // after the backings: a caller's fault on the nth open names the pool's files, and
-        // the boot only matters from attach on
-        p->boot = boot_hash();
+        // the boot only matters from attach on; one that exists but cannot be read fails the
+        // open (a made-up hash would make this host look rebooted to its running processes)
+        if ((r = read_boot_hash(&p->boot)) != 0) return fail(r);
         if ((r = heart_start(p.get())) != 0) return fail(r);
         const int lock_fd = ob.bs[0].fd;
         if ((r = attach_host(p.get(), o, tag, lock_fd)) != 0 ||

@@ -24,6 +24,8 @@ _SHM = Path("/dev/shm")
 _STATES = {1: "creating", 2: "live", 3: "dead"}
 _COHERENCE = {"host": 0, "none": 1, "sim": 2}  # sim: issue 16, the non-coherence simulator
 _COHERENCE_NAMES = {v: k for k, v in _COHERENCE.items()}
+# fsck: the object errors of its walk and repair, and a truncated pool file (ENXIO)
+_FSCK_ERRORS = {**_OBJECT_ERRORS, errno.ENXIO: _OPEN_ERRORS[errno.ENXIO]}
 
 
 def parse_size(text: str | int) -> int:
@@ -485,7 +487,7 @@ class Pool:
         try:
             return FsckReport(**self._h.fsck(repair))
         except OSError as e:
-            raise _typed(e, _OBJECT_ERRORS) from None
+            raise _typed(e, _FSCK_ERRORS) from None
 
 
 def _check_group(paths: list[str], gid: int) -> None:
