@@ -318,3 +318,20 @@ def test_chase_latency_agrees_with_an_independent_c_chase_within_10_percent(ref_
             ratios.append(ours / (ref if ref is not None else theirs()))
     r = statistics.median(ratios)
     assert 0.9 <= r <= 1.1, f"ours/reference ratios {ratios}"
+
+
+def test_buffers_shrink_to_fit_a_small_node_and_say_so():
+    # found in the cxl rig: `bench memory --quick` on a 256 MiB CXL node bound 2 x 128 MiB
+    # bandwidth buffers there and the OOM killer ended the process (docs/bench.md's block)
+    from cxlkit.bench.memory import fit, settings
+
+    cfg = settings(quick=True)
+    same, note = fit(cfg, 0, available=64 << 30)
+    assert same is cfg and note is None
+    small, note = fit(cfg, 2, available=200 << 20)
+    assert 2 * small.bandwidth_bytes <= 100 << 20
+    assert small.matrix_latency_bytes + min(small.bandwidth_bytes, 256 << 20) <= 100 << 20
+    assert max(small.latency_sizes) <= 100 << 20
+    assert "node 2" in note and "available" in note
+    tiny, _ = fit(cfg, 2, available=4 << 20)  # never below 8 MiB buffers, never no sizes
+    assert tiny.bandwidth_bytes == 8 << 20 and tiny.latency_sizes

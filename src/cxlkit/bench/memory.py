@@ -10,10 +10,11 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from .. import _native
 from .. import policy as P
+from .. import topology as T
 from . import machine as M
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -285,8 +286,35 @@ def run(nodes: Sequence[int] | None = None, *, quick: bool = False,
             "kernel": M.kernel(), "date": M.now(), "parameters": params, "figures": figures}
 
 
+def fit(cfg: Settings, node: int, available: int | None = None) -> tuple[Settings, str | None]:
+    """cfg with its buffers shrunk (by halves, to 8 MiB at least) so that a node's peak — two
+    bandwidth buffers, or a chase buffer beside a load buffer — stays within half of what the
+    node has available (a 256 MiB CXL node bound with 2 x 128 MiB was killed by the OOM
+    killer); (cfg, a note saying what changed) or (cfg, None) when it fits as it is."""
+    avail = T.node_available_bytes(node) if available is None else available
+    if avail is None:
+        return cfg, None
+    budget, floor = avail // 2, 8 * MiB
+    bw = cfg.bandwidth_bytes
+    while bw > floor and 2 * bw > budget:
+        bw //= 2
+    lat = cfg.matrix_latency_bytes
+    while lat > floor and lat + min(bw, 256 * MiB) > budget:
+        lat //= 2
+    sizes = tuple(s for s in cfg.latency_sizes if s <= max(budget, floor)) \
+        or cfg.latency_sizes[:1]
+    if (bw, lat, sizes) == (cfg.bandwidth_bytes, cfg.matrix_latency_bytes, cfg.latency_sizes):
+        return cfg, None
+    note = (f"node {node} has {_fmt(avail)} available: bandwidth buffers {_fmt(bw)}, chase "
+            f"buffer {_fmt(lat)}, latency sizes up to {_fmt(max(sizes))}")
+    return replace(cfg, bandwidth_bytes=bw, matrix_latency_bytes=lat, latency_sizes=sizes), note
+
+
 def _plan_node(plan: _Plan, stack: ExitStack, cfg: Settings, n: int, cpus: list[int],
                entry: dict, reference: dict) -> None:
+    cfg, note = fit(cfg, n)
+    if note:
+        entry["sized_to_fit"] = note
     chase_cpu = cpus[0]
     for size in cfg.latency_sizes:
         def lat(size: int = size) -> None:
@@ -365,9 +393,10 @@ def _plan_matrix(plan: _Plan, stack: ExitStack, cfg: Settings, cpu_nodes: dict[i
         bufs: dict[str, P.Buffer] = {}
 
         def alloc(m: int = m) -> None:
-            bufs["chase"] = place(cfg.matrix_latency_bytes, m, hugepages=cfg.hugepages)
+            mcfg = fit(cfg, m)[0]  # one node's matrix buffers within half its available memory
+            bufs["chase"] = place(mcfg.matrix_latency_bytes, m, hugepages=cfg.hugepages)
             _native.bench_chase_init(bufs["chase"], cfg.stride, cfg.seed)
-            bufs["bw"] = place(cfg.bandwidth_bytes, m, hugepages=cfg.hugepages)
+            bufs["bw"] = place(mcfg.bandwidth_bytes, m, hugepages=cfg.hugepages)
         plan.add(f"matrix: placing on node {m}", alloc)
         for i, (c, cpus) in enumerate(cpu_nodes.items()):
             def cell(i: int = i, j: int = j, cpus: tuple = cpus) -> None:
