@@ -260,13 +260,7 @@ class TieredAdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Any = None, *, grad_scale: float = 1.0) -> Any:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        if isinstance(grad_scale, bool) or not isinstance(grad_scale, (int, float)) \
-                or not math.isfinite(grad_scale):
-            raise ValueError(f"grad_scale {grad_scale!r}: expected a finite number")
+        loss = _closure_loss(closure, grad_scale)
         for group in self.param_groups:
             self._step_group(group, grad_scale)
         return loss
@@ -480,6 +474,19 @@ class _Saved:
         self.start, self.nbytes = start, nbytes
         self.shape, self.stride = tuple(t.shape), tuple(t.stride())
         self.dtype, self.device = t.dtype, t.device
+
+
+def _closure_loss(closure: Any, grad_scale: float) -> Any:
+    """The start of every step: the closure's loss (run with grad) or None, then grad_scale
+    checked."""
+    loss = None
+    if closure is not None:
+        with torch.enable_grad():
+            loss = closure()
+    if isinstance(grad_scale, bool) or not isinstance(grad_scale, (int, float)) \
+            or not math.isfinite(grad_scale):
+        raise ValueError(f"grad_scale {grad_scale!r}: expected a finite number")
+    return loss
 
 
 def _dense(t: torch.Tensor) -> bool:

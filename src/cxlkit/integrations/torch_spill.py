@@ -4,7 +4,6 @@ subgroups on the store's paths instead of host buffers; grads stay where the mod
 state_dict / load_state_dict stream subgroup by subgroup from the paths."""
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -12,7 +11,7 @@ import torch
 
 from ..train.spill_config import OffloadConfig, from_config
 from ..train.subgroups import SubgroupStore
-from .torch import _CODES, _SUPPORTED, TieredAdamW, _np
+from .torch import _CODES, _SUPPORTED, TieredAdamW, _closure_loss, _np
 
 
 def _flat(t: torch.Tensor) -> Any:
@@ -62,13 +61,7 @@ class SpilledAdamW(TieredAdamW):
 
     @torch.no_grad()
     def step(self, closure: Any = None, *, grad_scale: float = 1.0) -> Any:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        if isinstance(grad_scale, bool) or not isinstance(grad_scale, (int, float)) \
-                or not math.isfinite(grad_scale):
-            raise ValueError(f"grad_scale {grad_scale!r}: expected a finite number")
+        loss = _closure_loss(closure, grad_scale)
         retry = self._spill.retrying  # the last step raised: finish it, count nothing twice
         grads, copies, steps, back = [], [], [], []
         for p in self._flat_params():
