@@ -961,7 +961,8 @@ CXK_API void cxk_rpc_server_close(cxk_rpc_server *s);
 CXK_API int cxk_rpc_server_next(cxk_rpc_server *s, struct cxk_rpc_req *req);
 /* Answer request id of client with status (>= 0 success, < 0 an -errno the client gets as
  * the call's result) and nbytes of data. With CXK_RPC_DEFER the reply waits for
- * cxk_rpc_server_flush. -EAGAIN when that client's reply ring is full. */
+ * cxk_rpc_server_flush. -EPIPE when that client has gone, or broke the protocol (its reply
+ * ring full: more than depth requests outstanding); it is then dropped. */
 CXK_API int cxk_rpc_server_reply(cxk_rpc_server *s, uint32_t client, uint64_t id, int32_t status,
                                  const void *data, uint32_t nbytes, unsigned flags);
 CXK_API int cxk_rpc_server_flush(cxk_rpc_server *s);

@@ -46,6 +46,8 @@ struct cxk_rpc_client {
     uint64_t srv_pid = 0, srv_boot = 0;
     uint32_t timeout_ms = 10000;
     uint32_t idle = 0;                  // empty polls, to look at the server now and then
+    uint32_t unsynced = 0;              // replies released since our reply-ring head was last
+                                        // published for certain (the ring publishes in batches)
 };
 
 namespace {
@@ -219,7 +221,15 @@ int cxk_rpc_server_reply(cxk_rpc_server *s, uint32_t client, uint64_t id, int32_
     if (!r) return -EPIPE;
     if (nbytes > cxk_ring_payload_max(r) - sizeof(SlotHdr)) return -EMSGSIZE;
     void *cell;
-    if (int rc = cxk_ring_reserve(r, &cell)) return rc;
+    if (int rc = cxk_ring_reserve(r, &cell)) {
+        // a client keeps at most depth requests outstanding and publishes its head before
+        // one could need an unpublished cell (cxk_rpc_submit), so a full reply ring means the
+        // client broke the protocol: forget it rather than stop serving everyone else
+        if (rc != -EAGAIN) return rc;
+        drop_client(s, client);
+        if (s->cur == int(client)) s->cur = -1;
+        return -EPIPE;
+    }
     SlotHdr h{id, 0, status};
     std::memcpy(cell, &h, sizeof h);
     if (nbytes) std::memcpy(static_cast<uint8_t *>(cell) + sizeof h, data, nbytes);
@@ -335,8 +345,16 @@ int cxk_rpc_submit(cxk_rpc_client *c, uint32_t method, const void *data, uint32_
                    unsigned flags, uint64_t *id) {
     if (!c || (!data && nbytes) || (flags & ~CXK_RPC_DEFER)) return -EINVAL;
     if (nbytes > cxk_rpc_payload_max(c)) return -EMSGSIZE;
-    // at most depth outstanding: the server's reply ring then always has room for ours
+    // at most depth outstanding: the server's reply ring then always has room for ours...
     if (c->outstanding >= c->depth) return -EAGAIN;
+    // ...provided the replies we released are released in the server's view too: the ring
+    // publishes its head every batch of releases, so up to a batch of consumed replies may
+    // still hold cells the server counts as full. Before a request that could need one of
+    // those cells for its reply, publish the head.
+    if (c->outstanding + c->unsynced >= c->depth) {
+        cxk_ring_sync(c->rep);
+        c->unsynced = 0;
+    }
     void *cell;
     int rc;
     uint32_t spins = 0;
@@ -389,6 +407,7 @@ int cxk_rpc_poll(cxk_rpc_client *c, uint64_t *id, int32_t *status, void *buf, ui
     if (id) *id = h.id;
     if (status) *status = h.status;
     --c->outstanding;
+    ++c->unsynced;
     return cxk_ring_release(c->rep);
 }
 

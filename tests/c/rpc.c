@@ -3,6 +3,7 @@
  * batched replies, oversize and bad arguments, two clients, a client closing, and a server
  * killed under a waiting client (-EPIPE, no hang); both coherence modes. */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <sys/prctl.h>
@@ -117,6 +118,82 @@ static void calls(cxk_pool *p) {
     cxk_rpc_close(c);
 }
 
+struct connecting {
+    cxk_pool *p;
+    cxk_rpc_client *c;
+};
+
+static void *connect_thread(void *arg) {
+    struct connecting *a = arg;
+    if (cxk_rpc_connect(a->p, "lag", 5000, &a->c)) a->c = NULL;
+    return NULL;
+}
+
+/* A client that took replies and sends more before its reply ring's head was published (the
+ * ring publishes consumed cells in batches): the server must still find room for each reply.
+ * Driven step by step in one thread so the interleaving that once failed is the one tested. */
+static void consumed_replies_are_room(cxk_pool *p) {
+    cxk_pool *sp = open_host(1, 0);
+    CHECK(sp != NULL);
+    cxk_rpc_server *s = NULL;
+    CHECK_EQ(cxk_rpc_server_create(sp, "lag", 1, 256, 128, &s), 0);
+    struct connecting a = {p, NULL};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, connect_thread, &a), 0);
+    struct cxk_rpc_req q;
+    while (cxk_rpc_server_clients(s) == 0) CHECK_EQ(cxk_rpc_server_next(s, &q), -EAGAIN);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    cxk_rpc_client *c = a.c;
+    CHECK(c != NULL);
+    uint64_t id, got;
+    uint32_t n;
+    int32_t st;
+    for (uint64_t i = 0; i < 128; ++i) CHECK_EQ(cxk_rpc_submit(c, 1, &i, 8, 0, &id), 0);
+    for (int i = 0; i < 128; ++i) {  /* every reply cell now full */
+        CHECK_EQ(cxk_rpc_server_next(s, &q), 0);
+        CHECK_EQ(cxk_rpc_server_reply(s, q.client, q.id, 0, q.data, q.nbytes, 0), 0);
+    }
+    for (uint64_t i = 128; i < 1000; ++i) {  /* one in, one out, at full depth */
+        CHECK_EQ(cxk_rpc_poll(c, &id, &st, &got, 8, &n), 0);
+        CHECK_EQ(got, i - 128);
+        CHECK_EQ(cxk_rpc_submit(c, 1, &i, 8, 0, &id), 0);
+        CHECK_EQ(cxk_rpc_server_next(s, &q), 0);
+        CHECK_EQ(cxk_rpc_server_reply(s, q.client, q.id, 0, q.data, q.nbytes, 0), 0);
+    }
+    for (uint64_t i = 1000 - 128; i < 1000; ++i) {
+        CHECK_EQ(cxk_rpc_poll(c, &id, &st, &got, 8, &n), 0);
+        CHECK_EQ(got, i);
+    }
+    cxk_rpc_close(c);
+    while (cxk_rpc_server_clients(s) != 0) CHECK_EQ(cxk_rpc_server_next(s, &q), -EAGAIN);
+    /* a client that breaks the protocol (more than depth requests unanswered in its view:
+     * it never takes its replies) is dropped with -EPIPE; the server goes on */
+    cxk_ring *rogue = NULL;
+    CHECK_EQ(cxk_ring_create(p, "rpc.lag.0.req", 256, 128, CXK_RING_PRODUCER, &rogue), 0);
+    while (cxk_rpc_server_clients(s) == 0) CHECK_EQ(cxk_rpc_server_next(s, &q), -EAGAIN);
+    uint64_t hdr[2] = {0, 1};
+    int dropped = 0;
+    for (uint64_t i = 1; i <= 200 && !dropped; ++i) {
+        hdr[0] = i;
+        int rc;
+        while ((rc = cxk_ring_push(rogue, hdr, sizeof hdr, 0)) == -EAGAIN)
+            CHECK_EQ(cxk_rpc_server_next(s, &q), -EAGAIN);  /* the server publishes its head */
+        CHECK_EQ(rc, 0);
+        CHECK_EQ(cxk_rpc_server_next(s, &q), 0);
+        CHECK_EQ(q.id, i);
+        rc = cxk_rpc_server_reply(s, q.client, q.id, 0, NULL, 0, 0);
+        if (rc == -EPIPE) dropped = 1;
+        else CHECK_EQ(rc, 0);
+    }
+    CHECK(dropped);
+    CHECK_EQ(hdr[0], 129);  /* the first reply with no room */
+    CHECK_EQ(cxk_rpc_server_clients(s), 0);
+    cxk_ring_close(rogue);
+    cxk_obj_destroy(p, "rpc.lag.0.req");
+    cxk_rpc_server_close(s);
+    cxk_pool_close(sp);
+}
+
 int main(void) {
     for (coherence = 0; coherence < 2; ++coherence) {
         snprintf(path, sizeof path, "/dev/shm/cxk-test-rpc-%d", (int)getpid());
@@ -125,6 +202,7 @@ int main(void) {
         CHECK(p != NULL);
         cxk_rpc_client *c = NULL;
         CHECK_EQ(cxk_rpc_connect(p, "svc", 50, &c), -ETIMEDOUT); /* no server yet */
+        consumed_replies_are_room(p);
         pid_t srv = start_server(0);
         calls(p);
         int ws;
