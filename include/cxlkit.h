@@ -770,6 +770,46 @@ CXK_API int cxk_ring_space(cxk_ring *r, uint32_t *ncells);
  * found empty); call before waiting elsewhere for a long time. */
 CXK_API int cxk_ring_sync(cxk_ring *r);
 
+/* ---- Waits: how every polling wait of rings, messaging and RPC spends its time ----
+ * A wait polls pool memory. While polls find nothing it spins (polls back to back, keeping
+ * the CPU) for spin_us, then yields the CPU (sched_yield) between polls for yield_us more,
+ * then sleeps sleep_us between polls (sleep_us 0: it keeps yielding). Time is measured on
+ * the monotonic clock, not in polls. Spinning answers fastest when every process has a core
+ * of its own; yields and sleeps let a peer that shares our core (or an idle server's
+ * neighbours) run. Defaults: CXLKIT_MSG_SPIN_US, CXLKIT_MSG_YIELD_US, CXLKIT_MSG_SLEEP_US
+ * (decimal microseconds; "forever" for the first two), else spin 50, yield 2000, sleep 50
+ * (docs/msg.md, "Waiting", has the measurement behind them). */
+#define CXK_WAIT_FOREVER 0xffffffffu  /* spin_us or yield_us: never leave that phase */
+struct cxk_wait_opts {
+    uint32_t spin_us;
+    uint32_t yield_us;
+    uint32_t sleep_us;   /* at most 1000000 */
+    uint32_t reserved;   /* 0 */
+};
+/* The defaults above (the environment is read at each call: cache the result). */
+CXK_API void cxk_wait_opts_init(struct cxk_wait_opts *o);
+/* 0, or -EINVAL for a bad field (sleep_us over 1 s, reserved not 0). */
+CXK_API int cxk_wait_opts_check(const struct cxk_wait_opts *o);
+/* One wait's state, on the caller's stack: begin, then cxk_wait_idle after every poll that
+ * found nothing (begin again after one that made progress, to spin again). */
+struct cxk_wait {
+    struct cxk_wait_opts opts;
+    int64_t start_ns, now_ns;   /* monotonic clock at begin and at the last reading */
+    uint64_t polls;             /* idle polls since begin */
+    uint32_t phase;             /* what the last cxk_wait_idle did: CXK_WAIT_SPUN, ... */
+    uint32_t reserved;
+};
+enum cxk_wait_phase { CXK_WAIT_SPUN = 0, CXK_WAIT_YIELDED = 1, CXK_WAIT_SLEPT = 2 };
+/* o NULL: cxk_wait_opts_init's defaults; a bad o gives -EINVAL and the defaults. */
+CXK_API int cxk_wait_begin(struct cxk_wait *w, const struct cxk_wait_opts *o);
+/* Spin, yield or sleep as the policy says; returns ns since begin (while spinning the clock
+ * is read every few polls). */
+CXK_API int64_t cxk_wait_idle(struct cxk_wait *w);
+/* Wait until the ring has something to do: a consumer until a cell can be peeked (0) or the
+ * producer closed it (-EPIPE), a producer until a cell can be reserved (0). -ETIMEDOUT once
+ * timeout_ms passed (0: none). o NULL: the defaults. -EBADMSG as cxk_ring_peek. */
+CXK_API int cxk_ring_wait(cxk_ring *r, const struct cxk_wait_opts *o, uint32_t timeout_ms);
+
 /* ==== Messaging: MPI-style ranks over one pool (issue 14) =========================
  * A job of nranks ranks (each a process, usually each with its own pool host id) on one
  * pool. Objects are named "msg.<job>.<rank>.<what>" and created by that rank only: its rank
@@ -831,6 +871,10 @@ CXK_API int cxk_msg_size(const cxk_comm *comm);
 /* The rank whose silence made the last call fail with -ETIMEDOUT, or -1. */
 CXK_API int cxk_msg_failed_rank(const cxk_comm *comm);
 CXK_API uint64_t cxk_msg_eager_bytes(const cxk_comm *comm);
+/* The comm's wait policy (see "Waits" above; NULL: the defaults, which the comm also starts
+ * with): how its blocking calls poll. -EINVAL for a bad o (cxk_wait_opts_check). */
+CXK_API int cxk_msg_set_wait(cxk_comm *comm, const struct cxk_wait_opts *o);
+CXK_API int cxk_msg_get_wait(const cxk_comm *comm, struct cxk_wait_opts *o);
 
 #define CXK_MSG_SYNC 1u  /* synchronous send: completes once the receive has matched it */
 /* Start sending count bytes of buf to dest. buf may be reused when the request completes
@@ -982,6 +1026,9 @@ CXK_API int cxk_rpc_flush(cxk_rpc_client *c);
  * reply stays); -EAGAIN none yet. *status is the server's status. */
 CXK_API int cxk_rpc_poll(cxk_rpc_client *c, uint64_t *id, int32_t *status, void *buf,
                          uint32_t cap, uint32_t *nbytes);
+/* The client's wait policy for cxk_rpc_call and for a submit waiting for room ("Waits"
+ * above; NULL: the defaults, which a client also starts with). -EINVAL for a bad o. */
+CXK_API int cxk_rpc_set_wait(cxk_rpc_client *c, const struct cxk_wait_opts *o);
 /* submit + wait for its reply (up to the connect's timeout_ms): returns the server's status
  * if negative, else 0; -EPROTO while submitted requests are outstanding. */
 CXK_API int cxk_rpc_call(cxk_rpc_client *c, uint32_t method, const void *req, uint32_t nbytes,

@@ -3,8 +3,11 @@
  * (CXLKIT_POOL, else /dev/shm/cxk-osu-<pid>; CXLKIT_SIZE ranks, default 2; CXLKIT_COHERENCE
  * host|none), forks one process per rank (each its own pool host), waits for them and
  * removes the pool. With CXLKIT_RANK/CXLKIT_SIZE set (e.g. one process per guest), it runs
- * as that rank on an existing CXLKIT_POOL. */
+ * as that rank on an existing CXLKIT_POOL. CXLKIT_OSU_BIND=core pins rank r to the r-th CPU
+ * it may run on (modulo their count), as `mpiexec -bind-to core` does; unset, no pinning. */
+#define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +55,23 @@ static cxk_pool *open_pool(const char *path, int host, int nhosts, unsigned flag
     return p;
 }
 
+/* CXLKIT_OSU_BIND=core: this rank on one CPU of those allowed (the rank-th, modulo). */
+static void bind_rank(int rank) {
+    const char *b = getenv("CXLKIT_OSU_BIND");
+    if (!b || !*b || !strcmp(b, "none")) return;
+    if (strcmp(b, "core")) be_abort("CXLKIT_OSU_BIND: expected core or none", EINVAL);
+    cpu_set_t all, one;
+    if (sched_getaffinity(0, sizeof all, &all)) be_abort("sched_getaffinity", errno);
+    int n = CPU_COUNT(&all), k = rank % (n ? n : 1);
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+        if (!CPU_ISSET(cpu, &all) || k--) continue;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        if (sched_setaffinity(0, sizeof one, &one)) be_abort("sched_setaffinity", errno);
+        return;
+    }
+}
+
 /* The launcher: make the pool, fork the ranks, exit with the first failure. */
 static void launch(int nranks) {
     if (nranks < 1 || nranks > CXK_MSG_MAX_RANKS) be_abort("CXLKIT_SIZE out of range", EINVAL);
@@ -94,6 +114,7 @@ int be_init(int *argc, char ***argv) {
         if (!path) be_abort("CXLKIT_POOL unset", EINVAL);
         pool = open_pool(path, rank_, size_, 0);
     }
+    bind_rank(rank_);
     const char *job = getenv("CXLKIT_JOB");
     ok(cxk_msg_init(pool, job ? job : "osu", rank_, size_, NULL, &comm), "cxk_msg_init");
     snprintf(name_, sizeof name_, "cxlkit %s (cxk_msg_*, pool coherence %s, eager %llu B)",

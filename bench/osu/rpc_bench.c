@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -56,7 +55,8 @@ static void cxk_server(void) {
     cxk_rpc_server *s = NULL;
     int rc = cxk_rpc_server_create(p, "bench", 1, 256, qd < 4 ? 4 : qd, &s);
     if (rc) die("cxk_rpc_server_create", rc);
-    unsigned idle = 0;
+    struct cxk_wait w; /* the library's wait policy (CXLKIT_MSG_SPIN_US & co), as cxk_rpc_call */
+    cxk_wait_begin(&w, NULL);
     for (;;) {
         struct cxk_rpc_req q;
         int n = 0;
@@ -72,7 +72,8 @@ static void cxk_server(void) {
             if (++n == 64) break;
         }
         cxk_rpc_server_flush(s);
-        if (n == 0 && ++idle % 256 == 0) sched_yield();  /* let the client run on a busy CPU */
+        if (n) cxk_wait_begin(&w, &w.opts);
+        else cxk_wait_idle(&w);
     }
 }
 
@@ -98,7 +99,8 @@ static void cxk_run(double *rt1, double *ops1, double *opsq) {
     double t = now() - t0;
     *rt1 = t * 1e6 / ncalls, *ops1 = ncalls / t;
     long sent = 0, got = 0;
-    unsigned idle = 0;
+    struct cxk_wait w;
+    cxk_wait_begin(&w, NULL);
     t0 = now();
     while (got < ncalls) {
         int burst = 0;
@@ -109,7 +111,8 @@ static void cxk_run(double *rt1, double *ops1, double *opsq) {
         long before = got;
         while ((rc = cxk_rpc_poll(c, NULL, &st, rep, sizeof rep, &n)) == 0) ++got;
         if (rc != -EAGAIN) die("cxk_rpc_poll", rc);
-        if (got == before && ++idle % 256 == 0) sched_yield();
+        if (got != before) cxk_wait_begin(&w, &w.opts);
+        else cxk_wait_idle(&w);
     }
     *opsq = ncalls / (now() - t0);
     cxk_rpc_call(c, 0, NULL, 0, rep, sizeof rep, &n, &st);

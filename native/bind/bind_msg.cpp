@@ -38,6 +38,15 @@ cxk_pool *open_private(const std::vector<std::string> &paths, int host_id,
     return p;
 }
 
+cxk_wait_opts wait_opts(uint32_t spin_us, uint32_t yield_us, uint32_t sleep_us,
+                        const std::string &what) {
+    cxk_wait_opts o{spin_us, yield_us, sleep_us, 0};
+    if (cxk_wait_opts_check(&o)) throw nb::value_error(("wait policy of " + what + ": sleep_us " +
+                                                        std::to_string(sleep_us) +
+                                                        " over 1000000").c_str());
+    return o;
+}
+
 namespace {
 
 // A Python buffer held for the duration of a native call or a request.
@@ -205,6 +214,17 @@ void bind_comm(nb::module_ &m) {
         .def_prop_ro("size", [](MsgComm &s) { return cxk_msg_size(s.get()); })
         .def_prop_ro("eager_bytes", [](MsgComm &s) { return cxk_msg_eager_bytes(s.get()); })
         .def_prop_ro("failed_rank", [](MsgComm &s) { return s.c ? cxk_msg_failed_rank(s.c) : s.failed; })
+        .def("set_wait", [](MsgComm &s, uint32_t spin_us, uint32_t yield_us, uint32_t sleep_us) {
+            cxk_wait_opts o = wait_opts(spin_us, yield_us, sleep_us, s.label);
+            std::lock_guard<std::mutex> g(s.mu);
+            check(cxk_msg_set_wait(s.get(), &o), s.label);
+        })
+        .def("get_wait", [](MsgComm &s) {
+            cxk_wait_opts o{};
+            std::lock_guard<std::mutex> g(s.mu);
+            check(cxk_msg_get_wait(s.get(), &o), s.label);
+            return nb::make_tuple(o.spin_us, o.yield_us, o.sleep_us);
+        })
         .def("send", [](MsgComm &s, nb::handle buf, int dest, int tag, bool sync) {
             View v(buf, false);
             call(s, s.label + " send", [&](cxk_comm *c) {
@@ -448,6 +468,12 @@ void bind_ring(nb::module_ &m) {
     m.attr("RING_PRODUCER") = int(CXK_RING_PRODUCER);
     m.attr("RING_CONSUMER") = int(CXK_RING_CONSUMER);
     m.def("ring_bytes", &cxk_ring_bytes);
+    m.def("wait_defaults", [] {
+        cxk_wait_opts o;
+        cxk_wait_opts_init(&o);
+        return nb::make_tuple(o.spin_us, o.yield_us, o.sleep_us);
+    });
+    m.attr("WAIT_FOREVER") = CXK_WAIT_FOREVER;
     nb::class_<Ring>(m, "Ring")
         .def(nb::init<const std::vector<std::string> &, int, const std::string &, int,
                       const std::string &, int, uint32_t, uint32_t, bool>())
@@ -469,6 +495,19 @@ void bind_ring(nb::module_ &m) {
             nb::bytes out(static_cast<const char *>(pl), n);
             check(cxk_ring_release(r.r), r.name);
             return nb::make_tuple(out, kind);
+        })
+        .def("wait", [](Ring &r, uint32_t spin_us, uint32_t yield_us, uint32_t sleep_us,
+                        uint32_t timeout_ms) {
+            cxk_wait_opts o = wait_opts(spin_us, yield_us, sleep_us, r.name);
+            cxk_ring *x = r.get();
+            int rc;
+            {
+                nb::gil_scoped_release unlock;
+                rc = cxk_ring_wait(x, &o, timeout_ms);
+            }
+            if (rc == -ETIMEDOUT) return false;
+            check(rc, r.name);
+            return true;
         })
         .def("space", [](Ring &r) {
             uint32_t n = 0;

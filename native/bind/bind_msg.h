@@ -12,4 +12,9 @@ namespace cxk::py {
 cxk_pool *open_private(const std::vector<std::string> &paths, int host_id,
                        const std::string &tag, int coherence);
 
+// A wait policy from Python's (spin_us, yield_us, sleep_us); raises ValueError when the
+// library refuses it (cxk_wait_opts_check), naming `what`.
+cxk_wait_opts wait_opts(uint32_t spin_us, uint32_t yield_us, uint32_t sleep_us,
+                        const std::string &what);
+
 }  // namespace cxk::py

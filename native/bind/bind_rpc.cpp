@@ -1,14 +1,11 @@
 // bind_rpc.cpp — cxlkit._native's RPC part: RpcServer and RpcClient, each on a pool handle of
-// its own. Waits release the GIL and poll the rings; a server waiting for work spins briefly,
-// then yields, then naps (the machine may have fewer cores than processes). Replies are
-// committed deferred and published in batches: when the server runs out of queued requests,
-// or every kBatch replies (one fence for many slots, the Beluga pattern).
+// its own. Waits release the GIL and poll the rings under the library's wait policy (spin,
+// then yield, then sleep: cxk_wait_*; the machine may have fewer cores than processes).
+// Replies are committed deferred and published in batches: when the server runs out of
+// queued requests, or every kBatch replies (one fence for many slots, the Beluga pattern).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
-#include <sched.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -26,19 +23,6 @@ namespace {
 constexpr uint32_t kBatch = 32;       // replies published together at most
 constexpr uint32_t kSlotHdr = 16;     // rpc.h SlotHdr: id, method, status
 
-int64_t now_us() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return int64_t(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
-}
-
-// Idle back-off of a polling loop: spin, then yield the CPU, then sleep 50 us.
-void idle(uint64_t spins) {
-    if (spins < 2048) return;
-    if (spins < 8192) sched_yield();
-    else usleep(50);
-}
-
 std::string buf_bytes(nb::handle obj) {
     Py_buffer b;
     if (PyObject_GetBuffer(obj.ptr(), &b, PyBUF_SIMPLE) != 0) throw nb::python_error();
@@ -53,6 +37,7 @@ struct RpcServer {
     std::string name;
     uint32_t payload_max = 0;
     uint32_t pending = 0;               // deferred replies not yet published
+    cxk_wait_opts wait{};               // how next() waits for work (set_wait)
     std::atomic<bool> stopping{false};  // set by stop() from any thread
     std::mutex mu;                      // one native call at a time
 
@@ -72,6 +57,7 @@ struct RpcServer {
             check(rc, name);
         }
         payload_max = (slot_bytes ? slot_bytes : 256) - CXK_RING_CELL_HDR - kSlotHdr;
+        cxk_wait_opts_init(&wait);
     }
     ~RpcServer() { shut(); }
     void shut() {
@@ -89,6 +75,7 @@ struct RpcClient {
     cxk_rpc_client *c = nullptr;
     std::string name;
     uint32_t timeout_ms = 10000;
+    cxk_wait_opts wait{};               // how call_many waits for replies (set_wait)
     std::mutex mu;
 
     RpcClient(const std::vector<std::string> &paths, int host_id, const std::string &tag,
@@ -100,6 +87,7 @@ struct RpcClient {
             nb::gil_scoped_release unlock;
             rc = cxk_rpc_connect(p, name.c_str(), timeout_ms, &c);
         }
+        cxk_wait_opts_init(&wait);
         if (rc) {
             cxk_pool_close(p);
             p = nullptr;
@@ -128,14 +116,15 @@ nb::object server_next(RpcServer &r, int64_t timeout_ms) {
         std::lock_guard<std::mutex> g(r.mu);
         if (!r.s) rc = -EBADF;
         else {
-            const int64_t deadline = timeout_ms < 0 ? INT64_MAX : now_us() + timeout_ms * 1000;
-            for (uint64_t spins = 0;; ++spins) {
+            const int64_t limit = timeout_ms < 0 ? INT64_MAX : timeout_ms * 1000000;
+            cxk_wait w;
+            cxk_wait_begin(&w, &r.wait);
+            for (;;) {
                 rc = cxk_rpc_server_next(r.s, &q);
                 if (rc != -EAGAIN) break;
                 if (r.pending) cxk_rpc_server_flush(r.s), r.pending = 0;
                 if (r.stopping.load(std::memory_order_relaxed)) break;
-                if ((spins & 255) == 0 && now_us() > deadline) break;
-                idle(spins);
+                if (cxk_wait_idle(&w) > limit) break;
             }
             if (rc == 0) data.assign(static_cast<const char *>(q.data), q.nbytes);
         }
@@ -173,8 +162,9 @@ nb::list client_call_many(RpcClient &r, uint32_t method, const std::vector<nb::b
         if (!r.c) rc = -EBADF;
         std::vector<char> buf(r.c ? cxk_rpc_payload_max(r.c) : 0);
         size_t sent = 0, got = 0;
-        int64_t last = now_us();
-        for (uint64_t spins = 0; !rc && got < reqs.size(); ++spins) {
+        cxk_wait w;
+        cxk_wait_begin(&w, &r.wait);
+        while (!rc && got < reqs.size()) {
             bool burst = false;
             while (sent < reqs.size()) {
                 const std::string &q = reqs[sent];
@@ -192,13 +182,11 @@ nb::list client_call_many(RpcClient &r, uint32_t method, const std::vector<nb::b
             int prc = cxk_rpc_poll(r.c, nullptr, &st, buf.data(), uint32_t(buf.size()), &n);
             if (prc == 0) {
                 out[got++] = {st, std::string(buf.data(), n)};
-                last = now_us(), spins = 0;
+                cxk_wait_begin(&w, &r.wait);  // progress: the timeout and the spin start over
             } else if (prc != -EAGAIN) {
                 rc = prc;
-            } else if ((spins & 255) == 0 && now_us() - last > int64_t(r.timeout_ms) * 1000) {
+            } else if (cxk_wait_idle(&w) > int64_t(r.timeout_ms) * 1000000) {
                 rc = -ETIMEDOUT;
-            } else {
-                idle(spins);
             }
         }
     }
@@ -253,6 +241,11 @@ CXK_BIND(rpc) {
         .def_prop_ro("closed", [](RpcServer &r) { return r.s == nullptr; })
         .def_prop_ro("payload_max", [](RpcServer &r) { return r.payload_max; })
         .def_prop_ro("clients", [](RpcServer &r) { return cxk_rpc_server_clients(r.get()); })
+        .def("set_wait", [](RpcServer &r, uint32_t spin_us, uint32_t yield_us, uint32_t sleep_us) {
+            cxk_wait_opts o = wait_opts(spin_us, yield_us, sleep_us, "RPC server " + r.name);
+            std::lock_guard<std::mutex> g(r.mu);
+            r.wait = o;
+        })
         .def("next", &server_next)
         .def("reply", &server_reply)
         .def("flush", [](RpcServer &r) {
@@ -270,6 +263,12 @@ CXK_BIND(rpc) {
         })
         .def_prop_ro("closed", [](RpcClient &r) { return r.c == nullptr; })
         .def_prop_ro("payload_max", [](RpcClient &r) { return cxk_rpc_payload_max(r.get()); })
+        .def("set_wait", [](RpcClient &r, uint32_t spin_us, uint32_t yield_us, uint32_t sleep_us) {
+            cxk_wait_opts o = wait_opts(spin_us, yield_us, sleep_us, "RPC client of " + r.name);
+            std::lock_guard<std::mutex> g(r.mu);
+            check(cxk_rpc_set_wait(r.get(), &o), r.name);
+            r.wait = o;
+        })
         .def("call", &client_call)
         .def("call_many", &client_call_many);
 }

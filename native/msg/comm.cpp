@@ -1,6 +1,5 @@
 // comm.cpp — joining a job (rank object, session agreement, stale objects of a crashed run),
 // peer liveness (pid on this machine, heartbeat elsewhere), the wait deadline, finalize.
-#include <sched.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,6 +18,10 @@ namespace cxk::msg {
 
 using cxk::ring::boot_hash;
 using cxk::ring::pid_gone;
+
+// How often a wait looks at its deadline and its peers' liveness (a heartbeat moves every
+// 100 ms, a peer is dead after dead_ms: a millisecond is fine-grained enough, and cheap).
+constexpr int64_t kCheckNs = 1000000;
 
 int64_t now_ns() {
     timespec ts;
@@ -235,14 +238,21 @@ int check_peer(cxk_comm *c, int r) {
 }
 
 Waiter::Waiter(cxk_comm *comm, int need_rank) : c(comm), need(need_rank) {
-    deadline = c->opts.timeout_ms ? now_ns() + int64_t(c->opts.timeout_ms) * 1000000 : 0;
+    cxk_wait_begin(&w, &c->wait);
+    begun_ns = w.start_ns;
+    next_check_ns = begun_ns + kCheckNs;
+    events = c->events;
 }
 
 int Waiter::check() {
-    if (++spins & 1023) return 0;
-    // a polled peer needs a CPU too: with more ranks than cores, spinning starves it
-    sched_yield();
-    if (deadline && now_ns() > deadline) {
+    if (c->events != events) {  // a cell arrived since the spin began: spin afresh
+        events = c->events;
+        cxk_wait_begin(&w, &c->wait);
+    }
+    cxk_wait_idle(&w);
+    if (w.now_ns < next_check_ns) return 0;
+    next_check_ns = w.now_ns + kCheckNs;
+    if (c->opts.timeout_ms && w.now_ns - begun_ns > int64_t(c->opts.timeout_ms) * 1000000) {
         c->failed_rank = need;
         return -ETIMEDOUT;
     }
@@ -297,6 +307,7 @@ int cxk_msg_init(cxk_pool *p, const char *job, int rank, int nranks, const cxk_m
     c->eager = o.eager_bytes;
     c->host = ps.host_id;
     c->boot = boot_hash();
+    cxk_wait_opts_init(&c->wait);
     c->peers.resize(size_t(nranks));
     int rc = clear_stale(c);
     if (!rc) rc = join(c);
@@ -328,6 +339,20 @@ int cxk_msg_finalize_ex(cxk_comm *c, int *failed_rank) {
     release_all(c);
     delete c;
     return rc;
+}
+
+int cxk_msg_set_wait(cxk_comm *c, const cxk_wait_opts *o) {
+    if (!c) return -EINVAL;
+    if (!o) return cxk_wait_opts_init(&c->wait), 0;
+    if (int rc = cxk_wait_opts_check(o)) return rc;
+    c->wait = *o;
+    return 0;
+}
+
+int cxk_msg_get_wait(const cxk_comm *c, cxk_wait_opts *o) {
+    if (!c || !o) return -EINVAL;
+    *o = c->wait;
+    return 0;
 }
 
 int cxk_msg_rank(const cxk_comm *c) { return c ? c->rank : -EINVAL; }

@@ -197,6 +197,9 @@ struct cxk_comm {
     uint64_t barrier_seq = 0;
     uint32_t scan_next = 0;                   // next peer whose directory to look at
     uint64_t polls = 0;
+    uint64_t events = 0;                      // cells read from any ring so far (waits spin
+                                              // again after progress)
+    cxk_wait_opts wait{};                     // the wait policy (cxk_msg_set_wait)
     std::vector<cxk_win *> wins;              // by window id (nullptr once freed)
     std::vector<cxk::msg::RmaWait *> rma_waits;  // my RMA requests awaiting a reply
     int failed_rank = -1;
@@ -215,13 +218,17 @@ inline RankHdr *rank_hdr(const cxk_comm *c, uint64_t off) {
 }
 // 0 while peer r may still act; -ETIMEDOUT (failed_rank = r) once it is gone.
 int check_peer(cxk_comm *c, int r);
-// Deadline bookkeeping for one wait: check() every few thousand polls gives -ETIMEDOUT when
-// timeout_ms passed or a peer the wait depends on (one rank, or all for -1) is gone.
+// One wait of the comm: check() after every poll that found nothing spins, yields or sleeps
+// by the comm's wait policy (cxk_wait_*: spin time restarts whenever a cell arrived), and
+// about every millisecond gives -ETIMEDOUT when timeout_ms passed since the wait began or a
+// peer the wait depends on (one rank, or all for -1) is gone.
 struct Waiter {
     cxk_comm *c;
-    int need;            // rank the wait depends on, -1 every rank
-    int64_t deadline;    // 0 none
-    uint32_t spins = 0;
+    int need;               // rank the wait depends on, -1 every rank
+    cxk_wait w;             // the policy's state (restarted on progress)
+    int64_t begun_ns;       // when the wait began (timeout_ms counts from here)
+    int64_t next_check_ns;  // next deadline / liveness look
+    uint64_t events;        // c->events when the spin last (re)started
     Waiter(cxk_comm *comm, int need_rank);
     int check();
 };

@@ -125,6 +125,7 @@ int rdv_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index
             if (int rc = w.check()) return rc;
             continue;
         }
+        ++c->events;  // a chunk arrived: the wait for the next one spins afresh
         uint64_t want = ready < cap ? ready : cap;
         if (want > done) {
             if (c->nc) cxk_invalidate(data + done, want - done);
@@ -220,6 +221,7 @@ int drain(cxk_comm *c, int src) {
         uint32_t n, kind;
         int rc = cxk_ring_peek(p.in, &pl, &n, &kind);
         if (rc == -EAGAIN || rc == -EPIPE) return 0;
+        ++c->events;
         if (!rc) {
             if (kind == kRma) {
                 rc = rma_request(c, src, pl, n);

@@ -330,6 +330,27 @@ int cxk_ring_space(cxk_ring *r, uint32_t *ncells) {
     return 0;
 }
 
+int cxk_ring_wait(cxk_ring *r, const cxk_wait_opts *o, uint32_t timeout_ms) {
+    if (!r || (o && cxk_wait_opts_check(o))) return -EINVAL;
+    const int64_t limit = timeout_ms ? int64_t(timeout_ms) * 1000000 : INT64_MAX;
+    cxk_wait w;
+    cxk_wait_begin(&w, o);
+    for (;;) {
+        int rc;
+        if (r->role == CXK_RING_CONSUMER) {
+            const void *pl;
+            const bool held = r->peeked;
+            rc = cxk_ring_peek(r, &pl, nullptr, nullptr);
+            if (rc == 0) r->peeked = held;  // looked only: the caller peeks it again
+        } else {
+            rc = r->reserved || r->pos - r->head_seen < r->ncells ? 0 : refresh_head(r);
+            if (rc == 0 && r->pos - r->head_seen >= r->ncells && !r->reserved) rc = -EAGAIN;
+        }
+        if (rc != -EAGAIN) return rc;
+        if (cxk_wait_idle(&w) > limit) return -ETIMEDOUT;
+    }
+}
+
 int cxk_ring_sync(cxk_ring *r) {
     if (!r) return -EINVAL;
     if (r->role != CXK_RING_CONSUMER) return -EPROTO;

@@ -2,7 +2,6 @@
 // a reply ring per client; fixed-size slots, replies in request order, batched publishes.
 #include "rpc/rpc.h"
 
-#include <sched.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,6 +47,7 @@ struct cxk_rpc_client {
     uint32_t idle = 0;                  // empty polls, to look at the server now and then
     uint32_t unsynced = 0;              // replies released since our reply-ring head was last
                                         // published for certain (the ring publishes in batches)
+    cxk_wait_opts wait{};               // how call and submit wait (cxk_rpc_set_wait)
 };
 
 namespace {
@@ -57,6 +57,9 @@ int64_t now_ms() {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
+
+// How often a blocked call looks at its deadline and whether the server is gone.
+constexpr int64_t kCheckNs = 1000000;
 
 bool good_name(const char *n) {
     size_t len = std::strlen(n);
@@ -313,6 +316,7 @@ int cxk_rpc_connect(cxk_pool *p, const char *name, uint32_t timeout_ms, cxk_rpc_
     if (!c) return -ENOMEM;
     c->pool = p, c->name = name;
     if (timeout_ms) c->timeout_ms = timeout_ms;
+    cxk_wait_opts_init(&c->wait);
     int rc;
     while ((rc = connect_once(c, deadline)) == -EAGAIN) {
         disconnect(c);
@@ -357,16 +361,19 @@ int cxk_rpc_submit(cxk_rpc_client *c, uint32_t method, const void *data, uint32_
     }
     void *cell;
     int rc;
-    uint32_t spins = 0;
-    const int64_t deadline = now_ms() + c->timeout_ms;
+    cxk_wait w;
+    int64_t next_check = 0;
+    bool waiting = false;
     while ((rc = cxk_ring_reserve(c->req, &cell)) == -EAGAIN) {
         // fewer than depth outstanding, so the full cells are requests already answered:
         // the server frees each right after publishing its reply (which we may hold), so
         // the room comes; wait for it rather than fail a submit the depth allows
-        if ((++spins & 4095) == 0) {
+        if (!waiting) cxk_wait_begin(&w, &c->wait), waiting = true, next_check = kCheckNs;
+        const int64_t el = cxk_wait_idle(&w);
+        if (el >= next_check) {
+            next_check = el + kCheckNs;
             if (server_gone(c)) return -EPIPE;
-            if (now_ms() > deadline) return -ETIMEDOUT;
-            sched_yield();
+            if (el > int64_t(c->timeout_ms) * 1000000) return -ETIMEDOUT;
         }
     }
     if (rc) return rc;
@@ -378,6 +385,14 @@ int cxk_rpc_submit(cxk_rpc_client *c, uint32_t method, const void *data, uint32_
     if (rc) return rc;
     if (id) *id = c->next_id;
     ++c->next_id, ++c->outstanding;
+    return 0;
+}
+
+int cxk_rpc_set_wait(cxk_rpc_client *c, const cxk_wait_opts *o) {
+    if (!c) return -EINVAL;
+    if (!o) return cxk_wait_opts_init(&c->wait), 0;
+    if (int rc = cxk_wait_opts_check(o)) return rc;
+    c->wait = *o;
     return 0;
 }
 
@@ -417,21 +432,22 @@ int cxk_rpc_call(cxk_rpc_client *c, uint32_t method, const void *req, uint32_t n
     if (c->outstanding) return -EPROTO;  // a blocking call would take another's reply
     if (int rc = cxk_rpc_submit(c, method, req, nbytes, 0, nullptr)) return rc;
     int32_t st = 0;
-    uint32_t spins = 0;
-    const int64_t deadline = now_ms() + c->timeout_ms;
+    cxk_wait w;
+    cxk_wait_begin(&w, &c->wait);
+    int64_t next_check = kCheckNs;
     for (;;) {
         int rc = cxk_rpc_poll(c, nullptr, &st, reply, cap, reply_nbytes);
         if (rc == 0) break;
         if (rc != -EAGAIN) return rc;
-        if ((++spins & 4095) == 0) {
-            if (server_gone(c)) {  // its last reply may have landed before it left
-                rc = cxk_rpc_poll(c, nullptr, &st, reply, cap, reply_nbytes);
-                if (rc == 0) break;
-                return rc == -EAGAIN ? -EPIPE : rc;
-            }
-            if (now_ms() > deadline) return -ETIMEDOUT;
-            sched_yield();  // the server may be waiting for this CPU
+        const int64_t el = cxk_wait_idle(&w);  // spin, then yield: the server may need this CPU
+        if (el < next_check) continue;
+        next_check = el + kCheckNs;
+        if (server_gone(c)) {  // its last reply may have landed before it left
+            rc = cxk_rpc_poll(c, nullptr, &st, reply, cap, reply_nbytes);
+            if (rc == 0) break;
+            return rc == -EAGAIN ? -EPIPE : rc;
         }
+        if (el > int64_t(c->timeout_ms) * 1000000) return -ETIMEDOUT;
     }
     if (status) *status = st;
     return st < 0 ? st : 0;

@@ -30,6 +30,12 @@ ENV: dict[str, tuple[str, str]] = {
     "CXLKIT_MSG_EAGER": ("", "largest eager message (default: half a ring, at most 64 KiB)"),
     "CXLKIT_MSG_TIMEOUT_MS": ("", "fail any wait after this long (default: only dead peers)"),
     "CXLKIT_MSG_DEAD_MS": ("5000", "a rank of another machine silent this long is dead"),
+    "CXLKIT_MSG_SPIN_US": ("", "a wait spins this long before yielding the CPU (default 50; "
+                               "forever: never yields); rings, messaging and RPC"),
+    "CXLKIT_MSG_YIELD_US": ("", "then yields between polls this long before sleeping "
+                                "(default 2000; forever: never sleeps)"),
+    "CXLKIT_MSG_SLEEP_US": ("", "then sleeps this long between polls (default 50; 0: keeps "
+                                "yielding)"),
 }
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from . import _native
 from ._config import ENV
+from ._waitpolicy import WaitPolicy, policy_arg
 from .errors import _MSG_ERRORS, PeerLostError, TruncationError, _typed
 from .pool import Pool, _check_name, machine_tag
 
@@ -28,7 +29,7 @@ _TYPES = {"int32": (0, "i"), "int64": (1, "q"), "uint32": (2, "I"), "uint64": (3
 _OPS = {"sum": 0, "min": 1, "max": 2, "replace": 3, "no_op": 4}
 _COHERENCE = {"host": 0, "none": 1, "sim": 2}  # as cxlkit.pool's ("sim": issue 16)
 
-__all__ = ["ANY_SOURCE", "ANY_TAG", "Comm", "Request", "Ring", "Status", "Window"]
+__all__ = ["ANY_SOURCE", "ANY_TAG", "Comm", "Request", "Ring", "Status", "WaitPolicy", "Window"]
 
 
 @dataclass(frozen=True)
@@ -86,14 +87,16 @@ class Comm:
     CXLKIT_SIZE or the MPI launcher's variables (Open MPI, MPICH/PMI, PMIx); job to
     CXLKIT_JOB. With the size known but no rank, ranks go by arrival: the job's first
     process is rank 0 and hands out the others over the RPC service msgboot-<job>. The comm opens a pool handle of its own (same paths and host id), so closing
-    `pool` first is safe. One thread at a time per comm; blocking calls release the GIL.
-    Calls waiting on a rank that is gone raise PeerLostError naming it."""
+    `pool` first is safe. One thread at a time per comm; blocking calls release the GIL
+    and poll under `wait` (a WaitPolicy; default WaitPolicy.default()). Calls waiting on a
+    rank that is gone raise PeerLostError naming it."""
 
     def __init__(self, pool: Pool, *, rank: int | None = None, size: int | None = None,
                  job: str | None = None, cell_bytes: int | None = None,
                  ncells: int | None = None, eager_bytes: int | None = None,
                  timeout_ms: int | None = None, dead_ms: int | None = None,
-                 join_ms: int | None = None) -> None:
+                 join_ms: int | None = None, wait: WaitPolicy | None = None) -> None:
+        wait_args = policy_arg(wait)  # bad CXLKIT_MSG_SPIN_US & co fail before the join
         lr, ls = _launcher_rank_size()
         rank = lr if rank is None else rank
         size = ls if size is None else size
@@ -124,6 +127,7 @@ class Comm:
         finally:
             if boot is not None:
                 boot.close()  # every rank has joined (or the join failed): no more arrivals
+        self._c.set_wait(*wait_args)
 
     def _join(self, paths: list[str], host: int, tag: str, coh: int, job: str, rank: int,
               size: int, cell_bytes: int | None, ncells: int | None, eager_bytes: int | None,
@@ -168,6 +172,16 @@ class Comm:
     @property
     def size(self) -> int:
         return self._c.size
+
+    @property
+    def wait(self) -> WaitPolicy:
+        """How this comm's blocking calls poll (WaitPolicy); assign a WaitPolicy to change it,
+        None for the process default."""
+        return WaitPolicy._from_native(self._c.get_wait())
+
+    @wait.setter
+    def wait(self, policy: WaitPolicy | None) -> None:
+        self._c.set_wait(*policy_arg(policy))
 
     @property
     def eager_bytes(self) -> int:
@@ -447,6 +461,17 @@ class Ring:
 
     def space(self) -> int:
         return self._r.space()
+
+    def wait(self, timeout: float | None = None, *, policy: WaitPolicy | None = None) -> bool:
+        """Block until there is something to do: a consumer until pop() would return a cell,
+        a producer until push() has room. False once `timeout` seconds passed (None: no
+        limit); BrokenPipeError when the producer closed the ring and it is drained."""
+        if timeout is not None and (isinstance(timeout, bool) or
+                                    not isinstance(timeout, (int, float)) or
+                                    not 0 < timeout <= 86400):
+            raise ValueError(f"timeout {timeout!r}: expected seconds in (0, 86400] or None")
+        ms = 0 if timeout is None else max(1, int(timeout * 1000))
+        return self._r.wait(*policy_arg(policy), ms)
 
     def close(self) -> None:
         self._r.close()

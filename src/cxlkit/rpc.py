@@ -31,6 +31,7 @@ from typing import Any
 
 from . import _native
 from .errors import MsgError, PeerLostError, RpcError, RpcServerLostError, RpcTimeoutError
+from ._waitpolicy import WaitPolicy, policy_arg
 from .msg import _private_pool_args
 from .pool import Pool, machine_tag
 
@@ -85,11 +86,14 @@ class Server:
     """The server of service `name` on `pool`. Up to max_clients clients at once, each with
     depth requests in flight; slot_bytes (a multiple of 64, >= 128) bounds one request or
     reply. An earlier server of the same name on this host whose process is gone is
-    replaced; a live one makes this raise MsgError (EBUSY). One thread serves at a time."""
+    replaced; a live one makes this raise MsgError (EBUSY). One thread serves at a time.
+    Waiting for requests polls under `wait` (a WaitPolicy; default WaitPolicy.default()):
+    an idle server ends up sleeping between polls."""
 
     def __init__(self, pool: Pool, name: str, *, max_clients: int = 16, slot_bytes: int = 256,
-                 depth: int = 128) -> None:
+                 depth: int = 128, wait: WaitPolicy | None = None) -> None:
         self.name = _service(name)
+        wait_args = policy_arg(wait)
         _positive("max_clients", max_clients)
         if max_clients > 4096:
             raise ValueError(f"max_clients {max_clients}: at most 4096")
@@ -106,6 +110,7 @@ class Server:
                 raise MsgError(errno.EBUSY, f"service {name}: a server is running (a live "
                                             f"process, or one of another host)", name) from None
             raise
+        self._s.set_wait(*wait_args)
         self._handlers: dict[int, tuple[str, Handler]] = {}
         self._thread: threading.Thread | None = None
         self.handled = 0  # requests answered so far
@@ -215,10 +220,13 @@ class Client:
     """A client of service `name`: waits up to `timeout` seconds for its server to appear,
     and as long for each reply. Calls raise RpcError when the server answered with an error,
     RpcServerLostError when the server is gone, RpcTimeoutError when it did not answer in
-    time. One thread at a time."""
+    time. One thread at a time. Waiting for replies polls under `wait` (a WaitPolicy;
+    default WaitPolicy.default())."""
 
-    def __init__(self, pool: Pool, name: str, *, timeout: float = 10.0) -> None:
+    def __init__(self, pool: Pool, name: str, *, timeout: float = 10.0,
+                 wait: WaitPolicy | None = None) -> None:
         self.name = _service(name)
+        wait_args = policy_arg(wait)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or \
                 not 0 < timeout <= 86400:
             raise ValueError(f"timeout {timeout!r}: expected seconds in (0, 86400]")
@@ -230,6 +238,7 @@ class Client:
                 raise MsgError(errno.EBUSY, f"service {name}: every client slot is taken",
                                name) from None
             raise _connect_error(e, name, f"no server answered within {timeout} s") from None
+        self._c.set_wait(*wait_args)
 
     @property
     def payload_max(self) -> int:
