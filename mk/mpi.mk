@@ -3,12 +3,19 @@
 # every benchmark once at small sizes over every transport (cxlkit on a pool file, both MPIs
 # over shared memory and over TCP loopback); each program checks the data it received and the
 # run fails on any error. bench-osu is the full measurement (REPS rounds, medians, ratios).
+# mpi4py-env puts mpi4py (PyPI's wheel runs on MPICH and Open MPI) in a folder of its own,
+# build/mpi4py, apart from the core dependencies; test-mpi then runs
+# tests/test_msg_mpi4py.py (Comm.from_mpi4py under both launchers) with PYTHONPATH on it. If
+# pip cannot install it, build/mpi4py.unavailable says why and that test skips saying so.
 OSU_BIN := build/osu
 OSU_SRC := bench/osu/osu.c
 OSU_OUT ?= build/osu/results
 OSU_CFLAGS := -O2 -Wall -Wextra
 
-.PHONY: mpi-deps osu-build test-mpi bench-osu
+MPI4PY_DIR := build/mpi4py
+MPI4PY_VERSION := 4.1.2
+
+.PHONY: mpi-deps osu-build test-mpi bench-osu mpi4py-env
 mpi-deps:
 	@if ! command -v mpicc.mpich >/dev/null 2>&1 || ! command -v mpicc.openmpi >/dev/null 2>&1; then \
 	  apt-get update && apt-get install -y mpich libmpich-dev openmpi-bin libopenmpi-dev; fi
@@ -24,11 +31,25 @@ osu-build: mpi-deps
 	mpicc.mpich $(OSU_CFLAGS) $(OSU_SRC) bench/osu/be_mpi.c -o $(OSU_BIN)/osu_mpich
 	mpicc.openmpi $(OSU_CFLAGS) $(OSU_SRC) bench/osu/be_mpi.c -o $(OSU_BIN)/osu_ompi
 
-test-mpi: osu-build
+# Debian's MPICH library is libmpich.so.12; mpi4py's MPICH flavour loads libmpi.so.12: a link
+# in build/mpi4py-lib (the test puts it on LD_LIBRARY_PATH) bridges the two names.
+$(MPI4PY_DIR)/.stamp: mk/mpi.mk | mpi-deps
+	@mkdir -p build build/mpi4py-lib
+	rm -rf $(MPI4PY_DIR) build/mpi4py.unavailable
+	$(VPY) -m pip install --target $(MPI4PY_DIR) mpi4py==$(MPI4PY_VERSION) || \
+	  echo "pip could not install mpi4py==$(MPI4PY_VERSION) (see the make log)" > build/mpi4py.unavailable
+	lib=$$(ldconfig -p | awk '/libmpich\.so\.12 /{print $$NF; exit}'); \
+	  if [ -n "$$lib" ]; then ln -sf "$$lib" build/mpi4py-lib/libmpi.so.12; fi
+	touch $@
+
+mpi4py-env: $(MPI4PY_DIR)/.stamp
+
+test-mpi: osu-build mpi4py-env build
 	rm -rf $(OSU_BIN)/check
 	REPS=1 OSU_MAX=65536 OSU_ITERS=20 RPC_CALLS=2000 OSU_TIMEOUT=90 \
 	  bench/osu/run.sh $(OSU_BIN)/check
 	$(PY) bench/osu/summary.py $(OSU_BIN)/check --sizes 1,8,65536 --check
+	CXLKIT_REQUIRE_MPI4PY=1 $(VPY) -m pytest -q -rs tests/test_msg_mpi4py.py
 
 bench-osu: osu-build
 	bench/osu/run.sh $(OSU_OUT)

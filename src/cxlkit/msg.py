@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -128,6 +129,41 @@ class Comm:
             if boot is not None:
                 boot.close()  # every rank has joined (or the join failed): no more arrivals
         self._c.set_wait(*wait_args)
+
+    @classmethod
+    def from_mpi4py(cls, mpi_comm: Any, pool: Pool, *, job: str | None = None,
+                    **kwargs: Any) -> Comm:
+        """The ranks of an mpi4py communicator as a job on `pool`: rank and size are the
+        communicator's; the job name is agreed over it (the one every rank passed, else
+        CXLKIT_JOB, else a fresh name drawn by rank 0), and every rank must have opened the
+        same pool. Collective over mpi_comm: every rank calls it, or none. ValueError on
+        every rank when the ranks disagree (job names, pools); other keywords as Comm.
+        mpi4py is not imported here: any object with Get_rank, Get_size, bcast and
+        allgather serves."""
+        for name in ("Get_rank", "Get_size", "bcast", "allgather"):
+            if not callable(getattr(mpi_comm, name, None)):
+                raise TypeError(f"mpi_comm {mpi_comm!r}: expected an mpi4py communicator "
+                                f"(it has no {name}())")
+        if not isinstance(pool, Pool):
+            raise TypeError(f"pool {pool!r}: expected a cxlkit.Pool")
+        rank, size = mpi_comm.Get_rank(), mpi_comm.Get_size()
+        mine = job or _env("CXLKIT_JOB") or None
+        try:
+            uuid = pool.stat().uuid
+        except OSError as e:  # still agree below: the other ranks must not wait for us
+            uuid = f"unreadable ({e})"
+        seen = mpi_comm.allgather((mine, uuid))
+        jobs = {j for j, _ in seen}
+        if len(jobs) > 1:
+            raise ValueError(f"the ranks of the MPI communicator disagree on the job: "
+                             f"{sorted(str(j) for j in jobs)}")
+        if len({u for _, u in seen}) > 1:
+            odd = [r for r, (_, u) in enumerate(seen) if u != seen[0][1]]
+            raise ValueError(f"ranks {odd} of the MPI communicator opened another pool than "
+                             f"rank 0 (pool uuids differ)")
+        agreed = mpi_comm.bcast((mine or f"mpi-{secrets.token_hex(6)}") if rank == 0 else None,
+                                root=0)
+        return cls(pool, rank=rank, size=size, job=agreed, **kwargs)
 
     def _join(self, paths: list[str], host: int, tag: str, coh: int, job: str, rank: int,
               size: int, cell_bytes: int | None, ncells: int | None, eager_bytes: int | None,
