@@ -268,3 +268,30 @@ def test_two_jobs_on_one_pool_never_see_each_others_messages(pool2):
 
 def test_msg_error_is_an_oserror():
     assert issubclass(PeerLostError, TimeoutError) and issubclass(MsgError, OSError)
+
+
+def _growing_windows(comm: msg.Comm) -> int:
+    """Windows of rendezvous sends of growing sizes: 8 x 512 KiB, 4 x 1 MiB, 2 x 2 MiB,
+    1 x 4 MiB (every window alone fits the sender's half of the pool, all of them do not)."""
+    done = 0
+    for n, k in ((512 << 10, 8), (1 << 20, 4), (2 << 20, 2), (4 << 20, 1), (512 << 10, 8)):
+        if comm.rank == 0:
+            bufs = [bytes([(n // 1024 + j) % 256]) * n for j in range(k)]
+            reqs = [comm.isend(b, dest=1, tag=j) for j, b in enumerate(bufs)]
+            for r in reqs:
+                r.wait()
+        else:
+            for j in range(k):
+                data, st = comm.recv(source=0, tag=j)
+                assert data == bytes([(n // 1024 + j) % 256]) * n
+        comm.barrier()
+        done += k
+    return done
+
+
+def test_rendezvous_buffers_are_recycled_when_the_partition_fills(pool_path):
+    # 32 MiB over 2 hosts: 16 MiB per host; the windows above need 4 + 4 + 4 + 4 MiB of
+    # rendezvous buffers of sizes the earlier windows' buffers cannot serve (failed with
+    # ENOSPC before buffers were recycled)
+    make_pool(pool_path, 2, size="32M")
+    assert run_ranks(pool_path, 2, _growing_windows) == [23, 23]

@@ -36,7 +36,7 @@ def parse_variant(text: str) -> tuple[str, str]:
 def parse_table(text: str) -> dict[int, float]:
     rows = {}
     for line in text.splitlines():
-        m = re.match(r"^(\d+)\s+([0-9.]+)\s*$", line)
+        m = re.match(r"^(\d+)\s+([0-9.]+)(?:\s+[0-9.]+)?\s*$", line)  # mbw_mr: + msgs/s
         if m:
             rows[int(m.group(1))] = float(m.group(2))
     return rows

@@ -1,6 +1,7 @@
 /* osu.c — OSU-style micro-benchmarks (the OSU suite is not in Debian; these follow its loops
  * and print its table format) over the backend of osu.h:
- *   latency, bw, bibw, multi_lat (pairs r <-> r + size/2), put_lat, get_lat, put_bw, get_bw
+ *   latency, bw, bibw, multi_lat (pairs r <-> r + size/2), mbw_mr (pairs r -> r + size/2:
+ *   aggregate bandwidth and message rate), put_lat, get_lat, put_bw, get_bw
  *   (one-sided, -s fence|pscw), memcpy (the copy baseline of this machine, one thread).
  * Usage: osu_<backend> BENCH [-m max_bytes] [-i iters] [-w window] [-s fence|pscw]
  * Every message of the last iteration of each size is checked on the receiving side
@@ -134,6 +135,51 @@ static void bandwidth(int bidir) {
     free(reqs);
 }
 
+/* osu_mbw_mr's loop: pairs r -> r + size/2 stream windows of messages at once; rank 0 prints
+ * the aggregate bandwidth and message rate (each pair's bytes over the slowest pair's time). */
+static void multi_bw(void) {
+    const int half = be_size() / 2, me = be_rank();
+    if (be_size() < 2 || be_size() % 2) be_abort("mbw_mr needs an even number of ranks", 22);
+    header("Multiple Bandwidth / Message Rate Test",
+           "# Size                  MB/s        Messages/s");
+    if (me == 0) printf("# Pairs: %d\n", half), fflush(stdout);
+    const int sender = me < half, peer = sender ? me + half : me - half;
+    unsigned char *s = xalloc(max_bytes), *r = xalloc(max_bytes);
+    unsigned char *reqs = xalloc((size_t)window * BE_REQ_BYTES);
+    char ack[4] = {0};
+    for (size_t n = 1; n <= max_bytes; n *= 2) {
+        const int iters = iters_for(n) / 10 + 1, skip = 1;
+        double t0 = 0;
+        be_barrier();
+        for (int i = 0; i < iters + skip; ++i) {
+            if (i == skip) t0 = be_wtime();
+            const int last = i == iters + skip - 1;
+            if (last && sender) fill(s, n, n + 3);
+            for (int j = 0; j < window; ++j) {
+                if (sender) be_isend(s, n, peer, 5, reqs + BE_REQ_BYTES * j);
+                else be_irecv(r, n, peer, 5, reqs + BE_REQ_BYTES * j);
+            }
+            be_waitall(window, reqs);
+            if (sender) be_recv(ack, sizeof ack, peer, 6);
+            else be_send(ack, sizeof ack, peer, 6);
+            if (last && !sender) check(r, n, n + 3, "mbw_mr");
+        }
+        double t = be_wtime() - t0;
+        if (me != 0 && sender) be_send(&t, sizeof t, 0, 7);
+        if (me == 0)
+            for (int p = 1; p < half; ++p) {
+                double o;
+                be_recv(&o, sizeof o, p, 7);
+                if (o > t) t = o;
+            }
+        const double msgs = (double)window * iters * half;
+        if (me == 0) printf("%-10zu%18.2f%18.2f\n", n, msgs * (double)n / 1e6 / t, msgs / t), fflush(stdout);
+    }
+    free(s);
+    free(r);
+    free(reqs);
+}
+
 static void epoch_open(be_win *w, int origin) {
     if (pscw) origin ? be_start(w, 1) : be_post(w, 0);
 }
@@ -205,7 +251,7 @@ static void copy_baseline(void) {
 
 static void usage(void) {
     fprintf(stderr, "usage: osu BENCH [-m max_bytes] [-i iters] [-w window] [-s fence|pscw]\n"
-                    "BENCH: latency bw bibw multi_lat put_lat get_lat put_bw get_bw memcpy\n");
+                    "BENCH: latency bw bibw multi_lat mbw_mr put_lat get_lat put_bw get_bw memcpy\n");
     exit(2);
 }
 
@@ -229,6 +275,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(bench, "multi_lat")) latency(1);
     else if (!strcmp(bench, "bw")) bandwidth(0);
     else if (!strcmp(bench, "bibw")) bandwidth(1);
+    else if (!strcmp(bench, "mbw_mr")) multi_bw();
     else if (!strcmp(bench, "put_lat")) one_sided(0, 0);
     else if (!strcmp(bench, "get_lat")) one_sided(1, 0);
     else if (!strcmp(bench, "put_bw")) one_sided(0, 1);

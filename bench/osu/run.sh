@@ -3,30 +3,33 @@
 # /dev/shm), MPICH and Open MPI over their intra-node shared memory, and both over TCP
 # loopback; then the RPC over cxlkit and over TCP loopback; REPS rounds, interleaved (each
 # round runs every transport once), so the machine's load falls on all alike. 2 ranks
-# (RANKS), as on the 2-core machine this was written on. bench/osu/summary.py OUTDIR
-# prints the medians, spreads and the ratios.
+# (RANKS), as on the 2-core machine this was written on; the multi-pair benchmarks
+# (multi_lat, mbw_mr) run MULTI_RANKS ranks (default 4: 2 pairs). bench/osu/summary.py
+# OUTDIR prints the medians, spreads and the ratios.
 set -u
 OUT=${1:?usage: run.sh OUTDIR}
 BIN=${OSU_BIN:-build/osu}
 REPS=${REPS:-3}
 RANKS=${RANKS:-2}
+MULTI_RANKS=${MULTI_RANKS:-4}
 ITERS=${OSU_ITERS:-1000}
 MAX=${OSU_MAX:-8388608}
-BENCHES=${OSU_BENCHES:-"latency bw bibw multi_lat put_lat get_lat put_bw get_bw put_lat:pscw put_bw:pscw"}
+BENCHES=${OSU_BENCHES:-"latency bw bibw multi_lat mbw_mr put_lat get_lat put_bw get_bw put_lat:pscw put_bw:pscw"}
 RPC_CALLS=${RPC_CALLS:-100000}
 TMO=${OSU_TIMEOUT:-600}
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-OMPI="mpiexec.openmpi --allow-run-as-root --oversubscribe -n $RANKS --mca pml ob1"
 # transport name | command prefix | program
 run_one() {  # transport bench rep
-    t=$1 prog=${2%%:*} s=fence
+    t=$1 prog=${2%%:*} s=fence n=$RANKS
     case $2 in *:pscw) s=pscw ;; esac
+    case $prog in multi_lat|mbw_mr) n=$MULTI_RANKS ;; esac
+    OMPI="mpiexec.openmpi --allow-run-as-root --oversubscribe -n $n --mca pml ob1"
     f="$OUT/$t.$2.$3.txt"
     case $t in
-    cxk) cmd="env CXLKIT_SIZE=$RANKS $BIN/osu_cxk" ;;
-    mpich-shm) cmd="mpiexec.mpich -n $RANKS $BIN/osu_mpich" ;;
-    mpich-tcp) cmd="env MPIR_CVAR_NOLOCAL=1 UCX_TLS=tcp,self UCX_NET_DEVICES=lo mpiexec.mpich -n $RANKS $BIN/osu_mpich" ;;
+    cxk) cmd="env CXLKIT_SIZE=$n $BIN/osu_cxk" ;;
+    mpich-shm) cmd="mpiexec.mpich -n $n $BIN/osu_mpich" ;;
+    mpich-tcp) cmd="env MPIR_CVAR_NOLOCAL=1 UCX_TLS=tcp,self UCX_NET_DEVICES=lo mpiexec.mpich -n $n $BIN/osu_mpich" ;;
     ompi-shm) cmd="$OMPI --mca btl self,vader --mca osc sm,pt2pt $BIN/osu_ompi" ;;
     ompi-tcp) cmd="$OMPI --mca btl self,tcp --mca btl_tcp_if_include lo --mca osc pt2pt $BIN/osu_ompi" ;;
     esac

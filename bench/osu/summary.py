@@ -19,7 +19,7 @@ TRANSPORTS = ["cxk", "mpich-shm", "ompi-shm", "mpich-tcp", "ompi-tcp"]
 def parse_table(text: str) -> dict[int, float]:
     rows = {}
     for line in text.splitlines():
-        m = re.match(r"^(\d+)\s+([0-9.]+)\s*$", line)
+        m = re.match(r"^(\d+)\s+([0-9.]+)(?:\s+[0-9.]+)?\s*$", line)  # mbw_mr: + msgs/s
         if m:
             rows[int(m.group(1))] = float(m.group(2))
     return rows

@@ -196,6 +196,7 @@ void release_all(cxk_comm *c) {
         if (int(r) != c->rank && p.obj_off) cxk_obj_close(c->pool, p.obj_off);
     }
     for (size_t k = 0; k < c->rdv.size(); ++k) {
+        if (!c->rdv[k].off) continue;  // recycled slot
         std::string name = obj_name(c, c->rank, "rdv", long(k));
         cxk_obj_destroy(c->pool, name.c_str());
         cxk_obj_close(c->pool, c->rdv[k].off);
@@ -307,6 +308,7 @@ int cxk_msg_init(cxk_pool *p, const char *job, int rank, int nranks, const cxk_m
     c->eager = o.eager_bytes;
     c->host = ps.host_id;
     c->boot = boot_hash();
+    c->rdv_limit = ps.partition_bytes / 2;
     cxk_wait_opts_init(&c->wait);
     c->peers.resize(size_t(nranks));
     int rc = clear_stale(c);

@@ -66,6 +66,7 @@ enum Kind : uint32_t {
     kAck = 5,    // CtlMsg: a synchronous eager send `cookie` was matched
     kRma = 6,    // RmaHdr + operands: a one-sided operation for the receiver's window
     kRmaReply = 7,  // CtlMsg: the answer to RMA request `cookie` (value: fetched bytes)
+    kDrop = 8,   // CtlMsg: the sender removed its rendezvous buffer `cookie`: drop the view
 };
 constexpr uint32_t kSync = 1;  // MsgHdr.flags: answer kAck when matched
 struct MsgHdr {
@@ -191,8 +192,11 @@ struct cxk_comm {
     std::deque<cxk_msg_req *> posted;         // receives not yet matched, in post order
     std::deque<cxk::msg::Unexpected> unexpected;
     std::vector<cxk_msg_req *> waiting;       // started sends awaiting FIN / ACK
-    std::vector<cxk::msg::RdvBuf> rdv;        // my rendezvous buffers
+    std::vector<cxk::msg::RdvBuf> rdv;        // my rendezvous buffers by index (off 0: free)
     uint64_t rdv_bytes = 0;                   // their total size
+    uint64_t rdv_limit = 0;                   // above it idle ones are recycled (half my
+                                              // partition)
+    int64_t rdv_released_ns = 0;              // when idle ones were last removed
     uint64_t next_cookie = 1;
     uint64_t barrier_seq = 0;
     uint32_t scan_next = 0;                   // next peer whose directory to look at
@@ -243,6 +247,16 @@ int irecv_ctx(cxk_comm *c, void *buf, uint64_t count, int source, int tag, uint3
               cxk_msg_req **out);
 void close_rings(cxk_comm *c);
 int send_ctl(cxk_comm *c, int dest);
+
+// rdv.cpp
+// The index of an idle rendezvous buffer of mine holding len bytes (made if need be);
+// -EAGAIN when memory must come back first (a FIN, peers dropping views of recycled ones),
+// -ENOSPC when it cannot.
+int rdv_pick(cxk_comm *c, uint64_t len);
+// Peer src's buffer `index`, opened by name once (a lease) and revalidated on each use.
+int rdv_view(cxk_comm *c, int src, uint32_t index, RdvView **out);
+// A kDrop cell from src: close my view of the buffer it names.
+int rdv_drop_view(cxk_comm *c, int src, const void *pl, uint32_t n);
 
 // win.cpp
 int rma_request(cxk_comm *c, int src, const void *pl, uint32_t n);   // a kRma cell

@@ -76,31 +76,6 @@ int eager_rest(cxk_comm *c, int src, const MsgHdr &h, uint64_t pmax, void *dst, 
     return 0;
 }
 
-// A peer's rendezvous buffer `index`, opened by name (the lease keeps it while we copy).
-int rdv_view(cxk_comm *c, int src, uint32_t index, RdvView **out) {
-    Peer &p = c->peers[size_t(src)];
-    if (index >= 65536) return -EBADMSG;
-    if (p.rdv.size() <= index) p.rdv.resize(index + 1);
-    RdvView &v = p.rdv[index];
-    if (v.off && cxk_obj_validate(c->pool, v.off, v.gen) != 0) {
-        cxk_obj_close(c->pool, v.off);
-        v = RdvView{};
-    }
-    if (!v.off) {
-        std::string name = obj_name(c, src, "rdv", long(index));
-        struct cxk_obj_stat st;
-        int rc = cxk_obj_open(c->pool, name.c_str(), &st);
-        if (rc) return rc == -ENOENT ? -EBADMSG : rc;
-        if (st.host != p.host || st.nbytes < sizeof(RdvHdr)) {
-            cxk_obj_close(c->pool, st.off);
-            return -EBADMSG;
-        }
-        v.off = st.off, v.nbytes = st.nbytes, v.gen = st.generation;
-    }
-    *out = &v;
-    return 0;
-}
-
 // Receive side of a rendezvous: copy the message out of the sender's buffer as its ready
 // count grows (the sender may still be copying in), then queue FIN.
 int rdv_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index, void *dst,
@@ -226,6 +201,9 @@ int drain(cxk_comm *c, int src) {
             if (kind == kRma) {
                 rc = rma_request(c, src, pl, n);
                 if (!rc) cxk_ring_release(p.in);
+            } else if (kind == kDrop) {
+                rc = rdv_drop_view(c, src, pl, n);
+                if (!rc) cxk_ring_release(p.in);
             } else if (kind == kFin || kind == kAck || kind == kRmaReply) {
                 rc = on_control(c, src, kind, pl, n);
                 if (!rc) cxk_ring_release(p.in);
@@ -266,38 +244,8 @@ int push_ctl(cxk_comm *, Peer &p) {
     return 0;
 }
 
-int pick_rdv(cxk_comm *c, uint64_t len) {
-    int best = -1;
-    for (size_t k = 0; k < c->rdv.size(); ++k)
-        if (!c->rdv[k].busy && c->rdv[k].cap >= len &&
-            (best < 0 || c->rdv[k].cap < c->rdv[size_t(best)].cap))
-            best = int(k);
-    if (best >= 0) return best;
-    uint64_t cap = 65536;
-    while (cap < len) cap <<= 1;
-    std::string name = obj_name(c, c->rank, "rdv", long(c->rdv.size()));
-    uint64_t off;
-    int rc = cxk_obj_create_ex(c->pool, name.c_str(), sizeof(RdvHdr) + cap, CXK_OBJ_NOZERO, &off);
-    if (rc) return rc;
-    auto *h = reinterpret_cast<RdvHdr *>(c->base + off);
-    std::memset(h, 0, sizeof *h);
-    h->magic = kRdvMagic;
-    cxk_pool_flush(c->pool, off, sizeof *h);
-    if ((rc = cxk_obj_publish(c->pool, off, 0))) {
-        cxk_obj_destroy(c->pool, name.c_str());
-        cxk_obj_close(c->pool, off);
-        return rc;
-    }
-    c->rdv.push_back(RdvBuf{off, cap, false});
-    return int(c->rdv.size() - 1);
-}
-
 int start_rdv(cxk_comm *c, Peer &p, cxk_msg_req *r) {
-    int k = pick_rdv(c, r->count);
-    if (k == -ENOSPC) {
-        for (auto &b : c->rdv)
-            if (b.busy) return -EAGAIN;  // a FIN will free one
-    }
+    int k = rdv_pick(c, r->count);  // -EAGAIN: a FIN or a peer's drop will make room
     if (k < 0) return k;
     void *cell;
     if (int rc = cxk_ring_reserve(p.out, &cell)) return rc;
