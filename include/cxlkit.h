@@ -837,8 +837,8 @@ typedef struct cxk_msg_req cxk_msg_req;
 struct cxk_msg_opts {
     uint32_t cell_bytes;    /* ring cell size; 0 = CXLKIT_MSG_CELL_BYTES or 4096 */
     uint32_t ncells;        /* cells per ring; 0 = CXLKIT_MSG_CELLS or 64 */
-    uint64_t eager_bytes;   /* largest eager message; 0 = CXLKIT_MSG_EAGER or the ring's
-                               capacity for one message (half its cells), capped at 64 KiB */
+    uint64_t eager_bytes;   /* largest eager message; 0 = CXLKIT_MSG_EAGER or what one
+                               ring cell carries (cell_bytes - 64); at most half the ring */
     uint32_t timeout_ms;    /* any wait; 0 = CXLKIT_MSG_TIMEOUT_MS or none (dead peers still
                                end it) */
     uint32_t dead_ms;       /* a peer of another machine whose heartbeat is this old is dead;

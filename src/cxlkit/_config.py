@@ -27,7 +27,8 @@ ENV: dict[str, tuple[str, str]] = {
     "CXLKIT_JOB": ("", "job name: ranks with the same name on one pool form one job"),
     "CXLKIT_MSG_CELL_BYTES": ("4096", "ring cell size of a job's rings"),
     "CXLKIT_MSG_CELLS": ("64", "cells per ring"),
-    "CXLKIT_MSG_EAGER": ("", "largest eager message (default: half a ring, at most 64 KiB)"),
+    "CXLKIT_MSG_EAGER": ("", "largest eager message (default: what one ring cell carries, 4032; "
+                                 "at most half a ring)"),
     "CXLKIT_MSG_TIMEOUT_MS": ("", "fail any wait after this long (default: only dead peers)"),
     "CXLKIT_MSG_DEAD_MS": ("5000", "a rank of another machine silent this long is dead"),
     "CXLKIT_MSG_SPIN_US": ("", "a wait spins this long before yielding the CPU (default 50; "

@@ -15,6 +15,7 @@
 
 static char path[256];
 static int coherence;
+static uint64_t eager_opt;  /* the ranks' eager_bytes (0: the default, one cell) */
 
 static cxk_pool *open_host(int host, unsigned flags) {
     struct cxk_pool_opts o;
@@ -46,6 +47,7 @@ static void spawn(const char *job, int n, int host0, rank_fn fn, pid_t *pids) {
             cxk_msg_opts_init(&o);
             o.join_ms = 20000;
             o.timeout_ms = 60000;
+            o.eager_bytes = eager_opt;
             int rc = cxk_msg_init(p, job, r, n, &o, &c);
             if (rc) _exit(100 + (-rc & 0xff));
             int res = fn(c, r, n);
@@ -356,8 +358,12 @@ int main(int argc, char **argv) {
         cxk_pool_close(p);
         join_timeout();
         run("pp", 2, pingpong);
+        /* eager up to 64 KiB: messages of many cells (the default sends them by rendezvous) */
+        eager_opt = 65536;
+        run("ppm", 2, pingpong);
         run("sem", 3, semantics);
         run("stress", NR, stress);
+        eager_opt = 0;
         pid_t a[2], b[2];
         spawn("jobA", 2, 0, isolated, a);
         spawn("jobB", 2, 2, isolated, b);

@@ -1,0 +1,42 @@
+#!/bin/sh
+# ab_runs.sh wait|eager|eager-lat — the A/B runs behind docs/msg.md "Waiting" and "Eager or
+# rendezvous", each through bench/osu/ab.py (interleaved rounds, one JSON line per run and
+# per size). CXK is the osu_cxk to measure, BEFORE one built on the previous library (wait
+# only); BIND=core pins every rank to a core of its own (osu_cxk: CXLKIT_OSU_BIND, the MPIs:
+# their launchers' binding), BIND=none leaves it to the scheduler. COH=host|none picks the
+# pool's coherence mode (eager).
+set -eu
+CXK=${CXK:-build/osu/osu_cxk}
+BIN=${OSU_BIN:-build/osu}
+ROUNDS=${ROUNDS:-5}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+case ${1:?usage: ab_runs.sh wait|eager|eager-lat} in
+wait)
+    B=${BIND:-none}
+    if [ "$B" = core ]; then MB="-bind-to core"; OB="--bind-to core"; else MB=""; OB="--bind-to none"; fi
+    O="mpiexec.openmpi --allow-run-as-root -n 2 --mca pml ob1 --mca btl self,vader $OB"
+    E="env CXLKIT_OSU_BIND=$B"
+    python3 bench/osu/ab.py --rounds "$ROUNDS" -m 64 -i 20000 \
+      --variant "before=$E ${BEFORE:?BEFORE: an osu_cxk on the previous library}" \
+      --variant "spin0=$E CXLKIT_MSG_SPIN_US=0 $CXK" \
+      --variant "spin5=$E CXLKIT_MSG_SPIN_US=5 $CXK" \
+      --variant "spin50=$E CXLKIT_MSG_SPIN_US=50 $CXK" \
+      --variant "spin1000=$E CXLKIT_MSG_SPIN_US=1000 $CXK" \
+      --variant "forever=$E CXLKIT_MSG_SPIN_US=forever $CXK" \
+      --variant "mpich-shm=mpiexec.mpich -n 2 $MB $BIN/osu_mpich" \
+      --variant "ompi-shm=$O $BIN/osu_ompi" ;;
+eager)
+    E="env CXLKIT_COHERENCE=${COH:-host} CXLKIT_POOL_MB=384"
+    BIG="CXLKIT_MSG_CELL_BYTES=65536 CXLKIT_MSG_CELLS=512"
+    python3 bench/osu/ab.py --bench bw --rounds "$ROUNDS" -m 8388608 -i 200 \
+      --variant "auto=$E CXLKIT_MSG_EAGER=65536 $CXK" \
+      --variant "rdv=$E CXLKIT_MSG_EAGER=1 $CXK" \
+      --variant "eager-big=$E $BIG CXLKIT_MSG_EAGER=8388608 $CXK" \
+      --variant "rdv-big=$E $BIG CXLKIT_MSG_EAGER=1 $CXK" ;;
+eager-lat)
+    python3 bench/osu/ab.py --bench latency --rounds "$ROUNDS" -m 131072 -i 2000 \
+      --variant "auto=env CXLKIT_MSG_EAGER=65536 $CXK" \
+      --variant "rdv=env CXLKIT_MSG_EAGER=1 $CXK" \
+      --variant "eager-max=env CXLKIT_MSG_EAGER=130512 $CXK" ;;
+*) echo "usage: ab_runs.sh wait|eager|eager-lat" >&2; exit 2 ;;
+esac
