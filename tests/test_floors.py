@@ -22,7 +22,7 @@ FLOORS = [
     ("core: pool", {"pool"}),
     ("core: sizing", {"plan"}),
     ("core: measurements", {"bench"}),
-    ("workloads", {"train", "kv", "msg", "rpc"}),
+    ("workloads", {"train", "kv", "msg", "rpc", "_waitpolicy"}),
     ("integrations", {"integrations"}),
     ("cli", {"cli", "__main__"}),
 ]
