@@ -885,6 +885,20 @@ CXK_API int cxk_msg_allreduce(cxk_comm *comm, const void *sendbuf, void *recvbuf
 /* Bytes of one element of type, 0 for an unknown type. */
 CXK_API size_t cxk_msg_type_size(int type);
 
+/* ---- issue 17: contexts for a layer above (the PMPI shim gives each communicator one) ----
+ * A message sent on context ctx matches only receives and probes on ctx. Context 0 is the one
+ * of cxk_msg_isend / irecv / iprobe / probe; 1..CXK_MSG_CTX_FIRST-1 are the library's own
+ * (-EINVAL); CXK_MSG_CTX_FIRST..0xffffffff are the caller's. Otherwise as the calls above. */
+#define CXK_MSG_CTX_FIRST 16u
+CXK_API int cxk_msg_isend_ctx(cxk_comm *comm, const void *buf, int64_t count, int dest, int tag,
+                              uint32_t ctx, unsigned flags, cxk_msg_req **req);
+CXK_API int cxk_msg_irecv_ctx(cxk_comm *comm, void *buf, int64_t count, int source, int tag,
+                              uint32_t ctx, cxk_msg_req **req);
+CXK_API int cxk_msg_iprobe_ctx(cxk_comm *comm, int source, int tag, uint32_t ctx, int *flag,
+                               struct cxk_msg_status *st);
+CXK_API int cxk_msg_probe_ctx(cxk_comm *comm, int source, int tag, uint32_t ctx,
+                              struct cxk_msg_status *st);
+
 /* One-sided windows: each rank exposes nbytes of its own pool memory ("msg.<job>.<rank>.win.
  * <id>"). Offsets are bytes into the target's window. Gets, and puts of whole cache lines
  * under CXK_COHERENCE_NONE (any put under HOST), go straight to the target's memory;
