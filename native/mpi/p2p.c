@@ -140,13 +140,7 @@ static int send_blocking(const void *buf, int count, MPI_Datatype dt, int dest, 
 
 /* An unrouted blocking call while the engine owes peers progress: nonblocking + polling. */
 static int mpi_poll(int rc, MPI_Request *r, MPI_Status *st) {
-    if (rc != MPI_SUCCESS) return rc;
-    for (;;) {
-        int flag = 0;
-        if ((rc = PMPI_Test(r, &flag, st)) != MPI_SUCCESS || flag) return rc;
-        cxk_msg_progress(g.eng);
-        slots_drain_detached(0);
-    }
+    return rc != MPI_SUCCESS ? rc : MPI_Wait(r, st);
 }
 
 int MPI_Send(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
@@ -155,7 +149,7 @@ int MPI_Send(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI
     if (!g.on) return PMPI_Send(buf, count, dt, dest, tag, comm);
     ++g.st.mpi_sends;
     MPI_Request r;
-    if (g.inflight)
+    if (g.inflight && dest != MPI_PROC_NULL)
         return mpi_poll(PMPI_Isend(buf, count, dt, dest, tag, comm, &r), &r, MPI_STATUS_IGNORE);
     return PMPI_Send(buf, count, dt, dest, tag, comm);
 }
@@ -181,7 +175,8 @@ int MPI_Recv(void *buf, int count, MPI_Datatype dt, int source, int tag, MPI_Com
         if (!g.on) return PMPI_Recv(buf, count, dt, source, tag, comm, st);
         ++g.st.mpi_recvs;
         MPI_Request r;
-        if (g.inflight) return mpi_poll(PMPI_Irecv(buf, count, dt, source, tag, comm, &r), &r, st);
+        if (g.inflight && source != MPI_PROC_NULL)
+            return mpi_poll(PMPI_Irecv(buf, count, dt, source, tag, comm, &r), &r, st);
         return PMPI_Recv(buf, count, dt, source, tag, comm, st);
     }
     int rc = check_args(sc, count, source, tag, 1);

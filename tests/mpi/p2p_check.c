@@ -436,17 +436,17 @@ static void exchange(MPI_Comm comm) {
     MPI_Recv(&self, 1, MPI_INT, r, 9, comm, &st);
     MPI_Wait(&q, MPI_STATUS_IGNORE);
     CHECK(self == r + 100 && st.MPI_SOURCE == r);
-    int pn = 5, pcnt = -1;
-    MPI_Send(&pn, 1, MPI_INT, MPI_PROC_NULL, 1, comm);
-    MPI_Recv(&pn, 1, MPI_INT, MPI_PROC_NULL, 1, comm, &st);
-    MPI_Get_count(&st, MPI_INT, &pcnt);
-    CHECK(pn == 5 && st.MPI_SOURCE == MPI_PROC_NULL && st.MPI_TAG == MPI_ANY_TAG && pcnt == 0);
-    /* buffered sends, then the receives */
+    /* a buffered send still on its way while a receive from MPI_PROC_NULL runs */
     int bsize = 4 * (1000 * (int)sizeof(int) + MPI_BSEND_OVERHEAD);
     void *bbuf = malloc((size_t)bsize);
     MPI_Buffer_attach(bbuf, bsize);
     MPI_Bsend(rep, 1000, MPI_INT, right, 6, comm);
     for (int i = 0; i < 1000; ++i) rep[i] = -1;  /* the send has its own copy */
+    int pn = 5, pcnt = -1;
+    MPI_Send(&pn, 1, MPI_INT, MPI_PROC_NULL, 1, comm);
+    MPI_Recv(&pn, 1, MPI_INT, MPI_PROC_NULL, 1, comm, &st);
+    MPI_Get_count(&st, MPI_INT, &pcnt);
+    CHECK(pn == 5 && st.MPI_SOURCE == MPI_PROC_NULL && st.MPI_TAG == MPI_ANY_TAG && pcnt == 0);
     MPI_Recv(rep, 1000, MPI_INT, left, 6, comm, &st);
     for (int i = 0; i < 1000; ++i) CHECK(rep[i] == r * 1000 + i);  /* left's copy of mine */
     MPI_Buffer_detach(&bbuf, &bsize);
