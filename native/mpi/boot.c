@@ -73,8 +73,10 @@ static void read_config(struct shim_config *c) {
     const char *pool = getenv("CXLKIT_MPI_POOL");
     c->explicit_pool = pool && *pool;
     if (c->explicit_pool && strlen(pool) >= sizeof c->pool) c->enabled = 0;
+    /* default: anonymous memory of rank 0 (a memfd the others open through /proc), so a
+     * job leaves no file behind however it ends */
     if (c->explicit_pool) snprintf(c->pool, sizeof c->pool, "%s", pool);
-    else snprintf(c->pool, sizeof c->pool, "/dev/shm/cxlkit-%s", c->job);
+    else snprintf(c->pool, sizeof c->pool, "memfd:cxlkit-%s", c->job);
 }
 
 static void off(const char *why, int loud) {
@@ -90,34 +92,39 @@ static int all_ok(int ok) {
     return all;
 }
 
-static int open_pool(const struct shim_config *c, int coherence) {
+static int open_pool(const struct shim_config *c, const char *path, int coherence) {
     struct cxk_pool_opts o;
     cxk_pool_opts_init(&o);
     o.host_id = g.rank;
     o.coherence = coherence;
     if (g.rank == 0) {
-        o.flags = CXK_POOL_CREATE | (c->explicit_pool ? 0 : CXK_POOL_EXCL);
+        o.flags = CXK_POOL_CREATE;
         o.max_hosts = (uint32_t)(g.size < 2 ? 2 : g.size);
         o.size = c->mib_per_rank * o.max_hosts << 20;
     }
-    return cxk_pool_open(c->pool, &o, &g.pool);
+    return cxk_pool_open(path, &o, &g.pool);
 }
 
-/* Pool, then the engine's job; 0 or a reason (off). */
+/* Pool, then the engine's job; NULL or a reason (off). */
 static const char *join(const struct shim_config *c, int coherence, char *why, size_t n) {
     int rc = 0;
-    if (g.rank == 0) rc = open_pool(c, coherence);  /* creates it: the others wait */
+    char path[sizeof c->pool];
+    snprintf(path, sizeof path, "%s", c->pool);
+    if (g.rank == 0) {  /* creates it: the others wait */
+        rc = open_pool(c, path, coherence);
+        if (!rc && !c->explicit_pool)
+            snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)getpid(), cxk_pool_fd(g.pool));
+    }
     PMPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (rc) {
         snprintf(why, n, "pool %s: %s", c->pool, strerror(-rc));
         return why;
     }
-    if (g.rank != 0) rc = open_pool(c, coherence);
-    const int opened = all_ok(rc == 0);
-    if (!c->explicit_pool && g.rank == 0) unlink(c->pool);  /* mapped by all: no file left */
-    if (!opened) {
+    PMPI_Bcast(path, (int)sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (g.rank != 0) rc = open_pool(c, path, coherence);
+    if (!all_ok(rc == 0)) {
         if (g.pool) cxk_pool_close(g.pool), g.pool = NULL;
-        snprintf(why, n, "pool %s: a rank could not open it%s%s", c->pool, rc ? ": " : "",
+        snprintf(why, n, "pool %s: a rank could not open it%s%s", path, rc ? ": " : "",
                  rc ? strerror(-rc) : "");
         return why;
     }

@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "mpi/shim.h"
 
@@ -18,9 +17,8 @@ static int ndetached, capdetached;
 
 int slot_new(void) {
     if (!slots) {
-        void *m = mmap(NULL, sizeof(struct slot) * SLOT_MAX, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (m == MAP_FAILED) return -1;
+        void *m = NULL;
+        if (cxk_map_anon(sizeof(struct slot) * SLOT_MAX, &m)) return -1;
         slots = m;
     }
     int i;
