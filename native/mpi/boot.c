@@ -24,7 +24,8 @@ struct shim_state g = {.next_ctx = CXK_MSG_CTX_FIRST};
 /* Rank 0's view of the environment; every rank uses it (one decision for the job). */
 struct shim_config {
     int enabled;             /* CXLKIT_MPI (default 1; 0 = route nothing) */
-    int comms;               /* CXLKIT_MPI_COMMS: 2 all (default), 1 world, 0 none */
+    int comms;               /* CXLKIT_MPI_COMMS bits: 1 world, 2 derived; all (default) 3,
+                                world 1, derived 2 (world stays on MPI), none 0 */
     int verbose;             /* CXLKIT_MPI_VERBOSE: banner on rank 0 */
     int stats;               /* CXLKIT_MPI_STATS: counters of every rank at MPI_Finalize */
     int coherence;           /* CXLKIT_MPI_COHERENCE host|none; -1 auto */
@@ -56,7 +57,8 @@ static void read_config(struct shim_config *c) {
     memset(c, 0, sizeof *c);
     c->enabled = env_u64("CXLKIT_MPI", 1) != 0;
     const char *comms = getenv("CXLKIT_MPI_COMMS");
-    c->comms = !comms || !strcmp(comms, "all") ? 2 : !strcmp(comms, "world") ? 1 : 0;
+    c->comms = !comms || !strcmp(comms, "all") ? 3 : !strcmp(comms, "world") ? 1
+               : !strcmp(comms, "derived")     ? 2 : 0;
     c->verbose = env_u64("CXLKIT_MPI_VERBOSE", 0) != 0;
     c->stats = env_u64("CXLKIT_MPI_STATS", 0) != 0;
     const char *coh = getenv("CXLKIT_MPI_COHERENCE");
@@ -161,7 +163,7 @@ static void boot(int provided) {
     if (g.rank == 0) read_config(&c);
     PMPI_Bcast(&c, (int)sizeof c, MPI_BYTE, 0, MPI_COMM_WORLD);
     g.verbose = c.verbose, g.stats = c.stats;
-    g.route_world = c.comms >= 1, g.route_derived = c.comms >= 2;
+    g.route_world = (c.comms & 1) != 0, g.route_derived = (c.comms & 2) != 0;
     snprintf(g.job, sizeof g.job, "%s", c.job);
     snprintf(g.pool_path, sizeof g.pool_path, "%s", c.pool);
     if (!c.enabled) {
@@ -206,7 +208,9 @@ static void boot(int provided) {
                 "communicators %s\n",
                 SHIM_MPI, g.size, c.pool, coherence == CXK_COHERENCE_NONE ? "none" : "host",
                 c.job, (unsigned long long)cxk_msg_eager_bytes(g.eng),
-                g.route_derived ? "world and derived" : "world only");
+                g.route_world && g.route_derived ? "world and derived"
+                : g.route_world                  ? "world only"
+                                                 : "derived only (world on " SHIM_MPI ")");
 }
 
 int MPI_Init(int *argc, char ***argv) {

@@ -38,8 +38,8 @@ struct shim_stats {
 struct shim_state {
     int on;                  /* routing through the pool is live */
     int rank, size;          /* in MPI_COMM_WORLD */
-    int route_world;         /* CXLKIT_MPI_COMMS=world or all (default) */
-    int route_derived;       /* CXLKIT_MPI_COMMS=all: dup/split/create... routed too */
+    int route_world;         /* MPI_COMM_WORLD routed (CXLKIT_MPI_COMMS all or world) */
+    int route_derived;       /* dup/split/create... routed (CXLKIT_MPI_COMMS all or derived) */
     int verbose, stats;
     uint32_t next_ctx;       /* the next engine context a new communicator may take */
     cxk_pool *pool;

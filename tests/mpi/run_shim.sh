@@ -1,7 +1,8 @@
 #!/bin/sh
 # run_shim.sh OUTDIR — the PMPI shim against both MPIs (make test-mpi-shim builds what it runs):
-#  1. tests/mpi/p2p_check.c with 3 and 4 ranks: native, under the shim, and under the shim
-#     switched off (CXLKIT_MPI=0); the transcripts must be the same, and the shim's counters
+#  1. tests/mpi/p2p_check.c with 3 and 4 ranks: native, under the shim, under the shim
+#     switched off (CXLKIT_MPI=0) and with the world on MPI but its dup and split through the
+#     pool (CXLKIT_MPI_COMMS=derived); the transcripts must be the same, and the shim's counters
 #     (CXLKIT_MPI_STATS) must show every rank sending through the pool when it is on;
 #  2. the OSU-format programs of bench/osu, unmodified, under the shim (each checks the data
 #     it received; exit 3 on a wrong byte), point-to-point ones routed through the pool.
@@ -50,6 +51,13 @@ for mpi in mpich openmpi; do
         cmp -s "$base.native.txt" "$base.off.txt" || fail "$mpi n=$n: CXLKIT_MPI=0 transcript differs"
         [ "$(grep -c ': off: pool 0 sends' "$base.off.err")" -eq "$n" ] ||
             fail "$mpi n=$n: CXLKIT_MPI=0 still routed through the pool"
+        # world on MPI, its dup and split through the pool: both routes in one program
+        env LD_PRELOAD="$shim" CXLKIT_MPI_COMMS=derived CXLKIT_MPI_STATS=1 timeout "$TMO" \
+            $(launch $mpi $n) "$prog" > "$base.derived.txt" 2> "$base.derived.err" ||
+            fail "$mpi n=$n p2p_check with CXLKIT_MPI_COMMS=derived (see $base.derived.err)"
+        cmp -s "$base.native.txt" "$base.derived.txt" ||
+            fail "$mpi n=$n: CXLKIT_MPI_COMMS=derived transcript differs"
+        routed "$base.derived.err" "$n" || fail "$mpi n=$n: derived comms not through the pool"
     done
     for b in latency bw bibw multi_lat put_lat get_lat; do
         f="$OUT/$mpi.osu.$b.txt"
