@@ -34,23 +34,38 @@ struct shim_comm *shim_comm_of(MPI_Comm comm) {
 
 int shim_rank_to_world(struct shim_comm *sc, int r) { return sc->to_world[r]; }
 
+/* Freed communicators: MPI lets requests started on a communicator outlive MPI_Comm_free,
+ * and their slots still point here, so the entries stay until MPI_Finalize. */
+static struct shim_comm *retired;
+
 static void drop(MPI_Comm comm) {
     for (int i = 0; i < ntab; ++i)
         if (tab[i]->comm == comm) {
             struct shim_comm *sc = tab[i];
             if (mru == sc) mru = NULL;
             tab[i] = tab[--ntab];
-            free(sc->to_world);
-            free(sc->from_world);
-            free(sc);
+            sc->comm = MPI_COMM_NULL;
+            sc->next = retired;
+            retired = sc;
             return;
         }
 }
 
+static void free_comm(struct shim_comm *sc) {
+    free(sc->to_world);
+    free(sc->from_world);
+    free(sc);
+}
+
 void shim_comms_free_all(void) {
-    while (ntab) drop(tab[0]->comm);
+    for (int i = 0; i < ntab; ++i) free_comm(tab[i]);
+    while (retired) {
+        struct shim_comm *next = retired->next;
+        free_comm(retired);
+        retired = next;
+    }
     free(tab);
-    tab = NULL, captab = 0;
+    tab = NULL, ntab = captab = 0, mru = NULL;
 }
 
 /* newcomm was just made by PMPI on every one of its ranks: route it when all its ranks are

@@ -26,6 +26,7 @@ struct shim_comm {
     int size;
     int *to_world;       /* [size]: comm rank -> world rank */
     int *from_world;     /* [world size]: world rank -> comm rank, -1 when not a member */
+    struct shim_comm *next;  /* freed ones, kept for their requests until MPI_Finalize */
 };
 
 /* Counters of this rank (printed at MPI_Finalize when CXLKIT_MPI_STATS is set). */
