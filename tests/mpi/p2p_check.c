@@ -529,7 +529,7 @@ static void freed_comm(void) {
         MPI_Irecv(&v, 1, MPI_INT, MPI_ANY_SOURCE, 4, c, &q);
         MPI_Comm_free(&c);
         MPI_Comm other;
-        MPI_Comm_split(MPI_COMM_WORLD, 1, rank, &other);  /* reuses what the free released */
+        MPI_Comm_split(MPI_COMM_WORLD, 1, size - rank, &other);  /* reversed: reuses what the free released */
         MPI_Barrier(MPI_COMM_WORLD);
         MPI_Wait(&q, &st);
         CHECK(v == 77 && st.MPI_SOURCE == size - 1 && st.MPI_TAG == 4);
@@ -537,7 +537,7 @@ static void freed_comm(void) {
         snprintf(line, sizeof line, "got %d from %d after the free", v, st.MPI_SOURCE);
     } else {
         MPI_Comm other;
-        MPI_Comm_split(MPI_COMM_WORLD, 1, rank, &other);
+        MPI_Comm_split(MPI_COMM_WORLD, 1, size - rank, &other);
         MPI_Barrier(MPI_COMM_WORLD);
         v = 77;
         if (rank == size - 1) MPI_Send(&v, 1, MPI_INT, 0, 4, c);
