@@ -57,17 +57,29 @@ def run(mpi: str, config: str, bench: str, args) -> dict[int, float]:
     opts = (["-m", "8", "-i", str(args.lat_iters)] if bench == "latency"
             else ["-m", str(args.bw_max), "-i", str(args.bw_iters)])
     e = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **env)
-    r = subprocess.run(cmd + [bench] + opts, env=e, capture_output=True, text=True,
-                       timeout=args.timeout)
-    if r.returncode != 0:
-        sys.exit(f"{mpi} {config} {bench} failed ({r.returncode}): {r.stderr[-800:]}")
-    if config == "shim" and r.stderr.count(": on: pool 0 sends") > 0:
-        sys.exit(f"{mpi} shim {bench}: a rank sent nothing through the pool:\n{r.stderr}")
+    top = 8 if bench == "latency" else args.bw_max
+    try:
+        r = subprocess.run(cmd + [bench] + opts, env=e, capture_output=True, text=True,
+                           timeout=args.timeout)
+        out, err, rc = r.stdout, r.stderr, r.returncode
+    except subprocess.TimeoutExpired as t:  # whole table, then a hang: MPICH+UCX TCP finalize
+        out = t.stdout.decode() if isinstance(t.stdout, bytes) else (t.stdout or "")
+        err, rc = f"timed out after {args.timeout} s", 124
     rows = {}
-    for line in r.stdout.splitlines():
+    for line in out.splitlines():
         m = re.match(r"^(\d+)\s+([0-9.]+)\s*$", line)
         if m:
             rows[int(m.group(1))] = float(m.group(2))
+    if args.raw:
+        with open(Path(args.raw) / f"{mpi}.{config}.{bench}.txt", "a") as f:
+            f.write(f"# rc {rc}\n{out}{err[-2000:]}\n")
+    if rc == 124 and top in rows:
+        print(f"# {mpi} {config} {bench}: hung after its whole table (figures kept)",
+              file=sys.stderr)
+    elif rc != 0:
+        sys.exit(f"{mpi} {config} {bench} failed ({rc}): {err[-800:]}")
+    if config == "shim" and err.count(": on: pool 0 sends") > 0:
+        sys.exit(f"{mpi} shim {bench}: a rank sent nothing through the pool:\n{err}")
     return rows
 
 
@@ -80,9 +92,12 @@ def main() -> None:
     ap.add_argument("--mpis", default="mpich,openmpi")
     ap.add_argument("--cbuild", default="build/c")
     ap.add_argument("--osu-bin", default="build/osu")
-    ap.add_argument("--timeout", type=int, default=300)
+    ap.add_argument("--timeout", type=int, default=90)
+    ap.add_argument("--raw", default="", help="directory for every run's output")
     args = ap.parse_args()
     mpis = args.mpis.split(",")
+    if args.raw:
+        Path(args.raw).mkdir(parents=True, exist_ok=True)
     got: dict = {}
     for rnd in range(args.rounds):
         for mpi in mpis:

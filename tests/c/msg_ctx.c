@@ -10,20 +10,12 @@
 
 #include "check.h"
 #include "cxlkit.h"
+#include "pool_open.h"
 
 static char path[256];
 
 static cxk_pool *open_host(int host, unsigned flags) {
-    struct cxk_pool_opts o;
-    cxk_pool_opts_init(&o);
-    o.flags = flags;
-    o.size = 32u << 20;
-    o.host_id = host;
-    o.max_hosts = 2;
-    cxk_pool *p = NULL;
-    int r = cxk_pool_open(path, &o, &p);
-    if (r) fprintf(stderr, "open host %d: %s\n", host, strerror(-r));
-    return p;
+    return test_pool_open(path, host, flags, 32u << 20, 2, CXK_COHERENCE_HOST);
 }
 
 enum { CA = CXK_MSG_CTX_FIRST, CB = CXK_MSG_CTX_FIRST + 7 };
