@@ -90,6 +90,7 @@ def main() -> None:
     ap.add_argument("--bw-max", type=int, default=4 << 20)
     ap.add_argument("--bw-iters", type=int, default=100)
     ap.add_argument("--mpis", default="mpich,openmpi")
+    ap.add_argument("--benches", default="latency,bw")
     ap.add_argument("--cbuild", default="build/c")
     ap.add_argument("--osu-bin", default="build/osu")
     ap.add_argument("--timeout", type=int, default=90)
@@ -102,7 +103,7 @@ def main() -> None:
     for rnd in range(args.rounds):
         for mpi in mpis:
             for config in CONFIGS:
-                for bench in ("latency", "bw"):
+                for bench in args.benches.split(","):
                     if bench == "bw" and config in ("shim-off", "shim-mpi"):
                         continue
                     for size, v in run(mpi, config, bench, args).items():
@@ -123,10 +124,14 @@ def main() -> None:
           "bandwidth shim/shm >= 1 from 64 KiB; shim-off and shim-mpi / shm < 1.05)")
     for mpi in mpis:
         lat = {c: med.get((mpi, c, "latency", 8)) for c in CONFIGS}
-        print(f"{mpi}: 8 B latency us: " + ", ".join(f"{c} {v:.2f}" for c, v in lat.items()))
+        low = {c: min(got[(mpi, c, "latency", 8)]) for c in CONFIGS}
+        print(f"{mpi}: 8 B latency us, medians: " + ", ".join(f"{c} {v:.2f}" for c, v in lat.items()))
+        print(f"{mpi}: 8 B latency us, minima:  " + ", ".join(f"{c} {v:.2f}" for c, v in low.items()))
         print(f"{mpi}: shim/shm {lat['shim'] / lat['shm']:.2f}, tcp/shim "
               f"{lat['tcp'] / lat['shim']:.1f}, shim-off/shm {lat['shim-off'] / lat['shm']:.3f}, "
               f"shim-mpi/shm {lat['shim-mpi'] / lat['shm']:.3f}")
+        if "bw" not in args.benches:
+            continue
         sizes = sorted(s for (m, c, b, s) in med if m == mpi and c == "shm" and b == "bw"
                        and s >= 65536)
         print(f"{mpi}: bandwidth MB/s shm / shim / tcp, shim/shm: " + "; ".join(
