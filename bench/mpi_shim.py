@@ -123,6 +123,8 @@ def main() -> None:
     print("# ratios of medians (goals: shim/shm 8 B latency <= 1.5; tcp/shim >= 10; "
           "bandwidth shim/shm >= 1 from 64 KiB; shim-off and shim-mpi / shm < 1.05)")
     for mpi in mpis:
+        if "latency" not in args.benches:
+            break
         lat = {c: med.get((mpi, c, "latency", 8)) for c in CONFIGS}
         low = {c: min(got[(mpi, c, "latency", 8)]) for c in CONFIGS}
         print(f"{mpi}: 8 B latency us, medians: " + ", ".join(f"{c} {v:.2f}" for c, v in lat.items()))
@@ -130,8 +132,7 @@ def main() -> None:
         print(f"{mpi}: shim/shm {lat['shim'] / lat['shm']:.2f}, tcp/shim "
               f"{lat['tcp'] / lat['shim']:.1f}, shim-off/shm {lat['shim-off'] / lat['shm']:.3f}, "
               f"shim-mpi/shm {lat['shim-mpi'] / lat['shm']:.3f}")
-        if "bw" not in args.benches:
-            continue
+    for mpi in mpis if "bw" in args.benches else []:
         sizes = sorted(s for (m, c, b, s) in med if m == mpi and c == "shm" and b == "bw"
                        and s >= 65536)
         print(f"{mpi}: bandwidth MB/s shm / shim / tcp, shim/shm: " + "; ".join(
