@@ -412,6 +412,12 @@ class SubgroupStore(StoreState):
             self._dirty[bi] = True
             self._clock += 1
             self._stamp[bi] = self._clock
+            if self.pipeline_write and pos < len(order) - len(self._bufs):
+                # this step evicts it for sure (only the last K updated stay cached): write
+                # it back now, overlapping the next update, so that its buffer is free for
+                # the read of k+K-1 at the next position. Flushed when its buffer is taken
+                # instead, that read went in one update late: K-3 reads ahead, not K-2
+                self._flush(bi, k)
         tw = time.perf_counter()
         self._drain()
         st["wait_s"] += time.perf_counter() - tw
