@@ -528,3 +528,47 @@ def test_steady_state_read_ahead_is_cache_minus_two(cache):
             assert steady and all(d == cache - 2 for d in steady), depth
     finally:
         st.close()
+
+
+class _PairedPath(MemoryPath):
+    """A memory path whose requests report a known timing: the n-th request of the path is
+    in flight from T0 + (n // 2) * D for D seconds, so requests go in overlapping pairs (a
+    queue depth of 2) and the path is busy ceil(n / 2) * D seconds for n requests."""
+
+    T0, D = 1000.0, 0.25
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests = 0
+
+    def _submit(self, idx, slot, buf, write):
+        p = super()._submit(idx, slot, buf, write)
+        p._waiter()  # the copy, now
+        t = self.T0 + (self.requests // 2) * self.D
+        self.requests += 1
+        return type(p)(lambda: self.D, p.nbytes, self, idx, write, t, lambda: True)
+
+
+def test_reestimate_takes_the_paths_busy_time_not_summed_request_durations():
+    # defect: the observed bandwidth divided by the sum of the requests' durations, so two
+    # requests in flight at once on a path counted twice: a path with a queue depth > 1 was
+    # under-estimated (here by half) and Eq. 1 gave it too few subgroups
+    path = _PairedPath()
+    b0 = 4e6  # bytes/s, of the order the path shows here: the EWMA moves visibly
+    st = SubgroupStore([path], subgroup_params=100_000, cache_subgroups=3, bandwidths=[b0])
+    try:
+        st.bind([[100_000] * 6])
+        st.init_params(lambda pid: np.full(100_000, 0.5, np.float32))
+        n = 6
+        path.requests = 0
+        m = st.step([A.AdamConfig()], [(np.ones(100_000, np.uint16), BF16)] * n, [None] * n,
+                    [1] * n)
+        nreq = path.requests
+        assert nreq == m["fetches"] + m["flushes"] >= 4
+        p = m["paths"][0]
+        busy = -(-nreq // 2) * _PairedPath.D
+        assert p["busy_s"] == pytest.approx(busy)
+        observed = (p["read_bytes"] + p["write_bytes"]) / busy
+        assert st.bandwidth[0] == pytest.approx(0.5 * b0 + 0.5 * observed)
+    finally:
+        st.close()

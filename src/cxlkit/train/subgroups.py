@@ -178,9 +178,7 @@ class SubgroupStore(StoreState):
         st = self._step_stats
         # the time this thread sat blocked on the request (0 when it had already finished)
         st["write_wait_s" if pend.write else "read_wait_s"] += time.perf_counter() - t_block
-        st["io_s"][pi][1 if pend.write else 0] += dt
-        st["bytes"][pi][1 if pend.write else 0] += pend.nbytes
-        st["spans"][pi].append((pend.t_submit, pend.t_submit + dt))
+        self._account(pi, pend.write, pend.nbytes, pend.t_submit, dt)
         if isinstance(pend, _Fetch):
             self._check_fetched(bi, pend)
         else:
@@ -474,18 +472,23 @@ class SubgroupStore(StoreState):
             t_block = time.perf_counter()
             dt = pend.wait()
             self._step_stats["write_wait_s"] += time.perf_counter() - t_block
-            self._step_stats["io_s"][pi][1] += dt
-            self._step_stats["bytes"][pi][1] += pend.nbytes
-            self._step_stats["spans"][pi].append((pend.t_submit, pend.t_submit + dt))
+            self._account(pi, True, pend.nbytes, pend.t_submit, dt)
 
     # ---- metrics, bandwidth ----
+
+    def _account(self, pi: int, write: bool, nbytes: int, t_submit: float, dt: float) -> None:
+        """A finished request: its bytes and its in-flight interval, per path and direction
+        (busy time is the union of the intervals: requests in flight at once count once)."""
+        st = self._step_stats
+        st["bytes"][pi][int(write)] += nbytes
+        st["spans"][pi][int(write)].append((t_submit, t_submit + dt))
 
     def _new_stats(self) -> dict[str, Any]:
         n = len(self.paths)
         return dict(hits=0, fetched=set(), fetches=0, flushes=0, migrations=0, wait_s=0.0,
                     read_wait_s=0.0, write_wait_s=0.0, compute_s=0.0,
-                    io_s=[[0.0, 0.0] for _ in range(n)], bytes=[[0, 0] for _ in range(n)],
-                    spans=[[] for _ in range(n)], lock0=[p.lock_wait_s for p in self.paths])
+                    bytes=[[0, 0] for _ in range(n)], spans=[([], []) for _ in range(n)],
+                    lock0=[p.lock_wait_s for p in self.paths])
 
     def report_times(self, **seconds: float) -> None:
         """The caller's own phases of the step (forward_s=, backward_s=), kept in the next
@@ -496,8 +499,9 @@ class SubgroupStore(StoreState):
         st = self._step_stats
         per_path = []
         for i, p in enumerate(self.paths):
-            (rs, ws), (rb, wb) = st["io_s"][i], st["bytes"][i]
-            busy = busy_seconds(st["spans"][i])
+            (rsp, wsp), (rb, wb) = st["spans"][i], st["bytes"][i]
+            rs, ws = busy_seconds(rsp), busy_seconds(wsp)
+            busy = busy_seconds(rsp + wsp)
             per_path.append(dict(
                 path=p.name, kind=p.kind, subgroups=self.assignment.count(i),
                 read_bytes=rb, write_bytes=wb,
@@ -506,7 +510,7 @@ class SubgroupStore(StoreState):
                 bandwidth_GBps=self.bandwidth[i] / 1e9, lock=p.lock_mode,
                 lock_wait_s=p.lock_wait_s - st["lock0"][i]))
         tot_b = sum(b[0] + b[1] for b in st["bytes"])
-        busy = busy_seconds([s for spans in st["spans"] for s in spans])
+        busy = busy_seconds([s for rw in st["spans"] for spans in rw for s in spans])
         out = dict(step=self.steps_done, order="ascending" if ascending else "descending",
                    update_s=st["update_s"], compute_s=st["compute_s"], io_wait_s=st["wait_s"],
                    read_wait_s=st["read_wait_s"], write_wait_s=st["write_wait_s"],
@@ -522,11 +526,14 @@ class SubgroupStore(StoreState):
         return out
 
     def _reestimate(self, st: dict[str, Any]) -> None:
+        """Each path's bandwidth moves towards what the step observed: the bytes it moved
+        (both directions) over the time it was busy (at least one request in flight: a
+        path with several requests in flight at once is not under-estimated)."""
         for i in range(len(self.paths)):
-            (rs, ws), (rb, wb) = st["io_s"][i], st["bytes"][i]
-            rates = [b / s for b, s in ((rb, rs), (wb, ws)) if s > 0 and b >= (1 << 20)]
-            if rates:
-                self.bandwidth[i] = (1 - EWMA) * self.bandwidth[i] + EWMA * min(rates)
+            nbytes = sum(st["bytes"][i])
+            busy = busy_seconds([s for spans in st["spans"][i] for s in spans])
+            if busy > 0 and nbytes >= (1 << 20):
+                self.bandwidth[i] = (1 - EWMA) * self.bandwidth[i] + EWMA * nbytes / busy
         new = L.eq1_counts(len(self.subgroups), self.bandwidth)
         if new != [self.assignment.count(i) for i in range(len(self.paths))]:
             self.assignment = L.rebalance(self.assignment, new)
