@@ -418,8 +418,8 @@ class _HeldPath(MemoryPath):
         self.held = held
         self.reads_out, self.most_reads_out = 0, 0
 
-    def _submit(self, idx, slot, buf, write):
-        p = super()._submit(idx, slot, buf, write)
+    def _submit(self, idx, slot, buf, write, hook=None):
+        p = super()._submit(idx, slot, buf, write, hook)
         inner = p._waiter
         if not write:
             self.reads_out += 1
@@ -490,8 +490,8 @@ class _InstantPath(MemoryPath):
         super().__init__()
         self.reads_out = 0
 
-    def _submit(self, idx, slot, buf, write):
-        p = super()._submit(idx, slot, buf, write)
+    def _submit(self, idx, slot, buf, write, hook=None):
+        p = super()._submit(idx, slot, buf, write, hook)
         dt = p._waiter()  # the copy, now
 
         def waiter():
@@ -541,8 +541,8 @@ class _PairedPath(MemoryPath):
         super().__init__()
         self.requests = 0
 
-    def _submit(self, idx, slot, buf, write):
-        p = super()._submit(idx, slot, buf, write)
+    def _submit(self, idx, slot, buf, write, hook=None):
+        p = super()._submit(idx, slot, buf, write, hook)
         p._waiter()  # the copy, now
         t = self.T0 + (self.requests // 2) * self.D
         self.requests += 1
@@ -572,3 +572,45 @@ def test_reestimate_takes_the_paths_busy_time_not_summed_request_durations():
         assert st.bandwidth[0] == pytest.approx(0.5 * b0 + 0.5 * observed)
     finally:
         st.close()
+
+
+def test_memory_tier_skips_payload_sums_and_copy_paths_sum_off_the_store_thread(pool_path,
+                                                                               monkeypatch):
+    # the payload sum is a pass over every subgroup moved, on the thread that runs the
+    # kernel: a memory tier's bytes never leave the process, so it keeps none; a pool
+    # object's are summed (flush) and checked (fetch) on the path's copy worker
+    import threading
+
+    from cxlkit.train import spill_paths as SP
+    calls: list[str] = []
+    real = SP.checksum
+    monkeypatch.setattr(SP, "checksum", lambda buf: (
+        calls.append(threading.current_thread().name), real(buf))[1])
+    ref = Ref(8)
+    with make([MemoryPath()], ref) as st:
+        run_steps(st, ref, 3)
+        check_state(st, ref)
+    assert calls == []
+    ref = Ref(8)
+    with cxlkit.Pool(pool_path, size=8 << 20, host_id=0) as pool, \
+            make([PoolPath(pool, "sgsum")], ref) as st:
+        run_steps(st, ref, 3)
+        check_state(st, ref)
+    assert calls and all(n.startswith("cxlkit-spill") for n in calls)
+
+
+def test_corrupt_pool_object_raises_SubgroupCorruptError_from_the_copy_worker(pool_path):
+    ref = Ref(9)
+    with cxlkit.Pool(pool_path, size=8 << 20, host_id=0) as pool, \
+            make([PoolPath(pool, "sgbad")], ref) as st:
+        run_steps(st, ref, 1)
+        st.commit()
+        k = next(k for k in range(len(st.subgroups)) if k not in st._where)
+        pi, slot, _ = st._location(k)
+        obj = st.paths[0]._area(k, create=False)
+        obj[slot * st.slot_nbytes + L.ALIGN + 100] ^= 0xFF
+        with pytest.raises(SubgroupCorruptError, match=f"subgroup {k}.*payload checksum"):
+            st.read_state()
+        obj[slot * st.slot_nbytes + L.ALIGN + 100] ^= 0xFF
+        del obj  # a view of the pool's mapping: the pool closes only without views
+        check_state(st, ref)  # the buffer it was read into was given back: nothing lost

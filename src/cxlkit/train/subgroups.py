@@ -18,7 +18,7 @@ from . import adam as A
 from . import aio
 from . import subgroup_layout as L
 from .subgroup_state import StoreState
-from .spill_paths import (HEADER_NBYTES, LOCK_MODES, Pending, SpillPath, SubgroupCorruptError,
+from .spill_paths import (HEADER_NBYTES, LOCK_MODES, Pending, SpillPath,
                           SubgroupError, check_header, check_payload, pack_header, parse_path,
                           typed)
 
@@ -179,27 +179,25 @@ class SubgroupStore(StoreState):
         # the time this thread sat blocked on the request (0 when it had already finished)
         st["write_wait_s" if pend.write else "read_wait_s"] += time.perf_counter() - t_block
         self._account(pi, pend.write, pend.nbytes, pend.t_submit, dt)
-        if isinstance(pend, _Fetch):
-            self._check_fetched(bi, pend)
-        else:
+        if not isinstance(pend, _Fetch):  # a fetch was checked by its request (_fetch)
             self._dur[k][(pi, pend.slot)] = pend.gen
             self._dur[k] = {loc: g for loc, g in self._dur[k].items()
                             if loc[0] == pi or self._committed[k] == (*loc, g)}
             if self.ver[k] == pend.gen:
                 self._dirty[bi] = False
 
-    def _check_fetched(self, bi: int, pend: _Fetch) -> None:
-        sg = self.subgroups[pend.idx]
+    def _fetch_check(self, bi: int, sg: L.Subgroup, gen: int, path: SpillPath) -> Callable:
+        """The check of a fetched subgroup, run by its request once the bytes are in (on a
+        copy path's worker thread, off this one): the header always, the payload's sum when
+        verify and the path keeps sums (its bytes left the process)."""
         raw = self._raw[bi]
-        try:
-            check_header(raw, sg.idx, pend.gen, sg.nparams, sg.state_nbytes, self.key,
-                         pend.path.name)
-            if self.verify:
+
+        def check() -> None:
+            check_header(raw, sg.idx, gen, sg.nparams, sg.state_nbytes, self.key, path.name)
+            if self.verify and path.checksummed:
                 check_payload(raw, raw[HEADER_NBYTES:HEADER_NBYTES + sg.state_nbytes], sg.idx,
-                              pend.path.name)
-        except SubgroupCorruptError:
-            self._drop(bi)
-            raise
+                              path.name)
+        return check
 
     def _drop(self, bi: int) -> None:
         k = self._held[bi]
@@ -261,15 +259,19 @@ class SubgroupStore(StoreState):
         keep = self._committed[k]
         cand = [s for s in (0, 1) if not (keep and keep[0] == pi and keep[1] == s)]
         slot = min(cand, key=lambda s: (s in used, self._dur[k].get((pi, s), -1)))
-        master, m, v, raw = self._buf_views(bi, sg)
+        raw = self._raw[bi]
         payload = raw[HEADER_NBYTES:HEADER_NBYTES + sg.state_nbytes]
-        raw[:HEADER_NBYTES] = 0
-        hdr = pack_header(k, self.ver[k], sg.nparams, payload, self.key)
-        raw[:len(hdr)] = np.frombuffer(hdr, np.uint8)
+        path, ver = self.paths[pi], self.ver[k]
+
+        def prepare() -> None:
+            # the header, with the payload's sum where the path keeps one: run by the
+            # request just before the bytes move (on a copy path's worker, off this thread)
+            hdr = pack_header(k, ver, sg.nparams, payload, self.key, path.checksummed)
+            raw[:HEADER_NBYTES] = 0
+            raw[:len(hdr)] = np.frombuffer(hdr, np.uint8)
         self._dur[k].pop((pi, slot), None)  # its old contents are being overwritten
-        path = self.paths[pi]
         self._acquire(path)
-        pend = path.write(k, slot, self._io_extent(bi, sg))
+        pend = path.write(k, slot, self._io_extent(bi, sg), prepare)
         pend.slot, pend.gen = slot, self.ver[k]
         self._io[bi] = pend
         if self._dur[k] and pi != self._location(k)[0]:
@@ -307,7 +309,7 @@ class SubgroupStore(StoreState):
         pi, slot, g = self._location(k)
         path = self.paths[pi]
         self._acquire(path)
-        pend = path.read(k, slot, self._io_extent(bi, sg))
+        pend = path.read(k, slot, self._io_extent(bi, sg), self._fetch_check(bi, sg, g, path))
         fetch = _Fetch(pend, k, slot, g)
         if self.upcast == "eager":
             self._acquire(path)
@@ -574,7 +576,12 @@ class SubgroupStore(StoreState):
             finally:
                 self._raw = []
                 for b in self._bufs:
-                    b.close()
+                    try:
+                        b.close()
+                    except BufferError:
+                        # views of it live on in a raised error's traceback (a request's
+                        # hooks, the copy of a failed fetch): it is unmapped with them
+                        pass
                 if hasattr(self, "_gstage"):
                     self._gstage.close()
                 self._bound = False
@@ -608,6 +615,14 @@ class _Fetch(Pending):
         self._inner = inner
         self.idx, self.slot, self.gen = idx, slot, gen
         self.extra: list[Pending] = []
+
+    @property
+    def t_submit(self) -> float:  # a copy path's worker sets the inner one's at the copy
+        return self._inner.t_submit
+
+    @t_submit.setter
+    def t_submit(self, v: float) -> None:
+        self._inner.t_submit = v
 
     def ready(self) -> bool:
         return self._inner.ready() and all(e.ready() for e in self.extra)
