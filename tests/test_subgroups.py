@@ -574,11 +574,12 @@ def test_reestimate_takes_the_paths_busy_time_not_summed_request_durations():
         st.close()
 
 
-def test_memory_tier_skips_payload_sums_and_copy_paths_sum_off_the_store_thread(pool_path,
-                                                                               monkeypatch):
-    # the payload sum is a pass over every subgroup moved, on the thread that runs the
-    # kernel: a memory tier's bytes never leave the process, so it keeps none; a pool
-    # object's are summed (flush) and checked (fetch) on the path's copy worker
+def test_memory_tier_skips_payload_sums_and_other_paths_sum_off_the_store_thread(
+        pool_path, dirs, monkeypatch):
+    # the payload sum is a pass over every subgroup moved, and it ran on the thread that
+    # runs the kernel: a memory tier's bytes never leave the process, so it keeps none; a
+    # pool object's are summed (flush) and checked (fetch) on the path's copy worker, a
+    # directory's on its two helper threads
     import threading
 
     from cxlkit.train import spill_paths as SP
@@ -597,6 +598,12 @@ def test_memory_tier_skips_payload_sums_and_copy_paths_sum_off_the_store_thread(
         run_steps(st, ref, 3)
         check_state(st, ref)
     assert calls and all(n.startswith("cxlkit-spill") for n in calls)
+    calls.clear()
+    ref = Ref(8)
+    with make([dirs[0]], ref) as st:
+        run_steps(st, ref, 3)
+        check_state(st, ref)
+    assert {n.split("_")[0] for n in calls} == {"cxlkit-sum", "cxlkit-check"}
 
 
 def test_corrupt_pool_object_raises_SubgroupCorruptError_from_the_copy_worker(pool_path):

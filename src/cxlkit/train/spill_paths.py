@@ -290,6 +290,7 @@ class DirPath(SpillPath):
         self.engine = aio.AioEngine(self.config)
         self._fds: dict[int, int] = {}
         self.direct: bool | None = None
+        self._helper_pools: tuple[cf.ThreadPoolExecutor, cf.ThreadPoolExecutor] | None = None
 
     def _lock_path(self) -> str:
         return os.path.join(self.name, ".cxlkit-subgroups.lock")
@@ -312,22 +313,53 @@ class DirPath(SpillPath):
 
     def _submit(self, idx: int, slot: int, buf: Any, write: bool, hook: Any = None) -> Pending:
         fd = self._fd(idx, create=write)
-        f = self.file(idx)
-        if write and hook is not None:
-            hook()
-        t0 = time.perf_counter()
-        try:
-            t = self.engine.submit(fd, write, buf, slot * self.slot_nbytes, f)
-        except OSError as e:
-            raise typed(e, f, idx) from None
+        f, off = self.file(idx), slot * self.slot_nbytes
 
-        def waiter() -> float:
+        def submit() -> int:
+            try:
+                return self.engine.submit(fd, write, buf, off, f)
+            except OSError as e:
+                raise typed(e, f, idx) from None
+
+        def wait(t: int) -> float:
             try:
                 return self.engine.wait(t, f)
             except OSError as e:
                 raise typed(e, f, idx) from None
-        return Pending(waiter, buf.nbytes, self, idx, write, t0,
-                       lambda: self.engine.done(t, f), None if write else hook)
+        if hook is None:
+            t0 = time.perf_counter()
+            t = submit()
+            return Pending(lambda: wait(t), buf.nbytes, self, idx, write, t0,
+                           lambda: self.engine.done(t, f))
+        # the hooks (a pass over the bytes each) run on this path's helper threads, off the
+        # caller's: a flush's header sum, then its submit, on one; a fetch's wait for its
+        # bytes, then its check, on another (requests in order, as the store needs them)
+        pend = Pending(None, buf.nbytes, self, idx, write, None, None)
+        if write:
+            def prepare_and_submit() -> int:
+                hook()
+                pend.t_submit = time.perf_counter()
+                return submit()
+            fut = self._helpers()[0].submit(prepare_and_submit)
+            pend._waiter = lambda: wait(fut.result())
+            pend._poll = lambda: fut.done() and (fut.exception() is not None
+                                                 or self.engine.done(fut.result(), f))
+            return pend
+        t = submit()
+
+        def wait_and_check() -> float:
+            dt = wait(t)
+            hook()
+            return dt
+        fut = self._helpers()[1].submit(wait_and_check)
+        pend._waiter, pend._poll = fut.result, fut.done
+        return pend
+
+    def _helpers(self) -> tuple[cf.ThreadPoolExecutor, cf.ThreadPoolExecutor]:
+        if self._helper_pools is None:
+            self._helper_pools = (cf.ThreadPoolExecutor(1, thread_name_prefix="cxlkit-sum"),
+                                  cf.ThreadPoolExecutor(1, thread_name_prefix="cxlkit-check"))
+        return self._helper_pools
 
     def sync(self, idx: int) -> None:
         fd = self._fds.get(idx)
@@ -347,6 +379,10 @@ class DirPath(SpillPath):
             pass
 
     def close(self) -> None:
+        if self._helper_pools is not None:  # their requests finish before the files close
+            for h in self._helper_pools:
+                h.shutdown(wait=True)
+            self._helper_pools = None
         for fd in self._fds.values():
             aio.close_file(fd)
         self._fds.clear()
