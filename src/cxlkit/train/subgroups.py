@@ -265,7 +265,7 @@ class SubgroupStore(StoreState):
 
         def prepare() -> None:
             # the header, with the payload's sum where the path keeps one: run by the
-            # request just before the bytes move (on a copy path's worker, off this thread)
+            # request just before the bytes move, on the path's own thread (off this one)
             hdr = pack_header(k, ver, sg.nparams, payload, self.key, path.checksummed)
             raw[:HEADER_NBYTES] = 0
             raw[:len(hdr)] = np.frombuffer(hdr, np.uint8)
