@@ -9,8 +9,8 @@ independent reference: `make -f mk/subgroups.mk bench-subgroups-deps`); the abla
 engine with offload_optimizer nvme on each single path (bench/subgroups_deepspeed.py, run in
 .venv-ds: --deepspeed-python). Every row in the same run; one JSON line per row.
 
-  .venv/bin/python bench/subgroups.py --params 96M --subgroup 12M --steps 4 --runs 3 \
-      --deepspeed-python .venv-ds/bin/python
+  .venv/bin/python bench/subgroups.py --params 48M --subgroup 3M --steps 3 --runs 3 \
+      --cache 6 --deepspeed-python .venv-ds/bin/python
 
 Effective I/O (the issue's "2 x subgroup bytes / (read + write time)"): the bytes a step
 moved to and from the paths / the time at least one request was in flight (io_busy_s, the

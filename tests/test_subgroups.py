@@ -578,8 +578,8 @@ def test_memory_tier_skips_payload_sums_and_other_paths_sum_off_the_store_thread
         pool_path, dirs, monkeypatch):
     # the payload sum is a pass over every subgroup moved, and it ran on the thread that
     # runs the kernel: a memory tier's bytes never leave the process, so it keeps none; a
-    # pool object's are summed (flush) and checked (fetch) on the path's copy worker, a
-    # directory's on its two helper threads
+    # pool object's are summed (flush) and checked (fetch) on the path's sum thread (its
+    # copy worker copies meanwhile), a directory's on its two helper threads
     import threading
 
     from cxlkit.train import spill_paths as SP
@@ -597,7 +597,7 @@ def test_memory_tier_skips_payload_sums_and_other_paths_sum_off_the_store_thread
             make([PoolPath(pool, "sgsum")], ref) as st:
         run_steps(st, ref, 3)
         check_state(st, ref)
-    assert calls and all(n.startswith("cxlkit-spill") for n in calls)
+    assert calls and all(n.startswith("cxlkit-sum") for n in calls)
     calls.clear()
     ref = Ref(8)
     with make([dirs[0]], ref) as st:
@@ -606,7 +606,7 @@ def test_memory_tier_skips_payload_sums_and_other_paths_sum_off_the_store_thread
     assert {n.split("_")[0] for n in calls} == {"cxlkit-sum", "cxlkit-check"}
 
 
-def test_corrupt_pool_object_raises_SubgroupCorruptError_from_the_copy_worker(pool_path):
+def test_corrupt_pool_object_raises_SubgroupCorruptError_from_its_check(pool_path):
     ref = Ref(9)
     with cxlkit.Pool(pool_path, size=8 << 20, host_id=0) as pool, \
             make([PoolPath(pool, "sgbad")], ref) as st:

@@ -392,11 +392,12 @@ class DirPath(SpillPath):
 
 class _CopyPath(SpillPath):
     """Shared by the memory and pool paths: slots are byte ranges of a mapping, moved by a
-    copy on a worker thread (numpy releases the GIL for it)."""
+    copy on a worker thread (numpy releases the GIL for it); payload sums on a second one."""
 
     def __init__(self, name: str, *, lock: str) -> None:
         super().__init__(name, lock=lock)
         self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix="cxlkit-spill")
+        self._sums = cf.ThreadPoolExecutor(1, thread_name_prefix="cxlkit-sum")
 
     def _area(self, idx: int, create: bool) -> Any:
         raise NotImplementedError
@@ -408,38 +409,57 @@ class _CopyPath(SpillPath):
         if dst.nbytes != buf.nbytes:
             raise PathIOError(errno.EIO, f"slot {slot} holds {dst.nbytes} bytes, not "
                               f"{buf.nbytes}", self.name, idx)
-        box: list[Pending] = []
-        # the views, dropped if the request fails: its error's traceback holds this frame,
-        # and a view of the area kept alive there would keep the pool from closing
+        pend = Pending(None, buf.nbytes, self, idx, write, None, None)
+        # the views, dropped when the request ends: a failed request's traceback holds
+        # these frames, and a view of the area kept alive there keeps the pool from closing
         views = [dst, buf]
+        del dst
 
         def move() -> float:
-            # the hooks (a flush's payload sum, a fetch's payload check: a pass over the
-            # bytes each) run here, off the store's thread, which only waits for the result.
-            # The request's interval is the copy's own (set before the future completes;
-            # a copy queued behind another starts when that one's interval ends)
+            # the request's interval is the copy's own (set before the future completes; a
+            # copy queued behind another starts when that one's interval ends)
             try:
-                if write and hook is not None:
-                    hook()
                 t1 = time.perf_counter()
                 if write:
                     np.copyto(views[0], views[1])
                 else:
                     np.copyto(views[1], views[0])
-                dt = time.perf_counter() - t1
-                box[0].t_submit = t1
-                if not write and hook is not None:
-                    hook()
-                return dt
+                pend.t_submit = t1
+                return time.perf_counter() - t1
             finally:
                 views.clear()
-        del dst
-        box.append(Pending(None, buf.nbytes, self, idx, write, None, None))
-        fut = self._pool.submit(move)
-        box[0]._waiter, box[0]._poll = fut.result, fut.done
-        return box[0]
+        if hook is None:
+            fut = self._pool.submit(move)
+            pend._waiter, pend._poll = fut.result, fut.done
+            return pend
+        # the hooks (a flush's payload sum before its copy, a fetch's check after it: a pass
+        # over the bytes each) run on the path's sum thread: off the store's thread, and the
+        # copy worker moves the next request meanwhile
+        if write:
+            def sum_then_copy() -> cf.Future:
+                try:
+                    hook()
+                except BaseException:
+                    views.clear()
+                    raise
+                return self._pool.submit(move)
+            outer = self._sums.submit(sum_then_copy)
+            pend._waiter = lambda: outer.result().result()
+            pend._poll = lambda: outer.done() and (outer.exception() is not None
+                                                   or outer.result().done())
+            return pend
+        inner = self._pool.submit(move)
+
+        def copy_then_check() -> float:
+            dt = inner.result()
+            hook()
+            return dt
+        fut = self._sums.submit(copy_then_check)
+        pend._waiter, pend._poll = fut.result, fut.done
+        return pend
 
     def close(self) -> None:
+        self._sums.shutdown(wait=True)  # it hands copies to the copy worker: first
         self._pool.shutdown(wait=True)
         super().close()
 
