@@ -235,7 +235,7 @@ def test_killed_rank_makes_waits_fail_naming_it(pool2):
     procs, conns = [], []
     for r in range(2):
         a, b = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_rank_main, args=(_killed, pool2, "host", "kill", r, 2, b, {}))
+        p = ctx.Process(target=_rank_main, args=(_killed, pool2, None, "kill", r, 2, b, {}))
         p.start()
         procs.append(p)
         conns.append(a)
