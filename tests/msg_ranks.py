@@ -4,6 +4,7 @@ pool host; used by tests/test_msg*.py and tests/test_rpc.py. coherence None: Poo
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import traceback
 from typing import Any, Callable
 
@@ -21,6 +22,12 @@ def _rank_main(fn: Callable[..., Any], path: str, coherence: str | None, job: st
         conn.send(("ok", out))
     except BaseException as e:  # the parent reports it with the rank's traceback
         conn.send(("error", f"rank {rank}: {type(e).__name__}: {e}\n{traceback.format_exc()}"))
+
+
+def coherences() -> list[str]:
+    """The modes a cross-host test is parametrized with: host and none, or under
+    `pytest --coherence-sim` the simulator alone (the plain suite ran host and none)."""
+    return ["sim"] if os.environ.get("CXLKIT_COHERENCE") == "sim" else ["host", "none"]
 
 
 def make_pool(path: str, nranks: int, coherence: str | None = None, size: str = "64M") -> None:

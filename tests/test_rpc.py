@@ -18,7 +18,7 @@ import cxlkit
 from cxlkit import rpc
 from cxlkit.errors import MsgError, RpcError, RpcServerLostError, RpcTimeoutError
 
-from msg_ranks import make_pool
+from msg_ranks import coherences, make_pool
 
 
 def _serve(path: str, coherence: str | None, ready: object, slow: bool = False) -> None:
@@ -66,7 +66,7 @@ def _start(path: str, coherence: str | None = None, slow: bool = False) -> mp.Pr
     return p
 
 
-@pytest.mark.parametrize("coherence", ["host", "none"])
+@pytest.mark.parametrize("coherence", coherences())
 def test_calls_reach_handlers_and_errors_come_back_typed(pool_path, coherence):
     make_pool(pool_path, 3, coherence)
     srv = _start(pool_path, coherence)
