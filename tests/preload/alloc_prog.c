@@ -3,7 +3,8 @@
  *   mmap:SIZE  malloc:SIZE  calloc:SIZE  memalign:SIZE  realloc:SIZE (grows the last block)
  *   fork (the child touches its copy of every block, reports and waits too)  free (all)
  * Every block is touched whole; then one line per block "NAME ADDR SIZE" on stdout, "ready",
- * and the program waits for a line on stdin (the test reads /proc/PID/numa_maps meanwhile). */
+ * and the program waits for a line on stdin (the test reads /proc/PID/numa_maps meanwhile);
+ * after a fork parent and child each report and wait, the parent then reaps the child. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,12 @@ static void report(const char *who) {
         if (b[i].p) printf("%s %s %p %zu\n", who, b[i].name, (void *)b[i].p, b[i].n);
     printf("%s ready %d\n", who, (int)getpid());
     fflush(stdout);
+}
+
+/* One byte from stdin, unbuffered: parent and child share the pipe, one newline each. */
+static void wait_line(void) {
+    char c;
+    while (read(0, &c, 1) == 1 && c != '\n') {}
 }
 
 int main(int argc, char **argv) {
@@ -76,14 +83,15 @@ int main(int argc, char **argv) {
             memset(p, 1, 3u << 20);
             b[nb++] = (typeof(b[0])){"child-malloc", p, 3u << 20, 0};
             report("child");
-            char line[16];
-            return fgets(line, sizeof line, stdin) ? 0 : 0;
+            wait_line();
+            return 0;
         }
-        int st;
-        waitpid(child, &st, 0);  /* the child reports and waits first; then the parent */
     }
     report("parent");
-    char line[16];
-    if (!fgets(line, sizeof line, stdin)) return 0;
+    wait_line();
+    if (child > 0) {
+        int st;
+        if (waitpid(child, &st, 0) != child || !WIFEXITED(st) || WEXITSTATUS(st)) return 1;
+    }
     return 0;
 }
