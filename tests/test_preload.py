@@ -4,6 +4,7 @@ malloc, calloc, memalign, realloc and fork; python with numpy; exec; bad configu
 failing mbind. Two-node residency: tests/vm/test_vm_preload.py."""
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -60,6 +61,18 @@ def test_realloc_growth_from_the_heap_and_of_a_mapped_block_is_placed(prog, tmp_
     assert b.name == "realloc" and b.nbytes == 9 * MiB
     assert grown["start"] <= b.address < grown["start"] + 4096
     assert grown["nbytes"] >= 9 * MiB
+
+
+def test_reallocarray_growth_is_placed_too(prog, tmp_path):
+    # glibc's reallocarray calls realloc through the PLT (malloc is interposable inside libc)
+    log = tmp_path / "log"
+    s, _ = _run(prog, ["malloc:64K", "reallocarray:4M", "reallocarray:8M"],
+                PP.preload_env("0:1", log))
+    text = log.read_text()
+    assert "heap block copied into a placed one" in text, text
+    grown = PP.placements(text)[-1]
+    (b,) = s.blocks
+    assert grown["what"] == "realloc" and grown["start"] <= b.address < grown["start"] + 4096
 
 
 def test_a_forked_child_keeps_the_policy_and_places_its_own_blocks(prog, tmp_path):
@@ -170,3 +183,17 @@ def test_python_with_numpy_has_its_large_arrays_placed(tmp_path):
     whats = {p["what"] for p in placed}
     assert {"malloc", "calloc", "realloc"} <= whats, whats
     assert len({p["pid"] for p in placed}) == 2  # the forked child placed its own array
+
+
+def test_overhead_bench_runs_and_reports_medians_for_both_mixes():
+    bench = PP.ROOT / "bench" / "preload_overhead.py"
+    r = subprocess.run([PP.python(), str(bench), "--runs", "2", "--iters", "20000",
+                        "--large-every", "500"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(x) for x in r.stdout.splitlines()]
+    summaries = {x["mix"]: x for x in rows if x.get("summary")}
+    assert set(summaries) == {"small", "with_large"}
+    for s in summaries.values():
+        assert s["median_allocs_per_s_base"] > 0 and s["median_allocs_per_s_preload"] > 0
+        assert s["runs"] == 2 and "overhead_pct" in s
+    assert len([x for x in rows if not x.get("summary")]) == 4

@@ -255,8 +255,9 @@ API void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
  * chunks (memalign), and size with the flag bits. */
 static int block_mapping(void *p, size_t want, char **start, size_t *len) {
     const size_t *h = (const size_t *)p;
-    size_t size = h[-1], off = h[-2];
+    size_t size = h[-1];
     if (!(size & IS_MMAPPED)) return 0;
+    size_t off = h[-2];
     char *m = (char *)p - 2 * sizeof(size_t) - off;
     size_t n = (size & ~SIZE_BITS) + off;
     if (((uintptr_t)m % page_size) || (n % page_size) || n < want) return 0;
@@ -302,7 +303,8 @@ API void *calloc(size_t k, size_t n) {
 
 API void *realloc(void *old, size_t n) {
     if (__builtin_expect(!real_realloc, 0)) resolve();
-    if (__builtin_expect(n < slow_from(), 1) || !placing() || !glibc_malloc)
+    if (__builtin_expect(n < slow_from(), 1) || !placing() || !glibc_malloc ||
+        n < cfg.min_bytes)  /* the first call of all sets up, then compares again */
         return real_realloc(old, n);
     char *m;
     size_t len;
@@ -344,3 +346,4 @@ API void *valloc(size_t n) {
     void *p = real_valloc(n);
     return n >= slow_from() ? placed_block("valloc", p, n) : p;
 }
+

@@ -1,10 +1,12 @@
 /* alloc_prog.c — an ordinary C program (it knows nothing of cxlkit) that the preload tests
  * run under libcxlkit_preload.so. Each argument is one step:
  *   mmap:SIZE  malloc:SIZE  calloc:SIZE  memalign:SIZE  realloc:SIZE (grows the last block)
+ *   reallocarray:SIZE (the same through reallocarray)
  *   fork (the child touches its copy of every block, reports and waits too)  free (all)
  * Every block is touched whole; then one line per block "NAME ADDR SIZE" on stdout, "ready",
  * and the program waits for a line on stdin (the test reads /proc/PID/numa_maps meanwhile);
  * after a fork parent and child each report and wait, the parent then reaps the child. */
+#define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +61,10 @@ int main(int argc, char **argv) {
             b[nb - 1].p = realloc(b[nb - 1].p, n);
             b[nb - 1].n = n;
             b[nb - 1].name = "realloc";
+        } else if (!strncmp(arg, "reallocarray:", 13) && nb) {
+            b[nb - 1].p = reallocarray(b[nb - 1].p, n / 4096, 4096);
+            b[nb - 1].n = n;
+            b[nb - 1].name = "reallocarray";
         } else if (!strcmp(arg, "fork")) {
             forked = 1;
         } else if (!strcmp(arg, "free")) {
