@@ -3,7 +3,9 @@ allocations per second without and with the library (`cxlkit run --stripe` sets 
 environment), interleaved in one run, medians of --runs; a JSON line per pair and a summary.
   .venv/bin/python bench/preload_overhead.py --runs 7 --stripe 0:1
 Two mixes: small blocks only (the library's fast path: one compare per call), and one 4 MiB
-block in every --large-every allocations (placed: mbind per run of chunks)."""
+block in every --large-every allocations (placed: mbind per run of chunks); the second also
+against glibc with the M_MMAP_THRESHOLD the library sets (MALLOC_MMAP_THRESHOLD_), which
+separates the library's own cost from glibc's heap reuse of large blocks."""
 from __future__ import annotations
 
 import argparse
@@ -48,32 +50,44 @@ def main() -> None:
 
     cfg = PL.parse_stripe(a.stripe)
     base = {k: v for k, v in os.environ.items()
-            if k not in ("LD_PRELOAD", PL.ENV_STRIPE, PL.ENV_LOG)}
+            if k not in ("LD_PRELOAD", PL.ENV_STRIPE, PL.ENV_LOG, "MALLOC_MMAP_THRESHOLD_")}
     with_lib = PL.preload_env(cfg, base=base)
+    # glibc with the threshold the library sets: each large block is then a fresh mapping,
+    # as under the library, so this baseline isolates the library's own cost (its mbind calls)
+    fixed = dict(base, MALLOC_MMAP_THRESHOLD_=str(min(cfg.min_bytes, 32 << 20)))
     with tempfile.TemporaryDirectory() as d:
         exe = build(Path(d))
         for mix, every in (("small", 0), ("with_large", a.large_every)):
-            base_r, lib_r = [], []
+            variants = [("base", base), ("preload", with_lib)]
+            if every:
+                variants.insert(1, ("base_fixed_threshold", fixed))
+            got_all: dict[str, list[float]] = {name: [] for name, _ in variants}
+            ratios: dict[str, list[float]] = {name: [] for name, _ in variants[:-1]}
             for i in range(a.runs):
-                # alternate which goes first, so drift on a shared machine hits both
-                order = [("base", base), ("lib", with_lib)]
-                if i % 2:
-                    order.reverse()
+                # rotate which goes first, so drift on a shared machine hits every variant
+                order = variants[i % len(variants):] + variants[:i % len(variants)]
                 got = {name: one(exe, a.iters, 1 + i, every, env) for name, env in order}
-                base_r.append(got["base"])
-                lib_r.append(got["lib"])
-                print(json.dumps({"mix": mix, "run": i, "allocs_per_s_base": got["base"],
-                                  "allocs_per_s_preload": got["lib"],
-                                  "ratio": got["lib"] / got["base"]}), flush=True)
-            mb, ml = statistics.median(base_r), statistics.median(lib_r)
-            print(json.dumps({
-                "mix": mix, "summary": True, "runs": a.runs, "iters": a.iters,
-                "large_every": every, "stripe": cfg.spec,
-                "median_allocs_per_s_base": mb, "median_allocs_per_s_preload": ml,
-                "spread_base": [min(base_r), max(base_r)],
-                "spread_preload": [min(lib_r), max(lib_r)],
-                "overhead_pct": round(100 * (1 - ml / mb), 2)}), flush=True)
-
+                for name, v in got.items():
+                    got_all[name].append(v)
+                for name in ratios:  # paired: the variants of one run ran back to back
+                    ratios[name].append(got["preload"] / got[name])
+                print(json.dumps({"mix": mix, "run": i,
+                                  **{f"allocs_per_s_{k}": v for k, v in got.items()},
+                                  "ratio": got["preload"] / got["base"]}), flush=True)
+            med = {k: statistics.median(v) for k, v in got_all.items()}
+            doc = {"mix": mix, "summary": True, "runs": a.runs, "iters": a.iters,
+                   "large_every": every, "stripe": cfg.spec,
+                   **{f"median_allocs_per_s_{k}": v for k, v in med.items()},
+                   **{f"spread_{k}": [min(v), max(v)] for k, v in got_all.items()},
+                   "overhead_pct": round(100 * (1 - med["preload"] / med["base"]), 2),
+                   **{f"paired_ratio_vs_{k}": {"median": round(statistics.median(v), 4),
+                                               "min": round(min(v), 4),
+                                               "max": round(max(v), 4)}
+                      for k, v in ratios.items()}}
+            if every:
+                doc["overhead_vs_fixed_threshold_pct"] = round(
+                    100 * (1 - med["preload"] / med["base_fixed_threshold"]), 2)
+            print(json.dumps(doc), flush=True)
 
 if __name__ == "__main__":
     main()

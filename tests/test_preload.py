@@ -196,4 +196,5 @@ def test_overhead_bench_runs_and_reports_medians_for_both_mixes():
     for s in summaries.values():
         assert s["median_allocs_per_s_base"] > 0 and s["median_allocs_per_s_preload"] > 0
         assert s["runs"] == 2 and "overhead_pct" in s
+    assert "overhead_vs_fixed_threshold_pct" in summaries["with_large"]
     assert len([x for x in rows if not x.get("summary")]) == 4

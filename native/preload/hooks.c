@@ -71,7 +71,7 @@ static void resolve(void) {
     real_aligned_alloc = dlsym(RTLD_NEXT, "aligned_alloc");
     real_memalign = dlsym(RTLD_NEXT, "memalign");
     real_valloc = dlsym(RTLD_NEXT, "valloc");
-    /* glibc's malloc is the one its own __libc_malloc alias names */
+    /* the next malloc is glibc's when libc.so.6 itself exports that address */
     void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
     glibc_malloc = libc && dlsym(libc, "malloc") == (void *)real_malloc;
     if (libc) dlclose(libc);

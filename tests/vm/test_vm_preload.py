@@ -141,6 +141,7 @@ def test_python_with_numpy_lands_its_arrays_3_to_1(tmp_path):
         assert {"malloc", "calloc"} <= {p["what"] for p in placed}, placed
         # c grew from a 1 MiB heap block: a placed malloc, then the copy
         assert "heap block copied into a placed one" in text, text
+        on_node1 = 0
         for b in s.blocks:
             pid = s.pids[b.who]
             mine = [p for p in placed if p["start"] <= b.address < p["start"] + p["nbytes"]
@@ -148,7 +149,13 @@ def test_python_with_numpy_lands_its_arrays_3_to_1(tmp_path):
             assert mine, (b, placed)
             p = mine[-1]
             counts = check_mapping(pid, p["start"], p["nbytes"])
-            assert counts[0] > 0 and counts[1] > 0, counts
+            # every page touched: exactly what the library bound (a 3 MiB array at 3:1 in
+            # 2 MiB chunks is all on node 0)
+            assert counts == {n: c // PAGE for n, c in p["per_node"].items()}, (b, counts)
+            on_node1 += counts[1]
+        # a, b, d (3, 5, 4 MiB + malloc's header page) end within their third chunk: node 0;
+        # c's mapping (7 MiB + one page) has its fourth chunk, 257 pages, on node 1
+        assert on_node1 == 257, on_node1
     finally:
         rc, err = s.finish()
     assert rc == 0, err
