@@ -8,6 +8,7 @@ import hashlib
 import multiprocessing as mp
 import os
 import struct
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,9 @@ import pytest
 import cxlkit
 from cxlkit import _native, pool as poolmod
 from cxlkit.testing import inject_fault
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fuzz"))
+from harness import crc32c  # noqa: E402
 
 MiB = 1 << 20
 
@@ -871,15 +875,6 @@ def test_offset_calls_refuse_a_forged_header_instead_of_reading_past_the_pool(pa
     assert proc.exitcode == err  # a crash would be a negative exit code (-SIGSEGV)
 
 
-def _crc32c(data: bytes) -> int:
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
-    return crc ^ 0xFFFFFFFF
-
-
 @pytest.mark.parametrize("field,value", [
     (56, 0),        # level_buckets[0] = 0: every lookup would divide by zero
     (88, 8),        # name_slots smaller than the levels' buckets: probes past the table
@@ -891,7 +886,7 @@ def test_superblock_with_valid_checksum_but_impossible_name_table_is_corrupt(pat
         sb = bytearray(f.read(208))
         fmt = "<I" if field == 56 else "<Q"
         struct.pack_into(fmt, sb, field, value)
-        struct.pack_into("<Q", sb, 200, (1 << 32) | _crc32c(bytes(sb[:200])))
+        struct.pack_into("<Q", sb, 200, (1 << 32) | crc32c(bytes(sb[:200])))
         f.seek(0)
         f.write(sb)
     before = digest(path)

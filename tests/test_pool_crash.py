@@ -5,12 +5,12 @@ are reclaimed, dead processes' leases expire, every object whose publish returne
 there and intact, and the next opener of a half-taken-over slot takes it over itself."""
 from __future__ import annotations
 
-import hashlib
 import multiprocessing as mp
 import os
 import random
 import signal
 import struct
+import sys
 import time
 from pathlib import Path
 
@@ -18,6 +18,9 @@ import pytest
 
 import cxlkit
 from cxlkit import _native
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fuzz"))
+from harness import journal_state, payload  # noqa: E402
 
 MiB = 1 << 20
 POINTS = ["create.alloc", "create.entry", "publish.header", "destroy.header", "destroy.free",
@@ -27,11 +30,6 @@ POINTS = ["create.alloc", "create.entry", "publish.header", "destroy.header", "d
 @pytest.fixture
 def path(pool_path):  # conftest: a private /dev/shm path, removed afterwards
     return pool_path
-
-
-def payload(name: str, n: int) -> bytes:
-    seed = hashlib.blake2b(name.encode(), digest_size=8).digest()
-    return (seed * (n // 8 + 1))[:n]
 
 
 def _crash_child(path, point):
@@ -139,19 +137,6 @@ def _worker(path, seed, counter, journal):
             if len(held) > 4:
                 held.pop(0).close()
         counter.value += 1
-
-
-def journal_state(journal: str) -> tuple[set[str], str | None]:
-    live: set[str] = set()
-    in_flight = None
-    for line in Path(journal).read_text().splitlines():
-        op, name = line.split()
-        if op == "B":
-            in_flight = name
-            continue
-        in_flight = None
-        (live.add if op == "P" else live.discard)(name)
-    return live, in_flight
 
 
 def test_kill9_loop_leaves_pool_consistent(path, tmp_path):

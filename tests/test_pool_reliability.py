@@ -20,6 +20,9 @@ import pytest
 import cxlkit
 from cxlkit import pool as poolmod
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fuzz"))
+from harness import in_child  # noqa: E402
+
 MiB = 1 << 20
 HDR = 320          # object header bytes before the payload
 CLI = str(Path(sys.executable).parent / "cxlkit")
@@ -30,34 +33,6 @@ MUTEX = 128        # the slot's robust mutex (line 2)
 @pytest.fixture
 def path(pool_path):
     return pool_path
-
-
-def in_child(fn, *args, timeout: float = 60.0):
-    """Run fn(*args) in a forked child; returns (exitcode, value). exitcode < 0: a signal."""
-    ctx = mp.get_context("fork")
-    recv, send = ctx.Pipe(duplex=False)
-
-    def body():
-        try:
-            send.send(("ok", fn(*args)))
-        except BaseException as e:  # the parent asserts on the type and message
-            send.send(("err", f"{type(e).__name__}: {e}"))
-        os._exit(0)
-
-    p = ctx.Process(target=body)
-    p.start()
-    send.close()
-    if not recv.poll(timeout):
-        p.kill()
-        p.join()
-        return "hang", None
-    try:
-        kind, val = recv.recv()
-    except EOFError:  # died without a word: a signal
-        p.join(timeout)
-        return "signal", p.exitcode
-    p.join(timeout)
-    return kind, val
 
 
 def sb_field(path: str, off: int, fmt: str = "<Q") -> int:

@@ -11,23 +11,14 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "pool_open.h"
 #include "cxlkit.h"
 
 static char path[256];
 static int coherence;
 
 static cxk_pool *open_host(int host, unsigned flags) {
-    struct cxk_pool_opts o;
-    cxk_pool_opts_init(&o);
-    o.flags = flags;
-    o.size = 96u << 20;
-    o.host_id = host;
-    o.max_hosts = 6;
-    o.coherence = coherence;
-    cxk_pool *p = NULL;
-    int r = cxk_pool_open(path, &o, &p);
-    if (r) fprintf(stderr, "open host %d: %s\n", host, strerror(-r));
-    return p;
+    return test_pool_open(path, host, flags, 96u << 20, 6, coherence);
 }
 
 typedef int (*rank_fn)(cxk_comm *c, int rank, int n);

@@ -8,22 +8,13 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "pool_open.h"
 #include "cxlkit.h"
 
 static char path[256];
 
 static cxk_pool *open_host(int host, int coherence, unsigned flags) {
-    struct cxk_pool_opts o;
-    cxk_pool_opts_init(&o);
-    o.flags = flags;
-    o.size = 16u << 20;
-    o.host_id = host;
-    o.max_hosts = 2;
-    o.coherence = coherence;
-    cxk_pool *p = NULL;
-    int r = cxk_pool_open(path, &o, &p);
-    if (r) fprintf(stderr, "open host %d: %s\n", host, strerror(-r));
-    return p;
+    return test_pool_open(path, host, flags, 16u << 20, 2, coherence);
 }
 
 static void geometry(cxk_pool *p) {

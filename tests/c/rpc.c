@@ -11,22 +11,14 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "pool_open.h"
 #include "cxlkit.h"
 
 static char path[256];
 static int coherence;
 
 static cxk_pool *open_host(int host, unsigned flags) {
-    struct cxk_pool_opts o;
-    cxk_pool_opts_init(&o);
-    o.flags = flags;
-    o.size = 16u << 20;
-    o.host_id = host;
-    o.max_hosts = 3;
-    o.coherence = coherence;
-    cxk_pool *p = NULL;
-    if (cxk_pool_open(path, &o, &p)) return NULL;
-    return p;
+    return test_pool_open(path, host, flags, 16u << 20, 3, coherence);
 }
 
 /* method 1: echo; 2: sum of uint64s; 3: fail with -ENOENT; 4: never answered (server exits) */

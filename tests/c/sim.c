@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "pool_open.h"
 #include "cxlkit.h"
 
 static char path[256];
@@ -14,17 +15,7 @@ static char path[256];
 static void remove_pool(void) { unlink(path); }
 
 static cxk_pool *open_host(int host, unsigned flags) {
-    struct cxk_pool_opts o;
-    cxk_pool_opts_init(&o);
-    o.flags = flags;
-    o.size = 8u << 20;
-    o.host_id = host;
-    o.max_hosts = 2;
-    o.coherence = CXK_COHERENCE_SIM;
-    cxk_pool *p = NULL;
-    int r = cxk_pool_open(path, &o, &p);
-    if (r) fprintf(stderr, "open host %d: %s\n", host, strerror(-r));
-    return p;
+    return test_pool_open(path, host, flags, 8u << 20, 2, CXK_COHERENCE_SIM);
 }
 
 static void views(void) {

@@ -10,7 +10,6 @@ DEAD blocks until then), and no leaked byte (used + free = partition, and fsck's
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import multiprocessing as mp
 import os
@@ -20,13 +19,11 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import journal_state, payload  # noqa: E402
+
 MiB = 1 << 20
 HOSTS = (0, 1, 2)
-
-
-def payload(name: str, n: int) -> bytes:
-    seed = hashlib.blake2b(name.encode(), digest_size=8).digest()
-    return (seed * (n // 8 + 1))[:n]
 
 
 def writer(path: str, host: int, seed: int, counter, journal: str) -> None:
@@ -68,19 +65,6 @@ def writer(path: str, host: int, seed: int, counter, journal: str) -> None:
             if len(held) > 4:
                 held.pop(0).close()
         counter.value += 1
-
-
-def journal_state(journal: str) -> tuple[set[str], str | None]:
-    live: set[str] = set()
-    in_flight = None
-    for line in Path(journal).read_text().splitlines():
-        op, name = line.split()
-        if op == "B":
-            in_flight = name
-            continue
-        in_flight = None
-        (live.add if op == "P" else live.discard)(name)
-    return live, in_flight
 
 
 def check_host(path: str, host: int, journal: str) -> dict:

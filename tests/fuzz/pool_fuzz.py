@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import multiprocessing as mp
 import os
 import random
 import shutil
@@ -24,7 +23,7 @@ import time
 from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tests_crc import crc32c  # noqa: E402
+from harness import crc32c, in_child  # noqa: E402
 
 MiB = 1 << 20
 HDR = 320
@@ -206,33 +205,6 @@ def exercise(path: str, host: int) -> dict:
     return res
 
 
-def in_child(fn, *args, timeout: float):
-    ctx = mp.get_context("fork")
-    recv, send = ctx.Pipe(duplex=False)
-
-    def body():
-        try:
-            send.send(("ok", fn(*args)))
-        except BaseException as e:
-            send.send(("error", f"{type(e).__name__}: {e}"))
-        os._exit(0)
-
-    p = ctx.Process(target=body)
-    p.start()
-    send.close()
-    if not recv.poll(timeout):
-        p.kill()
-        p.join()
-        return "hang", None
-    try:
-        kind, val = recv.recv()
-    except EOFError:
-        p.join(timeout)
-        return "crash", p.exitcode
-    p.join(timeout)
-    return kind, val
-
-
 def run(trials: int, seed: int, timeout: float = 20.0, workdir: str = "/dev/shm") -> dict:
     rng = random.Random(seed)
     tmpl = os.path.join(workdir, f"cxlkit-fuzz-tmpl-{os.getpid()}")
@@ -259,8 +231,8 @@ def run(trials: int, seed: int, timeout: float = 20.0, workdir: str = "/dev/shm"
                     out[status] += 1
                     failures.append((i, kind, host, status, val))
             out["trials"] += 1
-        return {"trials": out["trials"], "crashes": out["crash"], "hangs": out["hang"],
-                "untyped_errors": out["error"], "wrong_bytes": out["wrong"],
+        return {"trials": out["trials"], "crashes": out["signal"], "hangs": out["hang"],
+                "untyped_errors": out["err"], "wrong_bytes": out["wrong"],
                 "whole_reads": out["reads"], "typed_refusals": out["refusals"],
                 "mutations": dict(kinds), "failures": failures[:20]}
     finally:
