@@ -31,8 +31,8 @@ def build(out: Path) -> Path:
     return exe
 
 
-def one(exe: Path, iters: int, seed: int, large_every: int, env: dict) -> float:
-    r = subprocess.run([str(exe), str(iters), str(seed), str(large_every)], env=env,
+def one(exe: Path, iters: int, seed: int, large_every: int, touch: int, env: dict) -> float:
+    r = subprocess.run([str(exe), str(iters), str(seed), str(large_every), str(touch)], env=env,
                        capture_output=True, text=True, check=True)
     words = r.stdout.split()
     return float(words[words.index("allocs_per_s") + 1])
@@ -45,6 +45,9 @@ def main() -> None:
     ap.add_argument("--large-every", type=int, default=1000,
                     help="the mixed run: one 4 MiB block every N allocations")
     ap.add_argument("--stripe", default="0:1", help="the stripe the library places with")
+    ap.add_argument("--touch-large", choices=("all", "16k"), default="all",
+                    help="pages written in each 4 MiB block: all (a program using it) or the "
+                         "first 16 KiB (the worst case for the library's per-block calls)")
     a = ap.parse_args()
     from cxlkit import preload as PL
 
@@ -55,6 +58,7 @@ def main() -> None:
     # glibc with the threshold the library sets: each large block is then a fresh mapping,
     # as under the library, so this baseline isolates the library's own cost (its mbind calls)
     fixed = dict(base, MALLOC_MMAP_THRESHOLD_=str(min(cfg.min_bytes, 32 << 20)))
+    touch = 1 if a.touch_large == "all" else 0
     with tempfile.TemporaryDirectory() as d:
         exe = build(Path(d))
         for mix, every in (("small", 0), ("with_large", a.large_every)):
@@ -66,7 +70,7 @@ def main() -> None:
             for i in range(a.runs):
                 # rotate which goes first, so drift on a shared machine hits every variant
                 order = variants[i % len(variants):] + variants[:i % len(variants)]
-                got = {name: one(exe, a.iters, 1 + i, every, env) for name, env in order}
+                got = {name: one(exe, a.iters, 1 + i, every, touch, env) for name, env in order}
                 for name, v in got.items():
                     got_all[name].append(v)
                 for name in ratios:  # paired: the variants of one run ran back to back
@@ -76,7 +80,7 @@ def main() -> None:
                                   "ratio": got["preload"] / got["base"]}), flush=True)
             med = {k: statistics.median(v) for k, v in got_all.items()}
             doc = {"mix": mix, "summary": True, "runs": a.runs, "iters": a.iters,
-                   "large_every": every, "stripe": cfg.spec,
+                   "large_every": every, "touch_large": a.touch_large, "stripe": cfg.spec,
                    **{f"median_allocs_per_s_{k}": v for k, v in med.items()},
                    **{f"spread_{k}": [min(v), max(v)] for k, v in got_all.items()},
                    "overhead_pct": round(100 * (1 - med["preload"] / med["base"]), 2),

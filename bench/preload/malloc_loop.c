@@ -2,8 +2,10 @@
  * slots, each freeing a random slot and refilling it with malloc (16 B .. 4 KiB, skewed
  * small), one in 8 through realloc of the old block; every LARGE_EVERY-th allocation is a
  * 4 MiB block instead (0: never), the size the preload library places. Each block gets one
- * byte written per 4 KiB page it spans up to 16 KiB, so allocations are used, not only made.
- * Prints "allocs N seconds S allocs_per_s R". Usage: malloc_loop ITERS SEED LARGE_EVERY */
+ * byte written per 4 KiB page it spans up to 16 KiB (TOUCH_LARGE 1: every page of a 4 MiB
+ * block, as a program that uses it would), so allocations are used, not only made.
+ * Prints "allocs N seconds S allocs_per_s R".
+ * Usage: malloc_loop ITERS SEED LARGE_EVERY [TOUCH_LARGE] */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,13 +29,14 @@ static double now(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: malloc_loop ITERS SEED LARGE_EVERY\n");
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: malloc_loop ITERS SEED LARGE_EVERY [TOUCH_LARGE]\n");
         return 2;
     }
     long iters = atol(argv[1]);
     rng = (uint64_t)atoll(argv[2]) | 1;
     long large_every = atol(argv[3]);
+    int touch_large = argc == 5 && atoi(argv[4]);
     static char *slot[SLOTS];
     static size_t len[SLOTS];
     double t0 = now();
@@ -50,7 +53,7 @@ int main(int argc, char **argv) {
             p = malloc(n);
         }
         if (!p) return 1;
-        size_t touch = n < (16u << 10) ? n : (16u << 10);
+        size_t touch = n < (16u << 10) || (touch_large && n >= (4u << 20)) ? n : (16u << 10);
         for (size_t o = 0; o < touch; o += 4096) p[o] = (char)i;
         slot[k] = p;
         len[k] = n;
