@@ -192,3 +192,18 @@ def test_cxlkit_run_stripe_refuses_a_bad_stripe_in_one_line(args, message, capsy
     assert cli_run(["run", *args, "--", "true"]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_cxlkit_run_stripe_with_a_task_policy_places_the_rest_by_that_policy(prog, tmp_path):
+    log = tmp_path / "log"
+    s = PP.start(_cxlkit("run", "--stripe", "0:1", "--bind", "0", "--log", str(log), "--",
+                         prog, "mmap:4M", "malloc:64K"), dict(PP.os.environ))
+    try:
+        numa_maps = open(f"/proc/{s.pids['parent']}/numa_maps").read()
+    finally:
+        rc, err = s.finish()
+    assert rc == 0, err
+    heap = next(x for x in numa_maps.splitlines() if " heap " in x)
+    assert heap.split()[1] == "bind:0", heap  # the task policy of --bind
+    assert [p["what"] for p in PP.placements(log.read_text())] == ["mmap"]
+    assert "cxlkit run: stripe 0:1" in err and "bind:0" in err
