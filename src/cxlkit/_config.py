@@ -30,6 +30,13 @@ ENV: dict[str, tuple[str, str]] = {
     "CXLKIT_MSG_EAGER": ("", "largest eager message (default: half a ring, at most 64 KiB)"),
     "CXLKIT_MSG_TIMEOUT_MS": ("", "fail any wait after this long (default: only dead peers)"),
     "CXLKIT_MSG_DEAD_MS": ("5000", "a rank of another machine silent this long is dead"),
+    # ---- issue 19: libcxlkit_preload.so reads these itself (cxlkit.preload names them) ----
+    "CXLKIT_STRIPE": ("", "node:weight[,...]: stripes of a program's large mappings (preload)"),
+    "CXLKIT_STRIPE_CHUNK": ("2097152", "stripe chunk in bytes (preload)"),
+    "CXLKIT_MIN_SIZE": ("2097152", "smallest mapping or malloc block placed (preload)"),
+    "CXLKIT_PRELOAD_LOG": ("", "path or stderr: log each placement decision (preload)"),
+    "CXLKIT_PRELOAD_LIB": ("", "libcxlkit_preload.so to use (default: beside cxlkit._native)"),
+    "CXLKIT_PRELOAD_FAULT": ("", "mbind:N:errno: fail the library's Nth mbind (tests)"),
 }
 
 
