@@ -1,4 +1,4 @@
-"""`cxlkit pool create | ls | stat | rm | fsck`: manage pools and their objects; run_demo()
+"""`cxlkit pool create | ls | stat | rm | fsck | hosts | release`: manage pools and their objects; run_demo()
 shares an object between two processes (two simulated hosts) for `cxlkit demo`."""
 from __future__ import annotations
 
@@ -57,7 +57,9 @@ def _stat_table(st: P.PoolStat) -> Table:
     rows = [("kind", st.kind), ("size", _mib(st.size)), ("format version", str(st.version)),
             ("uuid", st.uuid), ("hosts (active / max)", f"{st.hosts_active} / {st.max_hosts}"),
             ("this host", str(st.host_id)), ("coherence", st.coherence),
-            ("partition per host", _mib(st.partition_bytes)),
+            ("data region (one host may fill it)", _mib(st.partition_bytes)),
+            ("extents (size / this host / free)",
+             f"{_mib(st.extent_bytes)} / {st.extents_held} / {st.extents_free} of {st.nextents}"),
             ("this host used / free", f"{_mib(st.used_bytes)} / {_mib(st.free_bytes)}"),
             ("objects (all hosts / this host)", f"{st.objects} / {st.objects_host}"),
             ("names per host", str(st.max_objects)), ("backings", str(st.nbackings)),
@@ -79,7 +81,8 @@ def create_cmd(
     pool: Optional[str] = POOL_ARG,
     size: str = typer.Option("64M", "--size", help="total bytes (files and memfd), e.g. 1G"),
     max_hosts: Optional[int] = typer.Option(None, "--max-hosts",
-                                            help="host slots (each gets a partition); default 4"),
+                                            help="host slots (hosts share the data region, "
+                                            "claimed in extents on demand); default 4"),
     max_objects: Optional[int] = typer.Option(None, "--max-objects", help="names per host"),
     group: Optional[str] = typer.Option(None, "--group", help="group that may open it (0660)"),
     numa_node: Optional[int] = typer.Option(None, "--numa-node", help="bind its memory here"),
@@ -191,6 +194,58 @@ def fsck_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
         Console().print(t)
     if not rep.clean:
         raise typer.Exit(1)
+
+
+# ---- host slots (format v2, issue 18) --------------------------------------------------------
+
+def _age(s: float | None) -> str:
+    return "-" if s is None else f"{s:.1f} s"
+
+
+@pool_app.command("hosts")
+def hosts_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
+              coherence: Optional[str] = COHERENCE_OPT, as_json: bool = JSON_OPT) -> None:
+    """Every host slot: name, last process, heartbeat age, alive or dead, the extents, bytes
+    and objects it holds (a dead host is freed with `cxlkit pool release`)."""
+    with _open(pool, host_id, coherence) as p:
+        rows, me, st = p.hosts(), p.host_id, p.stat()
+    if as_json:
+        print(json.dumps([dataclasses.asdict(h) for h in rows]))
+        return
+    t = Table(title=f"hosts of {st.path}: {st.extents_free} of {st.nextents} extents "
+                    f"({_mib(st.extent_bytes)}) free")
+    for col in ("slot", "name", "state", "pid", "heartbeat", "extents", "held", "used",
+                "objects"):
+        t.add_column(col)
+    for h in rows:
+        t.add_row(f"{h.slot}{' (this)' if h.slot == me else ''}", h.name or "-", h.state,
+                  str(h.pid or "-"), _age(h.heartbeat_age_s), str(h.extents),
+                  _mib(h.held_bytes), _mib(h.used_bytes), str(h.objects))
+    Console().print(t)
+
+
+@pool_app.command("release")
+def release_cmd(pool: str = typer.Argument(..., help="pool name or path"),
+                host: str = typer.Argument(..., help="the dead host: its slot or its name"),
+                drop: bool = typer.Option(False, "--drop", help="drop its published objects "
+                                          "instead of adopting them"),
+                host_id: Optional[str] = HOST_OPT, coherence: Optional[str] = COHERENCE_OPT,
+                as_json: bool = JSON_OPT) -> None:
+    """Free a dead host's slot: its published objects stay readable (adopted by this host)
+    or are dropped with --drop; refused for a live host."""
+    target = int(host) if host.isdigit() else host
+    with _open(pool, host_id, coherence) as p:
+        try:
+            p.release(target, drop=drop)
+        except (KeyError, OSError, ValueError) as e:
+            _fail(str(e.args[0] if isinstance(e, KeyError) else e))
+        me = p.host_id
+    if as_json:
+        print(json.dumps({"released": target, "dropped": drop, "adopted_by": None if drop
+                          else me}))
+    else:
+        Console().print(f"released host {target}: its objects "
+                        + ("dropped" if drop else f"adopted by host {me}"))
 
 
 # ---- demo ----------------------------------------------------------------------------------
