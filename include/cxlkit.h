@@ -633,6 +633,7 @@ struct cxk_fsck_report {
 CXK_API int cxk_pool_fsck(cxk_pool *p, unsigned flags, struct cxk_fsck_report *r);
 
 /* ---- Host slots (format v2, issue 18): who holds what, and freeing a dead host's ---- */
+#define CXK_POOL_FORMAT_VERSION 2 /* the on-media version this library reads and writes */
 enum cxk_host_state {
     CXK_HOST_FREE = 0,    /* never claimed (or released) */
     CXK_HOST_LIVE = 1,    /* heartbeat younger than the lease timeout (this host always) */

@@ -136,15 +136,24 @@ bool pick_extents(const cxk_pool *p, uint64_t need, const std::vector<uint8_t> &
             return true;
         }
     }
+    // A new run goes into the longest stretch of free extents: at its start when the stretch
+    // starts the region, else in its middle, so that the run before the stretch (whoever's)
+    // and the new one both have room to grow; hosts that claim by turns then extend their own
+    // runs instead of leaving a short tail in each extent.
     const uint64_t kk = (need + E - 1) / E;
-    for (uint64_t f = 0, len = 0; f < taken.size(); ++f) {
-        len = taken[f] ? 0 : len + 1;
-        if (len == kk) {
-            *first = f + 1 - kk, *k = kk, *extend = false, *last = 0, *last_bytes = 0;
-            return true;
+    uint64_t best = 0, best_len = 0;
+    for (uint64_t f = 0, len = 0; f <= taken.size(); ++f) {
+        if (f < taken.size() && !taken[f]) {
+            ++len;
+            continue;
         }
+        if (len > best_len) best = f - len, best_len = len;
+        len = 0;
     }
-    return false;
+    if (best_len < kk) return false;
+    *first = best == 0 ? 0 : best + (best_len - kk) / 2;
+    *k = kk, *extend = false, *last = 0, *last_bytes = 0;
+    return true;
 }
 }  // namespace
 

@@ -4,6 +4,8 @@
 #pragma once
 #include <pthread.h>
 
+#include "cxlkit.h"
+
 #include <cstddef>
 #include <cstdint>
 
@@ -11,6 +13,7 @@ namespace cxk::pool {
 
 constexpr uint64_t kMagic = 0x4c4f4f504b4c5843ull;  // "CXLKPOOL" little-endian
 constexpr uint32_t kVersion = 2;
+static_assert(kVersion == CXK_POOL_FORMAT_VERSION, "the C ABI names the version");
 constexpr uint32_t kVersion1 = 1;      // fixed per-host partitions: refused (never misread)
 constexpr uint32_t kObjMagic = 0x4f4b5843u;           // "CXKO"
 constexpr uint64_t kLine = 64;

@@ -623,11 +623,36 @@ def _open_error(e: OSError, paths: list[str], nbytes: int, slot: int) -> OSError
                                  f"device (dax devices present: {_dax_devices()})", path)
     if e.errno == errno.ENODEV and path.startswith("/dev/"):
         return PoolError(e.errno, "a regular file where only devices live: not a pool", path)
+    if e.errno == errno.EPROTONOSUPPORT:
+        found = _format_version(path)
+        what = ("version 1 (fixed per-host partitions, made by an older cxlkit)" if found == 1
+                else f"version {found}")
+        return PoolVersionError(e.errno, f"pool format {what}: this cxlkit reads version "
+                                f"{_native.POOL_FORMAT_VERSION} only and left the pool "
+                                "unchanged; read its objects with the cxlkit that made it and "
+                                "copy them into a new pool", path)
+    if e.errno == errno.EBUSY:
+        why = (f"host slot {slot} belongs to another host (its name differs)" if slot >= 0
+               else "no host slot is free (every slot belongs to another host, or was lost "
+               "to one claiming it at the same time)")
+        return PoolError(e.errno, f"{why}: see them with `cxlkit pool hosts {path}` and free a "
+                         f"dead one with `cxlkit pool release {path} HOST`", path)
     if e.errno == errno.ENOTRECOVERABLE:
         where = f"host slot {slot}" if slot >= 0 else "this host's slot"
         return PoolCorruptError(e.errno, f"{where}: its lock in the pool is damaged (not "
                                 "recoverable): `cxlkit pool fsck --repair` resets it", path)
     return _typed(e, _OPEN_ERRORS)
+
+
+def _format_version(path: str) -> int | None:
+    """The format version a pool file's superblock names (the u32 at offset 8 in every
+    version), or None when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+    except OSError:
+        return None
+    return int.from_bytes(head[8:12], "little") if len(head) == 12 else None
 
 
 def remove(path_or_name: str | os.PathLike[str]) -> None:
