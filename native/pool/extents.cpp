@@ -80,7 +80,30 @@ void map_set(cxk_pool *p, uint64_t first, uint64_t k, uint64_t s0, uint64_t s1,
     }
 }
 
-// The last block of our run r and its size (false on a broken chain).
+// The FREE block of ours that ends run r, found on the free lists (a bounded look at each
+// size class, largest first: a run's free tail is usually the largest free block): 0 when
+// none is seen. Walking the chain instead costs a step per block of the run, at every claim.
+uint64_t run_free_tail(const cxk_pool *p, const Run &r, uint64_t *bytes) {
+    const HostSlot *s = slot(p, p->host);
+    const uint64_t end = ext_off(p, r.first + r.count);
+    for (uint32_t c = kClasses; c-- > 0;) {
+        uint64_t off = s->free_head[c];
+        for (int n = 0; off && n < 16; ++n) {
+            if (!own_block(p, off)) break;  // a corrupt link: recovery's business
+            const ObjHeader *b = hdr(p, off);
+            if (ld(&b->state) == kFree && b->block_bytes <= end - off &&
+                off + b->block_bytes == end) {
+                *bytes = b->block_bytes;
+                return off;
+            }
+            off = b->link.next;
+        }
+    }
+    return 0;
+}
+
+// The last block of our run r (a walk of its chain: a step per block) and its size; false on a
+// broken chain.
 bool run_last_block(const cxk_pool *p, const Run &r, uint64_t *off, uint64_t *bytes) {
     const uint64_t end = ext_off(p, r.first + r.count);
     for (uint64_t o = ext_off(p, r.first); o < end;) {
@@ -88,8 +111,7 @@ bool run_last_block(const cxk_pool *p, const Run &r, uint64_t *off, uint64_t *by
         if (hdr(p, o)->magic != kObjMagic || b < kMinBlock || b % kLine || b > end - o)
             return false;
         if (o + b == end) {
-            *off = o;
-            *bytes = b;
+            *off = o, *bytes = b;
             return true;
         }
         o += b;
@@ -126,9 +148,12 @@ bool pick_extents(const cxk_pool *p, uint64_t need, const std::vector<uint8_t> &
     std::vector<Run> runs;
     runs_of(p, p->host, &runs);
     for (const Run &r : runs) {
-        uint64_t lo, lb;
-        if (!run_last_block(p, r, &lo, &lb)) continue;
-        const uint64_t tail = ld(&hdr(p, lo)->state) == kFree ? lb : 0;
+        if (!all_free(taken, r.first + r.count, 1)) continue;  // no room after it
+        // the run's last block: its free tail joins the new extents, and the new header's
+        // boundary tag (prev_bytes) names it either way
+        uint64_t lo = 0, lb = 0, tail = 0;
+        if ((lo = run_free_tail(p, r, &lb)) != 0) tail = lb;
+        else if (!run_last_block(p, r, &lo, &lb)) continue;
         const uint64_t kk = std::max<uint64_t>(1, (need - std::min(need, tail) + E - 1) / E);
         if (all_free(taken, r.first + r.count, kk)) {
             *first = r.first + r.count, *k = kk, *extend = true;
