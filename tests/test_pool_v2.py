@@ -371,6 +371,23 @@ def test_cli_hosts_and_release(path):
     assert r.exit_code == 2 and "no host named" in r.output
 
 
+def test_cli_hosts_reads_a_pool_with_no_free_slot_without_attaching(path):
+    import json
+
+    with cxlkit.Pool(path, size=8 * MiB, host_id="only", max_hosts=1) as pool:
+        pool.create("x", data=b"x" * 100_000).close()
+        held = pool.stat().extents_held
+        r = CliRunner().invoke(app, ["pool", "hosts", path, "--host-id", "outsider", "--json"])
+        assert r.exit_code == 0, r.output
+        (row,) = json.loads(r.stdout)
+        assert row["name"] == "only" and row["state"] == "live" and row["objects"] == 1
+        assert row["extents"] == held and row["pid"] == os.getpid()
+    before = hashlib.sha256(Path(path).read_bytes()).hexdigest()  # no heartbeat writes now
+    r = CliRunner().invoke(app, ["pool", "hosts", path, "--host-id", "outsider"])
+    assert r.exit_code == 0 and "without" in r.stdout and "only" in r.stdout, r.output
+    assert hashlib.sha256(Path(path).read_bytes()).hexdigest() == before  # nothing written
+
+
 # ---- version 1 pools ---------------------------------------------------------------------
 
 def test_a_version_1_pool_is_refused_clearly_and_left_unchanged(path):
