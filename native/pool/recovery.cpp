@@ -338,6 +338,9 @@ void fsck_entries(cxk_pool *p, uint32_t h, const std::unordered_map<uint64_t, ui
             continue;
         }
         const ObjHeader *o = hdr(p, v.block);
+        // the walk synced in line 0 only (and fsck_blocks the headers of LIVE blocks): the
+        // name of another host's CREATING block may be a stale copy of a former object's
+        if (h != p->host) sync_in(p, o, kObjHeaderBytes);
         const uint16_t nl = o->name_len;
         if (nl == 0 || nl > kNameMax || name_hash(o->name, nl) != v.hash) {
             if (h != p->host && host_alive(p, h) && ld(&o->gen) != v.gen) continue;  // reused
