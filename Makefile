@@ -76,16 +76,19 @@ ENGINE_TESTS :=
 include $(wildcard mk/*.mk)
 test-engines: $(ENGINE_TESTS)
 
-# ---- issue 16: pool, KV and ring suites again under the non-coherence simulator ----------
+# ---- issue 16: pool, KV, ring, RPC and messaging suites again under the non-coherence simulator
 # (docs/pool-format.md): every pool a test opens without naming a coherence is simulated,
-# once per seed (~3 min a seed on 2 cores; more: make test-sim SIM_SEEDS="1 2 3"
-# SIM_TESTS="tests/test_pool*.py tests/test_kv_*.py tests/test_msg*.py").
-# tests/test_coherence_sim.py (the mutation tests, seeds 1-3) runs in pytest already.
+# once per seed (more: make test-sim SIM_SEEDS="1 2 3"
+# SIM_TESTS="tests/test_pool*.py tests/test_kv_*.py tests/test_msg*.py tests/test_rpc.py").
+# tests/test_coherence_sim.py (the mutation tests, seeds 1-3) runs in pytest already; ctest's
+# rpc and ring run their cross-host cases under the simulator too.
 SIM_SEEDS ?= 2
-SIM_TESTS ?= tests/test_pool.py tests/test_kv_store.py tests/test_msg_ring.py
-# open finding (issue 16 report): under the simulator, fsck from another host counts an error
-# about 1 run in 5 after a KV writer is SIGKILLed mid-put; not yet diagnosed
-SIM_DESELECT ?= --deselect tests/test_kv_store.py::test_writers_killed_at_arbitrary_points_leave_only_whole_blocks
+SIM_TESTS ?= tests/test_pool.py tests/test_kv_store.py tests/test_msg_ring.py tests/test_rpc.py \
+  tests/test_msg.py tests/test_msg_rma.py
+# under the simulator this one failed once in ~35 runs (all four ranks' 30 s join timed out at
+# load ~20; not reproduced since, cause not found): it runs in plain pytest, and here only by
+# hand (make test-sim SIM_DESELECT=) until the cause is known
+SIM_DESELECT ?= --deselect tests/test_msg.py::test_ranks_by_arrival_through_the_bootstrap_rpc_service
 test-sim: build
 	for s in $(SIM_SEEDS); do $(VPY) -m pytest -q --coherence-sim --sim-seed $$s $(SIM_TESTS) $(SIM_DESELECT) \
 	  || exit 1; done

@@ -3,8 +3,10 @@ p99) with 1 and 2 processes (2 = two hosts over one file, or two processes of on
 payload copy bandwidth (seqlocked read out of an object, numpy write into one) as a fraction of
 a plain numpy copy measured in the same run, and name lookup time as the pool fills from 1 k
 to 1 M objects (the multi-level hash should stay flat), timed in C per lookup and through
-Python (a miss raises there, which dominates). Baseline for latencies: the cost of a trivial
-native call from Python in the same run. One JSON line per measurement.
+Python (a miss raises there, which dominates), and the share of the data region one host fills
+before PoolFullError (format v2 claims extents on demand; v1 stopped at its partition).
+Baseline for latencies: the cost of a trivial native call from Python in the same run. One
+JSON line per measurement.
 
   .venv/bin/python bench/pool.py                        # everything, up to 1M objects
   .venv/bin/python bench/pool.py --lookup-max 100000 --ops 2000 --repeat 3
@@ -189,6 +191,36 @@ def lookup(args) -> None:
         os.unlink(path)
 
 
+def fill(args) -> None:
+    """One host of a 4-host pool creates objects until PoolFullError: the share of the data
+    region (size - data offset) its blocks (headers included) and its payloads reach."""
+    for nbytes in (4096, 64 * 1024, MiB):
+        path = f"/dev/shm/cxlkit-bench-{uuid.uuid4().hex[:8]}"
+        size = args.fill_mib * MiB
+        try:
+            with cxlkit.Pool(path, size=size, host_id=0, max_hosts=4,
+                             max_objects=size // 4096) as pool:
+                st = pool.stat()
+                region = st.size - st.data_offset
+                n = 0
+                t0 = time.perf_counter()
+                try:
+                    while True:
+                        pool.create(f"f{n}", nbytes, publish=True).close()
+                        n += 1
+                except cxlkit.PoolFullError:
+                    pass
+                secs = time.perf_counter() - t0
+                block = (320 + nbytes + 63) // 64 * 64
+                emit(bench="pool.fill", nbytes=nbytes, pool_bytes=size, max_hosts=4,
+                     version=st.version, objects=n,
+                     fill_blocks=round(n * block / region, 4),
+                     fill_payload=round(n * nbytes / region, 4),
+                     creates_per_s=round(n / secs))
+        finally:
+            os.unlink(path)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", type=int, default=5000, help="operations per process per run")
@@ -196,7 +228,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5, help="runs; medians are reported")
     ap.add_argument("--copy-mib", type=int, default=256, help="object size for bandwidth")
     ap.add_argument("--lookup-max", type=int, default=1_000_000, help="largest object count")
-    ap.add_argument("--only", choices=["latency", "copy", "lookup"], help="one part")
+    ap.add_argument("--fill-mib", type=int, default=256, help="pool size for the fill ratio")
+    ap.add_argument("--only", choices=["latency", "copy", "lookup", "fill"], help="one part")
     args = ap.parse_args()
     if args.only in (None, "latency"):
         latency(args, 1, True)
@@ -206,6 +239,8 @@ def main() -> None:
         bandwidth(args)
     if args.only in (None, "lookup"):
         lookup(args)
+    if args.only in (None, "fill"):
+        fill(args)
 
 
 if __name__ == "__main__":

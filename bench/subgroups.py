@@ -1,6 +1,7 @@
 """bench/subgroups.py — SubgroupStore: update throughput (Mparams/s) and effective I/O
-throughput over 1, 2 and 3 paths of different bandwidths (a directory on the disk, one on
-tmpfs, a memory tier), each path's own read/write figure measured in the same run (the
+throughput over 1, 2, 3 and 4 paths of different bandwidths (a directory on the disk, one on
+tmpfs, a memory tier, an object area of a cxlkit pool: `pool:FILE`, here a pool file made on
+the tmpfs for the run, on a CXL machine --pool /dev/daxX.Y), each path's own read/write figure measured in the same run (the
 store's own microbenchmark, and fio, with the same O_DIRECT choice and io_uring, as the
 independent reference: `make -f mk/subgroups.mk bench-subgroups-deps`); the ablation table
 (baseline: one path, ascending, fp32 grads written, no locks; + alternating order and cache;
@@ -8,8 +9,8 @@ independent reference: `make -f mk/subgroups.mk bench-subgroups-deps`); the abla
 engine with offload_optimizer nvme on each single path (bench/subgroups_deepspeed.py, run in
 .venv-ds: --deepspeed-python). Every row in the same run; one JSON line per row.
 
-  .venv/bin/python bench/subgroups.py --params 96M --subgroup 12M --steps 4 --runs 3 \
-      --deepspeed-python .venv-ds/bin/python
+  .venv/bin/python bench/subgroups.py --params 48M --subgroup 3M --steps 3 --runs 3 \
+      --cache 6 --deepspeed-python .venv-ds/bin/python
 
 Effective I/O (the issue's "2 x subgroup bytes / (read + write time)"): the bytes a step
 moved to and from the paths / the time at least one request was in flight (io_busy_s, the
@@ -232,8 +233,10 @@ def summarize_ds(label: str, rows: list[dict], params: int, key: str = "row") ->
     return out
 
 
-def configs(a: argparse.Namespace, disk: str, shm: str) -> list[tuple[str, str, list, dict]]:
-    """(row, 'one' or 'two' processes, paths, store kwargs), in the order they run."""
+def configs(a: argparse.Namespace, disk: str, shm: str,
+            pool: str | None = None) -> list[tuple[str, str, list, dict]]:
+    """(row, 'one' or 'two' processes, paths, store kwargs), in the order they run. pool: a
+    'pool:FILE' path spec, or None (no pool rows)."""
     best = dict(cache_subgroups=a.cache, order="alternate", upcast="delayed",
                 lock="exclusive")
     out = []
@@ -241,6 +244,11 @@ def configs(a: argparse.Namespace, disk: str, shm: str) -> list[tuple[str, str, 
         out += [("1 path: disk", "one", [disk], best),
                 ("2 paths: disk+tmpfs", "one", [disk, shm], best),
                 ("3 paths: disk+tmpfs+mem", "one", [disk, shm, a.mem], best)]
+        if pool:
+            out += [("1 path: pool", "one", [pool], best),
+                    ("2 paths: disk+pool", "one", [disk, pool], best),
+                    ("3 paths: disk+tmpfs+pool", "one", [disk, shm, pool], best),
+                    ("4 paths: disk+tmpfs+mem+pool", "one", [disk, shm, a.mem, pool], best)]
     if "ablation" in a.only:
         base = dict(cache_subgroups=3, order="ascending", upcast="eager", lock="off")
         alt = {**base, "order": "alternate", "cache_subgroups": a.cache}
@@ -257,6 +265,24 @@ def configs(a: argparse.Namespace, disk: str, shm: str) -> list[tuple[str, str, 
     return out
 
 
+def bench_pool(spec: str, shm: str, params: int, subgroup: int) -> str | None:
+    """The 'pool:...' path spec of the pool rows, or None ('off'). 'auto': a pool file in the
+    run's tmpfs directory (removed with it), one host, room for every subgroup's two slots in
+    each of two processes plus the start-up probe (tmpfs only allocates what is written)."""
+    if spec == "off":
+        return None
+    if spec != "auto":
+        return f"pool:{spec}"
+    from cxlkit import Pool
+    from cxlkit.train import subgroup_layout as L
+    from cxlkit.train.spill_paths import HEADER_NBYTES
+    slot = HEADER_NBYTES + L.pad(12 * subgroup)
+    nbytes = 2 * (2 * (params // subgroup) + 2) * (slot + (1 << 20)) + (64 << 20)
+    path = os.path.join(shm, "pool")
+    Pool(path, size=nbytes, max_hosts=1).close()
+    return f"pool:{path}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--params", default="96M", help="params (decimal suffixes)")
@@ -267,6 +293,9 @@ def main() -> None:
     ap.add_argument("--disk", default="/var/tmp", help="a directory on the disk")
     ap.add_argument("--tmpfs", default="/dev/shm", help="a directory on tmpfs")
     ap.add_argument("--mem", default="mem", help="memory tier path spec")
+    ap.add_argument("--pool", default="auto",
+                    help="a cxlkit pool for the pool rows: 'auto' (a pool file made on --tmpfs "
+                    "for the run and removed after), a pool path or name, or 'off'")
     ap.add_argument("--only", default="paths,ablation,deepspeed",
                     help="paths, ablation, deepspeed")
     ap.add_argument("--deepspeed-python", default=None,
@@ -278,18 +307,20 @@ def main() -> None:
     tmp = [tempfile.mkdtemp(prefix="cxlkit-sgbench-", dir=d) for d in (a.disk, a.tmpfs)]
     try:
         disk, shm = tmp
+        pool = bench_pool(a.pool, shm, params, subgroup)
         print(json.dumps(dict(machine=dict(cpus=os.cpu_count(), loadavg=os.getloadavg(),
                                            kernel=os.uname().release),
                               params=params, subgroup=subgroup, steps=a.steps,
                               runs=a.runs)), flush=True)
-        rows = configs(a, disk, shm)
+        rows = configs(a, disk, shm, pool)
         ds = [(f"DeepSpeed ZeRO-3, nvme_path = {n}", p) for n, p in
               (("disk", disk), ("tmpfs", shm))] \
             if a.deepspeed_python and "deepspeed" in a.only else []
         figs: dict[str, list[dict]] = {}
         res: dict[str, list[dict]] = {r[0]: [] for r in rows + [(n, "") for n, _ in ds]}
         for rnd in range(a.runs):
-            for f in path_figures([disk, shm, a.mem], 12 * subgroup):
+            for f in path_figures([disk, shm, a.mem] + ([pool] if pool else []),
+                                  12 * subgroup):
                 figs.setdefault(f["path"], []).append(f)
                 print(json.dumps(dict(path_figure=f, round=rnd)), flush=True)
             for name, procs, ps, kw in rows:

@@ -539,18 +539,23 @@ CXK_API int cxk_pool_fd(const cxk_pool *p);
 
 struct cxk_pool_stat {
     uint64_t size;            /* bytes mapped */
-    uint64_t partition_bytes; /* each host's data partition */
+    uint64_t partition_bytes; /* the data region, which any one host may fill (format v2) */
     uint64_t used_bytes;      /* this host: blocks in use, headers included */
-    uint64_t free_bytes;      /* this host: used_bytes + free_bytes == partition_bytes */
+    uint64_t free_bytes;      /* this host: used + free == the extents it holds */
     uint64_t objects;         /* published objects, every host */
     uint64_t objects_host;    /* published objects of this host */
     uint64_t max_objects;     /* names per host */
     uint64_t align;           /* mapping alignment */
     uint64_t lease_timeout_ns;
-    uint64_t data_off;        /* host h's partition starts at data_off + h * partition_bytes */
+    uint64_t data_off;        /* extent e starts at data_off + e * extent_bytes */
     uint32_t version, max_hosts, host_id, hosts_active, coherence, nbackings;
     uint8_t uuid[16];
     char kind[16];            /* "file", "devdax", "memfd", "striped" */
+    /* format v2 (issue 18): hosts claim extents of the data region on demand */
+    uint64_t extent_bytes, nextents;
+    uint64_t extents_held;    /* this host */
+    uint64_t extents_free;    /* held by no host */
+    uint64_t names_host;      /* this host's names in use (published and being created) */
 };
 CXK_API int cxk_pool_stat(cxk_pool *p, struct cxk_pool_stat *st);
 
@@ -607,6 +612,9 @@ CXK_API int cxk_obj_verify(cxk_pool *p, uint64_t off);
 /* Make [off, off+nbytes) written by this process visible to other hosts / drop stale
  * cached copies before reading; no-ops (fences only) under CXK_COHERENCE_HOST. */
 CXK_API void cxk_pool_flush(cxk_pool *p, uint64_t off, uint64_t nbytes);
+/* 0 when [off, off + nbytes) lies in one run of extents this host holds (the only bytes it
+ * may write), else -EINVAL. */
+CXK_API int cxk_pool_owns(cxk_pool *p, uint64_t off, uint64_t nbytes);
 CXK_API void cxk_pool_invalidate(cxk_pool *p, uint64_t off, uint64_t nbytes);
 
 struct cxk_fsck_report {
@@ -623,6 +631,35 @@ struct cxk_fsck_report {
 };
 #define CXK_FSCK_REPAIR 1u /* repair this host's part (takes its lock) */
 CXK_API int cxk_pool_fsck(cxk_pool *p, unsigned flags, struct cxk_fsck_report *r);
+
+/* ---- Host slots (format v2, issue 18): who holds what, and freeing a dead host's ---- */
+#define CXK_POOL_FORMAT_VERSION 2 /* the on-media version this library reads and writes */
+enum cxk_host_state {
+    CXK_HOST_FREE = 0,    /* never claimed (or released) */
+    CXK_HOST_LIVE = 1,    /* heartbeat younger than the lease timeout (this host always) */
+    CXK_HOST_DEAD = 2,    /* attached once, heartbeat stale */
+    CXK_HOST_CLAIMED = 3  /* claimed, never attached: a claim in progress or interrupted */
+};
+struct cxk_pool_host {
+    uint32_t slot, state;      /* CXK_HOST_* */
+    char tag[CXK_POOL_TAG_MAX + 1];
+    uint64_t pid;              /* the process that last attached (0: none) */
+    int64_t heartbeat_age_ns;  /* since the last heartbeat or claim; -1: neither */
+    uint64_t extents;          /* extents held */
+    uint64_t held_bytes;       /* extents x extent_bytes */
+    uint64_t used_bytes;       /* blocks in use, headers included (the host's own count) */
+    uint64_t objects;          /* published objects (the host's own count) */
+};
+/* Slot `slot`'s state; -EDOM when it is not a slot of the pool. */
+CXK_API int cxk_pool_host_info(cxk_pool *p, uint32_t slot, struct cxk_pool_host *out);
+#define CXK_RELEASE_DROP 1u /* drop the host's objects instead of adopting them */
+/* Free a dead host's slot: its published objects become this host's (readable by name as
+ * before) or, with CXK_RELEASE_DROP, are dropped; its extents, names and leases are freed
+ * and the slot can be claimed again. -EBUSY: the host is live (or its claim younger than the
+ * lease timeout), or (DROP) a live reader leases one of its objects; -EINVAL: our own slot;
+ * -ENOENT: the slot is free; -ENOSPC: our name table cannot take its objects (nothing
+ * adopted is lost: rerun after destroying objects). A crash midway: run it again. */
+CXK_API int cxk_pool_release(cxk_pool *p, uint32_t slot, unsigned flags);
 
 /* Test hook: the nth time (1-based, counted from this call) the pool code reaches crash
  * point `name`, the process exits at once with status 137 as if killed. Points:
@@ -928,6 +965,20 @@ CXK_API int cxk_msg_allreduce(cxk_comm *comm, const void *sendbuf, void *recvbuf
                               int type, int op);
 /* Bytes of one element of type, 0 for an unknown type. */
 CXK_API size_t cxk_msg_type_size(int type);
+
+/* ---- issue 17: contexts for a layer above (the PMPI shim gives each communicator one) ----
+ * A message sent on context ctx matches only receives and probes on ctx. Context 0 is the one
+ * of cxk_msg_isend / irecv / iprobe / probe; 1..CXK_MSG_CTX_FIRST-1 are the library's own
+ * (-EINVAL); CXK_MSG_CTX_FIRST..0xffffffff are the caller's. Otherwise as the calls above. */
+#define CXK_MSG_CTX_FIRST 16u
+CXK_API int cxk_msg_isend_ctx(cxk_comm *comm, const void *buf, int64_t count, int dest, int tag,
+                              uint32_t ctx, unsigned flags, cxk_msg_req **req);
+CXK_API int cxk_msg_irecv_ctx(cxk_comm *comm, void *buf, int64_t count, int source, int tag,
+                              uint32_t ctx, cxk_msg_req **req);
+CXK_API int cxk_msg_iprobe_ctx(cxk_comm *comm, int source, int tag, uint32_t ctx, int *flag,
+                               struct cxk_msg_status *st);
+CXK_API int cxk_msg_probe_ctx(cxk_comm *comm, int source, int tag, uint32_t ctx,
+                              struct cxk_msg_status *st);
 
 /* One-sided windows: each rank exposes nbytes of its own pool memory ("msg.<job>.<rank>.win.
  * <id>"). Offsets are bytes into the target's window. Gets, and puts of whole cache lines

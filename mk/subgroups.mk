@@ -8,6 +8,6 @@ bench-subgroups-deps:
 	@if ! command -v fio >/dev/null 2>&1; then apt-get update && apt-get install -y fio; fi
 	@if ! dpkg -s libaio-dev >/dev/null 2>&1; then apt-get update && apt-get install -y libaio-dev; fi
 
-SUBGROUPS_BENCH_ARGS ?= --params 96M --subgroup 6M --steps 3 --runs 3 --cache 6
+SUBGROUPS_BENCH_ARGS ?= --params 48M --subgroup 3M --steps 3 --runs 3 --cache 6
 bench-subgroups: build bench-subgroups-deps $(DS_STAMP)
 	MAX_JOBS=2 $(VPY) bench/subgroups.py $(SUBGROUPS_BENCH_ARGS) --deepspeed-python $(DS_PY)

@@ -1,8 +1,10 @@
 """Run a function as every rank of a cxlkit.msg job, each rank a forked process on its own
-pool host; used by tests/test_msg*.py and tests/test_rpc.py."""
+pool host; used by tests/test_msg*.py and tests/test_rpc.py. coherence None: Pool's default
+(CXLKIT_COHERENCE, which `pytest --coherence-sim` sets to "sim"), else "host"."""
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import traceback
 from typing import Any, Callable
 
@@ -10,7 +12,7 @@ import cxlkit
 from cxlkit import msg
 
 
-def _rank_main(fn: Callable[..., Any], path: str, coherence: str, job: str, rank: int,
+def _rank_main(fn: Callable[..., Any], path: str, coherence: str | None, job: str, rank: int,
                size: int, conn: Any, kwargs: dict[str, Any]) -> None:
     try:
         with cxlkit.Pool(path, host_id=rank, coherence=coherence) as pool:
@@ -22,13 +24,19 @@ def _rank_main(fn: Callable[..., Any], path: str, coherence: str, job: str, rank
         conn.send(("error", f"rank {rank}: {type(e).__name__}: {e}\n{traceback.format_exc()}"))
 
 
-def make_pool(path: str, nranks: int, coherence: str = "host", size: str = "64M") -> None:
+def coherences() -> list[str]:
+    """The modes a cross-host test is parametrized with: host and none, or under
+    `pytest --coherence-sim` the simulator alone (the plain suite ran host and none)."""
+    return ["sim"] if os.environ.get("CXLKIT_COHERENCE") == "sim" else ["host", "none"]
+
+
+def make_pool(path: str, nranks: int, coherence: str | None = None, size: str = "64M") -> None:
     with cxlkit.Pool(path, size=size, host_id=0, max_hosts=max(nranks, 2), coherence=coherence):
         pass
 
 
 def run_ranks(path: str, size: int, fn: Callable[[msg.Comm], Any], *, job: str = "t",
-              coherence: str = "host", timeout: float = 60.0, **kwargs: Any) -> list[Any]:
+              coherence: str | None = None, timeout: float = 60.0, **kwargs: Any) -> list[Any]:
     """fn(comm) on every rank; returns the values in rank order, raising if a rank failed."""
     ctx = mp.get_context("fork")
     procs, conns = [], []

@@ -143,9 +143,10 @@ def _reader(path, host_id, nkeys, start, done, q):
 
 
 def test_eviction_under_pressure_with_concurrent_readers_never_returns_a_torn_block(pool_path):
-    # 768 KiB over 4 hosts: 128 KiB partitions, ~14 blocks of 8.6 KB; 40 keys: puts evict
-    s = open_store(pool_path, size=768 << 10, max_hosts=4)
-    assert s.pool.stat().partition_bytes < 16 * (128 + LAYOUT.nbytes)
+    # 512 KiB over 4 hosts: a 256 KiB data region (one host may fill it all, format v2),
+    # ~29 blocks of 8.6 KB; 40 keys: puts evict
+    s = open_store(pool_path, size=512 << 10, max_hosts=4)
+    assert s.pool.stat().partition_bytes < 32 * (128 + LAYOUT.nbytes)
     ctx = mp.get_context("spawn")
     start, done, q = ctx.Barrier(3), ctx.Event(), ctx.Queue()
     procs = [ctx.Process(target=_churn, args=(pool_path, 40, 150, start, done))] + [

@@ -13,7 +13,7 @@ import cxlkit
 from cxlkit import msg
 from cxlkit.errors import MsgError, PeerLostError, TruncationError
 
-from msg_ranks import make_pool, run_ranks
+from msg_ranks import coherences, make_pool, run_ranks
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def _pingpong(comm: msg.Comm) -> list[int]:
     return seen
 
 
-@pytest.mark.parametrize("coherence", ["host", "none"])
+@pytest.mark.parametrize("coherence", coherences())
 def test_pingpong_over_eager_and_rendezvous_sizes_returns_every_byte(pool_path, coherence):
     make_pool(pool_path, 2, coherence)
     res = run_ranks(pool_path, 2, _pingpong, coherence=coherence)
@@ -235,7 +235,7 @@ def test_killed_rank_makes_waits_fail_naming_it(pool2):
     procs, conns = [], []
     for r in range(2):
         a, b = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_rank_main, args=(_killed, pool2, "host", "kill", r, 2, b, {}))
+        p = ctx.Process(target=_rank_main, args=(_killed, pool2, None, "kill", r, 2, b, {}))
         p.start()
         procs.append(p)
         conns.append(a)

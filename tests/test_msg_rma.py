@@ -8,7 +8,7 @@ import pytest
 from cxlkit import msg
 from cxlkit.errors import MsgError, WindowRangeError
 
-from msg_ranks import make_pool, run_ranks
+from msg_ranks import coherences, make_pool, run_ranks
 
 N = 3
 
@@ -76,7 +76,7 @@ def _ops(comm: msg.Comm) -> dict:
     return got
 
 
-@pytest.mark.parametrize("coherence", ["host", "none"])
+@pytest.mark.parametrize("coherence", coherences())
 def test_window_operations_match_a_local_reference(pool_path, coherence):
     make_pool(pool_path, N, coherence)
     res = run_ranks(pool_path, N, _ops, coherence=coherence)

@@ -165,19 +165,22 @@ def test_pool_full_raises_PoolFullError_naming_pool(path):
         with pytest.raises(cxlkit.PoolFullError) as ei:
             pool.create("huge", part)
         assert ei.value.errno == errno.ENOSPC and path in str(ei.value)
+        assert "pool full" in str(ei.value) and "cxlkit pool hosts" in str(ei.value)
         objs = []
         with pytest.raises(cxlkit.PoolFullError):
             for i in range(10_000):
                 objs.append(pool.create(f"o{i}", 64 * 1024))
         assert 0 < len(objs) < 10_000
-        assert pool.stat().used_bytes + pool.stat().free_bytes == part
+        st = pool.stat()
+        assert st.used_bytes + st.free_bytes == st.extents_held * st.extent_bytes
+        assert len(objs) * 64 * 1024 >= 0.95 * part  # one host fills the pool (format v2)
 
 
 def test_name_table_full_raises_PoolFullError(path):
     with cxlkit.Pool(path, size=8 * MiB, host_id=0, max_objects=8) as pool:
         for i in range(8):
             pool.create(f"n{i}", 64).close()
-        with pytest.raises(cxlkit.PoolFullError):
+        with pytest.raises(cxlkit.PoolFullError, match="name table full: .*max_objects=8"):
             pool.create("n8", 64)
         pool.destroy("n0")
         pool.create("n8", 64).close()
@@ -221,7 +224,7 @@ def test_list_and_stat_describe_every_host(path):
         assert names == {("a1", 0), ("b1", b.host_id)}
         st = b.stat()
         assert st.objects == 2 and st.objects_host == 1 and st.hosts_active == 2
-        assert st.kind == "file" and st.version == 1 and st.max_hosts == 3
+        assert st.kind == "file" and st.version == 2 and st.max_hosts == 3
         assert b.host_id != 0
 
 
@@ -661,14 +664,16 @@ def test_flush_and_invalidate_of_a_range_are_checked_against_the_object(path, co
 
 def test_an_object_forged_outside_the_pool_cannot_write_read_or_sync_there(path):
     # PoolObject takes its offset from Python: the range calls check it against the pool
-    # (writes: this host's partition only), so a forged one cannot reach past the mapping
+    # (writes: this host's extents only), so a forged one cannot reach past the mapping
+    with cxlkit.Pool(path, size=8 * MiB, host_id=0, max_hosts=2) as other:
+        other.create("o", 64, publish=True).close()  # host 0 claims the first extent
     with cxlkit.Pool(path, size=8 * MiB, host_id=1, max_hosts=2) as pool:
         st = pool.stat()
         theirs = poolmod.PoolObject(pool._h, "theirs", st.data_offset, 4096, 1, 1, True)
         for write in (lambda: theirs.write(0, b"x"),
                       lambda: theirs.store_u64(np.array([0], np.uint64), 1)):
-            with pytest.raises(ValueError, match=r"outside this host's partition .* of pool"):
-                write()  # host 0's partition
+            with pytest.raises(ValueError, match=r"outside this host's extents .* of pool"):
+                write()  # host 0's extent
         past = poolmod.PoolObject(pool._h, "past", st.size - 64, 4096, 1, 1, False)
         meta = poolmod.PoolObject(pool._h, "meta", 0, 4096, 1, 1, False)
         for forged in (past, meta):

@@ -53,7 +53,7 @@ def test_create_stat_ls_rm_fsck_json(name):
 def test_tables_for_people(name):
     assert run("create", name, "--size", "16M").exit_code == 0
     r = run("stat", name)
-    assert r.exit_code == 0 and "partition per host" in r.stdout
+    assert r.exit_code == 0 and "data region" in r.stdout
     assert "0 object(s)" in run("ls", name).stdout
     assert "clean" in run("fsck", name, "--no-repair").stdout
 

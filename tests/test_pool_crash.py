@@ -53,7 +53,7 @@ def assert_consistent(pool: cxlkit.Pool, expected: set[str], in_flight: str | No
             assert o.read() == payload(name, o.nbytes)
             o.verify()
     st = pool.stat()
-    assert st.used_bytes + st.free_bytes == st.partition_bytes
+    assert st.used_bytes + st.free_bytes == st.extents_held * st.extent_bytes
     assert st.used_bytes + other_hosts_used == rep.bytes_used
 
 

@@ -29,9 +29,9 @@ def test_mutations_cover_every_structure():
     tmpl = f"/dev/shm/cxlkit-fuzz-cover-{__import__('os').getpid()}"
     try:
         t = pool_fuzz.make_template(tmpl)
-        for _ in range(60):
+        for _ in range(80):
             kinds.add(pool_fuzz.mutate(tmpl, t, rng))
     finally:
         Path(tmpl).unlink(missing_ok=True)
     assert kinds == {"random", "superblock", "slot", "entry", "lease", "header", "free",
-                     "payload", "mutex"}
+                     "payload", "mutex", "extmap", "claim"}

@@ -4,6 +4,7 @@ overlap, stay inside this host's partition, names are unique, payloads are intac
 capacity accounting is exact (used + free == partition; used == what the blocks hold)."""
 from __future__ import annotations
 
+import struct
 import uuid
 from pathlib import Path
 
@@ -22,6 +23,25 @@ SIZES = st.sampled_from([1, 63, 64, 65, 1000, 4096, 65536, 300_000, 700_000])
 
 def need(nbytes: int) -> int:
     return (HEADER + nbytes + 63) // 64 * 64
+
+
+def extent_map(path: str) -> list[int]:
+    """Host 0's extent map as the pool file holds it (docs/pool-format.md: 2 bits per extent,
+    0 free, 1 reserved, 2 continues a run, 3 starts one)."""
+    with open(path, "rb") as f:
+        sb = f.read(248)
+        extent, n, off = struct.unpack_from("<QQQ", sb, 200)
+        f.seek(off)
+        words = struct.unpack(f"<{(n + 31) // 32}Q", f.read((n + 31) // 32 * 8))
+    return [(words[e // 32] >> (2 * (e % 32))) & 3 for e in range(n)]
+
+
+def longest_free_extents(path: str) -> int:
+    best = cur = 0
+    for s in extent_map(path):
+        cur = cur + 1 if s == 0 else 0
+        best = max(best, cur)
+    return best
 
 
 class PoolMachine(RuleBasedStateMachine):
@@ -47,12 +67,19 @@ class PoolMachine(RuleBasedStateMachine):
                 self.pool.create(name, nbytes)
             return
         largest = self.pool.fsck(repair=False).largest_free
+        before = self.pool.stat()
         try:
             obj = self.pool.create(name, nbytes)
         except cxlkit.PoolFullError:
-            assert len(self.model) >= MAX_OBJECTS or largest < need(nbytes)
+            # never refused while a held block or a stretch of free extents would fit
+            longest = longest_free_extents(self.path)
+            assert len(self.model) >= MAX_OBJECTS or (
+                largest < need(nbytes) and longest * before.extent_bytes < need(nbytes))
             return
-        assert len(self.model) < MAX_OBJECTS and largest >= need(nbytes)
+        assert len(self.model) < MAX_OBJECTS
+        after = self.pool.stat()
+        if largest >= need(nbytes):  # it fitted a held block: no extent was claimed
+            assert after.extents_held == before.extents_held
         self.counter = (self.counter + 1) % 251
         fill = self.counter + 1
         view = memoryview(obj)
@@ -115,7 +142,13 @@ class PoolMachine(RuleBasedStateMachine):
         st_ = self.pool.stat()
         rep = self.pool.fsck(repair=False)
         assert rep.clean
-        assert st_.used_bytes + st_.free_bytes == st_.partition_bytes
+        assert st_.used_bytes + st_.free_bytes == st_.extents_held * st_.extent_bytes
+        assert st_.extents_held + st_.extents_free == st_.nextents  # one host: no one else holds
+        states = extent_map(self.path)
+        assert states.count(1) == 0  # no reservation outlives a claim
+        assert sum(1 for x in states if x >= 2) == st_.extents_held
+        if states.count(3):
+            assert states[next(i for i, x in enumerate(states) if x)] == 3  # no orphan first
         assert rep.bytes_used == st_.used_bytes and rep.bytes_free == st_.free_bytes
         # blocks: live objects plus destroyed ones a reader still holds
         live = [need(n) for n, _ in self.model.values()]
@@ -127,6 +160,7 @@ class PoolMachine(RuleBasedStateMachine):
         assert sum(blocks) <= st_.used_bytes < sum(blocks) + MIN_BLOCK * max(1, len(blocks))
         if not blocks:
             assert st_.used_bytes == 0
+            assert st_.extents_held <= 1  # emptied extents went back (one kept: no churn)
 
     @invariant()
     def payloads_intact(self):

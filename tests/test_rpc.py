@@ -18,10 +18,10 @@ import cxlkit
 from cxlkit import rpc
 from cxlkit.errors import MsgError, RpcError, RpcServerLostError, RpcTimeoutError
 
-from msg_ranks import make_pool
+from msg_ranks import coherences, make_pool
 
 
-def _serve(path: str, coherence: str, ready: object, slow: bool = False) -> None:
+def _serve(path: str, coherence: str | None, ready: object, slow: bool = False) -> None:
     with cxlkit.Pool(path, host_id=1, coherence=coherence) as pool, \
             rpc.Server(pool, "svc", max_clients=4, slot_bytes=256, depth=64) as srv:
 
@@ -57,7 +57,7 @@ def _serve(path: str, coherence: str, ready: object, slow: bool = False) -> None
         srv.serve(timeout=60)
 
 
-def _start(path: str, coherence: str = "host", slow: bool = False) -> mp.Process:
+def _start(path: str, coherence: str | None = None, slow: bool = False) -> mp.Process:
     ctx = mp.get_context("fork")
     ready = ctx.Event()
     p = ctx.Process(target=_serve, args=(path, coherence, ready, slow))
@@ -66,7 +66,7 @@ def _start(path: str, coherence: str = "host", slow: bool = False) -> mp.Process
     return p
 
 
-@pytest.mark.parametrize("coherence", ["host", "none"])
+@pytest.mark.parametrize("coherence", coherences())
 def test_calls_reach_handlers_and_errors_come_back_typed(pool_path, coherence):
     make_pool(pool_path, 3, coherence)
     srv = _start(pool_path, coherence)

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+PATH_ROWS = ["1 path: disk", "2 paths: disk+tmpfs", "3 paths: disk+tmpfs+mem", "1 path: pool",
+             "2 paths: disk+pool", "3 paths: disk+tmpfs+pool", "4 paths: disk+tmpfs+mem+pool"]
 
 
 @pytest.mark.slow
@@ -21,11 +23,11 @@ def test_subgroups_bench_prints_paths_figures_and_every_ablation_row(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     rows = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
     figs = [x["path_figure"] for x in rows if "path_figure" in x]
-    assert [f["kind"] for f in figs] == ["dir", "dir", "memory"] * 2  # one set per round
+    assert [f["kind"] for f in figs] == ["dir", "dir", "memory", "pool"] * 2  # one per round
     assert all(f["read_GBps"] > 0 and f["write_GBps"] > 0 for f in figs)
     names = [x["row"] for x in rows if "row" in x]
-    assert names[:3] == ["1 path: disk", "2 paths: disk+tmpfs", "3 paths: disk+tmpfs+mem"]
-    assert names[3].startswith("baseline") and names[-1].startswith("+ multi-path")
+    assert names[:7] == PATH_ROWS
+    assert names[7].startswith("baseline") and names[-1].startswith("+ multi-path")
     assert sum("2 processes" in n for n in names) == 3
     for x in rows:
         if "row" in x:
@@ -40,6 +42,11 @@ def test_subgroups_bench_prints_paths_figures_and_every_ablation_row(tmp_path):
     assert [h[1:] for h in base["cache_hits"]] == [[0], [0]]  # ascending: none
     locked = next(x for x in rows if x.get("row") == "+ per-path locks, 2 processes")
     assert [p["lock"] for p in locked["per_path"]] == ["exclusive"]
+    pool = next(x for x in rows if x.get("row") == "1 path: pool")
+    assert pool["per_path"][0]["path"].startswith("pool:") and pool["io_GBps"]["median"] > 0
+    assert [p["subgroups"] > 0 for p in next(
+        x for x in rows if x.get("row") == "4 paths: disk+tmpfs+mem+pool")["per_path"]] \
+        == [True] * 4
     assert not list(tmp_path.iterdir())
 
 
@@ -54,5 +61,4 @@ def test_subgroups_bench_deepspeed_row_reports_a_failed_engine_without_dying(tmp
     assert r.returncode == 0, r.stderr[-2000:]
     assert "DeepSpeed row 'DeepSpeed ZeRO-3, nvme_path = disk' failed" in r.stderr
     rows = [json.loads(x) for x in r.stdout.splitlines() if x.startswith('{"row"')]
-    assert [x["row"] for x in rows] == ["1 path: disk", "2 paths: disk+tmpfs",
-                                        "3 paths: disk+tmpfs+mem"]
+    assert [x["row"] for x in rows] == PATH_ROWS

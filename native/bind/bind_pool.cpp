@@ -45,9 +45,16 @@ void PoolHold::check_range(uint64_t off, uint64_t n, bool to_write) const {
     uint64_t lo = g.data_off, hi = g.size;
     const char *where = "the data region";
     if (to_write) {
-        lo = g.data_off + uint64_t(g.host_id) * g.partition_bytes;
-        hi = lo + g.partition_bytes;
-        where = "this host's partition (a host writes only its own)";
+        lo = g.data_off;
+        hi = g.data_off + g.partition_bytes;
+        where = "this host's extents (a host writes only its own)";
+    }
+    if (off >= lo && off <= hi && n <= hi - off && to_write && cxk_pool_owns(p_, off, n) != 0) {
+        char msg[200];
+        snprintf(msg, sizeof msg,
+                 "offset 0x%llx (+%llu bytes) is outside this host's extents (a host writes "
+                 "only its own) of pool ", (unsigned long long)off, (unsigned long long)n);
+        throw nb::value_error((msg + *label_).c_str());
     }
     if (off < lo || off > hi || n > hi - off) {  // no overflow: off <= hi first
         char msg[256];
@@ -306,6 +313,7 @@ CXK_BIND(pool) {
     m.attr("POOL_LEASE_TIMEOUT_MAX_MS") = CXK_POOL_LEASE_TIMEOUT_MAX_MS;
     m.attr("POOL_NAME_MAX") = CXK_POOL_NAME_MAX;
     m.attr("POOL_TAG_MAX") = CXK_POOL_TAG_MAX;
+    m.attr("POOL_FORMAT_VERSION") = CXK_POOL_FORMAT_VERSION;
     m.attr("POOL_MAX_HOSTS") = CXK_POOL_MAX_HOSTS;
     m.attr("POOL_MAX_BACKINGS") = CXK_POOL_MAX_BACKINGS;
     m.attr("POOL_STRIPE_BYTES") = CXK_POOL_STRIPE_BYTES;
@@ -512,6 +520,11 @@ CXK_BIND(pool) {
             d["nbackings"] = s.nbackings;
             d["uuid"] = nb::bytes(reinterpret_cast<const char *>(s.uuid), 16);
             d["kind"] = std::string(s.kind);
+            d["extent_bytes"] = s.extent_bytes;
+            d["nextents"] = s.nextents;
+            d["extents_held"] = s.extents_held;
+            d["extents_free"] = s.extents_free;
+            d["names_host"] = s.names_host;
             return d;
         })
         .def("create", [](PoolHandle &h, const std::string &name, uint64_t nbytes,
@@ -607,7 +620,41 @@ CXK_BIND(pool) {
             d["duplicate_names"] = f.duplicate_names;
             d["errors"] = f.errors;
             return d;
-        }, nb::arg("repair"));
+        }, nb::arg("repair"))
+        // format v2 (issue 18): host slots as a user sees them, and freeing a dead one's
+        .def("hosts", [](PoolHandle &h) {
+            PoolHold use = h.hold();
+            cxk_pool *p = use.get();
+            struct cxk_pool_stat s;
+            check(cxk_pool_stat(p, &s), h.label);
+            nb::list out;
+            for (uint32_t i = 0; i < s.max_hosts; ++i) {
+                struct cxk_pool_host x;
+                check(cxk_pool_host_info(p, i, &x), h.label);
+                nb::dict d;
+                d["slot"] = x.slot;
+                d["state"] = x.state;
+                d["tag"] = nb::bytes(x.tag, strnlen(x.tag, sizeof x.tag));
+                d["pid"] = x.pid;
+                d["heartbeat_age_ns"] = x.heartbeat_age_ns;
+                d["extents"] = x.extents;
+                d["held_bytes"] = x.held_bytes;
+                d["used_bytes"] = x.used_bytes;
+                d["objects"] = x.objects;
+                out.append(d);
+            }
+            return out;
+        })
+        .def("release", [](PoolHandle &h, uint32_t slot, bool drop) {
+            PoolHold use = h.hold();
+            cxk_pool *p = use.get();
+            int r;
+            {
+                nb::gil_scoped_release unlock;
+                r = cxk_pool_release(p, slot, drop ? CXK_RELEASE_DROP : 0);
+            }
+            check(r, h.label + " host slot " + std::to_string(slot));
+        }, nb::arg("slot"), nb::arg("drop"));
 
     m.def("pool_crash_at", [](const std::string &point, int nth) {
         check(cxk_pool_crash_at(point.c_str(), nth), "crash point " + point);

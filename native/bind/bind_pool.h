@@ -26,8 +26,8 @@ struct PoolGate {
 // What a handle learnt from cxk_pool_stat at open; fixed for the pool's life.
 struct PoolGeometry {
     uint64_t size = 0;             // bytes mapped
-    uint64_t data_off = 0;         // host h's partition: [data_off + h * partition_bytes, +...)
-    uint64_t partition_bytes = 0;
+    uint64_t data_off = 0;         // the data region: [data_off, data_off + partition_bytes)
+    uint64_t partition_bytes = 0;  // (format v2: extents of it are this host's, cxk_pool_owns)
     uint32_t host_id = 0;
     bool nc = false;               // coherence "none": flushes and invalidates are real
 };

@@ -139,7 +139,8 @@ int on_message(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) 
     MsgHdr h;
     if (n < sizeof h) return -EBADMSG;
     std::memcpy(&h, pl, sizeof h);
-    if (h.ctx > 2 || h.tag < 0) return -EBADMSG;  // 0 user, 1 collectives, 2 windows
+    // 0 user, 1 collectives, 2 windows, CXK_MSG_CTX_FIRST.. a layer above's communicators
+    if ((h.ctx > 2 && h.ctx < CXK_MSG_CTX_FIRST) || h.tag < 0) return -EBADMSG;
     if (kind == kEager) {
         uint64_t first = h.len < first_cap(pmax) ? h.len : first_cap(pmax);
         if (h.ncells != cells_for(h.len, pmax) || h.ncells > cxk_ring_ncells(p.in) / 2 ||
@@ -453,6 +454,9 @@ int finish(cxk_msg_req *r, cxk_msg_status *st) {
     return err;
 }
 
+// context 0 is the default one; 1..CXK_MSG_CTX_FIRST-1 belong to collectives and windows
+bool bad_ctx(uint32_t ctx) { return ctx != 0 && ctx < CXK_MSG_CTX_FIRST; }
+
 int need_of(const cxk_msg_req *r) { return r->peer; }  // ANY_SOURCE (-1): every rank
 
 }  // namespace
@@ -461,18 +465,28 @@ extern "C" {
 
 int cxk_msg_isend(cxk_comm *c, const void *buf, int64_t count, int dest, int tag,
                   unsigned flags, cxk_msg_req **req) {
+    return cxk_msg_isend_ctx(c, buf, count, dest, tag, 0, flags, req);
+}
+
+int cxk_msg_isend_ctx(cxk_comm *c, const void *buf, int64_t count, int dest, int tag,
+                      uint32_t ctx, unsigned flags, cxk_msg_req **req) {
     if (!c || !req || count < 0 || (!buf && count) || bad_rank(c, dest, false) || tag < 0 ||
-        (flags & ~CXK_MSG_SYNC))
+        (flags & ~CXK_MSG_SYNC) || bad_ctx(ctx))
         return -EINVAL;
-    return isend_ctx(c, buf, uint64_t(count), dest, tag, 0, flags, req);
+    return isend_ctx(c, buf, uint64_t(count), dest, tag, ctx, flags, req);
 }
 
 int cxk_msg_irecv(cxk_comm *c, void *buf, int64_t count, int source, int tag,
                   cxk_msg_req **req) {
+    return cxk_msg_irecv_ctx(c, buf, count, source, tag, 0, req);
+}
+
+int cxk_msg_irecv_ctx(cxk_comm *c, void *buf, int64_t count, int source, int tag, uint32_t ctx,
+                      cxk_msg_req **req) {
     if (!c || !req || count < 0 || (!buf && count) || bad_rank(c, source, true) ||
-        (tag < 0 && tag != CXK_ANY_TAG))
+        (tag < 0 && tag != CXK_ANY_TAG) || bad_ctx(ctx))
         return -EINVAL;
-    return irecv_ctx(c, buf, uint64_t(count), source, tag, 0, req);
+    return irecv_ctx(c, buf, uint64_t(count), source, tag, ctx, req);
 }
 
 int cxk_msg_test(cxk_comm *c, cxk_msg_req *r, int *done, cxk_msg_status *st) {
@@ -575,12 +589,18 @@ int cxk_msg_sendrecv(cxk_comm *c, const void *sbuf, int64_t scount, int dest, in
 }
 
 int cxk_msg_iprobe(cxk_comm *c, int source, int tag, int *flag, cxk_msg_status *st) {
-    if (!c || !flag || bad_rank(c, source, true) || (tag < 0 && tag != CXK_ANY_TAG))
+    return cxk_msg_iprobe_ctx(c, source, tag, 0, flag, st);
+}
+
+int cxk_msg_iprobe_ctx(cxk_comm *c, int source, int tag, uint32_t ctx, int *flag,
+                       cxk_msg_status *st) {
+    if (!c || !flag || bad_rank(c, source, true) || (tag < 0 && tag != CXK_ANY_TAG) ||
+        bad_ctx(ctx))
         return -EINVAL;
     *flag = 0;
     int rc = progress(c);
     cxk_msg_req probe;
-    probe.peer = source, probe.tag = tag, probe.ctx = 0;
+    probe.peer = source, probe.tag = tag, probe.ctx = ctx;
     for (const auto &u : c->unexpected)
         if (matches(&probe, u.src, u.tag, u.ctx)) {
             *flag = 1;
@@ -591,11 +611,15 @@ int cxk_msg_iprobe(cxk_comm *c, int source, int tag, int *flag, cxk_msg_status *
 }
 
 int cxk_msg_probe(cxk_comm *c, int source, int tag, cxk_msg_status *st) {
+    return cxk_msg_probe_ctx(c, source, tag, 0, st);
+}
+
+int cxk_msg_probe_ctx(cxk_comm *c, int source, int tag, uint32_t ctx, cxk_msg_status *st) {
     if (!c) return -EINVAL;
     Waiter w(c, source);
     for (;;) {
         int flag;
-        int rc = cxk_msg_iprobe(c, source, tag, &flag, st);
+        int rc = cxk_msg_iprobe_ctx(c, source, tag, ctx, &flag, st);
         if (flag) return 0;
         if (rc || (rc = w.check())) return rc;
     }

@@ -1,10 +1,13 @@
-// pool_alloc.cpp — the allocator of one host's partition: a chain of blocks (each headed by
-// its ObjHeader) with boundary tags, segregated free lists by floor(log2(size)), first fit,
+// alloc.cpp — the allocator of one host's runs of extents: in each run a chain of blocks
+// (each headed by its ObjHeader) with boundary tags, segregated free lists by floor(log2(size)), first fit,
 // split and coalesce. Crash-safe by construction: the chain changes only through single
 // 8-byte stores of block_bytes made after the bytes they expose are written; lists and
-// counters are derived and rebuilt by recovery (pool.cpp).
+// counters are derived and rebuilt by recovery (recovery.cpp). A block never crosses the end
+// of its run; extents.cpp grows runs (claim) and gives emptied tails back (trim).
 #include <cstring>
 
+#include "pool/crash.h"
+#include "pool/extents.h"
 #include "pool/pool.h"
 
 namespace cxk::pool {
@@ -20,7 +23,9 @@ bool link_ok(cxk_pool *p, uint64_t off) {
     return false;
 }
 
-void list_remove(cxk_pool *p, HostSlot *s, uint64_t off) {
+}  // namespace
+
+void free_list_remove(cxk_pool *p, HostSlot *s, uint64_t off) {
     ObjHeader *b = hdr(p, off);
     uint32_t c = size_class(b->block_bytes);
     const uint64_t prev = b->link.prev, next = b->link.next;
@@ -30,15 +35,19 @@ void list_remove(cxk_pool *p, HostSlot *s, uint64_t off) {
     if (next) hdr(p, next)->link.prev = prev;
 }
 
+namespace {
 // A FREE block of ours whose size is plausible, or mark for recovery.
 bool free_ok(cxk_pool *p, uint64_t off) {
-    if (own_block(p, off) && ld(&hdr(p, off)->state) == kFree &&
-        hdr(p, off)->block_bytes >= kMinBlock &&
-        hdr(p, off)->block_bytes <= part_end(p, p->host) - off)
+    uint64_t rb, re;
+    if (own_block(p, off) && run_at(p, p->host, off, &rb, &re) &&
+        ld(&hdr(p, off)->state) == kFree && hdr(p, off)->block_bytes >= kMinBlock &&
+        hdr(p, off)->block_bytes <= re - off)
         return true;
     p->needs_recover = true;
     return false;
 }
+
+}  // namespace
 
 void write_free_header(cxk_pool *p, uint64_t off, uint64_t bytes, uint64_t prev_bytes) {
     ObjHeader *b = hdr(p, off);
@@ -50,8 +59,6 @@ void write_free_header(cxk_pool *p, uint64_t off, uint64_t bytes, uint64_t prev_
     sync_out(p, b, kLine);  // other hosts' walks read it once the chain reaches it
 }
 
-}  // namespace
-
 void free_list_push(cxk_pool *p, HostSlot *s, uint64_t off) {
     ObjHeader *b = hdr(p, off);
     uint32_t c = size_class(b->block_bytes);
@@ -61,18 +68,9 @@ void free_list_push(cxk_pool *p, HostSlot *s, uint64_t off) {
     s->free_head[c] = off;
 }
 
-void format_partition(cxk_pool *p, uint32_t h) {
-    HostSlot *s = slot(p, h);
-    std::memset(s->free_head, 0, sizeof s->free_head);
-    write_free_header(p, part_begin(p, h), p->geo.partition_bytes, 0);
-    free_list_push(p, s, part_begin(p, h));
-    s->free_bytes = p->geo.partition_bytes;
-    s->used_bytes = 0;
-}
-
 int64_t alloc_block(cxk_pool *p, uint64_t need) {
     HostSlot *s = slot(p, p->host);
-    if (need > p->geo.partition_bytes) return -ENOSPC;
+    if (need > p->geo.data_bytes) return -ENOSPC;
     uint64_t found = 0;
     const uint32_t c0 = size_class(need);
     // first fit in need's own class (bounded walk), else the head of any larger class,
@@ -89,11 +87,13 @@ int64_t alloc_block(cxk_pool *p, uint64_t need) {
 
     ObjHeader *b = hdr(p, found);
     const uint64_t have = b->block_bytes;
-    list_remove(p, s, found);
+    free_list_remove(p, s, found);
     if (have - need >= kMinBlock) {
         // The rest becomes a free block: its header is written before the store of
         // block_bytes that makes it reachable.
-        const uint64_t rest = found + need, end = part_end(p, p->host);
+        uint64_t rb, end;
+        run_at(p, p->host, found, &rb, &end);  // free_ok found it in a run
+        const uint64_t rest = found + need;
         write_free_header(p, rest, have - need, need);
         st(&b->block_bytes, need);
         sync_out(p, b, kLine);
@@ -110,10 +110,11 @@ int64_t alloc_block(cxk_pool *p, uint64_t need) {
 
 void free_block(cxk_pool *p, uint64_t off) {
     HostSlot *s = slot(p, p->host);
-    const uint64_t begin = part_begin(p, p->host), end = part_end(p, p->host);
+    uint64_t begin = 0, end = 0;
     ObjHeader *b = hdr(p, off);
     uint64_t bytes = b->block_bytes;
-    if (!own_block(p, off) || bytes < kMinBlock || bytes % kLine || bytes > end - off) {
+    if (!own_block(p, off) || !run_at(p, p->host, off, &begin, &end) || bytes < kMinBlock ||
+        bytes % kLine || bytes > end - off) {
         p->needs_recover = true;  // not a block of our chain: recovery decides
         return;
     }
@@ -122,7 +123,7 @@ void free_block(cxk_pool *p, uint64_t off) {
     st(&b->state, uint32_t(kFree));
     const uint64_t next = off + bytes;
     if (next < end && ld(&hdr(p, next)->state) == kFree && free_ok(p, next)) {
-        list_remove(p, s, next);
+        free_list_remove(p, s, next);
         bytes += hdr(p, next)->block_bytes;
         st(&b->block_bytes, bytes);
     }
@@ -134,7 +135,7 @@ void free_block(cxk_pool *p, uint64_t off) {
         ld(&hdr(p, off - pb)->state) == kFree && free_ok(p, off - pb) &&
         hdr(p, off - pb)->block_bytes == pb) {
         const uint64_t prev = off - b->prev_bytes;
-        list_remove(p, s, prev);
+        free_list_remove(p, s, prev);
         bytes += hdr(p, prev)->block_bytes;
         st(&hdr(p, prev)->block_bytes, bytes);
         off = prev;
@@ -142,19 +143,24 @@ void free_block(cxk_pool *p, uint64_t off) {
     if (off + bytes < end) hdr(p, off + bytes)->prev_bytes = bytes;
     free_list_push(p, s, off);
     sync_out(p, hdr(p, off), kLine);
+    if (off + bytes == end) extent_trim(p, off);  // a free tail of whole extents goes back
 }
 
 bool walk(const cxk_pool *p, uint32_t h, std::vector<WalkBlock> *out) {
-    const uint64_t begin = part_begin(p, h), end = part_end(p, h);
-    uint64_t off = begin;
-    while (off < end) {
-        ObjHeader *b = hdr(p, off);
-        if (h != p->host) sync_in(p, b, kLine);
-        const uint64_t bytes = ld(&b->block_bytes);
-        if (b->magic != kObjMagic || bytes < kMinBlock || bytes % kLine || bytes > end - off)
-            return false;
-        out->push_back({off, ld(&b->state), b->gen});
-        off += bytes;
+    std::vector<Run> runs;
+    runs_of(p, h, &runs);
+    for (const Run &r : runs) {
+        const uint64_t begin = ext_off(p, r.first), end = ext_off(p, r.first + r.count);
+        uint64_t off = begin;
+        while (off < end) {
+            ObjHeader *b = hdr(p, off);
+            if (h != p->host) sync_in(p, b, kLine);
+            const uint64_t bytes = ld(&b->block_bytes);
+            if (b->magic != kObjMagic || bytes < kMinBlock || bytes % kLine || bytes > end - off)
+                return false;
+            out->push_back({off, ld(&b->state), b->gen, off == begin});
+            off += bytes;
+        }
     }
     return true;
 }

@@ -3,7 +3,8 @@
 
 namespace cxk::pool {
 enum class Crash { create_alloc, create_entry, publish_header, destroy_header, destroy_free,
-                   locked, takeover, count_ };
+                   locked, takeover, claim_reserved, claim_formatted,
+                   claim_committed, trim_split, trim_cleared, slot_claimed, count_ };
 // Exits the process (status 137, as a SIGKILL) at the armed passage; else returns at once.
 void crash_point(Crash c);
 }  // namespace cxk::pool

@@ -1,8 +1,10 @@
-// pool_format.h — private: the on-media layout of a pool, version 1 (docs/pool-format.md).
+// pool_format.h — private: the on-media layout of a pool, version 2 (docs/pool-format.md).
 // Every struct here lives in shared memory; each field says who writes it. All offsets are
 // u64 bytes from the pool base. Changing any layout means a new kVersion.
 #pragma once
 #include <pthread.h>
+
+#include "cxlkit.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -10,7 +12,9 @@
 namespace cxk::pool {
 
 constexpr uint64_t kMagic = 0x4c4f4f504b4c5843ull;  // "CXLKPOOL" little-endian
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
+static_assert(kVersion == CXK_POOL_FORMAT_VERSION, "the C ABI names the version");
+constexpr uint32_t kVersion1 = 1;      // fixed per-host partitions: refused (never misread)
 constexpr uint32_t kObjMagic = 0x4f4b5843u;           // "CXKO"
 constexpr uint64_t kLine = 64;
 constexpr uint64_t kSbBytes = 4096;
@@ -22,7 +26,11 @@ constexpr uint32_t kNameMax = 255;
 constexpr uint32_t kTagMax = 31;
 constexpr uint64_t kObjHeaderBytes = 320;
 constexpr uint64_t kMinBlock = kObjHeaderBytes + kLine;
-constexpr uint64_t kMinPartition = 64 * 1024;
+constexpr uint64_t kMinExtent = 64 * 1024;        // extent size bounds (a power of two)
+constexpr uint64_t kMaxExtent = 64ull << 20;
+constexpr uint64_t kExtentsTarget = 4096;         // extent size: pow2 >= data / this
+constexpr uint64_t kMaxExtents = 1ull << 22;
+constexpr uint64_t kSlotClaimBytes = 128;          // per-slot claim lines (door, x)
 constexpr uint32_t kClasses = 64;      // allocator size classes: floor(log2(block bytes))
 constexpr uint32_t kPendingMax = 128;  // destroyed objects waiting for readers' leases
 constexpr uint32_t kCreatingMax = 288; // objects created but not yet published
@@ -54,17 +62,44 @@ struct Superblock {
     uint64_t names_bytes;
     uint64_t leases_off;           // host h's leases at leases_off + h * leases_bytes
     uint64_t leases_bytes;
-    uint64_t data_off;             // host h's partition at data_off + h * partition_bytes
-    uint64_t partition_bytes;
+    uint64_t data_off;             // extent e at data_off + e * extent_bytes
+    uint64_t data_bytes;           // nextents * extent_bytes
     uint64_t stripe_bytes;         // 0 = one backing, else the interleave granule
     uint32_t nbackings;
     uint32_t reserved0;
     uint64_t lease_timeout_ns;     // a host whose heartbeat is older is dead
     int64_t created_ns;
+    // version 2: extents claimed on demand, per-slot claim lines
+    uint64_t extent_bytes;         // a power of two, kMinExtent..kMaxExtent
+    uint64_t nextents;
+    uint64_t extmap_off;           // host h's extent map at extmap_off + h * extmap_bytes
+    uint64_t extmap_bytes;         // 2 bits per extent, whole lines
+    uint64_t claims_off;           // slot h's claim lines at claims_off + h * kSlotClaimBytes
     uint64_t checksum;             // crc32c of the bytes before this field, | 1<<32
 };
-static_assert(sizeof(Superblock) == 208, "superblock layout");
-static_assert(offsetof(Superblock, checksum) == 200, "superblock checksum offset");
+static_assert(sizeof(Superblock) == 248, "superblock layout");
+static_assert(offsetof(Superblock, version) == 8, "version where v1 has it");
+static_assert(offsetof(Superblock, extent_bytes) == 200, "v2 fields after v1's");
+static_assert(offsetof(Superblock, checksum) == 240, "superblock checksum offset");
+constexpr size_t kSbV1ChecksumOff = 200;  // where a v1 superblock keeps its checksum
+
+// Extent map of one host: 2 bits per extent, 32 extents per u64 word, written by that host's
+// processes only (under its lock; one 8-byte store per word). A run is a START followed by
+// CONTs; its blocks form one chain. RESERVED is a claim not yet checked against the other
+// hosts' maps (part of no run); a CONT not preceded by START/CONT is an orphan (a crash
+// mid-change) and part of no run. Recovery clears both.
+enum ExtState : uint64_t { kExtFree = 0, kExtReserved = 1, kExtCont = 2, kExtStart = 3 };
+
+// Claim lines of one host slot, written by any newcomer that tries to claim the slot (the
+// one exception to one writer per line: each is alone in its line, and every write is
+// flushed at once and every read invalidated first). A splitter: door 0 = the slot is free.
+struct alignas(64) SlotClaim {
+    uint64_t x;                    // the last claimer's random nonce
+    uint64_t pad0[7];
+    uint64_t door;                 // 0 = open; else CLOCK_REALTIME ns when a claimer closed it
+    uint64_t pad1[7];
+};
+static_assert(sizeof(SlotClaim) == kSlotClaimBytes, "two lines");
 
 // One per host, written by that host's processes only (they share a coherence domain and
 // may use atomics on it). Other hosts read lines 0 and 1.
@@ -78,7 +113,8 @@ struct alignas(64) HostSlot {
     // line 1: Lamport's bakery registers for cross-host creation (single-writer registers)
     uint64_t choosing;
     uint64_t number;
-    uint64_t pad1[6];
+    uint64_t opener_pid;           // the process that last attached (for `pool hosts`)
+    uint64_t pad1[5];
     // line 2: the robust process-shared lock of this host's processes
     union {
         pthread_mutex_t mutex;

@@ -251,10 +251,64 @@ void bakery_unlock(cxk_pool *p) {
     sync_out(p, &me->choosing, kLine);
 }
 
+// ---- claiming a free slot across hosts: a splitter on its claim lines ------------------
+// Any newcomer writes slot h's claim lines (each alone in its line); every store is flushed
+// and fenced before the next load, every load invalidated first, so each line acts as an
+// atomic register. x := nonce; if door: lose; door := now; win iff x is still our nonce. At
+// most one claimer wins a slot; with contention all may lose (they try the next slot).
+bool slot_splitter(cxk_pool *p, uint32_t h, uint64_t nonce) {
+    SlotClaim *c = slot_claim(p, h);
+    st(&c->x, nonce);
+    sync_out(p, &c->x, kLine);  // flush + full fence: x is in the pool before door is read
+    sync_in(p, &c->door, kLine);
+    if (ld(&c->door) != 0) return false;
+    st(&c->door, uint64_t(now_ns()) | 1);
+    sync_out(p, &c->door, kLine);  // the door is closed in the pool before x is read again
+    sync_in(p, &c->x, kLine);
+    const bool won = ld(&c->x) == nonce;
+    if (won) crash_point(Crash::slot_claimed);
+    return won;
+}
+
+void slot_unclaim(cxk_pool *p, uint32_t h) {
+    SlotClaim *c = slot_claim(p, h);
+    st(&c->x, uint64_t(0));
+    sync_out(p, &c->x, kLine);
+    st(&c->door, uint64_t(0));
+    sync_out(p, &c->door, kLine);
+}
+
+bool slot_door_open(const cxk_pool *p, uint32_t h) {
+    SlotClaim *c = slot_claim(p, h);
+    sync_in(p, &c->door, kLine);
+    return ld(&c->door) == 0;
+}
+
+namespace {
+uint64_t claim_nonce(const cxk_pool *p) {
+    uint64_t n = 0;
+    if (sys_getrandom(&n, sizeof n) != long(sizeof n)) n = uint64_t(now_ns()) * 0x9e3779b97f4a7c15ull;
+    return (n ^ (uint64_t(p->pid) << 32)) | 1;  // never 0 (a fresh line)
+}
+
+// An explicit id whose door another claimer closed: that claimer's tag decides (ours: a
+// process of this host; another name: -EBUSY). Waits for the winner to write its tag.
+int await_winner_tag(cxk_pool *p, HostSlot *s, const char *tag) {
+    const int64_t until = now_ns() + 2000000000ll;
+    for (;;) {
+        sync_in(p, s, kLine);
+        if (s->tag[0]) return std::strncmp(s->tag, tag, kTagMax) == 0 ? 0 : -EBUSY;
+        if (ld(&s->boot) != kBootFresh && ld(&s->boot) != kBootBusy) return 0;  // attached, untagged
+        if (now_ns() > until) return -EBUSY;  // a claim interrupted: `cxlkit pool release`
+        sched_yield();
+    }
+}
+}  // namespace
+
 // ---- attaching this process as a process of host h -----------------------------------
-// The slot to attach to: host_id, else the slot tagged `tag`, else the first free one (no
-// tag, never used) in probe order from the tag's hash that is not in `taken` (slots that
-// another name claimed while we looked). attach() makes the claim.
+// The slot to attach to: host_id, else the slot tagged `tag`, else a free slot (door open)
+// in probe order from the tag's hash, not in `taken` (slots another name claimed while we
+// looked), that we win with the splitter. attach() then writes the tag.
 int pick_slot(cxk_pool *p, int32_t host_id, const char *tag, uint64_t taken) {
     const uint32_t n = p->geo.max_hosts;
     if (host_id >= 0) {
@@ -262,7 +316,7 @@ int pick_slot(cxk_pool *p, int32_t host_id, const char *tag, uint64_t taken) {
         HostSlot *s = slot(p, uint32_t(host_id));
         sync_in(p, s, kLine);
         if (*tag && s->tag[0] && std::strncmp(s->tag, tag, kTagMax) != 0) return -EBUSY;
-        return host_id;
+        return host_id;  // attach() closes its door under the slot's OFD lock
     }
     if (!*tag) return -EINVAL;
     for (uint32_t h = 0; h < n; ++h) {
@@ -271,12 +325,13 @@ int pick_slot(cxk_pool *p, int32_t host_id, const char *tag, uint64_t taken) {
         if (std::strncmp(s->tag, tag, kTagMax) == 0) return int(h);
     }
     const uint32_t start = uint32_t(name_hash(tag, std::strlen(tag)) % n);
+    const uint64_t nonce = claim_nonce(p);
     for (uint32_t i = 0; i < n; ++i) {
         uint32_t h = (start + i) % n;
-        if (!(taken >> h & 1) && !slot(p, h)->tag[0] && ld(&slot(p, h)->boot) == kBootFresh)
+        if (!(taken >> h & 1) && slot_door_open(p, h) && slot_splitter(p, h, nonce))
             return int(h);
     }
-    return -EBUSY;  // every slot belongs to another host
+    return -EBUSY;  // every slot belongs to another host, or was lost to one
 }
 
 // How long an opener waits for another process of its host that is taking the slot over
@@ -297,6 +352,7 @@ int attach(cxk_pool *p, int lock_fd, const char *tag, bool by_name) {
     sync_in(p, s, kLine);
     // acquire pairs with the taker's release of the boot word: the slot (tag included) is ready
     if (ld(&s->boot) == p->boot && (!*tag || std::strncmp(s->tag, tag, kTagMax) == 0)) {
+        st(&s->opener_pid, uint64_t(p->pid));  // for `pool hosts`; the bakery line's pad
         beat(p);
         return 0;
     }
@@ -306,6 +362,15 @@ int attach(cxk_pool *p, int lock_fd, const char *tag, bool by_name) {
     if (*tag && s->tag[0] && std::strncmp(s->tag, tag, kTagMax) != 0) {
         backing_unlock(lock_fd, at);
         return by_name ? kSlotTaken : -EBUSY;
+    }
+    // an explicit id closes its slot's door, so named newcomers skip it; when another
+    // claimer (a name, on any host) closed it first, that claimer's tag decides
+    if (!by_name && slot_door_open(p, p->host) && !slot_splitter(p, p->host, claim_nonce(p)) &&
+        *tag) {
+        if (int r = await_winner_tag(p, s, tag)) {
+            backing_unlock(lock_fd, at);
+            return r;
+        }
     }
     if (*tag && !s->tag[0]) {
         std::strncpy(s->tag, tag, kTagMax);  // the claim
@@ -339,6 +404,7 @@ int attach(cxk_pool *p, int lock_fd, const char *tag, bool by_name) {
         sync_out(p, s, kLine);
     }
     backing_unlock(lock_fd, at);
+    st(&s->opener_pid, uint64_t(p->pid));
     beat(p);
     return 0;
 }

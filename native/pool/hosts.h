@@ -45,6 +45,12 @@ int reset_host_lock(cxk_pool *p, int lock_fd);
 void bakery_lock(cxk_pool *p);
 void bakery_unlock(cxk_pool *p);
 
+// Claim slot h with the splitter on its claim lines (any newcomer may write them): true
+// when we won it (at most one claimer does). slot_door_open: nobody claimed it yet.
+bool slot_splitter(cxk_pool *p, uint32_t h, uint64_t nonce);
+bool slot_door_open(const cxk_pool *p, uint32_t h);
+void slot_unclaim(cxk_pool *p, uint32_t h);  // reopen the door of a slot we won, unused
+
 // attach(): the slot picked by name was claimed by another name meanwhile: pick again.
 constexpr int kSlotTaken = 1;
 int pick_slot(cxk_pool *p, int32_t host_id, const char *tag, uint64_t taken);

@@ -12,6 +12,7 @@
 
 #include "pool/checksum.h"
 #include "pool/crash.h"
+#include "pool/extents.h"
 #include "pool/hosts.h"
 #include "sys/sys.h"
 #include "pool/leases.h"
@@ -25,8 +26,9 @@ namespace cxk::pool {
 
 bool header_matches(const cxk_pool *p, uint32_t h, const EntryView &v, const char *name,
                     size_t len) {
-    const uint64_t lo = part_begin(p, h), hi = part_end(p, h);
-    if (v.block < lo || v.block + kMinBlock > hi || v.block % kLine) return false;
+    uint64_t lo, hi;
+    if (!run_at(p, h, v.block, &lo, &hi) || v.block + kMinBlock > hi || v.block % kLine)
+        return false;
     ObjHeader *o = hdr(p, v.block);
     if (h != p->host) sync_in(p, o, kObjHeaderBytes);
     return o->magic == kObjMagic && o->name_len == len && ld(&o->gen) == v.gen &&
@@ -116,25 +118,38 @@ void fill_stat(const cxk_pool *p, uint32_t h, uint64_t block, struct cxk_obj_sta
     (void)p;
 }
 
-// The block of an object payload offset that lies in host h's partition, or 0.
+// The block of an object payload offset that lies in a run of some host (*host), or 0. The
+// extent maps say whose run it is; this host's is asked first.
 uint64_t block_of(const cxk_pool *p, uint64_t off, uint32_t *host) {
     const Superblock &g = p->geo;
     if (off < g.data_off + kObjHeaderBytes || off % kLine) return 0;
     const uint64_t block = off - kObjHeaderBytes;
-    const uint64_t h = (block - g.data_off) / g.partition_bytes;
-    if (h >= g.max_hosts || block + kMinBlock > part_end(p, uint32_t(h))) return 0;
-    if (host) *host = uint32_t(h);
-    return block;
+    for (uint32_t i = 0; i < g.max_hosts; ++i) {
+        const uint32_t h = i == 0 ? p->host : (i <= p->host ? i - 1 : i);
+        uint64_t b, e;
+        if (!run_at(p, h, block, &b, &e)) continue;
+        if (block + kMinBlock > e) return 0;
+        if (host) *host = h;
+        return block;
+    }
+    return 0;
 }
 
-// Does o, at block of host h's partition, describe a block that fits the partition with a
-// payload that fits the block? Offsets come from callers, and payload bytes may look like a
+// The end of host h's run holding block (0: in no run of h).
+uint64_t block_run_end(const cxk_pool *p, uint32_t h, uint64_t block) {
+    uint64_t b, e;
+    return run_at(p, h, block, &b, &e) ? e : 0;
+}
+
+// Does o, at block of a run of host h, describe a block that fits the run with a payload
+// that fits the block? Offsets come from callers, and payload bytes may look like a
 // header: nothing is read through a header that fails this.
 bool header_sane(const cxk_pool *p, uint32_t h, uint64_t block, const ObjHeader *o) {
     const uint64_t bytes = ld(&o->block_bytes);
     const uint16_t nl = ldr(&o->name_len);
-    return o->magic == kObjMagic && bytes >= kMinBlock && bytes % kLine == 0 &&
-           bytes <= part_end(p, h) - block && ldr(&o->nbytes) <= bytes - kObjHeaderBytes &&
+    const uint64_t end = block_run_end(p, h, block);
+    return end && o->magic == kObjMagic && bytes >= kMinBlock && bytes % kLine == 0 &&
+           bytes <= end - block && ldr(&o->nbytes) <= bytes - kObjHeaderBytes &&
            (ld(&o->state) == kFree || (nl >= 1 && nl <= kNameMax));
 }
 
@@ -163,7 +178,7 @@ int cxk_obj_create_ex(cxk_pool *p, const char *name, uint64_t nbytes, unsigned f
     size_t len;
     if (!p || !off || (flags & ~CXK_OBJ_NOZERO)) return -EINVAL;
     if (int r = check_name(name, &len)) return r;
-    if (nbytes == 0 || nbytes > p->geo.partition_bytes) return nbytes ? -ENOSPC : -EINVAL;
+    if (nbytes == 0 || nbytes > p->geo.data_bytes) return nbytes ? -ENOSPC : -EINVAL;
     const uint64_t need = block_need(nbytes), hash = name_hash(name, len);
     const int64_t li = lease_claim(p);
     if (li < 0) return int(li);
@@ -191,6 +206,11 @@ int cxk_obj_create_ex(cxk_pool *p, const char *name, uint64_t nbytes, unsigned f
             if (b == -ENOSPC && s->ndead) {
                 sweep_pending(p);
                 b = alloc_block(p, need);
+            }
+            if (b == -ENOSPC) {
+                // our runs are full: claim free extents (we hold the bakery), then again
+                const int c = extent_claim(p, need);
+                b = c ? c : alloc_block(p, need);
             }
             if (b < 0) err = int(b);
         }
@@ -345,8 +365,7 @@ int cxk_obj_close(cxk_pool *p, uint64_t off) {
     if (!found) return -ENOENT;
     // The last reader of one of our destroyed objects frees it now; other hosts' readers
     // leave it to our next sweep (create, heartbeat).
-    if (block >= part_begin(p, p->host) && block < part_end(p, p->host) &&
-        ld(&hdr(p, block)->state) == kDead) {
+    if (own_block(p, block) && ld(&hdr(p, block)->state) == kDead) {
         HostLock hl(p);
         if (!hl.err) sweep_pending(p);
     }
@@ -494,7 +513,8 @@ int cxk_obj_read(cxk_pool *p, uint64_t off, uint64_t generation, uint64_t pos, v
     ObjHeader *o = hdr(p, block);
     const uint64_t size = ldr(&o->nbytes), want = o->checksum;
     const int ck = checksum_state(o);
-    if (size > part_end(p, h) - off) return -ESTALE;  // changed since the validation
+    const uint64_t end = block_run_end(p, h, block);
+    if (!end || size > end - off) return -ESTALE;  // changed since the validation
     if (pos > size || nbytes > size - pos) return -ERANGE;
     if (h != p->host && p->nc && !cxk::mutated(cxk::Mut::read_invalidate))
         cxk_copy_invalidate(dst, p->base + off + pos, nbytes);
@@ -519,7 +539,8 @@ int cxk_obj_verify(cxk_pool *p, uint64_t off) {
         return -EINVAL;
     const uint64_t want = o->checksum, size = ldr(&o->nbytes);
     if (int r = checksum_state(o)) return r;
-    if (size > part_end(p, h) - off) return -EINVAL;  // changed since the check
+    const uint64_t end = block_run_end(p, h, off - kObjHeaderBytes);
+    if (!end || size > end - off) return -EINVAL;  // changed since the check
     if (h != p->host) sync_in(p, p->base + off, size);
     return ((1ull << 32) | crc32c(p->base + off, size)) == want ? 0 : -EBADMSG;
 }

@@ -25,9 +25,11 @@ int checksum_state(const ObjHeader *o);
 void fill_stat(const cxk_pool *p, uint32_t h, uint64_t block, struct cxk_obj_stat *st_);
 bool snapshot_header(const cxk_pool *p, uint32_t h, uint64_t block, ObjHeader *out);
 void fill_stat_from(uint32_t h, uint64_t block, const ObjHeader &o, struct cxk_obj_stat *st_);
-// The block of a payload offset inside host *host's partition, or 0.
+// The block of a payload offset inside a run of host *host, or 0.
 uint64_t block_of(const cxk_pool *p, uint64_t off, uint32_t *host);
-// A block that fits host h's partition, a payload that fits the block, a name length in
+// The end of host h's run holding block (0: in no run of h).
+uint64_t block_run_end(const cxk_pool *p, uint32_t h, uint64_t block);
+// A block that fits a run of host h, a payload that fits the block, a name length in
 // range: nothing is read through a header that fails this.
 bool header_sane(const cxk_pool *p, uint32_t h, uint64_t block, const ObjHeader *o);
 }  // namespace cxk::pool

@@ -12,6 +12,7 @@
 #include <new>
 #include <vector>
 
+#include "pool/extents.h"
 #include "pool/hosts.h"
 #include "pool/leases.h"
 #include "pool/recovery.h"
@@ -154,18 +155,34 @@ namespace {
 
 // open, phase 4: pick a slot and attach to it (again when another name took it meanwhile).
 // Under "sim" the slot is picked on the pool itself, then everything runs on its host's view.
-int attach_host(cxk_pool *p, const cxk_pool_opts &o, const char *tag, int lock_fd) {
+int attach_host_locked(cxk_pool *p, const cxk_pool_opts &o, const char *tag, int lock_fd) {
     for (uint64_t taken = 0;;) {
         const int r = pick_slot(p, o.host_id, tag, taken);
         if (r < 0) return r;
         p->host = uint32_t(r);
         if (o.coherence == CXK_COHERENCE_SIM)
             if (int e = sim_enter(p)) return e;
+        const bool fresh = o.host_id < 0 && !host_used(p, p->host) && !slot(p, p->host)->tag[0];
         const int a = attach(p, lock_fd, tag, o.host_id < 0);
+        // a slot we just won by name but could not attach to is reopened: a failed open
+        // leaves the pool as it found it
+        if (a < 0 && fresh) slot_unclaim(p, p->host);
         if (a != kSlotTaken) return a;
         sim_leave(p);
         taken |= 1ull << p->host;  // another name claimed it since we looked
     }
+}
+
+// Processes of one kernel that attach by the same name are serialised by an OFD lock on a
+// byte of the superblock page chosen by the name's hash (past the superblock's fields): one
+// name never takes two slots here. Across hosts the splitter makes each claim exact.
+int attach_host(cxk_pool *p, const cxk_pool_opts &o, const char *tag, int lock_fd) {
+    if (o.host_id >= 0 || !*tag) return attach_host_locked(p, o, tag, lock_fd);
+    const uint64_t at = 2048 + name_hash(tag, std::strlen(tag)) % 2048;
+    if (int r = backing_lock(lock_fd, at, 30 * 1000000000ll)) return r;
+    const int r = attach_host_locked(p, o, tag, lock_fd);
+    backing_unlock(lock_fd, at);
+    return r;
 }
 }  // namespace
 
@@ -296,7 +313,9 @@ int cxk_pool_stat(cxk_pool *p, struct cxk_pool_stat *st_) {
     std::memset(st_, 0, sizeof *st_);
     const Superblock &g = p->geo;
     st_->size = p->size;
-    st_->partition_bytes = g.partition_bytes;
+    st_->partition_bytes = g.data_bytes;
+    st_->extent_bytes = g.extent_bytes;
+    st_->nextents = g.nextents;
     st_->max_objects = g.max_objects;
     st_->align = p->align;
     st_->lease_timeout_ns = g.lease_timeout_ns;
@@ -315,7 +334,12 @@ int cxk_pool_stat(cxk_pool *p, struct cxk_pool_stat *st_) {
         st_->used_bytes = s->used_bytes;
         st_->free_bytes = s->free_bytes;
         st_->objects_host = s->nlive;
+        st_->extents_held = extents_held(p, p->host);
+        st_->names_host = s->nlive + s->ncreating;
     }
+    uint64_t held = 0;
+    for (uint32_t h = 0; h < g.max_hosts; ++h) held += extents_held(p, h);
+    st_->extents_free = held < g.nextents ? g.nextents - held : 0;
     for (uint32_t h = 0; h < g.max_hosts; ++h) {
         if (!host_used(p, h)) continue;
         if (host_alive(p, h)) st_->hosts_active++;

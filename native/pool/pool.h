@@ -64,36 +64,46 @@ inline NameEntry *names(const cxk_pool *p, uint32_t h) {
 inline Lease *leases(const cxk_pool *p, uint32_t h) {
     return reinterpret_cast<Lease *>(p->base + p->geo.leases_off + h * p->geo.leases_bytes);
 }
-inline uint64_t part_begin(const cxk_pool *p, uint32_t h) {
-    return p->geo.data_off + h * p->geo.partition_bytes;
-}
-inline uint64_t part_end(const cxk_pool *p, uint32_t h) {
-    return part_begin(p, h) + p->geo.partition_bytes;
-}
 inline ObjHeader *hdr(const cxk_pool *p, uint64_t block) {
     return reinterpret_cast<ObjHeader *>(p->base + block);
 }
-// Is off a plausible block of this host's partition (a header fits, aligned, magic)? Every
-// offset read from our slot's lists or a header's links is checked with it before use.
-inline bool own_block(const cxk_pool *p, uint64_t off) {
-    const uint64_t b = part_begin(p, p->host), e = part_end(p, p->host);
-    return off >= b && off % kLine == 0 && off <= e - kMinBlock && hdr(p, off)->magic == kObjMagic;
+
+// ---- extents (extents.cpp): the data region is claimed by hosts extent by extent ------
+inline uint64_t *extmap(const cxk_pool *p, uint32_t h) {
+    return reinterpret_cast<uint64_t *>(p->base + p->geo.extmap_off + h * p->geo.extmap_bytes);
 }
+inline SlotClaim *slot_claim(const cxk_pool *p, uint32_t h) {
+    return reinterpret_cast<SlotClaim *>(p->base + p->geo.claims_off + h * kSlotClaimBytes);
+}
+inline uint64_t ext_off(const cxk_pool *p, uint64_t e) {
+    return p->geo.data_off + e * p->geo.extent_bytes;
+}
+// State of extent e in host h's map (lines of another host's map are synced in first).
+uint32_t ext_state(const cxk_pool *p, uint32_t h, uint64_t e);
+// The run of host h that holds byte off: [*begin, *end) in pool offsets; false when off is
+// in no run of h (outside the data region, a free, reserved or orphan extent).
+bool run_at(const cxk_pool *p, uint32_t h, uint64_t off, uint64_t *begin, uint64_t *end);
+// Is off a plausible block of this host's runs (a header fits, aligned, magic)? Every
+// offset read from our slot's lists or a header's links is checked with it before use.
+bool own_block(const cxk_pool *p, uint64_t off);
 
 uint64_t name_hash(const char *name, size_t len);
 int64_t now_ns();
 bool pid_alive(uint32_t pid);
 
-// ---- allocator (pool_alloc.cpp): this host's partition, caller holds the host lock -----
-// A partition is a chain of blocks, each starting with an ObjHeader; block_bytes links the
-// chain and is only ever changed by one 8-byte store, so a crash at any point leaves a
+// ---- allocator (alloc.cpp): this host's runs, caller holds the host lock -----------
+// A run of extents is a chain of blocks, each starting with an ObjHeader; block_bytes links
+// the chain and is only ever changed by one 8-byte store, so a crash at any point leaves a
 // walkable chain. Free lists and counters are derived and rebuilt by recovery.
-// block offset or -ENOSPC; corrupt free lists set p->needs_recover (the caller recovers)
+// block offset or -ENOSPC (no free block in our runs: the caller claims extents); corrupt
+// free lists set p->needs_recover (the caller recovers)
 int64_t alloc_block(cxk_pool *p, uint64_t need);
 void free_block(cxk_pool *p, uint64_t block);      // block is CREATING or DEAD
-void format_partition(cxk_pool *p, uint32_t h);
 // Push FREE block off on its size-class list of slot s (the one list push: alloc, recovery).
 void free_list_push(cxk_pool *p, HostSlot *s, uint64_t off);
+void free_list_remove(cxk_pool *p, HostSlot *s, uint64_t off);
+// A FREE header of `bytes` at off (flushed: other hosts' walks read it).
+void write_free_header(cxk_pool *p, uint64_t off, uint64_t bytes, uint64_t prev_bytes);
 inline uint64_t block_need(uint64_t nbytes) {
     return (kObjHeaderBytes + nbytes + kLine - 1) & ~(kLine - 1);
 }
@@ -102,9 +112,10 @@ struct WalkBlock {
     uint64_t off;
     uint32_t state;
     uint64_t gen;
+    bool run_start;                // the first block of a run (coalescing stops here)
 };
-// Visit every block of host h's partition in order; returns false on a broken chain.
-// Read-only (for other hosts' partitions); the caller syncs in as needed.
+// Visit every block of host h's runs in order; returns false on a broken chain.
+// Read-only (for other hosts' runs); the caller syncs in as needed.
 bool walk(const cxk_pool *p, uint32_t h, std::vector<WalkBlock> *out);
 
 // ---- name table (pool_names.cpp) ------------------------------------------------

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "pool/checksum.h"
+#include "pool/extents.h"
 #include "pool/hosts.h"
 #include "pool/objects.h"
 #include "sys/sys.h"
@@ -143,6 +144,10 @@ std::vector<WalkBlock> rebuild_lists(cxk_pool *p, const std::vector<WalkBlock> &
     };
     for (const auto &b : blocks) {
         ObjHeader *o = hdr(p, b.off);
+        if (b.run_start) {  // blocks of two runs never merge, and a run has no predecessor
+            close_run();
+            prev_bytes = 0;
+        }
         if (b.state == kFree) {
             if (run) {
                 st(&hdr(p, run)->block_bytes, hdr(p, run)->block_bytes + o->block_bytes);
@@ -233,6 +238,7 @@ int recover(cxk_pool *p, cxk_fsck_report *r) {
     st(&s->number, uint64_t(0));
     sync_out(p, &s->choosing, kLine);
     r->leases_expired += clean_leases(p);
+    extmap_recover(p);  // claims and returns a crash cut short: the runs are whole again
     std::vector<WalkBlock> blocks;
     if (!walk(p, p->host, &blocks)) {
         r->errors++;
@@ -241,6 +247,15 @@ int recover(cxk_pool *p, cxk_fsck_report *r) {
     reclaim_unowned(p, blocks, r);
     const std::vector<WalkBlock> kept = rebuild_lists(p, blocks);
     rebuild_entries(p, kept, r);
+    // runs whose tail is free give their whole extents back, as a free would have
+    std::vector<Run> runs;
+    runs_of(p, p->host, &runs);
+    for (const Run &run : runs) {
+        const uint64_t end = ext_off(p, run.first + run.count);
+        uint64_t off = ext_off(p, run.first);
+        while (off + hdr(p, off)->block_bytes < end) off += hdr(p, off)->block_bytes;
+        if (ld(&hdr(p, off)->state) == kFree) extent_trim(p, off);
+    }
     p->needs_recover = false;
     sync_out(p, s, kHostSlotBytes);
     return 0;
@@ -316,13 +331,16 @@ void fsck_entries(cxk_pool *p, uint32_t h, const std::unordered_map<uint64_t, ui
         auto it = gens.find(v.block);
         if (it == gens.end() || it->second != v.gen) {
             // a live host may have changed it since our walk: read it once more
-            if (h != p->host && host_alive(p, h) && v.block >= part_begin(p, h) &&
-                v.block < part_end(p, h) && ld(&hdr(p, v.block)->gen) != v.gen)
+            if (h != p->host && host_alive(p, h) && block_run_end(p, h, v.block) &&
+                ld(&hdr(p, v.block)->gen) != v.gen)
                 continue;
             r->errors++;
             continue;
         }
         const ObjHeader *o = hdr(p, v.block);
+        // the walk synced in line 0 only (and fsck_blocks the headers of LIVE blocks): the
+        // name of another host's CREATING block may be a stale copy of a former object's
+        if (h != p->host) sync_in(p, o, kObjHeaderBytes);
         const uint16_t nl = o->name_len;
         if (nl == 0 || nl > kNameMax || name_hash(o->name, nl) != v.hash) {
             if (h != p->host && host_alive(p, h) && ld(&o->gen) != v.gen) continue;  // reused
@@ -362,6 +380,7 @@ int cxk_pool_fsck(cxk_pool *p, unsigned flags, struct cxk_fsck_report *r) {
         recover(p, r);  // a broken chain is counted in r->errors and reported below too
     }
     std::unordered_map<std::string, int> seen;
+    r->errors += extents_overlapping(p);  // an extent in two hosts' runs
     for (uint32_t h = 0; h < p->geo.max_hosts; ++h) {
         if (!host_used(p, h)) continue;
         std::unordered_map<uint64_t, uint64_t> gens;  // held block -> gen

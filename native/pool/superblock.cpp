@@ -18,15 +18,26 @@ namespace cxk::pool {
 // ---- format / validate ------------------------------------------------------------------
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
+// The extent size: a power of two near data / kExtentsTarget, so that a host claims rarely
+// (a few thousand claims fill the pool) and holds little it does not use (at most an extent
+// of slack per run); kMinExtent..kMaxExtent (docs/pool-format.md, "Extents").
+uint64_t extent_size(uint64_t total) {
+    uint64_t e = kMinExtent;
+    while (e < kMaxExtent && e * kExtentsTarget < total) e <<= 1;
+    return e;
+}
+
 int geometry(uint64_t total, const cxk_pool_opts &o, uint32_t nbackings, Superblock *sb) {
     std::memset(sb, 0, sizeof *sb);
     const uint32_t hosts = o.max_hosts ? o.max_hosts : 4;
     if (hosts > kMaxHosts) return -EINVAL;
     const uint64_t lease_slots = o.lease_slots ? o.lease_slots : 1024;
     const uint64_t meta0 = kSbBytes + uint64_t(hosts) * kHostSlotBytes;
-    if (total < meta0 + hosts * kMinPartition) return -ERANGE;
+    const uint64_t E = extent_size(total);
+    if (total < meta0 + E) return -ERANGE;
     uint64_t max_objects = o.max_objects;
-    if (!max_objects) max_objects = std::max<uint64_t>(256, (total - meta0) / hosts / 16384);
+    // names per host: one host may fill the whole data region, so twice version 1's share
+    if (!max_objects) max_objects = std::max<uint64_t>(256, (total - meta0) / hosts / 8192);
     if (max_objects > (1ull << 30)) return -EINVAL;
     names_geometry(max_objects, sb);
     sb->magic = kMagic;
@@ -37,14 +48,20 @@ int geometry(uint64_t total, const cxk_pool_opts &o, uint32_t nbackings, Superbl
     sb->host_slot_bytes = kHostSlotBytes;
     sb->lease_slots = lease_slots;
     sb->host_table_off = kSbBytes;
-    sb->names_off = meta0;
+    sb->claims_off = meta0;
+    sb->names_off = meta0 + round_up(hosts * kSlotClaimBytes, 4096);
     sb->names_bytes = round_up(sb->name_slots * sizeof(NameEntry), 4096);
     sb->leases_off = sb->names_off + hosts * sb->names_bytes;
     sb->leases_bytes = round_up(lease_slots * sizeof(Lease), 4096);
-    sb->data_off = round_up(sb->leases_off + hosts * sb->leases_bytes, 65536);
+    sb->extmap_off = sb->leases_off + hosts * sb->leases_bytes;
+    sb->extmap_bytes = round_up((total / E + 31) / 32 * 8, kLine);
+    sb->data_off = round_up(sb->extmap_off + hosts * sb->extmap_bytes, 65536);
     if (sb->data_off >= total) return -ERANGE;
-    sb->partition_bytes = (total - sb->data_off) / hosts / 65536 * 65536;
-    if (sb->partition_bytes < kMinPartition) return -ERANGE;
+    sb->extent_bytes = E;
+    sb->nextents = (total - sb->data_off) / E;
+    if (sb->nextents < 1) return -ERANGE;
+    if (sb->nextents > kMaxExtents) return -EINVAL;
+    sb->data_bytes = sb->nextents * E;
     sb->nbackings = nbackings;
     sb->stripe_bytes = nbackings > 1 ? CXK_POOL_STRIPE_BYTES : 0;
     sb->lease_timeout_ns = uint64_t(o.lease_timeout_ms ? o.lease_timeout_ms : 10000) * 1000000;
@@ -67,8 +84,7 @@ int format(cxk_pool *p, const Superblock &sb, bool dirty) {
     for (uint32_t h = 0; h < sb.max_hosts; ++h) {
         HostSlot *s = slot(p, h);
         if (int r = init_mutex(&s->mutex)) return r;
-        s->boot = kBootFresh;
-        format_partition(p, h);
+        s->boot = kBootFresh;  // extent maps and claim lines are zero: nothing held, doors open
     }
     Superblock tmp = sb;
     tmp.magic = 0;
@@ -92,23 +108,34 @@ int validate(const uint8_t *base, uint64_t mapped, uint32_t nbackings, Superbloc
     Superblock sb;
     std::memcpy(&sb, base, sizeof sb);
     if (sb.magic != kMagic) return -EMEDIUMTYPE;
-    if (sb.version != kVersion) return -EPROTONOSUPPORT;
+    if (sb.version != kVersion) return -EPROTONOSUPPORT;  // version 1 included: never misread
     if (sb.checksum != ((1ull << 32) | crc32c(&sb, offsetof(Superblock, checksum))))
         return -EBADMSG;
     if (sb.total_bytes > mapped) return -ENXIO;  // the file was cut short (truncated)
-    const bool sane = sb.sb_bytes == kSbBytes && sb.host_slot_bytes == kHostSlotBytes &&
-                      sb.max_hosts >= 1 && sb.max_hosts <= kMaxHosts &&
+    const uint64_t T = sb.total_bytes, H = sb.max_hosts;
+    // every size is at most the pool before it is multiplied by H (<= 64): no overflow
+    const bool small = sb.names_bytes <= T && sb.leases_bytes <= T && sb.extmap_bytes <= T &&
+                       sb.claims_off <= T && sb.names_off <= T && sb.leases_off <= T &&
+                       sb.extmap_off <= T && sb.data_off <= T && sb.name_slots <= T &&
+                       sb.lease_slots <= T;
+    const uint64_t E = sb.extent_bytes;
+    const bool sane = small && sb.sb_bytes == kSbBytes && sb.host_slot_bytes == kHostSlotBytes &&
+                      H >= 1 && H <= kMaxHosts &&
                       sb.levels == kLevels && sb.bucket_slots == kBucketSlots &&
-                      sb.total_bytes <= mapped && sb.host_table_off == kSbBytes &&
-                      sb.names_off >= kSbBytes + sb.max_hosts * kHostSlotBytes &&
+                      sb.host_table_off == kSbBytes &&
+                      sb.claims_off >= kSbBytes + H * kHostSlotBytes && sb.claims_off % kLine == 0 &&
+                      sb.names_off >= sb.claims_off + H * kSlotClaimBytes &&
                       sb.names_bytes >= sb.name_slots * sizeof(NameEntry) &&
-                      sb.leases_off >= sb.names_off + sb.max_hosts * sb.names_bytes &&
+                      sb.leases_off >= sb.names_off + H * sb.names_bytes &&
                       sb.leases_bytes >= sb.lease_slots * sizeof(Lease) &&
-                      sb.data_off >= sb.leases_off + sb.max_hosts * sb.leases_bytes &&
-                      sb.partition_bytes >= kMinPartition &&
-                      sb.data_off + sb.max_hosts * sb.partition_bytes <= sb.total_bytes &&
-                      sb.data_off % kLine == 0 && sb.partition_bytes % kLine == 0 &&
-                      sb.lease_timeout_ns > 0;
+                      sb.extmap_off >= sb.leases_off + H * sb.leases_bytes &&
+                      sb.extmap_off % kLine == 0 && sb.extmap_bytes % kLine == 0 &&
+                      E >= kMinExtent && E <= kMaxExtent && (E & (E - 1)) == 0 &&
+                      sb.nextents >= 1 && sb.nextents <= kMaxExtents &&
+                      sb.extmap_bytes >= (sb.nextents + 31) / 32 * 8 &&
+                      sb.data_off >= sb.extmap_off + H * sb.extmap_bytes &&
+                      sb.data_bytes == sb.nextents * E && sb.data_bytes <= T - sb.data_off &&
+                      sb.data_off % kLine == 0 && sb.lease_timeout_ns > 0;
     if (!sane) return -EBADMSG;
     // the name table: every level has buckets (lookups divide by them) and the entries they
     // hold are the table's, which holds max_objects names

@@ -26,3 +26,8 @@ __all__ = [
     "parse_count",
     "PoolForeignError", "PoolGeometryError", "PoolNoSpaceError",
 ]
+
+# ---- pool format v2 (issue 18): host slots as a user sees them ----
+from .pool import HostInfo  # noqa: E402
+
+__all__ += ["HostInfo"]

@@ -37,6 +37,13 @@ ENV: dict[str, tuple[str, str]] = {
                                 "(default 2000; forever: never sleeps)"),
     "CXLKIT_MSG_SLEEP_US": ("", "then sleeps this long between polls (default 50; 0: keeps "
                                 "yielding)"),
+    # ---- issue 19: libcxlkit_preload.so reads these itself (cxlkit.preload names them) ----
+    "CXLKIT_STRIPE": ("", "node:weight[,...]: stripes of a program's large mappings (preload)"),
+    "CXLKIT_STRIPE_CHUNK": ("2097152", "stripe chunk in bytes (preload)"),
+    "CXLKIT_MIN_SIZE": ("2097152", "smallest mapping or malloc block placed (preload)"),
+    "CXLKIT_PRELOAD_LOG": ("", "path or stderr: log each placement decision (preload)"),
+    "CXLKIT_PRELOAD_LIB": ("", "libcxlkit_preload.so to use (default: beside cxlkit._native)"),
+    "CXLKIT_PRELOAD_FAULT": ("", "mbind:N:errno: fail the library's Nth mbind (tests)"),
 }
 
 

@@ -129,16 +129,42 @@ class PoolStat:
     host_id: int
     hosts_active: int
     coherence: str
-    partition_bytes: int
+    partition_bytes: int   # the data region: one host may fill all of it (format v2)
     used_bytes: int        # this host
-    free_bytes: int        # this host
+    free_bytes: int        # this host: used + free == extents_held * extent_bytes
     objects: int           # published, every host
     objects_host: int      # published, this host
     max_objects: int       # names per host
     align: int
     nbackings: int
     lease_timeout_s: float
-    data_offset: int       # host h's partition: [data_offset + h*partition_bytes, +partition_bytes)
+    data_offset: int       # the data region: [data_offset, data_offset + partition_bytes)
+    extent_bytes: int = 0  # hosts claim the data region in extents of this size, on demand
+    nextents: int = 0
+    extents_held: int = 0  # this host
+    extents_free: int = 0  # held by no host
+    names_host: int = 0    # this host's names in use (published and being created)
+
+
+_HOST_STATES = {0: "free", 1: "live", 2: "dead", 3: "claimed"}
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """One host slot of a pool (`cxlkit pool hosts`). state: "free" (never claimed, or
+    released), "live" (heartbeat younger than the lease timeout), "dead" (attached once,
+    heartbeat stale: `release` frees it), "claimed" (claimed but never attached: a claim in
+    progress, or one whose claimer died). name and counts are read from the pool as its host
+    last wrote them."""
+    slot: int
+    state: str
+    name: str
+    pid: int                        # the process that last attached (0: none)
+    heartbeat_age_s: float | None   # since its last heartbeat (or claim); None: neither
+    extents: int
+    held_bytes: int
+    used_bytes: int
+    objects: int                    # published
 
 
 @dataclass(frozen=True)
@@ -395,6 +421,8 @@ class Pool:
         try:
             d = self._h.create(name, nbytes, 0 if zero else _native.OBJ_NOZERO)
         except OSError as e:
+            if e.errno == errno.ENOSPC:
+                raise self._full_error(e, nbytes) from None
             raise _typed(e, _CREATE_ERRORS) from None
         obj = PoolObject(self._h, name, d["offset"], d["nbytes"], d["generation"], d["host"],
                          True)
@@ -414,6 +442,24 @@ class Pool:
                 pass  # another process of this host destroyed it: the error is the one above
             raise
         return obj
+
+    def _full_error(self, e: OSError, nbytes: int) -> PoolFullError:
+        """PoolFullError naming the limit a create hit: this host's name table, or the data
+        region (no free extents for the object)."""
+        try:
+            st = self.stat()
+        except OSError:
+            return _typed(e, _CREATE_ERRORS)
+        if nbytes <= st.partition_bytes and st.names_host >= st.max_objects:
+            why = (f"name table full: host {st.host_id} holds max_objects={st.max_objects} "
+                   "names; destroy objects, or create the pool with a larger max_objects")
+        else:
+            why = (f"pool full: no room for {nbytes} bytes in this host's extents nor in a "
+                   f"stretch of free ones (data region {st.partition_bytes} bytes in "
+                   f"{st.nextents} extents of {st.extent_bytes}; this host holds "
+                   f"{st.extents_held}, {st.extents_free} are free); destroy objects, or see "
+                   f"what each host holds: `cxlkit pool hosts {self.path}`")
+        return PoolFullError(errno.ENOSPC, why, e.filename)
 
     def open(self, name: str, *, writable: bool = False) -> PoolObject:
         """A published object of any host, leased until close(). KeyError if no host has
@@ -479,7 +525,59 @@ class Pool:
             partition_bytes=d["partition_bytes"], used_bytes=d["used_bytes"],
             free_bytes=d["free_bytes"], objects=d["objects"], objects_host=d["objects_host"],
             max_objects=d["max_objects"], align=d["align"], nbackings=d["nbackings"],
-            lease_timeout_s=d["lease_timeout_ns"] / 1e9, data_offset=d["data_offset"])
+            lease_timeout_s=d["lease_timeout_ns"] / 1e9, data_offset=d["data_offset"],
+            extent_bytes=d["extent_bytes"], nextents=d["nextents"],
+            extents_held=d["extents_held"], extents_free=d["extents_free"],
+            names_host=d["names_host"])
+
+    def hosts(self) -> list[HostInfo]:
+        """Every host slot: who holds it, whether it is alive, the extents, bytes and objects
+        it holds."""
+        try:
+            rows = self._h.hosts()
+        except OSError as e:
+            raise _typed(e, _OBJECT_ERRORS) from None
+        return [HostInfo(slot=d["slot"], state=_HOST_STATES.get(d["state"], "?"),
+                         name=d["tag"].decode("utf-8", "replace"), pid=d["pid"],
+                         heartbeat_age_s=(None if d["heartbeat_age_ns"] < 0
+                                          else d["heartbeat_age_ns"] / 1e9),
+                         extents=d["extents"], held_bytes=d["held_bytes"],
+                         used_bytes=d["used_bytes"], objects=d["objects"]) for d in rows]
+
+    def release(self, host: int | str, *, drop: bool = False) -> None:
+        """Free a dead host's slot (by slot number or name): its published objects become
+        this host's (still readable by name), or with drop=True are dropped; its extents and
+        names are freed and the slot can be claimed again. Refused (PoolError) for a live
+        host, this host, a free slot, and with drop while a live reader holds its objects."""
+        slots = self.hosts()
+        if isinstance(host, bool) or not isinstance(host, (int, str)):
+            raise TypeError(f"host {host!r}: expected a slot (int) or a host name (str)")
+        if isinstance(host, str):
+            match = [h.slot for h in slots if h.name == host]
+            if not match:
+                raise KeyError(f"no host named {host!r} in pool {self._h.label}")
+            slot = match[0]
+        else:
+            slot = host
+        if not 0 <= slot < len(slots):
+            raise ValueError(f"host slot {slot}: out of range 0..{len(slots) - 1}")
+        info = slots[slot]
+        try:
+            self._h.release(slot, drop)
+        except OSError as e:
+            why = {
+                errno.EBUSY: (f"host slot {slot} ({info.name or 'unnamed'}) is {info.state}"
+                              + (": a live reader holds one of its objects" if drop and
+                                 info.state == "dead" else ": only a dead host is released")),
+                errno.EINVAL: f"host slot {slot} is this process's own host",
+                errno.ENOENT: f"host slot {slot} is free: nothing to release",
+                errno.ENOSPC: (f"this host's name table cannot take host {slot}'s "
+                               f"{info.objects} objects (max_objects): destroy some, or "
+                               "release with drop=True"),
+            }.get(e.errno)
+            if why is None:
+                raise _typed(e, _OBJECT_ERRORS) from None
+            raise PoolError(e.errno, why, self._h.label) from None
 
     def fsck(self, *, repair: bool = True) -> FsckReport:
         """Check every host's part; with repair, rebuild this host's part first (reclaim
@@ -525,11 +623,36 @@ def _open_error(e: OSError, paths: list[str], nbytes: int, slot: int) -> OSError
                                  f"device (dax devices present: {_dax_devices()})", path)
     if e.errno == errno.ENODEV and path.startswith("/dev/"):
         return PoolError(e.errno, "a regular file where only devices live: not a pool", path)
+    if e.errno == errno.EPROTONOSUPPORT:
+        found = _format_version(path)
+        what = ("version 1 (fixed per-host partitions, made by an older cxlkit)" if found == 1
+                else f"version {found}")
+        return PoolVersionError(e.errno, f"pool format {what}: this cxlkit reads version "
+                                f"{_native.POOL_FORMAT_VERSION} only and left the pool "
+                                "unchanged; read its objects with the cxlkit that made it and "
+                                "copy them into a new pool", path)
+    if e.errno == errno.EBUSY:
+        why = (f"host slot {slot} belongs to another host (its name differs)" if slot >= 0
+               else "no host slot is free (every slot belongs to another host, or was lost "
+               "to one claiming it at the same time)")
+        return PoolError(e.errno, f"{why}: see them with `cxlkit pool hosts {path}` and free a "
+                         f"dead one with `cxlkit pool release {path} HOST`", path)
     if e.errno == errno.ENOTRECOVERABLE:
         where = f"host slot {slot}" if slot >= 0 else "this host's slot"
         return PoolCorruptError(e.errno, f"{where}: its lock in the pool is damaged (not "
                                 "recoverable): `cxlkit pool fsck --repair` resets it", path)
     return _typed(e, _OPEN_ERRORS)
+
+
+def _format_version(path: str) -> int | None:
+    """The format version a pool file's superblock names (the u32 at offset 8 in every
+    version), or None when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+    except OSError:
+        return None
+    return int.from_bytes(head[8:12], "little") if len(head) == 12 else None
 
 
 def remove(path_or_name: str | os.PathLike[str]) -> None:

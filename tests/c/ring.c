@@ -1,6 +1,8 @@
 /* ring.c — rings through the C ABI: geometry checks, push/pop in order with wrap-around,
  * full and empty, close -> EPIPE, a producer and a consumer process on two hosts streaming
- * 200000 messages under both coherence modes, forged stamps, lengths and heads -> EBADMSG. */
+ * 200000 messages under both coherence modes and the non-coherence simulator (issue 16: each
+ * host on a simulated cache, with random evictions), forged stamps, lengths and heads ->
+ * EBADMSG. */
 #include <errno.h>
 #include <stdint.h>
 #include <sched.h>
@@ -10,6 +12,7 @@
 #include "check.h"
 #include "pool_open.h"
 #include "cxlkit.h"
+#include "simdir.h"
 
 static char path[256];
 
@@ -221,6 +224,8 @@ int main(void) {
     }
     stream(CXK_COHERENCE_HOST);
     stream(CXK_COHERENCE_NONE);
+    simdir_make("ring");
+    stream(CXK_COHERENCE_SIM);
     unlink(path);
     return 0;
 }

@@ -1,7 +1,8 @@
 /* rpc.c — the RPC channel through the C ABI: a server process on its own host answering
  * echo / sum / error methods, blocking calls, 128 batched requests answered in order with
  * batched replies, oversize and bad arguments, two clients, a client closing, and a server
- * killed under a waiting client (-EPIPE, no hang); both coherence modes. */
+ * killed under a waiting client (-EPIPE, no hang); under coherence host, none and sim (the
+ * non-coherence simulator with its random evictions, issue 16). */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -13,6 +14,7 @@
 #include "check.h"
 #include "pool_open.h"
 #include "cxlkit.h"
+#include "simdir.h"
 
 static char path[256];
 static int coherence;
@@ -187,7 +189,8 @@ static void consumed_replies_are_room(cxk_pool *p) {
 }
 
 int main(void) {
-    for (coherence = 0; coherence < 2; ++coherence) {
+    simdir_make("rpc");
+    for (coherence = 0; coherence <= CXK_COHERENCE_SIM; ++coherence) {
         snprintf(path, sizeof path, "/dev/shm/cxk-test-rpc-%d", (int)getpid());
         unlink(path);
         cxk_pool *p = open_host(0, CXK_POOL_CREATE | CXK_POOL_EXCL);

@@ -83,7 +83,7 @@ def check_host(path: str, host: int, journal: str) -> dict:
                 if o.read() != payload(name, o.nbytes):
                     wrong += 1
         st = pool.stat()
-        leaked = st.partition_bytes - st.used_bytes - st.free_bytes
+        leaked = st.extents_held * st.extent_bytes - st.used_bytes - st.free_bytes
         if in_flight and in_flight in names:
             pool.destroy(in_flight)  # resolve the uncertain one so the journal is exact
             live.add(in_flight)

@@ -30,8 +30,11 @@ HDR = 320
 SB_FIELDS = [(8, "<I"), (12, "<I"), (16, "<Q"), (40, "<I"), (44, "<I"), (48, "<I"), (52, "<I"),
              (56, "<I"), (60, "<I"), (88, "<Q"), (96, "<Q"), (104, "<Q"), (112, "<Q"),
              (120, "<Q"), (128, "<Q"), (136, "<Q"), (144, "<Q"), (152, "<Q"), (160, "<Q"),
-             (176, "<I"), (184, "<Q")]
-SLOT_FIELDS = [(32, "<Q"), (40, "<q"), (56, "<Q"), (64, "<Q"), (72, "<Q"), (128, "<i"),
+             (176, "<I"), (184, "<Q"), (200, "<Q"), (208, "<Q"), (216, "<Q"), (224, "<Q"),
+             (232, "<Q")]
+SB_CHECKSUM = 240  # format v2: the superblock is 248 bytes
+CLAIM_FIELDS = [(0, "<Q"), (64, "<Q")]  # a slot's claim lines: x (nonce), door
+SLOT_FIELDS = [(32, "<Q"), (40, "<q"), (56, "<Q"), (64, "<Q"), (72, "<Q"), (80, "<Q"), (128, "<i"),
                (132, "<I"), (136, "<i"), (144, "<i"), (192, "<Q"), (200, "<Q"), (208, "<Q"),
                (216, "<Q"), (224, "<Q"), (232, "<Q"), (240, "<I"), (244, "<I"), (248, "<Q")]
 HDR_FIELDS = [(0, "<I"), (4, "<I"), (8, "<Q"), (16, "<Q"), (24, "<Q"), (32, "<Q"), (40, "<Q"),
@@ -74,14 +77,26 @@ def make_template(path: str) -> dict:
     geo = {k: u(path, off) for k, off in (("names_off", 120), ("names_bytes", 128),
                                           ("name_slots", 88), ("leases_off", 136),
                                           ("leases_bytes", 144), ("data_off", 152),
-                                          ("partition_bytes", 160), ("size", 16))}
+                                          ("data_bytes", 160), ("size", 16),
+                                          ("extent_bytes", 200), ("nextents", 208),
+                                          ("extmap_off", 216), ("extmap_bytes", 224),
+                                          ("claims_off", 232))}
     return {"objs": objs, **geo}
+
+
+def first_run_block(path: str, t: dict, h: int) -> int:
+    """The first block of host h's first run (its extent map's first START)."""
+    base = t["extmap_off"] + h * t["extmap_bytes"]
+    for e in range(t["nextents"]):
+        if (u(path, base + 8 * (e // 32)) >> (2 * (e % 32))) & 3 == 3:
+            return t["data_off"] + e * t["extent_bytes"]
+    return t["data_off"]
 
 
 def mutate(path: str, t: dict, rng: random.Random) -> str:
     size = os.path.getsize(path)
     kind = rng.choice(["random", "superblock", "slot", "entry", "lease", "header", "free",
-                       "payload", "mutex"])
+                       "payload", "mutex", "extmap", "claim"])
 
     def value(fmt: str) -> int:
         bits = struct.calcsize(fmt) * 8
@@ -110,8 +125,8 @@ def mutate(path: str, t: dict, rng: random.Random) -> str:
         off, fmt = rng.choice(SB_FIELDS)
         write(off, fmt, value(fmt))
         with open(path, "r+b") as f:
-            sb = bytearray(f.read(208))
-        struct.pack_into("<Q", sb, 200, (1 << 32) | crc32c(bytes(sb[:200])))
+            sb = bytearray(f.read(SB_CHECKSUM + 8))
+        struct.pack_into("<Q", sb, SB_CHECKSUM, (1 << 32) | crc32c(bytes(sb[:SB_CHECKSUM])))
         with open(path, "r+b") as f:
             f.write(sb)
     elif kind in ("slot", "mutex"):
@@ -147,9 +162,23 @@ def mutate(path: str, t: dict, rng: random.Random) -> str:
         block = rng.choice(list(t["objs"].values()))
         off, fmt = rng.choice(HDR_FIELDS)
         write(block + off, fmt, value(fmt))
+    elif kind == "extmap":  # a host's extent map: fields set to any state, words to anything
+        h = rng.randrange(2)
+        base = t["extmap_off"] + h * t["extmap_bytes"]
+        w = rng.randrange(max(1, (t["nextents"] + 31) // 32) + 1)  # one word past the end too
+        if rng.random() < 0.6:  # one 2-bit field (steal another host's extent, orphan, ...)
+            old = u(path, base + 8 * w)
+            sh = 2 * rng.randrange(32)
+            write(base + 8 * w, "<Q", (old & ~(3 << sh)) | (rng.randrange(4) << sh))
+        else:
+            write(base + 8 * w, "<Q", value("<Q"))
+    elif kind == "claim":  # a slot's claim lines: door closed or opened, nonce changed
+        h = rng.randrange(2)
+        off, fmt = rng.choice(CLAIM_FIELDS)
+        write(t["claims_off"] + h * 128 + off, fmt, value(fmt))
     elif kind == "free":  # the free block after the last object of a host: links, sizes
         h = rng.randrange(2)
-        block = t["data_off"] + h * t["partition_bytes"]
+        block = first_run_block(path, t, h)
         while True:
             nb = u(path, block + 8)
             if u(path, block + 4, "<I") == 0 or nb < 384 or nb % 64:

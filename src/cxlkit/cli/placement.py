@@ -51,9 +51,23 @@ def run(
         None, "--thp/--no-thp", help="allow transparent huge pages (default: not for "
         "--interleave/--weighted, whose ratio the kernel would apply per 2 MiB folio)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="do not print the policy"),
+    stripe: Optional[str] = typer.Option(
+        None, "--stripe", help="software stripes A:w,B:w of CMD's large anonymous mappings and "
+        "malloc blocks (LD_PRELOAD, no root; docs/preload.md); with another policy, that one "
+        "places the rest"),
+    min_size: str = typer.Option("2M", "--min-size", help="--stripe: smallest mapping placed"),
+    chunk: str = typer.Option("2M", "--chunk", help="--stripe: stripe chunk"),
+    log: Optional[str] = typer.Option(None, "--log", help="--stripe: log each decision to "
+                                      "PATH or stderr (CXLKIT_PRELOAD_LOG)"),
 ) -> None:
     """Run CMD with a memory policy (set_mempolicy, then exec): numactl that knows weighted
-    interleave on any numactl version."""
+    interleave on any numactl version; --stripe adds per-job weighted stripes."""
+    if stripe is not None:
+        from .stripe import stripe_env  # the preload half of `run`
+
+        os.environ.update(stripe_env(stripe, chunk, min_size, log, quiet))
+        if (bind, preferred, interleave, weighted) == (None, None, None, None):
+            _exec(cmd)
     try:
         pol = _run_policy(bind, preferred, interleave, weighted)
         kw = P.validate(pol)
@@ -67,6 +81,10 @@ def run(
         if thp is None and pol.mode in ("interleave", "weighted"):
             note += " (transparent huge pages off: the ratio holds per page)"
         Console(stderr=True).print(f"cxlkit run: {pol}{note} -> {' '.join(cmd)}")
+    _exec(cmd)
+
+
+def _exec(cmd: list[str]) -> NoReturn:
     try:
         os.execvp(cmd[0], cmd)
     except OSError as e:
@@ -82,15 +100,23 @@ def audit(
     pid: int = typer.Argument(..., help="process id"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
     all_mappings: bool = typer.Option(False, "--all", help="also mappings with no pages"),
+    interval: Optional[float] = typer.Option(
+        None, "--interval", help="also watch the kernel's tiering for this many seconds: "
+        "promotions/demotions (vmstat) and this process's pages moving between tiers"),
 ) -> None:
-    """Where a process's pages are, per mapping and in total (/proc/PID/numa_maps)."""
+    """Where a process's pages are, per mapping and in total (/proc/PID/numa_maps); for a
+    process of `cxlkit run --stripe`, the achieved ratio against the requested one; the
+    kernel's tiering switches, and with --interval what it moved."""
+    from .stripe import audit_extras, print_audit_extras  # stripes and kernel tiering
+
     try:
         pp = _audit.audit_pid(pid)
+        extras = audit_extras(pid, interval)
     except (ValueError, OSError) as e:
         _fail(str(e))
     totals = pp.totals()
     if as_json:
-        doc = {
+        doc = {**extras,
             "pid": pid,
             "totals_bytes": {str(n): b for n, b in totals.items()},
             "mappings": [
@@ -117,6 +143,7 @@ def audit(
     t.add_section()
     t.add_row("total", "", "", *[_mib(totals.get(n, 0)) for n in nodes], style="bold")
     Console().print(t)
+    print_audit_extras(Console(), extras)
 
 
 @policy_app.command("weights")

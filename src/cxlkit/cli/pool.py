@@ -1,12 +1,15 @@
-"""`cxlkit pool create | ls | stat | rm | fsck`: manage pools and their objects; run_demo()
+"""`cxlkit pool create | ls | stat | rm | fsck | hosts | release`: manage pools and their objects; run_demo()
 shares an object between two processes (two simulated hosts) for `cxlkit demo`."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
+import os
 import multiprocessing as mp
 import sys
 import time
+from struct import error as struct_error
 from typing import Optional
 
 import typer
@@ -57,7 +60,9 @@ def _stat_table(st: P.PoolStat) -> Table:
     rows = [("kind", st.kind), ("size", _mib(st.size)), ("format version", str(st.version)),
             ("uuid", st.uuid), ("hosts (active / max)", f"{st.hosts_active} / {st.max_hosts}"),
             ("this host", str(st.host_id)), ("coherence", st.coherence),
-            ("partition per host", _mib(st.partition_bytes)),
+            ("data region (one host may fill it)", _mib(st.partition_bytes)),
+            ("extents (size / this host / free)",
+             f"{_mib(st.extent_bytes)} / {st.extents_held} / {st.extents_free} of {st.nextents}"),
             ("this host used / free", f"{_mib(st.used_bytes)} / {_mib(st.free_bytes)}"),
             ("objects (all hosts / this host)", f"{st.objects} / {st.objects_host}"),
             ("names per host", str(st.max_objects)), ("backings", str(st.nbackings)),
@@ -79,7 +84,8 @@ def create_cmd(
     pool: Optional[str] = POOL_ARG,
     size: str = typer.Option("64M", "--size", help="total bytes (files and memfd), e.g. 1G"),
     max_hosts: Optional[int] = typer.Option(None, "--max-hosts",
-                                            help="host slots (each gets a partition); default 4"),
+                                            help="host slots (hosts share the data region, "
+                                            "claimed in extents on demand); default 4"),
     max_objects: Optional[int] = typer.Option(None, "--max-objects", help="names per host"),
     group: Optional[str] = typer.Option(None, "--group", help="group that may open it (0660)"),
     numa_node: Optional[int] = typer.Option(None, "--numa-node", help="bind its memory here"),
@@ -191,6 +197,120 @@ def fsck_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
         Console().print(t)
     if not rep.clean:
         raise typer.Exit(1)
+
+
+# ---- host slots (format v2, issue 18) --------------------------------------------------------
+
+def _age(s: float | None) -> str:
+    return "-" if s is None else f"{s:.1f} s"
+
+
+def _hosts_from_file(path: str) -> list[P.HostInfo]:
+    """Host slots read from a version 2 pool file without attaching to it (when no slot is
+    free, attaching is what fails). Display only: every field is bounds-checked, nothing is
+    written, and values are as each host last wrote them."""
+    import struct
+
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        sb = f.read(248)
+        if len(sb) < 248 or sb[:8] != b"CXLKPOOL" or struct.unpack_from("<I", sb, 8)[0] != 2:
+            raise ValueError("not a version 2 cxlkit pool")
+        hosts = struct.unpack_from("<I", sb, 40)[0]
+        timeout_ns = struct.unpack_from("<Q", sb, 184)[0]
+        extent, n, map_off, map_bytes, claims_off = struct.unpack_from("<QQQQQ", sb, 200)
+        words = (n + 31) // 32
+        if not (1 <= hosts <= 64 and 1 <= n <= 1 << 22 and map_bytes >= words * 8
+                and map_off + hosts * map_bytes <= size and claims_off + hosts * 128 <= size
+                and 4096 + hosts * 4096 <= size):
+            raise ValueError("pool superblock out of range")
+        now = time.time_ns()
+        rows = []
+        for h in range(hosts):
+            f.seek(4096 + h * 4096)
+            line = f.read(256)
+            tag = line[:32].split(b"\0", 1)[0].decode("utf-8", "replace")
+            boot, beat = struct.unpack_from("<Qq", line, 32)
+            pid = struct.unpack_from("<Q", line, 80)[0]
+            used, _, nlive = struct.unpack_from("<QQQ", line, 192)
+            f.seek(claims_off + h * 128 + 64)
+            door = struct.unpack("<Q", f.read(8))[0]
+            f.seek(map_off + h * map_bytes)
+            m = struct.unpack(f"<{words}Q", f.read(words * 8))
+            held, prev = 0, 0
+            for e in range(n):
+                st_ = (m[e // 32] >> (2 * (e % 32))) & 3
+                prev = st_ if st_ == 3 or (st_ == 2 and prev in (2, 3)) else 0
+                held += prev != 0
+            if boot == 1:
+                state, age = ("claimed", (now - door) / 1e9) if door else ("free", None)
+            else:
+                age = (now - beat) / 1e9
+                state = "live" if now - beat < timeout_ns else "dead"
+            rows.append(P.HostInfo(slot=h, state=state, name=tag, pid=pid, heartbeat_age_s=age,
+                                   extents=held, held_bytes=held * extent,
+                                   used_bytes=min(used, held * extent), objects=nlive))
+    return rows
+
+
+@pool_app.command("hosts")
+def hosts_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
+              coherence: Optional[str] = COHERENCE_OPT, as_json: bool = JSON_OPT) -> None:
+    """Every host slot: name, last process, heartbeat age, alive or dead, the extents, bytes
+    and objects it holds (a dead host is freed with `cxlkit pool release`). When no slot is
+    free for this host, a pool file is read without attaching."""
+    path = P.resolve(pool)
+    try:
+        with P.Pool(path, host_id=_host(host_id), coherence=coherence) as p:
+            rows, me, st = p.hosts(), p.host_id, p.stat()
+        title = (f"hosts of {st.path}: {st.extents_free} of {st.nextents} extents "
+                 f"({_mib(st.extent_bytes)}) free")
+    except P.PoolError as e:
+        if e.errno != errno.EBUSY or not os.path.isfile(path):
+            _fail(str(e))
+        try:
+            rows, me = _hosts_from_file(path), -1
+        except (OSError, ValueError, struct_error) as e2:
+            _fail(f"{path}: {e2}")
+        title = f"hosts of {path} (read without attaching: no slot is free for this host)"
+    except (OSError, ValueError, TypeError) as e:
+        _fail(str(e))
+    if as_json:
+        print(json.dumps([dataclasses.asdict(h) for h in rows]))
+        return
+    t = Table(title=title)
+    for col in ("slot", "name", "state", "pid", "heartbeat", "extents", "held", "used",
+                "objects"):
+        t.add_column(col)
+    for h in rows:
+        t.add_row(f"{h.slot}{' (this)' if h.slot == me else ''}", h.name or "-", h.state,
+                  str(h.pid or "-"), _age(h.heartbeat_age_s), str(h.extents),
+                  _mib(h.held_bytes), _mib(h.used_bytes), str(h.objects))
+    Console().print(t)
+
+
+@pool_app.command("release")
+def release_cmd(pool: str = typer.Argument(..., help="pool name or path"),
+                host: str = typer.Argument(..., help="the dead host: its slot or its name"),
+                drop: bool = typer.Option(False, "--drop", help="drop its published objects "
+                                          "instead of adopting them"),
+                host_id: Optional[str] = HOST_OPT, coherence: Optional[str] = COHERENCE_OPT,
+                as_json: bool = JSON_OPT) -> None:
+    """Free a dead host's slot: its published objects stay readable (adopted by this host)
+    or are dropped with --drop; refused for a live host."""
+    target = int(host) if host.isdigit() else host
+    with _open(pool, host_id, coherence) as p:
+        try:
+            p.release(target, drop=drop)
+        except (KeyError, OSError, ValueError) as e:
+            _fail(str(e.args[0] if isinstance(e, KeyError) else e))
+        me = p.host_id
+    if as_json:
+        print(json.dumps({"released": target, "dropped": drop, "adopted_by": None if drop
+                          else me}))
+    else:
+        Console().print(f"released host {target}: its objects "
+                        + ("dropped" if drop else f"adopted by host {me}"))
 
 
 # ---- demo ----------------------------------------------------------------------------------

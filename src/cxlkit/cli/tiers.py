@@ -167,7 +167,20 @@ def tiers(
     except (FileNotFoundError, NotADirectoryError) as e:
         Console(stderr=True).print(f"[red]cxlkit tiers: {e}[/red]")
         raise typer.Exit(2)
+    # ---- issue 19: the kernel's own tiering (NUMA-balancing promotion, demotion) ----
+    from .. import tiering as TG
+
+    try:
+        state, counters = TG.tiering_state(sysfs_root=sysfs_root), TG.vmstat_counters()
+    except (ValueError, OSError) as e:
+        state, counters = None, {"error": str(e)}
     if as_json:
-        typer.echo(json.dumps(topo.to_dict(), indent=2))
+        typer.echo(json.dumps({**topo.to_dict(), "kernel_tiering": {
+            **(state.to_dict() if state else {}), "vmstat": counters}}, indent=2))
         return
     print_tiers(Console(), topo)
+    Console().print("kernel tiering: " + (state.describe() if state else counters["error"])
+                    + "; since boot: " + (", ".join(f"{k} {v}" for k, v in counters.items()
+                                                    if k.startswith(("pgpromote_success",
+                                                                     "pgdemote_")))
+                                          or "no promotion/demotion counters"))

@@ -68,9 +68,12 @@ def checksum(buf: Any) -> int:
     return int(_native.kv_checksum(arr.ctypes.data, arr.nbytes)) if arr.nbytes else 0
 
 
-def pack_header(idx: int, gen: int, nparams: int, payload: Any, key: int) -> bytes:
+def pack_header(idx: int, gen: int, nparams: int, payload: Any, key: int,
+                sum_payload: bool = True) -> bytes:
+    """sum_payload=False: the payload sum is left 0 (a path whose bytes never leave the
+    process: a memory tier); a fetch from a path that sums is checked whatever it says."""
     body = _HDR.pack(MAGIC, VERSION, HEADER_NBYTES, idx, gen, nparams, len(payload),
-                     checksum(payload), key)
+                     checksum(payload) if sum_payload else 0, key)
     return body + _HDR_CRC.pack(zlib.crc32(body))
 
 
@@ -104,15 +107,18 @@ def check_payload(raw: Any, payload: Any, idx: int, path: str) -> None:
 class Pending:
     """One read or write in flight on a path; wait() gives its duration in seconds, from
     submit to completion (t_submit: time.perf_counter() at submit, so that the store can
-    take the union of the requests' intervals: the time a path, or any path, was busy)."""
+    take the union of the requests' intervals: the time a path, or any path, was busy).
+    check: run by wait() once the bytes are in (a fetch's payload check), unless the path ran
+    it already on its own thread (then it is None here)."""
 
     def __init__(self, waiter: Any, nbytes: int, path: SpillPath, idx: int,
                  write: bool, t_submit: float | None = None,
-                 poll: Any = None) -> None:
+                 poll: Any = None, check: Any = None) -> None:
         self._waiter, self.nbytes, self.path, self.idx, self.write = waiter, nbytes, path, \
             idx, write
         self.t_submit = time.perf_counter() if t_submit is None else t_submit
         self._poll = poll
+        self._check = check
         self.done = False
 
     def ready(self) -> bool:
@@ -129,16 +135,23 @@ class Pending:
         if self.done:
             return 0.0
         self.done = True
+        check, self._check = self._check, None  # its closure holds views of the buffer
         try:
-            return self._waiter()
+            dt = self._waiter()
         finally:
             self.path._unlock()
+        if check is not None:
+            check()
+        return dt
 
 
 class SpillPath:
     """Base of the path kinds: two slots of slot_nbytes per subgroup, an OFD lock per host."""
 
     kind = "?"
+    # payload checksums written and checked: the bytes leave the process (a file, a pool
+    # object another process can write, a crash can tear); a memory tier's do not
+    checksummed = True
 
     def __init__(self, name: str, *, lock: str = "exclusive") -> None:
         if lock not in LOCK_MODES:
@@ -193,23 +206,27 @@ class SpillPath:
         if self._lock_depth == 0 and self._lock_fd >= 0:
             aio.lock_file(self._lock_fd, "unlock", wait=False, what=self.name)
 
-    def read(self, idx: int, slot: int, buf: Any) -> Pending:
+    def read(self, idx: int, slot: int, buf: Any, check: Any = None) -> Pending:
         """Read slot `slot` of subgroup idx into buf (uint8, aligned); the caller holds the
-        lock (acquire), which the Pending's wait gives back."""
+        lock (acquire), which the Pending's wait gives back. check(): run once the bytes
+        are in (raising fails the read), on the path's own thread where it has one (copy
+        paths: off the caller's), else in wait()."""
         try:
-            return self._submit(idx, slot, buf, False)
+            return self._submit(idx, slot, buf, False, check)
         except BaseException:
             self._unlock()
             raise
 
-    def write(self, idx: int, slot: int, buf: Any) -> Pending:
+    def write(self, idx: int, slot: int, buf: Any, prepare: Any = None) -> Pending:
+        """Write buf to slot `slot` of subgroup idx; prepare(): run just before the bytes
+        move (the header's payload sum), on the path's own thread where it has one."""
         try:
-            return self._submit(idx, slot, buf, True)
+            return self._submit(idx, slot, buf, True, prepare)
         except BaseException:
             self._unlock()
             raise
 
-    def _submit(self, idx: int, slot: int, buf: Any, write: bool) -> Pending:
+    def _submit(self, idx: int, slot: int, buf: Any, write: bool, hook: Any = None) -> Pending:
         raise NotImplementedError
 
     def sync(self, idx: int) -> None:
@@ -273,6 +290,7 @@ class DirPath(SpillPath):
         self.engine = aio.AioEngine(self.config)
         self._fds: dict[int, int] = {}
         self.direct: bool | None = None
+        self._helper_pools: tuple[cf.ThreadPoolExecutor, cf.ThreadPoolExecutor] | None = None
 
     def _lock_path(self) -> str:
         return os.path.join(self.name, ".cxlkit-subgroups.lock")
@@ -293,22 +311,55 @@ class DirPath(SpillPath):
             self._fds[idx] = fd
         return fd
 
-    def _submit(self, idx: int, slot: int, buf: Any, write: bool) -> Pending:
+    def _submit(self, idx: int, slot: int, buf: Any, write: bool, hook: Any = None) -> Pending:
         fd = self._fd(idx, create=write)
-        f = self.file(idx)
-        t0 = time.perf_counter()
-        try:
-            t = self.engine.submit(fd, write, buf, slot * self.slot_nbytes, f)
-        except OSError as e:
-            raise typed(e, f, idx) from None
+        f, off = self.file(idx), slot * self.slot_nbytes
 
-        def waiter() -> float:
+        def submit() -> int:
+            try:
+                return self.engine.submit(fd, write, buf, off, f)
+            except OSError as e:
+                raise typed(e, f, idx) from None
+
+        def wait(t: int) -> float:
             try:
                 return self.engine.wait(t, f)
             except OSError as e:
                 raise typed(e, f, idx) from None
-        return Pending(waiter, buf.nbytes, self, idx, write, t0,
-                       lambda: self.engine.done(t, f))
+        if hook is None:
+            t0 = time.perf_counter()
+            t = submit()
+            return Pending(lambda: wait(t), buf.nbytes, self, idx, write, t0,
+                           lambda: self.engine.done(t, f))
+        # the hooks (a pass over the bytes each) run on this path's helper threads, off the
+        # caller's: a flush's header sum, then its submit, on one; a fetch's wait for its
+        # bytes, then its check, on another (requests in order, as the store needs them)
+        pend = Pending(None, buf.nbytes, self, idx, write, None, None)
+        if write:
+            def prepare_and_submit() -> int:
+                hook()
+                pend.t_submit = time.perf_counter()
+                return submit()
+            fut = self._helpers()[0].submit(prepare_and_submit)
+            pend._waiter = lambda: wait(fut.result())
+            pend._poll = lambda: fut.done() and (fut.exception() is not None
+                                                 or self.engine.done(fut.result(), f))
+            return pend
+        t = submit()
+
+        def wait_and_check() -> float:
+            dt = wait(t)
+            hook()
+            return dt
+        fut = self._helpers()[1].submit(wait_and_check)
+        pend._waiter, pend._poll = fut.result, fut.done
+        return pend
+
+    def _helpers(self) -> tuple[cf.ThreadPoolExecutor, cf.ThreadPoolExecutor]:
+        if self._helper_pools is None:
+            self._helper_pools = (cf.ThreadPoolExecutor(1, thread_name_prefix="cxlkit-sum"),
+                                  cf.ThreadPoolExecutor(1, thread_name_prefix="cxlkit-check"))
+        return self._helper_pools
 
     def sync(self, idx: int) -> None:
         fd = self._fds.get(idx)
@@ -328,6 +379,10 @@ class DirPath(SpillPath):
             pass
 
     def close(self) -> None:
+        if self._helper_pools is not None:  # their requests finish before the files close
+            for h in self._helper_pools:
+                h.shutdown(wait=True)
+            self._helper_pools = None
         for fd in self._fds.values():
             aio.close_file(fd)
         self._fds.clear()
@@ -337,37 +392,74 @@ class DirPath(SpillPath):
 
 class _CopyPath(SpillPath):
     """Shared by the memory and pool paths: slots are byte ranges of a mapping, moved by a
-    copy on a worker thread (numpy releases the GIL for it)."""
+    copy on a worker thread (numpy releases the GIL for it); payload sums on a second one."""
 
     def __init__(self, name: str, *, lock: str) -> None:
         super().__init__(name, lock=lock)
         self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix="cxlkit-spill")
+        self._sums = cf.ThreadPoolExecutor(1, thread_name_prefix="cxlkit-sum")
 
     def _area(self, idx: int, create: bool) -> Any:
         raise NotImplementedError
 
-    def _submit(self, idx: int, slot: int, buf: Any, write: bool) -> Pending:
+    def _submit(self, idx: int, slot: int, buf: Any, write: bool, hook: Any = None) -> Pending:
         area = self._area(idx, create=write)
         lo = slot * self.slot_nbytes
         dst = area[lo:lo + buf.nbytes]
         if dst.nbytes != buf.nbytes:
             raise PathIOError(errno.EIO, f"slot {slot} holds {dst.nbytes} bytes, not "
                               f"{buf.nbytes}", self.name, idx)
-
-        t0 = time.perf_counter()
+        pend = Pending(None, buf.nbytes, self, idx, write, None, None)
+        # the views, dropped when the request ends: a failed request's traceback holds
+        # these frames, and a view of the area kept alive there keeps the pool from closing
+        views = [dst, buf]
+        del dst
 
         def move() -> float:
-            # from submit to the copy's end, as the aio engine counts (a copy queued behind
-            # another on this path's worker waits its turn, as a chunk in a queue does)
-            if write:
-                np.copyto(dst, buf)
-            else:
-                np.copyto(buf, dst)
-            return time.perf_counter() - t0
-        fut = self._pool.submit(move)
-        return Pending(fut.result, buf.nbytes, self, idx, write, t0, fut.done)
+            # the request's interval is the copy's own (set before the future completes; a
+            # copy queued behind another starts when that one's interval ends)
+            try:
+                t1 = time.perf_counter()
+                if write:
+                    np.copyto(views[0], views[1])
+                else:
+                    np.copyto(views[1], views[0])
+                pend.t_submit = t1
+                return time.perf_counter() - t1
+            finally:
+                views.clear()
+        if hook is None:
+            fut = self._pool.submit(move)
+            pend._waiter, pend._poll = fut.result, fut.done
+            return pend
+        # the hooks (a flush's payload sum before its copy, a fetch's check after it: a pass
+        # over the bytes each) run on the path's sum thread: off the store's thread, and the
+        # copy worker moves the next request meanwhile
+        if write:
+            def sum_then_copy() -> cf.Future:
+                try:
+                    hook()
+                except BaseException:
+                    views.clear()
+                    raise
+                return self._pool.submit(move)
+            outer = self._sums.submit(sum_then_copy)
+            pend._waiter = lambda: outer.result().result()
+            pend._poll = lambda: outer.done() and (outer.exception() is not None
+                                                   or outer.result().done())
+            return pend
+        inner = self._pool.submit(move)
+
+        def copy_then_check() -> float:
+            dt = inner.result()
+            hook()
+            return dt
+        fut = self._sums.submit(copy_then_check)
+        pend._waiter, pend._poll = fut.result, fut.done
+        return pend
 
     def close(self) -> None:
+        self._sums.shutdown(wait=True)  # it hands copies to the copy worker: first
         self._pool.shutdown(wait=True)
         super().close()
 
@@ -378,6 +470,7 @@ class MemoryPath(_CopyPath):
     processes, and nothing survives the process (durable() is False)."""
 
     kind = "memory"
+    checksummed = False
 
     def __init__(self, policy: P.Policy | int | None = None) -> None:
         pol = P.bind(policy) if isinstance(policy, int) and not isinstance(policy, bool) \

@@ -18,7 +18,7 @@ from . import adam as A
 from . import aio
 from . import subgroup_layout as L
 from .subgroup_state import StoreState
-from .spill_paths import (HEADER_NBYTES, LOCK_MODES, Pending, SpillPath, SubgroupCorruptError,
+from .spill_paths import (HEADER_NBYTES, LOCK_MODES, Pending, SpillPath,
                           SubgroupError, check_header, check_payload, pack_header, parse_path,
                           typed)
 
@@ -178,30 +178,26 @@ class SubgroupStore(StoreState):
         st = self._step_stats
         # the time this thread sat blocked on the request (0 when it had already finished)
         st["write_wait_s" if pend.write else "read_wait_s"] += time.perf_counter() - t_block
-        st["io_s"][pi][1 if pend.write else 0] += dt
-        st["bytes"][pi][1 if pend.write else 0] += pend.nbytes
-        st["spans"][pi].append((pend.t_submit, pend.t_submit + dt))
-        if isinstance(pend, _Fetch):
-            self._check_fetched(bi, pend)
-        else:
+        self._account(pi, pend.write, pend.nbytes, pend.t_submit, dt)
+        if not isinstance(pend, _Fetch):  # a fetch was checked by its request (_fetch)
             self._dur[k][(pi, pend.slot)] = pend.gen
             self._dur[k] = {loc: g for loc, g in self._dur[k].items()
                             if loc[0] == pi or self._committed[k] == (*loc, g)}
             if self.ver[k] == pend.gen:
                 self._dirty[bi] = False
 
-    def _check_fetched(self, bi: int, pend: _Fetch) -> None:
-        sg = self.subgroups[pend.idx]
+    def _fetch_check(self, bi: int, sg: L.Subgroup, gen: int, path: SpillPath) -> Callable:
+        """The check of a fetched subgroup, run by its request once the bytes are in (on a
+        copy path's worker thread, off this one): the header always, the payload's sum when
+        verify and the path keeps sums (its bytes left the process)."""
         raw = self._raw[bi]
-        try:
-            check_header(raw, sg.idx, pend.gen, sg.nparams, sg.state_nbytes, self.key,
-                         pend.path.name)
-            if self.verify:
+
+        def check() -> None:
+            check_header(raw, sg.idx, gen, sg.nparams, sg.state_nbytes, self.key, path.name)
+            if self.verify and path.checksummed:
                 check_payload(raw, raw[HEADER_NBYTES:HEADER_NBYTES + sg.state_nbytes], sg.idx,
-                              pend.path.name)
-        except SubgroupCorruptError:
-            self._drop(bi)
-            raise
+                              path.name)
+        return check
 
     def _drop(self, bi: int) -> None:
         k = self._held[bi]
@@ -263,15 +259,19 @@ class SubgroupStore(StoreState):
         keep = self._committed[k]
         cand = [s for s in (0, 1) if not (keep and keep[0] == pi and keep[1] == s)]
         slot = min(cand, key=lambda s: (s in used, self._dur[k].get((pi, s), -1)))
-        master, m, v, raw = self._buf_views(bi, sg)
+        raw = self._raw[bi]
         payload = raw[HEADER_NBYTES:HEADER_NBYTES + sg.state_nbytes]
-        raw[:HEADER_NBYTES] = 0
-        hdr = pack_header(k, self.ver[k], sg.nparams, payload, self.key)
-        raw[:len(hdr)] = np.frombuffer(hdr, np.uint8)
+        path, ver = self.paths[pi], self.ver[k]
+
+        def prepare() -> None:
+            # the header, with the payload's sum where the path keeps one: run by the
+            # request just before the bytes move, on the path's own thread (off this one)
+            hdr = pack_header(k, ver, sg.nparams, payload, self.key, path.checksummed)
+            raw[:HEADER_NBYTES] = 0
+            raw[:len(hdr)] = np.frombuffer(hdr, np.uint8)
         self._dur[k].pop((pi, slot), None)  # its old contents are being overwritten
-        path = self.paths[pi]
         self._acquire(path)
-        pend = path.write(k, slot, self._io_extent(bi, sg))
+        pend = path.write(k, slot, self._io_extent(bi, sg), prepare)
         pend.slot, pend.gen = slot, self.ver[k]
         self._io[bi] = pend
         if self._dur[k] and pi != self._location(k)[0]:
@@ -309,7 +309,7 @@ class SubgroupStore(StoreState):
         pi, slot, g = self._location(k)
         path = self.paths[pi]
         self._acquire(path)
-        pend = path.read(k, slot, self._io_extent(bi, sg))
+        pend = path.read(k, slot, self._io_extent(bi, sg), self._fetch_check(bi, sg, g, path))
         fetch = _Fetch(pend, k, slot, g)
         if self.upcast == "eager":
             self._acquire(path)
@@ -412,6 +412,12 @@ class SubgroupStore(StoreState):
             self._dirty[bi] = True
             self._clock += 1
             self._stamp[bi] = self._clock
+            if self.pipeline_write and pos < len(order) - len(self._bufs):
+                # this step evicts it for sure (only the last K updated stay cached): write
+                # it back now, overlapping the next update, so that its buffer is free for
+                # the read of k+K-1 at the next position. Flushed when its buffer is taken
+                # instead, that read went in one update late: K-3 reads ahead, not K-2
+                self._flush(bi, k)
         tw = time.perf_counter()
         self._drain()
         st["wait_s"] += time.perf_counter() - tw
@@ -468,18 +474,23 @@ class SubgroupStore(StoreState):
             t_block = time.perf_counter()
             dt = pend.wait()
             self._step_stats["write_wait_s"] += time.perf_counter() - t_block
-            self._step_stats["io_s"][pi][1] += dt
-            self._step_stats["bytes"][pi][1] += pend.nbytes
-            self._step_stats["spans"][pi].append((pend.t_submit, pend.t_submit + dt))
+            self._account(pi, True, pend.nbytes, pend.t_submit, dt)
 
     # ---- metrics, bandwidth ----
+
+    def _account(self, pi: int, write: bool, nbytes: int, t_submit: float, dt: float) -> None:
+        """A finished request: its bytes and its in-flight interval, per path and direction
+        (busy time is the union of the intervals: requests in flight at once count once)."""
+        st = self._step_stats
+        st["bytes"][pi][int(write)] += nbytes
+        st["spans"][pi][int(write)].append((t_submit, t_submit + dt))
 
     def _new_stats(self) -> dict[str, Any]:
         n = len(self.paths)
         return dict(hits=0, fetched=set(), fetches=0, flushes=0, migrations=0, wait_s=0.0,
                     read_wait_s=0.0, write_wait_s=0.0, compute_s=0.0,
-                    io_s=[[0.0, 0.0] for _ in range(n)], bytes=[[0, 0] for _ in range(n)],
-                    spans=[[] for _ in range(n)], lock0=[p.lock_wait_s for p in self.paths])
+                    bytes=[[0, 0] for _ in range(n)], spans=[([], []) for _ in range(n)],
+                    lock0=[p.lock_wait_s for p in self.paths])
 
     def report_times(self, **seconds: float) -> None:
         """The caller's own phases of the step (forward_s=, backward_s=), kept in the next
@@ -490,8 +501,9 @@ class SubgroupStore(StoreState):
         st = self._step_stats
         per_path = []
         for i, p in enumerate(self.paths):
-            (rs, ws), (rb, wb) = st["io_s"][i], st["bytes"][i]
-            busy = busy_seconds(st["spans"][i])
+            (rsp, wsp), (rb, wb) = st["spans"][i], st["bytes"][i]
+            rs, ws = busy_seconds(rsp), busy_seconds(wsp)
+            busy = busy_seconds(rsp + wsp)
             per_path.append(dict(
                 path=p.name, kind=p.kind, subgroups=self.assignment.count(i),
                 read_bytes=rb, write_bytes=wb,
@@ -500,7 +512,7 @@ class SubgroupStore(StoreState):
                 bandwidth_GBps=self.bandwidth[i] / 1e9, lock=p.lock_mode,
                 lock_wait_s=p.lock_wait_s - st["lock0"][i]))
         tot_b = sum(b[0] + b[1] for b in st["bytes"])
-        busy = busy_seconds([s for spans in st["spans"] for s in spans])
+        busy = busy_seconds([s for rw in st["spans"] for spans in rw for s in spans])
         out = dict(step=self.steps_done, order="ascending" if ascending else "descending",
                    update_s=st["update_s"], compute_s=st["compute_s"], io_wait_s=st["wait_s"],
                    read_wait_s=st["read_wait_s"], write_wait_s=st["write_wait_s"],
@@ -516,11 +528,14 @@ class SubgroupStore(StoreState):
         return out
 
     def _reestimate(self, st: dict[str, Any]) -> None:
+        """Each path's bandwidth moves towards what the step observed: the bytes it moved
+        (both directions) over the time it was busy (at least one request in flight: a
+        path with several requests in flight at once is not under-estimated)."""
         for i in range(len(self.paths)):
-            (rs, ws), (rb, wb) = st["io_s"][i], st["bytes"][i]
-            rates = [b / s for b, s in ((rb, rs), (wb, ws)) if s > 0 and b >= (1 << 20)]
-            if rates:
-                self.bandwidth[i] = (1 - EWMA) * self.bandwidth[i] + EWMA * min(rates)
+            nbytes = sum(st["bytes"][i])
+            busy = busy_seconds([s for spans in st["spans"][i] for s in spans])
+            if busy > 0 and nbytes >= (1 << 20):
+                self.bandwidth[i] = (1 - EWMA) * self.bandwidth[i] + EWMA * nbytes / busy
         new = L.eq1_counts(len(self.subgroups), self.bandwidth)
         if new != [self.assignment.count(i) for i in range(len(self.paths))]:
             self.assignment = L.rebalance(self.assignment, new)
@@ -561,7 +576,12 @@ class SubgroupStore(StoreState):
             finally:
                 self._raw = []
                 for b in self._bufs:
-                    b.close()
+                    try:
+                        b.close()
+                    except BufferError:
+                        # views of it live on in a raised error's traceback (a request's
+                        # hooks, the copy of a failed fetch): it is unmapped with them
+                        pass
                 if hasattr(self, "_gstage"):
                     self._gstage.close()
                 self._bound = False
@@ -595,6 +615,14 @@ class _Fetch(Pending):
         self._inner = inner
         self.idx, self.slot, self.gen = idx, slot, gen
         self.extra: list[Pending] = []
+
+    @property
+    def t_submit(self) -> float:  # a copy path's worker sets the inner one's at the copy
+        return self._inner.t_submit
+
+    @t_submit.setter
+    def t_submit(self, v: float) -> None:
+        self._inner.t_submit = v
 
     def ready(self) -> bool:
         return self._inner.ready() and all(e.ready() for e in self.extra)

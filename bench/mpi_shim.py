@@ -1,0 +1,145 @@
+"""The PMPI shim in the MPI programs users run: bench/osu's latency and bandwidth programs,
+unmodified, under each MPI (MPICH, Open MPI) over
+  shm         the MPI's own intra-node shared memory (the baseline),
+  tcp         the same MPI forced over TCP loopback,
+  shim        LD_PRELOAD=libcxlkit_mpi_<mpi>.so: MPI_COMM_WORLD's messages through the pool,
+  shim-off    the shim loaded with CXLKIT_MPI=0 (every call straight to PMPI),
+  shim-mpi    the shim live but MPI_COMM_WORLD left on MPI (CXLKIT_MPI_COMMS=derived: the
+              per-call cost of a communicator the shim does not route),
+in interleaved rounds (each round runs every config once, so the machine's load falls on all
+alike). Prints one JSON line per (mpi, config, bench, size) with the median over the rounds
+and the spread, then the issue's ratios. Needs `make mpi-shim osu-build`.
+Usage: python bench/mpi_shim.py [--rounds 5] [--lat-iters 5000] [--bw-max 4194304]"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LAUNCH = {
+    "mpich": ["mpiexec.mpich", "-n", "2"],
+    "openmpi": ["mpiexec.openmpi", "--oversubscribe", "-n", "2", "--mca", "pml", "ob1"],
+}
+TRANSPORT = {  # (extra launcher args, extra environment)
+    ("mpich", "shm"): ([], {}),
+    ("mpich", "tcp"): ([], {"MPIR_CVAR_NOLOCAL": "1", "UCX_TLS": "tcp,self",
+                            "UCX_NET_DEVICES": "lo"}),
+    ("openmpi", "shm"): (["--mca", "btl", "self,vader"], {}),
+    ("openmpi", "tcp"): (["--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"], {}),
+}
+CONFIGS = ["shm", "tcp", "shim", "shim-off", "shim-mpi"]
+
+
+def command(mpi: str, config: str, args) -> tuple[list[str], dict]:
+    base = "tcp" if config == "tcp" else "shm"
+    extra, env = TRANSPORT[(mpi, base)]
+    env = dict(env)
+    if config.startswith("shim"):
+        env["LD_PRELOAD"] = str(ROOT / args.cbuild / f"libcxlkit_mpi_{mpi}.so")
+        env["CXLKIT_MPI_STATS"] = "1"
+    if config == "shim-off":
+        env["CXLKIT_MPI"] = "0"
+    if config == "shim-mpi":
+        env["CXLKIT_MPI_COMMS"] = "derived"
+    prog = ROOT / args.osu_bin / ("osu_mpich" if mpi == "mpich" else "osu_ompi")
+    return LAUNCH[mpi][:1] + LAUNCH[mpi][1:] + extra + [str(prog)], env
+
+
+def run(mpi: str, config: str, bench: str, args) -> dict[int, float]:
+    cmd, env = command(mpi, config, args)
+    opts = (["-m", "8", "-i", str(args.lat_iters)] if bench == "latency"
+            else ["-m", str(args.bw_max), "-i", str(args.bw_iters)])
+    e = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **env)
+    top = 8 if bench == "latency" else args.bw_max
+    try:
+        r = subprocess.run(cmd + [bench] + opts, env=e, capture_output=True, text=True,
+                           timeout=args.timeout)
+        out, err, rc = r.stdout, r.stderr, r.returncode
+    except subprocess.TimeoutExpired as t:  # whole table, then a hang: MPICH+UCX TCP finalize
+        out = t.stdout.decode() if isinstance(t.stdout, bytes) else (t.stdout or "")
+        err, rc = f"timed out after {args.timeout} s", 124
+    rows = {}
+    for line in out.splitlines():
+        m = re.match(r"^(\d+)\s+([0-9.]+)\s*$", line)
+        if m:
+            rows[int(m.group(1))] = float(m.group(2))
+    if args.raw:
+        with open(Path(args.raw) / f"{mpi}.{config}.{bench}.txt", "a") as f:
+            f.write(f"# rc {rc}\n{out}{err[-2000:]}\n")
+    if rc == 124 and top in rows:
+        print(f"# {mpi} {config} {bench}: hung after its whole table (figures kept)",
+              file=sys.stderr)
+    elif rc != 0:
+        sys.exit(f"{mpi} {config} {bench} failed ({rc}): {err[-800:]}")
+    if config == "shim" and err.count(": on: pool 0 sends") > 0:
+        sys.exit(f"{mpi} shim {bench}: a rank sent nothing through the pool:\n{err}")
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--lat-iters", type=int, default=5000)
+    ap.add_argument("--bw-max", type=int, default=4 << 20)
+    ap.add_argument("--bw-iters", type=int, default=100)
+    ap.add_argument("--mpis", default="mpich,openmpi")
+    ap.add_argument("--benches", default="latency,bw")
+    ap.add_argument("--cbuild", default="build/c")
+    ap.add_argument("--osu-bin", default="build/osu")
+    ap.add_argument("--timeout", type=int, default=90)
+    ap.add_argument("--raw", default="", help="directory for every run's output")
+    args = ap.parse_args()
+    mpis = args.mpis.split(",")
+    if args.raw:
+        Path(args.raw).mkdir(parents=True, exist_ok=True)
+    got: dict = {}
+    for rnd in range(args.rounds):
+        for mpi in mpis:
+            for config in CONFIGS:
+                for bench in args.benches.split(","):
+                    if bench == "bw" and config in ("shim-off", "shim-mpi"):
+                        continue
+                    for size, v in run(mpi, config, bench, args).items():
+                        got.setdefault((mpi, config, bench, size), []).append(v)
+        print(f"# round {rnd + 1}/{args.rounds} done, load {os.getloadavg()[0]:.2f}",
+              file=sys.stderr)
+    med = {}
+    for (mpi, config, bench, size), vals in sorted(got.items()):
+        med[(mpi, config, bench, size)] = statistics.median(vals)
+        if bench == "latency" and size != 8 or bench == "bw" and size < 65536:
+            continue
+        print(json.dumps({"mpi": mpi, "config": config, "bench": bench, "bytes": size,
+                          "unit": "us" if bench == "latency" else "MB/s",
+                          "median": round(statistics.median(vals), 3),
+                          "min": min(vals), "max": max(vals), "rounds": len(vals),
+                          "time": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}))
+    print("# ratios of medians (goals: shim/shm 8 B latency <= 1.5; tcp/shim >= 10; "
+          "bandwidth shim/shm >= 1 from 64 KiB; shim-off and shim-mpi / shm < 1.05)")
+    for mpi in mpis:
+        if "latency" not in args.benches:
+            break
+        lat = {c: med.get((mpi, c, "latency", 8)) for c in CONFIGS}
+        low = {c: min(got[(mpi, c, "latency", 8)]) for c in CONFIGS}
+        print(f"{mpi}: 8 B latency us, medians: " + ", ".join(f"{c} {v:.2f}" for c, v in lat.items()))
+        print(f"{mpi}: 8 B latency us, minima:  " + ", ".join(f"{c} {v:.2f}" for c, v in low.items()))
+        print(f"{mpi}: shim/shm {lat['shim'] / lat['shm']:.2f}, tcp/shim "
+              f"{lat['tcp'] / lat['shim']:.1f}, shim-off/shm {lat['shim-off'] / lat['shm']:.3f}, "
+              f"shim-mpi/shm {lat['shim-mpi'] / lat['shm']:.3f}")
+    for mpi in mpis if "bw" in args.benches else []:
+        sizes = sorted(s for (m, c, b, s) in med if m == mpi and c == "shm" and b == "bw"
+                       and s >= 65536)
+        print(f"{mpi}: bandwidth MB/s shm / shim / tcp, shim/shm: " + "; ".join(
+            f"{s >> 10} KiB {med[(mpi, 'shm', 'bw', s)]:.0f} / {med[(mpi, 'shim', 'bw', s)]:.0f}"
+            f" / {med[(mpi, 'tcp', 'bw', s)]:.0f}, "
+            f"{med[(mpi, 'shim', 'bw', s)] / med[(mpi, 'shm', 'bw', s)]:.2f}" for s in sizes))
+
+
+if __name__ == "__main__":
+    main()

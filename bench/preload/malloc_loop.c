@@ -1,0 +1,65 @@
+/* malloc_loop.c — a malloc-heavy program for bench/preload_overhead.py: ITERS rounds over 4096
+ * slots, each freeing a random slot and refilling it with malloc (16 B .. 4 KiB, skewed
+ * small), one in 8 through realloc of the old block; every LARGE_EVERY-th allocation is a
+ * 4 MiB block instead (0: never), the size the preload library places. Each block gets one
+ * byte written per 4 KiB page it spans up to 16 KiB (TOUCH_LARGE 1: every page of a 4 MiB
+ * block, as a program that uses it would), so allocations are used, not only made.
+ * Prints "allocs N seconds S allocs_per_s R".
+ * Usage: malloc_loop ITERS SEED LARGE_EVERY [TOUCH_LARGE] */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SLOTS 4096
+
+static uint64_t rng;
+static uint64_t next(void) {  /* xorshift64 */
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: malloc_loop ITERS SEED LARGE_EVERY [TOUCH_LARGE]\n");
+        return 2;
+    }
+    long iters = atol(argv[1]);
+    rng = (uint64_t)atoll(argv[2]) | 1;
+    long large_every = atol(argv[3]);
+    int touch_large = argc == 5 && atoi(argv[4]);
+    static char *slot[SLOTS];
+    static size_t len[SLOTS];
+    double t0 = now();
+    for (long i = 1; i <= iters; i++) {
+        size_t k = next() % SLOTS;
+        size_t n = (size_t)16 << (next() % 9);  /* 16 B .. 4 KiB */
+        n += next() % n;
+        if (large_every && i % large_every == 0) n = 4u << 20;
+        char *p;
+        if (slot[k] && next() % 8 == 0) {
+            p = realloc(slot[k], n);
+        } else {
+            free(slot[k]);
+            p = malloc(n);
+        }
+        if (!p) return 1;
+        size_t touch = n < (16u << 10) || (touch_large && n >= (4u << 20)) ? n : (16u << 10);
+        for (size_t o = 0; o < touch; o += 4096) p[o] = (char)i;
+        slot[k] = p;
+        len[k] = n;
+    }
+    double dt = now() - t0;
+    for (int k = 0; k < SLOTS; k++) free(slot[k]);
+    printf("allocs %ld seconds %.6f allocs_per_s %.1f\n", iters, dt, iters / dt);
+    return 0;
+}

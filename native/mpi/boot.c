@@ -1,0 +1,275 @@
+/* boot.c — MPI_Init / MPI_Init_thread / MPI_Finalize: the configuration (rank 0's
+ * environment, broadcast so every rank decides alike), the pool and the engine's job over
+ * PMPI (ranks and size of the world, the job id from PMPI_Bcast, agreement by
+ * PMPI_Allreduce), the banner, the counters, and the error helpers. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mpi/shim.h"
+
+#if defined(OPEN_MPI)
+#define SHIM_MPI "Open MPI"
+#elif defined(MPICH)
+#define SHIM_MPI "MPICH"
+#else
+#define SHIM_MPI "MPI"
+#endif
+
+struct shim_state g = {.next_ctx = CXK_MSG_CTX_FIRST};
+
+/* Rank 0's view of the environment; every rank uses it (one decision for the job). */
+struct shim_config {
+    int enabled;             /* CXLKIT_MPI (default 1; 0 = route nothing) */
+    int comms;               /* CXLKIT_MPI_COMMS bits: 1 world, 2 derived; all (default) 3,
+                                world 1, derived 2 (world stays on MPI), none 0 */
+    int verbose;             /* CXLKIT_MPI_VERBOSE: banner on rank 0 */
+    int stats;               /* CXLKIT_MPI_STATS: counters of every rank at MPI_Finalize */
+    int coherence;           /* CXLKIT_MPI_COHERENCE host|none; -1 auto */
+    int explicit_pool;       /* CXLKIT_MPI_POOL given */
+    uint64_t eager;          /* CXLKIT_MPI_EAGER bytes; 0 the engine's default */
+    uint64_t mib_per_rank;   /* CXLKIT_MPI_POOL_MB: pool bytes per rank (created pools) */
+    uint64_t host_hash;      /* rank 0's host */
+    char pool[256];
+    char job[CXK_MSG_JOB_MAX + 1];
+};
+
+static uint64_t env_u64(const char *name, uint64_t dflt) {
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    char *end;
+    unsigned long long x = strtoull(v, &end, 0);
+    return *end ? dflt : (uint64_t)x;
+}
+
+static uint64_t host_hash(void) {
+    char h[256] = {0};
+    gethostname(h, sizeof h - 1);
+    uint64_t x = 1469598103934665603ull;  /* FNV-1a */
+    for (const char *p = h; *p; ++p) x = (x ^ (uint8_t)*p) * 1099511628211ull;
+    return x;
+}
+
+static void read_config(struct shim_config *c) {
+    memset(c, 0, sizeof *c);
+    c->enabled = env_u64("CXLKIT_MPI", 1) != 0;
+    const char *comms = getenv("CXLKIT_MPI_COMMS");
+    c->comms = !comms || !strcmp(comms, "all") ? 3 : !strcmp(comms, "world") ? 1
+               : !strcmp(comms, "derived")     ? 2 : 0;
+    c->verbose = env_u64("CXLKIT_MPI_VERBOSE", 0) != 0;
+    c->stats = env_u64("CXLKIT_MPI_STATS", 0) != 0;
+    const char *coh = getenv("CXLKIT_MPI_COHERENCE");
+    c->coherence = !coh || !*coh ? -1 : !strcmp(coh, "none") ? CXK_COHERENCE_NONE
+                                                              : CXK_COHERENCE_HOST;
+    c->eager = env_u64("CXLKIT_MPI_EAGER", 0);
+    /* rendezvous buffers come out of a rank's part: OSU bw at 4 MiB (64 in flight) ran at
+     * ~410 MB/s with 256 MiB a rank (buffers exhausted, sends waiting), 1400-2700 with 1024 */
+    c->mib_per_rank = env_u64("CXLKIT_MPI_POOL_MB", 1024);
+    c->host_hash = host_hash();
+    /* a job id nobody else has: the pid and the clock of rank 0 */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(c->job, sizeof c->job, "mpi-%d-%llx", (int)getpid(),
+             (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
+    const char *pool = getenv("CXLKIT_MPI_POOL");
+    c->explicit_pool = pool && *pool;
+    if (c->explicit_pool && strlen(pool) >= sizeof c->pool) c->enabled = 0;
+    /* default: anonymous memory of rank 0 (a memfd the others open through /proc), so a
+     * job leaves no file behind however it ends */
+    if (c->explicit_pool) snprintf(c->pool, sizeof c->pool, "%s", pool);
+    else snprintf(c->pool, sizeof c->pool, "memfd:cxlkit-%s", c->job);
+}
+
+static void off(const char *why, int loud) {
+    g.on = 0;
+    snprintf(g.why_off, sizeof g.why_off, "%s", why);
+    if (g.rank == 0 && (loud || g.verbose)) fprintf(stderr, "cxlkit-mpi: off: %s\n", why);
+}
+
+/* MIN over the world of ok (1/0): every rank learns whether all could. */
+static int all_ok(int ok) {
+    int all = 0;
+    if (PMPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS) return 0;
+    return all;
+}
+
+static int open_pool(const struct shim_config *c, const char *path, int coherence) {
+    struct cxk_pool_opts o;
+    cxk_pool_opts_init(&o);
+    o.host_id = g.rank;
+    o.coherence = coherence;
+    if (g.rank == 0) {
+        o.flags = CXK_POOL_CREATE;
+        o.max_hosts = (uint32_t)(g.size < 2 ? 2 : g.size);
+        o.size = c->mib_per_rank * o.max_hosts << 20;
+    }
+    return cxk_pool_open(path, &o, &g.pool);
+}
+
+/* Pool, then the engine's job; NULL or a reason (off). */
+static const char *join(const struct shim_config *c, int coherence, char *why, size_t n) {
+    int rc = 0;
+    char path[sizeof c->pool];
+    snprintf(path, sizeof path, "%s", c->pool);
+    if (g.rank == 0) {  /* creates it: the others wait */
+        rc = open_pool(c, path, coherence);
+        if (!rc && !c->explicit_pool)
+            snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)getpid(), cxk_pool_fd(g.pool));
+    }
+    PMPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (rc) {
+        snprintf(why, n, "pool %s: %s", c->pool, strerror(-rc));
+        return why;
+    }
+    PMPI_Bcast(path, (int)sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (g.rank != 0) rc = open_pool(c, path, coherence);
+    if (!all_ok(rc == 0)) {
+        if (g.pool) cxk_pool_close(g.pool), g.pool = NULL;
+        snprintf(why, n, "pool %s: a rank could not open it%s%s", path, rc ? ": " : "",
+                 rc ? strerror(-rc) : "");
+        return why;
+    }
+    struct cxk_msg_opts mo;
+    cxk_msg_opts_init(&mo);
+    mo.eager_bytes = c->eager;
+    mo.join_ms = 30000;
+    rc = cxk_msg_init(g.pool, c->job, g.rank, g.size, &mo, &g.eng);
+    if (!all_ok(rc == 0)) {
+        if (g.eng) cxk_msg_finalize(g.eng), g.eng = NULL;
+        cxk_pool_close(g.pool), g.pool = NULL;
+        snprintf(why, n, "joining job %s on %s failed%s%s", c->job, c->pool, rc ? ": " : "",
+                 rc ? strerror(-rc) : "");
+        return why;
+    }
+    return NULL;
+}
+
+static int world_maps(void) {
+    g.world.comm = MPI_COMM_WORLD;
+    g.world.ctx = 0;
+    g.world.size = g.size;
+    g.world.to_world = malloc(sizeof(int) * (size_t)g.size);
+    g.world.from_world = malloc(sizeof(int) * (size_t)g.size);
+    if (!g.world.to_world || !g.world.from_world) return 0;
+    for (int i = 0; i < g.size; ++i) g.world.to_world[i] = g.world.from_world[i] = i;
+    return 1;
+}
+
+static void boot(int provided) {
+    struct shim_config c;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &g.rank);
+    PMPI_Comm_size(MPI_COMM_WORLD, &g.size);
+    if (g.rank == 0) read_config(&c);
+    PMPI_Bcast(&c, (int)sizeof c, MPI_BYTE, 0, MPI_COMM_WORLD);
+    g.verbose = c.verbose, g.stats = c.stats;
+    g.route_world = (c.comms & 1) != 0, g.route_derived = (c.comms & 2) != 0;
+    snprintf(g.job, sizeof g.job, "%s", c.job);
+    snprintf(g.pool_path, sizeof g.pool_path, "%s", c.pool);
+    if (!c.enabled) {
+        off("CXLKIT_MPI=0: every call goes to " SHIM_MPI, 0);
+        return;
+    }
+    if (!c.comms) {
+        off("CXLKIT_MPI_COMMS=none: every call goes to " SHIM_MPI, 0);
+        return;
+    }
+    if (provided == MPI_THREAD_MULTIPLE) {  /* the same on every rank: the same Init_thread */
+        off("MPI_THREAD_MULTIPLE: the shim serves one thread at a time, so every call goes "
+            "to " SHIM_MPI, 1);
+        return;
+    }
+    if (g.size > CXK_POOL_MAX_HOSTS) {
+        char why[96];
+        snprintf(why, sizeof why, "%d ranks: a pool has at most %d hosts", g.size,
+                 CXK_POOL_MAX_HOSTS);
+        off(why, 1);
+        return;
+    }
+    const int one_host = all_ok(host_hash() == c.host_hash);
+    if (!one_host && !c.explicit_pool) {
+        off("ranks on several hosts and CXLKIT_MPI_POOL unset: no pool they share", 1);
+        return;
+    }
+    const int coherence = c.coherence >= 0 ? c.coherence
+                          : one_host        ? CXK_COHERENCE_HOST
+                                            : CXK_COHERENCE_NONE;
+    char why[sizeof g.why_off];
+    const char *fail = join(&c, coherence, why, sizeof why);
+    if (!fail && !all_ok(world_maps())) fail = "out of memory";
+    if (fail) {
+        off(fail, 1);
+        return;
+    }
+    g.on = 1;
+    if (g.rank == 0 && g.verbose)
+        fprintf(stderr,
+                "cxlkit-mpi: on: %s, %d ranks, pool %s (coherence %s), job %s, eager %llu B, "
+                "communicators %s\n",
+                SHIM_MPI, g.size, c.pool, coherence == CXK_COHERENCE_NONE ? "none" : "host",
+                c.job, (unsigned long long)cxk_msg_eager_bytes(g.eng),
+                g.route_world && g.route_derived ? "world and derived"
+                : g.route_world                  ? "world only"
+                                                 : "derived only (world on " SHIM_MPI ")");
+}
+
+int MPI_Init(int *argc, char ***argv) {
+    int rc = PMPI_Init(argc, argv);
+    if (rc == MPI_SUCCESS) boot(MPI_THREAD_SINGLE);
+    return rc;
+}
+
+int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
+    int rc = PMPI_Init_thread(argc, argv, required, provided);
+    if (rc == MPI_SUCCESS) boot(*provided);
+    return rc;
+}
+
+static void print_stats(void) {
+    const struct shim_stats *s = &g.st;
+    fprintf(stderr,
+            "cxlkit-mpi: rank %d: %s: pool %llu sends %llu B, %llu receives %llu B; " SHIM_MPI
+            " (communicators not routed) %llu sends, %llu receives; %llu packed\n",
+            g.rank, g.on ? "on" : "off", (unsigned long long)s->pool_sends,
+            (unsigned long long)s->pool_send_bytes, (unsigned long long)s->pool_recvs,
+            (unsigned long long)s->pool_recv_bytes, (unsigned long long)s->mpi_sends,
+            (unsigned long long)s->mpi_recvs, (unsigned long long)s->packed);
+}
+
+int MPI_Finalize(void) {
+    if (g.on) {
+        slots_drain_detached(1);
+        if (g.stats) print_stats();
+        int rc = cxk_msg_finalize(g.eng);
+        if (rc) shim_err(rc, "finalize");
+        cxk_pool_close(g.pool);
+        g.eng = NULL, g.pool = NULL, g.on = 0;
+        shim_comms_free_all();
+        free(g.world.to_world), free(g.world.from_world);
+        g.world.to_world = g.world.from_world = NULL;
+    } else if (g.stats) {
+        print_stats();
+    }
+    return PMPI_Finalize();
+}
+
+int shim_err(int neg, const char *what) {
+    switch (neg) {
+        case 0: return MPI_SUCCESS;
+        case -EMSGSIZE: return MPI_ERR_TRUNCATE;
+        case -ENOMEM: return MPI_ERR_NO_MEM;
+        default: break;
+    }
+    const int peer = g.eng ? cxk_msg_failed_rank(g.eng) : -1;
+    fprintf(stderr, "cxlkit-mpi: rank %d: %s: %s", g.rank, what, strerror(-neg));
+    if (peer >= 0) fprintf(stderr, " (rank %d of MPI_COMM_WORLD)", peer);
+    fputc('\n', stderr);
+    return neg == -EINVAL ? MPI_ERR_ARG : MPI_ERR_OTHER;
+}
+
+int shim_fail(MPI_Comm comm, int err) {
+    if (err != MPI_SUCCESS) PMPI_Comm_call_errhandler(comm, err);
+    return err;
+}

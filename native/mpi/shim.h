@@ -1,0 +1,127 @@
+/* shim.h — private to native/mpi/ (the PMPI shim libcxlkit_mpi_<mpi>.so): the process state,
+ * the communicators the shim routes through the pool, the request/message handle table and
+ * the helpers the shim's files share (boot.c: init, config, finalize, counters; comms.c:
+ * communicators and datatypes; reqs.c: requests and every Wait/Test; p2p.c: sends, receives,
+ * probes). Built once per MPI against that MPI's mpi.h (handles are ints in MPICH, pointers
+ * in Open MPI). A rank uses the shim from one thread at a time (MPI_THREAD_SERIALIZED). */
+#ifndef CXLKIT_MPI_SHIM_H
+#define CXLKIT_MPI_SHIM_H
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cxlkit.h"
+
+/* Only the MPI_* functions are exported (MPICH's mpi.h gives them no visibility of its own,
+ * so the library is built without -fvisibility=hidden and hides its internals here). */
+#pragma GCC visibility push(hidden)
+
+/* A communicator routed through the pool: every rank of it is a rank of the pool job (the
+ * world), and every point-to-point message of it travels on context ctx of the engine.
+ * Communicators not in the table go to PMPI entirely, so no communicator's order is ever
+ * split between two routes. */
+struct shim_comm {
+    MPI_Comm comm;
+    uint32_t ctx;        /* engine context: 0 for MPI_COMM_WORLD, >= CXK_MSG_CTX_FIRST else */
+    int size;
+    int *to_world;       /* [size]: comm rank -> world rank */
+    int *from_world;     /* [world size]: world rank -> comm rank, -1 when not a member */
+    struct shim_comm *next;  /* freed ones, kept for their requests until MPI_Finalize */
+};
+
+/* Counters of this rank (printed at MPI_Finalize when CXLKIT_MPI_STATS is set). */
+struct shim_stats {
+    uint64_t pool_sends, pool_send_bytes, pool_recvs, pool_recv_bytes;
+    uint64_t mpi_sends, mpi_recvs;   /* point-to-point calls on communicators not routed */
+    uint64_t packed;                 /* messages packed / unpacked (derived datatypes) */
+};
+
+struct shim_state {
+    int on;                  /* routing through the pool is live */
+    int rank, size;          /* in MPI_COMM_WORLD */
+    int route_world;         /* MPI_COMM_WORLD routed (CXLKIT_MPI_COMMS all or world) */
+    int route_derived;       /* dup/split/create... routed (CXLKIT_MPI_COMMS all or derived) */
+    int verbose, stats;
+    uint32_t next_ctx;       /* the next engine context a new communicator may take */
+    cxk_pool *pool;
+    cxk_comm *eng;
+    struct shim_comm world;
+    uint64_t inflight;       /* engine operations started and not yet completed */
+    struct shim_stats st;
+    char pool_path[256];
+    char job[CXK_MSG_JOB_MAX + 1];
+    char why_off[400];       /* why routing is off (banner) */
+};
+extern struct shim_state g;
+
+/* ---- comms.c ---- */
+/* The routed communicator comm is, or NULL (go to PMPI). */
+struct shim_comm *shim_comm_of(MPI_Comm comm);
+void shim_comms_free_all(void);
+/* Bytes of count elements of dt when they lie dense at buf (no holes, lower bound 0): 1 and
+ * *nbytes; 0 when they must be packed. *tsize gets the type's size. */
+int shim_dense(MPI_Datatype dt, int count, uint64_t *nbytes, int *tsize);
+/* -1 for a datatype MPI does not know (MPI_ERR_TYPE). */
+
+/* ---- reqs.c: one table for the requests and matched messages the shim owns ---- */
+enum slot_kind { SLOT_SEND = 1, SLOT_RECV = 2, SLOT_MESSAGE = 3 };
+struct slot {
+    uint8_t used, kind, persistent, active, done, cancelled, detached;
+    uint8_t sync;            /* send: synchronous (Ssend) */
+    uint8_t buffered;        /* send: copied out at the start (Bsend, Sendrecv_replace) */
+    uint8_t counted;         /* counted in g.inflight */
+    struct shim_comm *sc;
+    MPI_Comm comm;
+    cxk_msg_req *req;        /* the engine's request while in flight */
+    /* the call's arguments (persistent requests start them again) */
+    const void *sbuf;
+    void *rbuf;
+    int count, peer, tag;    /* peer: comm rank, or MPI_ANY_SOURCE */
+    MPI_Datatype dt;
+    void *tmp;               /* packed bytes (derived datatypes, buffered sends, messages) */
+    uint64_t tmp_bytes;
+    /* the result once done */
+    int src, rtag, err;
+    uint64_t nbytes;         /* bytes of the message */
+    int next_free;
+};
+/* New slot (zeroed, used), index >= 0, or -1 when the table is full. */
+int slot_new(void);
+struct slot *slot_at(int i);
+void slot_release(int i);
+MPI_Request slot_request(int i);
+int slot_of_request(MPI_Request r);      /* -1: not the shim's */
+MPI_Message slot_message(int i);
+int slot_of_message(MPI_Message m);
+/* Start slot i's operation in the engine (its arguments set). MPI error code. */
+int slot_start(int i);
+/* Drive slot i (block: until done). 1 once done (or inactive). */
+int slot_poll(int i, int block);
+/* The same for a slot of a blocking call (on the stack, never in the table). */
+int slot_drive(struct slot *s, int block);
+/* Progress every detached slot (buffered sends, freed requests); block: until none left. */
+void slots_drain_detached(int block);
+/* Nobody will wait for slot i (a buffered send): drain it later, then free it. */
+void shim_detach_slot(int i);
+
+/* ---- p2p.c ---- */
+int shim_send_start(struct slot *s);    /* engine send of s (packs); MPI error code */
+int shim_recv_start(struct slot *s);
+/* Fill a status from a finished receive slot (unpacking into rbuf): MPI error code. */
+int shim_recv_finish(struct slot *s, MPI_Status *st);
+
+/* ---- helpers ---- */
+void shim_status_set(MPI_Status *st, int src, int tag, uint64_t nbytes, int cancelled);
+void shim_status_empty(MPI_Status *st);
+/* -errno of the engine -> MPI error class; a failure other than truncation is reported on
+ * stderr once, naming the rank and the peer (MPI codes cannot carry the text). */
+int shim_err(int neg, const char *what);
+/* Hand err to comm's error handler (MPI_ERRORS_ARE_FATAL aborts), return it. */
+int shim_fail(MPI_Comm comm, int err);
+int shim_rank_to_world(struct shim_comm *sc, int r);
+
+/* handles as integers for hashing and printing */
+uint64_t shim_key_comm(MPI_Comm c);
+uint64_t shim_key_type(MPI_Datatype d);
+#pragma GCC visibility pop
+#endif

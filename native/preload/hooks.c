@@ -1,0 +1,360 @@
+/* hooks.c — the interposed entry points of libcxlkit_preload.so and its one-time setup.
+ *
+ * What is placed: anonymous private mappings of at least CXLKIT_MIN_SIZE made through mmap /
+ * mmap64 / mremap, and malloc-family blocks of at least that size. glibc's malloc maps large
+ * blocks with its internal mmap (no PLT call to wrap), so the malloc family is wrapped: the
+ * real call runs, and if glibc served the block by its own mapping (the IS_MMAPPED bit of the
+ * chunk header) the whole mapping is striped, moving the one page malloc wrote its header to.
+ * M_MMAP_THRESHOLD is set to the minimum size (at most glibc's 32 MiB cap) so that every
+ * block that large is such a mapping: glibc's default threshold rises after frees, and blocks
+ * would then come from the heap, already touched. A realloc that grows a heap block past the
+ * minimum is malloc + copy + free here, so the copy lands in placed pages. Any other malloc
+ * (jemalloc, tcmalloc: the header check would read foreign memory) is passed through and said
+ * so in the log. Fork: the child keeps each mapping's policy (the kernel copies it). Exec: the
+ * new image loads the library again from LD_PRELOAD and re-reads the environment. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "preload.h"
+
+#define API __attribute__((visibility("default")))
+#define IS_MMAPPED 0x2ul  /* glibc malloc chunk header: the block is its own mapping */
+#define SIZE_BITS 0x7ul
+
+/* glibc's own allocator entry points: used only while dlsym resolves the next malloc. */
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+
+static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
+static int (*real_munmap)(void *, size_t);
+static void *(*real_mremap)(void *, size_t, size_t, int, ...);
+static void *(*real_malloc)(size_t);
+static void *(*real_calloc)(size_t, size_t);
+static void *(*real_realloc)(void *, size_t);
+static int (*real_posix_memalign)(void **, size_t, size_t);
+static void *(*real_aligned_alloc)(size_t, size_t);
+static void *(*real_memalign)(size_t, size_t);
+static void *(*real_valloc)(size_t);
+
+static int resolved;   /* all real_* set */
+static int resolving;  /* inside dlsym: our malloc forwards to glibc's */
+static int state;      /* 0 not set up, 1 setting up, 2 done */
+static int active;     /* a valid configuration: place */
+static int glibc_malloc; /* the next malloc is glibc's: its chunk headers can be read */
+static size_t page_size = 4096;
+static struct cxp_config cfg;
+/* Calls for this many bytes or more take the slow path: 0 until set up (the first call sets
+ * up), cfg.min_bytes when placing, SIZE_MAX when off. */
+static size_t place_min;
+static inline size_t slow_from(void) { return __atomic_load_n(&place_min, __ATOMIC_RELAXED); }
+
+static void resolve(void) {
+    if (__atomic_load_n(&resolved, __ATOMIC_ACQUIRE)) return;
+    __atomic_store_n(&resolving, 1, __ATOMIC_RELAXED);
+    real_mmap = dlsym(RTLD_NEXT, "mmap");
+    real_munmap = dlsym(RTLD_NEXT, "munmap");
+    real_mremap = dlsym(RTLD_NEXT, "mremap");
+    real_malloc = dlsym(RTLD_NEXT, "malloc");
+    real_calloc = dlsym(RTLD_NEXT, "calloc");
+    real_realloc = dlsym(RTLD_NEXT, "realloc");
+    real_posix_memalign = dlsym(RTLD_NEXT, "posix_memalign");
+    real_aligned_alloc = dlsym(RTLD_NEXT, "aligned_alloc");
+    real_memalign = dlsym(RTLD_NEXT, "memalign");
+    real_valloc = dlsym(RTLD_NEXT, "valloc");
+    /* the next malloc is glibc's when libc.so.6 itself exports that address */
+    void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+    glibc_malloc = libc && dlsym(libc, "malloc") == (void *)real_malloc;
+    if (libc) dlclose(libc);
+    __atomic_store_n(&resolving, 0, __ATOMIC_RELAXED);
+    /* release pairs with the acquire above: a thread that sees resolved sees every real_* */
+    __atomic_store_n(&resolved, 1, __ATOMIC_RELEASE);
+}
+
+static void open_log(void) {
+    const char *log = getenv("CXLKIT_PRELOAD_LOG");
+    if (!log || !*log) return;
+    if (strcmp(log, "stderr") == 0) {
+        cxp_log_fd = 2;
+        return;
+    }
+    int fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        cxp_warn("CXLKIT_PRELOAD_LOG=%s: %s; logging to stderr", log, strerror(errno));
+    cxp_log_fd = fd < 0 ? 2 : fd;
+}
+
+static void setup_malloc(void) {
+    if (!glibc_malloc) {
+        cxp_log("malloc is not glibc's: malloc blocks are left alone, mmap calls are placed");
+        return;
+    }
+    if (getenv("MALLOC_MMAP_THRESHOLD_")) {
+        cxp_log("MALLOC_MMAP_THRESHOLD_ is set: kept; blocks malloc serves from its heap "
+                "are left alone");
+        return;
+    }
+    size_t t = cfg.min_bytes < CXP_MAX_MMAP_THRESHOLD ? cfg.min_bytes : CXP_MAX_MMAP_THRESHOLD;
+    if (!mallopt(M_MMAP_THRESHOLD, (int)t))
+        cxp_log("mallopt(M_MMAP_THRESHOLD, %zu) refused: some large blocks may come from "
+                "the heap and be left alone", t);
+}
+
+/* Read the environment once. Bad configuration: one line on stderr, and the library only
+ * forwards from then on. */
+static void setup(void) {
+    int expect = 0;
+    if (!__atomic_compare_exchange_n(&state, &expect, 1, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return;  /* another thread sets up (a call there may come unplaced meanwhile) */
+    resolve();
+    long ps = sysconf(_SC_PAGESIZE);
+    if (ps > 0) page_size = (size_t)ps;
+    open_log();
+    char err[256];
+    if (cxp_fault_parse(getenv("CXLKIT_PRELOAD_FAULT")) < 0) {
+        cxp_warn("CXLKIT_PRELOAD_FAULT=%s: expected mbind:N:errno; placement off",
+                 getenv("CXLKIT_PRELOAD_FAULT"));
+    } else if (cxp_config_parse(getenv("CXLKIT_STRIPE"), getenv("CXLKIT_STRIPE_CHUNK"),
+                                getenv("CXLKIT_MIN_SIZE"), page_size, &cfg, err,
+                                sizeof err) < 0) {
+        cxp_warn("%s; placement off", err);
+    } else {
+        int ok = 1;
+        for (int i = 0; i < cfg.nnodes && ok; i++) {
+            int a = cxp_node_allowed(cfg.nodes[i]);
+            if (a == 0) {
+                cxp_warn("CXLKIT_STRIPE=%s: node %d has no memory this process may use; "
+                         "placement off", getenv("CXLKIT_STRIPE"), cfg.nodes[i]);
+                ok = 0;
+            } else if (a < 0) {
+                cxp_warn("get_mempolicy: %s (kernel without NUMA?); placement off",
+                         strerror(-a));
+                ok = 0;
+            }
+        }
+        if (ok) {
+            char spec[CXP_MAX_NODES * 16];
+            cxp_config_format(&cfg, spec, sizeof spec);
+            cxp_log("on: stripe %s chunk %zu min %zu", spec, cfg.chunk_bytes, cfg.min_bytes);
+            setup_malloc();
+            __atomic_store_n(&active, 1, __ATOMIC_RELEASE);
+        }
+    }
+    __atomic_store_n(&place_min, active ? cfg.min_bytes : SIZE_MAX, __ATOMIC_RELAXED);
+    __atomic_store_n(&state, 2, __ATOMIC_RELEASE);
+}
+
+__attribute__((constructor)) static void cxp_init(void) { setup(); }
+
+static inline int placing(void) {
+    if (__builtin_expect(__atomic_load_n(&state, __ATOMIC_ACQUIRE) != 2, 0)) setup();
+    return __atomic_load_n(&active, __ATOMIC_ACQUIRE);
+}
+
+static void place_range(const char *what, void *addr, size_t len, int move_first,
+                        int move_all) {
+    size_t per_node[CXP_MAX_NODES];
+    long r = cxp_place(&cfg, addr, len, move_first, move_all, per_node);
+    if (r < 0) {
+        cxp_log("error %s %p+%zu: mbind: %s; the rest of it keeps the default policy", what,
+                addr, len, strerror((int)-r));
+        return;
+    }
+    char spread[CXP_MAX_NODES * 28];
+    size_t at = 0;
+    spread[0] = 0;
+    for (int i = 0; i < cfg.nnodes && at < sizeof spread; i++) {
+        int k = snprintf(spread + at, sizeof spread - at, " %d:%zu", cfg.nodes[i], per_node[i]);
+        if (k < 0) break;
+        at += (size_t)k;
+    }
+    cxp_log("place %s %p+%zu: %ld runs, bytes per node%s", what, addr, len, r, spread);
+}
+
+/* ---- mmap family --------------------------------------------------------------------- */
+static void consider_mapping(const char *what, void *p, size_t len, int prot, int flags) {
+    (void)prot;
+    if (len < cfg.min_bytes) return;  /* small: not logged, they are many */
+    if (!(flags & MAP_ANONYMOUS))
+        cxp_log("leave %s %p+%zu: file-backed", what, p, len);
+    else if ((flags & MAP_TYPE) != MAP_PRIVATE)
+        cxp_log("leave %s %p+%zu: shared", what, p, len);
+    else if (flags & (MAP_HUGETLB | MAP_GROWSDOWN | MAP_STACK))
+        cxp_log("leave %s %p+%zu: hugetlb, stack or grows-down", what, p, len);
+    else
+        place_range(what, p, len, 0, (flags & MAP_POPULATE) != 0);
+}
+
+API void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+    if (__builtin_expect(!real_mmap, 0)) {
+        if (__atomic_load_n(&resolving, __ATOMIC_RELAXED))
+            return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+        resolve();
+    }
+    void *p = real_mmap(addr, len, prot, flags, fd, off);
+    if (p != MAP_FAILED && placing()) {
+        int saved = errno;
+        consider_mapping("mmap", p, len, prot, flags);
+        errno = saved;
+    }
+    return p;
+}
+
+API void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+    __attribute__((alias("mmap")));
+
+API int munmap(void *addr, size_t len) {
+    if (__builtin_expect(!real_munmap, 0)) resolve();
+    int r = real_munmap(addr, len);
+    if (r == 0 && len >= slow_from() && placing()) cxp_log("unmap %p+%zu", addr, len);
+    return r;
+}
+
+/* A mapping that grows keeps the policy of its last part for the new pages: striped again
+ * whole (pages already there stay: no MPOL_MF_MOVE) when it was placed, i.e. its first page
+ * is bound to the stripe's first node. */
+API void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
+    void *want = NULL;
+    if (flags & MREMAP_FIXED) {
+        va_list ap;
+        va_start(ap, flags);
+        want = va_arg(ap, void *);
+        va_end(ap);
+    }
+    if (__builtin_expect(!real_mremap, 0)) resolve();
+    void *p = real_mremap(old, old_len, new_len, flags, want);
+    if (p == MAP_FAILED || new_len < slow_from() || !placing()) return p;
+    int saved = errno;
+    int mode = -1;
+    unsigned long mask[(CXP_MAX_NODE_ID + 1) / (8 * sizeof(unsigned long))] = {0};
+    /* MPOL_F_NODE | MPOL_F_ADDR would give the node of a page; MPOL_F_ADDR alone the policy */
+    if (syscall(SYS_get_mempolicy, &mode, mask, (unsigned long)(CXP_MAX_NODE_ID + 2), p,
+                2ul /* MPOL_F_ADDR */) == 0 && mode == 2 /* MPOL_BIND */ &&
+        (mask[(size_t)cfg.nodes[0] / (8 * sizeof(long))] >>
+         ((size_t)cfg.nodes[0] % (8 * sizeof(long)))) & 1)
+        place_range("mremap", p, new_len, 0, 0);
+    else
+        cxp_log("leave mremap %p+%zu: not a placed mapping", p, new_len);
+    errno = saved;
+    return p;
+}
+
+/* ---- malloc family ------------------------------------------------------------------- */
+/* The mapping glibc made for block p (the chunk header just below p), or 0 when p came from
+ * the heap. glibc keeps prev_size = the alignment offset from the mapping's start for such
+ * chunks (memalign), and size with the flag bits. */
+static int block_mapping(void *p, size_t want, char **start, size_t *len) {
+    const size_t *h = (const size_t *)p;
+    size_t size = h[-1];
+    if (!(size & IS_MMAPPED)) return 0;
+    size_t off = h[-2];
+    char *m = (char *)p - 2 * sizeof(size_t) - off;
+    size_t n = (size & ~SIZE_BITS) + off;
+    if (((uintptr_t)m % page_size) || (n % page_size) || n < want) return 0;
+    *start = m;
+    *len = n;
+    return 1;
+}
+
+/* Whether the page at addr (present: malloc wrote it) sits elsewhere than the stripe's first
+ * node. MPOL_MF_MOVE is asked for only then: it drains every CPU's LRU cache first
+ * (lru_add_drain_all), which made a placed 4 MiB malloc cost ~1.4x an unplaced one. */
+static int header_misplaced(void *addr) {
+    int node = -1;
+    int saved = errno;
+    long r = syscall(SYS_get_mempolicy, &node, NULL, 0ul, addr, 3ul /* MPOL_F_NODE|ADDR */);
+    errno = saved;
+    return r != 0 || node != cfg.nodes[0];
+}
+
+static void *placed_block(const char *what, void *p, size_t n) {
+    if (!p || !placing() || n < cfg.min_bytes) return p;
+    int saved = errno;
+    char *m;
+    size_t len;
+    if (!glibc_malloc)
+        cxp_log("leave %s %p+%zu: malloc is not glibc's", what, p, n);
+    else if (!block_mapping(p, n, &m, &len))
+        cxp_log("leave %s %p+%zu: served from malloc's heap, not its own mapping", what, p, n);
+    else
+        place_range(what, m, len, header_misplaced(m), 0);
+    errno = saved;
+    return p;
+}
+
+API void *malloc(size_t n) {
+    if (__builtin_expect(!real_malloc, 0)) {
+        if (__atomic_load_n(&resolving, __ATOMIC_RELAXED)) return __libc_malloc(n);
+        resolve();
+    }
+    void *p = real_malloc(n);
+    return __builtin_expect(n >= slow_from(), 0) ? placed_block("malloc", p, n) : p;
+}
+
+API void *calloc(size_t k, size_t n) {
+    if (__builtin_expect(!real_calloc, 0)) {
+        if (__atomic_load_n(&resolving, __ATOMIC_RELAXED)) return __libc_calloc(k, n);
+        resolve();
+    }
+    void *p = real_calloc(k, n);
+    size_t total;
+    if (__builtin_mul_overflow(k, n, &total)) return p;
+    return __builtin_expect(total >= slow_from(), 0) ? placed_block("calloc", p, total) : p;
+}
+
+API void *realloc(void *old, size_t n) {
+    if (__builtin_expect(!real_realloc, 0)) resolve();
+    if (__builtin_expect(n < slow_from(), 1) || !placing() || !glibc_malloc ||
+        n < cfg.min_bytes)  /* the first call of all sets up, then compares again */
+        return real_realloc(old, n);
+    char *m;
+    size_t len;
+    if (old && !block_mapping(old, 0, &m, &len)) {
+        /* a heap block grows past the minimum: a new placed block, then the copy */
+        size_t have = malloc_usable_size(old);
+        void *p = malloc(n);
+        if (!p) return NULL;
+        memcpy(p, old, have < n ? have : n);
+        cxp_log("realloc %p -> %p: heap block copied into a placed one", old, p);
+        free(old);
+        return p;
+    }
+    /* NULL, or a mapped block glibc moves with mremap (the pages keep their nodes) */
+    return placed_block("realloc", real_realloc(old, n), n);
+}
+
+API int posix_memalign(void **out, size_t align, size_t n) {
+    if (__builtin_expect(!real_posix_memalign, 0)) resolve();
+    int r = real_posix_memalign(out, align, n);
+    if (r == 0 && n >= slow_from()) placed_block("posix_memalign", *out, n);
+    return r;
+}
+
+API void *aligned_alloc(size_t align, size_t n) {
+    if (__builtin_expect(!real_aligned_alloc, 0)) resolve();
+    void *p = real_aligned_alloc(align, n);
+    return n >= slow_from() ? placed_block("aligned_alloc", p, n) : p;
+}
+
+API void *memalign(size_t align, size_t n) {
+    if (__builtin_expect(!real_memalign, 0)) resolve();
+    void *p = real_memalign(align, n);
+    return n >= slow_from() ? placed_block("memalign", p, n) : p;
+}
+
+API void *valloc(size_t n) {
+    if (__builtin_expect(!real_valloc, 0)) resolve();
+    void *p = real_valloc(n);
+    return n >= slow_from() ? placed_block("valloc", p, n) : p;
+}
+

@@ -1,0 +1,61 @@
+/* preload.h — private to libcxlkit_preload.so: the configuration read from the environment,
+ * the decision log, and the stripe placement. C and libc only: the library is preloaded into
+ * unmodified programs, so it must not bring libstdc++ or libcxlkit (C++) into them. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#define CXP_MAX_NODES 64     /* nodes one stripe names (CXK_MAX_POLICY_NODES) */
+#define CXP_MAX_NODE_ID 1023 /* CXK_MAX_NODE_ID */
+#define CXP_MAX_WEIGHT 255
+/* glibc refuses an M_MMAP_THRESHOLD above HEAP_MAX_SIZE / 2 (32 MiB on 64-bit) */
+#define CXP_MAX_MMAP_THRESHOLD (32ul << 20)
+
+/* The whole configuration; written once by cxp_config_read, read-only after. */
+struct cxp_config {
+    int nnodes;
+    int nodes[CXP_MAX_NODES];
+    unsigned weights[CXP_MAX_NODES];
+    unsigned round;       /* sum of weights: chunks per round */
+    size_t chunk_bytes;   /* multiple of the page size */
+    size_t min_bytes;     /* mappings and blocks this large or larger are placed */
+};
+
+/* Parse the configuration from the values of CXLKIT_STRIPE, CXLKIT_STRIPE_CHUNK and
+ * CXLKIT_MIN_SIZE (NULL chunk / min: the 2 MiB defaults). Returns 0, or -1 with a one-line
+ * reason naming the variable in err (errcap bytes). No allocation: it runs inside malloc. */
+int cxp_config_parse(const char *stripe, const char *chunk, const char *min_size,
+                     size_t page, struct cxp_config *out, char *err, size_t errcap);
+
+/* "0:3,1:1" back from a configuration, NUL-terminated (cap >= 16). */
+void cxp_config_format(const struct cxp_config *c, char *buf, size_t cap);
+
+/* ---- the decision log (CXLKIT_PRELOAD_LOG=path|stderr): one write(2) per line ---------- */
+/* fd to log to, or -1 (no log). Set once at init. */
+extern int cxp_log_fd;
+/* printf-style line, prefixed "cxlkit-preload[PID]: " and ended with a newline. No
+ * allocation (snprintf into a stack buffer, then one write, atomic under O_APPEND). */
+void cxp_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The same line on stderr whether or not a log is set (bad configuration, once). */
+void cxp_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- placement ------------------------------------------------------------------------ */
+/* Bind [addr, addr+len) chunk by chunk: chunk c (counted from addr) goes to the node whose
+ * weight slot holds c mod round, one mbind per run of consecutive chunks on one node.
+ * move_first: MPOL_MF_MOVE on the first run (malloc wrote its block header there before we
+ * saw the block); move_all: on every run (MAP_POPULATE faulted the pages in already).
+ * per_node[i] gets the bytes bound to c->nodes[i] (c->nnodes entries).
+ * pre: addr page-aligned, len > 0. Returns the number of runs bound, or -errno of the
+ * first mbind that failed (the rest of the range keeps the policy it had). */
+long cxp_place(const struct cxp_config *c, void *addr, size_t len, int move_first, int move_all,
+               size_t *per_node);
+
+/* mbind(2) through syscall(2): glibc has no wrapper (libnuma's lives outside libc). 0 or
+ * -errno. CXLKIT_PRELOAD_FAULT=mbind:N:errno makes the Nth call (1-based) fail (tests). */
+int cxp_mbind(void *addr, size_t len, int mode, const unsigned long *mask,
+              unsigned long maxnode, unsigned flags);
+/* The nodes this task may allocate on (get_mempolicy MPOL_F_MEMS_ALLOWED): 1 if node is
+ * allowed, 0 if not, -errno if the kernel would not say. */
+int cxp_node_allowed(int node);
+/* Arm the mbind fault from CXLKIT_PRELOAD_FAULT (NULL: none). 0, or -1 when malformed. */
+int cxp_fault_parse(const char *spec);

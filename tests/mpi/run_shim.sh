@@ -1,0 +1,72 @@
+#!/bin/sh
+# run_shim.sh OUTDIR — the PMPI shim against both MPIs (make test-mpi-shim builds what it runs):
+#  1. tests/mpi/p2p_check.c with 3 and 4 ranks: native, under the shim, under the shim
+#     switched off (CXLKIT_MPI=0) and with the world on MPI but its dup and split through the
+#     pool (CXLKIT_MPI_COMMS=derived); the transcripts must be the same, and the shim's counters
+#     (CXLKIT_MPI_STATS) must show every rank sending through the pool when it is on;
+#  2. the OSU-format programs of bench/osu, unmodified, under the shim (each checks the data
+#     it received; exit 3 on a wrong byte), point-to-point ones routed through the pool.
+# The shim is preloaded on the launcher (LD_PRELOAD=... mpiexec ...), as a user would.
+set -u
+OUT=${1:?usage: run_shim.sh OUTDIR}
+CB=${CBUILD:-build/c}
+BIN=${OSU_BIN:-build/osu}
+TMO=${SHIM_TIMEOUT:-120}
+mkdir -p "$OUT"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+launch() {  # mpi nranks -> the launcher command
+    case $1 in
+    mpich) echo "mpiexec.mpich -n $2" ;;
+    openmpi) echo "mpiexec.openmpi --oversubscribe -n $2 --mca pml ob1 --mca btl self,vader" ;;
+    esac
+}
+
+# pool sends of every rank from the counters' lines: fails unless all are > 0
+routed() {  # file nranks
+    n=$(grep -c "cxlkit-mpi: rank [0-9]*: on: pool [1-9][0-9]* sends" "$1")
+    [ "$n" -eq "$2" ]
+}
+
+for mpi in mpich openmpi; do
+    shim=$(pwd)/$CB/libcxlkit_mpi_$mpi.so
+    prog=$CB/p2p_check_$mpi
+    osu=$BIN/osu_$( [ $mpi = mpich ] && echo mpich || echo ompi )
+    for n in 3 4; do
+        base="$OUT/$mpi.n$n"
+        timeout "$TMO" $(launch $mpi $n) "$prog" > "$base.native.txt" 2> "$base.native.err" ||
+            fail "$mpi n=$n native p2p_check (see $base.native.err)"
+        env LD_PRELOAD="$shim" CXLKIT_MPI_STATS=1 CXLKIT_MPI_VERBOSE=1 timeout "$TMO" \
+            $(launch $mpi $n) "$prog" > "$base.shim.txt" 2> "$base.shim.err" ||
+            fail "$mpi n=$n p2p_check under the shim (see $base.shim.err)"
+        cmp -s "$base.native.txt" "$base.shim.txt" ||
+            fail "$mpi n=$n: transcripts differ: diff $base.native.txt $base.shim.txt"
+        routed "$base.shim.err" "$n" || fail "$mpi n=$n: not every rank sent through the pool"
+        grep -q "cxlkit-mpi: on: " "$base.shim.err" || fail "$mpi n=$n: no banner on rank 0"
+        env LD_PRELOAD="$shim" CXLKIT_MPI=0 CXLKIT_MPI_STATS=1 timeout "$TMO" \
+            $(launch $mpi $n) "$prog" > "$base.off.txt" 2> "$base.off.err" ||
+            fail "$mpi n=$n p2p_check with CXLKIT_MPI=0 (see $base.off.err)"
+        cmp -s "$base.native.txt" "$base.off.txt" || fail "$mpi n=$n: CXLKIT_MPI=0 transcript differs"
+        [ "$(grep -c ': off: pool 0 sends' "$base.off.err")" -eq "$n" ] ||
+            fail "$mpi n=$n: CXLKIT_MPI=0 still routed through the pool"
+        # world on MPI, its dup and split through the pool: both routes in one program
+        env LD_PRELOAD="$shim" CXLKIT_MPI_COMMS=derived CXLKIT_MPI_STATS=1 timeout "$TMO" \
+            $(launch $mpi $n) "$prog" > "$base.derived.txt" 2> "$base.derived.err" ||
+            fail "$mpi n=$n p2p_check with CXLKIT_MPI_COMMS=derived (see $base.derived.err)"
+        cmp -s "$base.native.txt" "$base.derived.txt" ||
+            fail "$mpi n=$n: CXLKIT_MPI_COMMS=derived transcript differs"
+        routed "$base.derived.err" "$n" || fail "$mpi n=$n: derived comms not through the pool"
+    done
+    for b in latency bw bibw multi_lat put_lat get_lat; do
+        f="$OUT/$mpi.osu.$b.txt"
+        env LD_PRELOAD="$shim" CXLKIT_MPI_STATS=1 timeout "$TMO" $(launch $mpi 2) \
+            "$osu" "$b" -m "${OSU_MAX:-65536}" -i "${OSU_ITERS:-20}" > "$f" 2>&1 ||
+            fail "$mpi: $b under the shim (see $f)"
+        grep -q "^# OSU MPI" "$f" || fail "$mpi: $b printed no OSU table (see $f)"
+        case $b in put_*|get_*) ;; *) routed "$f" 2 || fail "$mpi: $b did not use the pool" ;; esac
+    done
+done
+[ "$fails" -eq 0 ] && echo "run_shim: all passed ($OUT)"
+exit "$fails"
