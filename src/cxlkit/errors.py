@@ -59,7 +59,7 @@ _OPEN_ERRORS = {
     errno.EMEDIUMTYPE: (PoolFormatError, "not a cxlkit pool (foreign or blank superblock)"),
     errno.EBADMSG: (PoolCorruptError, "corrupt pool superblock"),
     errno.EPROTONOSUPPORT: (PoolVersionError,
-                            "unsupported pool format version (this cxlkit reads version 1)"),
+                            "unsupported pool format version (made by another cxlkit)"),
     errno.ERANGE: (PoolTooSmallError, "too small for a pool (metadata and partitions)"),
     errno.EBUSY: (PoolError, "host slot belongs to another host (tag differs) or no slot is free"),
     errno.EDOM: (PoolError, "host_id is not a slot of this pool (0 .. its max_hosts - 1)"),

@@ -630,7 +630,8 @@ def _open_error(e: OSError, paths: list[str], nbytes: int, slot: int) -> OSError
         return PoolVersionError(e.errno, f"pool format {what}: this cxlkit reads version "
                                 f"{_native.POOL_FORMAT_VERSION} only and left the pool "
                                 "unchanged; read its objects with the cxlkit that made it and "
-                                "copy them into a new pool", path)
+                                "copy them into a new pool, or, if they are not needed, remove "
+                                f"it (`cxlkit pool rm {path}`) and it is made anew", path)
     if e.errno == errno.EBUSY:
         why = (f"host slot {slot} belongs to another host (its name differs)" if slot >= 0
                else "no host slot is free (every slot belongs to another host, or was lost "
