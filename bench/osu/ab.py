@@ -19,11 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
 from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from summary import parse_table  # noqa: E402  (the OSU table's rows, one parser)
 
 
 def parse_variant(text: str) -> tuple[str, str]:
@@ -31,15 +33,6 @@ def parse_variant(text: str) -> tuple[str, str]:
     if not sep or not name or not cmd.strip():
         raise argparse.ArgumentTypeError(f"--variant wants NAME=COMMAND, got {text!r}")
     return name, cmd
-
-
-def parse_table(text: str) -> dict[int, float]:
-    rows = {}
-    for line in text.splitlines():
-        m = re.match(r"^(\d+)\s+([0-9.]+)(?:\s+[0-9.]+)?\s*$", line)  # mbw_mr: + msgs/s
-        if m:
-            rows[int(m.group(1))] = float(m.group(2))
-    return rows
 
 
 def run_once(cmd: str, args: list[str], timeout: float) -> dict[int, float]:
