@@ -362,8 +362,12 @@ def test_cli_hosts_and_release(path):
     rows = json.loads(r.stdout)
     gone = [h for h in rows if h["name"] == "gone"][0]
     assert gone["objects"] == 1 and gone["extents"] >= 1
-    r = runner.invoke(app, ["pool", "hosts", path, "--host-id", "0"])
+    r = runner.invoke(app, ["pool", "hosts", path, "--host-id", "0"], env={"COLUMNS": "200"})
     assert r.exit_code == 0 and "gone" in r.stdout
+    with cxlkit.Pool(path, host_id=0) as pool:  # the title's free space is the free extents'
+        st = pool.stat()
+        mib = st.extents_free * st.extent_bytes / (1 << 20)
+    assert f"extents of {st.extent_bytes >> 10} KiB free ({mib:.1f} MiB)" in r.stdout, r.stdout
     time.sleep(1.2)  # the lease timeout is 1 s
     r = runner.invoke(app, ["pool", "release", path, "gone", "--host-id", "0"])
     assert r.exit_code == 0 and "adopted by host 0" in r.stdout, r.output

@@ -263,8 +263,8 @@ def hosts_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
     try:
         with P.Pool(path, host_id=_host(host_id), coherence=coherence) as p:
             rows, me, st = p.hosts(), p.host_id, p.stat()
-        title = (f"hosts of {st.path}: {st.extents_free} of {st.nextents} extents "
-                 f"({_mib(st.extent_bytes)}) free")
+        title = (f"hosts of {st.path}: {st.extents_free} of {st.nextents} extents of "
+                 f"{st.extent_bytes >> 10} KiB free ({_mib(st.extents_free * st.extent_bytes)})")
     except P.PoolError as e:
         if e.errno != errno.EBUSY or not os.path.isfile(path):
             _fail(str(e))
