@@ -118,7 +118,7 @@ static void setup_malloc(void) {
 /* A cached mapping leaves through glibc's own free: it munmaps the chunk and keeps its
  * count of mappings right (M_MMAP_MAX). */
 static void release_block(char *map, size_t len) {
-    (void)len;
+    cxp_log("release %p+%zu: out of the cache", (void *)map, len);
     real_free(map + 2 * sizeof(size_t));
 }
 
