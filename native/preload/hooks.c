@@ -55,6 +55,7 @@ static int state;      /* 0 not set up, 1 setting up, 2 done */
 static int active;     /* a valid configuration: place */
 static int glibc_malloc; /* the next malloc is glibc's: its chunk headers can be read */
 static int cache_on;     /* freed placed blocks go to the cache (cache.c) */
+static int watch_free;   /* free() looks at large mapped blocks (the cache, the registry) */
 static size_t page_size = 4096;
 static struct cxp_config cfg;
 /* Calls for this many bytes or more take the slow path: 0 until set up (the first call sets
@@ -119,6 +120,7 @@ static void setup_malloc(void) {
  * count of mappings right (M_MMAP_MAX). */
 static void release_block(char *map, size_t len) {
     cxp_log("release %p+%zu: out of the cache", (void *)map, len);
+    cxp_registry_remove(map, len);
     real_free(map + 2 * sizeof(size_t));
 }
 
@@ -168,6 +170,8 @@ static void setup(void) {
             char spec[CXP_MAX_NODES * 16];
             cxp_config_format(&cfg, spec, sizeof spec);
             setup_cache();
+            cxp_registry_init();
+            watch_free = glibc_malloc;
             cxp_log("on: stripe %s chunk %zu min %zu cache %zu bytes %d blocks%s", spec,
                     cfg.chunk_bytes, cfg.min_bytes, cfg.cache_bytes, cfg.cache_count,
                     cache_on ? "" : " (off)");
@@ -195,6 +199,7 @@ static void place_range(const char *what, void *addr, size_t len, int move_first
                 addr, len, strerror((int)-r));
         return;
     }
+    cxp_registry_add(addr, len);
     char spread[CXP_MAX_NODES * 28];
     size_t at = 0;
     spread[0] = 0;
@@ -229,6 +234,7 @@ API void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
     void *p = real_mmap(addr, len, prot, flags, fd, off);
     if (p != MAP_FAILED && placing()) {
         int saved = errno;
+        if (flags & (MAP_FIXED | MAP_FIXED_NOREPLACE)) cxp_registry_remove(p, len);
         consider_mapping("mmap", p, len, prot, flags);
         errno = saved;
     }
@@ -241,7 +247,10 @@ API void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 API int munmap(void *addr, size_t len) {
     if (__builtin_expect(!real_munmap, 0)) resolve();
     int r = real_munmap(addr, len);
-    if (r == 0 && len >= slow_from() && placing()) cxp_log("unmap %p+%zu", addr, len);
+    if (r == 0 && placing()) {
+        cxp_registry_remove(addr, len); /* any part of a placed range */
+        if (len >= cfg.min_bytes) cxp_log("unmap %p+%zu", addr, len);
+    }
     return r;
 }
 
@@ -273,8 +282,16 @@ API void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
     }
     if (__builtin_expect(!real_mremap, 0)) resolve();
     void *p = real_mremap(old, old_len, new_len, flags, want);
-    if (p == MAP_FAILED || new_len < slow_from() || !placing()) return p;
+    if (p == MAP_FAILED || !placing()) return p;
     int saved = errno;
+    /* the old range is gone or changed; placed again below when the result is placed */
+    if (p != old || new_len < old_len)
+        cxp_registry_remove(old, old_len);
+    if (p != old && (flags & MREMAP_FIXED)) cxp_registry_remove(p, new_len);
+    if (new_len < cfg.min_bytes) {
+        errno = saved;
+        return p;
+    }
     if (bound_to_first(p))
         place_range("mremap", p, new_len, 0, 0);
     else
@@ -368,9 +385,14 @@ API void free(void *p) {
         resolve();
     }
     /* the fast path: one flag, and for a cached process one header word glibc reads anyway */
-    if (p && __atomic_load_n(&cache_on, __ATOMIC_RELAXED)) {
+    if (p && __atomic_load_n(&watch_free, __ATOMIC_RELAXED)) {
         size_t size = ((const size_t *)p)[-1];
-        if ((size & IS_MMAPPED) && size >= cfg.min_bytes && cache_free(p)) return;
+        if ((size & IS_MMAPPED) && size >= cfg.min_bytes) {
+            if (cache_on && cache_free(p)) return;
+            char *m;
+            size_t len;
+            if (block_mapping(p, 0, &m, &len)) cxp_registry_remove(m, len); /* glibc unmaps */
+        }
     }
     real_free(p);
 }
@@ -435,8 +457,16 @@ API void *realloc(void *old, size_t n) {
         free(old);
         return p;
     }
-    /* a mapped block (cached before or not) glibc moves with mremap (pages keep their nodes) */
-    return placed_block("realloc", real_realloc(old, n), n);
+    /* a mapped block (cached before or not) glibc moves with mremap (pages keep their nodes)
+     * or, shrunk below its threshold, copies to its heap: its record goes, the result is
+     * placed (and recorded) again */
+    cxp_registry_remove(m, len);
+    void *p = real_realloc(old, n);
+    if (!p) {
+        cxp_registry_add(m, len); /* failed: the old block stays as it was */
+        return NULL;
+    }
+    return placed_block("realloc", p, n);
 }
 
 API int posix_memalign(void **out, size_t align, size_t n) {

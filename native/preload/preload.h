@@ -96,3 +96,12 @@ char *cxp_cache_take(size_t need, size_t *len);
 /* Release every cached mapping; returns how many. */
 int cxp_cache_flush(void);
 void cxp_cache_stats(struct cxp_cache_stats *s);
+
+/* ---- the registry of placed ranges, for cxlkit audit (registry.c) ---------------------- */
+#define CXP_REGISTRY_RECORDS 65536 /* 2 MiB of memfd, touched as used */
+/* pthread_atfork handlers (once, at setup). */
+void cxp_registry_init(void);
+/* [addr, addr+len) was placed with its chunk grid starting at addr (replaces what overlaps). */
+void cxp_registry_add(void *addr, size_t len);
+/* [addr, addr+len) is no longer placed (unmapped, freed, moved): cut from every record. */
+void cxp_registry_remove(void *addr, size_t len);
