@@ -41,6 +41,14 @@ def demotion_on():
     DEMOTION.write_text(before + "\n")
 
 
+def _sleeping(pid: int) -> bool:
+    """Whether pid sits in clock_nanosleep (time.sleep: the audit's interval)."""
+    try:
+        return Path(f"/proc/{pid}/syscall").read_text().split()[0] == "230"  # x86-64
+    except (OSError, IndexError):
+        return False
+
+
 def _hog() -> subprocess.CompletedProcess:
     # 760 MiB bound to node 0 (1 GiB): node 0 runs out, kswapd demotes its coldest pages
     return subprocess.run(["numactl", "--membind=0", shutil.which("memhog"), "-r2", "760M"],
@@ -58,25 +66,35 @@ def test_node1_is_a_lower_tier_and_demotion_under_pressure_is_reported(tmp_path,
     prog = PP.alloc_prog(tmp_path)
     # a victim with 320 MiB written once and then left cold, on node 0 (its CPUs' node)
     victim = PP.start([str(prog), "mmap:320M"], dict(PP.os.environ))
+    victim2 = None
     try:
         pid = victim.pids["parent"]
         # 1. the window of `cxlkit audit --interval` (TG.observe) with the pressure inside it
         #    for sure: its sleep is the memhog run
         v0 = _demoted(TG.vmstat_counters())
         hogs = []
+        t0 = time.monotonic()
         d = TG.observe(0, pid, sleep=lambda s: hogs.append(_hog()))
+        hog_s = time.monotonic() - t0
         v1 = _demoted(TG.vmstat_counters())
-        # 2. the command itself: under TCG its start takes seconds, so memhog runs again and
-        #    again until the audit's interval is over
-        audit = subprocess.Popen(_cxlkit("audit", str(pid), "--interval", "45", "--json"),
+        # 2. the command itself, on a second cold victim: memhog starts once the command
+        #    sleeps in its interval (its first sample taken; under TCG its start takes
+        #    seconds), and the interval outlasts memhog
+        victim2 = PP.start([str(prog), "mmap:320M"], dict(PP.os.environ))
+        interval = max(30, int(3 * hog_s))
+        audit = subprocess.Popen(_cxlkit("audit", str(victim2.pids["parent"]), "--interval",
+                                         str(interval), "--json"),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        while audit.poll() is None:
-            hogs.append(_hog())
-        out, err = audit.communicate(timeout=60)
+        while audit.poll() is None and not _sleeping(audit.pid):
+            time.sleep(0.2)
+        hogs.append(_hog())
+        out, err = audit.communicate(timeout=interval + 120)
         tiers_out = subprocess.run(_cxlkit("tiers"), capture_output=True, text=True,
                                    timeout=120).stdout
     finally:
         rc, verr = victim.finish()
+        if victim2 is not None:
+            victim2.finish()
     assert rc == 0, verr
     seen = _demoted(d.system)
     print(f"memhog runs {len(hogs)} rc {[h.returncode for h in hogs]}; observe: kernel "
@@ -89,7 +107,9 @@ def test_node1_is_a_lower_tier_and_demotion_under_pressure_is_reported(tmp_path,
     assert d.demoted_bytes == min(-d.node_bytes_delta[0], d.node_bytes_delta[1])
     assert audit.returncode == 0, err
     tg = json.loads(out)["tiering"]
-    print(f"cxlkit audit --interval 45: {tg['system']}, victim {tg['node_bytes_delta']}")
-    assert tg["state"]["demotion_enabled"] is True and tg["interval_s"] == 45
+    print(f"memhog took {hog_s:.1f} s; cxlkit audit --interval {interval}: {tg['system']}, "
+          f"victim {tg['node_bytes_delta']}, demoted {tg['demoted_bytes']}")
+    assert tg["state"]["demotion_enabled"] is True and tg["interval_s"] == interval
     assert _demoted(tg["system"]) > 0
+    assert tg["demoted_bytes"] > 0 and tg["node_bytes_delta"]["1"] == tg["demoted_bytes"]
     assert "demotion on" in tiers_out and "pgdemote_kswapd" in tiers_out, tiers_out
