@@ -661,6 +661,28 @@ CXK_API int cxk_pool_host_info(cxk_pool *p, uint32_t slot, struct cxk_pool_host 
  * adopted is lost: rerun after destroying objects). A crash midway: run it again. */
 CXK_API int cxk_pool_release(cxk_pool *p, uint32_t slot, unsigned flags);
 
+/* ---- Upgrading a version 1 pool in place (issue 18) ---- */
+struct cxk_pool_upgrade_info {
+    uint32_t from_version;     /* 1: upgraded now; 2: already version 2 (nothing to do) */
+    uint32_t busy_host;        /* -EBUSY: the live v1 host's slot; -ENOSPC: the slot whose
+                                  partition's tail the new metadata needs */
+    char busy_tag[CXK_POOL_TAG_MAX + 1];
+    uint64_t extent_bytes;     /* the v2 geometry: each v1 partition is one run of extents */
+    uint64_t nextents;
+    uint64_t objects;          /* published objects kept (readable by name, same bytes) */
+    uint64_t meta_off;         /* where the claim lines and extent maps went (after the data) */
+    uint64_t cut_bytes;        /* bytes of the last partition's free tail they took (0: none);
+                                  -ENOSPC: the free tail that partition has */
+};
+/* Convert the version 1 pool file at path to version 2 in place: no object moves, every
+ * published object stays readable by name with the same bytes. flags: CXK_POOL_SHARED.
+ * 0 (also when already version 2); -EBUSY a v1 host is alive (heartbeat younger than the
+ * lease timeout); -ENOSPC the metadata needs the end of the last partition, which holds
+ * objects; -EFBIG more extents than a map holds; -EBADMSG a corrupt v1 pool (nothing
+ * written); -EMEDIUMTYPE not a pool; -EPROTONOSUPPORT another version. A crash at any point
+ * leaves a valid version 1 pool (run it again) or a valid version 2 pool. */
+CXK_API int cxk_pool_upgrade(const char *path, unsigned flags, struct cxk_pool_upgrade_info *info);
+
 /* Test hook: the nth time (1-based, counted from this call) the pool code reaches crash
  * point `name`, the process exits at once with status 137 as if killed. Points:
  * "create.alloc" (block taken, name not yet entered), "create.entry" (name entered),

@@ -659,6 +659,26 @@ CXK_BIND(pool) {
     m.def("pool_crash_at", [](const std::string &point, int nth) {
         check(cxk_pool_crash_at(point.c_str(), nth), "crash point " + point);
     });
+    // ---- issue 18: upgrading a version 1 pool in place ----
+    m.def("pool_upgrade", [](const std::string &path, bool shared) {
+        cxk_pool_upgrade_info x{};
+        int r;
+        {
+            nb::gil_scoped_release unlock;  // walks every partition's chain
+            r = cxk_pool_upgrade(path.c_str(), shared ? CXK_POOL_SHARED : 0, &x);
+        }
+        nb::dict d;
+        d["from_version"] = x.from_version;
+        d["busy_host"] = x.busy_host;
+        d["busy_tag"] = std::string(x.busy_tag, strnlen(x.busy_tag, sizeof x.busy_tag));
+        d["extent_bytes"] = x.extent_bytes;
+        d["nextents"] = x.nextents;
+        d["objects"] = x.objects;
+        d["meta_off"] = x.meta_off;
+        d["cut_bytes"] = x.cut_bytes;
+        d["errno"] = r < 0 ? -r : 0;  // the caller names the error (it knows the host)
+        return d;
+    }, nb::arg("path"), nb::arg("shared") = false);
     m.def("pool_dax_geometry", [](const std::string &root, const std::string &name) {
         uint64_t size = 0, align = 0;
         check(cxk_pool_dax_geometry(root.c_str(), name.c_str(), &size, &align), name);

@@ -156,3 +156,9 @@ _MSG_ERRORS = {
                             "an earlier run belongs to another host (run `cxlkit pool fsck` there)"),
     errno.ENOSPC: (PoolFullError, "no room in this host's partition for rings or buffers"),
 }
+
+
+# ---- upgrading a version 1 pool (issue 18) --------------------------------------------
+class PoolInUseError(PoolError):
+    """The pool is in use by a live host (heartbeat younger than the lease timeout), so it
+    cannot be upgraded now; `host` names the slot and its name."""

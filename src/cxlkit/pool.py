@@ -627,6 +627,11 @@ def _open_error(e: OSError, paths: list[str], nbytes: int, slot: int) -> OSError
         found = _format_version(path)
         what = ("version 1 (fixed per-host partitions, made by an older cxlkit)" if found == 1
                 else f"version {found}")
+        if found == 1:
+            return PoolVersionError(e.errno, f"pool format {what}: left the pool unchanged; "
+                                    f"`cxlkit pool upgrade {path}` converts it to version "
+                                    f"{_native.POOL_FORMAT_VERSION} in place (every object "
+                                    "kept) once no host of it is running", path)
         return PoolVersionError(e.errno, f"pool format {what}: this cxlkit reads version "
                                 f"{_native.POOL_FORMAT_VERSION} only and left the pool "
                                 "unchanged; read its objects with the cxlkit that made it and "
