@@ -400,14 +400,14 @@ def test_a_version_1_pool_is_refused_clearly_and_left_unchanged(path):
     os.chmod(path, 0o600)
     before = hashlib.sha256(Path(path).read_bytes()).hexdigest()
     for host in (0, "someone", None):
-        with pytest.raises(cxlkit.PoolVersionError, match="version 1 .*left the pool unchanged"):
+        with pytest.raises(cxlkit.PoolVersionError, match="version 1 .*left the pool unchanged; `cxlkit pool upgrade"):
             cxlkit.Pool(path, host_id=host)
     r = CliRunner().invoke(app, ["pool", "stat", path])
     assert r.exit_code == 2 and "version 1" in r.output
     assert hashlib.sha256(Path(path).read_bytes()).hexdigest() == before
-    # the way out the message names works: the pool is removed and made anew as version 2
-    assert f"cxlkit pool rm {path}" in " ".join(r.output.split())
-    r = CliRunner().invoke(app, ["pool", "rm", path])
+    # the way out the message names works: the pool is upgraded in place to version 2
+    assert f"cxlkit pool upgrade {path}" in " ".join(r.output.split())
+    r = CliRunner().invoke(app, ["pool", "upgrade", path])
     assert r.exit_code == 0, r.output
-    with cxlkit.Pool(path, size=8 << 20, host_id=0) as pool:
+    with cxlkit.Pool(path, host_id=0) as pool:
         assert pool.stat().version == cxlkit._native.POOL_FORMAT_VERSION

@@ -269,6 +269,10 @@ int upgrade_mapped(uint8_t *base, uint64_t size, struct cxk_pool_upgrade_info *i
     if (int r = plan(base, sb, parts, &pl)) {
         const uint64_t last = sb.data_off + (sb.max_hosts - 1) * sb.data_bytes;
         info->busy_host = sb.max_hosts - 1;  // -ENOSPC: the partition whose tail is needed
+        const HostSlot *s = reinterpret_cast<const HostSlot *>(
+            base + sb.host_table_off + (sb.max_hosts - 1) * kHostSlotBytes);
+        std::memcpy(info->busy_tag, s->tag, kTagMax);
+        info->busy_tag[kTagMax] = 0;
         info->cut_bytes = last + sb.data_bytes - parts[sb.max_hosts - 1].free_from;
         return r;
     }
