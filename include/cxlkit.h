@@ -498,6 +498,8 @@ enum cxk_coherence {
                                    group-shared pool); world-writable files are always -EPERM */
 #define CXK_POOL_OVERCOMMIT 16u /* CREATE: skip the free-space check of the filesystem */
 #define CXK_POOL_REPAIR 32u     /* reset this host's lock when it is damaged (fsck --repair) */
+#define CXK_POOL_READ_V1 64u    /* a version 1 pool file opens read-only (a private view;
+                                   writes -EROFS; stat's version says 1) instead of failing */
 #define CXK_POOL_LEASE_TIMEOUT_MIN_MS 1000u     /* lease_timeout_ms range: 4 heartbeats */
 #define CXK_POOL_LEASE_TIMEOUT_MAX_MS 86400000u /* each at least 250 ms apart; at most a day */
 

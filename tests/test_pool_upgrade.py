@@ -154,9 +154,13 @@ def test_a_crash_at_each_step_leaves_a_valid_v1_or_v2_pool(path, point, after):
     assert p.exitcode == 137, f"{point} not reached"
     assert version(path) == after
     if after == 1:
-        # still a version 1 pool: refused by the v2 code as such, and upgrade retries
-        with pytest.raises(cxlkit.PoolVersionError, match="version 1"):
-            cxlkit.Pool(path, host_id="reader")
+        # still a whole version 1 pool: its read-only view holds every object, fsck clean
+        with _open_v1(path) as pool:
+            for items in OBJECTS.values():
+                for name, data in items:
+                    with pool.open(name) as o:
+                        assert bytes(o.read()) == data, name
+            assert pool.fsck(repair=False).errors == 0
     else:
         assert_all_objects(path)  # already a whole v2 pool (the staged superblock if torn)
     r = upgrade(path)
@@ -237,3 +241,70 @@ def test_cli_pool_upgrade_of_a_live_v1_pool_is_one_line_exit_2(path):
     assert r.exit_code == 2
     assert "host slot 0 ('v1-host-0') is alive" in " ".join(r.output.split())
     assert "Traceback" not in r.output
+
+
+# ---- a version 1 pool opened without upgrade: read-only -----------------------------------
+
+def _open_v1(path: str, host="reader") -> cxlkit.Pool:
+    with pytest.warns(cxlkit.errors.PoolReadOnlyWarning,
+                      match=f"version 1 .*opened read-only.*`cxlkit pool upgrade {path}`"):
+        return cxlkit.Pool(path, host_id=host)
+
+
+def test_a_v1_pool_opens_read_only_every_object_readable_file_unchanged(path):
+    v1pool.write_pool(path, 8 * MiB, OBJECTS)
+    before = sha(path)
+    with _open_v1(path) as pool:
+        assert pool.read_only
+        st = pool.stat()
+        assert (st.version, st.size) == (1, 8 * MiB)
+        assert sorted(o.name for o in pool.list()) == list("abcdef")
+        for items in OBJECTS.values():
+            for name, data in items:
+                with pool.open(name) as o:
+                    assert bytes(o.read()) == data
+        rep = pool.fsck(repair=False)
+        assert rep.errors == 0 and rep.objects_live == 6
+    assert sha(path) == before
+
+
+@pytest.mark.parametrize("write", ["create", "destroy", "repair", "release"])
+def test_writes_to_a_v1_pool_raise_PoolReadOnlyError_naming_upgrade(path, write):
+    v1pool.write_pool(path, 8 * MiB, OBJECTS)
+    before = sha(path)
+    with _open_v1(path) as pool:
+        act = {"create": lambda: pool.create("new", data=b"n" * 100),
+               "destroy": lambda: pool.destroy("a"),
+               "repair": lambda: pool.fsck(repair=True),
+               "release": lambda: pool.release(1)}[write]
+        with pytest.raises(cxlkit.errors.PoolReadOnlyError, match="`cxlkit pool upgrade"):
+            act()
+        with pool.open("a") as o:  # still readable after the refusal
+            assert bytes(o.read()) == OBJECTS[0][0][1]
+    assert sha(path) == before
+
+
+def test_a_live_v1_host_does_not_stop_a_read_only_open(path):
+    v1pool.write_pool(path, 8 * MiB, OBJECTS, alive={0})
+    with _open_v1(path) as pool:
+        with pool.open("d") as o:
+            assert bytes(o.read()) == OBJECTS[1][0][1]
+
+
+def test_a_corrupt_v1_pool_open_is_a_typed_refusal(path):
+    g = v1pool.write_pool(path, 8 * MiB, OBJECTS)
+    _poke(path, g["data_off"] + 8, "<Q", 1 << 50, fix_sb=False)  # host 0's first block_bytes
+    before = sha(path)
+    with pytest.raises(cxlkit.PoolCorruptError):
+        cxlkit.Pool(path, host_id="reader")
+    assert sha(path) == before
+
+
+def test_cli_pool_ls_of_a_v1_pool_lists_with_one_note_naming_upgrade(path):
+    v1pool.write_pool(path, 8 * MiB, OBJECTS)
+    r = CliRunner().invoke(app, ["pool", "ls", path, "--host-id", "reader"])
+    assert r.exit_code == 0, r.output
+    out = " ".join(r.output.split())
+    assert out.count("cxlkit pool upgrade") == 1 and "read-only" in out
+    for name in "abcdef":
+        assert name in r.stdout

@@ -309,6 +309,7 @@ CXK_BIND(pool) {
     m.attr("POOL_SHARED") = CXK_POOL_SHARED;
     m.attr("POOL_OVERCOMMIT") = CXK_POOL_OVERCOMMIT;
     m.attr("POOL_REPAIR") = CXK_POOL_REPAIR;
+    m.attr("POOL_READ_V1") = CXK_POOL_READ_V1;  // issue 18: a version 1 pool opens read-only
     m.attr("POOL_LEASE_TIMEOUT_MIN_MS") = CXK_POOL_LEASE_TIMEOUT_MIN_MS;
     m.attr("POOL_LEASE_TIMEOUT_MAX_MS") = CXK_POOL_LEASE_TIMEOUT_MAX_MS;
     m.attr("POOL_NAME_MAX") = CXK_POOL_NAME_MAX;

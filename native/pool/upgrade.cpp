@@ -6,6 +6,8 @@
 // then one store of the version word commits (docs/pool-format.md, "Upgrading").
 #include "pool/upgrade.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -16,6 +18,7 @@
 #include "pool/hosts.h"
 #include "pool/pool.h"
 #include "pool/superblock.h"
+#include "sys/sys.h"
 
 namespace cxk::pool {
 namespace {
@@ -119,6 +122,31 @@ uint64_t meta_bytes(uint64_t H, uint64_t n, uint64_t *claims, uint64_t *map) {
     return *claims + H * *map;
 }
 
+// The v2 superblock of a plan: n extents of E bytes from data_off, the claim lines at
+// claims_off and the maps after them, all below total.
+int finish_plan(const Superblock &sb, uint64_t n, uint64_t E, uint64_t claims_off,
+                uint64_t total, Plan *pl) {
+    const uint64_t H = sb.max_hosts;
+    if (n < 1) return -ENOSPC;
+    if (n > kMaxExtents) return -EFBIG;
+    uint64_t claims, map;
+    meta_bytes(H, n, &claims, &map);
+    Superblock &v = pl->v2;
+    std::memcpy(&v, &sb, kV1ChecksumOff);
+    v.version = kVersion;
+    v.total_bytes = total;
+    v.extent_bytes = E;
+    v.nextents = n;
+    v.data_bytes = n * E;
+    v.claims_off = claims_off;
+    v.extmap_bytes = map;
+    v.extmap_off = claims_off + claims;
+    pl->claims_bytes = claims;
+    if (v.extmap_off + H * map > total) return -ENOSPC;
+    v.checksum = (1ull << 32) | crc32c(&v, offsetof(Superblock, checksum));
+    return 0;
+}
+
 // Extents of E = the largest power of two dividing a partition (<= kMaxExtent): each partition
 // is a whole number of them. The claim lines and maps go after the partitions when the tail
 // holds them, else after a cut through the last partition's free tail (a page kept for the
@@ -148,24 +176,9 @@ int plan(const uint8_t *base, const Superblock &sb, const std::vector<Part> &par
             if (c == 0) return -ENOSPC;
         }
         n = c;
-        meta_bytes(H, n, &claims, &map);
         pl->v2.claims_off = pl->cut + 4096;
     }
-    if (n < 1) return -ENOSPC;
-    if (n > kMaxExtents) return -EFBIG;
-    Superblock &v = pl->v2;
-    std::memcpy(&v, &sb, kV1ChecksumOff);
-    v.version = kVersion;
-    v.extent_bytes = E;
-    v.nextents = n;
-    v.data_bytes = n * E;
-    v.extmap_bytes = map;
-    v.extmap_off = v.claims_off + claims;
-    pl->claims_bytes = claims;
-    if (v.extmap_off + H * map > T) return -ENOSPC;
-    v.checksum = (1ull << 32) | crc32c(&v, offsetof(Superblock, checksum));
-    (void)parts;
-    return 0;
+    return finish_plan(sb, n, E, pl->v2.claims_off, T, pl);
 }
 
 // Host h's run in the v2 map: START at its first extent, CONT after (built word by word;
@@ -287,6 +300,46 @@ int upgrade_mapped(uint8_t *base, uint64_t size, struct cxk_pool_upgrade_info *i
     persist(base + 8, 4);
     crash_point(Crash::upgrade_committed);
     rewrite_primary(base, pl.v2);
+    return 0;
+}
+
+// A read-only view of a version 1 pool: the file mapped copy-on-write (MAP_PRIVATE: nothing
+// written here reaches it) with anonymous memory after it for the claim lines and maps, made
+// version 2 in memory exactly as upgrade would (no cut needed: the metadata has its own room).
+int v1_private_view(int fd, uint64_t size, uint8_t **out, uint64_t *mapped) {
+    const uint64_t page = 4096, file_span = round_up(size, page);
+    void *m = nullptr;
+    if (int e = sys_mmap(nullptr, file_span, PROT_READ, MAP_SHARED, fd, 0, &m)) return e;
+    Superblock sb;
+    int r = v1_read(static_cast<uint8_t *>(m), size, &sb);
+    sys_munmap(m, file_span);
+    if (r) return r;
+    const uint64_t P = sb.data_bytes, H = sb.max_hosts;
+    const uint64_t E = std::min<uint64_t>(P & (~P + 1), kMaxExtent), n = H * (P / E);
+    uint64_t claims, map;
+    const uint64_t total = file_span + round_up(meta_bytes(H, n, &claims, &map), page);
+    void *res = nullptr;
+    if (int e = sys_mmap(nullptr, total, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0, &res))
+        return e;
+    if (int e = sys_mmap(res, file_span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd, 0,
+                         &m)) {
+        sys_munmap(res, total);
+        return e;
+    }
+    uint8_t *base = static_cast<uint8_t *>(res);
+    std::vector<Part> parts(H);
+    Plan pl;
+    for (uint32_t h = 0; h < H && r == 0; ++h) r = walk_part(base, sb, h, &parts[h]);
+    if (r == 0) r = finish_plan(sb, n, E, file_span, total, &pl);
+    if (r == 0) r = stage(base, sb, parts, pl);
+    if (r) {
+        sys_munmap(res, total);
+        return r;
+    }
+    std::memcpy(base, &pl.v2, sizeof pl.v2);
+    *out = base;
+    *mapped = total;
     return 0;
 }
 

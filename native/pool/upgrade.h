@@ -20,4 +20,10 @@ constexpr uint64_t kSbCopyOff = 2048;
 // rewrite was interrupted, else left alone (info->from_version = 2). 0 or -errno.
 int upgrade_mapped(uint8_t *base, uint64_t size, struct cxk_pool_upgrade_info *info);
 
+// A read-only view of the version 1 pool file fd of size bytes (CXK_POOL_READ_V1): the file
+// mapped copy-on-write, made version 2 in memory (metadata in anonymous memory after it), so
+// every v2 check and reader applies and nothing reaches the file. *out / *mapped: unmap with
+// cxk_unmap. 0, or v1's -EBADMSG / -EPROTONOSUPPORT / -ENXIO, or mmap's -errno.
+int v1_private_view(int fd, uint64_t size, uint8_t **out, uint64_t *mapped);
+
 }  // namespace cxk::pool

@@ -162,3 +162,18 @@ _MSG_ERRORS = {
 class PoolInUseError(PoolError):
     """The pool is in use by a live host (heartbeat younger than the lease timeout), so it
     cannot be upgraded now; `host` names the slot and its name."""
+
+
+class PoolReadOnlyError(PoolError):
+    """A write (create, publish, destroy, release, repair) to a version 1 pool, which opens
+    read-only: `cxlkit pool upgrade PATH` makes it writable."""
+
+
+class PoolReadOnlyWarning(UserWarning):
+    """The pool opened read-only (a version 1 pool); the message names `cxlkit pool upgrade`."""
+
+
+_READ_ONLY = (PoolReadOnlyError, "the pool is format version 1 and opened read-only: "
+                                 "`cxlkit pool upgrade PATH` converts it in place to write")
+_OBJECT_ERRORS[errno.EROFS] = _READ_ONLY
+_CREATE_ERRORS[errno.EROFS] = _READ_ONLY

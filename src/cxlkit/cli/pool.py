@@ -44,8 +44,15 @@ def _host(host_id: Optional[str]) -> int | str | None:
 
 def _open(pool: Optional[str], host_id: Optional[str], coherence: Optional[str] = None,
           **kw) -> P.Pool:
+    import warnings
+
     try:
-        return P.Pool(pool, host_id=_host(host_id), coherence=coherence, **kw)
+        with warnings.catch_warnings(record=True) as notes:
+            warnings.simplefilter("always", P.PoolReadOnlyWarning)
+            p = P.Pool(pool, host_id=_host(host_id), coherence=coherence, **kw)
+        for n in notes:  # a version 1 pool: read-only, one line naming `cxlkit pool upgrade`
+            Console(stderr=True).print(f"[yellow]cxlkit: {n.message}[/yellow]")
+        return p
     except (OSError, ValueError, TypeError) as e:
         _fail(str(e))
         raise  # unreachable: _fail exits
