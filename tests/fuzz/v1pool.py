@@ -89,11 +89,11 @@ def _name_slot(g: dict, table: dict[int, int], h: int) -> int:
 
 def write_pool(path: str, total: int, objects: dict[int, list[tuple[str, bytes]]], *,
                hosts: int = 4, alive: set[int] = frozenset(), fill_last: bool = False,
-               tags: dict[int, str] | None = None) -> dict:
+               tags: dict[int, str] | None = None, checksum: bool = False) -> dict:
     """A v1 pool file at path: host h (a key of objects) attached once (dead unless in
     alive) and published objects[h] = [(name, payload), ...] in its partition, then a FREE
-    block to the partition's end; fill_last: the last object's block reaches that end.
-    Returns the geometry."""
+    block to the partition's end; fill_last: the last object's block reaches that end;
+    checksum: each payload published with its crc32c (flags bit 0). Returns the geometry."""
     g = geometry(total, hosts)
     buf = bytearray(total)
     buf[0:208] = superblock(g)
@@ -116,8 +116,9 @@ def write_pool(path: str, total: int, objects: dict[int, list[tuple[str, bytes]]
             bb = round_up(HDR + len(data), LINE)
             if fill_last and i == len(items) - 1:
                 bb = start + P - off
+            sumv = (1 << 32) | crc32c(data) if checksum else 0
             struct.pack_into("<IIQQQQQqIHH", buf, off, OBJ_MAGIC, 2, bb, prev, len(data), i + 1,
-                             0, now, 4242, len(nm), 0)
+                             sumv, now, 4242, len(nm), int(checksum))
             buf[off + 64:off + 64 + len(nm)] = nm
             buf[off + HDR:off + HDR + len(data)] = data
             hh = name_hash(nm)
