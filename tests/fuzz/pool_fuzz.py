@@ -295,7 +295,7 @@ def mutate_v1(path: str, g: dict, rng: random.Random) -> str:
     with open(path, "r+b") as f:
         def put(off: int, fmt: str) -> None:
             n = struct.calcsize(fmt)
-            v = rng.choice([0, 1, 64, 65536, (1 << (8 * n)) - 1, rng.getrandbits(8 * n)])
+            v = rng.choice([0, 1, 64, 65536, ~0, rng.getrandbits(64)]) & ((1 << (8 * n)) - 1)
             f.seek(off)
             f.write(struct.pack(fmt.replace("q", "Q").replace("i", "I"), v))
         if kind == "superblock":
