@@ -661,6 +661,9 @@ CXK_API int cxk_pool_host_info(cxk_pool *p, uint32_t slot, struct cxk_pool_host 
  * lease timeout), or (DROP) a live reader leases one of its objects; -EINVAL: our own slot;
  * -ENOENT: the slot is free; -ENOSPC: our name table cannot take its objects (nothing
  * adopted is lost: rerun after destroying objects). A crash midway: run it again. */
+/* The release fence: once a host's slot is released (its epoch bumped), every mutation by a
+ * process of that host (create, publish, destroy, extent claims, sweeps) fails with
+ * -EKEYREVOKED instead of writing, and its heartbeat stops; reopen to attach again. */
 CXK_API int cxk_pool_release(cxk_pool *p, uint32_t slot, unsigned flags);
 
 /* ---- Upgrading a version 1 pool in place (issue 18) ---- */

@@ -269,6 +269,7 @@ out:
 
 int cxk_obj_publish(cxk_pool *p, uint64_t off, unsigned flags) {
     if (p && p->read_only_v1) return -EROFS;  // a version 1 pool (issue 18)
+    if (p && !slot_ours(p)) return -EKEYREVOKED;  // the release fence, before the run checks
     uint32_t h;
     if (!p || (flags & ~CXK_PUBLISH_CHECKSUM)) return -EINVAL;
     const uint64_t block = block_of(p, off, &h);

@@ -177,3 +177,16 @@ _READ_ONLY = (PoolReadOnlyError, "the pool is format version 1 and opened read-o
                                  "`cxlkit pool upgrade PATH` converts it in place to write")
 _OBJECT_ERRORS[errno.EROFS] = _READ_ONLY
 _CREATE_ERRORS[errno.EROFS] = _READ_ONLY
+
+
+class HostReleasedError(PoolError):
+    """This process's host slot was released (`cxlkit pool release`) while the host was
+    stalled past the lease timeout: it no longer owns its slot, extents or objects, and every
+    write is refused. Reopen the pool to attach again."""
+
+
+_RELEASED = (HostReleasedError, "this host's slot was released (`cxlkit pool release`) while "
+                                "it was stalled past the lease timeout: nothing was written; "
+                                "reopen the pool to attach again")
+_OBJECT_ERRORS[errno.EKEYREVOKED] = _RELEASED
+_CREATE_ERRORS[errno.EKEYREVOKED] = _RELEASED
