@@ -74,6 +74,7 @@ struct PoolHandle {
     cxk_pool *p = nullptr;             // written with the GIL held; nullptr once closed
     std::string label;                 // how errors name the pool
     uint32_t host_id = 0;
+    uint32_t version = 0;  // on-media format: 1 = a read-only view of a version 1 pool
     std::vector<PoolObject *> objects; // open objects, closed with the pool
     PoolGate gate;
     PoolGeometry geo;
@@ -114,6 +115,7 @@ struct PoolHandle {
             check(r, label);
         }
         this->host_id = s.host_id;
+        this->version = s.version;
         geo = PoolGeometry{s.size, s.data_off, s.partition_bytes, s.host_id,
                            s.coherence != CXK_COHERENCE_HOST};
     }
@@ -485,6 +487,7 @@ CXK_BIND(pool) {
              nb::arg("lease_timeout_ms"))
         .def_ro("label", &PoolHandle::label)
         .def_ro("host_id", &PoolHandle::host_id)
+        .def_ro("version", &PoolHandle::version)
         .def_prop_ro("closed", [](const PoolHandle &h) { return h.closed(); })
         .def_prop_ro("address", [](PoolHandle &h) {
             PoolHold use = h.hold();

@@ -348,7 +348,7 @@ class Pool:
         self.path = paths[0]
         self.coherence = coherence
         # issue 18: a version 1 pool is a read-only view (list/stat/open/read); say so once
-        self.read_only = self.stat().version == 1
+        self.read_only = self._h.version == 1  # learnt at open: no extra call
         if self.read_only:
             import warnings
 
