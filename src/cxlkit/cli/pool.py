@@ -331,11 +331,11 @@ def upgrade_cmd(pool: str = typer.Argument(..., help="pool name or path (a versi
     object stays where it is and readable by name; refused while a v1 host is alive; safe
     to interrupt (a crash leaves version 1, run it again, or version 2)."""
     from ..pool_upgrade import upgrade
+    from .main import fail, one_line
     try:
         r = upgrade(pool, group=group)
     except (OSError, ValueError) as e:
-        _fail(str(e))
-        raise  # unreachable: _fail exits
+        fail(one_line(e))  # `cxlkit: error: PATH: why`, one line, exit 2
     if as_json:
         print(json.dumps(dataclasses.asdict(r)))
     elif r.from_version == r.version:
