@@ -60,7 +60,8 @@ ENGINE_TESTS += test-mpi
 # ---- issue 17: the PMPI shim, one build per MPI (their mpi.h differ: MPICH's handles are
 # ints, Open MPI's pointers), next to libcxlkit.so (found through $ORIGIN):
 #   LD_PRELOAD=$(CBUILD)/libcxlkit_mpi_mpich.so mpiexec.mpich -n N ./app
-# test-mpi-shim runs tests/mpi/p2p_check.c under both MPIs with and without the shim (the
+# test-mpi-shim runs tests/mpi/p2p_check.c and tests/mpi/rma_check.c (one-sided) under both
+# MPIs with and without the shim (the
 # transcripts must be the same) and every OSU-format benchmark unmodified under the shim,
 # checking from the shim's counters that the pool route was taken.
 SHIM_SRC := $(wildcard native/mpi/*.c)
@@ -78,6 +79,8 @@ mpi-shim: mpi-deps
 	  -o $(CBUILD)/libcxlkit_mpi_openmpi.so
 	mpicc.mpich $(MPI_CHECK_CFLAGS) tests/mpi/p2p_check.c -o $(CBUILD)/p2p_check_mpich
 	mpicc.openmpi $(MPI_CHECK_CFLAGS) tests/mpi/p2p_check.c -o $(CBUILD)/p2p_check_openmpi
+	mpicc.mpich $(MPI_CHECK_CFLAGS) tests/mpi/rma_check.c -o $(CBUILD)/rma_check_mpich
+	mpicc.openmpi $(MPI_CHECK_CFLAGS) tests/mpi/rma_check.c -o $(CBUILD)/rma_check_openmpi
 
 test-mpi-shim: mpi-shim osu-build
 	CBUILD=$(CBUILD) OSU_BIN=$(OSU_BIN) tests/mpi/run_shim.sh $(OSU_BIN)/shim-check

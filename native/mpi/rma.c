@@ -26,6 +26,9 @@
 #include "mpi/rma.h"
 
 static struct shim_win *wins;  /* routed windows, newest first */
+/* How many exist: the same on every rank between two collective calls (each is created and
+ * freed by every world rank), so every rank picks the same form of a collective below. */
+static int nwins;
 struct shim_rma_stats shim_rma_st;
 
 struct shim_win *shim_win_of(MPI_Win win) {
@@ -129,6 +132,7 @@ static int make_routed(MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm com
      * unrouted blocking call must poll the engine while a routed window exists (p2p.c,
      * reqs.c and the collectives below do when g.inflight is non-zero) */
     ++g.inflight;
+    ++nwins;
     ++shim_rma_st.pool_wins;
     *(void **)baseptr = w->base;
     *win = w->win;
@@ -178,6 +182,7 @@ int MPI_Win_free(MPI_Win *win) {
             break;
         }
     --g.inflight;
+    --nwins;
     int mrc = PMPI_Win_free(&w->win);
     *win = MPI_WIN_NULL;
     free_rec(w);
@@ -216,7 +221,9 @@ int MPI_Win_shared_query(MPI_Win win, int rank, MPI_Aint *size, int *disp_unit,
 /* ---- progress in collectives while routed windows exist ----
  * A passive target's pool window is served only when its rank drives the engine; programs
  * end lock epochs with a barrier or a reduction, where the target would otherwise sit
- * inside MPI while origins wait for its grant: nonblocking + polling instead. */
+ * inside MPI while origins wait for its grant: nonblocking + polling instead. A blocking
+ * collective never matches a nonblocking one, so the choice must be the same on every rank:
+ * it follows nwins (not g.inflight, which differs between ranks). */
 static int poll_mpi(int rc, MPI_Request *r) {
     if (rc != MPI_SUCCESS) return rc;
     for (;;) {
@@ -227,7 +234,7 @@ static int poll_mpi(int rc, MPI_Request *r) {
     }
 }
 
-#define POLLING (g.on && g.inflight)
+#define POLLING (g.on && nwins > 0)
 
 int MPI_Barrier(MPI_Comm comm) {
     if (!POLLING) return PMPI_Barrier(comm);
