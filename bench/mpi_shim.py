@@ -60,7 +60,10 @@ def command(mpi: str, config: str, args) -> tuple[list[str], dict]:
 
 def run(mpi: str, config: str, bench: str, args) -> dict[int, float]:
     cmd, env = command(mpi, config, args)
-    opts = (["-m", "8", "-i", str(args.lat_iters)] if bench in LATENCY
+    # one-sided: a 16-byte window (rows 1..16, the 8 B one kept): MPICH 4.0.2 loses every put
+    # into an 8-byte MPI_Win_allocate window of 2 ranks (osu put_lat -m 8 fails its check
+    # natively: "put: 1 bytes: byte 0 wrong"), 16 bytes and up work
+    opts = (["-m", "16" if bench in RMA else "8", "-i", str(args.lat_iters)] if bench in LATENCY
             else ["-m", str(args.bw_max), "-i", str(args.bw_iters)])
     if mpi == "openmpi" and bench in RMA:
         cmd[-1:-1] = ["--mca", "osc", "pt2pt" if config == "tcp" else "sm,pt2pt"]

@@ -134,6 +134,8 @@ static int say_unsupported(struct shim_win *w, const char *what, int err) {
 /* Move the data run by run. */
 static int xfer_runs(struct shim_win *w, const struct xfer *x, struct target *t,
                      const uint8_t *src, uint8_t *dst, int et, int es, int op) {
+    for (int i = 0; x->kind >= X_ACC && i < t->nruns; ++i)  /* whole elements only */
+        if (t->runs[i].len % (uint64_t)es || t->runs[i].pos % (uint64_t)es) return MPI_ERR_TYPE;
     for (int i = 0; i < t->nruns; ++i) {
         const struct rma_run *r = &t->runs[i];
         const uint64_t at = (uint64_t)((int64_t)t->addr + r->off);

@@ -316,6 +316,34 @@ static void mpi_windows(void) {
     CHECK(mem[5] == val((rank + size - 1) % size, 9));
     OK(MPI_Win_free(&win));
     say("win_create on user memory: put under fence: ok");
+
+    /* shared memory: each writes its slot, reads its right neighbour's through the pointer */
+    int *mine, *theirs, du;
+    MPI_Aint sz;
+    OK(MPI_Win_allocate_shared(sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &mine, &win));
+    OK(MPI_Win_fence(0, win));
+    *mine = val(rank, 11);
+    OK(MPI_Win_fence(0, win));
+    OK(MPI_Win_shared_query(win, (rank + 1) % size, &sz, &du, &theirs));
+    CHECK(sz == sizeof(int) && du == sizeof(int) && *theirs == val((rank + 1) % size, 11));
+    OK(MPI_Win_free(&win));
+    /* dynamic: memory attached after creation, reached by its address */
+    int dyn[4] = {-1, -1, -1, -1};
+    MPI_Aint at, *ats = malloc(sizeof(MPI_Aint) * (size_t)size);
+    OK(MPI_Win_create_dynamic(MPI_INFO_NULL, MPI_COMM_WORLD, &win));
+    OK(MPI_Win_attach(win, dyn, sizeof dyn));
+    MPI_Get_address(dyn, &at);
+    MPI_Allgather(&at, 1, MPI_AINT, ats, 1, MPI_AINT, MPI_COMM_WORLD);
+    OK(MPI_Win_fence(0, win));
+    v = val(rank, 12);
+    OK(MPI_Put(&v, 1, MPI_INT, (rank + 1) % size, ats[(rank + 1) % size] + 2 * (MPI_Aint)sizeof(int),
+               1, MPI_INT, win));
+    OK(MPI_Win_fence(0, win));
+    CHECK(dyn[2] == val((rank + size - 1) % size, 12) && dyn[0] == -1);
+    OK(MPI_Win_detach(win, dyn));
+    OK(MPI_Win_free(&win));
+    free(ats);
+    say("win_allocate_shared (load/store) and win_create_dynamic (put to an attached buffer): ok");
 }
 
 static const char *class_name(int rc) {
