@@ -105,7 +105,7 @@ for mpi in mpich openmpi; do
         grep -q "^out of range: put of 4 ints at 62 of 64: MPI_ERR_RMA_RANGE; get at 64: MPI_ERR_RMA_RANGE$" \
             "$base.beyond.txt" || fail "$mpi n=$n: no MPI_ERR_RMA_RANGE past a window's end"
     done
-    for b in latency bw bibw multi_lat put_lat get_lat; do
+    for b in latency bw bibw multi_lat put_lat get_lat put_bw get_bw; do
         f="$OUT/$mpi.osu.$b.txt"
         env LD_PRELOAD="$shim" CXLKIT_MPI_STATS=1 timeout "$TMO" $(launch $mpi 2) \
             "$osu" "$b" -m "${OSU_MAX:-65536}" -i "${OSU_ITERS:-20}" > "$f" 2>&1 ||
@@ -114,7 +114,7 @@ for mpi in mpich openmpi; do
         case $b in
         put_*|get_*)  # rank 0 is the origin, rank 1 the target
             [ "$(grep -c ': rma: pool 1 windows, ' "$f")" -eq 2 ] &&
-                grep -q "rank 0: rma: pool 1 windows, .*[1-9][0-9]* ${b%_lat}s [1-9]" "$f" ||
+                grep -q "rank 0: rma: pool 1 windows, .*[1-9][0-9]* ${b%_*}s [1-9]" "$f" ||
                 fail "$mpi: $b's window not on the pool" ;;
         *) routed "$f" 2 || fail "$mpi: $b did not use the pool" ;;
         esac
