@@ -21,6 +21,8 @@ struct shim_win {
     int *ranks;              /* [comm size] scratch: a group's world ranks (post/start) */
     int lock_all;            /* inside MPI_Win_lock_all */
     int nlocked;             /* targets locked by MPI_Win_lock */
+    int post_empty;          /* exposure epoch to an empty group (the engine has none) */
+    int start_empty;         /* access epoch to an empty group */
     struct shim_win *next;
 };
 

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #define N 64        /* ints of each rank's window */
-#define ITERS 200   /* exclusive-lock increments per rank */
+#define ITERS 64    /* exclusive-lock increments per rank */
 
 static int rank, size;
 
@@ -236,10 +236,33 @@ static void pscw(void) {
     OK(MPI_Win_complete(win));
     while (!flag) OK(MPI_Win_test(win, &flag));
     CHECK(base[50] == val(left, 7));
+    /* Win_test must say false while the origin (rank 1) has not completed: it completes only
+     * after a message the target sends after its first test; then true */
+    MPI_Group g1;
+    int one_rank = 1;
+    MPI_Group_incl(wg, 1, &one_rank, &g1);
+    if (rank == 0) {
+        int go = 1;
+        base[1] = 0;
+        OK(MPI_Win_post(g1, 0, win));
+        OK(MPI_Win_test(win, &flag));
+        CHECK(flag == 0);
+        OK(MPI_Send(&go, 1, MPI_INT, 1, 33, MPI_COMM_WORLD));
+        while (!flag) OK(MPI_Win_test(win, &flag));
+        CHECK(base[1] == 5);
+    } else if (rank == 1) {
+        int five = 5, go = 0;
+        OK(MPI_Win_start(g0, 0, win));
+        OK(MPI_Accumulate(&five, 1, MPI_INT, 0, 1, 1, MPI_INT, MPI_SUM, win));
+        OK(MPI_Recv(&go, 1, MPI_INT, 0, 33, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        OK(MPI_Win_complete(win));
+    }
+    MPI_Group_free(&g1);
     MPI_Group_free(&gl), MPI_Group_free(&gr), MPI_Group_free(&g0), MPI_Group_free(&others);
     MPI_Group_free(&wg);
     OK(MPI_Win_free(&win));
-    say("pscw: %d origins into rank 0, a ring with Win_test over %d ranks: ok", size - 1, size);
+    say("pscw: %d origins into rank 0, a ring with Win_test over %d ranks, Win_test false until "
+        "the origin completes: ok", size - 1, size);
 }
 
 /* Passive target: exclusive-lock increments that must sum exactly, shared-lock accumulates
