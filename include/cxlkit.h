@@ -1047,6 +1047,9 @@ CXK_API int cxk_win_post(cxk_win *win, const int *ranks, int n);
 CXK_API int cxk_win_start(cxk_win *win, const int *ranks, int n);
 CXK_API int cxk_win_complete(cxk_win *win);
 CXK_API int cxk_win_wait(cxk_win *win);
+/* issue 17: wait without blocking: *flag 1 once every origin of the post has completed (the
+ * exposure epoch then ends, as after cxk_win_wait), else 0. */
+CXK_API int cxk_win_test(cxk_win *win, int *flag);
 /* Passive target: the target grants locks in arrival order (shared ones together). */
 CXK_API int cxk_win_lock(cxk_win *win, int type, int target);
 CXK_API int cxk_win_unlock(cxk_win *win, int target);
