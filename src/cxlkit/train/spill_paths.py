@@ -568,7 +568,8 @@ def parse_path(spec: Any, *, lock: str = "exclusive", config: aio.AioConfig | No
     """A SpillPath as is; 'mem' (the task's policy) or 'mem:NODE' (a memory node);
     'pool:NAME_OR_PATH' (an object area of that cxlkit pool, opened with pool_options:
     Pool's host_id and coherence, e.g. {"coherence": "none"} behind a CXL switch); else a
-    directory."""
+    directory: a MappedDirPath on tmpfs (or with config.backend 'map'), else a DirPath;
+    'map:DIR' / 'aio:DIR' choose the mapped copy / the async I/O engine for DIR."""
     if isinstance(spec, SpillPath):
         return spec
     s = os.fspath(spec)
@@ -582,4 +583,15 @@ def parse_path(spec: Any, *, lock: str = "exclusive", config: aio.AioConfig | No
     if s.startswith("pool:"):
         from ..pool import Pool
         return PoolPath(Pool(s[5:], **(pool_options or {})), lock=lock)
+    from .spill_mapped import MEMORY_FS, MappedDirPath, fs_type
+    if s.startswith("map:"):
+        return MappedDirPath(s[4:], lock=lock)
+    if s.startswith("aio:"):
+        if config is not None and config.backend == aio.MAP:
+            config = None
+        return DirPath(s[4:], lock=lock, config=config)
+    backend = config.backend if config is not None else "auto"
+    if backend == aio.MAP or (backend == "auto" and os.path.isdir(s)
+                              and fs_type(s) in MEMORY_FS):
+        return MappedDirPath(s, lock=lock)
     return DirPath(s, lock=lock, config=config)
