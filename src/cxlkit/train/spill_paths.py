@@ -8,6 +8,7 @@ import concurrent.futures as cf
 import errno
 import hashlib
 import os
+import resource
 import struct
 import time
 import zlib
@@ -104,6 +105,12 @@ def check_payload(raw: Any, payload: Any, idx: int, path: str) -> None:
         raise SubgroupCorruptError(errno.EBADMSG, "payload checksum mismatch", path, idx)
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process, every thread (io-wq workers included)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 class Pending:
     """One read or write in flight on a path; wait() gives its duration in seconds, from
     submit to completion (t_submit: time.perf_counter() at submit, so that the store can
@@ -162,6 +169,7 @@ class SpillPath:
         self._lock_depth = 0
         self.lock_wait_s = 0.0
         self.lock_acquired = 0
+        self.measured_cpu_per_byte = 0.0
 
     def open(self, slot_nbytes: int, nslots: int = 2, namespace: str = "default") -> None:
         """Slots of slot_nbytes per subgroup (a multiple of 4096): 0 and 1 alternate
@@ -239,7 +247,10 @@ class SpillPath:
         return True
 
     def measure(self, nbytes: int) -> tuple[float, float]:
-        """(read, write) bytes per second over a scratch subgroup of nbytes, same I/O path."""
+        """(read, write) bytes per second over a scratch subgroup of nbytes, same I/O path;
+        measured_cpu_per_byte: this process's CPU seconds (every thread: copy workers,
+        io-wq) per byte moved in the last round (the first pays page faults and allocation;
+        another path measured at the same time adds to it)."""
         nbytes = max(aio.ALIGN, nbytes // aio.ALIGN * aio.ALIGN)
         buf = P.alloc(nbytes, P.default())
         arr = buf.numpy()
@@ -250,10 +261,12 @@ class SpillPath:
         done = False
         try:
             for _ in range(2):  # the first round pays for page faults and file allocation
+                c0 = _cpu_seconds()
                 self.acquire(True)
                 tw = min(tw, self.write(scratch, 0, arr).wait())
                 self.acquire(True)
                 tr = min(tr, self.read(scratch, 0, arr).wait())
+                self.measured_cpu_per_byte = (_cpu_seconds() - c0) / (2 * nbytes)
             done = True
         finally:
             self.remove(scratch)
