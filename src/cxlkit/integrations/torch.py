@@ -272,6 +272,7 @@ class TieredAdamW(torch.optim.Optimizer):
         by_step: dict[int, list[tuple]] = {}
         back: list[tuple[torch.Tensor, torch.Tensor]] = []  # (param, staged copy)
         low = False  # a 16-bit param's master may be re-read (an upcast, not exact)
+        todo: list[tuple[tuple, torch.Tensor]] = []  # (kernel args, step count tensor)
         for p in group["params"]:
             if p.grad is None:
                 continue
@@ -279,7 +280,11 @@ class TieredAdamW(torch.optim.Optimizer):
             if staged is not None:
                 back.append((p, staged))
             low |= args[5] is not None and p.dtype != torch.float32
-            by_step.setdefault(int(self.state[p]["step"].item()), []).append(args)
+            todo.append((args, self.state[p]["step"]))
+        if todo:  # one op for every count: a `+= 1` per param costs 3-9 us each
+            torch._foreach_add_([st for _, st in todo], 1.0)
+        for args, st in todo:
+            by_step.setdefault(int(st.item()), []).append(args)
         team = self._auto_team()
         changed, self._reread = self._reread, 0
         for s, args in by_step.items():
@@ -301,15 +306,13 @@ class TieredAdamW(torch.optim.Optimizer):
             self._warned_resync = True
 
     def _kernel_args(self, p: torch.Tensor) -> tuple[tuple, torch.Tensor | None]:
-        """The kernel's tuple for one param with a grad (its step count advanced), and the
-        staged CPU copy to write back when the param is off the CPU."""
+        """The kernel's tuple for one param with a grad, and the staged CPU copy to write
+        back when the param is off the CPU (_step_group advances the step counts)."""
         g = p.grad
         if g.is_sparse:
             raise TypeError("TieredAdamW does not take sparse gradients")
         if g.dtype not in _CODES:
             raise TypeError(f"grad of param of shape {tuple(p.shape)}: {g.dtype}")
-        st = self.state[p]
-        st["step"] += 1
         placed = self._grad_views.get(id(p))
         if placed is not None and g.data_ptr() != placed.data_ptr():
             # something replaced the placed grad (model.zero_grad() sets None, then autograd
