@@ -125,6 +125,7 @@ class TieredAdamW(torch.optim.Optimizer):
         self._warned_grads = False
         self._warned_resync = False
         self._reread = 0  # elements re-read by _reread_if_changed, for this step's warning
+        self._cfgs: dict[int, tuple[tuple, A.AdamConfig]] = {}  # id(group) -> (key, config)
         if nt_copy != "auto" and not isinstance(nt_copy, bool):
             raise ValueError(f"nt_copy {nt_copy!r}: expected True, False or 'auto'")
         if isinstance(team, str) and team not in ("auto", "openmp"):
@@ -252,11 +253,17 @@ class TieredAdamW(torch.optim.Optimizer):
         nt_copy = self._nt[1]
         if nt_copy == "auto":
             nt_copy = self._nparams() >= AUTO_TEAM_PARAMS
-        return A.AdamConfig(lr=float(group["lr"]), betas=tuple(group["betas"]),
-                            eps=float(group["eps"]), weight_decay=float(group["weight_decay"]),
-                            decoupled=group["decoupled"], maximize=group["maximize"],
-                            simd=self._simd, nt_state=self._nt[0], nt_copy=bool(nt_copy),
-                            resync=self._resync)
+        key = (float(group["lr"]), tuple(group["betas"]), float(group["eps"]),
+               float(group["weight_decay"]), group["decoupled"], group["maximize"],
+               bool(nt_copy))
+        hit = self._cfgs.get(id(group))
+        if hit is not None and hit[0] == key:
+            return hit[1]  # validated once per change: AdamConfig's checks cost ~10 us a step
+        cfg = A.AdamConfig(lr=key[0], betas=key[1], eps=key[2], weight_decay=key[3],
+                           decoupled=key[4], maximize=key[5], simd=self._simd,
+                           nt_state=self._nt[0], nt_copy=key[6], resync=self._resync)
+        self._cfgs[id(group)] = (key, cfg)  # one per group: a scheduler's lr replaces it
+        return cfg
 
     @torch.no_grad()
     def step(self, closure: Any = None, *, grad_scale: float = 1.0) -> Any:
