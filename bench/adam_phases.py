@@ -32,6 +32,8 @@ def main() -> None:
     ap.add_argument("--no-fwd", dest="fwd", action="store_false",
                     help="leave out the forward/backward between steps")
     a = ap.parse_args()
+    if a.team not in ("none", "auto", "openmp") and not a.team.isdigit():
+        ap.error(f"--team {a.team!r}: expected auto, openmp, none or a thread count")
     n = parse_size(a.size)
     import torch
 
