@@ -85,3 +85,21 @@ def test_adam_e2e_bench_reports_a_failed_configuration_and_goes_on():
     lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
     assert [(d["size"], d["error"]) for d in lines] == [("zz", "exit status 1"),
                                                         ("yyM", "exit status 1")]
+
+
+PHASES = BENCH.parent / "adam_phases.py"
+
+
+@pytest.mark.parametrize("team", ["auto", "2"])
+def test_adam_phases_bench_splits_the_step_into_native_and_python(team):
+    r = subprocess.run([sys.executable, str(PHASES), "--size", "50K", "--threads", "2",
+                        "--reps", "2", "--tensors", "3", "--team", team],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    assert (d["params"], d["tensors"], d["team"]) == (50_000, 3, team)
+    ms = d["ms"]
+    assert set(ms) == {"cxlkit", "cxlkit_native", "cxlkit_python", "torch_fused",
+                       "cxlkit_tiny", "torch_fused_tiny"}
+    assert 0 < ms["cxlkit_native"] <= ms["cxlkit"] and ms["cxlkit_python"] >= 0
+    assert d["vs_torch_fused"] > 0 and d["cxlkit_gbs"] > 0

@@ -92,6 +92,31 @@ def test_param_groups_take_their_own_hyperparameters():
     assert [g["lr"] for g in o1.param_groups] == [1e-2, 1e-3]
 
 
+def test_hyperparameters_changed_between_steps_are_followed_like_torch():
+    torch.manual_seed(5)
+    p1 = torch.nn.Parameter(torch.randn(257))
+    p2 = torch.nn.Parameter(p1.detach().clone())
+    ref = torch.optim.AdamW([p1], lr=1e-2, weight_decay=0.1)
+    opt = TieredAdamW([p2], lr=1e-2, weight_decay=0.1, team=None)
+    scheds = [torch.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.5) for o in (ref, opt)]
+    for s in range(4):
+        g = torch.randn(257, generator=torch.Generator().manual_seed(s))
+        p1.grad, p2.grad = g.clone(), g.clone()
+        if s == 2:  # set by hand too, as users do
+            for o in (ref, opt):
+                o.param_groups[0]["weight_decay"] = 0.0
+                o.param_groups[0]["betas"] = (0.8, 0.99)
+        ref.step()
+        opt.step()
+        for sc in scheds:
+            sc.step()
+        torch.testing.assert_close(p2, p1, rtol=1e-5, atol=1e-6)
+    opt.param_groups[0]["lr"] = float("nan")
+    p2.grad = torch.ones(257)
+    with pytest.raises(ValueError, match="lr"):
+        opt.step()
+
+
 def test_state_dict_round_trip_is_exact():
     m1 = mlp(dtype=torch.bfloat16)
     o1 = TieredAdamW(m1.parameters(), lr=1e-2)

@@ -1,9 +1,8 @@
 """DeepSpeed ZeRO-Offload with cxlkit (no fork of DeepSpeed): CxlkitCPUAdam, a DeepSpeedCPUAdam
 that steps with cxlkit's kernel and keeps its moments and variances in placed buffers, and
 place_offload(engine), which moves DeepSpeed's CPU buffers (master weights, master grads, and
-for ZeRO-1/2 on the CPU accelerator the compute weights) into buffers placed by a TrainPlan or
-a Policy; audit_offload(engine) says
-where every class's pages are.
+on the CPU accelerator the compute weights and compute grads) into buffers placed by a
+TrainPlan or a Policy; audit_offload(engine) says where every class's pages are.
 
     opt = CxlkitCPUAdam(model.parameters(), lr=1e-4, plan=plan)
     engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=cfg)  # offload: cpu
@@ -238,6 +237,58 @@ def _place_stage3_compute(zo: Any, placer: _Placer) -> None:
             off += p.partition_numel()
 
 
+class _PlacedBuckets:
+    """Stage 1/2's compute grads: DeepSpeed's setup_buckets allocates the IPG bucket buffers
+    (reduce_bucket_size elements of the reduction dtype, two with overlap_comm) with
+    torch.empty at the first gradient of every backward, and _release_ipg_buffers drops them
+    after it. Wrapped on the optimizer instance (DeepSpeed's engine and its grad hooks call
+    it through the instance), it lets DeepSpeed run as it is and then swaps in placed buffers
+    of the same size and dtype, kept across backwards: DeepSpeed already reuses one bucket
+    buffer for every bucket of a backward once its grads are reduced and copied out, so a
+    buffer that outlives the backward holds nothing it still reads. The torch.empty it
+    dropped was never touched (no page faults); the placed ones fault once, at the first
+    backward, not at every one. A placed buffer holds min(reduce_bucket_size, the model's
+    param count) elements: DeepSpeed reduces a bucket before a param would overflow it and
+    reduces each param once per backward, so a bucket never holds more (the default 5e8
+    elements would otherwise charge a small model's plan 1 GB of bf16_grads)."""
+
+    def __init__(self, zo: Any, placer: _Placer) -> None:
+        self._zo, self._placer = zo, placer
+        self._inner = zo.setup_buckets  # the bound method DeepSpeed defined
+        self._total = sum(p.numel() for g in zo.bit16_groups for p in g)
+        self._mine: dict[tuple[torch.dtype, int, int], torch.Tensor] = {}
+
+    def __call__(self) -> None:
+        self._inner()
+        for bucket in self._zo.ipg_buckets.values():
+            for j, buf in enumerate(bucket.buffer):
+                if buf.device.type != "cpu" or any(buf is t for t in self._mine.values()):
+                    continue
+                key = (buf.dtype, j, buf.numel())
+                placed = self._mine.get(key)
+                if placed is None:
+                    n = min(buf.numel(), self._total)
+                    raw = self._placer.alloc("compute_grads", n * buf.element_size())
+                    placed = torch.frombuffer(raw, dtype=buf.dtype, count=n)
+                    self._mine[key] = placed
+                bucket.buffer[j] = placed
+
+
+def _place_stage2_compute_grads(zo: Any, placer: _Placer) -> None:
+    """Install _PlacedBuckets (once) when DeepSpeed keeps contiguous gradients (always with
+    cpu_offload); a ZeRO optimizer of another shape raises, naming what is missing."""
+    if not getattr(zo, "contiguous_gradients", False):
+        return  # grads stay in autograd's own tensors: no bucket buffer to place
+    missing = [a for a in ("setup_buckets", "ipg_buckets") if not hasattr(zo, a)]
+    if missing:
+        raise TypeError(f"{type(zo).__name__} has no {', '.join(missing)}: this DeepSpeed "
+                        "version's ZeRO-1/2 keeps its gradient buckets elsewhere; place_offload "
+                        "knows DeepSpeed 0.19's layout")
+    if isinstance(getattr(zo, "setup_buckets"), _PlacedBuckets):
+        return  # place_offload called twice: one wrapper
+    zo.setup_buckets = _PlacedBuckets(zo, placer)
+
+
 def place_offload(engine: Any, *, plan: TrainPlan | None = None,
                   policy: P.Policy | None = None) -> dict[str, list[P.Buffer]]:
     """Move the CPU buffers of a ZeRO engine with offload_optimizer: cpu into placed
@@ -248,8 +299,14 @@ def place_offload(engine: Any, *, plan: TrainPlan | None = None,
     the compute weights (the flat buffer of the parameter partitions) and compute grads (the
     flat buffer of the reduced grad partitions). A CxlkitCPUAdam under the engine records
     them beside its own moments and variances (its plan/policy unless plan/policy are given).
-    Stage 1/2's compute grads stay DeepSpeed's (IPG buckets allocated per backward). Returns
-    offload class -> placed buffers. Call once, after deepspeed.initialize."""
+    For stage 1/2 the compute grads are the IPG bucket buffers every gradient is copied into
+    during backward (DeepSpeed allocates them per backward): placed buffers take their place
+    from the next backward on (_PlacedBuckets), allocated at its first gradient. A param larger
+    than reduce_bucket_size bypasses the buckets in DeepSpeed, and autograd's own grad of each
+    param lives until the hook copies it: both stay in torch's CPU allocator (no hook to
+    place them: c10::SetCPUAllocator is C++ and process-wide). Returns offload class ->
+    placed buffers (compute grads appear after the first backward). Call once, after
+    deepspeed.initialize."""
     zo, stage = _zero_optimizer(engine)
     inner = getattr(zo, "optimizer", None)
     own = isinstance(inner, CxlkitCPUAdam)
@@ -269,6 +326,8 @@ def place_offload(engine: Any, *, plan: TrainPlan | None = None,
                 master.grad = gview
             if stage == 2:
                 _place_compute_weights(zo, i, placer)
+        if stage == 2:
+            _place_stage2_compute_grads(zo, placer)
         if stage == 3:
             _place_stage3_compute(zo, placer)
     if own and placer is not inner._placer:  # audit_offload finds them all in one place
@@ -281,8 +340,9 @@ def place_offload(engine: Any, *, plan: TrainPlan | None = None,
 class ClassAudit:
     """Where one offload class's pages are. placed: cxlkit buffers, ok when their pages match
     the intended policy; not placed: DeepSpeed's own tensors of that class as they are now
-    (ok False: nothing to check them against), nbytes 0 when none exists at the moment (stage
-    1/2's compute grads live only during backward)."""
+    (ok False: nothing to check them against), nbytes 0 when none exists at the moment
+    (DeepSpeed's own stage 1/2 compute grads live only during backward; placed ones from the
+    first backward after place_offload on)."""
 
     name: str
     placed: bool
