@@ -19,6 +19,10 @@ MPI4PY_VERSION := 4.1.2
 mpi-deps:
 	@if ! command -v mpicc.mpich >/dev/null 2>&1 || ! command -v mpicc.openmpi >/dev/null 2>&1; then \
 	  apt-get update && apt-get install -y mpich libmpich-dev openmpi-bin libopenmpi-dev; fi
+	@# issue 17's programs under the shim: Fortran (each MPI's mpif90 needs gfortran), NetPIPE
+	@if ! command -v gfortran >/dev/null 2>&1 || ! command -v NPmpich2 >/dev/null 2>&1 || \
+	  ! command -v NPopenmpi >/dev/null 2>&1; then \
+	  apt-get update && apt-get install -y gfortran netpipe-mpich2 netpipe-openmpi; fi
 
 osu-build: mpi-deps
 	@mkdir -p build $(OSU_BIN)
@@ -62,7 +66,9 @@ ENGINE_TESTS += test-mpi
 #   LD_PRELOAD=$(CBUILD)/libcxlkit_mpi_mpich.so mpiexec.mpich -n N ./app
 # test-mpi-shim runs tests/mpi/p2p_check.c under both MPIs with and without the shim (the
 # transcripts must be the same) and every OSU-format benchmark unmodified under the shim,
-# checking from the shim's counters that the pool route was taken.
+# checking from the shim's counters that the pool route was taken; then
+# tests/test_mpi_shim_programs.py: a Fortran program, Debian's NetPIPE and mpi4py, unmodified,
+# with and without the shim.
 SHIM_SRC := $(wildcard native/mpi/*.c)
 SHIM_CFLAGS := -O2 -g -Wall -Wextra -shared -fPIC -Iinclude -Inative
 MPI_CHECK_CFLAGS := -O1 -g -Wall -Wextra -Wno-stringop-overflow
@@ -79,7 +85,8 @@ mpi-shim: mpi-deps
 	mpicc.mpich $(MPI_CHECK_CFLAGS) tests/mpi/p2p_check.c -o $(CBUILD)/p2p_check_mpich
 	mpicc.openmpi $(MPI_CHECK_CFLAGS) tests/mpi/p2p_check.c -o $(CBUILD)/p2p_check_openmpi
 
-test-mpi-shim: mpi-shim osu-build
+test-mpi-shim: mpi-shim osu-build mpi4py-env build
 	CBUILD=$(CBUILD) OSU_BIN=$(OSU_BIN) tests/mpi/run_shim.sh $(OSU_BIN)/shim-check
+	CXLKIT_REQUIRE_MPI_PROGRAMS=1 $(VPY) -m pytest -q -rs tests/test_mpi_shim_programs.py
 
 ENGINE_TESTS += test-mpi-shim

@@ -11,9 +11,11 @@ program p2p_check_f
     use mpi
     implicit none
     integer, parameter :: big = 20000          ! 80 000 bytes: past any eager limit
-    integer :: ierr, rank, nranks, fails, dup, rev
+    integer :: ierr, rank, nranks, fails, dup, rev, bsize
+    integer :: bsend_space(4096)   ! for mpi_ibsend (MPI needs it; the shim copies on its own)
     fails = 0
     call mpi_init(ierr)
+    call mpi_buffer_attach(bsend_space, 4 * size(bsend_space), ierr)
     call mpi_comm_rank(MPI_COMM_WORLD, rank, ierr)
     call mpi_comm_size(MPI_COMM_WORLD, nranks, ierr)
     call mpi_comm_dup(MPI_COMM_WORLD, dup, ierr)
@@ -23,6 +25,7 @@ program p2p_check_f
     call suite(rev, 'reversed split')
     call mpi_comm_free(dup, ierr)
     call mpi_comm_free(rev, ierr)
+    call mpi_buffer_detach(bsend_space, bsize, ierr)
     call mpi_allreduce(MPI_IN_PLACE, fails, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)
     if (rank == 0) then
         if (fails == 0) then
@@ -70,6 +73,7 @@ contains
         call nonblocking(comm, name)
         call probes_and_modes(comm, name)
         call persistent(comm, name)
+        call matched_and_some(comm, name)
     end subroutine
 
     ! Every other rank sends 3 rounds of (small tag 1, big tag 2) to rank 0, which receives
@@ -228,5 +232,75 @@ contains
         call check(all(r == 99), name//' freed isend delivered')
         call mpi_barrier(comm, e)   ! s is reused by the next suite: the freed send is done
         call say(comm, name//': persistent and request_free checked')
+    end subroutine
+
+    ! Around the ring: issend/irsend/ibsend received by waitsome, a testsome/testany loop,
+    ! improbe + imrecv and mprobe + mrecv, request_get_status, a cancelled irecv.
+    subroutine matched_and_some(comm, name)
+        integer, intent(in) :: comm
+        character(*), intent(in) :: name
+        integer :: me, n, e, right, left, k, outc, idx(3), cnt, msg, rq, got
+        integer :: reqs(3), sreqs(3), sts(MPI_STATUS_SIZE, 3), st(MPI_STATUS_SIZE)
+        integer :: a(3, 8), b(3, 8)
+        logical :: flag
+        call mpi_comm_rank(comm, me, e)
+        call mpi_comm_size(comm, n, e)
+        right = mod(me + 1, n)
+        left = mod(me + n - 1, n)
+        do k = 1, 3
+            a(k, :) = me * 10 + k
+            call mpi_irecv(b(k, 1), 1, MPI_INTEGER, left, 20 + k, comm, reqs(k), e)
+        end do
+        call mpi_barrier(comm, e)   ! irsend needs the receive posted
+        call mpi_issend(a(1, 1), 1, MPI_INTEGER, right, 21, comm, sreqs(1), e)
+        call mpi_irsend(a(2, 1), 1, MPI_INTEGER, right, 22, comm, sreqs(2), e)
+        call mpi_ibsend(a(3, 1), 1, MPI_INTEGER, right, 23, comm, sreqs(3), e)
+        got = 0
+        do while (got < 3)
+            call mpi_waitsome(3, reqs, outc, idx, sts, e)
+            do k = 1, outc
+                call check(sts(MPI_TAG, k) == 20 + idx(k) .and. &
+                           b(idx(k), 1) == left * 10 + idx(k), name//' waitsome status/data')
+            end do
+            got = got + outc
+        end do
+        call mpi_waitsome(3, reqs, outc, idx, sts, e)
+        call check(outc == MPI_UNDEFINED, name//' waitsome over null requests')
+        got = 0
+        do while (got < 3)
+            call mpi_testsome(3, sreqs, outc, idx, MPI_STATUSES_IGNORE, e)
+            if (outc /= MPI_UNDEFINED) got = got + outc
+        end do
+        call mpi_testany(3, sreqs, k, flag, st, e)
+        ! MPICH 4.0's Fortran mpi_testany_ adds 1 to MPI_UNDEFINED as to any index (natively
+        ! too); Open MPI returns MPI_UNDEFINED, as does the shim's Open MPI binding
+        call check(flag .and. (k == MPI_UNDEFINED .or. k == MPI_UNDEFINED + 1), &
+                   name//' testany over null requests')
+        ! matched probes: improbe loop + imrecv, then mprobe + mrecv
+        call mpi_send(a(1, :), 8, MPI_INTEGER, right, 30, comm, e)
+        call mpi_send(a(2, :), 5, MPI_INTEGER, right, 31, comm, e)
+        flag = .false.
+        do while (.not. flag)
+            call mpi_improbe(left, 30, comm, flag, msg, st, e)
+        end do
+        call mpi_get_count(st, MPI_INTEGER, cnt, e)
+        call mpi_imrecv(b(1, :), cnt, MPI_INTEGER, msg, rq, e)
+        call check(msg == MPI_MESSAGE_NULL, name//' imrecv nulls the message')
+        call mpi_wait(rq, st, e)
+        call check(cnt == 8 .and. all(b(1, :) == left * 10 + 1), name//' improbe + imrecv')
+        call mpi_mprobe(MPI_ANY_SOURCE, 31, comm, msg, st, e)
+        call mpi_get_count(st, MPI_INTEGER, cnt, e)
+        call mpi_mrecv(b(2, :), cnt, MPI_INTEGER, msg, st, e)
+        call check(cnt == 5 .and. st(MPI_SOURCE) == left .and. all(b(2, 1:5) == left * 10 + 2), &
+                   name//' mprobe + mrecv')
+        ! a receive nobody sends to: request_get_status says not done, cancel withdraws it
+        call mpi_irecv(b(3, 1), 1, MPI_INTEGER, left, 99, comm, rq, e)
+        call mpi_request_get_status(rq, flag, st, e)
+        call check(.not. flag, name//' request_get_status of a pending receive')
+        call mpi_cancel(rq, e)
+        call mpi_wait(rq, st, e)
+        call mpi_test_cancelled(st, flag, e)
+        call check(flag .and. rq == MPI_REQUEST_NULL, name//' cancelled receive')
+        call say(comm, name//': waitsome, testsome, testany, matched probes, cancel checked')
     end subroutine
 end program
