@@ -30,7 +30,7 @@ if not INSTALLED:
     pytest.skip("needs MPICH or Open MPI with their compilers (make mpi-deps installs both)",
                 allow_module_level=True)
 MPI4PY_DIR = Path(os.environ.get("CXLKIT_MPI4PY_DIR", REPO / "build" / "mpi4py"))
-COUNTERS = re.compile(r"cxlkit-mpi: rank (\d+): (on|off): pool (\d+) sends")
+COUNTERS = re.compile(r"cxlkit-mpi: rank (\d+): (on|off): pool (\d+) sends \d+ B, (\d+) receives")
 
 
 def need(what: str, ok: bool) -> None:
@@ -74,8 +74,9 @@ def assert_routed(r, n: int) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
     # a program's own stderr may share a line with a counter line: search, not split
     counters = COUNTERS.findall(r.stderr)
-    assert sorted(int(rank) for rank, _, _ in counters) == list(range(n)), r.stderr
-    assert all(on == "on" and int(sends) > 0 for _, on, sends in counters), r.stderr
+    assert sorted(int(c[0]) for c in counters) == list(range(n)), r.stderr
+    assert all(on == "on" and int(sends) + int(recvs) > 0
+               for _, on, sends, recvs in counters), r.stderr
 
 
 @pytest.mark.slow
@@ -160,3 +161,47 @@ def test_mpi4py_numpy_and_pickled_messages_same_with_and_without_the_shim(shims,
     assert default.stdout == native.stdout
     assert "cxlkit-mpi: off: MPI_THREAD_MULTIPLE" in default.stderr
     assert default.stderr.count(": off: pool 0 sends") == 3
+
+
+HANDLES_C = r"""
+#include <mpi.h>
+#include <stdio.h>
+/* Open MPI's Fortran binding, called from C as a Fortran program would */
+void mpi_wait_(MPI_Fint *req, MPI_Fint *status, MPI_Fint *ierr);
+int main(int argc, char **argv) {
+    int rank, v = 0, w = 0;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Request r;
+    if (rank == 0) { v = 5; MPI_Isend(&v, 1, MPI_INT, 1, 1, MPI_COMM_WORLD, &r); }
+    else MPI_Irecv(&w, 1, MPI_INT, 0, 1, MPI_COMM_WORLD, &r);
+    MPI_Fint f = MPI_Request_c2f(r), f0 = f;
+    MPI_Request back = MPI_Request_f2c(f);
+    MPI_Fint ierr = -1;
+    mpi_wait_(&f, MPI_F_STATUS_IGNORE, &ierr);     /* waits on the request through Fortran */
+    MPI_Fint stale = MPI_Request_c2f(back), ierr2 = -1;  /* back: the completed request */
+    mpi_wait_(&stale, MPI_F_STATUS_IGNORE, &ierr2); /* its slot is gone: a user's error */
+    printf("rank %d: f %s, round trip %d, wait %d, after %d, value %d, stale wait %s\n", rank,
+           f0 >= 0x40000000 ? "shim" : "mpi", back == r, ierr, f == MPI_Request_c2f(MPI_REQUEST_NULL),
+           rank ? w : v, ierr2 == MPI_ERR_REQUEST ? "MPI_ERR_REQUEST" : "other");
+    MPI_Finalize();
+    return 0;
+}
+"""
+
+
+@pytest.mark.skipif("openmpi" not in INSTALLED, reason="Open MPI is not installed")
+def test_open_mpi_fortran_request_handles_of_the_shim(shims, tmp_path):
+    """The shim's requests get Fortran integers of their own (Open MPI's c2f would write into
+    the shim's table): c2f / f2c round-trip, a Fortran wait completes the request, a stale
+    Fortran handle is MPI_ERR_REQUEST, not a lookup of a freed slot."""
+    (tmp_path / "handles.c").write_text(HANDLES_C)
+    prog = tmp_path / "handles"
+    subprocess.run(["mpicc.openmpi", str(tmp_path / "handles.c"), "-lmpi_mpifh", "-o", str(prog)],
+                   check=True)
+    r = run("openmpi", 2, [str(prog)], shims["openmpi"])
+    assert_routed(r, 2)
+    for rank in (0, 1):
+        assert (f"rank {rank}: f shim, round trip 1, wait 0, after 1, value 5, "
+                "stale wait MPI_ERR_REQUEST") in r.stdout, r.stdout + r.stderr

@@ -36,8 +36,10 @@ static void *fbuf(void *b) {
 }
 
 /* ---- handles ---- */
+/* A handle into the shim's table, live or freed (a stale copy the caller kept), is never
+ * given to Open MPI, whose c2f would write its index into our slot. */
 MPI_Fint MPI_Request_c2f(MPI_Request r) {
-    const int i = slot_of_request(r);
+    const int i = slot_index_of_ptr((const void *)r);
     return i >= 0 ? FHANDLE_BASE + i : PMPI_Request_c2f(r);
 }
 
@@ -51,7 +53,7 @@ MPI_Request MPI_Request_f2c(MPI_Fint f) {
 }
 
 MPI_Fint MPI_Message_c2f(MPI_Message m) {
-    const int i = slot_of_message(m);
+    const int i = slot_index_of_ptr((const void *)m);
     return i >= 0 ? FHANDLE_BASE + i : PMPI_Message_c2f(m);
 }
 
