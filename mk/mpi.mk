@@ -85,7 +85,32 @@ mpi-shim: mpi-deps
 	mpicc.mpich $(MPI_CHECK_CFLAGS) tests/mpi/p2p_check.c -o $(CBUILD)/p2p_check_mpich
 	mpicc.openmpi $(MPI_CHECK_CFLAGS) tests/mpi/p2p_check.c -o $(CBUILD)/p2p_check_openmpi
 
-test-mpi-shim: mpi-shim osu-build mpi4py-env build
+# The MPI-5 standard ABI: the mpich 5.x wheel ships libmpi_abi.so and mpi_abi.h (with its own
+# mpiexec); the shim built against mpi_abi.h (a folder where mpi.h is mpi_abi.h) serves any
+# program built for the ABI. If pip cannot install it, build/mpich-abi.unavailable says why
+# and tests/test_mpi_shim_programs.py's ABI test skips saying so.
+MPICH_ABI_DIR := build/mpich-abi
+MPICH_ABI_VERSION := 5.0.2
+
+$(MPICH_ABI_DIR)/.stamp: mk/mpi.mk
+	@mkdir -p build
+	rm -rf $(MPICH_ABI_DIR) build/mpich-abi.unavailable
+	$(VPY) -m pip install --no-deps --ignore-installed --prefix $(MPICH_ABI_DIR) \
+	  mpich==$(MPICH_ABI_VERSION) || \
+	  echo "pip could not install mpich==$(MPICH_ABI_VERSION) (see the make log)" > build/mpich-abi.unavailable
+	mkdir -p $(MPICH_ABI_DIR)/abi-include
+	ln -sf ../include/mpi_abi.h $(MPICH_ABI_DIR)/abi-include/mpi.h
+	touch $@
+
+.PHONY: mpi-shim-abi
+mpi-shim-abi: $(MPICH_ABI_DIR)/.stamp
+	@if [ -e $(MPICH_ABI_DIR)/include/mpi_abi.h ]; then \
+	  flock build/.lock sh -c 'cmake -S . -B $(CBUILD) -G Ninja -DCXLKIT_PYTHON=OFF \
+	    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null && cmake --build $(CBUILD) --target cxlkit' && \
+	  cc $(SHIM_CFLAGS) -I$(MPICH_ABI_DIR)/abi-include $(SHIM_SRC) -L$(CBUILD) -lcxlkit \
+	    -Wl,-rpath,'$$ORIGIN' -o $(CBUILD)/libcxlkit_mpi_abi.so; fi
+
+test-mpi-shim: mpi-shim mpi-shim-abi osu-build mpi4py-env build
 	CBUILD=$(CBUILD) OSU_BIN=$(OSU_BIN) tests/mpi/run_shim.sh $(OSU_BIN)/shim-check
 	CXLKIT_REQUIRE_MPI_PROGRAMS=1 $(VPY) -m pytest -q -rs tests/test_mpi_shim_programs.py
 

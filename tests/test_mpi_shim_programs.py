@@ -205,3 +205,37 @@ def test_open_mpi_fortran_request_handles_of_the_shim(shims, tmp_path):
     for rank in (0, 1):
         assert (f"rank {rank}: f shim, round trip 1, wait 0, after 1, value 5, "
                 "stale wait MPI_ERR_REQUEST") in r.stdout, r.stdout + r.stderr
+
+
+ABI_DIR = Path(os.environ.get("CXLKIT_MPICH_ABI_DIR", REPO / "build" / "mpich-abi"))
+
+
+def test_mpi5_standard_abi_build_same_transcript_through_the_pool(tmp_path):
+    """The shim compiled against mpi_abi.h (the MPI-5 standard ABI, MPICH 5's libmpi_abi.so
+    from the mpich wheel, `make mpi-shim-abi`) runs tests/mpi/p2p_check.c built for the ABI:
+    the same transcript natively and through the pool."""
+    unavailable = ABI_DIR.parent / "mpich-abi.unavailable"
+    if unavailable.exists():
+        pytest.skip(unavailable.read_text().strip())
+    need(f"the mpich wheel (MPI-5 ABI) in {ABI_DIR}",
+         (ABI_DIR / "include" / "mpi_abi.h").exists() and (ABI_DIR / "bin" / "mpiexec").exists())
+    inc, lib = ABI_DIR / "abi-include", ABI_DIR / "lib"
+    libdir = Path(_native.__file__).parent
+    shim, prog = tmp_path / "libcxlkit_mpi_abi.so", tmp_path / "p2p_check_abi"
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", f"-I{REPO / 'include'}", f"-I{REPO / 'native'}",
+                    f"-I{inc}", *sorted(str(p) for p in (REPO / "native" / "mpi").glob("*.c")),
+                    f"-L{libdir}", "-lcxlkit", f"-Wl,-rpath,{libdir}", "-o", str(shim)], check=True)
+    subprocess.run(["cc", "-O1", f"-I{inc}", str(REPO / "tests" / "mpi" / "p2p_check.c"),
+                    f"-L{lib}", "-lmpi_abi", f"-Wl,-rpath,{lib}", "-o", str(prog)], check=True)
+    env = dict(os.environ, PATH=f"{ABI_DIR / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    env.pop("LD_PRELOAD", None)
+    launch = [str(ABI_DIR / "bin" / "mpiexec"), "-n", "3", str(prog)]
+    native = subprocess.run(launch, env=env, capture_output=True, text=True, timeout=180)
+    assert native.returncode == 0, native.stdout + native.stderr
+    assert "p2p_check: all passed" in native.stdout
+    routed = subprocess.run(launch, env=dict(env, LD_PRELOAD=str(shim), CXLKIT_MPI_STATS="1",
+                                             CXLKIT_MPI_VERBOSE="1"),
+                            capture_output=True, text=True, timeout=180)
+    assert_routed(routed, 3)
+    assert "cxlkit-mpi: on: MPI (standard ABI), 3 ranks" in routed.stderr
+    assert routed.stdout == native.stdout

@@ -39,8 +39,9 @@ void slot_release(int i) {
     free_head = i;
 }
 
-#if defined(OPEN_MPI)
-/* Open MPI's handles are pointers: ours point into the table, where no MPI object lives. */
+#if defined(OPEN_MPI) || defined(MPI_ABI_VERSION)
+/* Open MPI's handles are pointers, and so are the MPI-5 standard ABI's (mpi_abi.h: small
+ * constants for the predefined ones): ours point into the table, where no MPI object lives. */
 int slot_index_of_ptr(const void *p) {
     const uintptr_t a = (uintptr_t)p, b = (uintptr_t)slots;
     if (!slots || a < b || a >= b + (uintptr_t)hw * sizeof(struct slot)) return -1;
