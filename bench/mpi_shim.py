@@ -10,8 +10,12 @@ unmodified, under each MPI (MPICH, Open MPI) over
 in interleaved rounds (each round runs every config once, so the machine's load falls on all
 alike). Prints one JSON line per (mpi, config, bench, size) with the median over the rounds
 and the spread, then the issue's ratios. Needs `make mpi-shim osu-build`.
+The one-sided latencies (--benches put_lat,get_lat: 8 B, one operation per fence epoch, rank
+0 into rank 1's MPI_Win_allocate window) run shm, tcp and shim only; Open MPI gets the
+one-sided components bench/osu/run.sh uses (osc sm,pt2pt over vader, pt2pt over TCP).
 Usage: python bench/mpi_shim.py [--rounds 5] [--lat-iters 5000] [--bw-max 4194304]
-       [--configs shm,shim] [--paired 60]
+                                [--benches latency,bw,put_lat,get_lat]
+                                [--configs shm,shim] [--paired 60]
 --paired N: the overhead of a shim that routes nothing, resolved to a few per cent on a
 noisy machine: N rounds of short 8 B latency runs of shm, shim-off and shim-none in a
 rotating order; each round gives the ratios shim-off/shm and shim-none/shm of runs taken
@@ -44,6 +48,8 @@ TRANSPORT = {  # (extra launcher args, extra environment)
 }
 CONFIGS = ["shm", "tcp", "shim", "shim-off", "shim-mpi"]
 EXTRA_CONFIGS = ["shim-none"]
+RMA = ("put_lat", "get_lat")
+LATENCY = ("latency",) + RMA
 
 
 def command(mpi: str, config: str, args) -> tuple[list[str], dict]:
@@ -65,10 +71,16 @@ def command(mpi: str, config: str, args) -> tuple[list[str], dict]:
 
 def run(mpi: str, config: str, bench: str, args) -> dict[int, float]:
     cmd, env = command(mpi, config, args)
-    opts = (["-m", "8", "-i", str(args.lat_iters)] if bench == "latency"
+    # one-sided: a 16-byte window (rows 1..16, the 8 B one kept): MPICH 4.0.2 loses every put
+    # into an 8-byte MPI_Win_allocate window of 2 ranks (osu put_lat -m 8 fails its check
+    # natively: "put: 1 bytes: byte 0 wrong"), 16 bytes and up work
+    iters = args.rma_tcp_iters if bench in RMA and config == "tcp" else args.lat_iters
+    opts = (["-m", "16" if bench in RMA else "8", "-i", str(iters)] if bench in LATENCY
             else ["-m", str(args.bw_max), "-i", str(args.bw_iters)])
+    if mpi == "openmpi" and bench in RMA:
+        cmd[-1:-1] = ["--mca", "osc", "pt2pt" if config == "tcp" else "sm,pt2pt"]
     e = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **env)
-    top = 8 if bench == "latency" else args.bw_max
+    top = 8 if bench in LATENCY else args.bw_max
     try:
         r = subprocess.run(cmd + [bench] + opts, env=e, capture_output=True, text=True,
                            timeout=args.timeout)
@@ -90,7 +102,10 @@ def run(mpi: str, config: str, bench: str, args) -> dict[int, float]:
     elif rc != 0:
         sys.exit(f"{mpi} {config} {bench} failed ({rc}): {err[-800:]}")
     if config == "shim" and err.count(": on: pool 0 sends") > 0:
-        sys.exit(f"{mpi} shim {bench}: a rank sent nothing through the pool:\n{err}")
+        if bench not in RMA:
+            sys.exit(f"{mpi} shim {bench}: a rank sent nothing through the pool:\n{err}")
+    if config == "shim" and bench in RMA and err.count(": rma: pool 1 windows, ") != 2:
+        sys.exit(f"{mpi} shim {bench}: the window was not on the pool on both ranks:\n{err}")
     return rows
 
 
@@ -98,6 +113,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--lat-iters", type=int, default=5000)
+    ap.add_argument("--rma-tcp-iters", type=int, default=200,
+                    help="put/get over TCP: one fence epoch costs milliseconds there")
     ap.add_argument("--bw-max", type=int, default=4 << 20)
     ap.add_argument("--bw-iters", type=int, default=100)
     ap.add_argument("--mpis", default="mpich,openmpi")
@@ -126,7 +143,7 @@ def main() -> None:
         for mpi in mpis:
             for config in configs:
                 for bench in args.benches.split(","):
-                    if bench == "bw" and config in ("shim-off", "shim-mpi"):
+                    if bench != "latency" and config in ("shim-off", "shim-mpi", "shim-none"):
                         continue
                     for size, v in run(mpi, config, bench, args).items():
                         got.setdefault((mpi, config, bench, size), []).append(v)
@@ -135,10 +152,10 @@ def main() -> None:
     med = {}
     for (mpi, config, bench, size), vals in sorted(got.items()):
         med[(mpi, config, bench, size)] = statistics.median(vals)
-        if bench == "latency" and size != 8 or bench == "bw" and size < 65536:
+        if bench in LATENCY and size != 8 or bench == "bw" and size < 65536:
             continue
         print(json.dumps({"mpi": mpi, "config": config, "bench": bench, "bytes": size,
-                          "unit": "us" if bench == "latency" else "MB/s",
+                          "unit": "us" if bench in LATENCY else "MB/s",
                           "median": round(statistics.median(vals), 3),
                           "min": min(vals), "max": max(vals), "rounds": len(vals),
                           "time": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}))
@@ -154,6 +171,14 @@ def main() -> None:
         print(f"{mpi}: shim/shm {lat['shim'] / lat['shm']:.2f}, tcp/shim "
               f"{lat['tcp'] / lat['shim']:.1f}, shim-off/shm {lat['shim-off'] / lat['shm']:.3f}, "
               f"shim-mpi/shm {lat['shim-mpi'] / lat['shm']:.3f}")
+    for mpi in mpis if {"shm", "tcp", "shim"} <= set(configs) else []:
+        for bench in (b for b in RMA if b in args.benches):
+            lat = {c: med[(mpi, c, bench, 8)] for c in ("shm", "tcp", "shim")}
+            low = {c: min(got[(mpi, c, bench, 8)]) for c in lat}
+            print(f"{mpi}: 8 B {bench} us, medians: " + ", ".join(f"{c} {v:.2f}" for c, v in lat.items())
+                  + "; minima: " + ", ".join(f"{c} {v:.2f}" for c, v in low.items()))
+            print(f"{mpi}: {bench} shim/shm {lat['shim'] / lat['shm']:.2f}, "
+                  f"tcp/shim {lat['tcp'] / lat['shim']:.1f}")
     for mpi in mpis if "bw" in args.benches and {"shm", "shim"} <= set(configs) else []:
         sizes = sorted(s for (m, c, b, s) in med if m == mpi and c == "shm" and b == "bw"
                        and s >= 65536)

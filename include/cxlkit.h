@@ -498,6 +498,8 @@ enum cxk_coherence {
                                    group-shared pool); world-writable files are always -EPERM */
 #define CXK_POOL_OVERCOMMIT 16u /* CREATE: skip the free-space check of the filesystem */
 #define CXK_POOL_REPAIR 32u     /* reset this host's lock when it is damaged (fsck --repair) */
+#define CXK_POOL_READ_V1 64u    /* a version 1 pool file opens read-only (a private view;
+                                   writes -EROFS; stat's version says 1) instead of failing */
 #define CXK_POOL_LEASE_TIMEOUT_MIN_MS 1000u     /* lease_timeout_ms range: 4 heartbeats */
 #define CXK_POOL_LEASE_TIMEOUT_MAX_MS 86400000u /* each at least 250 ms apart; at most a day */
 
@@ -659,7 +661,32 @@ CXK_API int cxk_pool_host_info(cxk_pool *p, uint32_t slot, struct cxk_pool_host 
  * lease timeout), or (DROP) a live reader leases one of its objects; -EINVAL: our own slot;
  * -ENOENT: the slot is free; -ENOSPC: our name table cannot take its objects (nothing
  * adopted is lost: rerun after destroying objects). A crash midway: run it again. */
+/* The release fence: once a host's slot is released (its epoch bumped), every mutation by a
+ * process of that host (create, publish, destroy, extent claims, sweeps) fails with
+ * -EKEYREVOKED instead of writing, and its heartbeat stops; reopen to attach again. */
 CXK_API int cxk_pool_release(cxk_pool *p, uint32_t slot, unsigned flags);
+
+/* ---- Upgrading a version 1 pool in place (issue 18) ---- */
+struct cxk_pool_upgrade_info {
+    uint32_t from_version;     /* 1: upgraded now; 2: already version 2 (nothing to do) */
+    uint32_t busy_host;        /* -EBUSY: the live v1 host's slot; -ENOSPC: the slot whose
+                                  partition's tail the new metadata needs */
+    char busy_tag[CXK_POOL_TAG_MAX + 1];
+    uint64_t extent_bytes;     /* the v2 geometry: each v1 partition is one run of extents */
+    uint64_t nextents;
+    uint64_t objects;          /* published objects kept (readable by name, same bytes) */
+    uint64_t meta_off;         /* where the claim lines and extent maps went (after the data) */
+    uint64_t cut_bytes;        /* bytes of the last partition's free tail they took (0: none);
+                                  -ENOSPC: the free tail that partition has */
+};
+/* Convert the version 1 pool file at path to version 2 in place: no object moves, every
+ * published object stays readable by name with the same bytes. flags: CXK_POOL_SHARED.
+ * 0 (also when already version 2); -EBUSY a v1 host is alive (heartbeat younger than the
+ * lease timeout); -ENOSPC the metadata needs the end of the last partition, which holds
+ * objects; -EFBIG more extents than a map holds; -EBADMSG a corrupt v1 pool (nothing
+ * written); -EMEDIUMTYPE not a pool; -EPROTONOSUPPORT another version. A crash at any point
+ * leaves a valid version 1 pool (run it again) or a valid version 2 pool. */
+CXK_API int cxk_pool_upgrade(const char *path, unsigned flags, struct cxk_pool_upgrade_info *info);
 
 /* Test hook: the nth time (1-based, counted from this call) the pool code reaches crash
  * point `name`, the process exits at once with status 137 as if killed. Points:
@@ -1020,6 +1047,9 @@ CXK_API int cxk_win_post(cxk_win *win, const int *ranks, int n);
 CXK_API int cxk_win_start(cxk_win *win, const int *ranks, int n);
 CXK_API int cxk_win_complete(cxk_win *win);
 CXK_API int cxk_win_wait(cxk_win *win);
+/* issue 17: wait without blocking: *flag 1 once every origin of the post has completed (the
+ * exposure epoch then ends, as after cxk_win_wait), else 0. */
+CXK_API int cxk_win_test(cxk_win *win, int *flag);
 /* Passive target: the target grants locks in arrival order (shared ones together). */
 CXK_API int cxk_win_lock(cxk_win *win, int type, int target);
 CXK_API int cxk_win_unlock(cxk_win *win, int target);

@@ -72,6 +72,8 @@ ENGINE_TESTS += test-mpi
 SHIM_SRC := $(wildcard native/mpi/*.c)
 SHIM_CFLAGS := -O2 -g -Wall -Wextra -shared -fPIC -Iinclude -Inative
 MPI_CHECK_CFLAGS := -O1 -g -Wall -Wextra -Wno-stringop-overflow
+# (one-sided windows: tests/mpi/rma_check.c, built beside p2p_check and run the same way by
+# tests/mpi/run_shim.sh, with the OSU put/get programs' windows checked on the pool)
 
 .PHONY: mpi-shim test-mpi-shim
 mpi-shim: mpi-deps
@@ -84,6 +86,8 @@ mpi-shim: mpi-deps
 	  -o $(CBUILD)/libcxlkit_mpi_openmpi.so
 	mpicc.mpich $(MPI_CHECK_CFLAGS) tests/mpi/p2p_check.c -o $(CBUILD)/p2p_check_mpich
 	mpicc.openmpi $(MPI_CHECK_CFLAGS) tests/mpi/p2p_check.c -o $(CBUILD)/p2p_check_openmpi
+	mpicc.mpich $(MPI_CHECK_CFLAGS) tests/mpi/rma_check.c -o $(CBUILD)/rma_check_mpich
+	mpicc.openmpi $(MPI_CHECK_CFLAGS) tests/mpi/rma_check.c -o $(CBUILD)/rma_check_openmpi
 
 # The MPI-5 standard ABI: the mpich 5.x wheel ships libmpi_abi.so and mpi_abi.h (with its own
 # mpiexec); the shim built against mpi_abi.h (a folder where mpi.h is mpi_abi.h) serves any

@@ -11,28 +11,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SRC = ROOT / "tests" / "preload" / "alloc_prog.c"
 CACHE = ROOT / "build" / "preload-test"
 
 
-def alloc_prog(tmp_dir: Path) -> Path:
-    """The compiled program: build/preload-test/alloc_prog when newer than its source (the
+def build(name: str, tmp_dir: Path) -> Path:
+    """tests/preload/NAME.c compiled: build/preload-test/NAME when newer than its source (the
     guest sees the host's tree read-only), else compiled into tmp_dir."""
-    cached = CACHE / "alloc_prog"
-    if cached.exists() and cached.stat().st_mtime >= SRC.stat().st_mtime:
+    src = ROOT / "tests" / "preload" / f"{name}.c"
+    cached = CACHE / name
+    if cached.exists() and cached.stat().st_mtime >= src.stat().st_mtime:
         return cached
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        raise RuntimeError("no C compiler (cc) to build tests/preload/alloc_prog.c")
+        raise RuntimeError(f"no C compiler (cc) to build {src}")
     for out_dir in (CACHE, tmp_dir):
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
-            out = out_dir / "alloc_prog"
-            subprocess.run([cc, "-O1", "-o", str(out), str(SRC)], check=True)
+            out = out_dir / name
+            subprocess.run([cc, "-O1", "-pthread", "-o", str(out), str(src)], check=True)
             return out
         except (OSError, subprocess.CalledProcessError):
             continue
-    raise RuntimeError(f"cannot build {SRC}")
+    raise RuntimeError(f"cannot build {src}")
+
+
+def alloc_prog(tmp_dir: Path) -> Path:
+    """tests/preload/alloc_prog.c compiled (build())."""
+    return build("alloc_prog", tmp_dir)
 
 
 @dataclass

@@ -83,3 +83,19 @@ def test_the_installed_entry_point_prints_one_line_and_exits_2():
                         "kv", "stats", "/etc/passwd"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1 and "/etc/passwd" in r.stderr
+
+
+# ---- issue 18: cxlkit pool upgrade ----------------------------------------------------
+@pytest.mark.parametrize("what", ["not a pool", "missing"])
+def test_pool_upgrade_of_a_bad_path_is_one_line_exit_2(capsys, tmp_path, what):
+    path = tmp_path / "p"
+    if what == "not a pool":
+        path.write_bytes(b"x" * 8192)
+        path.chmod(0o600)
+    code, _, err = cli(capsys, "pool", "upgrade", str(path))
+    assert code == 2
+    line = one_error_line(err)
+    assert str(path) in line
+    assert ("not a cxlkit pool" if what == "not a pool" else "no such pool") in line
+    if what == "not a pool":
+        assert path.read_bytes() == b"x" * 8192

@@ -19,7 +19,7 @@ FLOORS = [
     ("core: leaves", {"_native", "_config", "errors", "units", "_views", "testing", "audit"}),
     ("core: topology", {"topology"}),
     ("core: placement", {"policy", "preload", "tiering"}),
-    ("core: pool", {"pool"}),
+    ("core: pool", {"pool", "pool_upgrade"}),
     ("core: sizing", {"plan"}),
     ("core: measurements", {"bench"}),
     ("workloads", {"train", "kv", "msg", "rpc", "_waitpolicy"}),

@@ -35,3 +35,12 @@ def test_mutations_cover_every_structure():
         Path(tmpl).unlink(missing_ok=True)
     assert kinds == {"random", "superblock", "slot", "entry", "lease", "header", "free",
                      "payload", "mutex", "extmap", "claim"}
+
+
+def test_short_v1_fuzz_run_gives_typed_refusals_only_and_no_failed_upgrade_writes():
+    r = pool_fuzz.run_v1(trials=30, seed=20261123, timeout=30.0)
+    assert r["trials"] == 30
+    assert (r["crashes"], r["hangs"], r["untyped_errors"], r["wrong_bytes"],
+            r["changed_by_failed_upgrade"]) == (0, 0, 0, 0, 0), r
+    assert r["whole_reads"] > 0 and r["typed_refusals"] > 0
+    assert len(r["mutations"]) >= 5

@@ -394,20 +394,26 @@ def test_cli_hosts_reads_a_pool_with_no_free_slot_without_attaching(path):
 
 # ---- version 1 pools ---------------------------------------------------------------------
 
-def test_a_version_1_pool_is_refused_clearly_and_left_unchanged(path):
+def test_a_version_1_pool_opens_read_only_with_one_message_and_is_left_unchanged(path):
     with gzip.open(V1, "rb") as src, open(path, "wb") as dst:
         shutil.copyfileobj(src, dst)
     os.chmod(path, 0o600)
     before = hashlib.sha256(Path(path).read_bytes()).hexdigest()
     for host in (0, "someone", None):
-        with pytest.raises(cxlkit.PoolVersionError, match="version 1 .*left the pool unchanged"):
-            cxlkit.Pool(path, host_id=host)
+        with pytest.warns(cxlkit.errors.PoolReadOnlyWarning, match="version 1 .*read-only.*"
+                          f"`cxlkit pool upgrade {path}`"):
+            pool = cxlkit.Pool(path, host_id=host)
+        with pool:
+            assert pool.read_only and pool.stat().version == 1
+            assert {o.name for o in pool.list()} == {"alpha", "beta"}
+            with pytest.raises(cxlkit.errors.PoolReadOnlyError, match="cxlkit pool upgrade"):
+                pool.create("new", data=b"x")
     r = CliRunner().invoke(app, ["pool", "stat", path])
-    assert r.exit_code == 2 and "version 1" in r.output
+    assert r.exit_code == 0 and "version 1" in r.output, r.output
     assert hashlib.sha256(Path(path).read_bytes()).hexdigest() == before
-    # the way out the message names works: the pool is removed and made anew as version 2
-    assert f"cxlkit pool rm {path}" in " ".join(r.output.split())
-    r = CliRunner().invoke(app, ["pool", "rm", path])
+    # the way out the message names works: the pool is upgraded in place to version 2
+    assert f"cxlkit pool upgrade {path}" in " ".join(r.output.split())
+    r = CliRunner().invoke(app, ["pool", "upgrade", path])
     assert r.exit_code == 0, r.output
-    with cxlkit.Pool(path, size=8 << 20, host_id=0) as pool:
+    with cxlkit.Pool(path, host_id=0) as pool:
         assert pool.stat().version == cxlkit._native.POOL_FORMAT_VERSION

@@ -185,16 +185,21 @@ def test_python_with_numpy_has_its_large_arrays_placed(tmp_path):
     assert len({p["pid"] for p in placed}) == 2  # the forked child placed its own array
 
 
-def test_overhead_bench_runs_and_reports_medians_for_both_mixes():
+def test_overhead_bench_runs_and_reports_medians_for_every_mix():
     bench = PP.ROOT / "bench" / "preload_overhead.py"
     r = subprocess.run([PP.python(), str(bench), "--runs", "2", "--iters", "20000",
-                        "--large-every", "500"], capture_output=True, text=True, timeout=120)
+                        "--large-every", "500", "--large-iters", "30", "--numpy-steps", "10"],
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     rows = [json.loads(x) for x in r.stdout.splitlines()]
     summaries = {x["mix"]: x for x in rows if x.get("summary")}
-    assert set(summaries) == {"small", "with_large"}
-    for s in summaries.values():
-        assert s["median_allocs_per_s_base"] > 0 and s["median_allocs_per_s_preload"] > 0
+    assert set(summaries) == {"small", "with_large", "large", "numpy"}
+    for mix, s in summaries.items():
+        variants = ["base", "preload"] + ([] if mix == "small" else
+                                          ["base_fixed_threshold", "preload_nocache"])
+        for v in variants:
+            assert s[f"median_per_s_{v}"] > 0 and len(s[f"spread_{v}"]) == 2
+            if v != "preload":
+                assert s[f"paired_ratio_vs_{v}"]["min"] > 0
         assert s["runs"] == 2 and "overhead_pct" in s
-    assert "overhead_vs_fixed_threshold_pct" in summaries["with_large"]
-    assert len([x for x in rows if not x.get("summary")]) == 4
+    assert len([x for x in rows if not x.get("summary")]) == 8

@@ -4,15 +4,17 @@
  * 4 MiB block instead (0: never), the size the preload library places. Each block gets one
  * byte written per 4 KiB page it spans up to 16 KiB (TOUCH_LARGE 1: every page of a 4 MiB
  * block, as a program that uses it would), so allocations are used, not only made.
+ * SLOTS (default 4096, at most 4096): fewer slots with LARGE_EVERY 1 make the loop that frees
+ * and reallocates 4 MiB blocks only.
  * Prints "allocs N seconds S allocs_per_s R".
- * Usage: malloc_loop ITERS SEED LARGE_EVERY [TOUCH_LARGE] */
+ * Usage: malloc_loop ITERS SEED LARGE_EVERY [TOUCH_LARGE [SLOTS]] */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#define SLOTS 4096
+#define MAX_SLOTS 4096
 
 static uint64_t rng;
 static uint64_t next(void) {  /* xorshift64 */
@@ -29,19 +31,24 @@ static double now(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4 && argc != 5) {
-        fprintf(stderr, "usage: malloc_loop ITERS SEED LARGE_EVERY [TOUCH_LARGE]\n");
+    if (argc < 4 || argc > 6) {
+        fprintf(stderr, "usage: malloc_loop ITERS SEED LARGE_EVERY [TOUCH_LARGE [SLOTS]]\n");
+        return 2;
+    }
+    size_t slots = argc == 6 ? (size_t)atol(argv[5]) : MAX_SLOTS;
+    if (slots < 1 || slots > MAX_SLOTS) {
+        fprintf(stderr, "malloc_loop: SLOTS must be 1..%d\n", MAX_SLOTS);
         return 2;
     }
     long iters = atol(argv[1]);
     rng = (uint64_t)atoll(argv[2]) | 1;
     long large_every = atol(argv[3]);
-    int touch_large = argc == 5 && atoi(argv[4]);
-    static char *slot[SLOTS];
-    static size_t len[SLOTS];
+    int touch_large = argc >= 5 && atoi(argv[4]);
+    static char *slot[MAX_SLOTS];
+    static size_t len[MAX_SLOTS];
     double t0 = now();
     for (long i = 1; i <= iters; i++) {
-        size_t k = next() % SLOTS;
+        size_t k = next() % slots;
         size_t n = (size_t)16 << (next() % 9);  /* 16 B .. 4 KiB */
         n += next() % n;
         if (large_every && i % large_every == 0) n = 4u << 20;
@@ -59,7 +66,7 @@ int main(int argc, char **argv) {
         len[k] = n;
     }
     double dt = now() - t0;
-    for (int k = 0; k < SLOTS; k++) free(slot[k]);
+    for (size_t k = 0; k < slots; k++) free(slot[k]);
     printf("allocs %ld seconds %.6f allocs_per_s %.1f\n", iters, dt, iters / dt);
     return 0;
 }

@@ -74,6 +74,7 @@ struct PoolHandle {
     cxk_pool *p = nullptr;             // written with the GIL held; nullptr once closed
     std::string label;                 // how errors name the pool
     uint32_t host_id = 0;
+    uint32_t version = 0;  // on-media format: 1 = a read-only view of a version 1 pool
     std::vector<PoolObject *> objects; // open objects, closed with the pool
     PoolGate gate;
     PoolGeometry geo;
@@ -114,6 +115,7 @@ struct PoolHandle {
             check(r, label);
         }
         this->host_id = s.host_id;
+        this->version = s.version;
         geo = PoolGeometry{s.size, s.data_off, s.partition_bytes, s.host_id,
                            s.coherence != CXK_COHERENCE_HOST};
     }
@@ -309,6 +311,7 @@ CXK_BIND(pool) {
     m.attr("POOL_SHARED") = CXK_POOL_SHARED;
     m.attr("POOL_OVERCOMMIT") = CXK_POOL_OVERCOMMIT;
     m.attr("POOL_REPAIR") = CXK_POOL_REPAIR;
+    m.attr("POOL_READ_V1") = CXK_POOL_READ_V1;  // issue 18: a version 1 pool opens read-only
     m.attr("POOL_LEASE_TIMEOUT_MIN_MS") = CXK_POOL_LEASE_TIMEOUT_MIN_MS;
     m.attr("POOL_LEASE_TIMEOUT_MAX_MS") = CXK_POOL_LEASE_TIMEOUT_MAX_MS;
     m.attr("POOL_NAME_MAX") = CXK_POOL_NAME_MAX;
@@ -484,6 +487,7 @@ CXK_BIND(pool) {
              nb::arg("lease_timeout_ms"))
         .def_ro("label", &PoolHandle::label)
         .def_ro("host_id", &PoolHandle::host_id)
+        .def_ro("version", &PoolHandle::version)
         .def_prop_ro("closed", [](const PoolHandle &h) { return h.closed(); })
         .def_prop_ro("address", [](PoolHandle &h) {
             PoolHold use = h.hold();
@@ -659,6 +663,26 @@ CXK_BIND(pool) {
     m.def("pool_crash_at", [](const std::string &point, int nth) {
         check(cxk_pool_crash_at(point.c_str(), nth), "crash point " + point);
     });
+    // ---- issue 18: upgrading a version 1 pool in place ----
+    m.def("pool_upgrade", [](const std::string &path, bool shared) {
+        cxk_pool_upgrade_info x{};
+        int r;
+        {
+            nb::gil_scoped_release unlock;  // walks every partition's chain
+            r = cxk_pool_upgrade(path.c_str(), shared ? CXK_POOL_SHARED : 0, &x);
+        }
+        nb::dict d;
+        d["from_version"] = x.from_version;
+        d["busy_host"] = x.busy_host;
+        d["busy_tag"] = std::string(x.busy_tag, strnlen(x.busy_tag, sizeof x.busy_tag));
+        d["extent_bytes"] = x.extent_bytes;
+        d["nextents"] = x.nextents;
+        d["objects"] = x.objects;
+        d["meta_off"] = x.meta_off;
+        d["cut_bytes"] = x.cut_bytes;
+        d["errno"] = r < 0 ? -r : 0;  // the caller names the error (it knows the host)
+        return d;
+    }, nb::arg("path"), nb::arg("shared") = false);
     m.def("pool_dax_geometry", [](const std::string &root, const std::string &name) {
         uint64_t size = 0, align = 0;
         check(cxk_pool_dax_geometry(root.c_str(), name.c_str(), &size, &align), name);

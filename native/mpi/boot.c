@@ -238,6 +238,7 @@ static void print_stats(void) {
             (unsigned long long)s->pool_send_bytes, (unsigned long long)s->pool_recvs,
             (unsigned long long)s->pool_recv_bytes, (unsigned long long)s->mpi_sends,
             (unsigned long long)s->mpi_recvs, (unsigned long long)s->packed);
+    shim_rma_print_stats();
 }
 
 int MPI_Finalize(void) {

@@ -115,6 +115,10 @@ int shim_recv_start(struct slot *s);
 /* Fill a status from a finished receive slot (unpacking into rbuf): MPI error code. */
 int shim_recv_finish(struct slot *s, MPI_Status *st);
 
+/* ---- rma.c: one-sided windows (rma.h) ---- */
+/* The RMA counters' line of this rank (CXLKIT_MPI_STATS). */
+void shim_rma_print_stats(void);
+
 /* ---- helpers ---- */
 void shim_status_set(MPI_Status *st, int src, int tag, uint64_t nbytes, int cancelled);
 void shim_status_empty(MPI_Status *st);

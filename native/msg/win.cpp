@@ -47,6 +47,9 @@ struct cxk_win {
     int nshared = 0;
     std::deque<cxk::msg::Ctl> lockq; // waiting: kind = origin rank, value = lock type
     std::vector<int> post_group, start_group;
+    // the exposure epoch's "complete" receives, one per origin of post_group, posted by the
+    // first wait / test of the epoch (NULL once matched); written by this rank only
+    std::vector<cxk_msg_req *> done_reqs;
 };
 
 namespace cxk::msg {
@@ -485,18 +488,60 @@ int cxk_win_complete(cxk_win *w) {
     return 0;
 }
 
+}  // extern "C"
+
+namespace {
+// Post the receives of the origins' "complete" messages once per exposure epoch.
+int post_done_reqs(cxk_win *w) {
+    if (!w->done_reqs.empty()) return 0;
+    for (int o : w->post_group) {
+        cxk_msg_req *r = nullptr;
+        if (int rc = irecv_ctx(w->c, nullptr, 0, o, int(w->id) * 4 + 2, kWinCtx, &r)) return rc;
+        w->done_reqs.push_back(r);
+    }
+    return 0;
+}
+
+void end_exposure(cxk_win *w) {
+    w->post_group.clear();
+    w->done_reqs.clear();
+    if (w->c->nc) cxk_invalidate(w->data, w->nbytes);
+}
+}  // namespace
+
+extern "C" {
+
 int cxk_win_wait(cxk_win *w) {
     if (!w) return -EINVAL;
     if (w->post_group.empty()) return -EPROTO;
-    for (int o : w->post_group) {
-        cxk_msg_req *r;
-        if (int rc = irecv_ctx(w->c, nullptr, 0, o, int(w->id) * 4 + 2, kWinCtx, &r)) return rc;
+    if (int rc = post_done_reqs(w)) return rc;
+    for (cxk_msg_req *&r : w->done_reqs) {
+        if (!r) continue;
         int rc = cxk_msg_wait(w->c, r, nullptr);
-        if (rc == -ETIMEDOUT) cxk_msg_cancel(w->c, r);
+        if (rc == -ETIMEDOUT) return rc;  // r stays valid: a later wait or test goes on
+        r = nullptr;
         if (rc) return rc;
     }
-    w->post_group.clear();
-    if (w->c->nc) cxk_invalidate(w->data, w->nbytes);
+    end_exposure(w);
+    return 0;
+}
+
+int cxk_win_test(cxk_win *w, int *flag) {
+    if (!w || !flag) return -EINVAL;
+    if (w->post_group.empty()) return -EPROTO;
+    *flag = 0;
+    if (int rc = post_done_reqs(w)) return rc;
+    bool all = true;
+    for (cxk_msg_req *&r : w->done_reqs) {
+        if (!r) continue;
+        int done = 0, rc = cxk_msg_test(w->c, r, &done, nullptr);
+        if (done) r = nullptr;
+        if (rc) return rc;
+        all = all && done;
+    }
+    if (!all) return 0;
+    end_exposure(w);
+    *flag = 1;
     return 0;
 }
 

@@ -16,7 +16,9 @@ namespace {
 const char *const kCrashNames[] = {"create.alloc", "create.entry", "publish.header",
                                    "destroy.header", "destroy.free", "locked", "takeover",
                                    "claim.reserved", "claim.formatted", "claim.committed",
-                                   "trim.split", "trim.cleared", "slot.claimed"};
+                                   "trim.split", "trim.cleared", "slot.claimed",
+                                   "upgrade.split", "upgrade.staged", "upgrade.committed",
+                                   "upgrade.rewriting"};
 static_assert(sizeof(kCrashNames) / sizeof(kCrashNames[0]) == size_t(Crash::count_), "names");
 std::atomic<int> g_crash_left[size_t(Crash::count_)];
 }  // namespace

@@ -77,6 +77,12 @@ bool host_alive(const cxk_pool *p, uint32_t h) {
     return now_ns() - ld(&s->heartbeat_ns) < int64_t(p->geo.lease_timeout_ns);
 }
 
+bool slot_ours(const cxk_pool *p) {
+    HostSlot *s = slot(p, p->host);
+    sync_in(p, s, kLine);
+    return ld(&s->boot) == p->boot && ld(&s->epoch) == p->epoch;
+}
+
 void beat(cxk_pool *p) {
     HostSlot *s = slot(p, p->host);
     st(&s->heartbeat_ns, now_ns());
@@ -168,8 +174,13 @@ int lock_mutex(const cxk_pool *p, HostSlot *s, bool try_only) {
 
 int lock_host(cxk_pool *p, bool try_only) {
     HostSlot *s = slot(p, p->host);
+    if (!slot_ours(p)) return EKEYREVOKED;  // released while we were stalled: write nothing
     const int e = lock_result(p, s, lock_mutex(p, s, try_only));
     if (e) return e;
+    if (!slot_ours(p)) {  // released while we waited for the lock
+        pthread_mutex_unlock(&s->mutex);
+        return EKEYREVOKED;
+    }
     // counts out of range cannot be trusted or iterated: rebuild them from the chain
     if (ldr(&s->npending) > kPendingMax || ldr(&s->ncreating_list) > kCreatingMax) {
         if (int r = recover(p, nullptr)) {
@@ -352,6 +363,7 @@ int attach(cxk_pool *p, int lock_fd, const char *tag, bool by_name) {
     sync_in(p, s, kLine);
     // acquire pairs with the taker's release of the boot word: the slot (tag included) is ready
     if (ld(&s->boot) == p->boot && (!*tag || std::strncmp(s->tag, tag, kTagMax) == 0)) {
+        p->epoch = ld(&s->epoch);  // the release fence compares it (slot_ours)
         st(&s->opener_pid, uint64_t(p->pid));  // for `pool hosts`; the bakery line's pad
         beat(p);
         return 0;
@@ -403,6 +415,7 @@ int attach(cxk_pool *p, int lock_fd, const char *tag, bool by_name) {
         st(&s->boot, p->boot);  // release: the slot is ready; pairs with the acquire above
         sync_out(p, s, kLine);
     }
+    p->epoch = ld(&s->epoch);  // ours (after a takeover, the one we wrote)
     backing_unlock(lock_fd, at);
     st(&s->opener_pid, uint64_t(p->pid));
     beat(p);
@@ -444,6 +457,7 @@ void heart_loop(cxk_pool *p) {
     std::unique_lock<std::mutex> lk(p->heart_mu);
     p->heart_cv.wait(lk, [p] { return p->heart_go || p->heart_stop; });
     while (!p->heart_stop) {
+        if (!slot_ours(p)) break;  // released: the slot is no longer ours to beat in
         beat(p);
         // A process of this host that died holding the host lock is recovered here even
         // when nobody else of this host calls into the pool.

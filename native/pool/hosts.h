@@ -17,6 +17,11 @@ bool host_used(const cxk_pool *p, uint32_t h);
 // Another host is alive while its heartbeat is younger than the lease timeout; we are.
 bool host_alive(const cxk_pool *p, uint32_t h);
 void beat(cxk_pool *p);
+// The release fence: our slot still holds our boot and the epoch we attached at. A `pool
+// release` of this host (taken for dead while it was stalled) reset the slot and bumped its
+// epoch; from then on every mutation fails with EKEYREVOKED instead of writing into what
+// now belongs to others. The slot's line 0 is read from the pool (another host wrote it).
+bool slot_ours(const cxk_pool *p);
 int init_mutex(pthread_mutex_t *m);  // robust, process-shared; 0 or -errno
 
 // This host's lock (the robust mutex of its slot), held for the object's lifetime when err

@@ -175,6 +175,7 @@ int cxk_obj_create(cxk_pool *p, const char *name, uint64_t nbytes, uint64_t *off
 
 int cxk_obj_create_ex(cxk_pool *p, const char *name, uint64_t nbytes, unsigned flags,
                       uint64_t *off) {
+    if (p && p->read_only_v1) return -EROFS;  // a version 1 pool (issue 18)
     size_t len;
     if (!p || !off || (flags & ~CXK_OBJ_NOZERO)) return -EINVAL;
     if (int r = check_name(name, &len)) return r;
@@ -267,6 +268,8 @@ out:
 
 
 int cxk_obj_publish(cxk_pool *p, uint64_t off, unsigned flags) {
+    if (p && p->read_only_v1) return -EROFS;  // a version 1 pool (issue 18)
+    if (p && !slot_ours(p)) return -EKEYREVOKED;  // the release fence, before the run checks
     uint32_t h;
     if (!p || (flags & ~CXK_PUBLISH_CHECKSUM)) return -EINVAL;
     const uint64_t block = block_of(p, off, &h);
@@ -373,6 +376,7 @@ int cxk_obj_close(cxk_pool *p, uint64_t off) {
 }
 
 int cxk_obj_destroy(cxk_pool *p, const char *name) {
+    if (p && p->read_only_v1) return -EROFS;  // a version 1 pool (issue 18)
     size_t len;
     if (!p) return -EINVAL;
     if (int r = check_name(name, &len)) return r;

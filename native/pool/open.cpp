@@ -17,6 +17,7 @@
 #include "pool/leases.h"
 #include "pool/recovery.h"
 #include "pool/superblock.h"
+#include "pool/upgrade.h"
 #include "prim/policy.h"
 #include "sys/sys.h"
 
@@ -24,7 +25,8 @@ namespace cxk::pool {
 
 namespace {
 constexpr unsigned kOpenFlags = CXK_POOL_CREATE | CXK_POOL_EXCL | CXK_POOL_FORCE |
-                                CXK_POOL_SHARED | CXK_POOL_OVERCOMMIT | CXK_POOL_REPAIR;
+                                CXK_POOL_SHARED | CXK_POOL_OVERCOMMIT | CXK_POOL_REPAIR |
+                                CXK_POOL_READ_V1;
 
 // open, phase 1: the options, before anything is touched.
 int check_opts(const char *const *paths, uint32_t npaths, const cxk_pool_opts &o) {
@@ -235,7 +237,20 @@ int open_impl(const char *const *paths, uint32_t npaths, const cxk_pool_opts *op
             continue;
         }
         if (r) return fail(r);
-        if ((r = validate(base, ob.total, npaths, &p->geo)) != 0) return fail(r);
+        r = validate(base, ob.total, npaths, &p->geo);
+        if (r == -EPROTONOSUPPORT && (o.flags & CXK_POOL_READ_V1) && npaths == 1 &&
+            !ob.devdax && !ob.memfd && !ob.made) {
+            // version 1: a private view made version 2 in memory replaces the shared mapping
+            uint8_t *view = nullptr;
+            uint64_t vsize = 0;
+            if ((r = v1_private_view(ob.bs[0].fd, ob.total, &view, &vsize)) != 0) return fail(r);
+            cxk_unmap(p->base, p->size);
+            p->base = view;
+            p->size = vsize;
+            p->read_only_v1 = true;
+            r = validate(p->base, p->size, npaths, &p->geo);
+        }
+        if (r) return fail(r);
         // after the backings: a caller's fault on the nth open names the pool's files, and
         // the boot only matters from attach on; one that exists but cannot be read fails the
         // open (a made-up hash would make this host look rebooted to its running processes)
@@ -248,7 +263,7 @@ int open_impl(const char *const *paths, uint32_t npaths, const cxk_pool_opts *op
             return fail(r);
         }
         int &keep = ob.memfd ? p->memfd : p->file_fd;  // memfd: closing it frees the memory;
-        if (!ob.devdax) {                              // files: fsck checks their size
+        if (!ob.devdax && !p->read_only_v1) {          // files: fsck checks their size
             keep = ob.bs[0].fd;
             ob.bs[0].fd = -1;
         }
@@ -312,7 +327,7 @@ int cxk_pool_stat(cxk_pool *p, struct cxk_pool_stat *st_) {
     if (!p || !st_) return -EINVAL;
     std::memset(st_, 0, sizeof *st_);
     const Superblock &g = p->geo;
-    st_->size = p->size;
+    st_->size = p->read_only_v1 ? g.claims_off : p->size;  // v1 view: the file, not its maps
     st_->partition_bytes = g.data_bytes;
     st_->extent_bytes = g.extent_bytes;
     st_->nextents = g.nextents;
@@ -320,7 +335,7 @@ int cxk_pool_stat(cxk_pool *p, struct cxk_pool_stat *st_) {
     st_->align = p->align;
     st_->lease_timeout_ns = g.lease_timeout_ns;
     st_->data_off = g.data_off;
-    st_->version = g.version;
+    st_->version = p->read_only_v1 ? kVersion1 : g.version;
     st_->max_hosts = g.max_hosts;
     st_->host_id = p->host;
     st_->coherence = p->sim ? CXK_COHERENCE_SIM : p->nc ? CXK_COHERENCE_NONE : CXK_COHERENCE_HOST;

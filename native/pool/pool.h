@@ -24,6 +24,8 @@ struct cxk_pool {
     int file_fd = -1;              // backing 0 of a file pool: fsck checks its size (truncation)
     bool needs_recover = false;    // under the host lock: an op found derived state corrupt
     bool nc = false;               // coherence "none" (or "sim")
+    bool read_only_v1 = false;     // a private view of a version 1 pool: writes -EROFS
+    uint64_t epoch = 0;            // our slot's epoch since attach: a release bumps it (fence)
     // coherence "sim" (issue 16): base is this host's simulated view; the pool's own mapping
     cxk::sim::Map *sim = nullptr;
     uint8_t *sim_pool = nullptr;

@@ -371,6 +371,7 @@ using namespace cxk::pool;
 extern "C" {
 
 int cxk_pool_fsck(cxk_pool *p, unsigned flags, struct cxk_fsck_report *r) {
+    if (p && p->read_only_v1 && (flags & CXK_FSCK_REPAIR)) return -EROFS;  // version 1 view
     if (!p || !r || (flags & ~CXK_FSCK_REPAIR)) return -EINVAL;
     std::memset(r, 0, sizeof *r);
     if (int e = fsck_backing_size(p)) return e;

@@ -78,6 +78,14 @@ int reset_slot(cxk_pool *p, uint32_t h) {
 // Host h's runs become ours: its CREATING objects (their creator died with it) are marked
 // DEAD, then our recovery rebuilds lists and names from our chain, which now includes them.
 int adopt(cxk_pool *p, uint32_t h) {
+    // Our cache may hold lines of h's runs from before h wrote them (coherence "none": a
+    // block we read, or extents we held once): take the pool's bytes before walking them and
+    // before our recovery reads them as ours (found under --coherence-sim: the adopted
+    // objects' headers were read stale and their names were lost).
+    std::vector<Run> runs;
+    runs_of(p, h, &runs);
+    for (const Run &r : runs)
+        sync_in(p, p->base + ext_off(p, r.first), r.count * p->geo.extent_bytes);
     std::vector<WalkBlock> blocks;
     if (!walk(p, h, &blocks)) return -EBADMSG;
     HostSlot *me = slot(p, p->host);
@@ -119,6 +127,7 @@ int cxk_pool_host_info(cxk_pool *p, uint32_t h, struct cxk_pool_host *out) {
 
 int cxk_pool_release(cxk_pool *p, uint32_t h, unsigned flags) {
     if (!p || (flags & ~CXK_RELEASE_DROP)) return -EINVAL;
+    if (p->read_only_v1) return -EROFS;  // a private view of a version 1 pool (issue 18)
     if (h >= p->geo.max_hosts) return -EDOM;
     if (h == p->host) return -EINVAL;
     HostLock lk(p);

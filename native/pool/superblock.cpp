@@ -10,6 +10,7 @@
 
 #include "pool/checksum.h"
 #include "pool/hosts.h"
+#include "pool/upgrade.h"
 #include "prim/policy.h"
 #include "sys/sys.h"
 
@@ -103,14 +104,23 @@ bool all_zero(const uint8_t *b, size_t n) {
     return true;
 }
 
+// The superblock's own checksum; an upgraded pool whose rewrite of offset 0 was interrupted
+// has a whole copy at kSbCopyOff (upgrade.cpp), read only when the word at 8 says version 2.
+bool sb_whole(const Superblock &sb) {
+    return sb.magic == kMagic && sb.version == kVersion &&
+           sb.checksum == ((1ull << 32) | crc32c(&sb, offsetof(Superblock, checksum)));
+}
+
 // Read-only checks of a mapped superblock against the mapping.
 int validate(const uint8_t *base, uint64_t mapped, uint32_t nbackings, Superblock *out) {
     Superblock sb;
     std::memcpy(&sb, base, sizeof sb);
     if (sb.magic != kMagic) return -EMEDIUMTYPE;
     if (sb.version != kVersion) return -EPROTONOSUPPORT;  // version 1 included: never misread
-    if (sb.checksum != ((1ull << 32) | crc32c(&sb, offsetof(Superblock, checksum))))
-        return -EBADMSG;
+    if (!sb_whole(sb)) {
+        std::memcpy(&sb, base + kSbCopyOff, sizeof sb);
+        if (!sb_whole(sb)) return -EBADMSG;
+    }
     if (sb.total_bytes > mapped) return -ENXIO;  // the file was cut short (truncated)
     const uint64_t T = sb.total_bytes, H = sb.max_hosts;
     // every size is at most the pool before it is multiplied by H (<= 64): no overflow
@@ -119,21 +129,29 @@ int validate(const uint8_t *base, uint64_t mapped, uint32_t nbackings, Superbloc
                        sb.extmap_off <= T && sb.data_off <= T && sb.name_slots <= T &&
                        sb.lease_slots <= T;
     const uint64_t E = sb.extent_bytes;
-    const bool sane = small && sb.sb_bytes == kSbBytes && sb.host_slot_bytes == kHostSlotBytes &&
-                      H >= 1 && H <= kMaxHosts &&
+    const uint64_t slots_end = kSbBytes + H * kHostSlotBytes;
+    // a fresh pool: slots, claim lines, names, leases, maps, data; a pool upgraded from v1
+    // keeps v1's regions and puts the claim lines and maps after the data (upgrade.cpp)
+    const bool tail = sb.claims_off >= sb.data_off;
+    const bool ordered =
+        tail ? sb.names_off >= slots_end && sb.data_off >= sb.leases_off + H * sb.leases_bytes &&
+                   sb.claims_off >= sb.data_off + sb.data_bytes &&
+                   sb.extmap_off >= sb.claims_off + H * kSlotClaimBytes &&
+                   sb.extmap_off + H * sb.extmap_bytes <= T
+             : sb.claims_off >= slots_end && sb.names_off >= sb.claims_off + H * kSlotClaimBytes &&
+                   sb.extmap_off >= sb.leases_off + H * sb.leases_bytes &&
+                   sb.data_off >= sb.extmap_off + H * sb.extmap_bytes;
+    const bool sane = small && ordered && sb.sb_bytes == kSbBytes &&
+                      sb.host_slot_bytes == kHostSlotBytes && H >= 1 && H <= kMaxHosts &&
                       sb.levels == kLevels && sb.bucket_slots == kBucketSlots &&
-                      sb.host_table_off == kSbBytes &&
-                      sb.claims_off >= kSbBytes + H * kHostSlotBytes && sb.claims_off % kLine == 0 &&
-                      sb.names_off >= sb.claims_off + H * kSlotClaimBytes &&
+                      sb.host_table_off == kSbBytes && sb.claims_off % kLine == 0 &&
                       sb.names_bytes >= sb.name_slots * sizeof(NameEntry) &&
                       sb.leases_off >= sb.names_off + H * sb.names_bytes &&
                       sb.leases_bytes >= sb.lease_slots * sizeof(Lease) &&
-                      sb.extmap_off >= sb.leases_off + H * sb.leases_bytes &&
                       sb.extmap_off % kLine == 0 && sb.extmap_bytes % kLine == 0 &&
                       E >= kMinExtent && E <= kMaxExtent && (E & (E - 1)) == 0 &&
                       sb.nextents >= 1 && sb.nextents <= kMaxExtents &&
                       sb.extmap_bytes >= (sb.nextents + 31) / 32 * 8 &&
-                      sb.data_off >= sb.extmap_off + H * sb.extmap_bytes &&
                       sb.data_bytes == sb.nextents * E && sb.data_bytes <= T - sb.data_off &&
                       sb.data_off % kLine == 0 && sb.lease_timeout_ns > 0;
     if (!sane) return -EBADMSG;

@@ -123,6 +123,25 @@ int cxp_config_parse(const char *stripe, const char *chunk, const char *min_size
     return 0;
 }
 
+int cxp_cache_config_parse(const char *bytes, const char *count, struct cxp_config *out,
+                           char *err, size_t errcap) {
+    unsigned long long b = CXP_CACHE_DEFAULT_BYTES, n = CXP_CACHE_DEFAULT_COUNT;
+    if (bytes && *bytes && parse_size(bytes, &b) < 0) {
+        errf(err, errcap, "CXLKIT_PRELOAD_CACHE=%s: expected a size, e.g. 64M (0: no cache)",
+             bytes);
+        return -1;
+    }
+    const char *s = count;
+    if (count && *count && (parse_uint(&s, CXP_CACHE_MAX_COUNT, &n) < 0 || *s)) {
+        errf(err, errcap, "CXLKIT_PRELOAD_CACHE_COUNT=%s: expected a count 0..%d (0: no cache)",
+             count, CXP_CACHE_MAX_COUNT);
+        return -1;
+    }
+    out->cache_bytes = (size_t)b;
+    out->cache_count = (int)n;
+    return 0;
+}
+
 void cxp_config_format(const struct cxp_config *c, char *buf, size_t cap) {
     size_t at = 0;
     buf[0] = 0;

@@ -34,6 +34,7 @@
 /* glibc's own allocator entry points: used only while dlsym resolves the next malloc. */
 extern void *__libc_malloc(size_t);
 extern void *__libc_calloc(size_t, size_t);
+extern void __libc_free(void *);
 
 static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
 static int (*real_munmap)(void *, size_t);
@@ -45,12 +46,16 @@ static int (*real_posix_memalign)(void **, size_t, size_t);
 static void *(*real_aligned_alloc)(size_t, size_t);
 static void *(*real_memalign)(size_t, size_t);
 static void *(*real_valloc)(size_t);
+static void (*real_free)(void *);
+static int (*real_malloc_trim)(size_t);
 
 static int resolved;   /* all real_* set */
 static int resolving;  /* inside dlsym: our malloc forwards to glibc's */
 static int state;      /* 0 not set up, 1 setting up, 2 done */
 static int active;     /* a valid configuration: place */
 static int glibc_malloc; /* the next malloc is glibc's: its chunk headers can be read */
+static int cache_on;     /* freed placed blocks go to the cache (cache.c) */
+static int watch_free;   /* free() looks at large mapped blocks (the cache, the registry) */
 static size_t page_size = 4096;
 static struct cxp_config cfg;
 /* Calls for this many bytes or more take the slow path: 0 until set up (the first call sets
@@ -71,6 +76,8 @@ static void resolve(void) {
     real_aligned_alloc = dlsym(RTLD_NEXT, "aligned_alloc");
     real_memalign = dlsym(RTLD_NEXT, "memalign");
     real_valloc = dlsym(RTLD_NEXT, "valloc");
+    real_free = dlsym(RTLD_NEXT, "free");
+    real_malloc_trim = dlsym(RTLD_NEXT, "malloc_trim");
     /* the next malloc is glibc's when libc.so.6 itself exports that address */
     void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
     glibc_malloc = libc && dlsym(libc, "malloc") == (void *)real_malloc;
@@ -109,6 +116,20 @@ static void setup_malloc(void) {
                 "the heap and be left alone", t);
 }
 
+/* A cached mapping leaves through glibc's own free: it munmaps the chunk and keeps its
+ * count of mappings right (M_MMAP_MAX). */
+static void release_block(char *map, size_t len) {
+    cxp_log("release %p+%zu: out of the cache", (void *)map, len);
+    cxp_registry_remove(map, len);
+    real_free(map + 2 * sizeof(size_t));
+}
+
+static void setup_cache(void) {
+    if (!glibc_malloc) return;
+    cxp_cache_init(cfg.cache_bytes, cfg.cache_count, page_size, release_block);
+    cache_on = cxp_cache_enabled();
+}
+
 /* Read the environment once. Bad configuration: one line on stderr, and the library only
  * forwards from then on. */
 static void setup(void) {
@@ -126,7 +147,10 @@ static void setup(void) {
                  getenv("CXLKIT_PRELOAD_FAULT"));
     } else if (cxp_config_parse(getenv("CXLKIT_STRIPE"), getenv("CXLKIT_STRIPE_CHUNK"),
                                 getenv("CXLKIT_MIN_SIZE"), page_size, &cfg, err,
-                                sizeof err) < 0) {
+                                sizeof err) < 0 ||
+               cxp_cache_config_parse(getenv("CXLKIT_PRELOAD_CACHE"),
+                                      getenv("CXLKIT_PRELOAD_CACHE_COUNT"), &cfg, err,
+                                      sizeof err) < 0) {
         cxp_warn("%s; placement off", err);
     } else {
         int ok = 1;
@@ -145,7 +169,12 @@ static void setup(void) {
         if (ok) {
             char spec[CXP_MAX_NODES * 16];
             cxp_config_format(&cfg, spec, sizeof spec);
-            cxp_log("on: stripe %s chunk %zu min %zu", spec, cfg.chunk_bytes, cfg.min_bytes);
+            setup_cache();
+            cxp_registry_init();
+            watch_free = glibc_malloc;
+            cxp_log("on: stripe %s chunk %zu min %zu cache %zu bytes %d blocks%s", spec,
+                    cfg.chunk_bytes, cfg.min_bytes, cfg.cache_bytes, cfg.cache_count,
+                    cache_on ? "" : " (off)");
             setup_malloc();
             __atomic_store_n(&active, 1, __ATOMIC_RELEASE);
         }
@@ -170,6 +199,7 @@ static void place_range(const char *what, void *addr, size_t len, int move_first
                 addr, len, strerror((int)-r));
         return;
     }
+    cxp_registry_add(addr, len);
     char spread[CXP_MAX_NODES * 28];
     size_t at = 0;
     spread[0] = 0;
@@ -204,6 +234,7 @@ API void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
     void *p = real_mmap(addr, len, prot, flags, fd, off);
     if (p != MAP_FAILED && placing()) {
         int saved = errno;
+        if (flags & (MAP_FIXED | MAP_FIXED_NOREPLACE)) cxp_registry_remove(p, len);
         consider_mapping("mmap", p, len, prot, flags);
         errno = saved;
     }
@@ -216,8 +247,26 @@ API void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 API int munmap(void *addr, size_t len) {
     if (__builtin_expect(!real_munmap, 0)) resolve();
     int r = real_munmap(addr, len);
-    if (r == 0 && len >= slow_from() && placing()) cxp_log("unmap %p+%zu", addr, len);
+    if (r == 0 && placing()) {
+        cxp_registry_remove(addr, len); /* any part of a placed range */
+        if (len >= cfg.min_bytes) cxp_log("unmap %p+%zu", addr, len);
+    }
     return r;
+}
+
+/* Whether the page at p has the policy the library gives a mapping's first chunk (MPOL_BIND
+ * to the stripe's first node): the mark of a placed mapping. Keeps errno. */
+static int bound_to_first(void *p) {
+    int mode = -1;
+    unsigned long mask[(CXP_MAX_NODE_ID + 1) / (8 * sizeof(unsigned long))] = {0};
+    int saved = errno;
+    /* MPOL_F_NODE | MPOL_F_ADDR would give the node of a page; MPOL_F_ADDR alone the policy */
+    long r = syscall(SYS_get_mempolicy, &mode, mask, (unsigned long)(CXP_MAX_NODE_ID + 2), p,
+                     2ul /* MPOL_F_ADDR */);
+    errno = saved;
+    return r == 0 && mode == 2 /* MPOL_BIND */ &&
+           ((mask[(size_t)cfg.nodes[0] / (8 * sizeof(long))] >>
+             ((size_t)cfg.nodes[0] % (8 * sizeof(long)))) & 1);
 }
 
 /* A mapping that grows keeps the policy of its last part for the new pages: striped again
@@ -233,15 +282,17 @@ API void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
     }
     if (__builtin_expect(!real_mremap, 0)) resolve();
     void *p = real_mremap(old, old_len, new_len, flags, want);
-    if (p == MAP_FAILED || new_len < slow_from() || !placing()) return p;
+    if (p == MAP_FAILED || !placing()) return p;
     int saved = errno;
-    int mode = -1;
-    unsigned long mask[(CXP_MAX_NODE_ID + 1) / (8 * sizeof(unsigned long))] = {0};
-    /* MPOL_F_NODE | MPOL_F_ADDR would give the node of a page; MPOL_F_ADDR alone the policy */
-    if (syscall(SYS_get_mempolicy, &mode, mask, (unsigned long)(CXP_MAX_NODE_ID + 2), p,
-                2ul /* MPOL_F_ADDR */) == 0 && mode == 2 /* MPOL_BIND */ &&
-        (mask[(size_t)cfg.nodes[0] / (8 * sizeof(long))] >>
-         ((size_t)cfg.nodes[0] % (8 * sizeof(long)))) & 1)
+    /* the old range is gone or changed; placed again below when the result is placed */
+    if (p != old || new_len < old_len)
+        cxp_registry_remove(old, old_len);
+    if (p != old && (flags & MREMAP_FIXED)) cxp_registry_remove(p, new_len);
+    if (new_len < cfg.min_bytes) {
+        errno = saved;
+        return p;
+    }
+    if (bound_to_first(p))
         place_range("mremap", p, new_len, 0, 0);
     else
         cxp_log("leave mremap %p+%zu: not a placed mapping", p, new_len);
@@ -292,24 +343,100 @@ static void *placed_block(const char *what, void *p, size_t n) {
     return p;
 }
 
+/* ---- the cache of freed placed blocks (cache.c) -------------------------------------- */
+/* A cached placed block for a request of n bytes, or NULL. Its chunk header is the one glibc
+ * wrote (prev_size 0, size = the mapping's length | IS_MMAPPED), so the block is glibc's
+ * again: free, realloc (mremap) and malloc_usable_size treat it as any mapped block. */
+static void *cached_block(const char *what, size_t n) {
+    size_t need, len;
+    if (!placing() || !cache_on || n < cfg.min_bytes ||
+        __builtin_add_overflow(n, 2 * sizeof(size_t), &need))
+        return NULL;
+    char *m = cxp_cache_take(need, &len);
+    if (!m) return NULL;
+    cxp_log("reuse %s %p+%zu: a cached placed block", what, m, len);
+    return m + 2 * sizeof(size_t);
+}
+
+/* Keep the block p in the cache when it is a whole placed mapping of glibc's (offset 0:
+ * not memalign's). 1 kept, 0 not (the caller frees it). A block in the cache already is a
+ * double free: glibc would crash on the second munmap later, here it stops now. */
+static int cache_free(void *p) {
+    char *m;
+    size_t len;
+    if (!block_mapping(p, 0, &m, &len) || m + 2 * sizeof(size_t) != (char *)p ||
+        len < cfg.min_bytes || !bound_to_first(m))
+        return 0;
+    int r = cxp_cache_put(m, len);
+    if (r < 0) {
+        cxp_warn("free(%p): the block was freed already (double free); aborting", p);
+        abort();
+    }
+    if (r) cxp_log("cache %p+%zu", m, len);
+    return r;
+}
+
+API void free(void *p) {
+    if (__builtin_expect(!real_free, 0)) {
+        if (__atomic_load_n(&resolving, __ATOMIC_RELAXED)) {
+            __libc_free(p);
+            return;
+        }
+        resolve();
+    }
+    /* the fast path: one flag, and for a cached process one header word glibc reads anyway */
+    if (p && __atomic_load_n(&watch_free, __ATOMIC_RELAXED)) {
+        size_t size = ((const size_t *)p)[-1];
+        if ((size & IS_MMAPPED) && size >= cfg.min_bytes) {
+            if (cache_on && cache_free(p)) return;
+            char *m;
+            size_t len;
+            if (block_mapping(p, 0, &m, &len)) cxp_registry_remove(m, len); /* glibc unmaps */
+        }
+    }
+    real_free(p);
+}
+
+/* The program asks for free memory back: the cache goes first, then glibc's heap. */
+API int malloc_trim(size_t pad) {
+    if (__builtin_expect(!real_malloc_trim, 0)) resolve();
+    int n = __atomic_load_n(&cache_on, __ATOMIC_RELAXED) ? cxp_cache_flush() : 0;
+    if (n) cxp_log("malloc_trim: released %d cached blocks", n);
+    int r = real_malloc_trim(pad);
+    return r || n > 0;
+}
+
+__attribute__((destructor)) static void cxp_fini(void) {
+    if (!__atomic_load_n(&cache_on, __ATOMIC_RELAXED)) return;
+    struct cxp_cache_stats st;
+    cxp_cache_stats(&st);
+    cxp_log("cache at exit: %lu kept, %lu reused, %lu missed, %lu released; %d blocks "
+            "%zu bytes held", st.puts, st.hits, st.misses, st.evictions, st.entries, st.bytes);
+}
+
 API void *malloc(size_t n) {
     if (__builtin_expect(!real_malloc, 0)) {
         if (__atomic_load_n(&resolving, __ATOMIC_RELAXED)) return __libc_malloc(n);
         resolve();
     }
-    void *p = real_malloc(n);
-    return __builtin_expect(n >= slow_from(), 0) ? placed_block("malloc", p, n) : p;
+    if (__builtin_expect(n < slow_from(), 1)) return real_malloc(n);
+    void *c = cached_block("malloc", n);
+    return c ? c : placed_block("malloc", real_malloc(n), n);
 }
 
+/* A reused block is not zero: memset it (its pages are resident already; dropping them with
+ * MADV_DONTNEED and faulting zero pages back measured slower, docs/preload.md). */
 API void *calloc(size_t k, size_t n) {
     if (__builtin_expect(!real_calloc, 0)) {
         if (__atomic_load_n(&resolving, __ATOMIC_RELAXED)) return __libc_calloc(k, n);
         resolve();
     }
-    void *p = real_calloc(k, n);
     size_t total;
-    if (__builtin_mul_overflow(k, n, &total)) return p;
-    return __builtin_expect(total >= slow_from(), 0) ? placed_block("calloc", p, total) : p;
+    if (__builtin_mul_overflow(k, n, &total)) return real_calloc(k, n); /* glibc: ENOMEM */
+    if (__builtin_expect(total < slow_from(), 1)) return real_calloc(k, n);
+    void *c = cached_block("calloc", total);
+    if (c) return memset(c, 0, total);
+    return placed_block("calloc", real_calloc(k, n), total);
 }
 
 API void *realloc(void *old, size_t n) {
@@ -317,9 +444,10 @@ API void *realloc(void *old, size_t n) {
     if (__builtin_expect(n < slow_from(), 1) || !placing() || !glibc_malloc ||
         n < cfg.min_bytes)  /* the first call of all sets up, then compares again */
         return real_realloc(old, n);
+    if (!old) return malloc(n); /* the cache may serve it */
     char *m;
     size_t len;
-    if (old && !block_mapping(old, 0, &m, &len)) {
+    if (!block_mapping(old, 0, &m, &len)) {
         /* a heap block grows past the minimum: a new placed block, then the copy */
         size_t have = malloc_usable_size(old);
         void *p = malloc(n);
@@ -329,8 +457,16 @@ API void *realloc(void *old, size_t n) {
         free(old);
         return p;
     }
-    /* NULL, or a mapped block glibc moves with mremap (the pages keep their nodes) */
-    return placed_block("realloc", real_realloc(old, n), n);
+    /* a mapped block (cached before or not) glibc moves with mremap (pages keep their nodes)
+     * or, shrunk below its threshold, copies to its heap: its record goes, the result is
+     * placed (and recorded) again */
+    cxp_registry_remove(m, len);
+    void *p = real_realloc(old, n);
+    if (!p) {
+        cxp_registry_add(m, len); /* failed: the old block stays as it was */
+        return NULL;
+    }
+    return placed_block("realloc", p, n);
 }
 
 API int posix_memalign(void **out, size_t align, size_t n) {

@@ -19,6 +19,8 @@ struct cxp_config {
     unsigned round;       /* sum of weights: chunks per round */
     size_t chunk_bytes;   /* multiple of the page size */
     size_t min_bytes;     /* mappings and blocks this large or larger are placed */
+    size_t cache_bytes;   /* CXLKIT_PRELOAD_CACHE: freed placed blocks kept, bytes (0: off) */
+    int cache_count;      /* CXLKIT_PRELOAD_CACHE_COUNT: ... and mappings */
 };
 
 /* Parse the configuration from the values of CXLKIT_STRIPE, CXLKIT_STRIPE_CHUNK and
@@ -26,6 +28,10 @@ struct cxp_config {
  * reason naming the variable in err (errcap bytes). No allocation: it runs inside malloc. */
 int cxp_config_parse(const char *stripe, const char *chunk, const char *min_size,
                      size_t page, struct cxp_config *out, char *err, size_t errcap);
+/* The cache bounds from CXLKIT_PRELOAD_CACHE (a size) and CXLKIT_PRELOAD_CACHE_COUNT (NULL:
+ * the defaults) into out. 0, or -1 with the reason in err. */
+int cxp_cache_config_parse(const char *bytes, const char *count, struct cxp_config *out,
+                           char *err, size_t errcap);
 
 /* "0:3,1:1" back from a configuration, NUL-terminated (cap >= 16). */
 void cxp_config_format(const struct cxp_config *c, char *buf, size_t cap);
@@ -59,3 +65,43 @@ int cxp_mbind(void *addr, size_t len, int mode, const unsigned long *mask,
 int cxp_node_allowed(int node);
 /* Arm the mbind fault from CXLKIT_PRELOAD_FAULT (NULL: none). 0, or -1 when malformed. */
 int cxp_fault_parse(const char *spec);
+
+/* ---- the cache of freed placed malloc mappings (cache.c) ------------------------------ */
+/* Defaults, measured with bench/preload_overhead.py (docs/preload.md): glibc's own bound on
+ * free heap memory it keeps is its trim threshold, at most 64 MiB (2 x the 32 MiB cap of
+ * its dynamic mmap threshold); the cache keeps as much. */
+#define CXP_CACHE_DEFAULT_BYTES (64ul << 20)
+#define CXP_CACHE_DEFAULT_COUNT 16
+#define CXP_CACHE_MAX_COUNT 256
+
+struct cxp_cache_stats {
+    unsigned long puts, hits, misses, evictions;
+    int entries;
+    size_t bytes;
+};
+
+/* Set the bounds (bytes or count 0: off) and the callback a mapping leaves by. Once, at
+ * setup, before the program's threads. */
+void cxp_cache_init(size_t bytes, int count, size_t page,
+                    void (*release)(char *map, size_t len));
+int cxp_cache_enabled(void);
+/* Keep the mapping [map, map+len) (a whole glibc mmapped chunk, offset 0). 1 kept (older
+ * entries may have left through release), 0 not kept (larger than the cache: the caller
+ * frees it), -1 it is in the cache already (a double free). */
+int cxp_cache_put(char *map, size_t len);
+/* The smallest cached mapping of at least need bytes, taken out of the cache (its tail
+ * trimmed when it is more than a quarter larger than need), its length in *len; NULL when
+ * none fits. */
+char *cxp_cache_take(size_t need, size_t *len);
+/* Release every cached mapping; returns how many. */
+int cxp_cache_flush(void);
+void cxp_cache_stats(struct cxp_cache_stats *s);
+
+/* ---- the registry of placed ranges, for cxlkit audit (registry.c) ---------------------- */
+#define CXP_REGISTRY_RECORDS 65536 /* 2 MiB of memfd, touched as used */
+/* pthread_atfork handlers (once, at setup). */
+void cxp_registry_init(void);
+/* [addr, addr+len) was placed with its chunk grid starting at addr (replaces what overlaps). */
+void cxp_registry_add(void *addr, size_t len);
+/* [addr, addr+len) is no longer placed (unmapped, freed, moved): cut from every record. */
+void cxp_registry_remove(void *addr, size_t len);

@@ -31,3 +31,11 @@ __all__ = [
 from .pool import HostInfo  # noqa: E402
 
 __all__ += ["HostInfo"]
+
+# ---- issue 18: upgrading a version 1 pool, reading one, the release fence ----
+from .errors import HostReleasedError, PoolInUseError, PoolReadOnlyError  # noqa: E402
+from .pool_upgrade import UpgradeReport  # noqa: E402
+from .pool_upgrade import upgrade as upgrade_pool  # noqa: E402
+
+__all__ += ["HostReleasedError", "PoolInUseError", "PoolReadOnlyError", "UpgradeReport",
+            "upgrade_pool"]

@@ -44,6 +44,8 @@ ENV: dict[str, tuple[str, str]] = {
     "CXLKIT_PRELOAD_LOG": ("", "path or stderr: log each placement decision (preload)"),
     "CXLKIT_PRELOAD_LIB": ("", "libcxlkit_preload.so to use (default: beside cxlkit._native)"),
     "CXLKIT_PRELOAD_FAULT": ("", "mbind:N:errno: fail the library's Nth mbind (tests)"),
+    "CXLKIT_PRELOAD_CACHE": ("67108864", "bytes of freed placed malloc blocks kept (0: off)"),
+    "CXLKIT_PRELOAD_CACHE_COUNT": ("16", "freed placed malloc blocks kept, at most 256"),
 }
 
 

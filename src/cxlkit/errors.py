@@ -156,3 +156,37 @@ _MSG_ERRORS = {
                             "an earlier run belongs to another host (run `cxlkit pool fsck` there)"),
     errno.ENOSPC: (PoolFullError, "no room in this host's partition for rings or buffers"),
 }
+
+
+# ---- upgrading a version 1 pool (issue 18) --------------------------------------------
+class PoolInUseError(PoolError):
+    """The pool is in use by a live host (heartbeat younger than the lease timeout), so it
+    cannot be upgraded now; `host` names the slot and its name."""
+
+
+class PoolReadOnlyError(PoolError):
+    """A write (create, publish, destroy, release, repair) to a version 1 pool, which opens
+    read-only: `cxlkit pool upgrade PATH` makes it writable."""
+
+
+class PoolReadOnlyWarning(UserWarning):
+    """The pool opened read-only (a version 1 pool); the message names `cxlkit pool upgrade`."""
+
+
+_READ_ONLY = (PoolReadOnlyError, "the pool is format version 1 and opened read-only: "
+                                 "`cxlkit pool upgrade PATH` converts it in place to write")
+_OBJECT_ERRORS[errno.EROFS] = _READ_ONLY
+_CREATE_ERRORS[errno.EROFS] = _READ_ONLY
+
+
+class HostReleasedError(PoolError):
+    """This process's host slot was released (`cxlkit pool release`) while the host was
+    stalled past the lease timeout: it no longer owns its slot, extents or objects, and every
+    write is refused. Reopen the pool to attach again."""
+
+
+_RELEASED = (HostReleasedError, "this host's slot was released (`cxlkit pool release`) while "
+                                "it was stalled past the lease timeout: nothing was written; "
+                                "reopen the pool to attach again")
+_OBJECT_ERRORS[errno.EKEYREVOKED] = _RELEASED
+_CREATE_ERRORS[errno.EKEYREVOKED] = _RELEASED

@@ -18,6 +18,7 @@ from .errors import (_CREATE_ERRORS, _OBJECT_ERRORS, _OPEN_ERRORS, ObjectNotPubl
                      PoolFullError, PoolGeometryError, PoolNoSpaceError, PoolTooSmallError,
                      PoolVersionError, StaleObjectError, _typed)
 from ._views import Views
+from .errors import PoolReadOnlyWarning  # issue 18
 
 MiB = 1 << 20
 _SHM = Path("/dev/shm")
@@ -325,7 +326,8 @@ class Pool:
                  | (_native.POOL_FORCE if force else 0)
                  | (_native.POOL_SHARED if gid is not None else 0)
                  | (_native.POOL_OVERCOMMIT if overcommit else 0)
-                 | (_native.POOL_REPAIR if repair else 0))
+                 | (_native.POOL_REPAIR if repair else 0)
+                 | _native.POOL_READ_V1)  # issue 18: a version 1 pool opens read-only
         existed = [os.path.exists(p) for p in paths]
         if gid is not None:
             _check_group(paths, gid)
@@ -345,6 +347,16 @@ class Pool:
         self.paths = paths
         self.path = paths[0]
         self.coherence = coherence
+        # issue 18: a version 1 pool is a read-only view (list/stat/open/read); say so once
+        self.read_only = self._h.version == 1  # learnt at open: no extra call
+        if self.read_only:
+            import warnings
+
+            warnings.warn(PoolReadOnlyWarning(
+                f"pool {self.path} is format version 1 (fixed per-host partitions): opened "
+                f"read-only (list, stat, open, read; writes raise PoolReadOnlyError); "
+                f"`cxlkit pool upgrade {self.path}` converts it to version "
+                f"{_native.POOL_FORMAT_VERSION} in place, every object kept"), stacklevel=2)
 
     def _check_geometry(self, nbytes: int, max_hosts: int | None) -> None:
         st = self.stat()
@@ -627,6 +639,11 @@ def _open_error(e: OSError, paths: list[str], nbytes: int, slot: int) -> OSError
         found = _format_version(path)
         what = ("version 1 (fixed per-host partitions, made by an older cxlkit)" if found == 1
                 else f"version {found}")
+        if found == 1:
+            return PoolVersionError(e.errno, f"pool format {what}: left the pool unchanged; "
+                                    f"`cxlkit pool upgrade {path}` converts it to version "
+                                    f"{_native.POOL_FORMAT_VERSION} in place (every object "
+                                    "kept) once no host of it is running", path)
         return PoolVersionError(e.errno, f"pool format {what}: this cxlkit reads version "
                                 f"{_native.POOL_FORMAT_VERSION} only and left the pool "
                                 "unchanged; read its objects with the cxlkit that made it and "

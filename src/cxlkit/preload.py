@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import audit as _audit
+from . import preload_registry as _reg
 from ._config import config
 from .units import parse_size
 
@@ -169,6 +170,10 @@ class StripedRange:
     pages: dict[int, int]
     misplaced: int
     bounds: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # "registry": one placement the library recorded, judged page by page on its own chunk
+    # grid (origin), bounds exact; "maps": grouped from /proc/PID/maps, bounds at any phase
+    source: str = "maps"
+    origin: int | None = None
 
     @property
     def npages(self) -> int:
@@ -195,6 +200,7 @@ class StripeAudit:
     preloaded: bool
     problem: str | None
     ranges: list[StripedRange]
+    source: str = "maps"  # where the ranges came from (StripedRange.source)
 
     def totals(self) -> dict[int, int]:
         out: dict[int, int] = {}
@@ -279,9 +285,76 @@ def striped_ranges(vmas: list[Vma], cfg: StripeConfig) -> list[StripedRange]:
     return out
 
 
+def chunk_node(cfg: StripeConfig, chunk: int) -> int:
+    """The node of chunk number `chunk` of a placement (the library's rule)."""
+    slot = chunk % sum(cfg.weights)
+    for n, w in zip(cfg.nodes, cfg.weights):
+        if slot < w:
+            return n
+        slot -= w
+    raise AssertionError("unreachable: slot below the sum of the weights")
+
+
+def expected_pages(cfg: StripeConfig, origin: int, start: int, end: int) -> dict[int, int]:
+    """Pages per node of [start, end) of a placement whose chunk 0 starts at origin."""
+    out = {n: 0 for n in cfg.nodes}
+    c = (start - origin) // cfg.chunk_bytes
+    at = start
+    while at < end:
+        stop = min(end, origin + (c + 1) * cfg.chunk_bytes)
+        out[chunk_node(cfg, c)] += (stop - at) // PAGE
+        at, c = stop, c + 1
+    return out
+
+
+def registry_ranges(pid: int, cfg: StripeConfig, reg: _reg.Registry,
+                    vmas: list[Vma]) -> list[StripedRange]:
+    """One range per recorded placement at least the minimum long: each present page's node
+    (move_pages) against its chunk's node; bounds exact (the phase is known)."""
+    out = []
+    for p in reg.placements:
+        status = _reg.page_nodes(pid, p.start, p.end, PAGE)
+        pages: dict[int, int] = {}
+        misplaced = 0
+        ppc = cfg.chunk_bytes // PAGE
+        first = (p.start - p.origin) // PAGE
+        for i, node in enumerate(status):
+            if node < 0:
+                continue
+            pages[node] = pages.get(node, 0) + 1
+            if node != chunk_node(cfg, (first + i) // ppc):
+                misplaced += 1
+        want = expected_pages(cfg, p.origin, p.start, p.end)
+        nv = sum(1 for v in vmas if v.start < p.end and v.end > p.start)
+        out.append(StripedRange(p.start, p.end, nv, dict(sorted(pages.items())), misplaced,
+                                {n: (c, c) for n, c in want.items()}, "registry", p.origin))
+    return out
+
+
+def _registry_audit(pid: int, cfg: StripeConfig) -> tuple[list[StripedRange] | None, str | None]:
+    """Ranges from the library's registry of a live process, or (None, why not)."""
+    root = config().procfs_root
+    try:
+        path = _reg.find(pid, root)
+        if path is None:
+            return None, None
+        reg = _reg.read(path, PAGE)
+        ranges = registry_ranges(pid, cfg, reg, read_vmas(pid))
+    except (OSError, _reg.RegistryError) as e:
+        return None, f"the library's registry could not be read ({e}); ranges from /proc maps"
+    note = None
+    if reg.dropped or reg.skipped:
+        note = (f"registry {path}: {reg.dropped} placements not recorded (full), "
+                f"{reg.skipped} records rejected")
+    return ranges, note
+
+
 def audit_stripes(pid: int, *, procfs_root: Path | None = None) -> StripeAudit:
-    """The striped mappings of `pid` against the stripe it was started with. problem says
-    why there is nothing to compare (no CXLKIT_STRIPE, library not preloaded, bad config)."""
+    """The striped mappings of `pid` against the stripe it was started with: per placement
+    the library recorded (its registry, live processes), else per group of adjacent bound
+    mappings in /proc/PID/maps (procfs snapshots, older libraries). problem says why there
+    is nothing to compare (no CXLKIT_STRIPE, library not preloaded, bad config) or what
+    weakens the verdict."""
     try:
         env = process_env(pid, procfs_root=procfs_root)
     except PermissionError as e:
@@ -296,5 +369,10 @@ def audit_stripes(pid: int, *, procfs_root: Path | None = None) -> StripeAudit:
         return StripeAudit(pid, None, preloaded, f"not started with {ENV_STRIPE} "
                            "(cxlkit run --stripe)", [])
     problem = None if preloaded else f"{LIBRARY_NAME} is not in its LD_PRELOAD"
+    if procfs_root is None and preloaded:
+        ranges, note = _registry_audit(pid, cfg)
+        if ranges is not None:
+            return StripeAudit(pid, cfg, preloaded, note, ranges, "registry")
+        problem = note
     ranges = striped_ranges(read_vmas(pid, procfs_root=procfs_root), cfg)
     return StripeAudit(pid, cfg, preloaded, problem, ranges)

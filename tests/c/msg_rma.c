@@ -225,6 +225,33 @@ static int pscw_rounds(cxk_comm *c, cxk_win *w, int rank) {
     return cxk_msg_barrier(c) == 0 ? 0 : 1;
 }
 
+/* issue 17: cxk_win_test. The origins complete only after a barrier that the target enters
+ * after its first test, so that test must say 0; then the target tests until 1 and sees every
+ * contribution; a test outside an exposure epoch is -EPROTO. */
+static int pscw_test(cxk_comm *c, cxk_win *w, int rank) {
+    int64_t *mine = cxk_win_base(w);
+    int others[NR - 1], zero = 0, flag = -1;
+    for (int i = 1; i < NR; ++i) others[i - 1] = i;
+    if (rank == 0) {
+        mine[80] = 0;
+        T(cxk_win_test(w, &flag) == -EPROTO);
+        T(cxk_win_post(w, others, NR - 1) == 0);
+        T(cxk_win_test(w, &flag) == 0 && flag == 0);
+        T(cxk_win_test(w, NULL) == -EINVAL);
+        T(cxk_msg_barrier(c) == 0);
+        while (flag != 1) T(cxk_win_test(w, &flag) == 0);
+        T(mine[80] == (int64_t)(NR - 1) * NR / 2);
+        T(cxk_win_test(w, &flag) == -EPROTO);  /* the epoch ended with the last test */
+    } else {
+        int64_t v = rank;
+        T(cxk_win_start(w, &zero, 1) == 0);
+        T(cxk_win_accumulate(w, &v, 1, CXK_MSG_INT64, 0, 80 * 8, CXK_OP_SUM) == 0);
+        T(cxk_msg_barrier(c) == 0);
+        T(cxk_win_complete(w) == 0);
+    }
+    return cxk_msg_barrier(c) == 0 ? 0 : 1;
+}
+
 static int bad_input(cxk_win *w, int rank) {
     char b[16] = {0};
     int64_t r;
@@ -260,6 +287,7 @@ static int rank_main(int rank) {
     if (!rc) rc = locks(c, w, rank);
     if (!rc) rc = readers_writers(c, w, rank);
     if (!rc) rc = pscw_rounds(c, w, rank);
+    if (!rc) rc = pscw_test(c, w, rank);
     if (!rc) rc = bad_input(w, rank);
     if (!rc) T(cxk_win_free(w) == 0);
     if (!rc) T(cxk_msg_finalize(c) == 0);

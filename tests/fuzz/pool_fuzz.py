@@ -8,6 +8,7 @@ a signal), "hang" (no answer within the timeout) and "wrong" (a whole read of a 
 object returned bytes that are not the ones written, without an error).
 
   .venv/bin/python tests/fuzz/pool_fuzz.py --trials 2000 --seed 1     # the figures
+  .venv/bin/python tests/fuzz/pool_fuzz.py --v1 --trials 500 --seed 1  # version 1 pools
 """
 from __future__ import annotations
 
@@ -270,18 +271,171 @@ def run(trials: int, seed: int, timeout: float = 20.0, workdir: str = "/dev/shm"
                 os.unlink(p)
 
 
+# ---- version 1 pools (issue 18): the read-only view and `cxlkit pool upgrade` -------------
+V1_SB_FIELDS = [f for f in SB_FIELDS if f[0] < 200] + [(200, "<Q")]
+V1_SLOT_FIELDS = [(32, "<Q"), (40, "<q"), (56, "<Q")]
+
+
+def make_v1_template(path: str) -> dict:
+    """A v1 pool (tests/fuzz/v1pool.py) with checksummed objects of hosts 0, 1 and 3; host
+    3's partition ends in a short free tail, so upgrade cuts through it."""
+    import v1pool
+
+    objs = {h: [(f"h{h}-o{i}", payload(f"h{h}-o{i}", 200 + 900 * i)) for i in range(4)]
+            for h in (0, 1, 3)}
+    g = v1pool.write_pool(path, 8 * MiB, objs, checksum=True)
+    return g
+
+
+def mutate_v1(path: str, g: dict, rng: random.Random) -> str:
+    """One mutation of a v1 pool: superblock (checksum kept valid or not), slot liveness,
+    a block header, a name entry, payload or random bytes."""
+    kind = rng.choice(["superblock", "slot", "header", "entry", "payload", "random"])
+    P, H = g["partition_bytes"], g["hosts"]
+    with open(path, "r+b") as f:
+        def put(off: int, fmt: str) -> None:
+            n = struct.calcsize(fmt)
+            v = rng.choice([0, 1, 64, 65536, ~0, rng.getrandbits(64)]) & ((1 << (8 * n)) - 1)
+            f.seek(off)
+            f.write(struct.pack(fmt.replace("q", "Q").replace("i", "I"), v))
+        if kind == "superblock":
+            off, fmt = rng.choice(V1_SB_FIELDS)
+            put(off, fmt)
+            if off != 200 and rng.random() < 0.8:
+                f.seek(0)
+                f.write(struct.pack("<Q", 0x4C4F4F504B4C5843))  # the magic, unless it was hit
+                f.seek(8)
+                f.write(struct.pack("<I", 1) if off != 8 or rng.random() < 0.5 else b"")
+                f.seek(0)
+                sb = f.read(200)
+                f.seek(200)
+                f.write(struct.pack("<Q", (1 << 32) | crc32c(sb)))
+        elif kind == "slot":
+            off, fmt = rng.choice(V1_SLOT_FIELDS)
+            put(4096 + rng.randrange(H) * 4096 + off, fmt)
+        elif kind == "header":
+            h = rng.choice((0, 1, 3))
+            block = g["data_off"] + h * P
+            for _ in range(rng.randrange(4)):  # some block of the chain
+                f.seek(block + 8)
+                block += struct.unpack("<Q", f.read(8))[0]
+            off, fmt = rng.choice(HDR_FIELDS)
+            put(block + off, fmt)
+        elif kind == "entry":
+            h = rng.choice((0, 1, 3))
+            e = rng.randrange(g["name_slots"])
+            off, fmt = rng.choice(ENTRY_FIELDS)
+            put(g["names_off"] + h * g["names_bytes"] + e * 32 + off, fmt)
+        elif kind == "payload":
+            f.seek(g["data_off"] + rng.choice((0, 1, 3)) * P + HDR + rng.randrange(200))
+            f.write(bytes([rng.getrandbits(8)]))
+        else:
+            f.seek(rng.randrange(g["total"] - 8))
+            f.write(rng.getrandbits(64).to_bytes(8, "little"))
+    return kind
+
+
+def exercise_v1(path: str) -> dict:
+    """A v1 pool read through its read-only view, then upgraded and read as v2: typed errors
+    are outcomes; a failed upgrade that changed the file, or wrong checksummed bytes, are not."""
+    import warnings
+
+    import cxlkit
+    from cxlkit.pool_upgrade import upgrade
+
+    res = {"wrong": 0, "refused": 0, "read": 0, "changed": 0}
+    typed = (cxlkit.PoolError, KeyError, ValueError, OSError)
+
+    def read_all(p) -> None:
+        try:
+            names = [i.name for i in p.list()]
+        except typed:
+            names, res["refused"] = [], res["refused"] + 1
+        for name in names + ["h0-o1", "h3-o2"]:
+            try:
+                with p.open(name) as o:
+                    data = o.read()
+                    res["read"] += 1
+                    if (p.info(name).checksum is not None and name.startswith("h")
+                            and data != payload(name, len(data))):
+                        res["wrong"] += 1
+            except typed:
+                res["refused"] += 1
+        try:
+            p.fsck(repair=False)
+        except typed:
+            res["refused"] += 1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            with cxlkit.Pool(path, host_id="fuzz-reader") as p:
+                read_all(p)
+        except typed:
+            res["refused"] += 1
+    before = hashlib.sha256(open(path, "rb").read()).hexdigest()
+    try:
+        upgrade(path)
+    except typed:
+        res["refused"] += 1
+        res["changed"] += hashlib.sha256(open(path, "rb").read()).hexdigest() != before
+        return res
+    try:
+        with cxlkit.Pool(path, host_id="fuzz-v2") as p:
+            read_all(p)
+    except typed:
+        res["refused"] += 1
+    return res
+
+
+def run_v1(trials: int, seed: int, timeout: float = 20.0, workdir: str = "/dev/shm") -> dict:
+    """The v1 fuzz: mutated copies of a v1 template, each exercised in a child."""
+    rng = random.Random(seed)
+    tmpl = os.path.join(workdir, f"cxlkit-fuzz-v1tmpl-{os.getpid()}")
+    trial = os.path.join(workdir, f"cxlkit-fuzz-v1trial-{os.getpid()}")
+    try:
+        g = make_v1_template(tmpl)
+        out, kinds, failures = Counter(), Counter(), []
+        for i in range(trials):
+            shutil.copyfile(tmpl, trial)
+            os.chmod(trial, 0o600)
+            kind = mutate_v1(trial, g, rng)
+            kinds[kind] += 1
+            status, val = in_child(exercise_v1, trial, timeout=timeout)
+            if status == "ok":
+                for k in ("wrong", "read", "refused", "changed"):
+                    out[k] += val[k]
+                if val["wrong"] or val["changed"]:
+                    failures.append((i, kind, val))
+            else:
+                out[status] += 1
+                failures.append((i, kind, status, val))
+            out["trials"] += 1
+        return {"trials": out["trials"], "crashes": out["signal"], "hangs": out["hang"],
+                "untyped_errors": out["err"], "wrong_bytes": out["wrong"],
+                "changed_by_failed_upgrade": out["changed"], "whole_reads": out["read"],
+                "typed_refusals": out["refused"], "mutations": dict(kinds),
+                "failures": failures[:20]}
+    finally:
+        for p in (tmpl, trial):
+            if os.path.exists(p):
+                os.unlink(p)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trials", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=20.0, help="seconds per child")
+    ap.add_argument("--v1", action="store_true", help="fuzz version 1 pools (read-only view "
+                    "and upgrade) instead")
     a = ap.parse_args()
     t0 = time.monotonic()
-    r = run(a.trials, a.seed, a.timeout)
+    r = (run_v1 if a.v1 else run)(a.trials, a.seed, a.timeout)
     r["seconds"] = round(time.monotonic() - t0, 1)
     print(json.dumps(r))
-    sys.exit(0 if r["crashes"] == r["hangs"] == r["wrong_bytes"] == r["untyped_errors"] == 0
-             else 1)
+    sys.exit(0 if r["crashes"] == r["hangs"] == r["wrong_bytes"] == r["untyped_errors"]
+             == r.get("changed_by_failed_upgrade", 0) == 0 else 1)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,14 @@
 #     switched off (CXLKIT_MPI=0) and with the world on MPI but its dup and split through the
 #     pool (CXLKIT_MPI_COMMS=derived); the transcripts must be the same, and the shim's counters
 #     (CXLKIT_MPI_STATS) must show every rank sending through the pool when it is on;
-#  2. the OSU-format programs of bench/osu, unmodified, under the shim (each checks the data
-#     it received; exit 3 on a wrong byte), point-to-point ones routed through the pool.
+#  2. tests/mpi/rma_check.c (one-sided) the same way: native, under the shim, CXLKIT_MPI=0 and
+#     CXLKIT_MPI_RMA=0 give one transcript; the RMA counters must show every rank's windows and
+#     operations on the pool under the shim and none with the switches off; and under the shim
+#     with RMA_CHECK_BEYOND=1 an access past a window's end must give MPI_ERR_RMA_RANGE (not run
+#     natively: neither MPI checks the end of a window);
+#  3. the OSU-format programs of bench/osu, unmodified, under the shim (each checks the data
+#     it received; exit 3 on a wrong byte), point-to-point ones routed through the pool, the
+#     put/get ones' windows too.
 # The shim is preloaded on the launcher (LD_PRELOAD=... mpiexec ...), as a user would.
 set -u
 OUT=${1:?usage: run_shim.sh OUTDIR}
@@ -24,10 +30,25 @@ launch() {  # mpi nranks -> the launcher command
     esac
 }
 
+# Open MPI 4.1's default one-sided component (osc rdma over vader) crashes natively in
+# MPI_Compare_and_swap (mca_btl_vader_emu_acswap); bench/osu/run.sh picks sm,pt2pt too
+launch_rma() {
+    case $1 in
+    mpich) launch mpich "$2" ;;
+    openmpi) echo "$(launch openmpi "$2") --mca osc sm,pt2pt" ;;
+    esac
+}
+
+# pool windows and operations of every rank from the RMA counters' lines
+rma_routed() {  # file nranks
+    k=$(grep -c "cxlkit-mpi: rank [0-9]*: rma: pool [1-9][0-9]* windows, [1-9][0-9]* puts" "$1")
+    [ "$k" -eq "$2" ]
+}
+
 # pool sends of every rank from the counters' lines: fails unless all are > 0
 routed() {  # file nranks
-    n=$(grep -c "cxlkit-mpi: rank [0-9]*: on: pool [1-9][0-9]* sends" "$1")
-    [ "$n" -eq "$2" ]
+    k=$(grep -c "cxlkit-mpi: rank [0-9]*: on: pool [1-9][0-9]* sends" "$1")
+    [ "$k" -eq "$2" ]  # k, not n: the callers loop over n
 }
 
 for mpi in mpich openmpi; do
@@ -59,13 +80,44 @@ for mpi in mpich openmpi; do
             fail "$mpi n=$n: CXLKIT_MPI_COMMS=derived transcript differs"
         routed "$base.derived.err" "$n" || fail "$mpi n=$n: derived comms not through the pool"
     done
-    for b in latency bw bibw multi_lat put_lat get_lat; do
+    rprog=$CB/rma_check_$mpi
+    for n in 2 4; do
+        base="$OUT/$mpi.rma.n$n"
+        timeout "$TMO" $(launch_rma $mpi $n) "$rprog" > "$base.native.txt" 2> "$base.native.err" ||
+            fail "$mpi n=$n native rma_check (see $base.native.err)"
+        env LD_PRELOAD="$shim" CXLKIT_MPI_STATS=1 timeout "$TMO" \
+            $(launch_rma $mpi $n) "$rprog" > "$base.shim.txt" 2> "$base.shim.err" ||
+            fail "$mpi n=$n rma_check under the shim (see $base.shim.err)"
+        cmp -s "$base.native.txt" "$base.shim.txt" ||
+            fail "$mpi n=$n: rma transcripts differ: diff $base.native.txt $base.shim.txt"
+        rma_routed "$base.shim.err" "$n" || fail "$mpi n=$n: not every rank's windows on the pool"
+        for sw in CXLKIT_MPI=0 CXLKIT_MPI_RMA=0; do
+            env LD_PRELOAD="$shim" "$sw" CXLKIT_MPI_STATS=1 timeout "$TMO" \
+                $(launch_rma $mpi $n) "$rprog" > "$base.$sw.txt" 2> "$base.$sw.err" ||
+                fail "$mpi n=$n rma_check with $sw (see $base.$sw.err)"
+            cmp -s "$base.native.txt" "$base.$sw.txt" || fail "$mpi n=$n: $sw rma transcript differs"
+            [ "$(grep -c ': rma: pool 0 windows, 0 puts' "$base.$sw.err")" -eq "$n" ] ||
+                fail "$mpi n=$n: $sw still put windows on the pool"
+        done
+        env LD_PRELOAD="$shim" RMA_CHECK_BEYOND=1 timeout "$TMO" \
+            $(launch_rma $mpi $n) "$rprog" > "$base.beyond.txt" 2> "$base.beyond.err" ||
+            fail "$mpi n=$n rma_check RMA_CHECK_BEYOND=1 under the shim (see $base.beyond.err)"
+        grep -q "^out of range: put of 4 ints at 62 of 64: MPI_ERR_RMA_RANGE; get at 64: MPI_ERR_RMA_RANGE$" \
+            "$base.beyond.txt" || fail "$mpi n=$n: no MPI_ERR_RMA_RANGE past a window's end"
+    done
+    for b in latency bw bibw multi_lat put_lat get_lat put_bw get_bw; do
         f="$OUT/$mpi.osu.$b.txt"
         env LD_PRELOAD="$shim" CXLKIT_MPI_STATS=1 timeout "$TMO" $(launch $mpi 2) \
             "$osu" "$b" -m "${OSU_MAX:-65536}" -i "${OSU_ITERS:-20}" > "$f" 2>&1 ||
             fail "$mpi: $b under the shim (see $f)"
         grep -q "^# OSU MPI" "$f" || fail "$mpi: $b printed no OSU table (see $f)"
-        case $b in put_*|get_*) ;; *) routed "$f" 2 || fail "$mpi: $b did not use the pool" ;; esac
+        case $b in
+        put_*|get_*)  # rank 0 is the origin, rank 1 the target
+            [ "$(grep -c ': rma: pool 1 windows, ' "$f")" -eq 2 ] &&
+                grep -q "rank 0: rma: pool 1 windows, .*[1-9][0-9]* ${b%_*}s [1-9]" "$f" ||
+                fail "$mpi: $b's window not on the pool" ;;
+        *) routed "$f" 2 || fail "$mpi: $b did not use the pool" ;;
+        esac
     done
 done
 [ "$fails" -eq 0 ] && echo "run_shim: all passed ($OUT)"

@@ -2,6 +2,9 @@
  * run under libcxlkit_preload.so. Each argument is one step:
  *   mmap:SIZE  malloc:SIZE  calloc:SIZE  memalign:SIZE  realloc:SIZE (grows the last block)
  *   reallocarray:SIZE (the same through reallocarray)
+ *   hole:SIZE (unmap SIZE bytes at offset SIZE of the last block: it stays reported whole)
+ *   adjacent:SIZE (two mappings of SIZE side by side: MAP_FIXED into one reserved range;
+ *     the kernel shows them as one VMA when their edge chunks share a node)
  *   fork (the child touches its copy of every block, reports and waits too)  free (all)
  * Every block is touched whole; then one line per block "NAME ADDR SIZE" on stdout, "ready",
  * and the program waits for a line on stdin (the test reads /proc/PID/numa_maps meanwhile);
@@ -65,6 +68,20 @@ int main(int argc, char **argv) {
             b[nb - 1].p = reallocarray(b[nb - 1].p, n / 4096, 4096);
             b[nb - 1].n = n;
             b[nb - 1].name = "reallocarray";
+        } else if (!strncmp(arg, "adjacent:", 9) && nb + 1 < MAXB) {
+            char *r = mmap(NULL, 2 * n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (r == MAP_FAILED) { perror("mmap"); return 1; }
+            for (int h = 0; h < 2; h++) {
+                char *p = mmap(r + h * n, n, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+                if (p == MAP_FAILED) { perror("mmap fixed"); return 1; }
+                b[nb++] = (typeof(b[0])){"adjacent", p, n, 1};
+                memset(p, 0x5a, n);
+            }
+            continue;
+        } else if (!strncmp(arg, "hole:", 5) && nb && b[nb - 1].n > 2 * n) {
+            if (munmap(b[nb - 1].p + n, n)) { perror("munmap"); return 1; }
+            continue;
         } else if (!strcmp(arg, "fork")) {
             forked = 1;
         } else if (!strcmp(arg, "free")) {

@@ -159,3 +159,71 @@ def test_python_with_numpy_lands_its_arrays_3_to_1(tmp_path):
     finally:
         rc, err = s.finish()
     assert rc == 0, err
+
+
+@pytest.mark.topology("numa")
+def test_adjacent_3_to_1_mappings_merged_by_the_kernel_are_audited_one_by_one(prog):
+    # 6 MiB + 6 MiB side by side at 0:3,1:1: chunks 0 0 0 | 0 0 0, one 12 MiB VMA bound to
+    # node 0 for the kernel. Grouped from /proc maps that is 6 chunks on node 0 where the rule
+    # allows at most 5 at any phase; the library's registry gives two placements, each exact.
+    s = PP.start([prog, "adjacent:6M"], PP.preload_env("0:3,1:1"))
+    try:
+        pid = s.pids["parent"]
+        a, b = s.blocks
+        maps = open(f"/proc/{pid}/maps").read()
+        sa = PL.audit_stripes(pid)
+        vmas = PL.read_vmas(pid)
+    finally:
+        rc, err = s.finish()
+    assert rc == 0, err
+    spans = [l.split()[0] for l in maps.splitlines()]
+    assert f"{a.address:x}-{b.address + 6 * MiB:x}" in spans  # merged
+    old = [r for r in PL.striped_ranges(vmas, RULE) if r.start <= a.address < r.end]
+    assert old and not old[0].within  # what the audit said before the registry
+    mine = [r for r in sa.ranges if a.address <= r.start < b.address + 6 * MiB]
+    assert sa.source == "registry" and [(r.start, r.end) for r in mine] == [
+        (a.address, a.address + 6 * MiB), (b.address, b.address + 6 * MiB)]
+    assert all(r.within and r.misplaced == 0 and r.pages == {0: 1536} for r in mine)
+
+
+_REUSE = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+int main(void) {
+    char *p = malloc(9 << 20);
+    memset(p, 1, 9 << 20);
+    fprintf(stderr, "first %p %d\n", (void *)p, p[12345]); /* used: the pair is kept */
+    free(p);
+    char *q = malloc(9 << 20);  /* the cached placed mapping */
+    memset(q, 2, 9 << 20);
+    printf("parent reused %p %d\nparent ready %d\n", (void *)q, q[54321] + (9 << 20) - 2,
+           getpid());
+    fflush(stdout);
+    getchar();
+    return 0;
+}
+"""
+
+
+@pytest.mark.topology("numa")
+def test_a_reused_cached_block_keeps_its_3_to_1_placement(tmp_path):
+    src = tmp_path / "reuse.c"
+    src.write_text(_REUSE)
+    exe = tmp_path / "reuse"
+    subprocess.run(["cc", "-O1", "-o", str(exe), str(src)], check=True)
+    log = tmp_path / "log"
+    s = PP.start([str(exe)], PP.preload_env("0:3,1:1", log))
+    try:
+        pid = s.pids["parent"]
+        text = log.read_text()
+        (placed,) = PP.placements(text)  # placed once, reused once
+        assert "reuse malloc" in text
+        (b,) = s.blocks
+        assert placed["start"] < b.address < placed["start"] + 4096
+        counts = check_mapping(pid, placed["start"], placed["nbytes"])
+        assert counts == {n: c // PAGE for n, c in placed["per_node"].items()}
+    finally:
+        rc, err = s.finish()
+    assert rc == 0, err

@@ -1,4 +1,4 @@
-"""`cxlkit pool create | ls | stat | rm | fsck | hosts | release`: manage pools and their objects; run_demo()
+"""`cxlkit pool create | ls | stat | rm | fsck | hosts | release | upgrade`: manage pools and their objects; run_demo()
 shares an object between two processes (two simulated hosts) for `cxlkit demo`."""
 from __future__ import annotations
 
@@ -44,8 +44,15 @@ def _host(host_id: Optional[str]) -> int | str | None:
 
 def _open(pool: Optional[str], host_id: Optional[str], coherence: Optional[str] = None,
           **kw) -> P.Pool:
+    import warnings
+
     try:
-        return P.Pool(pool, host_id=_host(host_id), coherence=coherence, **kw)
+        with warnings.catch_warnings(record=True) as notes:
+            warnings.simplefilter("always", P.PoolReadOnlyWarning)
+            p = P.Pool(pool, host_id=_host(host_id), coherence=coherence, **kw)
+        for n in notes:  # a version 1 pool: read-only, one line naming `cxlkit pool upgrade`
+            Console(stderr=True).print(f"[yellow]cxlkit: {n.message}[/yellow]")
+        return p
     except (OSError, ValueError, TypeError) as e:
         _fail(str(e))
         raise  # unreachable: _fail exits
@@ -314,6 +321,30 @@ def release_cmd(pool: str = typer.Argument(..., help="pool name or path"),
 
 
 # ---- demo ----------------------------------------------------------------------------------
+
+@pool_app.command("upgrade")
+def upgrade_cmd(pool: str = typer.Argument(..., help="pool name or path (a version 1 pool)"),
+                group: bool = typer.Option(False, "--group", help="accept a pool shared with "
+                                           "a group (another owner, group-writable)"),
+                as_json: bool = JSON_OPT) -> None:
+    """Upgrade a version 1 pool (fixed per-host partitions) to version 2 in place: every
+    object stays where it is and readable by name; refused while a v1 host is alive; safe
+    to interrupt (a crash leaves version 1, run it again, or version 2)."""
+    from ..pool_upgrade import upgrade
+    from .main import fail, one_line
+    try:
+        r = upgrade(pool, group=group)
+    except (OSError, ValueError) as e:
+        fail(one_line(e))  # `cxlkit: error: PATH: why`, one line, exit 2
+    if as_json:
+        print(json.dumps(dataclasses.asdict(r)))
+    elif r.from_version == r.version:
+        Console().print(f"{r.path}: already version {r.version}, nothing to do")
+    else:
+        Console().print(f"{r.path}: upgraded from version {r.from_version} to {r.version}: "
+                        f"{r.objects} objects kept in place, {r.nextents} extents of "
+                        f"{_mib(r.extent_bytes)}")
+
 
 def _demo_reader(path: str, name: str, results, done) -> None:
     """The second process: another host id over the same pool file. Its reply is its own

@@ -53,7 +53,10 @@ def _stripe_doc(sa: PL.StripeAudit) -> dict:
                     "npages": r.npages, "present": r.present, "misplaced": r.misplaced,
                     "pages": {str(n): c for n, c in sorted(r.pages.items())},
                     "bounds": {str(n): list(b) for n, b in r.bounds.items()},
-                    "within": r.within} for r in sa.ranges],
+                    "within": r.within, "source": r.source,
+                    "origin": None if r.origin is None else f"0x{r.origin:x}"}
+                   for r in sa.ranges],
+        "ranges_from": sa.source,
     })
     return doc
 
