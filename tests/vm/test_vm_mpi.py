@@ -1,7 +1,8 @@
 """An MPI job across the two-hosts guests (two machines that share no cache, their QEMUs map
 one backing file): one rank per guest, launched by MPICH's Hydra over the rig's private link
 between the guests (eth0; tests/vm/mpi_link.py as its remote shell), the shim preloaded, the
-ranks' point-to-point traffic through the shared devdax pool with coherence "none". Guest a
+ranks' point-to-point traffic and their one-sided window through the shared devdax pool with
+coherence "none". Guest a
 launches and checks; guest b serves the launcher until a is done. Needs the shim and the OSU
 programs built on the host (make mpi-shim osu-build)."""
 from __future__ import annotations
@@ -57,6 +58,8 @@ def test_mpi_job_one_rank_per_guest_through_the_shared_pool():
         where = _launch("ip", "-o", "-4", "addr", "show", "dev", "eth0")
         lat = _launch(str(OSU), "latency", "-m", "8", "-i", "200")
         bw = _launch(str(OSU), "bw", "-m", "262144", "-i", "20")
+        # one-sided: 16 B puts and gets in an MPI_Win_allocate window carried by the pool
+        rma = [_launch(str(OSU), b, "-m", "16", "-i", "50") for b in ("put_lat", "get_lat")]
     finally:
         for h in ("b", "a"):
             subprocess.run([sys.executable, str(LINK), "stop", rig.LINK_ADDR[h]], timeout=60)
@@ -71,6 +74,11 @@ def test_mpi_job_one_rank_per_guest_through_the_shared_pool():
         # both ranks' counters: every rank sent through the pool
         sends = re.findall(r"cxlkit-mpi: rank (\d): on: pool (\d+) sends", out)
         assert sorted(k for k, _ in sends) == ["0", "1"] and all(int(n) > 0 for _, n in sends), out
+    for r in rma:
+        out = r.stdout + r.stderr
+        assert r.returncode == 0, out
+        assert re.search(r"^16\s+[0-9.]+\s*$", r.stdout, re.M), out
+        assert out.count(": rma: pool 1 windows, ") == 2, out  # both ranks' window on the pool
     assert re.search(r"^8\s+[0-9.]+\s*$", lat.stdout, re.M), lat.stdout
     assert re.search(r"^262144\s+[0-9.]+\s*$", bw.stdout, re.M), bw.stdout
     print(lat.stdout, bw.stdout, lat.stderr, sep="\n")
