@@ -19,6 +19,10 @@ MPI4PY_VERSION := 4.1.2
 mpi-deps:
 	@if ! command -v mpicc.mpich >/dev/null 2>&1 || ! command -v mpicc.openmpi >/dev/null 2>&1; then \
 	  apt-get update && apt-get install -y mpich libmpich-dev openmpi-bin libopenmpi-dev; fi
+	@# issue 17's programs under the shim: Fortran (each MPI's mpif90 needs gfortran), NetPIPE
+	@if ! command -v gfortran >/dev/null 2>&1 || ! command -v NPmpich2 >/dev/null 2>&1 || \
+	  ! command -v NPopenmpi >/dev/null 2>&1; then \
+	  apt-get update && apt-get install -y gfortran netpipe-mpich2 netpipe-openmpi; fi
 
 osu-build: mpi-deps
 	@mkdir -p build $(OSU_BIN)
@@ -62,7 +66,9 @@ ENGINE_TESTS += test-mpi
 #   LD_PRELOAD=$(CBUILD)/libcxlkit_mpi_mpich.so mpiexec.mpich -n N ./app
 # test-mpi-shim runs tests/mpi/p2p_check.c under both MPIs with and without the shim (the
 # transcripts must be the same) and every OSU-format benchmark unmodified under the shim,
-# checking from the shim's counters that the pool route was taken.
+# checking from the shim's counters that the pool route was taken; then
+# tests/test_mpi_shim_programs.py: a Fortran program, Debian's NetPIPE and mpi4py, unmodified,
+# with and without the shim.
 SHIM_SRC := $(wildcard native/mpi/*.c)
 SHIM_CFLAGS := -O2 -g -Wall -Wextra -shared -fPIC -Iinclude -Inative
 MPI_CHECK_CFLAGS := -O1 -g -Wall -Wextra -Wno-stringop-overflow
@@ -83,7 +89,33 @@ mpi-shim: mpi-deps
 	mpicc.mpich $(MPI_CHECK_CFLAGS) tests/mpi/rma_check.c -o $(CBUILD)/rma_check_mpich
 	mpicc.openmpi $(MPI_CHECK_CFLAGS) tests/mpi/rma_check.c -o $(CBUILD)/rma_check_openmpi
 
-test-mpi-shim: mpi-shim osu-build
+# The MPI-5 standard ABI: the mpich 5.x wheel ships libmpi_abi.so and mpi_abi.h (with its own
+# mpiexec); the shim built against mpi_abi.h (a folder where mpi.h is mpi_abi.h) serves any
+# program built for the ABI. If pip cannot install it, build/mpich-abi.unavailable says why
+# and tests/test_mpi_shim_programs.py's ABI test skips saying so.
+MPICH_ABI_DIR := build/mpich-abi
+MPICH_ABI_VERSION := 5.0.2
+
+$(MPICH_ABI_DIR)/.stamp: mk/mpi.mk
+	@mkdir -p build
+	rm -rf $(MPICH_ABI_DIR) build/mpich-abi.unavailable
+	$(VPY) -m pip install --no-deps --ignore-installed --prefix $(MPICH_ABI_DIR) \
+	  mpich==$(MPICH_ABI_VERSION) || \
+	  echo "pip could not install mpich==$(MPICH_ABI_VERSION) (see the make log)" > build/mpich-abi.unavailable
+	mkdir -p $(MPICH_ABI_DIR)/abi-include
+	ln -sf ../include/mpi_abi.h $(MPICH_ABI_DIR)/abi-include/mpi.h
+	touch $@
+
+.PHONY: mpi-shim-abi
+mpi-shim-abi: $(MPICH_ABI_DIR)/.stamp
+	@if [ -e $(MPICH_ABI_DIR)/include/mpi_abi.h ]; then \
+	  flock build/.lock sh -c 'cmake -S . -B $(CBUILD) -G Ninja -DCXLKIT_PYTHON=OFF \
+	    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null && cmake --build $(CBUILD) --target cxlkit' && \
+	  cc $(SHIM_CFLAGS) -I$(MPICH_ABI_DIR)/abi-include $(SHIM_SRC) -L$(CBUILD) -lcxlkit \
+	    -Wl,-rpath,'$$ORIGIN' -o $(CBUILD)/libcxlkit_mpi_abi.so; fi
+
+test-mpi-shim: mpi-shim mpi-shim-abi osu-build mpi4py-env build
 	CBUILD=$(CBUILD) OSU_BIN=$(OSU_BIN) tests/mpi/run_shim.sh $(OSU_BIN)/shim-check
+	CXLKIT_REQUIRE_MPI_PROGRAMS=1 $(VPY) -m pytest -q -rs tests/test_mpi_shim_programs.py
 
 ENGINE_TESTS += test-mpi-shim

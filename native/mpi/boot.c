@@ -13,6 +13,8 @@
 
 #if defined(OPEN_MPI)
 #define SHIM_MPI "Open MPI"
+#elif defined(MPI_ABI_VERSION)
+#define SHIM_MPI "MPI (standard ABI)"
 #elif defined(MPICH)
 #define SHIM_MPI "MPICH"
 #else

@@ -39,14 +39,18 @@ void slot_release(int i) {
     free_head = i;
 }
 
-#if defined(OPEN_MPI)
-/* Open MPI's handles are pointers: ours point into the table, where no MPI object lives. */
-static int slot_of_ptr(const void *p) {
+#if defined(OPEN_MPI) || defined(MPI_ABI_VERSION)
+/* Open MPI's handles are pointers, and so are the MPI-5 standard ABI's (mpi_abi.h: small
+ * constants for the predefined ones): ours point into the table, where no MPI object lives. */
+int slot_index_of_ptr(const void *p) {
     const uintptr_t a = (uintptr_t)p, b = (uintptr_t)slots;
     if (!slots || a < b || a >= b + (uintptr_t)hw * sizeof(struct slot)) return -1;
     if ((a - b) % sizeof(struct slot)) return -1;
-    const int i = (int)((a - b) / sizeof(struct slot));
-    return slots[i].used ? i : -1;
+    return (int)((a - b) / sizeof(struct slot));
+}
+static int slot_of_ptr(const void *p) {
+    const int i = slot_index_of_ptr(p);
+    return i >= 0 && slots[i].used ? i : -1;
 }
 MPI_Request slot_request(int i) { return (MPI_Request)(void *)&slots[i]; }
 int slot_of_request(MPI_Request r) { return slot_of_ptr((const void *)r); }

@@ -93,6 +93,11 @@ MPI_Request slot_request(int i);
 int slot_of_request(MPI_Request r);      /* -1: not the shim's */
 MPI_Message slot_message(int i);
 int slot_of_message(MPI_Message m);
+#if defined(OPEN_MPI)
+/* The slot a handle points at, in use or not (-1: not into the table): a freed request of
+ * the shim must never reach Open MPI's own handle functions (fortran.c). */
+int slot_index_of_ptr(const void *p);
+#endif
 /* Start slot i's operation in the engine (its arguments set). MPI error code. */
 int slot_start(int i);
 /* Drive slot i (block: until done). 1 once done (or inactive). */

@@ -11,6 +11,9 @@ mount -t devtmpfs devtmpfs /dev
 for m in $(cat /etc/modules); do
     modprobe "$m" || echo "init: modprobe $m failed" > /dev/console
 done
+# loopback up (MPI launchers and TCP between local processes need it); two-hosts guests also
+# have eth0, a link to the other guest that the command configures
+ip link set lo up 2>/dev/null
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 xfer /xfer || {
     echo "init: cannot mount the xfer share" > /dev/console
     poweroff -f

@@ -11,6 +11,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import signal
 import subprocess
 import sys
@@ -133,7 +134,8 @@ def topology_spec(topology: str, rundir: Path, *, host: str = "") -> GuestSpec:
             raise ValueError(f"two-hosts host {host!r}: expected 'a' or 'b'")
         backing = rundir.parent / "shared-pool.img"
         return GuestSpec(False, _numa_args("q35,nvdimm=on,hmat=on", "2G,slots=2,maxmem=3G",
-                                           node2=True) + _nvdimm_args(backing),
+                                           node2=True) + _nvdimm_args(backing)
+                         + _link_args(rundir.parent / "link-port", host),
                          prep=_PREP_DEVDAX if host == "a" else _PREP_SECOND_HOST,
                          env={"CXLKIT_VM_HOST": host})
     if topology == "cxl":
@@ -152,6 +154,27 @@ def topology_spec(topology: str, rundir: Path, *, host: str = "") -> GuestSpec:
         return GuestSpec(True, a, prep=(HERE / "guest" / "cxl-ram-region.sh").read_text(),
                          cmdline="memhp_default_state=online_movable")
     raise KeyError(f"topology {topology!r}: expected one of {', '.join(TOPOLOGIES)}")
+
+
+# two-hosts: a network link between the two guests only (an MPI launcher and MPI's own
+# collectives need one): a QEMU socket netdev, host a listening on a free loopback port and
+# host b (started after a) connecting to it. The guest command addresses it: eth0,
+# LINK_ADDR[host] / 24.
+LINK_ADDR = {"a": "10.17.0.1", "b": "10.17.0.2"}
+
+
+def _link_args(port_file: Path, host: str) -> list[str]:
+    if host == "a":
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        port_file.write_text(str(port))
+        how = f"listen=127.0.0.1:{port}"
+    else:
+        how = f"connect=127.0.0.1:{port_file.read_text().strip()}"
+    mac = "52:54:00:17:00:0" + ("1" if host == "a" else "2")
+    return ["-netdev", f"socket,id=link,{how}",
+            "-device", f"virtio-net-pci,netdev=link,mac={mac},bus=pcie.0"]
 
 
 def _sparse(path: Path, nbytes: int) -> None:

@@ -115,7 +115,7 @@ step_initramfs() {
     cp /bin/busybox "$root/bin/busybox"
     local mods="netfs 9pnet 9pnet_virtio 9p virtio_pci cxl_acpi cxl_pci cxl_mem cxl_pmem
                 cxl_port dax_cxl device_dax kmem dax_pmem dax_hmem libnvdimm nd_pmem nd_btt
-                nfit nd_e820"
+                nfit nd_e820 virtio_net"
     local m path
     for m in $mods; do
         # --show-depends prints "insmod PATH" per module in load order, "builtin X" otherwise;

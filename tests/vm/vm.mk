@@ -11,7 +11,9 @@ VM_TIMEOUT ?= 900
 vm-setup:
 	$(VM_DIR)/setup.sh
 
-test-vm: vm-setup build
+# two-hosts runs an MPI job across the guests (tests/vm/test_vm_mpi.py): the shim and the OSU
+# programs are built on the host first (mk/mpi.mk)
+test-vm: vm-setup build $(if $(filter two-hosts,$(VM_TOPOLOGIES)),mpi-shim osu-build)
 	$(VPY) $(VM_DIR)/rig.py test --timeout $(VM_TIMEOUT) \
 	  $(foreach t,$(VM_TOPOLOGIES),-t $(t)) -- $(VM_PYTEST_ARGS)
 
