@@ -82,6 +82,8 @@ mpi-shim: mpi-deps
 	mpicc.openmpi $(MPI_CHECK_CFLAGS) tests/mpi/p2p_check.c -o $(CBUILD)/p2p_check_openmpi
 	mpicc.mpich $(MPI_CHECK_CFLAGS) tests/mpi/rma_check.c -o $(CBUILD)/rma_check_mpich
 	mpicc.openmpi $(MPI_CHECK_CFLAGS) tests/mpi/rma_check.c -o $(CBUILD)/rma_check_openmpi
+	mpicc.mpich $(MPI_CHECK_CFLAGS) tests/mpi/owed_check.c -o $(CBUILD)/owed_check_mpich
+	mpicc.openmpi $(MPI_CHECK_CFLAGS) tests/mpi/owed_check.c -o $(CBUILD)/owed_check_openmpi
 
 test-mpi-shim: mpi-shim osu-build
 	CBUILD=$(CBUILD) OSU_BIN=$(OSU_BIN) tests/mpi/run_shim.sh $(OSU_BIN)/shim-check
