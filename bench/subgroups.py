@@ -48,40 +48,80 @@ def parse_count(s: str) -> int:
     return int(float(s[:-1] if mult > 1 else s) * mult)
 
 
-def fio(path: str, rw: str, nbytes: int, direct: bool) -> float | None:
-    """fio's bandwidth (bytes/s) for a sequential 1 MiB read or write of nbytes, or None."""
-    if shutil.which("fio") is None:
-        return None
+def _fio_cmd(path: str, rw: str, nbytes: int, direct: bool, engine: str) -> list[str]:
     f = os.path.join(path, "cxlkit-fio.tmp")
-    cmd = ["fio", "--name=ref", f"--filename={f}", f"--rw={rw}", "--bs=1M",
-           f"--size={nbytes}", "--iodepth=32", "--ioengine=io_uring", f"--direct={int(direct)}", "--output-format=json",
-           "--end_fsync=0"]
+    return ["fio", "--name=ref", f"--filename={f}", f"--rw={rw}", "--bs=1M",
+            f"--size={nbytes}", "--iodepth=32" if engine == "io_uring" else "--iodepth=1",
+            f"--ioengine={engine}", f"--direct={int(direct)}", "--output-format=json",
+            "--end_fsync=0"]
+
+
+def fio_many(jobs: list[tuple[str, str, int, bool, str]]) -> list[float | None]:
+    """fio's bandwidth (bytes/s) for each (dir, 'read'|'write', nbytes, direct, ioengine):
+    a sequential 1 MiB pass, all the jobs at once (one fio process each, started together),
+    None where fio is missing or failed. Reads get their file laid out first."""
+    if shutil.which("fio") is None:
+        return [None] * len(jobs)
+    cmds = [_fio_cmd(*j) for j in jobs]
     try:
-        if rw == "read":  # lay the file out first
-            subprocess.run(cmd[:3] + ["--rw=write"] + cmd[4:], capture_output=True, check=True)
-        out = subprocess.run(cmd, capture_output=True, check=True, text=True).stdout
-        job = json.loads(out[out.index("{"):])["jobs"][0]
-        return float(job["read" if rw == "read" else "write"]["bw_bytes"])
-    except (subprocess.CalledProcessError, ValueError, KeyError):
-        return None
+        for c, j in zip(cmds, jobs):
+            if j[1] == "read":
+                subprocess.run(c[:3] + ["--rw=write"] + c[4:], capture_output=True, check=True)
+        procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                  text=True) for c in cmds]
+        outs = [p.communicate()[0] if p.wait() == 0 else None for p in procs]
+        res: list[float | None] = []
+        for out, j in zip(outs, jobs):
+            try:
+                job = json.loads(out[out.index("{"):])["jobs"][0] if out else None
+                res.append(float(job[j[1]]["bw_bytes"]) if job else None)
+            except (ValueError, KeyError):
+                res.append(None)
+        return res
+    except subprocess.CalledProcessError:
+        return [None] * len(jobs)
     finally:
-        if os.path.exists(f):
-            os.unlink(f)
+        for j in jobs:
+            f = os.path.join(j[0], "cxlkit-fio.tmp")
+            if os.path.exists(f):
+                os.unlink(f)
+
+
+def fio(path: str, rw: str, nbytes: int, direct: bool, engine: str = "io_uring") -> float | None:
+    """fio's bandwidth (bytes/s) for a sequential 1 MiB read or write of nbytes, or None."""
+    return fio_many([(path, rw, nbytes, direct, engine)])[0]
 
 
 def path_figures(specs: list[str], nbytes: int) -> list[dict]:
+    """Each path's own figures: the store's microbenchmark (read, write, CPU s per GB),
+    fio as the store does the I/O (a DirPath: io_uring, O_DIRECT where it took; a mapped
+    directory: fio's mmap engine), and fio on every directory at once (fio_together_*: the
+    concurrent ceiling of the directories on this machine, what a sum can reach at once)."""
     out = []
     for s in specs:
         p = parse_path(s, lock="off")
         p.open(nbytes + 4096)
         r, w = p.measure(nbytes)
+        cpu = p.measured_cpu_per_byte
         direct = getattr(p, "direct", None)
         p.close()
-        row = dict(path=p.name, spec=s, kind=p.kind, read_GBps=r / 1e9, write_GBps=w / 1e9, direct=direct)
-        if p.kind == "dir":  # fio as the store does it: O_DIRECT where it took, io_uring
-            row["fio_read_GBps"] = (fio(s, "read", nbytes, bool(direct)) or 0) / 1e9 or None
-            row["fio_write_GBps"] = (fio(s, "write", nbytes, bool(direct)) or 0) / 1e9 or None
+        engine = "mmap" if type(p).__name__ == "MappedDirPath" else "io_uring"
+        row = dict(path=p.name, spec=s, kind=p.kind, read_GBps=r / 1e9, write_GBps=w / 1e9,
+                   direct=direct, cpu_s_per_GB=cpu * 1e9, io=engine if p.kind == "dir" else
+                   "copy")
+        if p.kind == "dir":
+            d = s.split(":", 1)[1] if s.startswith(("aio:", "map:")) else s
+            row["dir"] = d
+            row["fio_read_GBps"] = (fio(d, "read", nbytes, bool(direct), engine) or 0) / 1e9 \
+                or None
+            row["fio_write_GBps"] = (fio(d, "write", nbytes, bool(direct), engine) or 0) / 1e9 \
+                or None
         out.append(row)
+    dirs = [r for r in out if r["kind"] == "dir" and not r["spec"].startswith("aio:")]
+    for rw in ("read", "write"):
+        got = fio_many([(r["dir"], rw, nbytes, bool(r["direct"]), r["io"]) for r in dirs])
+        for r, g in zip(dirs, got):
+            r[f"fio_together_{rw}_GBps"] = g / 1e9 if g else None
     return out
 
 
@@ -135,6 +175,11 @@ def summarize(name: str, results: list[dict], params: int, figs: dict[str, list[
     store_sum = own_sum(used, figs)
     fio_sum = sum_with_fio(used, figs)
     io = statistics.median(busy) if busy else None
+    # the store's own start-up figures with all the row's paths busy at once (its split's
+    # input): the concurrent ceiling of exactly these paths; one path: its own figure
+    tog = [sum(q["together"] if q["together"] else q["bandwidth"]
+               for q in res["plan"] if q["path"] in used) / 1e9 for res in results]
+    together = statistics.median(tog) if tog else None
     row = {key: name, "runs": len(results), "update_s": med(upd)}
     row.update(dict(
                Mparams_per_s=params / statistics.median(upd) / 1e6,
@@ -142,6 +187,12 @@ def summarize(name: str, results: list[dict], params: int, figs: dict[str, list[
                paths_sum_GBps=store_sum, paths_sum_fio_GBps=fio_sum,
                io_of_paths=io / store_sum if io and store_sum else None,
                io_of_paths_fio=io / fio_sum if io and fio_sum else None,
+               paths_together_GBps=together,
+               io_of_together=io / together if io and together else None,
+               plan=[dict(path=q["path"], subgroups=q["subgroups"],
+                          cpu_s_per_GB=(q["cpu_per_byte"] or 0) * 1e9,
+                          together_GBps=(q["together"] or 0) / 1e9 or None,
+                          cpu_rate=q["cpu_rate"]) for q in results[-1]["plan"]],
                cache_hits=[[m["cache_hits"] for m in res["metrics"]] for res in results],
                fetches=[[m["fetches"] for m in res["metrics"]] for res in results],
                subgroups=last["subgroups"],
@@ -233,17 +284,25 @@ def summarize_ds(label: str, rows: list[dict], params: int, key: str = "row") ->
     return out
 
 
-def configs(a: argparse.Namespace, disk: str, shm: str,
-            pool: str | None = None) -> list[tuple[str, str, list, dict]]:
+def configs(a: argparse.Namespace, disk: str, shm: str, pool: str | None = None,
+            shm_aio: str | None = None) -> list[tuple[str, str, list, dict]]:
     """(row, 'one' or 'two' processes, paths, store kwargs), in the order they run. pool: a
-    'pool:FILE' path spec, or None (no pool rows)."""
+    'pool:FILE' path spec, or None (no pool rows). shm: the tmpfs directory as the store
+    takes it (mapped); shm_aio: 'aio:DIR', a tmpfs directory through the async I/O engine
+    (the rows of the store before the mapped path)."""
+    shm_aio = shm_aio or f"aio:{shm}"
     best = dict(cache_subgroups=a.cache, order="alternate", upcast="delayed",
                 lock="exclusive")
     out = []
     if "paths" in a.only:
+        eq1 = {**best, "split": "eq1"}
         out += [("1 path: disk", "one", [disk], best),
+                ("1 path: tmpfs", "one", [shm], best),
+                ("1 path: tmpfs, async I/O engine", "one", [shm_aio], best),
                 ("2 paths: disk+tmpfs", "one", [disk, shm], best),
-                ("3 paths: disk+tmpfs+mem", "one", [disk, shm, a.mem], best)]
+                ("2 paths: disk+tmpfs, async I/O engine on tmpfs", "one", [disk, shm_aio], best),
+                ("3 paths: disk+tmpfs+mem", "one", [disk, shm, a.mem], best),
+                ("3 paths: disk+tmpfs+mem, Eq. 1 split", "one", [disk, shm, a.mem], eq1)]
         if pool:
             out += [("1 path: pool", "one", [pool], best),
                     ("2 paths: disk+pool", "one", [disk, pool], best),
@@ -312,14 +371,17 @@ def main() -> None:
                                            kernel=os.uname().release),
                               params=params, subgroup=subgroup, steps=a.steps,
                               runs=a.runs)), flush=True)
-        rows = configs(a, disk, shm, pool)
+        shm_aio = os.path.join(shm, "aio")
+        os.mkdir(shm_aio)
+        shm_aio = f"aio:{shm_aio}"
+        rows = configs(a, disk, shm, pool, shm_aio)
         ds = [(f"DeepSpeed ZeRO-3, nvme_path = {n}", p) for n, p in
               (("disk", disk), ("tmpfs", shm))] \
             if a.deepspeed_python and "deepspeed" in a.only else []
         figs: dict[str, list[dict]] = {}
         res: dict[str, list[dict]] = {r[0]: [] for r in rows + [(n, "") for n, _ in ds]}
         for rnd in range(a.runs):
-            for f in path_figures([disk, shm, a.mem] + ([pool] if pool else []),
+            for f in path_figures([disk, shm, shm_aio, a.mem] + ([pool] if pool else []),
                                   12 * subgroup):
                 figs.setdefault(f["path"], []).append(f)
                 print(json.dumps(dict(path_figure=f, round=rnd)), flush=True)
@@ -349,6 +411,8 @@ def main() -> None:
 def compare(out: dict[str, dict], key: str = "compare") -> None:
     """cxlkit against DeepSpeed, update time ratios (medians of the same run)."""
     pairs = [("1 path: disk", "DeepSpeed ZeRO-3, nvme_path = disk"),
+             ("1 path: tmpfs", "DeepSpeed ZeRO-3, nvme_path = tmpfs"),
+             ("1 path: tmpfs, async I/O engine", "DeepSpeed ZeRO-3, nvme_path = tmpfs"),
              ("2 paths: disk+tmpfs", "DeepSpeed ZeRO-3, nvme_path = disk"),
              ("2 paths: disk+tmpfs", "DeepSpeed ZeRO-3, nvme_path = tmpfs")]
     for mine, theirs in pairs:

@@ -837,12 +837,14 @@ CXK_API int cxk_ring_sync(cxk_ring *r);
 /* ---- Waits: how every polling wait of rings, messaging and RPC spends its time ----
  * A wait polls pool memory. While polls find nothing it spins (polls back to back, keeping
  * the CPU) for spin_us, then yields the CPU (sched_yield) between polls for yield_us more,
- * then sleeps sleep_us between polls (sleep_us 0: it keeps yielding). Time is measured on
- * the monotonic clock, not in polls. Spinning answers fastest when every process has a core
- * of its own; yields and sleeps let a peer that shares our core (or an idle server's
- * neighbours) run. Defaults: CXLKIT_MSG_SPIN_US, CXLKIT_MSG_YIELD_US, CXLKIT_MSG_SLEEP_US
- * (decimal microseconds; "forever" for the first two), else spin 50, yield 2000, sleep 50
- * (docs/msg.md, "Waiting", has the measurement behind them). */
+ * then sleeps between polls (sleep_us 0: it keeps yielding): each sleep 1/16 of the time
+ * waited so far, at least 2 us and at most sleep_us, with the thread's timer slack lowered
+ * to 1 us for the sleep (and put back). Time is measured on the monotonic clock, not in
+ * polls. Spinning answers fastest when every process has a core of its own; sleeps let a
+ * peer that shares our core (or an idle server's neighbours) run. Defaults:
+ * CXLKIT_MSG_SPIN_US, CXLKIT_MSG_YIELD_US, CXLKIT_MSG_SLEEP_US (decimal microseconds;
+ * "forever" for the first two), else spin 200, yield 0, sleep at most 50 (docs/msg.md,
+ * "Waiting", has the measurements behind them). */
 #define CXK_WAIT_FOREVER 0xffffffffu  /* spin_us or yield_us: never leave that phase */
 struct cxk_wait_opts {
     uint32_t spin_us;

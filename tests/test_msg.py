@@ -295,3 +295,24 @@ def test_rendezvous_buffers_are_recycled_when_the_partition_fills(pool_path):
     # ENOSPC before buffers were recycled)
     make_pool(pool_path, 2, size="32M")
     assert run_ranks(pool_path, 2, _growing_windows) == [23, 23]
+
+
+@pytest.mark.parametrize("coherence", ["host", "none"])
+@pytest.mark.parametrize("cell_bytes", [1024, 4096, 16384, 65536])
+def test_eager_threshold_follows_the_ring_cell(pool_path, coherence, cell_bytes):
+    """The automatic eager size is what one ring cell carries (cell_bytes - 64), but at least
+    4032 bytes (one 4 KiB cell's payload: 1 KiB cells send up to 4032 B in several cells),
+    for every cell size the crossover was measured on (docs/msg.md, "Eager or rendezvous"),
+    in both coherence modes; a message of that size travels eagerly and one byte more by
+    rendezvous, both arriving whole."""
+    make_pool(pool_path, 2, coherence=coherence, size="96M")
+    with cxlkit.Pool(pool_path, host_id=0) as pool:
+        with msg.Comm(pool, rank=0, size=1, job=f"e{cell_bytes}", cell_bytes=cell_bytes) as c:
+            assert c.eager_bytes == max(cell_bytes - 64, 4032)
+            for n in (c.eager_bytes, c.eager_bytes + 1):  # to itself: the receive first
+                want = bytes(range(256)) * (n // 256) + bytes(n % 256)
+                buf = bytearray(n)
+                r = c.irecv(buf, source=0, tag=n)
+                c.send(want, dest=0, tag=n)
+                st = r.wait()
+                assert st.count == n and bytes(buf) == want

@@ -19,7 +19,7 @@ def _clean_env(monkeypatch):
 
 
 def test_wait_policy_defaults_match_the_c_library():
-    assert WaitPolicy() == WaitPolicy.default() == WaitPolicy(50, 2000, 50)
+    assert WaitPolicy() == WaitPolicy.default() == WaitPolicy(200, 0, 50)
 
 
 def test_wait_policy_reads_the_environment(monkeypatch):

@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PATH_ROWS = ["1 path: disk", "2 paths: disk+tmpfs", "3 paths: disk+tmpfs+mem", "1 path: pool",
+PATH_ROWS = ["1 path: disk", "1 path: tmpfs", "1 path: tmpfs, async I/O engine",
+             "2 paths: disk+tmpfs", "2 paths: disk+tmpfs, async I/O engine on tmpfs",
+             "3 paths: disk+tmpfs+mem", "3 paths: disk+tmpfs+mem, Eq. 1 split", "1 path: pool",
              "2 paths: disk+pool", "3 paths: disk+tmpfs+pool", "4 paths: disk+tmpfs+mem+pool"]
+NP = len(PATH_ROWS)
 
 
 @pytest.mark.slow
@@ -23,11 +26,15 @@ def test_subgroups_bench_prints_paths_figures_and_every_ablation_row(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     rows = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
     figs = [x["path_figure"] for x in rows if "path_figure" in x]
-    assert [f["kind"] for f in figs] == ["dir", "dir", "memory", "pool"] * 2  # one per round
-    assert all(f["read_GBps"] > 0 and f["write_GBps"] > 0 for f in figs)
+    # one per round: disk, tmpfs mapped, tmpfs through the engine, memory tier, pool
+    assert [f["kind"] for f in figs] == ["dir", "dir", "dir", "memory", "pool"] * 2
+    assert [f.get("io") for f in figs[:3]] == ["io_uring", "mmap", "io_uring"]
+    assert all(f["read_GBps"] > 0 and f["write_GBps"] > 0 and f["cpu_s_per_GB"] >= 0
+               for f in figs)
+    assert all("fio_together_read_GBps" in f for f in figs[:2])
     names = [x["row"] for x in rows if "row" in x]
-    assert names[:7] == PATH_ROWS
-    assert names[7].startswith("baseline") and names[-1].startswith("+ multi-path")
+    assert names[:NP] == PATH_ROWS
+    assert names[NP].startswith("baseline") and names[-1].startswith("+ multi-path")
     assert sum("2 processes" in n for n in names) == 3
     for x in rows:
         if "row" in x:
@@ -36,6 +43,7 @@ def test_subgroups_bench_prints_paths_figures_and_every_ablation_row(tmp_path):
             assert x["update_s"]["min"] <= x["update_s"]["median"] <= x["update_s"]["max"]
             assert x["Mparams_per_s"] > 0 and x["io_GBps"]["median"] > 0
             assert x["paths_sum_GBps"] > 0 and x["io_of_paths"] > 0
+            assert x["paths_together_GBps"] > 0 and x["io_of_together"] > 0
     alt = next(x for x in rows if x.get("row") == "+ delayed upcast")
     assert [h[1:] for h in alt["cache_hits"]] == [[4], [4]]  # K of M skip I/O
     base = next(x for x in rows if x.get("row", "").startswith("baseline"))
@@ -44,9 +52,11 @@ def test_subgroups_bench_prints_paths_figures_and_every_ablation_row(tmp_path):
     assert [p["lock"] for p in locked["per_path"]] == ["exclusive"]
     pool = next(x for x in rows if x.get("row") == "1 path: pool")
     assert pool["per_path"][0]["path"].startswith("pool:") and pool["io_GBps"]["median"] > 0
-    assert [p["subgroups"] > 0 for p in next(
-        x for x in rows if x.get("row") == "4 paths: disk+tmpfs+mem+pool")["per_path"]] \
-        == [True] * 4
+    # the CPU-aware split may leave a path out; Eq. 1 gives every path a subgroup
+    four = next(x for x in rows if x.get("row") == "4 paths: disk+tmpfs+mem+pool")
+    assert sum(p["subgroups"] for p in four["per_path"]) == four["subgroups"]
+    eq1 = next(x for x in rows if x.get("row") == "3 paths: disk+tmpfs+mem, Eq. 1 split")
+    assert all(p["subgroups"] > 0 for p in eq1["per_path"])
     assert not list(tmp_path.iterdir())
 
 

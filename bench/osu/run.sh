@@ -15,7 +15,8 @@ MULTI_RANKS=${MULTI_RANKS:-4}
 ITERS=${OSU_ITERS:-1000}
 MAX=${OSU_MAX:-8388608}
 BENCHES=${OSU_BENCHES:-"latency bw bibw multi_lat mbw_mr put_lat get_lat put_bw get_bw put_lat:pscw put_bw:pscw"}
-RPC_CALLS=${RPC_CALLS:-100000}
+RPC_CALLS=${RPC_CALLS:-100000}  # 0: no RPC runs
+TRANSPORTS=${TRANSPORTS:-"cxk mpich-shm ompi-shm mpich-tcp ompi-tcp"}
 TMO=${OSU_TIMEOUT:-600}
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -40,8 +41,9 @@ uptime > "$OUT/load.txt"
 for rep in $(seq 1 "$REPS"); do
     "$BIN/osu_cxk" memcpy -m "$MAX" > "$OUT/memcpy.memcpy.$rep.txt" 2>&1
     for b in $BENCHES; do
-        for t in cxk mpich-shm ompi-shm mpich-tcp ompi-tcp; do run_one "$t" "$b" "$rep"; done
+        for t in $TRANSPORTS; do run_one "$t" "$b" "$rep"; done
     done
+    [ "$RPC_CALLS" -gt 0 ] || { uptime >> "$OUT/load.txt"; continue; }
     for t in cxk tcp; do
         timeout "$TMO" "$BIN/rpc_bench" "$t" -n "$RPC_CALLS" > "$OUT/rpc-$t.rpc.$rep.txt" 2>&1
     done

@@ -4,6 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -267,6 +268,10 @@ int Waiter::check() {
 
 using namespace cxk::msg;
 
+// The eager floor: the payload of one 4096-byte cell (4096 - 64 bytes of cell and message
+// headers), below which a rendezvous did not pay in the crossover measurement.
+constexpr uint64_t kEagerFloor = 4032;
+
 extern "C" {
 
 void cxk_msg_opts_init(cxk_msg_opts *o) {
@@ -291,11 +296,16 @@ int cxk_msg_init(cxk_pool *p, const char *job, int rank, int nranks, const cxk_m
     // one message may fill half the ring: the other half keeps room for FIN / ACK cells
     const uint64_t pmax = o.cell_bytes - CXK_RING_CELL_HDR;
     const uint64_t cap = (pmax - sizeof(MsgHdr)) + pmax * (o.ncells / 2 - 1);
-    // Eager up to what one cell carries: messages of several 4 KiB cells lost to rendezvous
-    // in bandwidth at every size measured (4 KiB..64 KiB, both coherence modes), within 10 %
-    // in latency; one cell has no flow control to wait on (docs/msg.md, "Eager or
-    // rendezvous"). The rings' geometry (CXLKIT_MSG_CELL_BYTES) sets it per job and pool.
-    if (!o.eager_bytes) o.eager_bytes = pmax - sizeof(MsgHdr);
+    // Eager up to what one cell carries, but at least what one 4 KiB cell carries (4032 B):
+    // measured for cells of 1, 4, 16 and 64 KiB in both coherence modes (docs/msg.md, "Eager
+    // or rendezvous"), rendezvous overtook eager at about one cell for cells of 4 KiB and
+    // more, and at about 4 KiB for 1 KiB cells (a rendezvous's request and FIN cost more
+    // than a few small cells). Never more than the ring takes. The rings' geometry
+    // (CXLKIT_MSG_CELL_BYTES) sets it per job and pool.
+    if (!o.eager_bytes) {
+        const uint64_t one_cell = pmax - sizeof(MsgHdr);
+        o.eager_bytes = std::min<uint64_t>(std::max<uint64_t>(one_cell, kEagerFloor), cap);
+    }
     if (o.eager_bytes > cap) return -EINVAL;
 
     struct cxk_pool_stat ps;

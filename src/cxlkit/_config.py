@@ -31,12 +31,12 @@ ENV: dict[str, tuple[str, str]] = {
                                  "at most half a ring)"),
     "CXLKIT_MSG_TIMEOUT_MS": ("", "fail any wait after this long (default: only dead peers)"),
     "CXLKIT_MSG_DEAD_MS": ("5000", "a rank of another machine silent this long is dead"),
-    "CXLKIT_MSG_SPIN_US": ("", "a wait spins this long before yielding the CPU (default 50; "
-                               "forever: never yields); rings, messaging and RPC"),
+    "CXLKIT_MSG_SPIN_US": ("", "a wait spins this long before giving the CPU away (default "
+                               "200; forever: never does); rings, messaging and RPC"),
     "CXLKIT_MSG_YIELD_US": ("", "then yields between polls this long before sleeping "
-                                "(default 2000; forever: never sleeps)"),
-    "CXLKIT_MSG_SLEEP_US": ("", "then sleeps this long between polls (default 50; 0: keeps "
-                                "yielding)"),
+                                "(default 0; forever: never sleeps)"),
+    "CXLKIT_MSG_SLEEP_US": ("", "then sleeps between polls, each sleep 1/16 of the time waited, "
+                                "at most this long (default 50; 0: keeps yielding)"),
     # ---- issue 19: libcxlkit_preload.so reads these itself (cxlkit.preload names them) ----
     "CXLKIT_STRIPE": ("", "node:weight[,...]: stripes of a program's large mappings (preload)"),
     "CXLKIT_STRIPE_CHUNK": ("2097152", "stripe chunk in bytes (preload)"),

@@ -24,13 +24,15 @@ def _us(label: str, v: int | None, *, none_ok: bool, limit: int) -> None:
 @dataclass(frozen=True)
 class WaitPolicy:
     """While a poll finds nothing, spin (poll back to back, keeping the CPU) for spin_us,
-    then yield the CPU between polls for yield_us more, then sleep sleep_us between polls
-    (0: keep yielding). None for spin_us or yield_us: never leave that phase. Spinning
-    answers fastest when every process has a core; yielding and sleeping let a peer that
-    shares the core run, and keep an idle server off the CPU."""
+    then yield the CPU between polls for yield_us more, then sleep between polls, each sleep
+    1/16 of the time waited so far, at least 2 us and at most sleep_us (0: keep yielding).
+    None for spin_us or yield_us: never leave that phase. Spinning answers fastest when
+    every process has a core; sleeping lets a peer that shares the core run, and keeps an
+    idle server off the CPU. On a loaded machine a yield hands the CPU to another task for
+    its whole time slice, hence no yields by default."""
 
-    spin_us: int | None = 50
-    yield_us: int | None = 2000
+    spin_us: int | None = 200
+    yield_us: int | None = 0
     sleep_us: int = 50
 
     def __post_init__(self) -> None:

@@ -67,7 +67,7 @@ def demo_cmd(
         paths = spill.split(",") if spill else _default_spill(stack)
         try:
             store = SubgroupStore(paths, subgroup_params=sub_group_size, cache_subgroups=cache,
-                                  measure_nbytes=8 << 20,
+                                  measure_nbytes=8 << 20, split="eq1",  # every path
                                   pool_options=pool_options(host_id, coherence))
         except (ValueError, OSError) as e:
             _fail(str(e))

@@ -10,6 +10,9 @@ from .. import _native
 ALIGN = _native.AIO_ALIGN
 BACKENDS = {"auto": _native.AIO_AUTO, "io_uring": _native.AIO_URING,
             "threads": _native.AIO_THREADS}
+# not an engine: a directory path whose files are mapped and copied in user space
+# (spill_mapped.MappedDirPath); 'auto' picks it for a directory on tmpfs
+MAP = "map"
 _NAMES = {v: k for k, v in BACKENDS.items()}
 LOCK_KINDS = {"unlock": 0, "shared": 1, "exclusive": 2}
 
@@ -24,7 +27,9 @@ def _positive_int(name: str, v: Any, hi: int) -> int:
 class AioConfig:
     """Per-path I/O settings: block_size bytes per chunk (a multiple of 4096; 0 = 1 MiB),
     queue_depth chunks in flight (0 = 32), threads of the thread-pool backend (0 = min(qd, 4)),
-    backend 'auto' (io_uring where it works), 'io_uring' or 'threads', direct = O_DIRECT."""
+    backend 'auto' (io_uring where it works; for a directory path on tmpfs: 'map'),
+    'io_uring', 'threads' or 'map' (directory paths only: files mapped, moved by a
+    user-space copy), direct = O_DIRECT."""
 
     block_size: int = 1 << 20
     queue_depth: int = 32
@@ -38,8 +43,9 @@ class AioConfig:
             raise ValueError(f"block_size {self.block_size}: expected a multiple of {ALIGN}")
         _positive_int("queue_depth", self.queue_depth, 4096)
         _positive_int("threads", self.threads, 64)
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
+        if self.backend not in BACKENDS and self.backend != MAP:
+            raise ValueError(f"backend {self.backend!r}: expected one of "
+                             f"{', '.join([*BACKENDS, MAP])}")
 
 
 class AioEngine:
@@ -49,6 +55,9 @@ class AioEngine:
 
     def __init__(self, config: AioConfig | None = None) -> None:
         c = config or AioConfig()
+        if c.backend == MAP:
+            raise ValueError("backend 'map' is a directory path's mode (MappedDirPath), "
+                             "not an AioEngine's")
         self.config = c
         self._e = _native.AioEngine(BACKENDS[c.backend], c.queue_depth, c.block_size,
                                     c.threads)

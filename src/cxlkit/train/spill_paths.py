@@ -8,6 +8,7 @@ import concurrent.futures as cf
 import errno
 import hashlib
 import os
+import resource
 import struct
 import time
 import zlib
@@ -104,6 +105,12 @@ def check_payload(raw: Any, payload: Any, idx: int, path: str) -> None:
         raise SubgroupCorruptError(errno.EBADMSG, "payload checksum mismatch", path, idx)
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process, every thread (io-wq workers included)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 class Pending:
     """One read or write in flight on a path; wait() gives its duration in seconds, from
     submit to completion (t_submit: time.perf_counter() at submit, so that the store can
@@ -162,6 +169,7 @@ class SpillPath:
         self._lock_depth = 0
         self.lock_wait_s = 0.0
         self.lock_acquired = 0
+        self.measured_cpu_per_byte = 0.0
 
     def open(self, slot_nbytes: int, nslots: int = 2, namespace: str = "default") -> None:
         """Slots of slot_nbytes per subgroup (a multiple of 4096): 0 and 1 alternate
@@ -239,7 +247,10 @@ class SpillPath:
         return True
 
     def measure(self, nbytes: int) -> tuple[float, float]:
-        """(read, write) bytes per second over a scratch subgroup of nbytes, same I/O path."""
+        """(read, write) bytes per second over a scratch subgroup of nbytes, same I/O path;
+        measured_cpu_per_byte: this process's CPU seconds (every thread: copy workers,
+        io-wq) per byte moved in the last round (the first pays page faults and allocation;
+        another path measured at the same time adds to it)."""
         nbytes = max(aio.ALIGN, nbytes // aio.ALIGN * aio.ALIGN)
         buf = P.alloc(nbytes, P.default())
         arr = buf.numpy()
@@ -250,10 +261,12 @@ class SpillPath:
         done = False
         try:
             for _ in range(2):  # the first round pays for page faults and file allocation
+                c0 = _cpu_seconds()
                 self.acquire(True)
                 tw = min(tw, self.write(scratch, 0, arr).wait())
                 self.acquire(True)
                 tr = min(tr, self.read(scratch, 0, arr).wait())
+                self.measured_cpu_per_byte = (_cpu_seconds() - c0) / (2 * nbytes)
             done = True
         finally:
             self.remove(scratch)
@@ -568,7 +581,8 @@ def parse_path(spec: Any, *, lock: str = "exclusive", config: aio.AioConfig | No
     """A SpillPath as is; 'mem' (the task's policy) or 'mem:NODE' (a memory node);
     'pool:NAME_OR_PATH' (an object area of that cxlkit pool, opened with pool_options:
     Pool's host_id and coherence, e.g. {"coherence": "none"} behind a CXL switch); else a
-    directory."""
+    directory: a MappedDirPath on tmpfs (or with config.backend 'map'), else a DirPath;
+    'map:DIR' / 'aio:DIR' choose the mapped copy / the async I/O engine for DIR."""
     if isinstance(spec, SpillPath):
         return spec
     s = os.fspath(spec)
@@ -582,4 +596,15 @@ def parse_path(spec: Any, *, lock: str = "exclusive", config: aio.AioConfig | No
     if s.startswith("pool:"):
         from ..pool import Pool
         return PoolPath(Pool(s[5:], **(pool_options or {})), lock=lock)
+    from .spill_mapped import MEMORY_FS, MappedDirPath, fs_type
+    if s.startswith("map:"):
+        return MappedDirPath(s[4:], lock=lock)
+    if s.startswith("aio:"):
+        if config is not None and config.backend == aio.MAP:
+            config = None
+        return DirPath(s[4:], lock=lock, config=config)
+    backend = config.backend if config is not None else "auto"
+    if backend == aio.MAP or (backend == "auto" and os.path.isdir(s)
+                              and fs_type(s) in MEMORY_FS):
+        return MappedDirPath(s, lock=lock)
     return DirPath(s, lock=lock, config=config)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from . import adam as A
+from . import spill_split as S
 from . import subgroup_layout as L
 from .spill_paths import HEADER_NBYTES, parse_path
 
@@ -98,7 +99,7 @@ def plan_spill(params: int, paths: Sequence[PathFigure], *, host_cache_bytes: in
                          f"{sub_bytes:,} bytes; the pipeline needs 3 (give more memory or a "
                          "smaller sub_group_size)")
     bw = [min(p.read_Bps, p.write_Bps) for p in paths]
-    counts = L.eq1_counts(m, bw)
+    counts = S.split_counts(m, bw)  # Eq. 1, or a subset when rounding favours it
     moved = max(0, m - k)  # alternating order: k subgroups skip both read and write
     rows, io_s = [], 0.0
     for p, c, b in zip(paths, counts, bw):

@@ -5,6 +5,7 @@ with the fetch of k+1 and the flush of k-1 overlapping the update of k, in alter
 over a host cache of K subgroups. Grads stay in host memory in the model's dtype."""
 from __future__ import annotations
 
+import concurrent.futures as cf
 import errno
 import logging
 import time
@@ -16,6 +17,7 @@ import numpy as np
 from .. import policy as P
 from . import adam as A
 from . import aio
+from . import spill_split as S
 from . import subgroup_layout as L
 from .subgroup_state import StoreState
 from .spill_paths import (HEADER_NBYTES, LOCK_MODES, Pending, SpillPath,
@@ -37,7 +39,12 @@ class SubgroupStore(StoreState):
     'eager' (fp32 grads written to the paths and read back: the DeepSpeed-like baseline).
     lock: 'exclusive' / 'shared' / 'off' among the processes of one host, per path.
     verify: check every fetched subgroup's payload checksum (headers are always checked).
-    bandwidths: bytes/s per path instead of the start-up measurement. pipeline_read /
+    bandwidths: bytes/s per path instead of the start-up measurement; with them,
+    cpu_per_byte (CPU s per byte each path moves) and cpu_rate (CPU s per s the process gets
+    with every path busy) give the CPU model of the split (spill_split; measured at start
+    when bandwidths are not given: each path alone, then all at once). split: 'model' (the
+    CPU-aware split: never slower in the model than a subset of the paths) or 'eq1' (the
+    paper's Eq. 1: every path with bandwidth takes a subgroup). pipeline_read /
     pipeline_write: prefetch k+1 / flush in the background (off: each waits at once).
     pool_options: how 'pool:NAME' paths open their pool (Pool's host_id, coherence)."""
 
@@ -48,13 +55,16 @@ class SubgroupStore(StoreState):
                  reestimate: bool = True, bandwidths: Sequence[float] | None = None,
                  measure_nbytes: int = 32 << 20, namespace: str = "default",
                  pipeline_read: bool = True, pipeline_write: bool = True,
-                 pool_options: dict[str, Any] | None = None) -> None:
+                 pool_options: dict[str, Any] | None = None,
+                 cpu_per_byte: Sequence[float] | None = None,
+                 cpu_rate: float | None = None, split: str = "model") -> None:
         if not paths:
             raise ValueError("paths: give at least one path")
         if isinstance(cache_subgroups, bool) or not isinstance(cache_subgroups, int) \
                 or cache_subgroups < 3:
             raise ValueError(f"cache_subgroups {cache_subgroups!r}: expected an int >= 3")
         for name, v, ok in (("order", order, ("alternate", "ascending")),
+                            ("split", split, ("model", "eq1")),
                             ("upcast", upcast, ("delayed", "eager")), ("lock", lock, LOCK_MODES)):
             if v not in ok:
                 raise ValueError(f"{name} {v!r}: expected one of {', '.join(ok)}")
@@ -62,6 +72,11 @@ class SubgroupStore(StoreState):
             raise ValueError(f"namespace {namespace!r}: letters, digits, - and _ only")
         if bandwidths is not None and len(bandwidths) != len(paths):
             raise ValueError(f"bandwidths: {len(bandwidths)} figures for {len(paths)} paths")
+        if (cpu_per_byte is not None or cpu_rate is not None) and bandwidths is None:
+            raise ValueError("cpu_per_byte / cpu_rate: give them with bandwidths (else they "
+                             "are measured)")
+        if cpu_per_byte is not None:
+            S.split_counts(1, [1.0] * len(paths), cpu_per_byte, cpu_rate)  # validates them
         self.subgroup_params = subgroup_params
         L.cut([[1]], subgroup_params)  # validates it
         self.paths: list[SpillPath] = [parse_path(p, lock=lock, config=aio_config,
@@ -71,9 +86,14 @@ class SubgroupStore(StoreState):
             raise ValueError(f"paths {names}: a path given twice")
         self.cache_subgroups, self.cache_policy = cache_subgroups, cache_policy
         self.order, self.upcast, self.lock, self.verify = order, upcast, lock, verify
-        self.reestimate, self.namespace = reestimate, namespace
+        self.reestimate, self.namespace, self.split = reestimate, namespace, split
         self.pipeline_read, self.pipeline_write = bool(pipeline_read), bool(pipeline_write)
         self._given_bw = list(bandwidths) if bandwidths is not None else None
+        self._given_cpu = (list(cpu_per_byte) if cpu_per_byte is not None else None,
+                           cpu_rate)
+        self.cpu_per_byte: list[float] | None = None
+        self.cpu_rate: float | None = None
+        self.together: list[tuple[float, float]] | None = None
         self.measure_nbytes = measure_nbytes
         self.bandwidth: list[float] = []
         self.measured: list[tuple[float, float]] = []
@@ -121,16 +141,39 @@ class SubgroupStore(StoreState):
         for p in self.paths:
             p.open(slot, nslots, self.namespace)
         self._measure()
-        self.assignment = L.interleave(L.eq1_counts(m, self.bandwidth))
+        self.assignment = L.interleave(self._split(m))
         self._bound = True
 
     def _measure(self) -> None:
         if self._given_bw is not None:
             self.measured = [(float(b), float(b)) for b in self._given_bw]
+            self.cpu_per_byte, self.cpu_rate = self._given_cpu
         else:
             n = min(self.measure_nbytes, self.slot_nbytes)
             self.measured = [p.measure(n) for p in self.paths]
+            self.cpu_per_byte = [p.measured_cpu_per_byte for p in self.paths]
+            if len(self.paths) > 1:
+                self._measure_together(n)
         self.bandwidth = [min(r, w) for r, w in self.measured]
+
+    def _measure_together(self, n: int) -> None:
+        """Every path's microbenchmark at once (a thread each): when their sum falls short
+        of the sum measured one at a time (by 10 %), the paths contend, and the CPU budget
+        of the split is what they used together, sum of c_i * B_i (each path's CPU per byte,
+        measured alone, times its bandwidth with the others running); else no CPU bound."""
+        with cf.ThreadPoolExecutor(len(self.paths)) as ex:
+            self.together = list(ex.map(lambda p: p.measure(n), self.paths))
+        alone = sum(min(rw) for rw in self.measured)
+        both = [min(rw) for rw in self.together]
+        if sum(both) < 0.9 * alone:
+            self.cpu_rate = sum(c * b for c, b in zip(self.cpu_per_byte or [], both)) or None
+        else:
+            self.cpu_rate = None
+
+    def _split(self, m: int) -> list[int]:
+        if self.split == "eq1":
+            return L.eq1_counts(m, self.bandwidth)
+        return S.split_counts(m, self.bandwidth, self.cpu_per_byte, self.cpu_rate)
 
     # ---- cache ----
 
@@ -536,7 +579,7 @@ class SubgroupStore(StoreState):
             busy = busy_seconds([s for spans in st["spans"][i] for s in spans])
             if busy > 0 and nbytes >= (1 << 20):
                 self.bandwidth[i] = (1 - EWMA) * self.bandwidth[i] + EWMA * nbytes / busy
-        new = L.eq1_counts(len(self.subgroups), self.bandwidth)
+        new = self._split(len(self.subgroups))
         if new != [self.assignment.count(i) for i in range(len(self.paths))]:
             self.assignment = L.rebalance(self.assignment, new)
 
@@ -552,16 +595,20 @@ class SubgroupStore(StoreState):
             raise ValueError(f"bandwidths: {len(bandwidths)} figures for {len(self.paths)} paths")
         self._require_bound()
         self.bandwidth = [float(b) for b in bandwidths]
-        new = L.eq1_counts(len(self.subgroups), self.bandwidth)
+        new = self._split(len(self.subgroups))
         self.assignment = L.rebalance(self.assignment, new)
         return list(self.assignment)
 
     def plan(self) -> list[dict[str, Any]]:
-        """Per path: its subgroups, bandwidth (bytes/s, min of read and write) and the
-        figures measured at start."""
+        """Per path: its subgroups, bandwidth (bytes/s, min of read and write), the figures
+        measured at start (alone; together: with every path running), its CPU seconds per
+        byte, and the CPU budget of the split (cpu_rate, None: not CPU-bound)."""
         return [dict(path=p.name, kind=p.kind, subgroups=self.assignment.count(i),
                      bandwidth=self.bandwidth[i], read=self.measured[i][0],
-                     write=self.measured[i][1]) for i, p in enumerate(self.paths)]
+                     write=self.measured[i][1],
+                     together=min(self.together[i]) if self.together else None,
+                     cpu_per_byte=self.cpu_per_byte[i] if self.cpu_per_byte else None,
+                     cpu_rate=self.cpu_rate) for i, p in enumerate(self.paths)]
 
     def _require_bound(self) -> None:
         if not self._bound:

@@ -1,0 +1,101 @@
+"""How many subgroups each path takes when the paths share the CPU: Eq. 1 (T_i proportional
+to B_i) assumes every path delivers its own bandwidth while the others run. A path that is a
+CPU copy (tmpfs, a memory tier, a pool mapped in this process) takes cores from the others
+and from the AdamW kernel, so on a machine with few cores the sum of bandwidths measured one
+path at a time is not reachable at once, and a split by Eq. 1 can make the step slower than
+leaving that path out.
+
+The model (per subgroup-sized unit of bytes, which every path moves alike):
+
+    T(n) = max( max_i n_i / B_i ,  sum_i c_i n_i / C )
+
+B_i: the path's bandwidth (bytes/s), c_i: the CPU seconds this process spends per byte the
+path moves (its copy threads, io-wq kernel threads, sums), C: the CPU seconds per second the
+process gets while every path is busy (None: not CPU-bound). Its real-valued optimum is a
+fractional knapsack: fill the paths in order of CPU cost per byte, each up to B_i, until the
+CPU budget C is spent. The candidates are Eq. 1 over that throughput and Eq. 1 over the
+bandwidths, for all the paths and for every subset of them (rounding can favour a subset:
+Eq. 1 gives every path with bandwidth at least one subgroup); the one with the least T(n) is
+taken. Since every subset's own candidates are among them, adding a path never makes the
+modelled step slower than the best subset."""
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+
+from . import subgroup_layout as L
+
+MAX_SUBSET_PATHS = 10  # 2^10 - 1 subsets of Eq. 1 at most; above, the knapsack split only
+
+
+def _check(name: str, xs: Sequence[float], n: int) -> list[float]:
+    if len(xs) != n:
+        raise ValueError(f"{name}: {len(xs)} figures for {n} paths")
+    out = [float(x) for x in xs]
+    if any(not math.isfinite(x) or x < 0 for x in out):
+        raise ValueError(f"{name} {list(xs)!r}: expected finite numbers >= 0")
+    return out
+
+
+def model_time(counts: Sequence[int], bandwidths: Sequence[float],
+               cpu_per_byte: Sequence[float] | None = None,
+               cpu_rate: float | None = None) -> float:
+    """T(n) of the model above, in seconds per byte of one subgroup (inf when a path with no
+    bandwidth holds subgroups)."""
+    t = 0.0
+    for n, b in zip(counts, bandwidths):
+        if n:
+            t = max(t, n / b if b > 0 else math.inf)
+    if cpu_per_byte is not None and cpu_rate:
+        t = max(t, sum(n * c for n, c in zip(counts, cpu_per_byte)) / cpu_rate)
+    return t
+
+
+def knapsack_throughput(bandwidths: Sequence[float], cpu_per_byte: Sequence[float],
+                        cpu_rate: float | None) -> list[float]:
+    """Per path the bytes/s it should carry (the real-valued optimum of the model): paths in
+    order of CPU cost per byte, each up to its bandwidth, until the CPU budget is spent."""
+    if not cpu_rate:
+        return list(bandwidths)
+    y = [0.0] * len(bandwidths)
+    budget = float(cpu_rate)
+    for i in sorted(range(len(bandwidths)), key=lambda j: (cpu_per_byte[j], -bandwidths[j])):
+        b, c = bandwidths[i], cpu_per_byte[i]
+        if c * b <= budget:
+            y[i] = b
+            budget -= c * b
+        else:
+            y[i] = budget / c
+            budget = 0.0
+    return y
+
+
+def split_counts(m: int, bandwidths: Sequence[float],
+                 cpu_per_byte: Sequence[float] | None = None,
+                 cpu_rate: float | None = None) -> list[int]:
+    """Subgroups per path (they sum to m) minimizing the model's step time; see the module
+    docstring. Without cpu_per_byte / cpu_rate, only bandwidths count."""
+    n = len(bandwidths)
+    bw = _check("bandwidths", bandwidths, n)
+    if n == 0:
+        raise ValueError("no paths")
+    cpu = _check("cpu_per_byte", cpu_per_byte, n) if cpu_per_byte is not None else None
+    if cpu_rate is not None and (not math.isfinite(cpu_rate) or cpu_rate <= 0):
+        raise ValueError(f"cpu_rate {cpu_rate!r}: expected a number > 0 (CPU s per s)")
+    rate = cpu_rate if cpu is not None else None
+    if sum(bw) <= 0:
+        return L.eq1_counts(m, bw)
+    subsets: list[tuple[int, ...]] = [tuple(range(n))]
+    if n <= MAX_SUBSET_PATHS:
+        subsets += [sub for k in range(n - 1, 0, -1)
+                    for sub in itertools.combinations(range(n), k)
+                    if all(bw[i] > 0 for i in sub)]
+    cands = []
+    for sub in subsets:
+        b = [bw[i] if i in sub else 0.0 for i in range(n)]
+        if cpu is not None and rate:
+            cands.append(L.eq1_counts(m, knapsack_throughput(b, cpu, rate)))
+        cands.append(L.eq1_counts(m, b))
+    # least modelled time; ties: the earlier candidate (the knapsack's, then all paths)
+    return min(cands, key=lambda c: model_time(c, bw, cpu, rate))
