@@ -36,12 +36,25 @@ void free_list_remove(cxk_pool *p, HostSlot *s, uint64_t off) {
 }
 
 namespace {
-// A FREE block of ours whose size is plausible, or mark for recovery.
-bool free_ok(cxk_pool *p, uint64_t off) {
-    uint64_t rb, re;
-    if (own_block(p, off) && run_at(p, p->host, off, &rb, &re) &&
-        ld(&hdr(p, off)->state) == kFree && hdr(p, off)->block_bytes >= kMinBlock &&
-        hdr(p, off)->block_bytes <= re - off)
+// A FREE block of ours whose size is plausible (its run: [*rb, *re)), or mark for recovery.
+bool free_ok(cxk_pool *p, uint64_t off, uint64_t *rb, uint64_t *re) {
+    if (own_block(p, off, rb, re) && ld(&hdr(p, off)->state) == kFree &&
+        hdr(p, off)->block_bytes >= kMinBlock && hdr(p, off)->block_bytes <= *re - off)
+        return true;
+    p->needs_recover = true;
+    return false;
+}
+
+// own_block and free_ok for a neighbour of a block of our run [rb, re) that lies inside
+// it: the map is ours and we hold the host lock, so the run that holds the block holds its
+// neighbour too, and the map is not read again.
+bool own_in_run(const cxk_pool *p, uint64_t off, uint64_t rb, uint64_t re) {
+    return off >= rb && off % kLine == 0 && off <= re - kMinBlock &&
+           hdr(p, off)->magic == kObjMagic;
+}
+bool free_in_run(cxk_pool *p, uint64_t off, uint64_t rb, uint64_t re) {
+    if (own_in_run(p, off, rb, re) && ld(&hdr(p, off)->state) == kFree &&
+        hdr(p, off)->block_bytes >= kMinBlock && hdr(p, off)->block_bytes <= re - off)
         return true;
     p->needs_recover = true;
     return false;
@@ -71,18 +84,18 @@ void free_list_push(cxk_pool *p, HostSlot *s, uint64_t off) {
 int64_t alloc_block(cxk_pool *p, uint64_t need) {
     HostSlot *s = slot(p, p->host);
     if (need > p->geo.data_bytes) return -ENOSPC;
-    uint64_t found = 0;
+    uint64_t found = 0, rb = 0, end = 0;
     const uint32_t c0 = size_class(need);
     // first fit in need's own class (bounded walk), else the head of any larger class,
     // every block of which is big enough
     uint64_t off = s->free_head[c0];
-    for (int n = 0; off && n < 64 && free_ok(p, off); ++n, off = hdr(p, off)->link.next)
+    for (int n = 0; off && n < 64 && free_ok(p, off, &rb, &end); ++n, off = hdr(p, off)->link.next)
         if (hdr(p, off)->block_bytes >= need) {
             found = off;
             break;
         }
     for (uint32_t c = c0 + 1; !found && c < kClasses; ++c)
-        if (s->free_head[c] && free_ok(p, s->free_head[c])) found = s->free_head[c];
+        if (s->free_head[c] && free_ok(p, s->free_head[c], &rb, &end)) found = s->free_head[c];
     if (!found) return p->needs_recover ? -EBADMSG : -ENOSPC;
 
     ObjHeader *b = hdr(p, found);
@@ -90,9 +103,7 @@ int64_t alloc_block(cxk_pool *p, uint64_t need) {
     free_list_remove(p, s, found);
     if (have - need >= kMinBlock) {
         // The rest becomes a free block: its header is written before the store of
-        // block_bytes that makes it reachable.
-        uint64_t rb, end;
-        run_at(p, p->host, found, &rb, &end);  // free_ok found it in a run
+        // block_bytes that makes it reachable. free_ok found it in our run [rb, end).
         const uint64_t rest = found + need;
         write_free_header(p, rest, have - need, need);
         st(&b->block_bytes, need);
@@ -113,8 +124,8 @@ void free_block(cxk_pool *p, uint64_t off) {
     uint64_t begin = 0, end = 0;
     ObjHeader *b = hdr(p, off);
     uint64_t bytes = b->block_bytes;
-    if (!own_block(p, off) || !run_at(p, p->host, off, &begin, &end) || bytes < kMinBlock ||
-        bytes % kLine || bytes > end - off) {
+    if (!own_block(p, off, &begin, &end) || bytes < kMinBlock || bytes % kLine ||
+        bytes > end - off) {
         p->needs_recover = true;  // not a block of our chain: recovery decides
         return;
     }
@@ -122,17 +133,17 @@ void free_block(cxk_pool *p, uint64_t off) {
     s->free_bytes += bytes;
     st(&b->state, uint32_t(kFree));
     const uint64_t next = off + bytes;
-    if (next < end && ld(&hdr(p, next)->state) == kFree && free_ok(p, next)) {
+    if (next < end && ld(&hdr(p, next)->state) == kFree && free_in_run(p, next, begin, end)) {
         free_list_remove(p, s, next);
         bytes += hdr(p, next)->block_bytes;
         st(&b->block_bytes, bytes);
     }
     // prev_bytes is derived: trust it only when the block it names ends where we begin. A
-    // held neighbour is the common case, not a corruption: free_ok (which marks the pool
-    // for recovery) is asked only about a block that says it is FREE.
+    // held neighbour is the common case, not a corruption: free_in_run (which marks the
+    // pool for recovery) is asked only about a block that says it is FREE.
     const uint64_t pb = b->prev_bytes;
-    if (off > begin && pb && pb <= off - begin && own_block(p, off - pb) &&
-        ld(&hdr(p, off - pb)->state) == kFree && free_ok(p, off - pb) &&
+    if (off > begin && pb && pb <= off - begin && own_in_run(p, off - pb, begin, end) &&
+        ld(&hdr(p, off - pb)->state) == kFree && free_in_run(p, off - pb, begin, end) &&
         hdr(p, off - pb)->block_bytes == pb) {
         const uint64_t prev = off - b->prev_bytes;
         free_list_remove(p, s, prev);
@@ -143,7 +154,8 @@ void free_block(cxk_pool *p, uint64_t off) {
     if (off + bytes < end) hdr(p, off + bytes)->prev_bytes = bytes;
     free_list_push(p, s, off);
     sync_out(p, hdr(p, off), kLine);
-    if (off + bytes == end) extent_trim(p, off);  // a free tail of whole extents goes back
+    // a free tail of whole extents goes back
+    if (off + bytes == end) extent_trim(p, off, begin, end);
 }
 
 bool walk(const cxk_pool *p, uint32_t h, std::vector<WalkBlock> *out) {

@@ -19,7 +19,6 @@ namespace cxk::pool {
 namespace {
 constexpr uint64_t kFieldLo = 0x5555555555555555ull;  // the low bit of every 2-bit field
 constexpr uint64_t kAllCont = 0xaaaaaaaaaaaaaaaaull;  // every field kExtCont
-constexpr uint64_t kNone = ~0ull;
 
 uint64_t nwords(const cxk_pool *p) { return (p->geo.nextents + 31) / 32; }
 
@@ -34,30 +33,6 @@ uint64_t map_word(const cxk_pool *p, uint32_t h, uint64_t w) {
 uint64_t noncont(uint64_t v) {
     const uint64_t y = v ^ kAllCont;
     return (y | (y >> 1)) & kFieldLo;
-}
-
-// Smallest extent >= x whose state is not CONT (nextents when none).
-uint64_t fwd_noncont(const cxk_pool *p, uint32_t h, uint64_t x) {
-    const uint64_t n = p->geo.nextents;
-    for (uint64_t w = x / 32; x < n && w < nwords(p); ++w) {
-        uint64_t m = noncont(map_word(p, h, w));
-        if (w == x / 32) m &= ~0ull << (2 * (x % 32));
-        if (m) return std::min(n, w * 32 + uint64_t(__builtin_ctzll(m)) / 2);
-    }
-    return n;
-}
-
-// Largest extent <= x whose state is not CONT (kNone when none).
-uint64_t back_noncont(const cxk_pool *p, uint32_t h, uint64_t x) {
-    for (uint64_t w = x / 32 + 1; w-- > 0;) {
-        uint64_t m = noncont(map_word(p, h, w));
-        if (w == x / 32) {
-            const unsigned top = unsigned(2 * (x % 32) + 2);
-            if (top < 64) m &= (1ull << top) - 1;
-        }
-        if (m) return w * 32 + uint64_t(63 - __builtin_clzll(m)) / 2;
-    }
-    return kNone;
 }
 
 // Set extents [first, first + k) of our map: the first to s0, the rest to s1. Words are
@@ -188,22 +163,50 @@ uint32_t ext_state(const cxk_pool *p, uint32_t h, uint64_t e) {
 }
 
 bool run_at(const cxk_pool *p, uint32_t h, uint64_t off, uint64_t *begin, uint64_t *end) {
+    // Every lookup, bounds check and free of a block asks this (a dozen times per create +
+    // publish + destroy), so it reads the map a word at a time: usually the one word that
+    // holds the extent, its run's START and its end. Nothing is cached: another host may
+    // claim or return extents at any moment, and the words read are the truth.
     const Superblock &g = p->geo;
     if (off < g.data_off || off - g.data_off >= g.data_bytes) return false;
-    const uint64_t x = (off - g.data_off) / g.extent_bytes;
-    const uint32_t sx = ext_state(p, h, x);
+    // extent_bytes is a validated power of two and data_bytes == nextents * extent_bytes,
+    // so x < nextents
+    const uint64_t x = (off - g.data_off) >> __builtin_ctzll(g.extent_bytes);
+    const uint64_t wx = x / 32;
+    const unsigned fx = unsigned(x % 32);
+    const uint64_t v = map_word(p, h, wx);
+    const uint64_t sx = (v >> (2 * fx)) & 3;
     if (sx != kExtStart && sx != kExtCont) return false;
-    const uint64_t s = back_noncont(p, h, x);
-    if (s == kNone || ext_state(p, h, s) != kExtStart) return false;  // an orphan
-    *begin = ext_off(p, s);
-    *end = ext_off(p, fwd_noncont(p, h, x + 1));
+    // back: the nearest field at or below x that is not CONT must be a START (else an orphan)
+    uint64_t w = wx, vw = v;
+    uint64_t m = noncont(v) & (fx == 31 ? ~0ull : (1ull << (2 * fx + 2)) - 1);
+    while (!m) {
+        if (w == 0) return false;
+        vw = map_word(p, h, --w);
+        m = noncont(vw);
+    }
+    const unsigned fs = unsigned(63 - __builtin_clzll(m)) / 2;
+    if (((vw >> (2 * fs)) & 3) != kExtStart) return false;
+    // forward: the first field above x that is not CONT ends the run (nextents at the most:
+    // fields past nextents may hold anything, the map is pool memory)
+    const uint64_t n = p->geo.nextents, words = nwords(p);
+    uint64_t we = wx;
+    uint64_t mf = fx == 31 ? 0 : noncont(v) & (~0ull << (2 * fx + 2));
+    while (!mf && ++we < words) mf = noncont(map_word(p, h, we));
+    const uint64_t e = mf ? std::min(n, we * 32 + uint64_t(__builtin_ctzll(mf)) / 2) : n;
+    *begin = ext_off(p, w * 32 + fs);
+    *end = ext_off(p, e);
     return true;
+}
+
+bool own_block(const cxk_pool *p, uint64_t off, uint64_t *begin, uint64_t *end) {
+    return off % kLine == 0 && run_at(p, p->host, off, begin, end) && off <= *end - kMinBlock &&
+           hdr(p, off)->magic == kObjMagic;
 }
 
 bool own_block(const cxk_pool *p, uint64_t off) {
     uint64_t b, e;
-    return off % kLine == 0 && run_at(p, p->host, off, &b, &e) && off <= e - kMinBlock &&
-           hdr(p, off)->magic == kObjMagic;
+    return own_block(p, off, &b, &e);
 }
 
 void runs_of(const cxk_pool *p, uint32_t h, std::vector<Run> *out) {
@@ -278,11 +281,14 @@ int extent_claim(cxk_pool *p, uint64_t need) {
 }
 
 void extent_trim(cxk_pool *p, uint64_t off) {
+    uint64_t rb, re;
+    if (run_at(p, p->host, off, &rb, &re)) extent_trim(p, off, rb, re);
+}
+
+void extent_trim(cxk_pool *p, uint64_t off, uint64_t rb, uint64_t re) {
     const Superblock &g = p->geo;
     const uint64_t E = g.extent_bytes;
     HostSlot *s = slot(p, p->host);
-    uint64_t rb, re;
-    if (!run_at(p, p->host, off, &rb, &re)) return;
     ObjHeader *b = hdr(p, off);
     if (ld(&b->state) != kFree || off + b->block_bytes != re) return;
     uint64_t t;

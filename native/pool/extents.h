@@ -23,6 +23,8 @@ int extent_claim(cxk_pool *p, uint64_t need);
 // off is a FREE block that ends its run: give the whole extents at its tail back (all but one
 // extent when they are the last we hold). pre: the host lock.
 void extent_trim(cxk_pool *p, uint64_t off);
+// The same when the caller has just read off's run from our map: [rb, re).
+void extent_trim(cxk_pool *p, uint64_t off, uint64_t rb, uint64_t re);
 // Our map after a crash: reservations withdrawn, orphan CONTs cleared. pre: the host lock.
 void extmap_recover(cxk_pool *p);
 // pool release: host h's runs become runs of ours (commit order; h's map still says them

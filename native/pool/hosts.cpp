@@ -143,7 +143,10 @@ int64_t mono_ns() {
 // pool file can write one) or a stopped process: ENOTRECOVERABLE too, never a wait for ever.
 int lock_mutex(const cxk_pool *p, HostSlot *s, bool try_only) {
     if (ldr(&s->mutex.__data.__kind) != mutex_kind_expected()) return ENOTRECOVERABLE;
-    if (try_only) return pthread_mutex_trylock(&s->mutex);
+    // Uncontended (the common case), a try takes it without reading the clock for the
+    // timed wait below; EOWNERDEAD comes back from it as from the wait.
+    const int t = pthread_mutex_trylock(&s->mutex);
+    if (try_only || t != EBUSY) return t;
     const int64_t held_max = std::clamp<int64_t>(int64_t(std::min<uint64_t>(
         p->geo.lease_timeout_ns, uint64_t(INT64_MAX))), 1000000000ll, 30000000000ll);
     int dead_seen = 0, held_by = -1;

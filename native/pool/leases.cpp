@@ -2,9 +2,11 @@
 // reads; a destroyer frees a block only when no live process of a live host leases it.
 #include "pool/leases.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -12,6 +14,24 @@
 #include "sys/sys.h"
 
 namespace cxk::pool {
+
+namespace {
+// getpid() enters the kernel on every call (glibc no longer caches it), and a create +
+// publish + close + destroy asked for it four times: the pid is kept here, and the child of
+// a fork forgets it (pthread_atfork) before it runs any code of ours, so a child that uses
+// an inherited handle still leases under its own pid.
+std::atomic<uint32_t> g_pid{0};
+void forget_pid() { g_pid.store(0, std::memory_order_relaxed); }
+}  // namespace
+
+uint32_t self_pid() {
+    static const bool cached = pthread_atfork(nullptr, nullptr, forget_pid) == 0;
+    uint32_t pid = g_pid.load(std::memory_order_relaxed);
+    if (pid) return pid;
+    pid = uint32_t(getpid());
+    if (cached) g_pid.store(pid, std::memory_order_relaxed);
+    return pid;
+}
 
 // ---- leases ---------------------------------------------------------------------------
 // Does any live reader lease (block, gen)? An entry still being claimed (kClaiming) leases
@@ -60,7 +80,7 @@ uint64_t clean_leases(cxk_pool *p) {
 int64_t lease_claim(cxk_pool *p) {
     Lease *t = leases(p, p->host);
     HostSlot *s = slot(p, p->host);
-    const uint32_t want = uint32_t(getpid()) | kClaiming;
+    const uint32_t want = self_pid() | kClaiming;
     for (uint64_t i = 0; i < p->geo.lease_slots; ++i) {
         uint32_t z = 0;
         if (ldr(&t[i].pid) != 0) continue;
@@ -86,14 +106,14 @@ void lease_set(cxk_pool *p, uint64_t i, uint64_t block, uint64_t gen, uint32_t o
     str(&e->block, block);
     str(&e->gen, gen);
     str(&e->obj_host, obj_host);
-    st(&e->pid, uint32_t(getpid()));
+    st(&e->pid, self_pid());
     sync_out(p, e, sizeof *e);
 }
 
 void lease_free(cxk_pool *p, uint64_t i) {
     Lease *e = &leases(p, p->host)[i];
     // a child of fork inherits the handle's list but not the leases: they are the parent's
-    if ((ldr(&e->pid) & ~kClaiming) != uint32_t(getpid())) return;
+    if ((ldr(&e->pid) & ~kClaiming) != self_pid()) return;
     str(&e->block, uint64_t(0));
     st(&e->pid, 0u);
     sync_out(p, e, sizeof *e);

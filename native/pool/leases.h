@@ -5,6 +5,8 @@
 #include "pool/pool.h"
 
 namespace cxk::pool {
+// The calling process's pid without a system call (kept, and forgotten by a fork's child).
+uint32_t self_pid();
 // Does a live process of a live host lease (block, gen)?
 bool leased(const cxk_pool *p, uint64_t block, uint64_t gen);
 // Clear this host's entries whose process is gone; returns how many.

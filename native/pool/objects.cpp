@@ -118,9 +118,10 @@ void fill_stat(const cxk_pool *p, uint32_t h, uint64_t block, struct cxk_obj_sta
     (void)p;
 }
 
-// The block of an object payload offset that lies in a run of some host (*host), or 0. The
-// extent maps say whose run it is; this host's is asked first.
-uint64_t block_of(const cxk_pool *p, uint64_t off, uint32_t *host) {
+// The block of an object payload offset that lies in a run of some host (*host), or 0;
+// *run_end: the end of that run. The extent maps say whose run it is; this host's is asked
+// first.
+uint64_t block_of(const cxk_pool *p, uint64_t off, uint32_t *host, uint64_t *run_end) {
     const Superblock &g = p->geo;
     if (off < g.data_off + kObjHeaderBytes || off % kLine) return 0;
     const uint64_t block = off - kObjHeaderBytes;
@@ -130,6 +131,7 @@ uint64_t block_of(const cxk_pool *p, uint64_t off, uint32_t *host) {
         if (!run_at(p, h, block, &b, &e)) continue;
         if (block + kMinBlock > e) return 0;
         if (host) *host = h;
+        if (run_end) *run_end = e;
         return block;
     }
     return 0;
@@ -145,18 +147,24 @@ uint64_t block_run_end(const cxk_pool *p, uint32_t h, uint64_t block) {
 // that fits the block? Offsets come from callers, and payload bytes may look like a
 // header: nothing is read through a header that fails this.
 bool header_sane(const cxk_pool *p, uint32_t h, uint64_t block, const ObjHeader *o) {
+    return header_fits(block, block_run_end(p, h, block), o);
+}
+
+bool header_fits(uint64_t block, uint64_t run_end, const ObjHeader *o) {
     const uint64_t bytes = ld(&o->block_bytes);
     const uint16_t nl = ldr(&o->name_len);
-    const uint64_t end = block_run_end(p, h, block);
-    return end && o->magic == kObjMagic && bytes >= kMinBlock && bytes % kLine == 0 &&
-           bytes <= end - block && ldr(&o->nbytes) <= bytes - kObjHeaderBytes &&
+    return run_end > block && o->magic == kObjMagic && bytes >= kMinBlock &&
+           bytes % kLine == 0 && bytes <= run_end - block &&
+           ldr(&o->nbytes) <= bytes - kObjHeaderBytes &&
            (ld(&o->state) == kFree || (nl >= 1 && nl <= kNameMax));
 }
 
 // The header of the object whose payload is at off, its first `sync` bytes synced in when
 // another host owns it (its lines may be stale here); nullptr when off is no payload offset.
-ObjHeader *header_at(const cxk_pool *p, uint64_t off, uint32_t *host, size_t sync) {
-    const uint64_t block = block_of(p, off, host);
+// *run_end: the end of the run that holds it, as block_of read it.
+ObjHeader *header_at(const cxk_pool *p, uint64_t off, uint32_t *host, uint64_t *run_end,
+                     size_t sync) {
+    const uint64_t block = block_of(p, off, host, run_end);
     if (!block) return nullptr;
     ObjHeader *o = hdr(p, block);
     if (*host != p->host) sync_in(p, o, sync);
@@ -226,7 +234,7 @@ int cxk_obj_create_ex(cxk_pool *p, const char *name, uint64_t nbytes, unsigned f
             __atomic_thread_fence(__ATOMIC_RELEASE);
             o->checksum = 0;
             o->created_ns = now_ns();
-            o->creator_pid = uint32_t(getpid());
+            o->creator_pid = self_pid();
             o->flags = 0;
             o->name_len = uint16_t(len);
             std::memset(o->name, 0, sizeof o->name);
@@ -271,12 +279,13 @@ int cxk_obj_publish(cxk_pool *p, uint64_t off, unsigned flags) {
     if (p && p->read_only_v1) return -EROFS;  // a version 1 pool (issue 18)
     if (p && !slot_ours(p)) return -EKEYREVOKED;  // the release fence, before the run checks
     uint32_t h;
+    uint64_t end;
     if (!p || (flags & ~CXK_PUBLISH_CHECKSUM)) return -EINVAL;
-    const uint64_t block = block_of(p, off, &h);
+    const uint64_t block = block_of(p, off, &h, &end);
     if (!block || h != p->host) return -EINVAL;
     ObjHeader *o = hdr(p, block);
     if (o->magic != kObjMagic || ld(&o->state) != kCreating) return -EINVAL;
-    if (!header_sane(p, h, block, o)) return -EBADMSG;
+    if (!header_fits(block, end, o)) return -EBADMSG;
     const uint64_t nbytes = o->nbytes;
     if (flags & CXK_PUBLISH_CHECKSUM) {
         o->checksum = (1ull << 32) | crc32c(p->base + off, nbytes);
@@ -349,7 +358,8 @@ int cxk_obj_open(cxk_pool *p, const char *name, struct cxk_obj_stat *st_) {
 
 int cxk_obj_close(cxk_pool *p, uint64_t off) {
     if (!p) return -EINVAL;
-    const uint64_t block = block_of(p, off, nullptr);
+    uint32_t h;
+    const uint64_t block = block_of(p, off, &h, nullptr);
     if (!block) return -EINVAL;
     Lease *t = leases(p, p->host);
     bool found = false;
@@ -368,7 +378,9 @@ int cxk_obj_close(cxk_pool *p, uint64_t off) {
     if (!found) return -ENOENT;
     // The last reader of one of our destroyed objects frees it now; other hosts' readers
     // leave it to our next sweep (create, heartbeat).
-    if (own_block(p, block) && ld(&hdr(p, block)->state) == kDead) {
+    // (block_of found it in a run of h, a whole header before the run's end: own_block's
+    // checks but the magic)
+    if (h == p->host && hdr(p, block)->magic == kObjMagic && ld(&hdr(p, block)->state) == kDead) {
         HostLock hl(p);
         if (!hl.err) sweep_pending(p);
     }
@@ -431,9 +443,10 @@ int cxk_obj_stat(cxk_pool *p, const char *name, struct cxk_obj_stat *st_) {
 
 int cxk_obj_stat_at(cxk_pool *p, uint64_t off, struct cxk_obj_stat *st_) {
     uint32_t h;
+    uint64_t end;
     if (!p || !st_) return -EINVAL;
-    ObjHeader *o = header_at(p, off, &h, kObjHeaderBytes);
-    if (!o || !header_sane(p, h, off - kObjHeaderBytes, o) || ld(&o->state) == kFree)
+    ObjHeader *o = header_at(p, off, &h, &end, kObjHeaderBytes);
+    if (!o || !header_fits(off - kObjHeaderBytes, end, o) || ld(&o->state) == kFree)
         return -EINVAL;
     fill_stat(p, h, off - kObjHeaderBytes, st_);
     return 0;
@@ -500,25 +513,28 @@ int cxk_obj_list(cxk_pool *p, struct cxk_obj_stat *out, size_t cap, size_t *n) {
 
 int cxk_obj_validate(cxk_pool *p, uint64_t off, uint64_t generation) {
     uint32_t h;
+    uint64_t end;
     if (!p) return -EINVAL;
-    ObjHeader *o = header_at(p, off, &h, kLine);
+    ObjHeader *o = header_at(p, off, &h, &end, kLine);
     if (!o) return -EINVAL;
-    if (!header_sane(p, h, off - kObjHeaderBytes, o)) return -ESTALE;  // not an object now
+    if (!header_fits(off - kObjHeaderBytes, end, o)) return -ESTALE;  // not an object now
     return (ld(&o->state) == kLive && ld(&o->gen) == generation) ? 0 : -ESTALE;
 }
 
 int cxk_obj_read(cxk_pool *p, uint64_t off, uint64_t generation, uint64_t pos, void *dst,
                  size_t nbytes) {
     uint32_t h;
+    uint64_t end;
     if (!p || (nbytes && !dst)) return -EINVAL;
-    const uint64_t block = block_of(p, off, &h);
-    if (!block) return -EINVAL;
-    if (int r = cxk_obj_validate(p, off, generation)) return r;
-    ObjHeader *o = hdr(p, block);
+    // one read of the maps for the checks before the copy (the block, its run, its header),
+    // and cxk_obj_validate's own after it
+    ObjHeader *o = header_at(p, off, &h, &end, kLine);
+    if (!o) return -EINVAL;
+    if (!header_fits(off - kObjHeaderBytes, end, o)) return -ESTALE;  // not an object now
+    if (ld(&o->state) != kLive || ld(&o->gen) != generation) return -ESTALE;
     const uint64_t size = ldr(&o->nbytes), want = o->checksum;
     const int ck = checksum_state(o);
-    const uint64_t end = block_run_end(p, h, block);
-    if (!end || size > end - off) return -ESTALE;  // changed since the validation
+    if (size > end - off) return -ESTALE;  // changed since the check
     if (pos > size || nbytes > size - pos) return -ERANGE;
     if (h != p->host && p->nc && !cxk::mutated(cxk::Mut::read_invalidate))
         cxk_copy_invalidate(dst, p->base + off + pos, nbytes);
@@ -537,14 +553,14 @@ int cxk_obj_read(cxk_pool *p, uint64_t off, uint64_t generation, uint64_t pos, v
 
 int cxk_obj_verify(cxk_pool *p, uint64_t off) {
     uint32_t h;
+    uint64_t end;
     if (!p) return -EINVAL;
-    ObjHeader *o = header_at(p, off, &h, kLine);
-    if (!o || !header_sane(p, h, off - kObjHeaderBytes, o) || ld(&o->state) == kFree)
+    ObjHeader *o = header_at(p, off, &h, &end, kLine);
+    if (!o || !header_fits(off - kObjHeaderBytes, end, o) || ld(&o->state) == kFree)
         return -EINVAL;
     const uint64_t want = o->checksum, size = ldr(&o->nbytes);
     if (int r = checksum_state(o)) return r;
-    const uint64_t end = block_run_end(p, h, off - kObjHeaderBytes);
-    if (!end || size > end - off) return -EINVAL;  // changed since the check
+    if (size > end - off) return -EINVAL;  // changed since the check
     if (h != p->host) sync_in(p, p->base + off, size);
     return ((1ull << 32) | crc32c(p->base + off, size)) == want ? 0 : -EBADMSG;
 }

@@ -25,11 +25,15 @@ int checksum_state(const ObjHeader *o);
 void fill_stat(const cxk_pool *p, uint32_t h, uint64_t block, struct cxk_obj_stat *st_);
 bool snapshot_header(const cxk_pool *p, uint32_t h, uint64_t block, ObjHeader *out);
 void fill_stat_from(uint32_t h, uint64_t block, const ObjHeader &o, struct cxk_obj_stat *st_);
-// The block of a payload offset inside a run of host *host, or 0.
-uint64_t block_of(const cxk_pool *p, uint64_t off, uint32_t *host);
+// The block of a payload offset inside a run of host *host, or 0; *run_end (may be null):
+// the end of that run.
+uint64_t block_of(const cxk_pool *p, uint64_t off, uint32_t *host, uint64_t *run_end = nullptr);
 // The end of host h's run holding block (0: in no run of h).
 uint64_t block_run_end(const cxk_pool *p, uint32_t h, uint64_t block);
 // A block that fits a run of host h, a payload that fits the block, a name length in
 // range: nothing is read through a header that fails this.
 bool header_sane(const cxk_pool *p, uint32_t h, uint64_t block, const ObjHeader *o);
+// The same against the end of the run that holds block, as the caller just read it from the
+// maps (0: in no run): no map is read.
+bool header_fits(uint64_t block, uint64_t run_end, const ObjHeader *o);
 }  // namespace cxk::pool

@@ -88,6 +88,8 @@ bool run_at(const cxk_pool *p, uint32_t h, uint64_t off, uint64_t *begin, uint64
 // Is off a plausible block of this host's runs (a header fits, aligned, magic)? Every
 // offset read from our slot's lists or a header's links is checked with it before use.
 bool own_block(const cxk_pool *p, uint64_t off);
+// The same, giving the run that holds it: [*begin, *end).
+bool own_block(const cxk_pool *p, uint64_t off, uint64_t *begin, uint64_t *end);
 
 uint64_t name_hash(const char *name, size_t len);
 int64_t now_ns();
