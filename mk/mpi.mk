@@ -88,6 +88,8 @@ mpi-shim: mpi-deps
 	mpicc.openmpi $(MPI_CHECK_CFLAGS) tests/mpi/p2p_check.c -o $(CBUILD)/p2p_check_openmpi
 	mpicc.mpich $(MPI_CHECK_CFLAGS) tests/mpi/rma_check.c -o $(CBUILD)/rma_check_mpich
 	mpicc.openmpi $(MPI_CHECK_CFLAGS) tests/mpi/rma_check.c -o $(CBUILD)/rma_check_openmpi
+	mpicc.mpich $(MPI_CHECK_CFLAGS) tests/mpi/owed_check.c -o $(CBUILD)/owed_check_mpich
+	mpicc.openmpi $(MPI_CHECK_CFLAGS) tests/mpi/owed_check.c -o $(CBUILD)/owed_check_openmpi
 
 # The MPI-5 standard ABI: the mpich 5.x wheel ships libmpi_abi.so and mpi_abi.h (with its own
 # mpiexec); the shim built against mpi_abi.h (a folder where mpi.h is mpi_abi.h) serves any

@@ -26,9 +26,6 @@
 #include "mpi/rma.h"
 
 static struct shim_win *wins;  /* routed windows, newest first */
-/* How many exist: the same on every rank between two collective calls (each is created and
- * freed by every world rank), so every rank picks the same form of a collective below. */
-static int nwins;
 struct shim_rma_stats shim_rma_st;
 
 struct shim_win *shim_win_of(MPI_Win win) {
@@ -129,10 +126,9 @@ static int make_routed(MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm com
     w->next = wins;
     wins = w;
     /* a target applies accumulates and grants locks only when it drives the engine: an
-     * unrouted blocking call must poll the engine while a routed window exists (p2p.c,
-     * reqs.c and the collectives below do when g.inflight is non-zero) */
+     * unrouted blocking call must poll the engine while a routed window exists (p2p.c and
+     * reqs.c do when g.inflight is non-zero; the collectives below always do) */
     ++g.inflight;
-    ++nwins;
     ++shim_rma_st.pool_wins;
     *(void **)baseptr = w->base;
     *win = w->win;
@@ -182,7 +178,6 @@ int MPI_Win_free(MPI_Win *win) {
             break;
         }
     --g.inflight;
-    --nwins;
     int mrc = PMPI_Win_free(&w->win);
     *win = MPI_WIN_NULL;
     free_rec(w);
@@ -218,12 +213,22 @@ int MPI_Win_shared_query(MPI_Win win, int rank, MPI_Aint *size, int *disp_unit,
     return MPI_SUCCESS;
 }
 
-/* ---- progress in collectives while routed windows exist ----
- * A passive target's pool window is served only when its rank drives the engine; programs
- * end lock epochs with a barrier or a reduction, where the target would otherwise sit
- * inside MPI while origins wait for its grant: nonblocking + polling instead. A blocking
- * collective never matches a nonblocking one, so the choice must be the same on every rank:
- * it follows nwins (not g.inflight, which differs between ranks). */
+/* ---- progress in collectives while the pool routes anything ----
+ * A rank inside a collective must go on driving the engine, for two reasons:
+ *  - a passive target's pool window is served only when its rank drives the engine;
+ *    programs end lock epochs with a barrier or a reduction, where the target would
+ *    otherwise sit inside MPI while origins wait for its grant;
+ *  - a rank may enter the collective owing a peer a control cell: the FIN of a rendezvous
+ *    it received or the ACK of a synchronous send it matched, queued in the engine because
+ *    its ring to that peer was full (of its own messages the peer had not read yet). Only
+ *    its own progress pushes it, once the peer has drained the ring, and the peer may be
+ *    waiting for exactly that before it can reach the collective (osu bibw hung so: both
+ *    ranks post a window of rendezvous Isends and Irecvs, Waitall, then MPI_Barrier; the
+ *    last FIN of one rank stayed queued, tests/mpi/owed_check.c). No request of the shim
+ *    is in flight then (g.inflight is 0).
+ * So: nonblocking + polling. A blocking collective never matches a nonblocking one, so the
+ * choice must be the same on every rank: it follows g.on, which every rank agreed on at
+ * MPI_Init (not g.inflight nor the engine's queues, which differ between ranks). */
 static int poll_mpi(int rc, MPI_Request *r) {
     if (rc != MPI_SUCCESS) return rc;
     for (;;) {
@@ -234,7 +239,7 @@ static int poll_mpi(int rc, MPI_Request *r) {
     }
 }
 
-#define POLLING (g.on && nwins > 0)
+#define POLLING (g.on)
 
 int MPI_Barrier(MPI_Comm comm) {
     if (!POLLING) return PMPI_Barrier(comm);

@@ -9,7 +9,10 @@
 #     operations on the pool under the shim and none with the switches off; and under the shim
 #     with RMA_CHECK_BEYOND=1 an access past a window's end must give MPI_ERR_RMA_RANGE (not run
 #     natively: neither MPI checks the end of a window);
-#  3. the OSU-format programs of bench/osu, unmodified, under the shim (each checks the data
+#  3. tests/mpi/owed_check.c (2 ranks): a rank entering a collective while it owes its peer a
+#     FIN / ACK queued behind a full ring must still deliver it (the bibw hang), natively and
+#     under the shim;
+#  4. the OSU-format programs of bench/osu, unmodified, under the shim (each checks the data
 #     it received; exit 3 on a wrong byte), point-to-point ones routed through the pool, the
 #     put/get ones' windows too.
 # The shim is preloaded on the launcher (LD_PRELOAD=... mpiexec ...), as a user would.
@@ -105,6 +108,15 @@ for mpi in mpich openmpi; do
         grep -q "^out of range: put of 4 ints at 62 of 64: MPI_ERR_RMA_RANGE; get at 64: MPI_ERR_RMA_RANGE$" \
             "$base.beyond.txt" || fail "$mpi n=$n: no MPI_ERR_RMA_RANGE past a window's end"
     done
+    # a rank that owes its peer a FIN / ACK (ring full) when it enters a collective (the
+    # bibw hang): natively and under the shim; the program exits 2 when a rank is stuck
+    f="$OUT/$mpi.owed"
+    timeout "$TMO" $(launch $mpi 2) "$CB/owed_check_$mpi" > "$f.native.txt" 2>&1 ||
+        fail "$mpi: native owed_check (see $f.native.txt)"
+    env LD_PRELOAD="$shim" CXLKIT_MPI_STATS=1 timeout "$TMO" $(launch $mpi 2) \
+        "$CB/owed_check_$mpi" > "$f.shim.txt" 2>&1 || fail "$mpi: owed_check under the shim (see $f.shim.txt)"
+    grep -q "^owed: ok$" "$f.shim.txt" && routed "$f.shim.txt" 2 ||
+        fail "$mpi: owed_check under the shim did not finish through the pool (see $f.shim.txt)"
     for b in latency bw bibw multi_lat put_lat get_lat put_bw get_bw; do
         f="$OUT/$mpi.osu.$b.txt"
         env LD_PRELOAD="$shim" CXLKIT_MPI_STATS=1 timeout "$TMO" $(launch $mpi 2) \
