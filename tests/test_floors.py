@@ -18,7 +18,7 @@ PKG = Path(cxlkit.__file__).parent
 FLOORS = [
     ("core: leaves", {"_native", "_config", "errors", "units", "_views", "testing", "audit"}),
     ("core: topology", {"topology"}),
-    ("core: placement", {"policy", "preload", "tiering"}),
+    ("core: placement", {"policy", "preload", "preload_registry", "tiering"}),
     ("core: pool", {"pool", "pool_upgrade"}),
     ("core: sizing", {"plan"}),
     ("core: measurements", {"bench"}),

@@ -5,7 +5,6 @@
 // that a short sleep stays short. docs/msg.md ("Waiting") has the measurements behind the
 // defaults.
 #include <sched.h>
-#include <sys/prctl.h>
 #include <time.h>
 
 #include <cerrno>
@@ -13,6 +12,7 @@
 #include <cstring>
 
 #include "cxlkit.h"
+#include "sys/sys.h"
 
 namespace {
 
@@ -73,12 +73,12 @@ int64_t sleep_ns(int64_t el, uint32_t sleep_us) {
 // nanosleep with the thread's timer slack lowered for its duration (prctl fails only on an
 // old kernel or under a seccomp filter; the sleep is then merely less precise).
 void sleep_precise(int64_t ns) {
-    const int old = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    const long old = cxk::sys_timerslack_get();
     const bool lowered = old > 0 && (unsigned long)old > kSlackNs &&
-                         prctl(PR_SET_TIMERSLACK, kSlackNs, 0, 0, 0) == 0;
+                         cxk::sys_timerslack_set(kSlackNs) == 0;
     timespec ts{time_t(ns / 1000000000), long(ns % 1000000000)};
     nanosleep(&ts, nullptr);
-    if (lowered) prctl(PR_SET_TIMERSLACK, (unsigned long)old, 0, 0, 0);
+    if (lowered) cxk::sys_timerslack_set((unsigned long)old);
 }
 
 }  // namespace

@@ -229,6 +229,16 @@ long sys_getrandom(void *buf, size_t n) noexcept {
     if (int e = fault_check(Sys::getrandom)) return e;
     return ret(::getrandom(buf, n, 0));
 }
+
+long sys_timerslack_get() noexcept {
+    if (int e = fault_check(Sys::prctl)) return e;
+    return ret(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0));
+}
+
+int sys_timerslack_set(unsigned long ns) noexcept {
+    if (int e = fault_check(Sys::prctl)) return e;
+    return int(ret(prctl(PR_SET_TIMERSLACK, ns, 0, 0, 0)));
+}
 int sys_ofd_lock(int fd, long long at, int type) noexcept {
     if (int e = fault_check(Sys::fcntl)) return e;
     struct flock l {};

@@ -73,6 +73,10 @@ int sys_fstatvfs(int fd, struct statvfs *st) noexcept;
 int sys_link(const char *from, const char *to) noexcept;
 int sys_unlink(const char *path) noexcept;
 int sys_kill(int pid, int sig) noexcept;                  // sig 0: does pid exist (-ESRCH)
+// The calling thread's timer slack in ns (prctl PR_GET/SET_TIMERSLACK), with the fault hook
+// (Sys::prctl): the slack (> 0) or -errno; 0 or -errno.
+long sys_timerslack_get() noexcept;
+int sys_timerslack_set(unsigned long ns) noexcept;
 long sys_getrandom(void *buf, size_t n) noexcept;         // bytes or -errno
 // fcntl(F_OFD_SETLK) of one byte: type F_WRLCK or F_UNLCK. 0 or -errno (-EAGAIN: held).
 int sys_ofd_lock(int fd, long long at, int type) noexcept;

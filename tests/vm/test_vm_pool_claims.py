@@ -112,7 +112,9 @@ def test_two_guests_attach_at_once_claim_distinct_slots_and_extents_and_read_eac
         assert rows["guest-a"].extents > 0 and rows["guest-b"].extents > 0
         rep = p.fsck(repair=False)  # an extent in two hosts' runs would be an error
         assert rep.errors == 0 and rep.duplicate_names == 0, rep
-        assert rep.objects_live == 2 * (len(SIZES) + 1)
+        # each guest's objects and its done- marker; the other guest may already have made its
+        # checked- marker (this check once failed with 15: it had)
+        assert 2 * (len(SIZES) + 1) <= rep.objects_live <= 2 * (len(SIZES) + 1) + 1, rep
         # neither closes (and lets the pool be formatted again) before both have checked
         p.create(f"checked-{me}", data=b"1").close()
         _until_other(p, f"checked-{other}").close()
