@@ -213,59 +213,8 @@ int MPI_Win_shared_query(MPI_Win win, int rank, MPI_Aint *size, int *disp_unit,
     return MPI_SUCCESS;
 }
 
-/* ---- progress in collectives while the pool routes anything ----
- * A rank inside a collective must go on driving the engine, for two reasons:
- *  - a passive target's pool window is served only when its rank drives the engine;
- *    programs end lock epochs with a barrier or a reduction, where the target would
- *    otherwise sit inside MPI while origins wait for its grant;
- *  - a rank may enter the collective owing a peer a control cell: the FIN of a rendezvous
- *    it received or the ACK of a synchronous send it matched, queued in the engine because
- *    its ring to that peer was full (of its own messages the peer had not read yet). Only
- *    its own progress pushes it, once the peer has drained the ring, and the peer may be
- *    waiting for exactly that before it can reach the collective (osu bibw hung so: both
- *    ranks post a window of rendezvous Isends and Irecvs, Waitall, then MPI_Barrier; the
- *    last FIN of one rank stayed queued, tests/mpi/owed_check.c). No request of the shim
- *    is in flight then (g.inflight is 0).
- * So: nonblocking + polling. A blocking collective never matches a nonblocking one, so the
- * choice must be the same on every rank: it follows g.on, which every rank agreed on at
- * MPI_Init (not g.inflight nor the engine's queues, which differ between ranks). */
-static int poll_mpi(int rc, MPI_Request *r) {
-    if (rc != MPI_SUCCESS) return rc;
-    for (;;) {
-        int flag = 0;
-        rc = PMPI_Test(r, &flag, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS || flag) return rc;
-        cxk_msg_progress(g.eng);
-    }
-}
-
-#define POLLING (g.on)
-
-int MPI_Barrier(MPI_Comm comm) {
-    if (!POLLING) return PMPI_Barrier(comm);
-    MPI_Request r;
-    return poll_mpi(PMPI_Ibarrier(comm, &r), &r);
-}
-
-int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm) {
-    if (!POLLING) return PMPI_Bcast(buf, count, dt, root, comm);
-    MPI_Request r;
-    return poll_mpi(PMPI_Ibcast(buf, count, dt, root, comm, &r), &r);
-}
-
-int MPI_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
-                  MPI_Comm comm) {
-    if (!POLLING) return PMPI_Allreduce(sbuf, rbuf, count, dt, op, comm);
-    MPI_Request r;
-    return poll_mpi(PMPI_Iallreduce(sbuf, rbuf, count, dt, op, comm, &r), &r);
-}
-
-int MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op, int root,
-               MPI_Comm comm) {
-    if (!POLLING) return PMPI_Reduce(sbuf, rbuf, count, dt, op, root, comm);
-    MPI_Request r;
-    return poll_mpi(PMPI_Ireduce(sbuf, rbuf, count, dt, op, root, comm, &r), &r);
-}
+/* The collectives drive the engine too while routing is on (passive targets are served
+ * only by their rank's progress): native/mpi/coll.c. */
 
 void shim_rma_print_stats(void) {
     const struct shim_rma_stats *s = &shim_rma_st;

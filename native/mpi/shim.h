@@ -2,8 +2,9 @@
  * the communicators the shim routes through the pool, the request/message handle table and
  * the helpers the shim's files share (boot.c: init, config, finalize, counters; comms.c:
  * communicators and datatypes; reqs.c: requests and every Wait/Test; p2p.c: sends, receives,
- * probes). Built once per MPI against that MPI's mpi.h (handles are ints in MPICH, pointers
- * in Open MPI). A rank uses the shim from one thread at a time (MPI_THREAD_SERIALIZED). */
+ * probes; coll.c: the blocking collectives). Built once per MPI against that MPI's mpi.h
+ * (handles are ints in MPICH, pointers in Open MPI). A rank uses the shim from one thread at
+ * a time (MPI_THREAD_SERIALIZED). */
 #ifndef CXLKIT_MPI_SHIM_H
 #define CXLKIT_MPI_SHIM_H
 #include <mpi.h>
@@ -114,6 +115,11 @@ int shim_send_start(struct slot *s);    /* engine send of s (packs); MPI error c
 int shim_recv_start(struct slot *s);
 /* Fill a status from a finished receive slot (unpacking into rbuf): MPI error code. */
 int shim_recv_finish(struct slot *s, MPI_Status *st);
+
+/* ---- coll.c: the blocking collectives, nonblocking and polled while routing is on ---- */
+/* rc of a PMPI nonblocking call that started *r: on success, test *r and drive the engine in
+ * turn until it completes. MPI error code. */
+int shim_poll_mpi(int rc, MPI_Request *r);
 
 /* ---- rma.c: one-sided windows (rma.h) ---- */
 /* The RMA counters' line of this rank (CXLKIT_MPI_STATS). */

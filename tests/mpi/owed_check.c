@@ -11,8 +11,9 @@
  *   rank 0: Isend(64 KiB, rendezvous) to 1; Barrier; Wait; <collective>; Recv the small ones
  *   rank 1: Isend(NSMALL small) to 0 (more than a ring holds: rank 0 reads none before its
  *           Wait); Recv(64 KiB) (its FIN finds the ring full); Barrier; <collective>; Waitall
- * once per collective the shim intercepts (Barrier, Bcast, Allreduce, Reduce), and once with
- * a synchronous send (Issend: the receiver owes an ACK). A rank stuck SECS seconds prints
+ * once per blocking collective that has a nonblocking form (the shim polls all of them:
+ * native/mpi/coll.c), and once with a synchronous send (Issend: the receiver owes an ACK);
+ * each collective's result is checked. A rank stuck SECS seconds prints
  * where and exits 2 (so a regression fails instead of hanging the suite). Prints "owed: ok". */
 #include <mpi.h>
 #include <signal.h>
@@ -43,18 +44,104 @@ static void ok(int rc, const char *what) {
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
-/* The collective under test; every rank calls the same one. */
-static void collective(int which) {
-    int x = me + 1, sum = 0;
-    switch (which) {
-    case 0: ok(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); break;
-    case 1: ok(MPI_Bcast(&x, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Bcast"); break;
-    case 2: ok(MPI_Allreduce(&x, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce"); break;
-    default: ok(MPI_Reduce(&x, &sum, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD), "MPI_Reduce"); break;
-    }
+/* The collective under test; every rank calls the same one (2 ranks, so 2-element buffers;
+ * the results are checked, each rank contributing me + 1). The rooted ones are rooted where
+ * rank 1, the one owing the cell, must wait for rank 0 (a non-root of Gather or a root of
+ * Scatter may send its part and leave, and would not show the hang). */
+enum { NCOLL = 17 };
+static const char *const names[NCOLL] = {
+    "MPI_Barrier", "MPI_Bcast", "MPI_Allreduce", "MPI_Reduce", "MPI_Gather", "MPI_Gatherv",
+    "MPI_Scatter", "MPI_Scatterv", "MPI_Allgather", "MPI_Allgatherv", "MPI_Alltoall",
+    "MPI_Alltoallv", "MPI_Alltoallw", "MPI_Reduce_scatter", "MPI_Reduce_scatter_block",
+    "MPI_Scan", "MPI_Exscan"};
+
+static void expect(int which, const int *got, const int *want, int n) {
+    for (int i = 0; i < n; ++i)
+        if (got[i] != want[i]) {
+            fprintf(stderr, "owed_check: rank %d: %s: element %d is %d, not %d\n", me,
+                    names[which], i, got[i], want[i]);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
 }
 
-static const char *const names[] = {"MPI_Barrier", "MPI_Bcast", "MPI_Allreduce", "MPI_Reduce"};
+static void collective(int which) {
+    const MPI_Comm w = MPI_COMM_WORLD;
+    const int one[2] = {1, 1}, at[2] = {0, 1}, bytes_at[2] = {0, sizeof(int)};
+    const MPI_Datatype ints[2] = {MPI_INT, MPI_INT};
+    const int x = me + 1, pair[2] = {10 * me + 1, 10 * me + 2}; /* pair[j]: to rank j */
+    const int both[2] = {1, 2}, xx[2] = {x, x}, sums[2] = {3, 3}; /* sums: 1 + 2 */
+    const int scat[2] = {1, 2}, to_me[2] = {1 + me, 11 + me};    /* alltoall: from 0, 1 */
+    int v = 0, out[2] = {0, 0};
+    const char *n = names[which];
+    switch (which) {
+    case 0: ok(MPI_Barrier(w), n); break;
+    case 1:
+        v = me == 0 ? 7 : 0;
+        ok(MPI_Bcast(&v, 1, MPI_INT, 0, w), n);
+        expect(which, &v, &(int){7}, 1);
+        break;
+    case 2:
+        ok(MPI_Allreduce(&x, &v, 1, MPI_INT, MPI_SUM, w), n);
+        expect(which, &v, &(int){3}, 1);
+        break;
+    case 3:
+        ok(MPI_Reduce(&x, &v, 1, MPI_INT, MPI_SUM, 0, w), n);
+        if (me == 0) expect(which, &v, &(int){3}, 1);
+        break;
+    case 4:
+        ok(MPI_Gather(&x, 1, MPI_INT, out, 1, MPI_INT, 1, w), n);
+        if (me == 1) expect(which, out, both, 2);
+        break;
+    case 5:
+        ok(MPI_Gatherv(&x, 1, MPI_INT, out, one, at, MPI_INT, 1, w), n);
+        if (me == 1) expect(which, out, both, 2);
+        break;
+    case 6:
+        ok(MPI_Scatter(scat, 1, MPI_INT, &v, 1, MPI_INT, 0, w), n);
+        expect(which, &v, &x, 1);
+        break;
+    case 7:
+        ok(MPI_Scatterv(scat, one, at, MPI_INT, &v, 1, MPI_INT, 0, w), n);
+        expect(which, &v, &x, 1);
+        break;
+    case 8:
+        ok(MPI_Allgather(&x, 1, MPI_INT, out, 1, MPI_INT, w), n);
+        expect(which, out, both, 2);
+        break;
+    case 9:
+        ok(MPI_Allgatherv(&x, 1, MPI_INT, out, one, at, MPI_INT, w), n);
+        expect(which, out, both, 2);
+        break;
+    case 10:
+        ok(MPI_Alltoall(pair, 1, MPI_INT, out, 1, MPI_INT, w), n);
+        expect(which, out, to_me, 2);
+        break;
+    case 11:
+        ok(MPI_Alltoallv(pair, one, at, MPI_INT, out, one, at, MPI_INT, w), n);
+        expect(which, out, to_me, 2);
+        break;
+    case 12:
+        ok(MPI_Alltoallw(pair, one, bytes_at, ints, out, one, bytes_at, ints, w), n);
+        expect(which, out, to_me, 2);
+        break;
+    case 13:
+        ok(MPI_Reduce_scatter(xx, &v, one, MPI_INT, MPI_SUM, w), n);
+        expect(which, &v, &sums[me], 1);
+        break;
+    case 14:
+        ok(MPI_Reduce_scatter_block(xx, &v, 1, MPI_INT, MPI_SUM, w), n);
+        expect(which, &v, &sums[me], 1);
+        break;
+    case 15:
+        ok(MPI_Scan(&x, &v, 1, MPI_INT, MPI_SUM, w), n);
+        expect(which, &v, &(int){me ? 3 : 1}, 1);
+        break;
+    default:
+        ok(MPI_Exscan(&x, &v, 1, MPI_INT, MPI_SUM, w), n);
+        if (me == 1) expect(which, &v, &(int){1}, 1);  /* rank 0's result is undefined */
+        break;
+    }
+}
 
 /* One round: rank 1 owes rank 0 the FIN (sync 0) or the ACK (sync 1) of message `big`. */
 static void round_(int which, int sync, unsigned char *big, long *small, MPI_Request *reqs) {
@@ -113,7 +200,7 @@ int main(int argc, char **argv) {
     long *small = malloc(sizeof *small * NSMALL);
     MPI_Request *reqs = malloc(sizeof *reqs * NSMALL);
     if (!big || !small || !reqs) MPI_Abort(MPI_COMM_WORLD, 1);
-    for (int which = 0; which < 4; ++which)
+    for (int which = 0; which < NCOLL; ++which)
         for (int sync = 0; sync < 2; ++sync) round_(which, sync, big, small, reqs);
     phase = "MPI_Finalize";
     alarm(SECS);
