@@ -63,6 +63,57 @@ def assert_maps_sane(path: str) -> None:
         assert sum(1 for m in maps if m[e] >= 2) <= 1, f"extent {e} in two hosts' runs"
 
 
+def free_blocks_inside_runs(path: str) -> list[tuple[int, int, int, int]]:
+    """(host, offset, bytes, extent_bytes) of every FREE block that does not end its run,
+    walking each host's chains from the file (docs/pool-format.md, "Extents", "Blocks")."""
+    maps = extent_maps(path)
+    out = []
+    with open(path, "rb") as f:
+        sb = f.read(248)
+        data_off = struct.unpack_from("<Q", sb, 152)[0]
+        ext = struct.unpack_from("<Q", sb, 200)[0]
+        for h, m in enumerate(maps):
+            e = 0
+            while e < len(m):
+                if m[e] != 3:
+                    e += 1
+                    continue
+                n = 1
+                while e + n < len(m) and m[e + n] == 2:
+                    n += 1
+                off, end = data_off + e * ext, data_off + (e + n) * ext
+                while off < end:
+                    f.seek(off)
+                    magic, state, nb = struct.unpack("<IIQ", f.read(16))
+                    assert 384 <= nb <= end - off and nb % 64 == 0, (h, off, nb)
+                    if state == 0 and off + nb < end:
+                        out.append((h, off, nb, ext))
+                    off += nb
+                e += n
+    return out
+
+
+def whole_extents_inside(off: int, nbytes: int, ext: int, data_off: int = 0) -> int:
+    """Whole extents a FREE block [off, off + nbytes) could give back with room left for a
+    header (384 B minimum block) before and after them, as extent_return_gap computes it."""
+    end = off + nbytes
+    g0 = -(-(off - data_off) // ext) * ext + data_off
+    if 0 < g0 - off < 384:
+        g0 += ext
+    g1 = (end - data_off) // ext * ext + data_off
+    if 0 < end - g1 < 384:
+        g1 -= ext
+    return max(0, (g1 - g0) // ext)
+
+
+def assert_no_returnable_gap(path: str) -> None:
+    """Every emptied extent inside a run went back, but the one a host keeps as slack."""
+    with open(path, "rb") as f:
+        data_off = struct.unpack_from("<Q", f.read(248), 152)[0]
+    for h, off, nb, ext in free_blocks_inside_runs(path):
+        assert whole_extents_inside(off, nb, ext, data_off) <= 1, (h, off, nb)
+
+
 # ---- one host can use the whole pool ---------------------------------------------------
 
 @pytest.mark.parametrize("nbytes", [3000, 100_000, 700_000])
@@ -178,6 +229,88 @@ def test_many_hosts_claiming_extents_at_once_never_share_one(path):
         assert total >= 0.9 * pool.stat().partition_bytes
         held = sum(h.extents for h in pool.hosts())
         assert held + pool.stat().extents_free == pool.stat().nextents
+    assert_maps_sane(path)
+
+
+def test_emptied_extents_inside_a_run_go_back_and_another_host_claims_them(path):
+    with cxlkit.Pool(path, size=16 * MiB, host_id=0, max_hosts=2) as a:
+        ext = a.stat().extent_bytes
+        one = ext - 320  # payload + header: exactly one extent, so object i is extent i
+        for i in range(5):
+            a.create(f"o{i}", data=payload(f"o{i}", one)).close()
+        assert a.stat().extents_held == 5
+        for i in (1, 2, 3):
+            a.destroy(f"o{i}")
+        st = a.stat()
+        # o1..o3's three extents: all but one (the host's slack) went back; the run split
+        assert st.extents_held == 3, st
+        assert st.used_bytes == 2 * ext and st.free_bytes == ext
+        m = extent_maps(path)[0]
+        assert m[:5] == [3, 2, 0, 0, 3], m[:5]
+        assert_maps_sane(path)
+        assert_no_returnable_gap(path)
+        assert a.fsck(repair=False).clean
+        with cxlkit.Pool(path, host_id=1) as b:
+            got = 0
+            with pytest.raises(cxlkit.PoolFullError):
+                while True:
+                    b.create(f"b{got}", data=payload(f"b{got}", one)).close()
+                    got += 1
+            m1 = extent_maps(path)[1]
+            assert m1[2] != 0 and m1[3] != 0  # the returned extents are host 1's now
+            assert b.fsck().clean
+        for i in (0, 4):
+            with a.open(f"o{i}") as o:
+                assert o.read() == payload(f"o{i}", one)
+        # o4's run can still grow and shrink: destroying it returns its run but the slack
+        a.destroy("o4")
+        a.destroy("o0")
+        assert a.stat().extents_held <= 1
+    assert_maps_sane(path)
+
+
+GAP_POINTS = ["gap.split", "gap.started", "gap.cleared"]
+
+
+def _crash_gap(path, point):
+    pool = cxlkit.Pool(path, host_id=0)
+    _native.pool_crash_at(point, 1)
+    pool.destroy("mid")  # frees whole extents inside the run (keep ... after)
+    os._exit(0)
+
+
+@pytest.mark.parametrize("point", GAP_POINTS)
+def test_kill_at_a_crash_point_of_a_return_inside_a_run_loses_nothing(path, point):
+    with cxlkit.Pool(path, size=16 * MiB, host_id=0, max_hosts=2) as pool:
+        for name, n in (("keep", 100_000), ("mid", 3 * MiB), ("after", 100_000)):
+            pool.create(name, data=payload(name, n)).close()
+        held = pool.stat().extents_held
+    assert held >= 50
+    child = mp.get_context("fork").Process(target=_crash_gap, args=(path, point))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 137  # died at the point
+    with cxlkit.Pool(path, host_id=0) as pool:
+        rep = pool.fsck(repair=True)
+        assert rep.clean and rep.objects_creating == 0 and rep.objects_dead == 0, rep
+        names = {o.name for o in pool.list()}
+        assert names == {"keep", "after"}  # destroy had entered TOMB before the free
+        for name in names:
+            with pool.open(name) as o:
+                assert o.read() == payload(name, o.nbytes)
+        st = pool.stat()
+        assert st.used_bytes + st.free_bytes == st.extents_held * st.extent_bytes
+        assert st.extents_held + st.extents_free == st.nextents
+        # recovery finished the return (or gave the run's free tail back): mid's extents
+        # are free whatever the point
+        assert st.extents_held <= 6, st
+        assert_maps_sane(path)
+        assert_no_returnable_gap(path)
+        with cxlkit.Pool(path, host_id=1) as other:
+            other.create("other", data=payload("other", 2 * MiB)).close()
+            assert other.fsck().clean
+        pool.create("again", data=payload("again", 3 * MiB)).close()
+        assert pool.fsck().clean
     assert_maps_sane(path)
 
 

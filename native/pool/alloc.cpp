@@ -154,8 +154,9 @@ void free_block(cxk_pool *p, uint64_t off) {
     if (off + bytes < end) hdr(p, off + bytes)->prev_bytes = bytes;
     free_list_push(p, s, off);
     sync_out(p, hdr(p, off), kLine);
-    // a free tail of whole extents goes back
+    // whole extents go back: a free tail, or those inside a free block within the run
     if (off + bytes == end) extent_trim(p, off, begin, end);
+    else if (bytes >= p->geo.extent_bytes) extent_return_gap(p, off, begin, end);
 }
 
 bool walk(const cxk_pool *p, uint32_t h, std::vector<WalkBlock> *out) {

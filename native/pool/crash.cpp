@@ -17,6 +17,7 @@ const char *const kCrashNames[] = {"create.alloc", "create.entry", "publish.head
                                    "destroy.header", "destroy.free", "locked", "takeover",
                                    "claim.reserved", "claim.formatted", "claim.committed",
                                    "trim.split", "trim.cleared", "slot.claimed",
+                                   "gap.split", "gap.started", "gap.cleared",
                                    "upgrade.split", "upgrade.staged", "upgrade.committed",
                                    "upgrade.rewriting"};
 static_assert(sizeof(kCrashNames) / sizeof(kCrashNames[0]) == size_t(Crash::count_), "names");

@@ -261,6 +261,9 @@ int extent_claim(cxk_pool *p, uint64_t need) {
             sched_yield();
             continue;
         }
+        // lines of these extents we cached while another host held them are stale: drop
+        // them before writing (non-coherent memory; a no-op with coherence "host")
+        sync_in(p, hdr(p, ext_off(p, first)), k * E);
         write_free_header(p, ext_off(p, first), k * E, extend ? last_bytes : 0);
         crash_point(Crash::claim_formatted);
         map_set(p, first, k, extend ? kExtCont : kExtStart, kExtCont, true);
@@ -311,9 +314,68 @@ void extent_trim(cxk_pool *p, uint64_t off, uint64_t rb, uint64_t re) {
         crash_point(Crash::trim_split);
     }
     s->free_bytes -= re - t;
+    sync_out(p, hdr(p, t), re - t);  // as in extent_return_gap: no dirty line outlives the return
     // the word holding t first: the run ends at t before the rest are cleared (orphans)
     map_set(p, (t - g.data_off) / E, (re - t) / E, kExtFree, kExtFree, false);
     crash_point(Crash::trim_cleared);
+}
+
+void extent_return_gap(cxk_pool *p, uint64_t off) {
+    uint64_t rb, re;
+    if (run_at(p, p->host, off, &rb, &re)) extent_return_gap(p, off, rb, re);
+}
+
+void extent_return_gap(cxk_pool *p, uint64_t off, uint64_t rb, uint64_t re) {
+    const Superblock &g = p->geo;
+    const uint64_t E = g.extent_bytes;
+    HostSlot *s = slot(p, p->host);
+    ObjHeader *b = hdr(p, off);
+    const uint64_t bytes = ld(&b->block_bytes);
+    // the block is pool memory: it must lie in the run and stop short of its end
+    if (ld(&b->state) != kFree || off < rb || off >= re || bytes >= re - off || bytes < E)
+        return;
+    const uint64_t end = off + bytes;
+    // [g0, g1): the whole extents inside the block, leaving room for a header before and after
+    uint64_t g0 = g.data_off + (off - g.data_off + E - 1) / E * E;
+    if (g0 > off && g0 - off < kMinBlock) g0 += E;
+    uint64_t g1 = g.data_off + (end - g.data_off) / E * E;
+    if (g1 < end && end - g1 < kMinBlock) {
+        if (g1 - g.data_off < E) return;
+        g1 -= E;
+    }
+    if (g1 <= g0) return;
+    // one extent of slack per host: a host near a boundary does not claim and return on
+    // every create/destroy (free_bytes is derived; a wrong value changes only this choice)
+    if (s->free_bytes < g1 - g0 || s->free_bytes - (g1 - g0) < E) g0 += E;
+    if (g1 <= g0) return;
+    free_list_remove(p, s, off);
+    // Split at g1, then at g0: each a new FREE header, then the one store that shortens the
+    // block, so the chain is whole after every store and no block spans the gap.
+    if (g1 < end) {
+        write_free_header(p, g1, end - g1, 0);  // it begins the run after the gap
+        st(&b->block_bytes, g1 - off);
+        sync_out(p, b, kLine);
+    }
+    hdr(p, end)->prev_bytes = end - g1;  // end < re: a block of ours (0 when g1 == end)
+    if (g0 > off) {
+        write_free_header(p, g0, g1 - g0, g0 - off);
+        st(&b->block_bytes, g0 - off);
+        sync_out(p, b, kLine);
+        free_list_push(p, s, off);
+    }
+    if (g1 < end) free_list_push(p, s, g1);
+    crash_point(Crash::gap_split);
+    // the run after the gap begins at g1 (one store, CONT -> START) before the gap leaves
+    // the map: a crash between them leaves two walkable runs, the first one's free tail
+    map_set(p, (g1 - g.data_off) / E, 1, kExtStart, kExtStart, false);
+    crash_point(Crash::gap_started);
+    s->free_bytes -= g1 - g0;
+    // lines of the gap this host dirtied (boundary tags, list links) reach the pool now: a
+    // later write-back would land on the next owner's bytes (non-coherent memory)
+    sync_out(p, hdr(p, g0), g1 - g0);
+    // from the first up, as trim: the run before ends at g0 first, the rest are orphans
+    map_set(p, (g0 - g.data_off) / E, (g1 - g0) / E, kExtFree, kExtFree, false);
+    crash_point(Crash::gap_cleared);
 }
 
 void extmap_recover(cxk_pool *p) {

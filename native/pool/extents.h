@@ -25,6 +25,11 @@ int extent_claim(cxk_pool *p, uint64_t need);
 void extent_trim(cxk_pool *p, uint64_t off);
 // The same when the caller has just read off's run from our map: [rb, re).
 void extent_trim(cxk_pool *p, uint64_t off, uint64_t rb, uint64_t re);
+// off is a FREE block of our run [rb, re) that does not end it: the whole extents strictly
+// inside it go back to the pool (the run splits in two around them), but one extent when the
+// host would be left with less than an extent free. pre: the host lock.
+void extent_return_gap(cxk_pool *p, uint64_t off, uint64_t rb, uint64_t re);
+void extent_return_gap(cxk_pool *p, uint64_t off);
 // Our map after a crash: reservations withdrawn, orphan CONTs cleared. pre: the host lock.
 void extmap_recover(cxk_pool *p);
 // pool release: host h's runs become runs of ours (commit order; h's map still says them

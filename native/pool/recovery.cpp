@@ -247,13 +247,19 @@ int recover(cxk_pool *p, cxk_fsck_report *r) {
     reclaim_unowned(p, blocks, r);
     const std::vector<WalkBlock> kept = rebuild_lists(p, blocks);
     rebuild_entries(p, kept, r);
-    // runs whose tail is free give their whole extents back, as a free would have
+    // free blocks give their whole extents back, as a free would have: those inside a run
+    // (which also finishes a return a crash cut short), then a run's free tail. The walk
+    // above checked every block_bytes; a return only shortens the block it is at.
     std::vector<Run> runs;
     runs_of(p, p->host, &runs);
     for (const Run &run : runs) {
         const uint64_t end = ext_off(p, run.first + run.count);
         uint64_t off = ext_off(p, run.first);
-        while (off + hdr(p, off)->block_bytes < end) off += hdr(p, off)->block_bytes;
+        while (off + hdr(p, off)->block_bytes < end) {
+            const uint64_t next = off + hdr(p, off)->block_bytes;
+            if (ld(&hdr(p, off)->state) == kFree) extent_return_gap(p, off);
+            off = next;
+        }
         if (ld(&hdr(p, off)->state) == kFree) extent_trim(p, off);
     }
     p->needs_recover = false;
