@@ -818,6 +818,31 @@ def test_stop_point_checks_its_arguments():
         assert p.host_id in (0, 1)
 
 
+@pytest.mark.parametrize("point", ["slot.x", "slot.claimed"])
+def test_claimer_killed_mid_claim(path, point):
+    # the only free slot is 0 (host 1 closed its own door); a claimer by name dies after
+    # writing its nonce (slot 0 is still free: the next name takes it) or after winning the
+    # slot before tagging it (a claim interrupted: EBUSY for the next name, shown as claimed)
+    cxlkit.Pool(path, size=8 * MiB, max_hosts=2, host_id=1).close()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _native.pool_crash_at(point, 1)
+            cxlkit.Pool(path, host_id="dead").close()
+        finally:
+            os._exit(1)  # not reached when the crash point fires (137)
+    _, st = os.waitpid(pid, 0)
+    assert os.WIFEXITED(st) and os.WEXITSTATUS(st) == 137
+    if point == "slot.x":
+        with cxlkit.Pool(path, host_id="alive") as p:
+            assert p.host_id == 0 and p.fsck(repair=False).clean
+        return
+    with pytest.raises(cxlkit.PoolError, match="no host slot is free"):
+        cxlkit.Pool(path, host_id="alive")
+    with cxlkit.Pool(path, host_id=1) as p:
+        assert p.hosts()[0].state == "claimed" and p.fsck(repair=False).clean
+
+
 def _lease_holder(path, ready):
     pool = cxlkit.Pool(path, host_id=1)
     held = pool.open("leased")  # held until this process is killed
