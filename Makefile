@@ -84,7 +84,7 @@ test-engines: $(ENGINE_TESTS)
 # rpc and ring run their cross-host cases under the simulator too.
 SIM_SEEDS ?= 2
 SIM_TESTS ?= tests/test_pool.py tests/test_kv_store.py tests/test_msg_ring.py tests/test_rpc.py \
-  tests/test_msg.py tests/test_msg_rma.py
+  tests/test_msg.py tests/test_msg_rma.py tests/test_pool_claims.py
 # under the simulator this one failed once in ~35 runs (all four ranks' 30 s join timed out at
 # load ~20; not reproduced since, cause not found): it runs in plain pytest, and here only by
 # hand (make test-sim SIM_DESELECT=) until the cause is known.
