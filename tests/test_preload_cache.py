@@ -110,7 +110,7 @@ def test_zero_turns_the_cache_off(prog, tmp_path, var):
     assert v["old_bytes"] == "0"
     text = log.read_text()
     assert PP.log_lines(text)[0][2].endswith("(off)")
-    assert "reuse" not in text and "at exit" not in text
+    assert "reuse" not in text and "cache at exit" not in text
 
 
 @pytest.mark.parametrize("var,value,says", [

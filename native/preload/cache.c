@@ -96,12 +96,17 @@ int cxp_cache_put(char *map, size_t len) {
 
 char *cxp_cache_take(size_t need, size_t *len) {
     if (!cxp_cache_enabled()) return NULL;
+    /* used is written under the lock; a stale 0 only costs this call a fresh mapping */
+    if (__atomic_load_n(&used, __ATOMIC_RELAXED) == 0) {
+        __atomic_add_fetch(&stats.misses, 1, __ATOMIC_RELAXED);
+        return NULL;
+    }
     pthread_mutex_lock(&lock);
     int best = -1;
     for (int i = 0; i < used; i++)
         if (table[i].len >= need && (best < 0 || table[i].len < table[best].len)) best = i;
     if (best < 0) {
-        stats.misses++;
+        __atomic_add_fetch(&stats.misses, 1, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&lock);
         return NULL;
     }

@@ -35,6 +35,7 @@
 extern void *__libc_malloc(size_t);
 extern void *__libc_calloc(size_t, size_t);
 extern void __libc_free(void *);
+extern void *__libc_realloc(void *, size_t);
 
 static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
 static int (*real_munmap)(void *, size_t);
@@ -55,13 +56,42 @@ static int state;      /* 0 not set up, 1 setting up, 2 done */
 static int active;     /* a valid configuration: place */
 static int glibc_malloc; /* the next malloc is glibc's: its chunk headers can be read */
 static int cache_on;     /* freed placed blocks go to the cache (cache.c) */
-static int watch_free;   /* free() looks at large mapped blocks (the cache, the registry) */
 static size_t page_size = 4096;
 static struct cxp_config cfg;
-/* Calls for this many bytes or more take the slow path: 0 until set up (the first call sets
- * up), cfg.min_bytes when placing, SIZE_MAX when off. */
+
+/* ---- the fast path ----------------------------------------------------------------------
+ * Every malloc-family call and every mmap/munmap of the program passes through here, so the
+ * common case (a small block, a small mapping) is one load and one compare, then a tail jump
+ * to the real function: no lock, no thread-local guard, no stack frame (the slow paths are
+ * separate noinline functions). Read the disassembly (objdump -d) after changing these.
+ *
+ * place_min: calls for this many bytes or more take the slow path. 0 until set up (the first
+ * call sets up), cfg.min_bytes when placing, SIZE_MAX when off. Stored with release at the
+ * end of setup, after every real_* pointer: a thread that loads it nonzero (acquire, a plain
+ * load on x86) may call through real_*.
+ * watch_headers: 1 when the next malloc is glibc's and placement is on: free and realloc may
+ * read the chunk header word just below a block (0 otherwise: another malloc's block may
+ * start a mapping, and the word below it would be unmapped). Stored before place_min. */
 static size_t place_min;
-static inline size_t slow_from(void) { return __atomic_load_n(&place_min, __ATOMIC_RELAXED); }
+static int watch_headers;
+static inline size_t slow_from(void) { return __atomic_load_n(&place_min, __ATOMIC_ACQUIRE); }
+static inline int watching(void) { return __atomic_load_n(&watch_headers, __ATOMIC_ACQUIRE); }
+/* glibc marks a chunk it mapped by itself with IS_MMAPPED in the size word below the block;
+ * every block the library places or caches is such a chunk (placed_block checks the bit, a
+ * cached block keeps glibc's header), so a block without it is never the library's. */
+static inline int mmapped_chunk(const void *p) {
+    return (((const size_t *)p)[-1] & IS_MMAPPED) != 0;
+}
+
+/* How often each slow path ran once set up, and the calls before set up (dlsym's, the
+ * loader's): logged at exit (CXLKIT_PRELOAD_LOG) so a test can check that small calls never
+ * leave the fast path. Relaxed counters, touched only in the slow paths. */
+enum { SLOW_BOOT, SLOW_MALLOC, SLOW_CALLOC, SLOW_REALLOC, SLOW_FREE, SLOW_ALIGNED, SLOW_MMAP,
+       SLOW_MUNMAP, SLOW_N };
+static unsigned long slow_calls[SLOW_N];
+static inline void count_slow(int which) {
+    __atomic_add_fetch(&slow_calls[slow_from() ? which : SLOW_BOOT], 1, __ATOMIC_RELAXED);
+}
 
 static void resolve(void) {
     if (__atomic_load_n(&resolved, __ATOMIC_ACQUIRE)) return;
@@ -171,7 +201,6 @@ static void setup(void) {
             cxp_config_format(&cfg, spec, sizeof spec);
             setup_cache();
             cxp_registry_init();
-            watch_free = glibc_malloc;
             cxp_log("on: stripe %s chunk %zu min %zu cache %zu bytes %d blocks%s", spec,
                     cfg.chunk_bytes, cfg.min_bytes, cfg.cache_bytes, cfg.cache_count,
                     cache_on ? "" : " (off)");
@@ -179,7 +208,9 @@ static void setup(void) {
             __atomic_store_n(&active, 1, __ATOMIC_RELEASE);
         }
     }
-    __atomic_store_n(&place_min, active ? cfg.min_bytes : SIZE_MAX, __ATOMIC_RELAXED);
+    /* watch_headers first: a thread that sees place_min set sees it too */
+    __atomic_store_n(&watch_headers, active && glibc_malloc, __ATOMIC_RELEASE);
+    __atomic_store_n(&place_min, active ? cfg.min_bytes : SIZE_MAX, __ATOMIC_RELEASE);
     __atomic_store_n(&state, 2, __ATOMIC_RELEASE);
 }
 
@@ -225,33 +256,53 @@ static void consider_mapping(const char *what, void *p, size_t len, int prot, in
         place_range(what, p, len, 0, (flags & MAP_POPULATE) != 0);
 }
 
-API void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+/* A mapping as large as the minimum, a MAP_FIXED one (it may replace part of a placed range),
+ * or any call before set up. */
+__attribute__((noinline)) static void *mmap_slow(void *addr, size_t len, int prot, int flags,
+                                                 int fd, off_t off) {
     if (__builtin_expect(!real_mmap, 0)) {
         if (__atomic_load_n(&resolving, __ATOMIC_RELAXED))
             return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
         resolve();
     }
+    count_slow(SLOW_MMAP);
     void *p = real_mmap(addr, len, prot, flags, fd, off);
     if (p != MAP_FAILED && placing()) {
         int saved = errno;
-        if (flags & (MAP_FIXED | MAP_FIXED_NOREPLACE)) cxp_registry_remove(p, len);
+        if (flags & MAP_FIXED) cxp_registry_remove(p, len);
         consider_mapping("mmap", p, len, prot, flags);
         errno = saved;
     }
     return p;
 }
 
+API void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+    /* MAP_FIXED_NOREPLACE fails rather than replace: only MAP_FIXED can cut a placed range */
+    if (__builtin_expect(len < slow_from() && !(flags & MAP_FIXED), 1))
+        return real_mmap(addr, len, prot, flags, fd, off);
+    return mmap_slow(addr, len, prot, flags, fd, off);
+}
+
 API void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
     __attribute__((alias("mmap")));
 
-API int munmap(void *addr, size_t len) {
+__attribute__((noinline)) static int munmap_slow(void *addr, size_t len) {
     if (__builtin_expect(!real_munmap, 0)) resolve();
+    count_slow(SLOW_MUNMAP);
     int r = real_munmap(addr, len);
     if (r == 0 && placing()) {
         cxp_registry_remove(addr, len); /* any part of a placed range */
         if (len >= cfg.min_bytes) cxp_log("unmap %p+%zu", addr, len);
     }
     return r;
+}
+
+/* A small unmap passes straight through unless it cuts a placed range (a lock-free look at
+ * the registry: a hole punched in a placed mapping must leave its record). */
+API int munmap(void *addr, size_t len) {
+    if (__builtin_expect(len < slow_from() && !cxp_registry_overlaps(addr, len), 1))
+        return real_munmap(addr, len);
+    return munmap_slow(addr, len);
 }
 
 /* Whether the page at p has the policy the library gives a mapping's first chunk (MPOL_BIND
@@ -376,7 +427,9 @@ static int cache_free(void *p) {
     return r;
 }
 
-API void free(void *p) {
+/* A block whose header says glibc mapped it (rare: only blocks of at least the minimum are
+ * mapped once the threshold is pinned), or a call before set up / with another malloc. */
+__attribute__((noinline)) static void free_slow(void *p) {
     if (__builtin_expect(!real_free, 0)) {
         if (__atomic_load_n(&resolving, __ATOMIC_RELAXED)) {
             __libc_free(p);
@@ -384,17 +437,26 @@ API void free(void *p) {
         }
         resolve();
     }
-    /* the fast path: one flag, and for a cached process one header word glibc reads anyway */
-    if (p && __atomic_load_n(&watch_free, __ATOMIC_RELAXED)) {
+    if (p && watching()) {
+        count_slow(SLOW_FREE);
         size_t size = ((const size_t *)p)[-1];
-        if ((size & IS_MMAPPED) && size >= cfg.min_bytes) {
-            if (cache_on && cache_free(p)) return;
-            char *m;
-            size_t len;
-            if (block_mapping(p, 0, &m, &len)) cxp_registry_remove(m, len); /* glibc unmaps */
-        }
+        if (cache_on && size >= cfg.min_bytes && cache_free(p)) return;
+        /* glibc unmaps it: a placed block, or one shrunk in place below the minimum, leaves
+         * the registry (no lock when it has no record) */
+        char *m;
+        size_t len;
+        if (block_mapping(p, 0, &m, &len)) cxp_registry_remove(m, len);
     }
     real_free(p);
+}
+
+API void free(void *p) {
+    /* one flag, then the header word glibc's free reads next anyway */
+    if (__builtin_expect(watching(), 1) && __builtin_expect(!p || !mmapped_chunk(p), 1)) {
+        real_free(p);
+        return;
+    }
+    free_slow(p);
 }
 
 /* The program asks for free memory back: the cache goes first, then glibc's heap. */
@@ -407,6 +469,11 @@ API int malloc_trim(size_t pad) {
 }
 
 __attribute__((destructor)) static void cxp_fini(void) {
+    unsigned long c[SLOW_N];
+    for (int i = 0; i < SLOW_N; i++) c[i] = __atomic_load_n(&slow_calls[i], __ATOMIC_RELAXED);
+    cxp_log("slow path at exit: malloc %lu calloc %lu realloc %lu free %lu aligned %lu mmap %lu "
+            "munmap %lu before setup %lu", c[SLOW_MALLOC], c[SLOW_CALLOC], c[SLOW_REALLOC],
+            c[SLOW_FREE], c[SLOW_ALIGNED], c[SLOW_MMAP], c[SLOW_MUNMAP], c[SLOW_BOOT]);
     if (!__atomic_load_n(&cache_on, __ATOMIC_RELAXED)) return;
     struct cxp_cache_stats st;
     cxp_cache_stats(&st);
@@ -414,40 +481,81 @@ __attribute__((destructor)) static void cxp_fini(void) {
             "%zu bytes held", st.puts, st.hits, st.misses, st.evictions, st.entries, st.bytes);
 }
 
-API void *malloc(size_t n) {
+/* Set up (the first call of all), or resolve while dlsym runs: 1 when the caller should
+ * forward its call to glibc's __libc_* (inside dlsym, real_* not set yet). */
+static int boot(void) {
     if (__builtin_expect(!real_malloc, 0)) {
-        if (__atomic_load_n(&resolving, __ATOMIC_RELAXED)) return __libc_malloc(n);
+        if (__atomic_load_n(&resolving, __ATOMIC_RELAXED)) return 1;
         resolve();
     }
-    if (__builtin_expect(n < slow_from(), 1)) return real_malloc(n);
+    placing(); /* sets up (or another thread does: this call then goes unplaced) */
+    return 0;
+}
+
+__attribute__((noinline)) static void *malloc_slow(size_t n) {
+    count_slow(SLOW_MALLOC);
+    if (!slow_from() && boot()) return __libc_malloc(n);
+    if (n < slow_from() || !placing()) return real_malloc(n);
     void *c = cached_block("malloc", n);
     return c ? c : placed_block("malloc", real_malloc(n), n);
 }
 
+API void *malloc(size_t n) {
+    if (__builtin_expect(n < slow_from(), 1)) return real_malloc(n);
+    return malloc_slow(n);
+}
+
 /* A reused block is not zero: memset it (its pages are resident already; dropping them with
  * MADV_DONTNEED and faulting zero pages back measured slower, docs/preload.md). */
-API void *calloc(size_t k, size_t n) {
-    if (__builtin_expect(!real_calloc, 0)) {
-        if (__atomic_load_n(&resolving, __ATOMIC_RELAXED)) return __libc_calloc(k, n);
-        resolve();
-    }
+__attribute__((noinline)) static void *calloc_slow(size_t k, size_t n) {
+    count_slow(SLOW_CALLOC);
+    if (!slow_from() && boot()) return __libc_calloc(k, n);
     size_t total;
     if (__builtin_mul_overflow(k, n, &total)) return real_calloc(k, n); /* glibc: ENOMEM */
-    if (__builtin_expect(total < slow_from(), 1)) return real_calloc(k, n);
+    if (total < slow_from() || !placing()) return real_calloc(k, n);
     void *c = cached_block("calloc", total);
     if (c) return memset(c, 0, total);
     return placed_block("calloc", real_calloc(k, n), total);
 }
 
-API void *realloc(void *old, size_t n) {
-    if (__builtin_expect(!real_realloc, 0)) resolve();
-    if (__builtin_expect(n < slow_from(), 1) || !placing() || !glibc_malloc ||
-        n < cfg.min_bytes)  /* the first call of all sets up, then compares again */
-        return real_realloc(old, n);
-    if (!old) return malloc(n); /* the cache may serve it */
+API void *calloc(size_t k, size_t n) {
+    size_t total;
+    if (__builtin_expect(!__builtin_mul_overflow(k, n, &total) && total < slow_from(), 1))
+        return real_calloc(k, n);
+    return calloc_slow(k, n);
+}
+
+/* A mapped block shrunk below the minimum: glibc shrinks its mapping in place (mremap) or
+ * copies it to its heap and unmaps it. Its record goes first (the range may be reused by
+ * another thread once unmapped) and comes back, shortened, when the block stayed mapped in
+ * place; an unplaced mapped block had no record and gets none. */
+static void *realloc_mapped_small(void *old, size_t n, char *m, size_t len) {
+    int was_placed = len >= cfg.min_bytes && bound_to_first(m);
+    if (was_placed) cxp_registry_remove(m, len);
+    void *p = real_realloc(old, n);
+    char *m2;
+    size_t len2;
+    if (!was_placed) return p;
+    if (!p) {
+        cxp_registry_add(m, len); /* failed: the old block stays as it was */
+    } else if (block_mapping(p, 0, &m2, &len2) && m2 == m) {
+        cxp_registry_add(m2, len2);
+        cxp_log("realloc %p+%zu: shrunk in place to %zu", (void *)m, len, len2);
+    }
+    return p;
+}
+
+__attribute__((noinline)) static void *realloc_slow(void *old, size_t n) {
+    count_slow(SLOW_REALLOC);
+    if (!slow_from() && boot()) return __libc_realloc(old, n);
+    if (!placing() || !glibc_malloc) return real_realloc(old, n);
     char *m;
     size_t len;
-    if (!block_mapping(old, 0, &m, &len)) {
+    int mapped = old && block_mapping(old, 0, &m, &len);
+    if (n < cfg.min_bytes)
+        return mapped ? realloc_mapped_small(old, n, m, len) : real_realloc(old, n);
+    if (!old) return malloc(n); /* the cache may serve it */
+    if (!mapped) {
         /* a heap block grows past the minimum: a new placed block, then the copy */
         size_t have = malloc_usable_size(old);
         void *p = malloc(n);
@@ -469,28 +577,43 @@ API void *realloc(void *old, size_t n) {
     return placed_block("realloc", p, n);
 }
 
+/* Small and not a mapped block: glibc's. Set up (place_min nonzero) and not watching: placement
+ * off or another malloc, whose blocks are never placed. */
+API void *realloc(void *old, size_t n) {
+    if (__builtin_expect(n < slow_from(), 1) &&
+        __builtin_expect(!old || !watching() || !mmapped_chunk(old), 1))
+        return real_realloc(old, n);
+    return realloc_slow(old, n);
+}
+
+/* The aligned family: the real call, then a block as large as the minimum is placed. */
+__attribute__((noinline)) static void *aligned_slow(const char *what, void *p, size_t n) {
+    count_slow(SLOW_ALIGNED);
+    return placed_block(what, p, n);
+}
+
 API int posix_memalign(void **out, size_t align, size_t n) {
+    if (__builtin_expect(n < slow_from(), 1)) return real_posix_memalign(out, align, n);
     if (__builtin_expect(!real_posix_memalign, 0)) resolve();
     int r = real_posix_memalign(out, align, n);
-    if (r == 0 && n >= slow_from()) placed_block("posix_memalign", *out, n);
+    if (r == 0) aligned_slow("posix_memalign", *out, n);
     return r;
 }
 
 API void *aligned_alloc(size_t align, size_t n) {
+    if (__builtin_expect(n < slow_from(), 1)) return real_aligned_alloc(align, n);
     if (__builtin_expect(!real_aligned_alloc, 0)) resolve();
-    void *p = real_aligned_alloc(align, n);
-    return n >= slow_from() ? placed_block("aligned_alloc", p, n) : p;
+    return aligned_slow("aligned_alloc", real_aligned_alloc(align, n), n);
 }
 
 API void *memalign(size_t align, size_t n) {
+    if (__builtin_expect(n < slow_from(), 1)) return real_memalign(align, n);
     if (__builtin_expect(!real_memalign, 0)) resolve();
-    void *p = real_memalign(align, n);
-    return n >= slow_from() ? placed_block("memalign", p, n) : p;
+    return aligned_slow("memalign", real_memalign(align, n), n);
 }
 
 API void *valloc(size_t n) {
+    if (__builtin_expect(n < slow_from(), 1)) return real_valloc(n);
     if (__builtin_expect(!real_valloc, 0)) resolve();
-    void *p = real_valloc(n);
-    return n >= slow_from() ? placed_block("valloc", p, n) : p;
+    return aligned_slow("valloc", real_valloc(n), n);
 }
-
