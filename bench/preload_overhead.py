@@ -135,8 +135,14 @@ def environments(a: argparse.Namespace) -> tuple[str, list[tuple[str, dict]]]:
             "CXLKIT_PRELOAD_CACHE", "CXLKIT_PRELOAD_CACHE_COUNT", "CXLKIT_STRIPE_CHUNK",
             "CXLKIT_MIN_SIZE")
     base = {k: v for k, v in os.environ.items() if k not in drop}
-    # what `cxlkit run --stripe` sets, with its checks (a node without memory: exit 2)
-    with_lib = dict(base, **stripe_env(a.stripe, "2M", "2M", None, True))
+    # what `cxlkit run --stripe` sets, with its checks: a stripe it refuses (a node without
+    # memory) ends the bench with its one line on stderr and exit 2, as `cxlkit run` does
+    import typer
+
+    try:
+        with_lib = dict(base, **stripe_env(a.stripe, "2M", "2M", None, True))
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
     if a.cache is not None:
         with_lib["CXLKIT_PRELOAD_CACHE"] = a.cache
     if a.cache_count is not None:
