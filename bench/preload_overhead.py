@@ -205,8 +205,9 @@ def main() -> None:
     ap.add_argument("--cache-count", default=None,
                     help="CXLKIT_PRELOAD_CACHE_COUNT for the preload variant")
     ap.add_argument("--variants", action="append",
-                    choices=("base_fixed_threshold", "preload_nocache"),
-                    help="the extra variants of the large mixes to run (default: both)")
+                    choices=("base_fixed_threshold", "preload_nocache", "none"),
+                    help="the extra variants of the large mixes to run (default: both; none: "
+                         "base and preload only, as for a sweep of the cache bounds)")
     ap.add_argument("--touch-large", choices=("all", "16k"), default="all",
                     help="pages written in each 4 MiB block: all (a program using it) or the "
                          "first 16 KiB (the worst case for the library's per-block calls)")

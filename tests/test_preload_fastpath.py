@@ -5,6 +5,7 @@ the one bit free and realloc test. tests/preload/fastpath_prog.c is the program.
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -74,3 +75,27 @@ def test_without_a_log_the_library_prints_nothing(prog):
                        text=True, timeout=60)
     assert r.returncode == 0 and r.stderr == ""
     assert not re.search(r"cxlkit-preload", r.stdout)
+
+
+def test_another_malloc_s_blocks_are_never_read_below(prog, tmp_path):
+    # guard_malloc.so puts a PROT_NONE page right below every block: reading the word where
+    # glibc keeps its header would crash. The library must see that malloc is not glibc's,
+    # leave its blocks alone and never look below them (free and realloc included).
+    cc = shutil.which("cc") or shutil.which("gcc")
+    guard = tmp_path / "guard_malloc.so"
+    subprocess.run([cc, "-O1", "-shared", "-fPIC", "-o", str(guard),
+                    str(PP.ROOT / "tests" / "preload" / "guard_malloc.c")], check=True)
+    bare = dict(PP.preload_env(None), LD_PRELOAD=str(guard))
+    crash = subprocess.run([prog, "10"], env=bare, capture_output=True, text=True, timeout=60)
+    assert crash.returncode < 0  # the program's own read below a block faults: the guard works
+    log = tmp_path / "log"
+    env = PP.preload_env("0:1", log)
+    env["LD_PRELOAD"] = f"{env['LD_PRELOAD']} {guard}"
+    r = subprocess.run([prog, "3000", "foreign"], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("ok"), (r.returncode, r.stderr)
+    text = log.read_text()
+    assert "malloc is not glibc's: malloc blocks are left alone" in text
+    assert not PP.placements(text)
+    c = slow_counts(text)
+    assert c["free"] == 0 and c["mmap"] == 0 and c["munmap"] == 0, c

@@ -3,8 +3,9 @@
  * aligned_alloc, memalign, valloc, mmap/munmap of 64 KiB) while one large block (4 MiB) of each
  * malloc-family kind lives; then the large blocks are freed. For every large block it prints "mmapped NAME B", B the
  * IS_MMAPPED bit (0x2) of the size word glibc keeps just below the block: the bit the
- * library's free and realloc test to tell its blocks from the rest. Prints "ok" at the end.
- * Usage: fastpath_prog N */
+ * library's free and realloc test to tell its blocks from the rest ("foreign": not printed,
+ * the program runs on another malloc whose blocks have no such word). Prints "ok" at the end.
+ * Usage: fastpath_prog N [foreign] */
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <stdio.h>
@@ -52,8 +53,8 @@ static int small_round(size_t i) {
 static int bit(const void *p) { return (((const size_t *)p)[-1] & 0x2) != 0; }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: fastpath_prog N\n");
+    if (argc != 2 && !(argc == 3 && !strcmp(argv[2], "foreign"))) {
+        fprintf(stderr, "usage: fastpath_prog N [foreign]\n");
         return 2;
     }
     long rounds = atol(argv[1]);
@@ -75,7 +76,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         memset(big[i], 1, LARGE);
-        printf("mmapped %s %d\n", name[i], bit(big[i]));
+        if (argc == 2) printf("mmapped %s %d\n", name[i], bit(big[i]));
     }
     /* the small rounds while the large blocks live: the registry holds their records, and a
      * small munmap must still pass without the lock (it touches none of them) */
