@@ -5,13 +5,16 @@
  * IS_MMAPPED bit (0x2) of the size word glibc keeps just below the block: the bit the
  * library's free and realloc test to tell its blocks from the rest ("foreign": not printed,
  * the program runs on another malloc whose blocks have no such word). Prints "ok" at the end.
- * Usage: fastpath_prog N [foreign] */
+ * "midsize": instead, N rounds of malloc(1 MiB), every page written, free; prints "faults F",
+ * the minor page faults of those rounds (getrusage).
+ * Usage: fastpath_prog N [foreign | midsize] */
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #define LARGE (4u << 20)
 
@@ -50,14 +53,34 @@ static int small_round(size_t i) {
     return 0;
 }
 
+/* A block between glibc's default mmap threshold (128 KiB) and the minimum, freed and made
+ * again: glibc alone keeps its pages (its dynamic trim threshold); so must it under the
+ * library. */
+static int midsize(long rounds) {
+    struct rusage a, b;
+    getrusage(RUSAGE_SELF, &a);
+    for (long i = 0; i < rounds; i++) {
+        char *p = malloc(1u << 20);
+        if (!p) return 1;
+        for (size_t o = 0; o < (1u << 20); o += 4096) p[o] = (char)i;
+        keep = p;
+        free(p);
+    }
+    getrusage(RUSAGE_SELF, &b);
+    printf("faults %ld\nok\n", b.ru_minflt - a.ru_minflt);
+    return 0;
+}
+
 static int bit(const void *p) { return (((const size_t *)p)[-1] & 0x2) != 0; }
 
 int main(int argc, char **argv) {
-    if (argc != 2 && !(argc == 3 && !strcmp(argv[2], "foreign"))) {
-        fprintf(stderr, "usage: fastpath_prog N [foreign]\n");
+    if (argc != 2 && !(argc == 3 && (!strcmp(argv[2], "foreign") ||
+                                     !strcmp(argv[2], "midsize")))) {
+        fprintf(stderr, "usage: fastpath_prog N [foreign | midsize]\n");
         return 2;
     }
     long rounds = atol(argv[1]);
+    if (argc == 3 && !strcmp(argv[2], "midsize")) return midsize(rounds);
     void *big[7];
     const char *name[7] = {"malloc", "calloc", "posix_memalign", "aligned_alloc", "memalign",
                            "valloc", "realloc"};
