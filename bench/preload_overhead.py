@@ -9,6 +9,7 @@ Mixes (bench/preload/):
   small       malloc_loop.c: 16 B-8 KiB blocks only (the library's fast path)
   with_large  the same, one 4 MiB block in every --large-every allocations
   large       malloc_loop.c: only 4 MiB blocks over 16 slots: the free/reallocate loop
+  midsize     the same with 1 MiB blocks: below the library's minimum, from glibc's heap
   numpy       numpy_loop.py: 4 MiB arrays and their temporaries
   kvstore     kv_store.c: a small key-value store (SET/GET/DEL of small values); per allocation
   python      py_objects.py: dicts and lists through json round trips; per step
@@ -30,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-MIXES = ("small", "with_large", "large", "numpy", "kvstore", "python")
+MIXES = ("small", "with_large", "large", "midsize", "numpy", "kvstore", "python")
 LARGE_MIXES = ("with_large", "large", "numpy")
 PROGRAMS = ("malloc_loop", "kv_store")
 # output word of the rate and of the operations counted, per mix
@@ -64,6 +65,8 @@ def command(mix: str, exes: dict, a: argparse.Namespace, seed: int, scale: float
         return [ml, n(a.iters), str(seed), str(a.large_every), touch]
     if mix == "large":
         return [ml, n(a.large_iters), str(seed), "1", touch, "16"]
+    if mix == "midsize":
+        return [ml, n(a.large_iters * 4), str(seed), "1", touch, "16", "1024"]
     if mix == "kvstore":
         return [str(exes["kv_store"]), n(a.kv_ops), str(a.kv_keys), str(seed)]
     script = "numpy_loop.py" if mix == "numpy" else "py_objects.py"

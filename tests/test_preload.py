@@ -202,17 +202,18 @@ def test_overhead_bench_runs_and_reports_medians_for_every_mix():
     assert r.returncode == 0, r.stderr
     rows = [json.loads(x) for x in r.stdout.splitlines()]
     summaries = {x["mix"]: x for x in rows if x.get("summary")}
-    assert set(summaries) == {"small", "with_large", "large", "numpy", "kvstore", "python"}
+    assert set(summaries) == {"small", "with_large", "large", "midsize", "numpy", "kvstore",
+                              "python"}
     for mix, s in summaries.items():
-        variants = ["base", "preload"] + ([] if mix in ("small", "kvstore", "python") else
-                                          ["base_fixed_threshold", "preload_nocache"])
+        variants = ["base", "preload"] + ([] if mix in ("small", "kvstore", "python", "midsize")
+                                          else ["base_fixed_threshold", "preload_nocache"])
         for v in variants:
             assert s[f"median_per_s_{v}"] > 0 and len(s[f"spread_{v}"]) == 2
             if v != "preload":
                 assert s[f"paired_ratio_vs_{v}"]["min"] > 0
         assert s["runs"] == 2 and "overhead_pct" in s and s["load"] >= 0
         assert "insns_source" not in s
-    assert len([x for x in rows if not x.get("summary")]) == 12
+    assert len([x for x in rows if not x.get("summary")]) == 14
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="callgrind counts instructions "

@@ -8,7 +8,9 @@
  * and reallocates 4 MiB blocks only.
  * Prints "allocs N seconds S allocs_per_s R instructions I" (I: user-space instructions of the
  * loop from a hardware counter, -1 where there is none: insn.h).
- * Usage: malloc_loop ITERS SEED LARGE_EVERY [TOUCH_LARGE [SLOTS]] */
+ * LARGE_KIB (default 4096): the size of the large blocks, KiB (1024: the 1 MiB blocks between
+ * glibc's default mmap threshold and the library's minimum, which come from the heap).
+ * Usage: malloc_loop ITERS SEED LARGE_EVERY [TOUCH_LARGE [SLOTS [LARGE_KIB]]] */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +36,7 @@ static double now(void) {
 }
 
 static char *slot[MAX_SLOTS];
+static size_t large = 4u << 20;
 
 /* The loop alone (noinline: callgrind can be pointed at it, --toggle-collect=run_loop). */
 __attribute__((noinline)) static int run_loop(long iters, size_t slots, long large_every,
@@ -42,7 +45,7 @@ __attribute__((noinline)) static int run_loop(long iters, size_t slots, long lar
         size_t k = next() % slots;
         size_t n = (size_t)16 << (next() % 9);  /* 16 B .. 4 KiB */
         n += next() % n;
-        if (large_every && i % large_every == 0) n = 4u << 20;
+        if (large_every && i % large_every == 0) n = large;
         char *p;
         if (slot[k] && next() % 8 == 0) {
             p = realloc(slot[k], n);
@@ -51,7 +54,7 @@ __attribute__((noinline)) static int run_loop(long iters, size_t slots, long lar
             p = malloc(n);
         }
         if (!p) return 1;
-        size_t touch = n < (16u << 10) || (touch_large && n >= (4u << 20)) ? n : (16u << 10);
+        size_t touch = n < (16u << 10) || (touch_large && n >= large) ? n : (16u << 10);
         for (size_t o = 0; o < touch; o += 4096) p[o] = (char)i;
         slot[k] = p;
     }
@@ -59,11 +62,17 @@ __attribute__((noinline)) static int run_loop(long iters, size_t slots, long lar
 }
 
 int main(int argc, char **argv) {
-    if (argc < 4 || argc > 6) {
-        fprintf(stderr, "usage: malloc_loop ITERS SEED LARGE_EVERY [TOUCH_LARGE [SLOTS]]\n");
+    if (argc < 4 || argc > 7) {
+        fprintf(stderr, "usage: malloc_loop ITERS SEED LARGE_EVERY [TOUCH_LARGE [SLOTS "
+                "[LARGE_KIB]]]\n");
         return 2;
     }
-    size_t slots = argc == 6 ? (size_t)atol(argv[5]) : MAX_SLOTS;
+    size_t slots = argc >= 6 ? (size_t)atol(argv[5]) : MAX_SLOTS;
+    if (argc == 7) large = (size_t)atol(argv[6]) << 10;
+    if (large < (16u << 10)) {
+        fprintf(stderr, "malloc_loop: LARGE_KIB must be at least 16\n");
+        return 2;
+    }
     if (slots < 1 || slots > MAX_SLOTS) {
         fprintf(stderr, "malloc_loop: SLOTS must be 1..%d\n", MAX_SLOTS);
         return 2;
