@@ -89,8 +89,10 @@ def one(cmd: list[str], env: dict) -> dict[str, float]:
 
 def callgrind(cmd: list[str], env: dict, out: Path) -> tuple[int, dict[str, float]]:
     """Instructions (callgrind's Ir) of the whole run, and the program's fields."""
+    # a fixed hash seed: Python's str hashes (and so its dict probing) are otherwise random
+    # per process, and the counts would vary by a few tenths of a percent between runs
     r = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd],
-                       env=env, capture_output=True, text=True)
+                       env=dict(env, PYTHONHASHSEED="0"), capture_output=True, text=True)
     m = re.search(r"Collected : (\d+)", r.stderr)
     if r.returncode != 0 or not m:
         sys.exit(f"bench/preload_overhead.py: callgrind of {cmd[0]} failed: {r.stderr[-500:]}")
