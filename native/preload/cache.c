@@ -121,9 +121,7 @@ char *cxp_cache_take(size_t need, size_t *len) {
         /* the syscall itself: the library's own munmap wrapper would log a program unmap */
         if (syscall(SYS_munmap, e.map + want, e.len - want) == 0) {
             cxp_registry_remove(e.map + want, e.len - want);
-            e.len = want;
-            size_t *hdr = (size_t *)e.map;
-            hdr[1] = want | (hdr[1] & 0x7ul); /* glibc's size field keeps its flag bits */
+            e.len = want; /* the caller writes glibc's chunk header for the new length */
         }
     }
     *len = e.len;

@@ -162,6 +162,11 @@ static void setup_malloc(void) {
 static void release_block(char *map, size_t len) {
     cxp_log("release %p+%zu: out of the cache", (void *)map, len);
     cxp_registry_remove(map, len);
+    /* a chunk header at offset 0 for the whole mapping as it is now (the block may have been
+     * handed out at a staggered offset, or cut to size, since glibc wrote the first one) */
+    size_t *hdr = (size_t *)map;
+    hdr[0] = 0;
+    hdr[1] = len | IS_MMAPPED;
     real_free(map + 2 * sizeof(size_t));
 }
 
@@ -406,6 +411,30 @@ static void *placed_block(const char *what, void *p, size_t n) {
 }
 
 /* ---- the cache of freed placed blocks (cache.c) -------------------------------------- */
+/* Where a reused block's data starts in its first page. glibc puts every mapped block at page
+ * offset 16 (its 16-byte chunk header at the mapping's start), so two blocks a program streams
+ * between (numpy's a * 2 + 1 reads one 4 MiB array and writes another) have the same low 12
+ * address bits all along: the CPU's 4 KiB alias check between loads and earlier stores then
+ * stalls (streaming 4 MiB arrays at one page offset measured 10-20 % slower than at offsets
+ * 1 KiB apart, docs/preload.md). A reused block gets the next of the page offsets 32, 64 ...
+ * 2048 that fits its slack (16, glibc's own, when none does): glibc accepts a mapped chunk at an offset (memalign makes
+ * them; free and realloc read prev_size) when its data's page offset is a power of two. */
+#define STAGGER_STEPS 8 /* page offsets 16 << 0 .. 16 << 7 */
+static unsigned stagger_next;
+
+static inline int stagger_form(size_t data_off) {
+    return data_off >= 16 && data_off <= (16u << (STAGGER_STEPS - 1)) &&
+           (data_off & (data_off - 1)) == 0;
+}
+
+/* The chunk offset (data page offset - 16) for a block with slack bytes to spare. */
+static size_t stagger_offset(size_t slack) {
+    /* k from 1: offset 16 is where glibc puts every fresh block */
+    unsigned k = 1 + __atomic_fetch_add(&stagger_next, 1, __ATOMIC_RELAXED) % (STAGGER_STEPS - 1);
+    while (k > 0 && ((size_t)16 << k) - 16 > slack) k--;
+    return ((size_t)16 << k) - 16;
+}
+
 /* A cached placed block for a request of n bytes, or NULL. Its chunk header is the one glibc
  * wrote (prev_size 0, size = the mapping's length | IS_MMAPPED), so the block is glibc's
  * again: free, realloc (mremap) and malloc_usable_size treat it as any mapped block. */
@@ -416,17 +445,23 @@ static void *cached_block(const char *what, size_t n) {
         return NULL;
     char *m = cxp_cache_take(need, &len);
     if (!m) return NULL;
-    cxp_log("reuse %s %p+%zu: a cached placed block", what, m, len);
-    return m + 2 * sizeof(size_t);
+    size_t off = stagger_offset(len - need);
+    size_t *hdr = (size_t *)(m + off);
+    hdr[0] = off;                    /* prev_size: the chunk's offset in its mapping */
+    hdr[1] = (len - off) | IS_MMAPPED; /* size with glibc's flag */
+    cxp_log("reuse %s %p+%zu: a cached placed block, data at page offset %zu", what, m, len,
+            off + 2 * sizeof(size_t));
+    return m + off + 2 * sizeof(size_t);
 }
 
-/* Keep the block p in the cache when it is a whole placed mapping of glibc's (offset 0:
- * not memalign's). 1 kept, 0 not (the caller frees it). A block in the cache already is a
+/* Keep the block p in the cache when it is a whole placed mapping of glibc's whose offset is
+ * one stagger_offset gives (glibc's own 0 included; memalign's, aligned to a page or more,
+ * are not). 1 kept, 0 not (the caller frees it). A block in the cache already is a
  * double free: glibc would crash on the second munmap later, here it stops now. */
 static int cache_free(void *p) {
     char *m;
     size_t len;
-    if (!block_mapping(p, 0, &m, &len) || m + 2 * sizeof(size_t) != (char *)p ||
+    if (!block_mapping(p, 0, &m, &len) || !stagger_form((size_t)((char *)p - m)) ||
         len < cfg.min_bytes || !bound_to_first(m))
         return 0;
     int r = cxp_cache_put(m, len);

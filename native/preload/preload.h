@@ -85,13 +85,13 @@ struct cxp_cache_stats {
 void cxp_cache_init(size_t bytes, int count, size_t page,
                     void (*release)(char *map, size_t len));
 int cxp_cache_enabled(void);
-/* Keep the mapping [map, map+len) (a whole glibc mmapped chunk, offset 0). 1 kept (older
+/* Keep the mapping [map, map+len) (a whole glibc mmapped chunk). 1 kept (older
  * entries may have left through release), 0 not kept (larger than the cache: the caller
  * frees it), -1 it is in the cache already (a double free). */
 int cxp_cache_put(char *map, size_t len);
 /* The smallest cached mapping of at least need bytes, taken out of the cache (its tail
  * trimmed when it is more than a quarter larger than need), its length in *len; NULL when
- * none fits. */
+ * none fits. The caller writes glibc's chunk header into it (the old one may be stale). */
 char *cxp_cache_take(size_t need, size_t *len); /* empty: one relaxed load, no lock */
 /* Release every cached mapping; returns how many. */
 int cxp_cache_flush(void);
