@@ -110,8 +110,25 @@ inline void store_copy(void *c, size_t i, float p) {
     }
 }
 
+// CXK_ADAM_TRAFFIC: the step's reads and writes, in its order, without its arithmetic.
+template <int GDT, int CDT>
+void traffic(const Coeffs &c, const Span &s) {
+    for (size_t i = 0; i < s.n; ++i) {
+        const float g = load_grad<GDT>(s.g, i) * c.scale;
+        const float p = s.p[i] + g;
+        s.p[i] = p;
+        s.m[i] = s.m[i] + g;
+        s.v[i] = s.v[i] + g;
+        store_copy<CDT>(s.copy, i, p);
+    }
+}
+
 template <int GDT, int CDT>
 uint64_t run(const Coeffs &c, const Span &s) {
+    if (c.traffic) {
+        traffic<GDT, CDT>(c, s);
+        return 0;
+    }
     uint64_t changed = 0;
     for (size_t i = 0; i < s.n; ++i) {
         float p = s.p[i], m = s.m[i], v = s.v[i];

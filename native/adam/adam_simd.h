@@ -41,10 +41,19 @@ struct Loop {
     // W elements at index i; NTP / NTC: stream the state / the copy (aligned there);
     // RS: re-read the master from every copy element that is not its rounding (adam.h's
     // Coeffs::resync), counted in `changed`.
-    template <bool NTP, bool NTC, bool RS>
+    // TR (CXK_ADAM_TRAFFIC): the same loads and stores, x += g*scale in between.
+    template <bool NTP, bool NTC, bool RS, bool TR = false>
     inline void block(float *p, float *m, float *v, const void *g, void *copy, size_t i,
                       uint64_t &changed) const {
         F gv = V::mul(V::template load_grad<GDT>(g, i), scale);
+        if constexpr (TR) {
+            const F pv = V::add(V::load(p + i), gv);
+            V::template store<NTP>(p + i, pv);
+            V::template store<NTP>(m + i, V::add(V::load(m + i), gv));
+            V::template store<NTP>(v + i, V::add(V::load(v + i), gv));
+            if constexpr (CDT != CXK_DTYPE_NONE) V::template store_copy<CDT, NTC>(copy, i, pv);
+            return;
+        }
         if (maximize) gv = V::neg(gv);
         F pv = V::load(p + i);
         if constexpr (RS && CDT != CXK_DTYPE_NONE) {
@@ -71,7 +80,7 @@ struct Loop {
 
     // Fewer than W elements: run one block on a zero-padded copy (zeros are harmless:
     // v = 0 gives d = eps) and copy the results back.
-    template <bool RS>
+    template <bool RS, bool TR>
     void tail(const Span &s, size_t i, size_t k, uint64_t &changed) const {
         alignas(64) float pb[V::W] = {}, mb[V::W] = {}, vb[V::W] = {};
         alignas(64) unsigned char gb[V::W * 4] = {}, cb[V::W * 4] = {};
@@ -82,7 +91,7 @@ struct Loop {
         std::memcpy(gb, static_cast<const unsigned char *>(s.g) + i * gs, k * gs);
         if constexpr (RS && CDT != CXK_DTYPE_NONE)  // padding: 0 is the rounding of 0
             std::memcpy(cb, static_cast<const unsigned char *>(s.copy) + i * cs, k * cs);
-        block<false, false, RS>(pb, mb, vb, gb, cb, 0, changed);
+        block<false, false, RS, TR>(pb, mb, vb, gb, cb, 0, changed);
         std::memcpy(s.p + i, pb, k * 4);
         std::memcpy(s.m + i, mb, k * 4);
         std::memcpy(s.v + i, vb, k * 4);
@@ -90,7 +99,7 @@ struct Loop {
             std::memcpy(static_cast<unsigned char *>(s.copy) + i * cs, cb, k * cs);
     }
 
-    template <bool NTP, bool NTC, bool RS>
+    template <bool NTP, bool NTC, bool RS, bool TR>
     uint64_t body(const Span &s, size_t i, size_t end) const {
         // Local copies: stores through float* could alias *this and s, and the compiler
         // would reload every constant and pointer per block; locals cannot be aliased.
@@ -115,13 +124,14 @@ struct Loop {
             // step measured 1.3-1.5x slower on one thread (10M params, bf16 copy)
             if constexpr (RS && CDT != CXK_DTYPE_NONE) prefetch_l2(copy, (i + kPrefetch) * cs);
             for (size_t j = 0; j < kLine; j += V::W)
-                k.template block<NTP, NTC, RS>(p, m, v, g, copy, i + j, changed);
+                k.template block<NTP, NTC, RS, TR>(p, m, v, g, copy, i + j, changed);
         }
-        for (; i < end; i += V::W) k.template block<NTP, NTC, RS>(p, m, v, g, copy, i, changed);
+        for (; i < end; i += V::W)
+            k.template block<NTP, NTC, RS, TR>(p, m, v, g, copy, i, changed);
         return changed;
     }
 
-    template <bool RS>
+    template <bool RS, bool TR>
     uint64_t run(const Coeffs &c, const Span &s) const {
         uint64_t changed = 0;
         const size_t n = s.n;
@@ -133,7 +143,7 @@ struct Loop {
             if (head > n) head = n;
         }
         for (size_t i = 0; i < head; i += V::W)
-            tail<RS>(s, i, head - i < V::W ? head - i : V::W, changed);
+            tail<RS, TR>(s, i, head - i < V::W ? head - i : V::W, changed);
         const size_t end = head + (n - head) / V::W * V::W;
         const bool ntp = c.nt_state && aligned_to(s.p + head, V::kAlign) &&
                          aligned_to(s.m + head, V::kAlign) && aligned_to(s.v + head, V::kAlign);
@@ -142,11 +152,11 @@ struct Loop {
         const bool ntc = c.nt_copy && !(RS && CDT != CXK_DTYPE_NONE) && CDT != CXK_DTYPE_NONE &&
                          aligned_to(static_cast<unsigned char *>(s.copy) + head * dtype_size(CDT),
                                     V::kAlign * dtype_size(CDT) / 4);
-        if (ntp && ntc) changed += body<true, true, RS>(s, head, end);
-        else if (ntp) changed += body<true, false, RS>(s, head, end);
-        else if (ntc) changed += body<false, true, RS>(s, head, end);
-        else changed += body<false, false, RS>(s, head, end);
-        if (end < n) tail<RS>(s, end, n - end, changed);
+        if (ntp && ntc) changed += body<true, true, RS, TR>(s, head, end);
+        else if (ntp) changed += body<true, false, RS, TR>(s, head, end);
+        else if (ntc) changed += body<false, true, RS, TR>(s, head, end);
+        else changed += body<false, false, RS, TR>(s, head, end);
+        if (end < n) tail<RS, TR>(s, end, n - end, changed);
         if (ntp || ntc) V::sfence();  // streaming stores are weakly ordered: drain them
         return changed;
     }
@@ -155,8 +165,9 @@ struct Loop {
 template <class V, int GDT, int CDT>
 uint64_t run_c(const Coeffs &c, const Span &s) {
     const Loop<V, GDT, CDT> loop(c);
-    if (c.resync && CDT != CXK_DTYPE_NONE) return loop.template run<true>(c, s);
-    return loop.template run<false>(c, s);
+    if (c.traffic) return loop.template run<false, true>(c, s);
+    if (c.resync && CDT != CXK_DTYPE_NONE) return loop.template run<true, false>(c, s);
+    return loop.template run<false, false>(c, s);
 }
 
 template <class V, int GDT>
