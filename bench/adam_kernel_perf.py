@@ -70,8 +70,8 @@ def make_steps(impls: list[str], n: int, threads: int) -> tuple[dict, list]:
         elif impl == "traffic":
             tcfg = A.AdamConfig(traffic_only=True)
 
-            def run(tcfg=tcfg) -> None:  # grad_scale 0: the values stay as they are
-                A.step_tensors([t], tcfg, 1, grad_scale=0.0, team=team)
+            def run(tcfg=tcfg) -> None:  # the values stay as they are
+                A.step_tensors([t], tcfg, 1, team=team)
         else:
             raise ValueError(f"--impls: {impl!r} is not one of {', '.join(IMPLS)}")
         steps[impl] = run

@@ -41,19 +41,30 @@ struct Loop {
     // W elements at index i; NTP / NTC: stream the state / the copy (aligned there);
     // RS: re-read the master from every copy element that is not its rounding (adam.h's
     // Coeffs::resync), counted in `changed`.
-    // TR (CXK_ADAM_TRAFFIC): the same loads and stores, x += g*scale in between.
+    // TR (CXK_ADAM_TRAFFIC): the same loads and stores, the values stored back as they were
+    // read. The empty asm makes each value opaque, so the compiler can neither drop the grad's
+    // load nor a store of what was just loaded.
     template <bool NTP, bool NTC, bool RS, bool TR = false>
     inline void block(float *p, float *m, float *v, const void *g, void *copy, size_t i,
                       uint64_t &changed) const {
-        F gv = V::mul(V::template load_grad<GDT>(g, i), scale);
         if constexpr (TR) {
-            const F pv = V::add(V::load(p + i), gv);
+            F gv = V::template load_grad<GDT>(g, i), pv = V::load(p + i);
+            asm volatile("" : "+v"(gv), "+v"(pv));
             V::template store<NTP>(p + i, pv);
-            V::template store<NTP>(m + i, V::add(V::load(m + i), gv));
-            V::template store<NTP>(v + i, V::add(V::load(v + i), gv));
-            if constexpr (CDT != CXK_DTYPE_NONE) V::template store_copy<CDT, NTC>(copy, i, pv);
+            F mv = V::load(m + i);
+            asm volatile("" : "+v"(mv));
+            V::template store<NTP>(m + i, mv);
+            F vv = V::load(v + i);
+            asm volatile("" : "+v"(vv));
+            V::template store<NTP>(v + i, vv);
+            if constexpr (CDT != CXK_DTYPE_NONE) {
+                auto cv = V::template load_copy<CDT>(copy, i);
+                asm volatile("" : "+v"(cv));
+                V::template store_bits<CDT, NTC>(copy, i, cv);
+            }
             return;
         }
+        F gv = V::mul(V::template load_grad<GDT>(g, i), scale);
         if (maximize) gv = V::neg(gv);
         F pv = V::load(p + i);
         if constexpr (RS && CDT != CXK_DTYPE_NONE) {
@@ -89,7 +100,7 @@ struct Loop {
         std::memcpy(mb, s.m + i, k * 4);
         std::memcpy(vb, s.v + i, k * 4);
         std::memcpy(gb, static_cast<const unsigned char *>(s.g) + i * gs, k * gs);
-        if constexpr (RS && CDT != CXK_DTYPE_NONE)  // padding: 0 is the rounding of 0
+        if constexpr ((RS || TR) && CDT != CXK_DTYPE_NONE)  // padding: 0 rounds to 0
             std::memcpy(cb, static_cast<const unsigned char *>(s.copy) + i * cs, k * cs);
         block<false, false, RS, TR>(pb, mb, vb, gb, cb, 0, changed);
         std::memcpy(s.p + i, pb, k * 4);
@@ -122,7 +133,8 @@ struct Loop {
             prefetch_l2(g, (i + kPrefetch) * gs);
             // the re-read makes the copy a fifth read stream: without its prefetch the
             // step measured 1.3-1.5x slower on one thread (10M params, bf16 copy)
-            if constexpr (RS && CDT != CXK_DTYPE_NONE) prefetch_l2(copy, (i + kPrefetch) * cs);
+            if constexpr ((RS || TR) && CDT != CXK_DTYPE_NONE)
+                prefetch_l2(copy, (i + kPrefetch) * cs);
             for (size_t j = 0; j < kLine; j += V::W)
                 k.template block<NTP, NTC, RS, TR>(p, m, v, g, copy, i + j, changed);
         }
@@ -149,7 +161,8 @@ struct Loop {
                          aligned_to(s.m + head, V::kAlign) && aligned_to(s.v + head, V::kAlign);
         // A re-read brings the copy's lines into the cache already: a streaming store would
         // only evict them again (measured slower), so the copy is stored normally then.
-        const bool ntc = c.nt_copy && !(RS && CDT != CXK_DTYPE_NONE) && CDT != CXK_DTYPE_NONE &&
+        const bool ntc = c.nt_copy && !((RS || TR) && CDT != CXK_DTYPE_NONE) &&
+                         CDT != CXK_DTYPE_NONE &&
                          aligned_to(static_cast<unsigned char *>(s.copy) + head * dtype_size(CDT),
                                     V::kAlign * dtype_size(CDT) / 4);
         if (ntp && ntc) changed += body<true, true, RS, TR>(s, head, end);

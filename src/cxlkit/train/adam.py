@@ -44,9 +44,9 @@ class AdamConfig:
     was written by someone else since the last step and replaces the master (widened) before
     the update; the step functions return how many elements that happened to.
     traffic_only (benchmarks): the step's memory traffic without its arithmetic, the bound a
-    step is judged against: every param, exp_avg and exp_avg_sq element becomes
-    x + grad*grad_scale (grad_scale=0 leaves them as they are) through the step's own loop,
-    prefetch and threads, reading and writing the same arrays in the same order."""
+    step is judged against: every array is read and param, exp_avg, exp_avg_sq and the param
+    copy are written back unchanged, bit for bit, through the step's own loop, prefetch and
+    threads, in the same order (fp32: 28 bytes per element)."""
 
     lr: float = 1e-3
     betas: tuple[float, float] = (0.9, 0.999)
