@@ -55,15 +55,20 @@ struct Set {
     size_t n;
 };
 
+// Whether a wait on s may sleep on futexes: 1..128 consumer rings, each with the wake-up.
+bool usable(const Set *s) {
+    bool ok = s->n >= 1 && s->n <= kFutexWaitvMax;
+    for (size_t i = 0; ok && i < s->n; ++i)
+        ok = s->rings[i] && s->rings[i]->wake && s->rings[i]->role == CXK_RING_CONSUMER;
+    return ok;
+}
+
 // The sleep phase of a wait on s->n consumer rings: a futex sleep when every ring may use
 // the wake-up, else the timed sleep of ns.
 void ring_sleep(void *ctx, int64_t ns) {
     const Set *s = static_cast<const Set *>(ctx);
     const int64_t tmo = cxk::wait::wake_timeout_ns();
-    bool usable = tmo > 0 && s->n >= 1 && s->n <= kFutexWaitvMax;
-    for (size_t i = 0; usable && i < s->n; ++i)
-        usable = s->rings[i] && s->rings[i]->wake && s->rings[i]->role == CXK_RING_CONSUMER;
-    if (!usable) return cxk::wait::sleep_precise(ns);
+    if (tmo <= 0 || !usable(s)) return cxk::wait::sleep_precise(ns);
     const uint32_t *words[kFutexWaitvMax];
     uint32_t vals[kFutexWaitvMax];
     for (size_t i = 0; i < s->n; ++i) {
@@ -107,6 +112,11 @@ void ring_sleep(void *ctx, int64_t ns) {
 
 }  // namespace
 
+int64_t sleep_now(cxk_wait *w, cxk_ring *const *rings, size_t n) {
+    Set s{rings, n};
+    return cxk::wait::sleep_now(w, ring_sleep, &s);
+}
+
 void wake_attach(cxk_ring *r, bool coherent) {
     r->wake = coherent;
     r->wst = {};
@@ -134,8 +144,15 @@ void wake_notify(cxk_ring *r) {
 extern "C" {
 
 int64_t cxk_wait_idle_rings(cxk_wait *w, cxk_ring *const *rings, size_t n) {
-    if (!rings || n == 0) return cxk_wait_idle(w);
+    if (!rings || n == 0 || !w) return cxk_wait_idle(w);
     cxk::ring::Set s{rings, n};
+    // with the wake-up the spin is cut to CXLKIT_MSG_WAKE_SPIN_US (a spin "forever" is the
+    // caller's choice and kept): a publish now ends the sleep that follows at once
+    const int64_t el = w->now_ns - w->start_ns;
+    if (w->opts.spin_us != CXK_WAIT_FOREVER && el < int64_t(w->opts.spin_us) * 1000 &&
+        el >= cxk::wait::wake_spin_ns() && cxk::wait::wake_timeout_ns() > 0 &&
+        cxk::ring::usable(&s))
+        return cxk::wait::sleep_now(w, cxk::ring::ring_sleep, &s);
     return cxk::wait::idle_with(w, cxk::ring::ring_sleep, &s);
 }
 
