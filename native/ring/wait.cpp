@@ -77,11 +77,6 @@ void timed_sleep(void *, int64_t ns) { cxk::wait::sleep_precise(ns); }
 // a lost wake-up (a peer that is not what the pool's coherence says) and how often a blocked
 // call looks at its deadline and its peer's liveness (every 1 ms, kCheckNs in rpc.cpp).
 constexpr uint32_t kWakeUs = 1000;
-// The spin of a wait that a publish can end (same-host wake-up): enough for a peer that is
-// running to answer (an RPC round trip between two running processes is ~1.5 us), short
-// enough that on a machine with more runnable tasks than cores the peer gets the CPU we
-// would have spun on. docs/msg.md ("Same-host wake-up") has the measurements.
-constexpr uint32_t kWakeSpinUs = 5;
 
 }  // namespace
 
@@ -103,19 +98,6 @@ int64_t wake_timeout_ns() {
     // may set it per process; a bad value keeps the default
     const uint32_t us = env_us("CXLKIT_MSG_WAKE_US", kWakeUs, false);
     return us > kSleepMaxUs ? int64_t(kWakeUs) * 1000 : int64_t(us) * 1000;
-}
-
-int64_t wake_spin_ns() {
-    return int64_t(env_us("CXLKIT_MSG_WAKE_SPIN_US", kWakeSpinUs, false)) * 1000;
-}
-
-int64_t sleep_now(cxk_wait *w, SleepFn sleep, void *ctx) {
-    if (!w) return 0;
-    ++w->polls;
-    sleep(ctx, kSleepMinNs);
-    w->phase = CXK_WAIT_SLEPT;
-    w->now_ns = mono_ns();
-    return w->now_ns - w->start_ns;
 }
 
 int64_t idle_with(cxk_wait *w, SleepFn sleep, void *ctx) {

@@ -13,12 +13,6 @@ using SleepFn = void (*)(void *ctx, int64_t ns);
 int64_t idle_with(cxk_wait *w, SleepFn sleep, void *ctx);
 // nanosleep with the thread's timer slack lowered for its duration.
 void sleep_precise(int64_t ns);
-// One sleep now, whatever the phase (the wake-up's short spin, rpc.cpp's peer-woken rule):
-// as idle_with's sleep phase with the shortest sleep.
-int64_t sleep_now(cxk_wait *w, SleepFn sleep, void *ctx);
-// CXLKIT_MSG_WAKE_SPIN_US in ns: how long a wait that a publish can end spins before it
-// sleeps (a wake-up answers in microseconds, so a long spin only holds a CPU a peer may need).
-int64_t wake_spin_ns();
 // CXLKIT_MSG_WAKE_US in ns: a futex sleep's safety-net timeout; 0: the wake-up is off.
 int64_t wake_timeout_ns();
 

@@ -112,11 +112,6 @@ void ring_sleep(void *ctx, int64_t ns) {
 
 }  // namespace
 
-int64_t sleep_now(cxk_wait *w, cxk_ring *const *rings, size_t n) {
-    Set s{rings, n};
-    return cxk::wait::sleep_now(w, ring_sleep, &s);
-}
-
 void wake_attach(cxk_ring *r, bool coherent) {
     r->wake = coherent;
     r->wst = {};
@@ -145,14 +140,9 @@ extern "C" {
 
 int64_t cxk_wait_idle_rings(cxk_wait *w, cxk_ring *const *rings, size_t n) {
     if (!rings || n == 0 || !w) return cxk_wait_idle(w);
+    // the policy's phases as they are (docs/msg.md, "Same-host wake-up": a shorter spin
+    // before the futex sleep locked two idle-machine processes into waking each other)
     cxk::ring::Set s{rings, n};
-    // with the wake-up the spin is cut to CXLKIT_MSG_WAKE_SPIN_US (a spin "forever" is the
-    // caller's choice and kept): a publish now ends the sleep that follows at once
-    const int64_t el = w->now_ns - w->start_ns;
-    if (w->opts.spin_us != CXK_WAIT_FOREVER && el < int64_t(w->opts.spin_us) * 1000 &&
-        el >= cxk::wait::wake_spin_ns() && cxk::wait::wake_timeout_ns() > 0 &&
-        cxk::ring::usable(&s))
-        return cxk::wait::sleep_now(w, cxk::ring::ring_sleep, &s);
     return cxk::wait::idle_with(w, cxk::ring::ring_sleep, &s);
 }
 

@@ -12,8 +12,4 @@ void wake_attach(cxk_ring *r, bool coherent);
 // it said it sleeps. A fence and one load when it does not; no syscall.
 void wake_notify(cxk_ring *r);
 
-// One sleep of wait w on n consumer rings now, whatever its phase: a futex sleep that a
-// publish ends, or (wake-up unusable) the shortest timed sleep. Returns ns since begin.
-int64_t sleep_now(cxk_wait *w, cxk_ring *const *rings, size_t n);
-
 }  // namespace cxk::ring

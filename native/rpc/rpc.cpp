@@ -15,7 +15,6 @@
 
 #include "cxlkit.h"
 #include "ring/liveness.h"
-#include "ring/wake.h"
 
 using namespace cxk::rpc;
 using cxk::ring::boot_hash;
@@ -51,7 +50,6 @@ struct cxk_rpc_client {
     uint32_t unsynced = 0;              // replies released since our reply-ring head was last
                                         // published for certain (the ring publishes in batches)
     cxk_wait_opts wait{};               // how call and submit wait (cxk_rpc_set_wait)
-    uint64_t woke_seen = 0;             // our request ring's wakes_sent at the last wait
 };
 
 namespace {
@@ -466,16 +464,7 @@ int cxk_rpc_call(cxk_rpc_client *c, uint32_t method, const void *req, uint32_t n
 extern "C" {
 
 int64_t cxk_rpc_wait_idle(cxk_rpc_client *c, cxk_wait *w) {
-    if (!c || !c->rep || !c->req || !w) return cxk_wait_idle(w);
-    struct cxk_ring_wake_stats ws;
-    cxk_ring_wake_stats(c->req, &ws);
-    if (ws.wakes_sent != c->woke_seen && ws.enabled) {
-        // our last publish had to wake the server: its reply is at least a wake-up away, and
-        // spinning meanwhile would hold a CPU it may need (2 cores, or busy ones). Sleep now,
-        // on the reply ring's futex; a server that stays awake keeps us spinning next time.
-        c->woke_seen = ws.wakes_sent;
-        return cxk::ring::sleep_now(w, &c->rep, 1);
-    }
+    if (!c || !c->rep) return cxk_wait_idle(w);
     return cxk_wait_idle_rings(w, &c->rep, 1);
 }
 
