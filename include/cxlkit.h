@@ -1151,7 +1151,9 @@ CXK_API int cxk_rpc_call(cxk_rpc_client *c, uint32_t method, const void *req, ui
                          void *reply, uint32_t cap, uint32_t *reply_nbytes, int32_t *status);
 /* For loops of submit/poll and of server_next: cxk_wait_idle whose sleeps end as soon as a
  * reply (client) or a request of any connected client (server, up to 128 clients; the
- * server first publishes its deferred replies) is published (same-host wake-up above). */
+ * server first publishes its deferred replies) is published (same-host wake-up above). A
+ * client that connects while the server sleeps is noticed at that sleep's timeout
+ * (CXLKIT_MSG_WAKE_US): its rings are not among those the server sleeps on yet. */
 CXK_API int64_t cxk_rpc_wait_idle(cxk_rpc_client *c, struct cxk_wait *w);
 CXK_API int64_t cxk_rpc_server_wait_idle(cxk_rpc_server *s, struct cxk_wait *w);
 /* Wake-up counters: the client's reply ring; the server's request rings summed (enabled: 1

@@ -32,6 +32,7 @@ struct cxk_rpc_server {
     int cur = -1;                       // client whose request was returned last
     uint32_t connected = 0;
     std::vector<cxk_ring *> live;       // the connected clients' request rings (for a wait)
+    std::vector<cxk_ring *> live_rep;   // and their reply rings, in the same order
     bool live_stale = true;             // a client came or went since live was made
 };
 
@@ -470,14 +471,15 @@ int64_t cxk_rpc_wait_idle(cxk_rpc_client *c, cxk_wait *w) {
 
 int64_t cxk_rpc_server_wait_idle(cxk_rpc_server *s, cxk_wait *w) {
     if (!s) return cxk_wait_idle(w);
-    // a client waits for the replies we deferred: publish them before we sleep
-    cxk_rpc_server_flush(s);
     if (s->live_stale) {
-        s->live.clear();
-        for (cxk_ring *r : s->req)
-            if (r) s->live.push_back(r);
+        s->live.clear(), s->live_rep.clear();
+        for (uint32_t k = 0; k < s->max_clients; ++k)
+            if (s->req[k]) s->live.push_back(s->req[k]), s->live_rep.push_back(s->rep[k]);
         s->live_stale = false;
     }
+    // a client waits for the replies we deferred: publish them before we sleep (only the
+    // connected clients' rings: this runs at every idle poll, max_clients may be 4096)
+    for (cxk_ring *r : s->live_rep) cxk_ring_publish(r);
     // no client yet: new ones are looked for between timed sleeps (a connect polls for its
     // reply ring every 200 us; more than 128 clients: timed sleeps too, wake.cpp)
     if (s->live.empty()) return cxk_wait_idle(w);
