@@ -201,6 +201,8 @@ static void close_wakes(void) {
     CHECK_EQ(stats(cr).timeouts, 0);
     CHECK(stats(cr).woken >= 1);
     cxk_ring_close(cr);
+    cxk_ring_close(pr);  /* our copy of the handle the child closed (closed is set again) */
+    CHECK_EQ(cxk_obj_destroy(p, "w.close"), 0);
     cxk_pool_close(p);
     unlink(path);
 }
