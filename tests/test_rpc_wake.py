@@ -88,7 +88,8 @@ def test_sleepers_on_both_sides_are_woken_by_the_publish(pool_path, safety_net_1
         assert s["enabled"] is True and s["fallbacks"] == 0
     assert st["timeouts"] == 0  # no wake-up was lost
     # the server asleep on the first client's ring notices the second client (whose rings
-    # no sleeping word of its points at yet) on that sleep's timeout: that one, no other
+    # no sleeping word of its points at yet) on that sleep's timeout, when it looks at
+    # every client slot: that one timeout, no other
     assert sst["timeouts"] <= 1
     assert st["woken"] >= 5        # each slow reply ended a futex sleep
     assert sst["woken"] >= 20      # and the requests ended the server's, with two clients too

@@ -63,6 +63,9 @@ int64_t now_ms() {
 
 // How often a blocked call looks at its deadline and whether the server is gone.
 constexpr int64_t kCheckNs = 1000000;
+// Client slots a sleeping server looks at after each sleep (cxk_rpc_server_wait_idle): an
+// empty slot costs a name lookup (~1 us), so 64 bound it to a few % of a 1 ms sleep.
+constexpr uint32_t kScanPerSleep = 64;
 
 bool good_name(const char *n) {
     size_t len = std::strlen(n);
@@ -483,7 +486,18 @@ int64_t cxk_rpc_server_wait_idle(cxk_rpc_server *s, cxk_wait *w) {
     // no client yet: new ones are looked for between timed sleeps (a connect polls for its
     // reply ring every 200 us; more than 128 clients: timed sleeps too, wake.cpp)
     if (s->live.empty()) return cxk_wait_idle(w);
-    return cxk_wait_idle_rings(w, s->live.data(), s->live.size());
+    struct cxk_ring_wake_stats before, after;
+    cxk_ring_wake_stats(s->live[0], &before);
+    const int64_t el = cxk_wait_idle_rings(w, s->live.data(), s->live.size());
+    cxk_ring_wake_stats(s->live[0], &after);
+    if (after.timeouts != before.timeouts) {
+        // a new client's rings are not among those we slept on: after a futex sleep that
+        // no one ended, look at up to kScanPerSleep client slots (not the one server_next
+        // looks at per call), so a connect waits about one sleep (1 ms), not max_clients.
+        // Timed sleeps (no wake-up) keep server_next's pace: they come every <= 50 us.
+        for (uint32_t i = 0; i < s->max_clients && i < kScanPerSleep; ++i) scan_clients(s);
+    }
+    return el;
 }
 
 int cxk_rpc_wake_stats(const cxk_rpc_client *c, struct cxk_ring_wake_stats *st) {
