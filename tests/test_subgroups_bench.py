@@ -72,3 +72,28 @@ def test_subgroups_bench_deepspeed_row_reports_a_failed_engine_without_dying(tmp
     assert "DeepSpeed row 'DeepSpeed ZeRO-3, nvme_path = disk' failed" in r.stderr
     rows = [json.loads(x) for x in r.stdout.splitlines() if x.startswith('{"row"')]
     assert [x["row"] for x in rows] == PATH_ROWS
+
+
+def test_decompose_splits_effective_over_sum_into_contention_times_occupancy():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("sgbench", ROOT / "bench" / "subgroups.py")
+    b = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(b)
+    # two paths: A moved 4 GB in 2 s busy, B 1 GB in 1 s busy, union 2.5 s (B ran 0.5 s
+    # while A was idle), update 3 s; unused path C is left out
+    m = dict(io_bytes=5e9, io_busy_s=2.5, update_s=3.0, paths=[
+        dict(path="A", busy_s=2.0, busy_GBps=2.0), dict(path="B", busy_s=1.0, busy_GBps=1.0),
+        dict(path="C", busy_s=0.0, busy_GBps=None)])
+    d = b.decompose(m, ["A", "B"])
+    assert d["in_step_GBps"] == pytest.approx(3.0)
+    assert d["occupancy"] == pytest.approx(2.0 / 3.0)        # 2 GB/s effective of 3
+    assert d["overlap"] == pytest.approx(3.0 / 2.5)
+    assert d["busy_of_update"] == pytest.approx([2 / 3, 1 / 3])
+    own = 4.0  # the paths' own figures alone: contention 3/4
+    assert (d["in_step_GBps"] / own) * d["occupancy"] == pytest.approx(2.0 / own)
+    assert b.decompose(m, ["A", "C"]) is None  # a used path that moved nothing
+    assert b.decompose(dict(m, io_busy_s=0.0), ["A"]) is None
+    figs = {"A": [dict(fio_together_read_GBps=1.0, fio_together_write_GBps=2.0)] * 3,
+            "B": [dict(fio_together_read_GBps=0.5, fio_together_write_GBps=0.4)]}
+    assert b.sum_fio_together(["A", "B"], figs) == pytest.approx(1.4)
+    assert b.sum_fio_together(["A", "mem"], figs) is None
