@@ -408,6 +408,10 @@ def main() -> None:
     ap.add_argument("--deepspeed-python", default=None,
                     help="the python of an environment with DeepSpeed (.venv-ds/bin/python, "
                     "mk/deepspeed.mk), for its rows")
+    ap.add_argument("--rows", default=None,
+                    help="only these rows, by name, '|'-separated (and the DeepSpeed rows "
+                    "when deepspeed is in --only): to split the matrix into commands that "
+                    "each hold the bench lock a few minutes")
     a = ap.parse_args()
     params, subgroup = parse_count(a.params), parse_count(a.subgroup)
     params -= params % subgroup
@@ -423,6 +427,12 @@ def main() -> None:
         os.mkdir(shm_aio)
         shm_aio = f"aio:{shm_aio}"
         rows = configs(a, disk, shm, pool, shm_aio)
+        if a.rows:
+            want = a.rows.split("|")
+            unknown = set(want) - {r[0] for r in rows}
+            if unknown:
+                ap.error(f"--rows: no such row {sorted(unknown)} (with --only {a.only})")
+            rows = [r for r in rows if r[0] in want]
         ds = [(f"DeepSpeed ZeRO-3, nvme_path = {n}", p) for n, p in
               (("disk", disk), ("tmpfs", shm))] \
             if a.deepspeed_python and "deepspeed" in a.only else []
@@ -434,11 +444,13 @@ def main() -> None:
                 figs.setdefault(f["path"], []).append(f)
                 print(json.dumps(dict(path_figure=f, round=rnd)), flush=True)
             for name, procs, ps, kw in rows:
+                print(f"round {rnd}: {name}", file=sys.stderr, flush=True)  # progress
                 if procs == "one":
                     res[name].append(run(ps, params, subgroup, a.steps, **kw))
                 else:
                     res[name] += two_procs(ps, params, subgroup, a.steps, kw)
             for name, p in ds:
+                print(f"round {rnd}: {name}", file=sys.stderr, flush=True)
                 r = deepspeed_row(a.deepspeed_python, p, name, params, subgroup, a.steps)
                 if r is not None:
                     res[name].append(r)
