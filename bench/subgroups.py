@@ -38,6 +38,7 @@ import tempfile
 import numpy as np
 
 from cxlkit.train import adam as A
+from cxlkit.train import spill_split as S
 from cxlkit.train.spill_paths import parse_path
 from cxlkit.train.subgroups import SubgroupStore
 
@@ -195,6 +196,10 @@ def summarize(name: str, results: list[dict], params: int, figs: dict[str, list[
                busy_of_update=[statistics.median(d["busy_of_update"][i] for d in parts)
                                for i in range(len(used))] if parts else None,
                paths_sum_fio_together_GBps=sum_fio_together(used, figs))
+    ceil = [c for c in (cpu_ceiling(res["plan"], used) for res in results) if c]
+    row.update(cpu_ceiling_GBps=med(ceil) if ceil else None,
+               cpu_rate=[res["plan"][0]["cpu_rate"] for res in results],
+               io_of_cpu_ceiling=io / statistics.median(ceil) if io and ceil else None)
     row.update(dict(
                Mparams_per_s=params / statistics.median(upd) / 1e6,
                io_GBps=med(busy) if busy else None, io_wall_GBps=med(wall),
@@ -260,6 +265,21 @@ def sum_with_fio(used: list[str], figs: dict[str, list[dict]]) -> float | None:
             return None
         tot += min(statistics.median(r), statistics.median(w))
     return tot
+
+
+def cpu_ceiling(plan: list[dict], used: list[str]) -> float | None:
+    """GB/s the used paths can carry at once with the CPU this process got while all of them
+    were busy (the store's start-up figures: each path's min(read, write) alone, its CPU
+    seconds per byte, and cpu_rate, the CPU seconds per second with every path busy): the
+    split's fractional knapsack (spill_split). cpu_rate None (the paths together reached
+    90 % of their sum alone): the sum alone. The AdamW kernel's own CPU is not counted, so
+    this is an upper bound for a step."""
+    qs = [q for q in plan if q["path"] in used]
+    if not qs or any(q["cpu_per_byte"] is None for q in qs):
+        return None
+    bw = [min(q["read"], q["write"]) for q in qs]
+    return sum(S.knapsack_throughput(bw, [q["cpu_per_byte"] for q in qs],
+                                     qs[0]["cpu_rate"])) / 1e9
 
 
 def sum_fio_together(used: list[str], figs: dict[str, list[dict]]) -> float | None:

@@ -97,3 +97,18 @@ def test_decompose_splits_effective_over_sum_into_contention_times_occupancy():
             "B": [dict(fio_together_read_GBps=0.5, fio_together_write_GBps=0.4)]}
     assert b.sum_fio_together(["A", "B"], figs) == pytest.approx(1.4)
     assert b.sum_fio_together(["A", "mem"], figs) is None
+
+
+def test_cpu_ceiling_is_the_knapsack_of_the_paths_alone_within_the_cpu_budget():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("sgbench2", ROOT / "bench" / "subgroups.py")
+    b = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(b)
+    plan = [dict(path="disk", read=1e9, write=2e9, cpu_per_byte=0.05e-9, cpu_rate=0.5),
+            dict(path="shm", read=4e9, write=5e9, cpu_per_byte=0.2e-9, cpu_rate=0.5),
+            dict(path="unused", read=9e9, write=9e9, cpu_per_byte=0.1e-9, cpu_rate=0.5)]
+    # disk first (cheapest): 1 GB/s for 0.05 CPU s/s; 0.45 left carries 2.25 GB/s of shm
+    assert b.cpu_ceiling(plan, ["disk", "shm"]) == pytest.approx(3.25)
+    free = [dict(q, cpu_rate=None) for q in plan]  # not CPU-bound: the sum alone
+    assert b.cpu_ceiling(free, ["disk", "shm"]) == pytest.approx(5.0)
+    assert b.cpu_ceiling([dict(plan[0], cpu_per_byte=None)], ["disk"]) is None
