@@ -171,3 +171,24 @@ def test_file_truncated_by_another_process_during_a_store_read_never_crashes(shm
     first, second = r.stdout.split("\n")[:2]
     assert first in ("first: done", "first: PathIOError")
     assert second == "second: PathIOError"
+
+
+def test_a_fault_outside_the_copy_with_sigbus_ignored_still_kills_instead_of_looping(tmp_path):
+    # with SIGBUS ignored before the handler came, a fault outside the copy must not return
+    # into the faulting instruction forever: it takes the default action, as the kernel does
+    r = run_child("""
+        import mmap, os, signal, sys
+        import numpy as np
+        signal.signal(signal.SIGBUS, signal.SIG_IGN)
+        from cxlkit.train import aio
+        aio.copy(np.zeros(8, np.uint8), np.ones(8, np.uint8))   # installs the handler
+        f = sys.argv[1]
+        with open(f, "wb") as fh:
+            fh.truncate(1 << 20)
+        fd = os.open(f, os.O_RDWR)
+        mm = mmap.mmap(fd, 1 << 20, flags=mmap.MAP_SHARED)
+        os.truncate(f, 0)
+        np.frombuffer(mm, np.uint8).sum()   # faults outside the guarded copy
+        print("not reached")
+    """, str(tmp_path / "victim"))
+    assert r.returncode == -signal.SIGBUS, (r.returncode, r.stdout, r.stderr)

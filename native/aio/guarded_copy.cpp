@@ -4,7 +4,9 @@
 // cannot be read back. The copying thread marks itself guarded; the SIGBUS handler jumps back
 // to the guard of the faulting thread, which returns -EFAULT; a SIGBUS on any thread that is
 // not copying goes on to the handler that was there before (Python's faulthandler, the
-// default action), so a real crash stays a crash.
+// default action), so a real crash stays a crash. The handler is installed once, on the first
+// copy: a handler installed after it (faulthandler.enable() called later) runs first and
+// would take a guarded fault for a crash.
 #include <atomic>
 #include <cerrno>
 #include <csetjmp>
@@ -30,8 +32,10 @@ void pass_on(int sig, siginfo_t *si, void *uc) {
         if (g_prev.sa_sigaction) g_prev.sa_sigaction(sig, si, uc);
         return;
     }
-    if (g_prev.sa_handler == SIG_IGN) return;
-    if (g_prev.sa_handler == SIG_DFL) {
+    // ignored: a kill() is dropped; a fault would re-execute and fault forever, so it takes
+    // the default action, as the kernel does for a fault whose SIGBUS is ignored
+    if (g_prev.sa_handler == SIG_IGN && (si == nullptr || si->si_code <= 0)) return;
+    if (g_prev.sa_handler == SIG_DFL || g_prev.sa_handler == SIG_IGN) {
         // the default action (core dump): reset, then re-raise; a fault re-executes anyway
         struct sigaction dfl{};
         dfl.sa_handler = SIG_DFL;
