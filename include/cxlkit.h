@@ -382,6 +382,12 @@ enum cxk_simd { CXK_SIMD_AUTO = 0, CXK_SIMD_SCALAR = 1, CXK_SIMD_AVX2 = 2, CXK_S
  * a write through .data) and the master takes the copy's value, widened; the _ex calls count
  * such elements. Costs the read of the copy (free unless NT_COPY saved it). */
 #define CXK_ADAM_RESYNC 32u
+/* Benchmarks only: the step's memory traffic without its arithmetic, the bandwidth bound a
+ * step is judged against. Every element of param, exp_avg, exp_avg_sq and grad is read and
+ * param, exp_avg, exp_avg_sq (and param_copy, read as RESYNC reads it) are written back
+ * unchanged, bit for bit, through the step's own loop, vector width, prefetch and threads
+ * (fp32: 4 arrays read, 3 written, 28 bytes per element). Nothing is re-read or counted. */
+#define CXK_ADAM_TRAFFIC 64u
 
 struct cxk_adam_hparams {
     double lr, beta1, beta2, eps, weight_decay, grad_scale;
@@ -694,6 +700,11 @@ CXK_API int cxk_pool_upgrade(const char *path, unsigned flags, struct cxk_pool_u
  * "publish.header", "destroy.header" (header dead, entry not yet removed),
  * "destroy.free", "locked" (host lock held). nth == 0 disarms; -EINVAL unknown name. */
 CXK_API int cxk_pool_crash_at(const char *name, int nth);
+/* Test hook (issue 18): at each of the next `count` passages of crash point `name` the process
+ * stops itself (SIGSTOP) until a SIGCONT, so a test can interleave processes step by step;
+ * "slot.x" is a claimer's nonce just written to a slot's x line. count == 0 disarms; -EINVAL
+ * unknown name or count < 0. */
+CXK_API int cxk_pool_stop_at(const char *name, int count);
 /* Size and alignment of devdax device `name` ("dax0.0") under sysfs_root ("/sys"). */
 CXK_API int cxk_pool_dax_geometry(const char *sysfs_root, const char *name, uint64_t *size,
                                   uint64_t *align);
