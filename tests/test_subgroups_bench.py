@@ -112,3 +112,21 @@ def test_cpu_ceiling_is_the_knapsack_of_the_paths_alone_within_the_cpu_budget():
     free = [dict(q, cpu_rate=None) for q in plan]  # not CPU-bound: the sum alone
     assert b.cpu_ceiling(free, ["disk", "shm"]) == pytest.approx(5.0)
     assert b.cpu_ceiling([dict(plan[0], cpu_per_byte=None)], ["disk"]) is None
+
+
+def test_subgroups_cpu_bench_reports_cpu_by_thread_group_and_cores(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "subgroups_cpu.py"), "--params",
+                        "1M", "--subgroup", "250K", "--steps", "3", "--cache", "3",
+                        "--disk", str(tmp_path), "--sets", "disk+mem"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (row,) = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    assert row["set"] == "disk+mem" and row["steps"] == 2 and sum(row["subgroups"]) == 4
+    assert "store thread (kernel, waits)" in row["cpu_s_per_step"]
+    assert all(v >= 0 for v in row["cpu_s_per_step"].values())
+    assert row["update_s"] > 0 and row["machine_cores"] > 0 and row["process_cores"] >= 0
+    assert not list(tmp_path.iterdir())
+    bad = subprocess.run([sys.executable, str(ROOT / "bench" / "subgroups_cpu.py"), "--sets",
+                          "nvme", "--disk", str(tmp_path)], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "paths are disk, tmpfs, mem" in bad.stderr
