@@ -5,7 +5,10 @@
  *   cxk  cxk_rpc_* over a pool file (fixed 16-byte slot header, batched fences);
  *   tcp  TCP loopback, the same 16-byte header + payload per request, TCP_NODELAY, the server
  *        answering every whole request it has read in one send (the batched analogue).
- * Usage: rpc_bench cxk|tcp [-n calls] [-p payload] [-q depth] */
+ * With -g GAP (µs) a third row: calls one at a time, each after GAP µs of silence (the
+ * pattern of a service called now and then: the server has gone to sleep when the request
+ * comes), median and 90th percentile of -G such calls.
+ * Usage: rpc_bench cxk|tcp [-n calls] [-p payload] [-q depth] [-g gap_us] [-G gap_calls] */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -23,8 +26,9 @@
 
 #define HDR 16
 
-static long ncalls = 200000;
+static long ncalls = 200000, gap_us = 0, gap_calls = 200;
 static uint32_t payload = 64, qd = 128;
+static double gap_med, gap_p90; /* the -g row, µs */
 
 static double now(void) {
     struct timespec ts;
@@ -35,6 +39,28 @@ static double now(void) {
 static void die(const char *what, int err) {
     fprintf(stderr, "rpc_bench: %s: %s\n", what, strerror(err < 0 ? -err : err));
     exit(1);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* -g: gap_calls calls, each after gap_us of silence; only the calls are timed. */
+static void after_gaps(void (*call)(void *), void *ctx) {
+    double *t = calloc((size_t)gap_calls, sizeof *t);
+    if (!t) die("calloc", ENOMEM);
+    for (long i = 0; i < gap_calls; ++i) {
+        struct timespec d = {gap_us / 1000000, (gap_us % 1000000) * 1000};
+        while (nanosleep(&d, &d) == -1 && errno == EINTR) {
+        }
+        double t0 = now();
+        call(ctx);
+        t[i] = (now() - t0) * 1e6;
+    }
+    qsort(t, (size_t)gap_calls, sizeof *t, cmp_double);
+    gap_med = t[gap_calls / 2], gap_p90 = t[gap_calls * 9 / 10];
+    free(t);
 }
 
 /* ---- cxlkit ---------------------------------------------------------------------------- */
@@ -90,6 +116,14 @@ static void cxk_server(void) {
     }
 }
 
+static void cxk_call_once(void *c) {
+    char req[256] = {7}, rep[256];
+    uint32_t n;
+    int32_t st;
+    int rc = cxk_rpc_call(c, 1, req, payload, rep, sizeof rep, &n, &st);
+    if (rc || n != payload) die("cxk_rpc_call", rc ? rc : EPROTO);
+}
+
 static void cxk_run(double *rt1, double *ops1, double *opsq) {
     snprintf(pool_path, sizeof pool_path, "/dev/shm/cxk-rpcbench-%d", (int)getpid());
     unlink(pool_path);
@@ -128,6 +162,7 @@ static void cxk_run(double *rt1, double *ops1, double *opsq) {
         else cxk_rpc_wait_idle(c, &w); /* the server's publish ends its sleeps */
     }
     *opsq = ncalls / (now() - t0);
+    if (gap_us) after_gaps(cxk_call_once, c);
     struct cxk_ring_wake_stats ws;
     if (cxk_rpc_wake_stats(c, &ws) == 0) print_wake("client", &ws);
     cxk_rpc_call(c, 0, NULL, 0, rep, sizeof rep, &n, &st);
@@ -165,6 +200,19 @@ static void tcp_server(int lfd) {
             memmove(in, in + whole, have - whole);
             have -= whole;
         }
+    }
+}
+
+struct tcp_once { int fd; char *out, *in; };
+
+static void tcp_call_once(void *ctx) {
+    struct tcp_once *o = ctx;
+    const size_t slot = HDR + payload;
+    full_write(o->fd, o->out, slot);
+    for (size_t have = 0; have < slot;) {
+        ssize_t r = recv(o->fd, o->in + have, slot - have, 0);
+        if (r <= 0) die("recv", errno);
+        have += (size_t)r;
     }
 }
 
@@ -209,6 +257,8 @@ static void tcp_run(double *rt1, double *ops1, double *opsq) {
         have %= slot;  /* the bytes of a partial reply stay at the front (all slots alike) */
     }
     *opsq = ncalls / (now() - t0);
+    struct tcp_once once = {fd, out, in};
+    if (gap_us) after_gaps(tcp_call_once, &once);
     close(fd);
     waitpid(srv, NULL, 0);
     free(out);
@@ -217,16 +267,21 @@ static void tcp_run(double *rt1, double *ops1, double *opsq) {
 
 int main(int argc, char **argv) {
     if (argc < 2 || (strcmp(argv[1], "cxk") && strcmp(argv[1], "tcp"))) {
-        fprintf(stderr, "usage: rpc_bench cxk|tcp [-n calls] [-p payload] [-q depth]\n");
+        fprintf(stderr, "usage: rpc_bench cxk|tcp [-n calls] [-p payload] [-q depth] [-g gap_us] "
+                        "[-G gap_calls]\n");
         return 2;
     }
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-n")) ncalls = atol(argv[i + 1]);
         else if (!strcmp(argv[i], "-p")) payload = (uint32_t)atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-q")) qd = (uint32_t)atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-g")) gap_us = atol(argv[i + 1]);
+        else if (!strcmp(argv[i], "-G")) gap_calls = atol(argv[i + 1]);
     }
-    if (ncalls <= 0 || payload > 224 || qd < 1 || qd > 4096 || (qd & (qd - 1))) {
-        fprintf(stderr, "rpc_bench: -n > 0, -p <= 224, -q a power of two <= 4096\n");
+    if (ncalls <= 0 || payload > 224 || qd < 1 || qd > 4096 || (qd & (qd - 1)) || gap_us < 0 ||
+        gap_us > 10000000 || gap_calls < 1) {
+        fprintf(stderr, "rpc_bench: -n > 0, -p <= 224, -q a power of two <= 4096, "
+                        "-g 0..10000000, -G > 0\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -239,5 +294,8 @@ int main(int argc, char **argv) {
            ncalls);
     printf("%-6u%-6d%16.2f%20.3f\n", payload, 1, rt1, ops1 / 1e6);
     printf("%-6u%-6u%16.2f%20.3f\n", payload, qd, qd * 1e6 / opsq, opsq / 1e6);
+    if (gap_us)
+        printf("# after %ld us of silence, %ld calls: median %.2f us, p90 %.2f us\n", gap_us,
+               gap_calls, gap_med, gap_p90);
     return 0;
 }
