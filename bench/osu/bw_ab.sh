@@ -1,12 +1,13 @@
 #!/bin/sh
-# bw_ab.sh bw|onecpu OUTDIR — the A/B runs behind docs/msg.md "Bandwidth" (issue 14, 4th round).
+# bw_ab.sh bw|onecpu|pair OUTDIR — the A/B runs behind docs/msg.md "Bandwidth" (issue 14, 4th round).
 # bw: memcpy (both columns) at the start and the end, ROUNDS interleaved rounds of osu bw 64 KiB..4 MiB
 # over cxlkit before (BEFORE=dir of an osu_cxk on the previous library) and now (OSU_BIN) and
 # both MPIs' shared memory, then 8 B latency before/now. onecpu: the crossover anomaly, osu bw
-# 64 B..4 KiB with both ranks free and both on CPU 0. bench/osu/bw_ab_summary.py OUTDIR prints
+# 64 B..4 KiB with both ranks free and both on CPU 0. pair: before and now alone, pinned
+# and free, alternating. bench/osu/bw_ab_summary.py OUTDIR prints
 # medians [min..max] and the ratios.
 set -u
-MODE=${1:?usage: bw_ab.sh bw|onecpu OUTDIR}; OUT=${2:?usage: bw_ab.sh bw|onecpu OUTDIR}
+MODE=${1:?usage: bw_ab.sh bw|onecpu|pair OUTDIR}; OUT=${2:?usage: bw_ab.sh bw|onecpu|pair OUTDIR}
 B=${BEFORE:-build/osu-before}; N=${OSU_BIN:-build/osu}; R=${ROUNDS:-3}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$OUT"; uptime > "$OUT/load.txt"
@@ -38,5 +39,17 @@ onecpu)
       uptime >> $OUT/load.txt
     done
     ;;
-*) echo "usage: bw_ab.sh bw|onecpu OUTDIR" >&2; exit 2 ;;
+pair)
+    # before against now alone, alternating, each pinned (a core per rank) and free
+    for r in $(seq 1 $R); do
+      for pin in core none; do
+        for v in before new; do
+          X=$N; [ $v = before ] && X=$B
+          CXLKIT_OSU_BIND=$pin CXLKIT_SIZE=2 timeout 60 $X/osu_cxk bw -n 65536 -m 4194304 -i 1000 > $OUT/$v-$pin.$r.txt 2>&1
+        done
+      done
+      uptime >> $OUT/load.txt
+    done
+    ;;
+*) echo "usage: bw_ab.sh bw|onecpu|pair OUTDIR" >&2; exit 2 ;;
 esac
