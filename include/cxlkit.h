@@ -694,6 +694,11 @@ CXK_API int cxk_pool_upgrade(const char *path, unsigned flags, struct cxk_pool_u
  * "publish.header", "destroy.header" (header dead, entry not yet removed),
  * "destroy.free", "locked" (host lock held). nth == 0 disarms; -EINVAL unknown name. */
 CXK_API int cxk_pool_crash_at(const char *name, int nth);
+/* Test hook (issue 18): at each of the next `count` passages of crash point `name` the process
+ * stops itself (SIGSTOP) until a SIGCONT, so a test can interleave processes step by step;
+ * "slot.x" is a claimer's nonce just written to a slot's x line. count == 0 disarms; -EINVAL
+ * unknown name or count < 0. */
+CXK_API int cxk_pool_stop_at(const char *name, int count);
 /* Size and alignment of devdax device `name` ("dax0.0") under sysfs_root ("/sys"). */
 CXK_API int cxk_pool_dax_geometry(const char *sysfs_root, const char *name, uint64_t *size,
                                   uint64_t *align);

@@ -694,47 +694,6 @@ def test_memfd_pool_bound_to_node(path):
             assert absent == 0 and per_node[0] == sum(per_node) > 0
 
 
-def _slot_tag(path: str, host: int) -> str:
-    with open(path, "rb") as f:
-        f.seek(4096 + host * 4096)  # host slot h, line 0 starts with tag[32]
-        return f.read(32).split(b"\0")[0].decode()
-
-
-def _claim_by_name(path, name, barrier, out):
-    barrier.wait()
-    with cxlkit.Pool(path, host_id=name) as p:
-        out.put((name, p.host_id))
-        barrier.wait()  # both attached before either leaves
-
-
-def test_hosts_claiming_free_slots_by_name_at_once_get_distinct_slots(path):
-    # two names whose first choice is the same free slot (the start slot of the name's hash)
-    home: dict[int, list[str]] = {}
-    for i in range(16):
-        name = f"node-{i}"
-        with cxlkit.Pool(path, size=8 * MiB, max_hosts=4, host_id=name) as p:
-            home.setdefault(p.host_id, []).append(name)
-        poolmod.remove(path)
-    slot, names = next((h, n) for h, n in sorted(home.items()) if h != 3 and len(n) >= 2)
-    a, b = names[:2]
-    ctx = mp.get_context("fork")
-    for _ in range(8):
-        cxlkit.Pool(path, size=8 * MiB, max_hosts=4, host_id=3).close()  # slots 0-2 free
-        barrier, out = ctx.Barrier(2), ctx.Queue()
-        procs = [ctx.Process(target=_claim_by_name, args=(path, n, barrier, out))
-                 for n in (a, b)]
-        for pr in procs:
-            pr.start()
-        got = dict(out.get(timeout=60) for _ in procs)
-        for pr in procs:
-            pr.join(60)
-            assert pr.exitcode == 0
-        assert got[a] != got[b], (got, slot)
-        assert _slot_tag(path, got[a]) == a and _slot_tag(path, got[b]) == b
-        assert slot in got.values()  # one of them has its first choice
-        poolmod.remove(path)
-
-
 def _lease_holder(path, ready):
     pool = cxlkit.Pool(path, host_id=1)
     held = pool.open("leased")  # held until this process is killed

@@ -663,6 +663,9 @@ CXK_BIND(pool) {
     m.def("pool_crash_at", [](const std::string &point, int nth) {
         check(cxk_pool_crash_at(point.c_str(), nth), "crash point " + point);
     });
+    m.def("pool_stop_at", [](const std::string &point, int count) {  // issue 18: test hook
+        check(cxk_pool_stop_at(point.c_str(), count), "stop point " + point);
+    });
     // ---- issue 18: upgrading a version 1 pool in place ----
     m.def("pool_upgrade", [](const std::string &path, bool shared) {
         cxk_pool_upgrade_info x{};

@@ -4,10 +4,11 @@
 namespace cxk::pool {
 enum class Crash { create_alloc, create_entry, publish_header, destroy_header, destroy_free,
                    locked, takeover, claim_reserved, claim_formatted,
-                   claim_committed, trim_split, trim_cleared, slot_claimed,
+                   claim_committed, trim_split, trim_cleared, slot_claimed, slot_x,
                    gap_split, gap_started, gap_cleared,
                    upgrade_split, upgrade_staged, upgrade_committed, upgrade_rewriting,
                    count_ };
-// Exits the process (status 137, as a SIGKILL) at the armed passage; else returns at once.
+// Exits the process (status 137, as a SIGKILL) at the armed passage; stops it (SIGSTOP) at each
+// passage armed by cxk_pool_stop_at; else returns at once.
 void crash_point(Crash c);
 }  // namespace cxk::pool

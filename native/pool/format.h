@@ -92,7 +92,8 @@ enum ExtState : uint64_t { kExtFree = 0, kExtReserved = 1, kExtCont = 2, kExtSta
 
 // Claim lines of one host slot, written by any newcomer that tries to claim the slot (the
 // one exception to one writer per line: each is alone in its line, and every write is
-// flushed at once and every read invalidated first). A splitter: door 0 = the slot is free.
+// flushed at once and every read invalidated first). A splitter behind Fischer's delay
+// (hosts.cpp): door 0 = the slot is free.
 struct alignas(64) SlotClaim {
     uint64_t x;                    // the last claimer's random nonce
     uint64_t pad0[7];

@@ -265,15 +265,44 @@ void bakery_unlock(cxk_pool *p) {
     sync_out(p, &me->choosing, kLine);
 }
 
-// ---- claiming a free slot across hosts: a splitter on its claim lines ------------------
+// ---- claiming a free slot across hosts: Fischer's delay in front of a splitter ----------
 // Any newcomer writes slot h's claim lines (each alone in its line); every store is flushed
 // and fenced before the next load, every load invalidated first, so each line acts as an
-// atomic register. x := nonce; if door: lose; door := now; win iff x is still our nonce. At
-// most one claimer wins a slot; with contention all may lose (they try the next slot).
-bool slot_splitter(cxk_pool *p, uint32_t h, uint64_t nonce) {
+// atomic register.
+//
+// The splitter (x := nonce; if door: lose; door := now; win iff x is still our nonce) lets at
+// most one claimer win whatever the timing, but with contention all may lose, and a slot lost
+// by all keeps its door closed. Two claimers in lockstep — A writes x, B writes x, A closes
+// the door and finds B's x, B finds the door closed — lost every free slot that way and both
+// got EBUSY (issue 18: about 1 round in 300 under --coherence-sim, where the flushes keep
+// them in step; every time with tests/test_pool_claims.py's step-by-step claimers).
+//
+// So a claim by name first runs Fischer's timed arbitration (settle): only a claimer that
+// finds the door open writes x; it waits kClaimSettleNs and goes on only if x is still its
+// own. A claimer writes x within microseconds of finding the door open, so one whose x
+// survived the whole delay is the last of those contenders to write it: it alone reaches the
+// door, and the splitter behind has one contender, who wins; the others try the next slot.
+// Safety never rests on the delay: a claimer stalled longer than it between its door read and
+// its x write can only make the splitter pick nobody (the slot shows as "claim interrupted"
+// until `cxlkit pool release`), never two.
+constexpr int64_t kClaimSettleNs = 5 * 1000000ll;
+
+bool slot_splitter(cxk_pool *p, uint32_t h, uint64_t nonce, bool settle) {
     SlotClaim *c = slot_claim(p, h);
+    if (settle) {
+        sync_in(p, &c->door, kLine);
+        if (ld(&c->door) != 0) return false;  // a claimer got past the delay: leave its x be
+    }
     st(&c->x, nonce);
     sync_out(p, &c->x, kLine);  // flush + full fence: x is in the pool before door is read
+    crash_point(Crash::slot_x);
+    if (settle) {
+        struct timespec d = {0, long(kClaimSettleNs)};
+        while (nanosleep(&d, &d) == -1 && errno == EINTR) {
+        }
+        sync_in(p, &c->x, kLine);
+        if (ld(&c->x) != nonce) return false;  // a later contender: it goes on, not us
+    }
     sync_in(p, &c->door, kLine);
     if (ld(&c->door) != 0) return false;
     st(&c->door, uint64_t(now_ns()) | 1);
@@ -342,7 +371,7 @@ int pick_slot(cxk_pool *p, int32_t host_id, const char *tag, uint64_t taken) {
     const uint64_t nonce = claim_nonce(p);
     for (uint32_t i = 0; i < n; ++i) {
         uint32_t h = (start + i) % n;
-        if (!(taken >> h & 1) && slot_door_open(p, h) && slot_splitter(p, h, nonce))
+        if (!(taken >> h & 1) && slot_splitter(p, h, nonce, true))
             return int(h);
     }
     return -EBUSY;  // every slot belongs to another host, or was lost to one
@@ -380,7 +409,8 @@ int attach(cxk_pool *p, int lock_fd, const char *tag, bool by_name) {
     }
     // an explicit id closes its slot's door, so named newcomers skip it; when another
     // claimer (a name, on any host) closed it first, that claimer's tag decides
-    if (!by_name && slot_door_open(p, p->host) && !slot_splitter(p, p->host, claim_nonce(p)) &&
+    if (!by_name && slot_door_open(p, p->host) &&
+        !slot_splitter(p, p->host, claim_nonce(p), false) &&
         *tag) {
         if (int r = await_winner_tag(p, s, tag)) {
             backing_unlock(lock_fd, at);

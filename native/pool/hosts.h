@@ -51,8 +51,11 @@ void bakery_lock(cxk_pool *p);
 void bakery_unlock(cxk_pool *p);
 
 // Claim slot h with the splitter on its claim lines (any newcomer may write them): true
-// when we won it (at most one claimer does). slot_door_open: nobody claimed it yet.
-bool slot_splitter(cxk_pool *p, uint32_t h, uint64_t nonce);
+// when we won it (at most one claimer does, whatever the timing). settle (claims by name):
+// only when the door is open, and after Fischer's delay, so that of claimers at the same
+// instant the last to write x goes on alone and wins (hosts.cpp). slot_door_open: nobody
+// claimed it yet.
+bool slot_splitter(cxk_pool *p, uint32_t h, uint64_t nonce, bool settle);
 bool slot_door_open(const cxk_pool *p, uint32_t h);
 void slot_unclaim(cxk_pool *p, uint32_t h);  // reopen the door of a slot we won, unused
 

@@ -82,6 +82,21 @@ static void basics(void) {
     CHECK_EQ(cxk_obj_create(p, "", 10, &off), -EINVAL);
     CHECK_EQ(cxk_obj_create(p, "big", ps.partition_bytes, &off), -ENOSPC);
     CHECK_EQ(cxk_obj_create(p, "zero", 0, &off), -EINVAL);
+    /* names are UTF-8, checked eight ASCII bytes at a time: a bad byte after, inside or
+     * between such runs is refused, good multi-byte characters there are taken */
+    static const char *const bad_names[] = {
+        "abcdefgh\xff", "abcdefghijklmnop\x80", "abcdefg\xc3", "abcdefghijklmno\xe2\x82",
+        "abcdefgh\xc0\xafzzzzzzzz", "abcdefgh\xed\xa0\x80", "\xf5" "abcdefghijklmn",
+        "abcdefghijklmnopqrstuvw\xf4\x90\x80\x80"};
+    for (size_t i = 0; i < sizeof bad_names / sizeof *bad_names; ++i)
+        CHECK_EQ(cxk_obj_create(p, bad_names[i], 10, &off), -EILSEQ);
+    static const char *const good_names[] = {"abcdefgh\xc3\xa9", "abcdefg\xe2\x82\xac" "abcdefgh",
+                                              "\xf0\x9f\x98\x80" "abcdefghijklmnop"};
+    for (size_t i = 0; i < sizeof good_names / sizeof *good_names; ++i) {
+        CHECK_EQ(cxk_obj_create(p, good_names[i], 10, &off), 0);
+        CHECK_EQ(cxk_obj_destroy(p, good_names[i]), 0);
+        CHECK_EQ(cxk_obj_close(p, off), 0);
+    }
     CHECK_EQ(cxk_pool_close(q), 0);
     CHECK_EQ(cxk_pool_close(p), 0);
 }
