@@ -3,8 +3,8 @@
 # bw: memcpy (both columns) at the start and the end, ROUNDS interleaved rounds of osu bw 64 KiB..4 MiB
 # over cxlkit before (BEFORE=dir of an osu_cxk on the previous library) and now (OSU_BIN) and
 # both MPIs' shared memory, then 8 B latency before/now. onecpu: the crossover anomaly, osu bw
-# 64 B..4 KiB with both ranks free and both on CPU 0. pair: before and now alone, pinned
-# and free, alternating. bench/osu/bw_ab_summary.py OUTDIR prints
+# 64 B..4 KiB with both ranks free and both on CPU 0. pair: osu_cxk builds alone (VARIANTS),
+# pinned and free, in rotating order. bench/osu/bw_ab_summary.py OUTDIR prints
 # medians [min..max] and the ratios.
 set -u
 MODE=${1:?usage: bw_ab.sh bw|onecpu|pair OUTDIR}; OUT=${2:?usage: bw_ab.sh bw|onecpu|pair OUTDIR}
@@ -40,14 +40,17 @@ onecpu)
     done
     ;;
 pair)
-    # before against now alone, alternating, each pinned (a core per rank) and free
+    # osu_cxk builds alone (VARIANTS="name=bindir ...", default before and now), each pinned
+    # (a core per rank) and free; the variants' order rotates from round to round
+    V=${VARIANTS:-"before=$B new=$N"}
     for r in $(seq 1 $R); do
       for pin in core none; do
-        for v in before new; do
-          X=$N; [ $v = before ] && X=$B
-          CXLKIT_OSU_BIND=$pin CXLKIT_SIZE=2 timeout 60 $X/osu_cxk bw -n 65536 -m 4194304 -i 1000 > $OUT/$v-$pin.$r.txt 2>&1
+        for v in $V; do
+          X=${v#*=}
+          CXLKIT_OSU_BIND=$pin CXLKIT_SIZE=2 timeout 60 $X/osu_cxk bw -n 65536 -m 4194304 -i 1000 > $OUT/${v%%=*}-$pin.$r.txt 2>&1
         done
       done
+      V="${V#* } ${V%% *}"
       uptime >> $OUT/load.txt
     done
     ;;
