@@ -1,20 +1,28 @@
 """Overhead of libcxlkit_preload.so on malloc-heavy programs: operations per second without
-and with the library (`cxlkit run --stripe` sets the same environment), variants rotated
-within each run, medians of --runs; a JSON line per run and a summary per mix.
-  .venv/bin/python bench/preload_overhead.py --runs 7 --stripe 0:1
-Mixes (bench/preload/malloc_loop.c unless said):
-  small       16 B-8 KiB blocks only (the library's fast path: one compare per call)
+and with the library (the environment `cxlkit run --stripe` execs with, built by the same
+function), variants rotated within each run, medians and spread of --runs paired runs; and
+user-space instructions per operation of each variant in the same invocation (a hardware
+counter in the C programs, else callgrind): the instruction ratio is the noise-free evidence,
+the time ratio the claim. A JSON line per run and a summary per mix.
+  .venv/bin/python bench/preload_overhead.py --runs 7 --stripe 0:1 --mix small --mix kvstore
+Mixes (bench/preload/):
+  small       malloc_loop.c: 16 B-8 KiB blocks only (the library's fast path)
   with_large  the same, one 4 MiB block in every --large-every allocations
-  large       only 4 MiB blocks over 16 slots: the loop that frees and reallocates them
-  numpy       bench/preload/numpy_loop.py: 4 MiB arrays and their temporaries
+  large       malloc_loop.c: only 4 MiB blocks over 16 slots: the free/reallocate loop
+  midsize     the same with 1 MiB blocks: below the library's minimum, from glibc's heap
+  numpy       numpy_loop.py: 4 MiB arrays and their temporaries
+  kvstore     kv_store.c: a small key-value store (SET/GET/DEL of small values); per allocation
+  python      py_objects.py: dicts and lists through json round trips; per step
 Variants: base (glibc), base_fixed_threshold (glibc with the M_MMAP_THRESHOLD the library pins:
 each large block a fresh mapping, as under the library without its cache), preload_nocache
-(the library with CXLKIT_PRELOAD_CACHE=0), preload (the library as configured: --cache)."""
+(the library with CXLKIT_PRELOAD_CACHE=0), preload (the library as configured: --cache,
+--cache-count). The large-block variants run only for the mixes with large blocks."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -23,100 +31,203 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-MIXES = ("small", "with_large", "large", "numpy")
+MIXES = ("small", "with_large", "large", "midsize", "numpy", "kvstore", "python")
+LARGE_MIXES = ("with_large", "large", "numpy")
+PROGRAMS = ("malloc_loop", "kv_store")
+# output word of the rate and of the operations counted, per mix
+WORDS = {"numpy": ("steps_per_s", "steps"), "python": ("steps_per_s", "steps")}
 
 
-def build(out: Path) -> Path:
+def build(out: Path) -> dict[str, Path]:
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         sys.exit("bench/preload_overhead.py: needs a C compiler (cc)")
-    exe = out / "malloc_loop"
-    subprocess.run([cc, "-O2", "-o", str(exe), str(HERE / "preload" / "malloc_loop.c")],
-                   check=True)
-    return exe
+    exes = {}
+    for name in PROGRAMS:
+        exes[name] = out / name
+        subprocess.run([cc, "-O2", "-o", str(exes[name]), str(HERE / "preload" / f"{name}.c")],
+                       check=True)
+    return exes
 
 
-def command(mix: str, exe: Path, a: argparse.Namespace, seed: int) -> tuple[list[str], str]:
-    """The program of a mix and the word its rate follows in its output."""
+def command(mix: str, exes: dict, a: argparse.Namespace, seed: int, scale: float = 1.0
+            ) -> list[str]:
+    """The program of a mix; scale multiplies its operation count (callgrind runs less)."""
     touch = "1" if a.touch_large == "all" else "0"
+    ml = str(exes["malloc_loop"])
+
+    def n(v: int) -> str:
+        return str(max(1, int(v * scale)))
+
     if mix == "small":
-        return [str(exe), str(a.iters), str(seed), "0", touch], "allocs_per_s"
+        return [ml, n(a.iters), str(seed), "0", touch]
     if mix == "with_large":
-        return [str(exe), str(a.iters), str(seed), str(a.large_every), touch], "allocs_per_s"
+        return [ml, n(a.iters), str(seed), str(a.large_every), touch]
     if mix == "large":
-        return [str(exe), str(a.large_iters), str(seed), "1", touch, "16"], "allocs_per_s"
-    return [sys.executable, str(HERE / "preload" / "numpy_loop.py"), str(a.numpy_steps)], \
-        "steps_per_s"
+        return [ml, n(a.large_iters), str(seed), "1", touch, "16"]
+    if mix == "midsize":
+        return [ml, n(a.large_iters * 4), str(seed), "1", touch, "16", "1024"]
+    if mix == "kvstore":
+        return [str(exes["kv_store"]), n(a.kv_ops), str(a.kv_keys), str(seed)]
+    script = "numpy_loop.py" if mix == "numpy" else "py_objects.py"
+    steps = a.numpy_steps if mix == "numpy" else a.py_steps
+    return [sys.executable, str(HERE / "preload" / script), n(steps)]
 
 
-def one(cmd: list[str], word: str, env: dict) -> float:
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-    words = r.stdout.split()
-    return float(words[words.index(word) + 1])
+def fields(text: str) -> dict[str, float]:
+    """"word value word value ..." of a program's last line."""
+    words = text.split()
+    return {k: float(v) for k, v in zip(words[::2], words[1::2])}
 
 
-def summary(mix: str, a, cfg, got_all: dict, ratios: dict) -> dict:
+def one(cmd: list[str], env: dict) -> dict[str, float]:
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"bench/preload_overhead.py: {cmd[0]} failed ({r.returncode}): {r.stderr}")
+    return fields(r.stdout)
+
+
+def callgrind(cmd: list[str], env: dict, out: Path) -> tuple[int, dict[str, float]]:
+    """Instructions (callgrind's Ir) of the whole run, and the program's fields."""
+    # a fixed hash seed: Python's str hashes (and so its dict probing) are otherwise random
+    # per process, and the counts would vary by a few tenths of a percent between runs
+    r = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd],
+                       env=dict(env, PYTHONHASHSEED="0"), capture_output=True, text=True)
+    m = re.search(r"Collected : (\d+)", r.stderr)
+    if r.returncode != 0 or not m:
+        sys.exit(f"bench/preload_overhead.py: callgrind of {cmd[0]} failed: {r.stderr[-500:]}")
+    return int(m.group(1)), fields(r.stdout)
+
+
+def insns_per_op(mix: str, exes, a, variants, d: Path) -> dict[str, float]:
+    """Instructions per operation of each variant under callgrind: two runs of the program at
+    scales s and 2s, (Ir2 - Ir1) / (ops2 - ops1), so start-up (Python, numpy import, the
+    library's own setup) cancels and only the loop remains."""
+    unit = WORDS.get(mix, (None, "allocs"))[1]
+    got = {}
+    for name, env in variants:
+        (i1, f1), (i2, f2) = (callgrind(command(mix, exes, a, 1, a.insn_scale * k), env,
+                                        d / f"cg.{mix}.{name}.{k}") for k in (1, 2))
+        got[name] = (i2 - i1) / (f2[unit] - f1[unit])
+    return got
+
+
+def summary(mix: str, a, spec: str, got_all: dict, ratios: dict, insns: dict, source: str
+            ) -> dict:
     med = {k: statistics.median(v) for k, v in got_all.items()}
-    return {"mix": mix, "summary": True, "runs": a.runs, "stripe": cfg.spec,
-            "cache": a.cache, "touch_large": a.touch_large,
-            **{f"median_per_s_{k}": v for k, v in med.items()},
-            **{f"spread_{k}": [min(v), max(v)] for k, v in got_all.items()},
-            "overhead_pct": round(100 * (1 - med["preload"] / med["base"]), 2),
-            **{f"paired_ratio_vs_{k}": {"median": round(statistics.median(v), 4),
-                                        "min": round(min(v), 4), "max": round(max(v), 4)}
-               for k, v in ratios.items()}}
+    doc = {"mix": mix, "summary": True, "runs": a.runs, "stripe": spec, "cache": a.cache,
+           "cache_count": a.cache_count, "touch_large": a.touch_large,
+           "load": os.getloadavg()[0],
+           **{f"median_per_s_{k}": v for k, v in med.items()},
+           **{f"spread_{k}": [min(v), max(v)] for k, v in got_all.items()}}
+    if med:
+        doc["overhead_pct"] = round(100 * (1 - med["preload"] / med["base"]), 2)
+    doc.update({f"paired_ratio_vs_{k}": {"median": round(statistics.median(v), 4),
+                                         "min": round(min(v), 4), "max": round(max(v), 4)}
+                for k, v in ratios.items() if v})
+    if insns:
+        doc["insns_source"] = source
+        doc.update({f"insns_per_op_{k}": round(v, 2) for k, v in insns.items()})
+        doc["insn_ratio_preload_vs_base"] = round(insns["preload"] / insns["base"], 4)
+    return doc
+
+
+def environments(a: argparse.Namespace) -> tuple[str, list[tuple[str, dict]]]:
+    from cxlkit import preload as PL
+    from cxlkit.cli.stripe import stripe_env
+
+    drop = ("LD_PRELOAD", PL.ENV_STRIPE, PL.ENV_LOG, "MALLOC_MMAP_THRESHOLD_",
+            "CXLKIT_PRELOAD_CACHE", "CXLKIT_PRELOAD_CACHE_COUNT", "CXLKIT_STRIPE_CHUNK",
+            "CXLKIT_MIN_SIZE")
+    base = {k: v for k, v in os.environ.items() if k not in drop}
+    # what `cxlkit run --stripe` sets, with its checks: a stripe it refuses (a node without
+    # memory) ends the bench with its one line on stderr and exit 2, as `cxlkit run` does
+    import typer
+
+    try:
+        with_lib = dict(base, **stripe_env(a.stripe, "2M", "2M", None, True))
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    if a.cache is not None:
+        with_lib["CXLKIT_PRELOAD_CACHE"] = a.cache
+    if a.cache_count is not None:
+        with_lib["CXLKIT_PRELOAD_CACHE_COUNT"] = a.cache_count
+    nocache = dict(with_lib, CXLKIT_PRELOAD_CACHE="0")
+    cfg = PL.parse_stripe(a.stripe)
+    # glibc with the threshold the library pins: each large block a fresh mapping
+    fixed = dict(base, MALLOC_MMAP_THRESHOLD_=str(min(cfg.min_bytes, 32 << 20)))
+    return cfg.spec, [("base", base), ("base_fixed_threshold", fixed),
+                      ("preload_nocache", nocache), ("preload", with_lib)]
+
+
+def run_mix(mix: str, exes, a, all_variants, spec: str, d: Path) -> None:
+    variants = [v for v in all_variants
+                if mix in LARGE_MIXES or v[0] in ("base", "preload")]
+    if a.variants:
+        variants = [v for v in variants if v[0] in a.variants or v[0] in ("base", "preload")]
+    rate, unit = WORDS.get(mix, ("allocs_per_s", "allocs"))
+    got_all: dict[str, list[float]] = {name: [] for name, _ in variants} if a.runs else {}
+    ratios: dict[str, list[float]] = {name: [] for name, _ in variants if name != "preload"}
+    counter: dict[str, list[float]] = {name: [] for name, _ in variants}
+    for i in range(a.runs):
+        # rotate which goes first, so drift on a shared machine hits every variant
+        order = variants[i % len(variants):] + variants[:i % len(variants)]
+        cmd = command(mix, exes, a, 1 + i)
+        got = {name: one(cmd, env) for name, env in order}
+        for name, f in got.items():
+            got_all[name].append(f[rate])
+            if f.get("instructions", -1) >= 0:
+                counter[name].append(f["instructions"] / f[unit])
+        for name in ratios:  # paired: the variants of one run ran back to back
+            ratios[name].append(got["preload"][rate] / got[name][rate])
+        print(json.dumps({"mix": mix, "run": i, **{f"per_s_{k}": f[rate] for k, f in got.items()},
+                          "ratio": got["preload"][rate] / got["base"][rate]}), flush=True)
+    insns, source = {}, ""
+    if a.insns in ("auto", "counter") and all(counter.values()) and a.runs:
+        insns, source = {k: statistics.median(v) for k, v in counter.items()}, "perf counter"
+    elif a.insns == "callgrind" or (a.insns == "auto" and shutil.which("valgrind")):
+        pick = [v for v in variants if v[0] in ("base", "preload")]
+        insns, source = insns_per_op(mix, exes, a, pick, d), "callgrind"
+    print(json.dumps(summary(mix, a, spec, got_all, ratios, insns, source)), flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=7, help="runs; each runs every variant once")
+    ap.add_argument("--runs", type=int, default=7,
+                    help="paired runs; each runs every variant once (0: instructions only)")
     ap.add_argument("--mix", action="append", choices=MIXES, help="default: all")
     ap.add_argument("--iters", type=int, default=2_000_000, help="allocations, small mixes")
     ap.add_argument("--large-iters", type=int, default=4000, help="allocations, large mix")
     ap.add_argument("--numpy-steps", type=int, default=1500, help="steps of the numpy mix")
+    ap.add_argument("--kv-ops", type=int, default=600_000, help="operations, kvstore mix")
+    ap.add_argument("--kv-keys", type=int, default=100_000, help="keys, kvstore mix")
+    ap.add_argument("--py-steps", type=int, default=600, help="steps of the python mix")
     ap.add_argument("--large-every", type=int, default=1000,
                     help="with_large: one 4 MiB block every N allocations")
     ap.add_argument("--stripe", default="0:1", help="the stripe the library places with")
     ap.add_argument("--cache", default=None,
                     help="CXLKIT_PRELOAD_CACHE for the preload variant (default: the library's)")
+    ap.add_argument("--cache-count", default=None,
+                    help="CXLKIT_PRELOAD_CACHE_COUNT for the preload variant")
+    ap.add_argument("--variants", action="append",
+                    choices=("base_fixed_threshold", "preload_nocache", "none"),
+                    help="the extra variants of the large mixes to run (default: both; none: "
+                         "base and preload only, as for a sweep of the cache bounds)")
     ap.add_argument("--touch-large", choices=("all", "16k"), default="all",
                     help="pages written in each 4 MiB block: all (a program using it) or the "
                          "first 16 KiB (the worst case for the library's per-block calls)")
+    ap.add_argument("--insns", choices=("auto", "counter", "callgrind", "off"), default="auto",
+                    help="instructions per operation: the programs' hardware counter, else "
+                         "(auto) callgrind when valgrind is installed")
+    ap.add_argument("--insn-scale", type=float, default=0.05,
+                    help="callgrind runs at this fraction of the operation counts (and twice "
+                         "it: the difference cancels start-up)")
     a = ap.parse_args()
-    from cxlkit import preload as PL
-
-    cfg = PL.parse_stripe(a.stripe)
-    base = {k: v for k, v in os.environ.items()
-            if k not in ("LD_PRELOAD", PL.ENV_STRIPE, PL.ENV_LOG, "MALLOC_MMAP_THRESHOLD_",
-                         "CXLKIT_PRELOAD_CACHE", "CXLKIT_PRELOAD_CACHE_COUNT")}
-    with_lib = PL.preload_env(cfg, base=base)
-    if a.cache is not None:
-        with_lib["CXLKIT_PRELOAD_CACHE"] = a.cache
-    nocache = dict(with_lib, CXLKIT_PRELOAD_CACHE="0")
-    # glibc with the threshold the library pins: each large block a fresh mapping
-    fixed = dict(base, MALLOC_MMAP_THRESHOLD_=str(min(cfg.min_bytes, 32 << 20)))
+    spec, variants = environments(a)
     with tempfile.TemporaryDirectory() as d:
-        exe = build(Path(d))
+        exes = build(Path(d))
         for mix in a.mix or MIXES:
-            variants = [("base", base), ("preload", with_lib)]
-            if mix != "small":
-                variants[1:1] = [("base_fixed_threshold", fixed), ("preload_nocache", nocache)]
-            got_all: dict[str, list[float]] = {name: [] for name, _ in variants}
-            ratios: dict[str, list[float]] = {name: [] for name, _ in variants if
-                                              name != "preload"}
-            for i in range(a.runs):
-                # rotate which goes first, so drift on a shared machine hits every variant
-                order = variants[i % len(variants):] + variants[:i % len(variants)]
-                cmd, word = command(mix, exe, a, 1 + i)
-                got = {name: one(cmd, word, env) for name, env in order}
-                for name, v in got.items():
-                    got_all[name].append(v)
-                for name in ratios:  # paired: the variants of one run ran back to back
-                    ratios[name].append(got["preload"] / got[name])
-                print(json.dumps({"mix": mix, "run": i,
-                                  **{f"per_s_{k}": v for k, v in got.items()},
-                                  "ratio": got["preload"] / got["base"]}), flush=True)
-            print(json.dumps(summary(mix, a, cfg, got_all, ratios)), flush=True)
+            run_mix(mix, exes, a, variants, spec, Path(d))
 
 
 if __name__ == "__main__":

@@ -382,6 +382,12 @@ enum cxk_simd { CXK_SIMD_AUTO = 0, CXK_SIMD_SCALAR = 1, CXK_SIMD_AVX2 = 2, CXK_S
  * a write through .data) and the master takes the copy's value, widened; the _ex calls count
  * such elements. Costs the read of the copy (free unless NT_COPY saved it). */
 #define CXK_ADAM_RESYNC 32u
+/* Benchmarks only: the step's memory traffic without its arithmetic, the bandwidth bound a
+ * step is judged against. Every element of param, exp_avg, exp_avg_sq and grad is read and
+ * param, exp_avg, exp_avg_sq (and param_copy, read as RESYNC reads it) are written back
+ * unchanged, bit for bit, through the step's own loop, vector width, prefetch and threads
+ * (fp32: 4 arrays read, 3 written, 28 bytes per element). Nothing is re-read or counted. */
+#define CXK_ADAM_TRAFFIC 64u
 
 struct cxk_adam_hparams {
     double lr, beta1, beta2, eps, weight_decay, grad_scale;
@@ -880,6 +886,34 @@ CXK_API int64_t cxk_wait_idle(struct cxk_wait *w);
  * producer closed it (-EPIPE), a producer until a cell can be reserved (0). -ETIMEDOUT once
  * timeout_ms passed (0: none). o NULL: the defaults. -EBADMSG as cxk_ring_peek. */
 CXK_API int cxk_ring_wait(cxk_ring *r, const struct cxk_wait_opts *o, uint32_t timeout_ms);
+/* ---- Same-host wake-up (issue 14) ----
+ * On a pool of coherence "host" (every party a process of one machine) a consumer that
+ * reaches the sleep phase of its wait sleeps in FUTEX_WAIT on a word of the ring's producer
+ * line instead of a timed sleep, and a publish wakes it at once: the consumer sets its
+ * "sleeping" word (line 1), fences, looks at the ring once more, then waits; the producer
+ * publishes, fences, and only when that word is set bumps the futex word and calls
+ * FUTEX_WAKE (no syscall while the consumer spins). Each futex sleep has a timeout (a safety
+ * net: pool memory is untrusted): CXLKIT_MSG_WAKE_US microseconds (1..1000000, default
+ * 1000); CXLKIT_MSG_WAKE_US=0 turns the wake-up off (timed sleeps as above). Coherence
+ * "none" or "sim" (hosts apart: a futex does not cross machines), a futex call failing for
+ * good (-ENOSYS, -EFAULT: a mapping that cannot hold a futex) or more than 128 rings keep
+ * the timed sleeps. -EINTR ends that one sleep early. */
+/* As cxk_wait_idle, for a wait on n consumer rings (n >= 1; NULL or producer handles among
+ * them: timed sleeps): its sleeps end as soon as one of them is published to. */
+CXK_API int64_t cxk_wait_idle_rings(struct cxk_wait *w, cxk_ring *const *rings, size_t n);
+struct cxk_ring_wake_stats {
+    uint32_t enabled;       /* 1: this handle uses the wake-up (coherent pool, no failure) */
+    uint32_t reserved;
+    uint64_t futex_waits;   /* consumer: FUTEX_WAITs made */
+    uint64_t woken;         /* ... that a producer's wake ended (or its bump preceded) */
+    uint64_t timeouts;      /* ... that ended on the safety-net timeout */
+    uint64_t interrupted;   /* ... that ended with EINTR (a signal) */
+    uint64_t fallbacks;     /* futex calls that failed for good: the handle went to timed sleeps */
+    uint64_t rechecks;      /* consumer: sleeps skipped because a cell came while arming */
+    uint64_t wakes_sent;    /* producer: FUTEX_WAKEs issued (the consumer said it slept) */
+};
+/* The handle's wake-up counters (since attach). -EINVAL for NULL. */
+CXK_API int cxk_ring_wake_stats(const cxk_ring *r, struct cxk_ring_wake_stats *st);
 
 /* ==== Messaging: MPI-style ranks over one pool (issue 14) =========================
  * A job of nranks ranks (each a process, usually each with its own pool host id) on one
@@ -1121,6 +1155,17 @@ CXK_API int cxk_rpc_set_wait(cxk_rpc_client *c, const struct cxk_wait_opts *o);
  * if negative, else 0; -EPROTO while submitted requests are outstanding. */
 CXK_API int cxk_rpc_call(cxk_rpc_client *c, uint32_t method, const void *req, uint32_t nbytes,
                          void *reply, uint32_t cap, uint32_t *reply_nbytes, int32_t *status);
+/* For loops of submit/poll and of server_next: cxk_wait_idle whose sleeps end as soon as a
+ * reply (client) or a request of any connected client (server, up to 128 clients; the
+ * server first publishes its deferred replies) is published (same-host wake-up above). A
+ * client that connects while the server sleeps is noticed at that sleep's timeout
+ * (CXLKIT_MSG_WAKE_US): its rings are not among those the server sleeps on yet. */
+CXK_API int64_t cxk_rpc_wait_idle(cxk_rpc_client *c, struct cxk_wait *w);
+CXK_API int64_t cxk_rpc_server_wait_idle(cxk_rpc_server *s, struct cxk_wait *w);
+/* Wake-up counters: the client's reply ring; the server's request rings summed (enabled: 1
+ * when any is). -EINVAL for NULL. */
+CXK_API int cxk_rpc_wake_stats(const cxk_rpc_client *c, struct cxk_ring_wake_stats *st);
+CXK_API int cxk_rpc_server_wake_stats(const cxk_rpc_server *s, struct cxk_ring_wake_stats *st);
 
 /* ---- issue 16: the non-coherence simulator (coherence "sim") and protocol mutations ----
  * Test-only. cxk_mutate removes one step of a coherence protocol on purpose, so a test shows

@@ -378,3 +378,40 @@ def test_one_team_shared_by_threads_steps_one_at_a_time_and_closes_safely():
     team.close()
     t.join(timeout=60)
     assert not t.is_alive() and errors and "closed" in errors[0]
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("gdtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("cdtype", [None, "float32", "bfloat16", "float16"])
+def test_traffic_only_writes_every_array_back_bit_for_bit_at_every_level(level, gdtype, cdtype):
+    # the bound of bench/adam_e2e.py: the step's own loop without its arithmetic; -0.0, NaN
+    # payloads and a copy that is not the master's rounding all come back as they were
+    if not available(level):
+        pytest.skip(f"this CPU has no {level}")
+    cfg = A.AdamConfig(simd=level, traffic_only=True, resync=True)  # resync: nothing re-read
+    for n in (1, 17, 1037):
+        for offset in (0, 1):
+            p, m, v, g = arrays(n + offset, gdtype=gdtype)
+            p, m, v, g = p[offset:], m[offset:], v[offset:], g[offset:]
+            p[0], m[-1] = -0.0, np.frombuffer(np.uint32(0x7fa00001).tobytes(), np.float32)[0]
+            copy = None if cdtype is None else \
+                torch.randn(n).to(getattr(torch, cdtype))  # not p's rounding
+            before = [x.copy() for x in (p, m, v)] + [None if copy is None else copy.clone()]
+            assert A.step_tensors([A.AdamTensor(p, m, v, g, copy)], cfg, 1,
+                                  grad_scale=3.0) == 0
+            for a, b in zip((p, m, v), before):
+                assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), (n, offset)
+            if copy is not None:
+                assert torch.equal(copy, before[3])
+
+
+def test_traffic_only_runs_through_teams_and_changes_nothing():
+    n = 100_003
+    p, m, v, g = arrays(n)
+    want = [x.copy() for x in (p, m, v)]
+    with A.AdamTeam(2, chunk_bytes=4096) as team:
+        A.step_tensors([A.AdamTensor(p, m, v, g)], A.AdamConfig(traffic_only=True), 1,
+                       team=team)
+        assert sum(t["chunks"] for t in team.info()) >= n * 4 // 4096
+    for a, b in zip((p, m, v), want):
+        assert np.array_equal(a, b)

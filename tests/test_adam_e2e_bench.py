@@ -29,6 +29,7 @@ def test_adam_e2e_bench_prints_one_line_per_configuration(tmp_path):
         assert {"cxlkit", "torch_fused", "bound"} <= set(d["ms"])
         assert ("cxlkit_pinned" in d["ms"]) == (d["threads"] > 1)
         assert d["vs_torch_fused"] > 0 and d["pct_of_bound"] > 0 and d["bound_gbs"] > 0
+        assert d["pct_of_stream"] > 0 and {"stream", "bound_mul"} <= set(d["ms"])
         assert "deepspeed" in d["ms"] or "deepspeed_error" in d
     runs = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
     for path in runs:

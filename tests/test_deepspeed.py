@@ -187,3 +187,24 @@ def test_place_offload_names_a_zero_optimizer_without_gradient_buckets():
 
     with pytest.raises(TypeError, match="setup_buckets, ipg_buckets"):
         place_offload(Engine())
+
+
+def test_place_offload_twice_returns_the_first_placement_and_another_plan_raises_ValueError():
+    m = model()
+    plan = TP.plan_training(TP.Footprint(sum(p.numel() for p in m.parameters())))
+    opt = CxlkitCPUAdam(m.parameters(), lr=1e-2, plan=plan)
+    engine, zo, _, _ = deepspeed.initialize(model=m, optimizer=opt, config=config(2))
+    first = place_offload(engine, plan=plan)
+    master = zo.single_partition_of_fp32_groups[0].data_ptr()
+    for again in (place_offload(engine, plan=plan), place_offload(engine)):
+        assert set(again) == set(first)  # nothing placed twice, no second budget charged
+        assert all([b.address for b in again[k]] == [b.address for b in first[k]]
+                   for k in first)
+    assert zo.single_partition_of_fp32_groups[0].data_ptr() == master
+    assert len(opt.buffers()["master_weights"]) == 1
+    other = TP.plan_training(TP.Footprint(sum(p.numel() for p in m.parameters())))
+    with pytest.raises(ValueError, match="placed already"):
+        place_offload(engine, plan=other)
+    losses = train(engine, steps=2)  # the engine still trains on the first placement
+    assert all(x == x for x in losses)
+    assert "compute_grads" in place_offload(engine)  # placed at the first backward

@@ -5,6 +5,7 @@ failing mbind. Two-node residency: tests/vm/test_vm_preload.py."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 
 import pytest
@@ -185,21 +186,55 @@ def test_python_with_numpy_has_its_large_arrays_placed(tmp_path):
     assert len({p["pid"] for p in placed}) == 2  # the forked child placed its own array
 
 
-def test_overhead_bench_runs_and_reports_medians_for_every_mix():
+BENCH_SMALL = ["--iters", "20000", "--large-every", "500", "--large-iters", "30",
+               "--numpy-steps", "10", "--kv-ops", "20000", "--py-steps", "5"]
+
+
+def _bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     bench = PP.ROOT / "bench" / "preload_overhead.py"
-    r = subprocess.run([PP.python(), str(bench), "--runs", "2", "--iters", "20000",
-                        "--large-every", "500", "--large-iters", "30", "--numpy-steps", "10"],
-                       capture_output=True, text=True, timeout=300)
+    return subprocess.run([PP.python(), str(bench), *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.slow
+def test_overhead_bench_runs_and_reports_medians_for_every_mix():
+    r = _bench("--runs", "2", "--insns", "off", *BENCH_SMALL)
     assert r.returncode == 0, r.stderr
     rows = [json.loads(x) for x in r.stdout.splitlines()]
     summaries = {x["mix"]: x for x in rows if x.get("summary")}
-    assert set(summaries) == {"small", "with_large", "large", "numpy"}
+    assert set(summaries) == {"small", "with_large", "large", "midsize", "numpy", "kvstore",
+                              "python"}
     for mix, s in summaries.items():
-        variants = ["base", "preload"] + ([] if mix == "small" else
-                                          ["base_fixed_threshold", "preload_nocache"])
+        variants = ["base", "preload"] + ([] if mix in ("small", "kvstore", "python", "midsize")
+                                          else ["base_fixed_threshold", "preload_nocache"])
         for v in variants:
             assert s[f"median_per_s_{v}"] > 0 and len(s[f"spread_{v}"]) == 2
             if v != "preload":
                 assert s[f"paired_ratio_vs_{v}"]["min"] > 0
-        assert s["runs"] == 2 and "overhead_pct" in s
-    assert len([x for x in rows if not x.get("summary")]) == 8
+        assert s["runs"] == 2 and "overhead_pct" in s and s["load"] >= 0
+        assert "insns_source" not in s
+    assert len([x for x in rows if not x.get("summary")]) == 14
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="callgrind counts instructions "
+                    "where the machine has no hardware counter; valgrind is not installed")
+def test_overhead_bench_counts_instructions_per_operation_of_both_variants():
+    r = _bench("--runs", "0", "--mix", "small", "--mix", "kvstore", "--insns", "callgrind",
+               "--insn-scale", "0.5", *BENCH_SMALL)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [x["mix"] for x in rows] == ["small", "kvstore"]
+    for s in rows:
+        assert s["insns_source"] == "callgrind"
+        assert s["insns_per_op_base"] > 50 and s["insns_per_op_preload"] > 50
+        assert s["insn_ratio_preload_vs_base"] == pytest.approx(
+            s["insns_per_op_preload"] / s["insns_per_op_base"], rel=1e-3)
+
+
+def test_overhead_bench_refuses_a_stripe_node_without_memory():
+    from cxlkit import topology
+
+    missing = max(topology.memory_nodes()) + 1
+    r = _bench("--runs", "1", "--mix", "small", "--stripe", f"0:3,{missing}:1", timeout=60)
+    assert r.returncode == 2 and f"node {missing} has no memory on this machine" in r.stderr
+    assert r.stdout == ""

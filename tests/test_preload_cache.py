@@ -33,6 +33,12 @@ def _values(out: str) -> dict[str, str]:
     return dict(zip(words[::2], words[1::2]))
 
 
+def _same_mapping(v: dict[str, str]) -> bool:
+    """The second block is the first one's mapping again: the same first page (a reused block
+    starts at a staggered page offset, test_reused_blocks_start_at_staggered_page_offsets)."""
+    return int(v["first"], 16) // 4096 == int(v["second"], 16) // 4096
+
+
 def _verbs(log) -> list[tuple[str, str]]:
     return [(v, r) for _, v, r in PP.log_lines(log.read_text())]
 
@@ -48,7 +54,7 @@ def _exit_stats(log) -> dict[str, int]:
 def test_a_freed_block_comes_back_whole_to_the_next_malloc(prog, tmp_path):
     log = tmp_path / "log"
     v = _values(_run(prog, "reuse", PP.preload_env("0:1", log)).stdout)
-    assert v["first"] == v["second"] and v["old_bytes"] == "1" and v["usable_ok"] == "1"
+    assert _same_mapping(v) and v["old_bytes"] == "1" and v["usable_ok"] == "1"
     verbs = _verbs(log)
     assert "cache 67108864 bytes 16 blocks" in verbs[0][1]  # the defaults
     assert [p["what"] for p in PP.placements(log.read_text())] == ["malloc"]  # placed once
@@ -70,7 +76,7 @@ def test_without_the_library_the_same_loop_gets_fresh_pages(prog):
 def test_calloc_of_a_reused_block_is_zeroed(prog, tmp_path):
     log = tmp_path / "log"
     v = _values(_run(prog, "zeroed", PP.preload_env("0:1", log)).stdout)
-    assert v["first"] == v["second"] and v["zero"] == "1"
+    assert _same_mapping(v) and v["zero"] == "1"
     assert [r.split()[0] for verb, r in _verbs(log) if verb == "reuse"] == ["calloc"]
 
 
@@ -110,7 +116,7 @@ def test_zero_turns_the_cache_off(prog, tmp_path, var):
     assert v["old_bytes"] == "0"
     text = log.read_text()
     assert PP.log_lines(text)[0][2].endswith("(off)")
-    assert "reuse" not in text and "at exit" not in text
+    assert "reuse" not in text and "cache at exit" not in text
 
 
 @pytest.mark.parametrize("var,value,says", [
@@ -144,7 +150,7 @@ def test_a_reused_block_grows_by_realloc_and_is_placed_again(prog, tmp_path):
 def test_a_much_larger_cached_block_is_cut_to_size(prog, tmp_path):
     log = tmp_path / "log"
     v = _values(_run(prog, "split", PP.preload_env("0:1", log)).stdout)
-    assert v["first"] == v["second"]
+    assert _same_mapping(v)
     assert 4 * MiB <= int(v["usable"]) < 4 * MiB + 4096
     (reuse,) = [r for verb, r in _verbs(log) if verb == "reuse"]
     assert reuse.split()[1].endswith(f"+{4 * MiB + 4096}:")
@@ -179,3 +185,20 @@ def test_threads_share_the_cache_without_mixing_blocks(prog, tmp_path):
     _run(prog, "threads", PP.preload_env("0:1", log))
     st = _exit_stats(log)
     assert st["reused"] > 0 and st["kept"] == 600 and st["blocks"] <= 16
+
+
+@pytest.mark.parametrize("count", ["16", "1"])
+def test_reused_blocks_start_at_staggered_page_offsets(prog, tmp_path, count):
+    # glibc starts every mapped block at page offset 16; two arrays streamed one into the
+    # other at one page offset stall on the CPU's 4 KiB alias check. Reused blocks rotate
+    # through offsets 16 .. 2048 and stay glibc's blocks (usable size, realloc, free). With
+    # one entry kept, blocks at an offset leave the cache through glibc's free.
+    log = tmp_path / "log"
+    env = PP.preload_env("0:1", log, CXLKIT_PRELOAD_CACHE_COUNT=count)
+    v = _values(_run(prog, "stagger", env).stdout)
+    # same: only the first two blocks, both fresh from glibc (the cache was empty)
+    assert int(v["offsets"]) >= 4 and int(v["same"]) <= 1, v
+    st = _exit_stats(log)
+    assert st["reused"] >= 14
+    if count == "1":
+        assert st["released"] >= 1

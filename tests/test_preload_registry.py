@@ -101,6 +101,26 @@ def test_a_hole_cuts_the_record_and_each_piece_keeps_its_origin(prog):
     assert all(r.within for r in audits["parent"].ranges)
 
 
+def test_a_hole_smaller_than_the_minimum_still_cuts_the_record(prog):
+    # munmap below --min-size takes the fast path unless the registry says it touches a record
+    s, audits, regs = _audit_live(prog, ["mmap:12M", "hole:1M"], PP.preload_env("0:1"))
+    (b,) = s.blocks
+    mine = [p for p in regs["parent"].placements if b.address <= p.start < b.address + 12 * MiB]
+    assert sorted((p.start - b.address, p.end - b.address) for p in mine) == [
+        (0, 1 * MiB), (2 * MiB, 12 * MiB)]
+
+
+def test_a_placed_block_shrunk_below_the_minimum_keeps_only_its_mapped_part(prog):
+    # realloc(4 MiB placed block, 100): glibc shrinks the mapping in place (mremap) to a page.
+    # Before the fix the record kept 4 MiB + 4 KiB, most of it no longer mapped.
+    env = PP.preload_env("0:1", CXLKIT_PRELOAD_CACHE="0")
+    s, audits, regs = _audit_live(prog, ["malloc:4M", "realloc:100"], env)
+    (b,) = s.blocks
+    mine = [p for p in regs["parent"].placements if p.start <= b.address < p.end]
+    assert [(p.end - p.start) for p in mine] == [PAGE]
+    assert not [p for p in regs["parent"].placements if p.end - p.start > PAGE]
+
+
 def test_a_freed_block_leaves_the_registry_and_a_fork_child_edits_its_own(prog):
     env = PP.preload_env("0:1", CXLKIT_PRELOAD_CACHE="0")
     s, audits, regs = _audit_live(prog, ["malloc:5M", "mmap:4M", "free", "mmap:6M", "fork"],

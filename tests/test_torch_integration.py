@@ -591,3 +591,26 @@ def test_docs_train_recipes_run_as_written(tmp_path):
         assert r.returncode == 0, r.stderr[-3000:]
         steps = float(r.stdout.split("RECIPE-OK")[1].split()[0].strip("tensor()"))
         assert steps == (4 if i == 0 else 5), r.stdout
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_traffic_step_changes_no_param_state_or_step_count(dtype):
+    # bench/adam_e2e.py's bound: the optimizer's own step traffic, nothing updated
+    m = mlp().to(dtype)
+    o = TieredAdamW(m.parameters(), lr=1e-2)
+    x, y = data(dtype)
+    train(m, o, 2, x, y)
+    with torch.no_grad():  # a param written since the step: its copy must survive as written
+        next(m.parameters()).add_(1.0)
+    params = [p.detach().clone() for p in m.parameters()]
+    state = {k: v.clone() for p in m.parameters() for k, v in o.state[p].items()
+             for k in [f"{id(p)}{k}"] if isinstance(v, torch.Tensor)}
+    o.traffic_step()
+    for a, b in zip(m.parameters(), params):
+        assert torch.equal(a, b)
+    now = {f"{id(p)}{k}": v for p in m.parameters() for k, v in o.state[p].items()
+           if isinstance(v, torch.Tensor)}
+    assert now.keys() == state.keys()
+    assert all(torch.equal(now[k], state[k]) for k in state)
+    train(m, o, 1, x, y)  # the step after re-reads the written param as before
+    assert int(o.state[next(m.parameters())]["step"]) == 3

@@ -55,14 +55,22 @@ policy)
       --variant "ompi-shm=$O $BIN/osu_ompi" ;;
 rpc)
     # rpc_bench (64 B, QD 1 and 128) in interleaved rounds: default = the library's wait
-    # policy now, before = rpc_bench on the previous library (BEFORE_RPC), tcp = TCP
+    # policy now, before = rpc_bench on the previous library (BEFORE_RPC), nowake = the
+    # library now with its same-host wake-up off (CXLKIT_MSG_WAKE_US=0: timed sleeps),
+    # spinN = the library now with CXLKIT_MSG_SPIN_US=N for each N in SPINS, tcp = TCP
     # loopback; one line per run: round, variant, then the table's QD rows.
     RB=${BIN}/rpc_bench
     r=1
     while [ "$r" -le "$ROUNDS" ]; do
         echo "{\"round\": $r, \"loadavg\": \"$(cut -d' ' -f1 /proc/loadavg)\"}"
-        for v in default ${BEFORE_RPC:+before} tcp; do
-            case $v in default) c="$RB cxk" ;; before) c="$BEFORE_RPC cxk" ;; tcp) c="$RB tcp" ;; esac
+        for v in default ${BEFORE_RPC:+before} nowake $(for s in ${SPINS:-}; do echo "spin$s"; done) tcp; do
+            case $v in
+            default) c="$RB cxk" ;;
+            before) c="$BEFORE_RPC cxk" ;;
+            nowake) c="env CXLKIT_MSG_WAKE_US=0 $RB cxk" ;;
+            spin*) c="env CXLKIT_MSG_SPIN_US=${v#spin} $RB cxk" ;;
+            tcp) c="$RB tcp" ;;
+            esac
             out=$(timeout 120 $c -n "${CALLS:-20000}" 2>&1 | awk '/^64 /{printf "%s qd%s %s us %s Mops/s; ", "", $2, $3, $4}')
             echo "round $r $v: $out"
         done

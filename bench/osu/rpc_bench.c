@@ -50,6 +50,16 @@ static cxk_pool *cxk_open(int host, unsigned flags) {
     return p;
 }
 
+/* The same-host wake-up's counters (cxk_ring_wake_stats), as a comment line of the table. */
+static void print_wake(const char *who, const struct cxk_ring_wake_stats *w) {
+    printf("# %s wake-up: %s, futex waits %llu (woken %llu, timeouts %llu), rechecks %llu, "
+           "wakes sent %llu, fallbacks %llu\n", who, w->enabled ? "on" : "off",
+           (unsigned long long)w->futex_waits, (unsigned long long)w->woken,
+           (unsigned long long)w->timeouts, (unsigned long long)w->rechecks,
+           (unsigned long long)w->wakes_sent, (unsigned long long)w->fallbacks);
+    fflush(stdout);
+}
+
 static void cxk_server(void) {
     cxk_pool *p = cxk_open(1, 0);
     cxk_rpc_server *s = NULL;
@@ -62,6 +72,9 @@ static void cxk_server(void) {
         int n = 0;
         while ((rc = cxk_rpc_server_next(s, &q)) == 0) {
             if (q.method == 0) {  /* stop */
+                struct cxk_ring_wake_stats ws;
+                if (cxk_rpc_server_wake_stats(s, &ws) == 0)
+                    print_wake("server", &ws);
                 cxk_rpc_server_reply(s, q.client, q.id, 0, NULL, 0, 0);
                 cxk_rpc_server_close(s);
                 cxk_pool_close(p);
@@ -73,7 +86,7 @@ static void cxk_server(void) {
         }
         cxk_rpc_server_flush(s);
         if (n) cxk_wait_begin(&w, &w.opts);
-        else cxk_wait_idle(&w);
+        else cxk_rpc_server_wait_idle(s, &w); /* a client's publish ends its sleeps */
     }
 }
 
@@ -112,9 +125,11 @@ static void cxk_run(double *rt1, double *ops1, double *opsq) {
         while ((rc = cxk_rpc_poll(c, NULL, &st, rep, sizeof rep, &n)) == 0) ++got;
         if (rc != -EAGAIN) die("cxk_rpc_poll", rc);
         if (got != before) cxk_wait_begin(&w, &w.opts);
-        else cxk_wait_idle(&w);
+        else cxk_rpc_wait_idle(c, &w); /* the server's publish ends its sleeps */
     }
     *opsq = ncalls / (now() - t0);
+    struct cxk_ring_wake_stats ws;
+    if (cxk_rpc_wake_stats(c, &ws) == 0) print_wake("client", &ws);
     cxk_rpc_call(c, 0, NULL, 0, rep, sizeof rep, &n, &st);
     cxk_rpc_close(c);
     waitpid(srv, NULL, 0);

@@ -86,7 +86,8 @@ int check_hparams(const cxk_adam_hparams *h) {
     if (h->beta1 < 0 || h->beta1 >= 1 || h->beta2 < 0 || h->beta2 >= 1) return -EINVAL;
     if (h->step < 1) return -EINVAL;
     const uint32_t known = CXK_ADAM_DECOUPLED | CXK_ADAM_MAXIMIZE | CXK_ADAM_BIAS_CORRECTION |
-                           CXK_ADAM_NT_STATE | CXK_ADAM_NT_COPY | CXK_ADAM_RESYNC;
+                           CXK_ADAM_NT_STATE | CXK_ADAM_NT_COPY | CXK_ADAM_RESYNC |
+                           CXK_ADAM_TRAFFIC;
     if (h->flags & ~known) return -EINVAL;
     return 0;
 }
@@ -125,6 +126,8 @@ Coeffs coeffs_of(const cxk_adam_hparams *h) {
     c.nt_state = h->flags & CXK_ADAM_NT_STATE;
     c.nt_copy = h->flags & CXK_ADAM_NT_COPY;
     c.resync = h->flags & CXK_ADAM_RESYNC;
+    c.traffic = h->flags & CXK_ADAM_TRAFFIC;
+    if (c.traffic) c.resync = false;  // the bound moves the step's bytes, nothing re-read
     return c;
 }
 

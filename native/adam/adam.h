@@ -18,6 +18,7 @@ struct Coeffs {
     bool maximize, l2, decoupled;
     bool nt_state, nt_copy;
     bool resync;       // CXK_ADAM_RESYNC: a copy element that is not the rounded master wins
+    bool traffic;      // CXK_ADAM_TRAFFIC: x += g*scale for p, m, v (benchmarks' bound)
 };
 
 // One contiguous run of elements of a cxk_adam_tensor (dtypes: enum cxk_dtype).

@@ -91,16 +91,22 @@ struct V256 {
     }
     static F blend(F a, F b, __m256i k) { return _mm256_blendv_ps(a, b, _mm256_castsi256_ps(k)); }
 
+    // The copy's bits, one per 32-bit lane as copy_bits / load_copy give them.
     template <int CDT, bool NT>
-    static void store_copy(void *c, size_t i, F p) {
+    static void store_bits(void *c, size_t i, __m256i b) {
         if constexpr (CDT == CXK_DTYPE_F32) {
-            store<NT>(static_cast<float *>(c) + i, p);
+            store<NT>(static_cast<float *>(c) + i, _mm256_castsi256_ps(b));
         } else {
-            __m128i h = pack16(copy_bits<CDT>(p));
+            __m128i h = pack16(b);
             auto *dst = reinterpret_cast<__m128i *>(static_cast<uint16_t *>(c) + i);
             if constexpr (NT) _mm_stream_si128(dst, h);
             else _mm_storeu_si128(dst, h);
         }
+    }
+
+    template <int CDT, bool NT>
+    static void store_copy(void *c, size_t i, F p) {
+        store_bits<CDT, NT>(c, i, copy_bits<CDT>(p));
     }
 };
 

@@ -85,16 +85,22 @@ struct V512 {
     static unsigned count(__mmask16 k) { return unsigned(__builtin_popcount(k)); }
     static F blend(F a, F b, __mmask16 k) { return _mm512_mask_mov_ps(a, k, b); }
 
+    // The copy's bits, one per 32-bit lane as copy_bits / load_copy give them.
     template <int CDT, bool NT>
-    static void store_copy(void *c, size_t i, F p) {
+    static void store_bits(void *c, size_t i, __m512i b) {
         if constexpr (CDT == CXK_DTYPE_F32) {
-            store<NT>(static_cast<float *>(c) + i, p);
+            store<NT>(static_cast<float *>(c) + i, _mm512_castsi512_ps(b));
         } else {
-            __m256i h = _mm512_cvtepi32_epi16(copy_bits<CDT>(p));
+            __m256i h = _mm512_cvtepi32_epi16(b);
             auto *dst = reinterpret_cast<__m256i *>(static_cast<uint16_t *>(c) + i);
             if constexpr (NT) _mm256_stream_si256(dst, h);
             else _mm256_storeu_si256(dst, h);
         }
+    }
+
+    template <int CDT, bool NT>
+    static void store_copy(void *c, size_t i, F p) {
+        store_bits<CDT, NT>(c, i, copy_bits<CDT>(p));
     }
 };
 

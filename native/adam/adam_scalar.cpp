@@ -110,8 +110,31 @@ inline void store_copy(void *c, size_t i, float p) {
     }
 }
 
+// CXK_ADAM_TRAFFIC: the step's reads and writes, in its order, values stored back as read;
+// the empty asm makes each value opaque so that no load or store is optimised away.
+template <int GDT, int CDT>
+void traffic(const Span &s) {
+    for (size_t i = 0; i < s.n; ++i) {
+        float g = load_grad<GDT>(s.g, i), p = s.p[i], m = s.m[i], v = s.v[i];
+        asm volatile("" : "+x"(g), "+x"(p), "+x"(m), "+x"(v));
+        s.p[i] = p;
+        s.m[i] = m;
+        s.v[i] = v;
+        if constexpr (CDT != CXK_DTYPE_NONE) {
+            uint32_t b = load_copy<CDT>(s.copy, i);
+            asm volatile("" : "+r"(b));
+            if constexpr (CDT == CXK_DTYPE_F32) std::memcpy(static_cast<float *>(s.copy) + i, &b, 4);
+            else static_cast<uint16_t *>(s.copy)[i] = uint16_t(b);
+        }
+    }
+}
+
 template <int GDT, int CDT>
 uint64_t run(const Coeffs &c, const Span &s) {
+    if (c.traffic) {
+        traffic<GDT, CDT>(s);
+        return 0;
+    }
     uint64_t changed = 0;
     for (size_t i = 0; i < s.n; ++i) {
         float p = s.p[i], m = s.m[i], v = s.v[i];

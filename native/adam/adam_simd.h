@@ -41,9 +41,29 @@ struct Loop {
     // W elements at index i; NTP / NTC: stream the state / the copy (aligned there);
     // RS: re-read the master from every copy element that is not its rounding (adam.h's
     // Coeffs::resync), counted in `changed`.
-    template <bool NTP, bool NTC, bool RS>
+    // TR (CXK_ADAM_TRAFFIC): the same loads and stores, the values stored back as they were
+    // read. The empty asm makes each value opaque, so the compiler can neither drop the grad's
+    // load nor a store of what was just loaded.
+    template <bool NTP, bool NTC, bool RS, bool TR = false>
     inline void block(float *p, float *m, float *v, const void *g, void *copy, size_t i,
                       uint64_t &changed) const {
+        if constexpr (TR) {
+            F gv = V::template load_grad<GDT>(g, i), pv = V::load(p + i);
+            asm volatile("" : "+v"(gv), "+v"(pv));
+            V::template store<NTP>(p + i, pv);
+            F mv = V::load(m + i);
+            asm volatile("" : "+v"(mv));
+            V::template store<NTP>(m + i, mv);
+            F vv = V::load(v + i);
+            asm volatile("" : "+v"(vv));
+            V::template store<NTP>(v + i, vv);
+            if constexpr (CDT != CXK_DTYPE_NONE) {
+                auto cv = V::template load_copy<CDT>(copy, i);
+                asm volatile("" : "+v"(cv));
+                V::template store_bits<CDT, NTC>(copy, i, cv);
+            }
+            return;
+        }
         F gv = V::mul(V::template load_grad<GDT>(g, i), scale);
         if (maximize) gv = V::neg(gv);
         F pv = V::load(p + i);
@@ -71,7 +91,7 @@ struct Loop {
 
     // Fewer than W elements: run one block on a zero-padded copy (zeros are harmless:
     // v = 0 gives d = eps) and copy the results back.
-    template <bool RS>
+    template <bool RS, bool TR>
     void tail(const Span &s, size_t i, size_t k, uint64_t &changed) const {
         alignas(64) float pb[V::W] = {}, mb[V::W] = {}, vb[V::W] = {};
         alignas(64) unsigned char gb[V::W * 4] = {}, cb[V::W * 4] = {};
@@ -80,9 +100,9 @@ struct Loop {
         std::memcpy(mb, s.m + i, k * 4);
         std::memcpy(vb, s.v + i, k * 4);
         std::memcpy(gb, static_cast<const unsigned char *>(s.g) + i * gs, k * gs);
-        if constexpr (RS && CDT != CXK_DTYPE_NONE)  // padding: 0 is the rounding of 0
+        if constexpr ((RS || TR) && CDT != CXK_DTYPE_NONE)  // padding: 0 rounds to 0
             std::memcpy(cb, static_cast<const unsigned char *>(s.copy) + i * cs, k * cs);
-        block<false, false, RS>(pb, mb, vb, gb, cb, 0, changed);
+        block<false, false, RS, TR>(pb, mb, vb, gb, cb, 0, changed);
         std::memcpy(s.p + i, pb, k * 4);
         std::memcpy(s.m + i, mb, k * 4);
         std::memcpy(s.v + i, vb, k * 4);
@@ -90,7 +110,7 @@ struct Loop {
             std::memcpy(static_cast<unsigned char *>(s.copy) + i * cs, cb, k * cs);
     }
 
-    template <bool NTP, bool NTC, bool RS>
+    template <bool NTP, bool NTC, bool RS, bool TR>
     uint64_t body(const Span &s, size_t i, size_t end) const {
         // Local copies: stores through float* could alias *this and s, and the compiler
         // would reload every constant and pointer per block; locals cannot be aliased.
@@ -113,15 +133,17 @@ struct Loop {
             prefetch_l2(g, (i + kPrefetch) * gs);
             // the re-read makes the copy a fifth read stream: without its prefetch the
             // step measured 1.3-1.5x slower on one thread (10M params, bf16 copy)
-            if constexpr (RS && CDT != CXK_DTYPE_NONE) prefetch_l2(copy, (i + kPrefetch) * cs);
+            if constexpr ((RS || TR) && CDT != CXK_DTYPE_NONE)
+                prefetch_l2(copy, (i + kPrefetch) * cs);
             for (size_t j = 0; j < kLine; j += V::W)
-                k.template block<NTP, NTC, RS>(p, m, v, g, copy, i + j, changed);
+                k.template block<NTP, NTC, RS, TR>(p, m, v, g, copy, i + j, changed);
         }
-        for (; i < end; i += V::W) k.template block<NTP, NTC, RS>(p, m, v, g, copy, i, changed);
+        for (; i < end; i += V::W)
+            k.template block<NTP, NTC, RS, TR>(p, m, v, g, copy, i, changed);
         return changed;
     }
 
-    template <bool RS>
+    template <bool RS, bool TR>
     uint64_t run(const Coeffs &c, const Span &s) const {
         uint64_t changed = 0;
         const size_t n = s.n;
@@ -133,20 +155,21 @@ struct Loop {
             if (head > n) head = n;
         }
         for (size_t i = 0; i < head; i += V::W)
-            tail<RS>(s, i, head - i < V::W ? head - i : V::W, changed);
+            tail<RS, TR>(s, i, head - i < V::W ? head - i : V::W, changed);
         const size_t end = head + (n - head) / V::W * V::W;
         const bool ntp = c.nt_state && aligned_to(s.p + head, V::kAlign) &&
                          aligned_to(s.m + head, V::kAlign) && aligned_to(s.v + head, V::kAlign);
         // A re-read brings the copy's lines into the cache already: a streaming store would
         // only evict them again (measured slower), so the copy is stored normally then.
-        const bool ntc = c.nt_copy && !(RS && CDT != CXK_DTYPE_NONE) && CDT != CXK_DTYPE_NONE &&
+        const bool ntc = c.nt_copy && !((RS || TR) && CDT != CXK_DTYPE_NONE) &&
+                         CDT != CXK_DTYPE_NONE &&
                          aligned_to(static_cast<unsigned char *>(s.copy) + head * dtype_size(CDT),
                                     V::kAlign * dtype_size(CDT) / 4);
-        if (ntp && ntc) changed += body<true, true, RS>(s, head, end);
-        else if (ntp) changed += body<true, false, RS>(s, head, end);
-        else if (ntc) changed += body<false, true, RS>(s, head, end);
-        else changed += body<false, false, RS>(s, head, end);
-        if (end < n) tail<RS>(s, end, n - end, changed);
+        if (ntp && ntc) changed += body<true, true, RS, TR>(s, head, end);
+        else if (ntp) changed += body<true, false, RS, TR>(s, head, end);
+        else if (ntc) changed += body<false, true, RS, TR>(s, head, end);
+        else changed += body<false, false, RS, TR>(s, head, end);
+        if (end < n) tail<RS, TR>(s, end, n - end, changed);
         if (ntp || ntc) V::sfence();  // streaming stores are weakly ordered: drain them
         return changed;
     }
@@ -155,8 +178,9 @@ struct Loop {
 template <class V, int GDT, int CDT>
 uint64_t run_c(const Coeffs &c, const Span &s) {
     const Loop<V, GDT, CDT> loop(c);
-    if (c.resync && CDT != CXK_DTYPE_NONE) return loop.template run<true>(c, s);
-    return loop.template run<false>(c, s);
+    if (c.traffic) return loop.template run<false, true>(c, s);
+    if (c.resync && CDT != CXK_DTYPE_NONE) return loop.template run<true, false>(c, s);
+    return loop.template run<false, false>(c, s);
 }
 
 template <class V, int GDT>

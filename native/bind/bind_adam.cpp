@@ -176,6 +176,7 @@ CXK_BIND(adam) {
     m.attr("ADAM_NT_STATE") = CXK_ADAM_NT_STATE;
     m.attr("ADAM_NT_COPY") = CXK_ADAM_NT_COPY;
     m.attr("ADAM_RESYNC") = CXK_ADAM_RESYNC;
+    m.attr("ADAM_TRAFFIC") = CXK_ADAM_TRAFFIC;
 
     m.def("adam_simd", [] { return int(check(cxk_adam_simd(), "CXLKIT_SIMD")); });
     m.def("simd_name", [](int s) { return std::string(cxk_simd_name(s)); });

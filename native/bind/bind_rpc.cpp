@@ -124,7 +124,9 @@ nb::object server_next(RpcServer &r, int64_t timeout_ms) {
                 if (rc != -EAGAIN) break;
                 if (r.pending) cxk_rpc_server_flush(r.s), r.pending = 0;
                 if (r.stopping.load(std::memory_order_relaxed)) break;
-                if (cxk_wait_idle(&w) > limit) break;
+                // a client's publish ends the sleeps (same-host wake-up); deferred replies
+                // are published before each sleep
+                if (cxk_rpc_server_wait_idle(r.s, &w) > limit) break;
             }
             if (rc == 0) data.assign(static_cast<const char *>(q.data), q.nbytes);
         }
@@ -185,7 +187,7 @@ nb::list client_call_many(RpcClient &r, uint32_t method, const std::vector<nb::b
                 cxk_wait_begin(&w, &r.wait);  // progress: the timeout and the spin start over
             } else if (prc != -EAGAIN) {
                 rc = prc;
-            } else if (cxk_wait_idle(&w) > int64_t(r.timeout_ms) * 1000000) {
+            } else if (cxk_rpc_wait_idle(r.c, &w) > int64_t(r.timeout_ms) * 1000000) {
                 rc = -ETIMEDOUT;
             }
         }
@@ -220,6 +222,16 @@ nb::tuple client_call(RpcClient &r, uint32_t method, nb::handle data) {
     return nb::make_tuple(st, nb::bytes(reply.data(), reply.size()));
 }
 
+// The same-host wake-up's counters (cxk_ring_wake_stats) as a dict.
+nb::dict wake_dict(const struct cxk_ring_wake_stats &w) {
+    nb::dict d;
+    d["enabled"] = bool(w.enabled);
+    d["futex_waits"] = w.futex_waits, d["woken"] = w.woken, d["timeouts"] = w.timeouts;
+    d["interrupted"] = w.interrupted, d["fallbacks"] = w.fallbacks;
+    d["rechecks"] = w.rechecks, d["wakes_sent"] = w.wakes_sent;
+    return d;
+}
+
 }  // namespace
 }  // namespace cxk::py
 
@@ -246,6 +258,12 @@ CXK_BIND(rpc) {
             std::lock_guard<std::mutex> g(r.mu);
             r.wait = o;
         })
+        .def("wake_stats", [](RpcServer &r) {
+            struct cxk_ring_wake_stats w {};
+            std::lock_guard<std::mutex> g(r.mu);
+            check(cxk_rpc_server_wake_stats(r.get(), &w), r.name);
+            return wake_dict(w);
+        })
         .def("next", &server_next)
         .def("reply", &server_reply)
         .def("flush", [](RpcServer &r) {
@@ -268,6 +286,12 @@ CXK_BIND(rpc) {
             std::lock_guard<std::mutex> g(r.mu);
             check(cxk_rpc_set_wait(r.get(), &o), r.name);
             r.wait = o;
+        })
+        .def("wake_stats", [](RpcClient &r) {
+            struct cxk_ring_wake_stats w {};
+            std::lock_guard<std::mutex> g(r.mu);
+            check(cxk_rpc_wake_stats(r.get(), &w), r.name);
+            return wake_dict(w);
         })
         .def("call", &client_call)
         .def("call_many", &client_call_many);

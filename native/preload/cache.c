@@ -96,12 +96,17 @@ int cxp_cache_put(char *map, size_t len) {
 
 char *cxp_cache_take(size_t need, size_t *len) {
     if (!cxp_cache_enabled()) return NULL;
+    /* used is written under the lock; a stale 0 only costs this call a fresh mapping */
+    if (__atomic_load_n(&used, __ATOMIC_RELAXED) == 0) {
+        __atomic_add_fetch(&stats.misses, 1, __ATOMIC_RELAXED);
+        return NULL;
+    }
     pthread_mutex_lock(&lock);
     int best = -1;
     for (int i = 0; i < used; i++)
         if (table[i].len >= need && (best < 0 || table[i].len < table[best].len)) best = i;
     if (best < 0) {
-        stats.misses++;
+        __atomic_add_fetch(&stats.misses, 1, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&lock);
         return NULL;
     }
@@ -116,9 +121,7 @@ char *cxp_cache_take(size_t need, size_t *len) {
         /* the syscall itself: the library's own munmap wrapper would log a program unmap */
         if (syscall(SYS_munmap, e.map + want, e.len - want) == 0) {
             cxp_registry_remove(e.map + want, e.len - want);
-            e.len = want;
-            size_t *hdr = (size_t *)e.map;
-            hdr[1] = want | (hdr[1] & 0x7ul); /* glibc's size field keeps its flag bits */
+            e.len = want; /* the caller writes glibc's chunk header for the new length */
         }
     }
     *len = e.len;

@@ -85,14 +85,14 @@ struct cxp_cache_stats {
 void cxp_cache_init(size_t bytes, int count, size_t page,
                     void (*release)(char *map, size_t len));
 int cxp_cache_enabled(void);
-/* Keep the mapping [map, map+len) (a whole glibc mmapped chunk, offset 0). 1 kept (older
+/* Keep the mapping [map, map+len) (a whole glibc mmapped chunk). 1 kept (older
  * entries may have left through release), 0 not kept (larger than the cache: the caller
  * frees it), -1 it is in the cache already (a double free). */
 int cxp_cache_put(char *map, size_t len);
 /* The smallest cached mapping of at least need bytes, taken out of the cache (its tail
  * trimmed when it is more than a quarter larger than need), its length in *len; NULL when
- * none fits. */
-char *cxp_cache_take(size_t need, size_t *len);
+ * none fits. The caller writes glibc's chunk header into it (the old one may be stale). */
+char *cxp_cache_take(size_t need, size_t *len); /* empty: one relaxed load, no lock */
 /* Release every cached mapping; returns how many. */
 int cxp_cache_flush(void);
 void cxp_cache_stats(struct cxp_cache_stats *s);
@@ -103,5 +103,11 @@ void cxp_cache_stats(struct cxp_cache_stats *s);
 void cxp_registry_init(void);
 /* [addr, addr+len) was placed with its chunk grid starting at addr (replaces what overlaps). */
 void cxp_registry_add(void *addr, size_t len);
-/* [addr, addr+len) is no longer placed (unmapped, freed, moved): cut from every record. */
+/* [addr, addr+len) is no longer placed (unmapped, freed, moved): cut from every record.
+ * Takes the lock only when cxp_registry_overlaps says the range may touch a record. */
 void cxp_registry_remove(void *addr, size_t len);
+/* Whether [addr, addr+len) may overlap a record: 0 only when a lock-free read of the registry
+ * (between two equal even generations, at most CXP_REGISTRY_FAST_SCAN records) found none.
+ * The fast path of munmap: a small unmap that touches no placed range takes no lock. */
+#define CXP_REGISTRY_FAST_SCAN 64
+int cxp_registry_overlaps(void *addr, size_t len);

@@ -48,7 +48,14 @@ static int reg_fd = -1;
 static int failed;           /* creating it failed once: do not try on every placement */
 static size_t reg_bytes;
 
-static void begin(void) { __atomic_store_n(&reg->gen, reg->gen + 1, __ATOMIC_RELEASE); }
+/* A seqlock: gen goes odd, the records change, gen goes even. The fence orders the odd value
+ * before the record stores (a release store alone would not keep later stores after it);
+ * the even store's release orders the record stores before it. Readers: the audit (another
+ * process) and cxp_registry_overlaps (lock-free, in munmap's fast path). */
+static void begin(void) {
+    __atomic_store_n(&reg->gen, reg->gen + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
 static void end_(void) { __atomic_store_n(&reg->gen, reg->gen + 1, __ATOMIC_RELEASE); }
 
 /* A memfd of reg_bytes, mapped shared at want (NULL: anywhere). 0 or -errno. */
@@ -119,13 +126,15 @@ static int ensure(void) {
                 strerror(-r));
         return 0;
     }
-    reg = m;
-    rec = (struct record *)(reg + 1);
+    struct header *h = m;
+    rec = (struct record *)(h + 1);
     reg_fd = fd;
-    memcpy(reg->magic, MAGIC, 8);
-    reg->version = 1;
-    reg->record_size = sizeof(struct record);
-    reg->capacity = CXP_REGISTRY_RECORDS;
+    memcpy(h->magic, MAGIC, 8);
+    h->version = 1;
+    h->record_size = sizeof(struct record);
+    h->capacity = CXP_REGISTRY_RECORDS;
+    /* published last: cxp_registry_overlaps reads reg without the lock */
+    __atomic_store_n(&reg, h, __ATOMIC_RELEASE);
     return 1;
 }
 
@@ -174,7 +183,25 @@ void cxp_registry_add(void *addr, size_t len) {
     pthread_mutex_unlock(&lock);
 }
 
+int cxp_registry_overlaps(void *addr, size_t len) {
+    struct header *h = __atomic_load_n(&reg, __ATOMIC_ACQUIRE);
+    if (!h) return 0;
+    uint64_t g = __atomic_load_n(&h->gen, __ATOMIC_ACQUIRE);
+    uint64_t n = __atomic_load_n(&h->used, __ATOMIC_RELAXED);
+    if ((g & 1) || n > CXP_REGISTRY_FAST_SCAN) return 1; /* mid-edit or many: take the lock */
+    uint64_t lo = (uintptr_t)addr, hi = lo + len;
+    const struct record *r = (const struct record *)(h + 1);
+    for (uint64_t i = 0; i < n; i++)
+        if (__atomic_load_n(&r[i].start, __ATOMIC_RELAXED) < hi &&
+            __atomic_load_n(&r[i].end, __ATOMIC_RELAXED) > lo)
+            return 1;
+    /* the loads above before the second look at gen: unchanged means they saw one state */
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return __atomic_load_n(&h->gen, __ATOMIC_RELAXED) != g;
+}
+
 void cxp_registry_remove(void *addr, size_t len) {
+    if (!cxp_registry_overlaps(addr, len)) return;
     pthread_mutex_lock(&lock);
     if (reg) {
         begin();

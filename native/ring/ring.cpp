@@ -4,6 +4,7 @@
 #include "ring/ring.h"
 
 #include "prim/mutate.h"
+#include "ring/wake.h"
 
 #include <cerrno>
 #include <cstring>
@@ -122,6 +123,7 @@ int cxk_ring_attach(cxk_pool *p, uint64_t off, uint64_t nbytes, int role, cxk_ri
     r->ncells = h.ncells;
     r->mask = h.ncells - 1;
     r->batch = h.ncells >= 16 ? h.ncells / 8 : 1;
+    wake_attach(r, !nc);
     // Both sides start from the published head: a consumer that re-attaches resumes there,
     // a producer writes after the last cell consumed (a ring is re-attached only when the
     // other side has not written past it; messaging creates a fresh ring per job).
@@ -186,6 +188,7 @@ void cxk_ring_close(cxk_ring *r) {
             cxk_flush(pl, sizeof *pl);
             cxk_sfence();
         }
+        wake_notify(r);  // a sleeping consumer sees -EPIPE now, not on its timeout
     } else if (r->pos != r->head_pub) {
         publish_head(r);
     }
@@ -237,6 +240,7 @@ int cxk_ring_commit_ex(cxk_ring *r, uint32_t nbytes, uint32_t kind, unsigned fla
         cxk_sfence();
     }
     r->stamped = r->pos;
+    wake_notify(r);
     return 0;
 }
 
@@ -253,6 +257,7 @@ int cxk_ring_publish(cxk_ring *r) {
     }
     if (r->nc) cxk_sfence();
     r->stamped = r->pos;
+    wake_notify(r);  // one wake-up check per batch: 128 cells, one fence, at most one syscall
     return 0;
 }
 
@@ -347,7 +352,8 @@ int cxk_ring_wait(cxk_ring *r, const cxk_wait_opts *o, uint32_t timeout_ms) {
             if (rc == 0 && r->pos - r->head_seen >= r->ncells && !r->reserved) rc = -EAGAIN;
         }
         if (rc != -EAGAIN) return rc;
-        if (cxk_wait_idle(&w) > limit) return -ETIMEDOUT;
+        // a consumer's sleeps end at the producer's publish (same-host wake-up, wake.cpp)
+        if (cxk_wait_idle_rings(&w, &r, 1) > limit) return -ETIMEDOUT;
     }
 }
 

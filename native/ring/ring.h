@@ -8,7 +8,10 @@
 namespace cxk::ring {
 
 constexpr uint64_t kMagic = 0x31474e49524b5843ull;  // "CXKRING1" little-endian
-constexpr uint32_t kVersion = 1;
+// 2: the wake-up words (HeadLine::sleeping, ProdLine::wake; issue 14). A version-1 ring is
+// refused (-EBADMSG), as is a version-2 ring by a version-1 library: a peer that never
+// wakes a sleeping consumer would cost it a safety-net timeout per message.
+constexpr uint32_t kVersion = 2;
 constexpr uint64_t kLine = 64;
 constexpr uint32_t kCellHdr = 16;                   // stamp + length + kind
 constexpr uint32_t kMaxCellBytes = 1u << 20;
@@ -26,16 +29,27 @@ struct Header {
 };
 static_assert(sizeof(Header) == kLine, "one line");
 
-// Line 1: written by the consumer only: cells consumed so far (a running count).
+// Line 1: written by the consumer only.
 struct HeadLine {
-    uint64_t head;
-    uint8_t pad[56];
+    uint64_t head;      // cells consumed so far (a running count)
+    // Same-host wake-up (coherence "host" only; wake.cpp has the protocol): 1 while the
+    // consumer is (about to be) asleep in FUTEX_WAIT on ProdLine::wake, else 0. The producer
+    // only reads it: any other value makes it issue a needless FUTEX_WAKE, nothing worse.
+    uint32_t sleeping;
+    uint32_t reserved0;
+    uint8_t pad[48];
 };
 // Line 2: written by the producer only.
 struct ProdLine {
     uint64_t closed;  // 1: the producer is done; the consumer drains, then sees -EPIPE
-    uint8_t pad[56];
+    // The futex word of the same-host wake-up: bumped (then FUTEX_WAKE) by the producer
+    // after a publish that found HeadLine::sleeping set. The consumer only waits on it, with
+    // a timeout: a word no correct producer writes delays a wake-up, never hangs it.
+    uint32_t wake;
+    uint32_t reserved0;
+    uint8_t pad[48];
 };
+static_assert(sizeof(HeadLine) == kLine && sizeof(ProdLine) == kLine, "one line each");
 
 // The first 16 bytes of every cell (line-aligned), written by the producer only. stamp is
 // written last: ring index + 1 of the message the cell holds (the cell's "tail index").
@@ -63,4 +77,8 @@ struct cxk_ring {
     bool reserved = false;         // producer: a cell is reserved and not committed
     uint64_t stamped = 0;          // producer: cells [stamped, pos) await cxk_ring_publish
     bool peeked = false;           // consumer: the cell at pos was returned by peek
+    // Same-host wake-up (wake.cpp): usable while the pool is coherent ("host") and no futex
+    // call failed for good on this mapping; the counters are cxk_ring_wake_stats's.
+    bool wake = false;
+    struct cxk_ring_wake_stats wst {};
 };

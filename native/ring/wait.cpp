@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "cxlkit.h"
+#include "ring/wait.h"
 #include "sys/sys.h"
 
 namespace {
@@ -70,6 +71,17 @@ int64_t sleep_ns(int64_t el, uint32_t sleep_us) {
     return ns < cap ? ns : cap;
 }
 
+void timed_sleep(void *, int64_t ns) { cxk::wait::sleep_precise(ns); }
+
+// The futex sleep's safety net (issue 14): a publish wakes the sleeper, so this bounds only
+// a lost wake-up (a peer that is not what the pool's coherence says) and how often a blocked
+// call looks at its deadline and its peer's liveness (every 1 ms, kCheckNs in rpc.cpp).
+constexpr uint32_t kWakeUs = 1000;
+
+}  // namespace
+
+namespace cxk::wait {
+
 // nanosleep with the thread's timer slack lowered for its duration (prctl fails only on an
 // old kernel or under a seccomp filter; the sleep is then merely less precise).
 void sleep_precise(int64_t ns) {
@@ -81,7 +93,38 @@ void sleep_precise(int64_t ns) {
     if (lowered) cxk::sys_timerslack_set((unsigned long)old);
 }
 
-}  // namespace
+int64_t wake_timeout_ns() {
+    // read at each sleep (a getenv is ~100 ns beside a syscall), so a test or a benchmark
+    // may set it per process; a bad value keeps the default
+    const uint32_t us = env_us("CXLKIT_MSG_WAKE_US", kWakeUs, false);
+    return us > kSleepMaxUs ? int64_t(kWakeUs) * 1000 : int64_t(us) * 1000;
+}
+
+int64_t idle_with(cxk_wait *w, SleepFn sleep, void *ctx) {
+    if (!w) return 0;
+    ++w->polls;
+    const int64_t spin = phase_ns(w->opts.spin_us);
+    int64_t el = w->now_ns - w->start_ns;
+    if (el < spin) {
+        // spinning: back to the poll at once (no PAUSE: in a virtual machine a PAUSE loop can
+        // make the hypervisor deschedule the vCPU, the very thing spinning avoids)
+        if (w->polls % kClockEvery == 0 || spin < 1000) w->now_ns = mono_ns();
+        w->phase = CXK_WAIT_SPUN;
+        return w->now_ns - w->start_ns;
+    }
+    const int64_t yield = phase_ns(w->opts.yield_us);
+    if (el - spin < yield || w->opts.sleep_us == 0) {
+        sched_yield();
+        w->phase = CXK_WAIT_YIELDED;
+    } else {
+        sleep(ctx, sleep_ns(el, w->opts.sleep_us));
+        w->phase = CXK_WAIT_SLEPT;
+    }
+    w->now_ns = mono_ns();
+    return w->now_ns - w->start_ns;
+}
+
+}  // namespace cxk::wait
 
 extern "C" {
 
@@ -112,28 +155,6 @@ int cxk_wait_begin(cxk_wait *w, const cxk_wait_opts *o) {
     return rc;
 }
 
-int64_t cxk_wait_idle(cxk_wait *w) {
-    if (!w) return 0;
-    ++w->polls;
-    const int64_t spin = phase_ns(w->opts.spin_us);
-    int64_t el = w->now_ns - w->start_ns;
-    if (el < spin) {
-        // spinning: back to the poll at once (no PAUSE: in a virtual machine a PAUSE loop can
-        // make the hypervisor deschedule the vCPU, the very thing spinning avoids)
-        if (w->polls % kClockEvery == 0 || spin < 1000) w->now_ns = mono_ns();
-        w->phase = CXK_WAIT_SPUN;
-        return w->now_ns - w->start_ns;
-    }
-    const int64_t yield = phase_ns(w->opts.yield_us);
-    if (el - spin < yield || w->opts.sleep_us == 0) {
-        sched_yield();
-        w->phase = CXK_WAIT_YIELDED;
-    } else {
-        sleep_precise(sleep_ns(el, w->opts.sleep_us));
-        w->phase = CXK_WAIT_SLEPT;
-    }
-    w->now_ns = mono_ns();
-    return w->now_ns - w->start_ns;
-}
+int64_t cxk_wait_idle(cxk_wait *w) { return cxk::wait::idle_with(w, timed_sleep, nullptr); }
 
 }  // extern "C"

@@ -31,6 +31,9 @@ struct cxk_rpc_server {
     uint64_t polls = 0;
     int cur = -1;                       // client whose request was returned last
     uint32_t connected = 0;
+    std::vector<cxk_ring *> live;       // the connected clients' request rings (for a wait)
+    std::vector<cxk_ring *> live_rep;   // and their reply rings, in the same order
+    bool live_stale = true;             // a client came or went since live was made
 };
 
 struct cxk_rpc_client {
@@ -60,6 +63,9 @@ int64_t now_ms() {
 
 // How often a blocked call looks at its deadline and whether the server is gone.
 constexpr int64_t kCheckNs = 1000000;
+// Client slots a sleeping server looks at after each sleep (cxk_rpc_server_wait_idle): an
+// empty slot costs a name lookup (~1 us), so 64 bound it to a few % of a 1 ms sleep.
+constexpr uint32_t kScanPerSleep = 64;
 
 bool good_name(const char *n) {
     size_t len = std::strlen(n);
@@ -94,6 +100,7 @@ void drop_client(cxk_rpc_server *s, uint32_t k) {
         cxk_obj_destroy(s->pool, n.c_str());
         --s->connected;
     }
+    s->live_stale = true;
 }
 
 // Look for one new client per call: its request ring exists, make its reply ring.
@@ -116,6 +123,7 @@ void scan_clients(cxk_rpc_server *s) {
     }
     s->req[k] = r, s->rep[k] = rep;
     ++s->connected;
+    s->live_stale = true;
 }
 
 }  // namespace
@@ -439,7 +447,8 @@ int cxk_rpc_call(cxk_rpc_client *c, uint32_t method, const void *req, uint32_t n
         int rc = cxk_rpc_poll(c, nullptr, &st, reply, cap, reply_nbytes);
         if (rc == 0) break;
         if (rc != -EAGAIN) return rc;
-        const int64_t el = cxk_wait_idle(&w);  // spin, then yield: the server may need this CPU
+        // spin, then sleep until the server's publish wakes us (same-host wake-up)
+        const int64_t el = cxk_rpc_wait_idle(c, &w);
         if (el < next_check) continue;
         next_check = el + kCheckNs;
         if (server_gone(c)) {  // its last reply may have landed before it left
@@ -451,6 +460,65 @@ int cxk_rpc_call(cxk_rpc_client *c, uint32_t method, const void *req, uint32_t n
     }
     if (status) *status = st;
     return st < 0 ? st : 0;
+}
+
+}  // extern "C"
+
+// ---- waits that a publish ends (issue 14: the same-host wake-up, native/ring/wake.cpp) ----
+extern "C" {
+
+int64_t cxk_rpc_wait_idle(cxk_rpc_client *c, cxk_wait *w) {
+    if (!c || !c->rep) return cxk_wait_idle(w);
+    return cxk_wait_idle_rings(w, &c->rep, 1);
+}
+
+int64_t cxk_rpc_server_wait_idle(cxk_rpc_server *s, cxk_wait *w) {
+    if (!s) return cxk_wait_idle(w);
+    if (s->live_stale) {
+        s->live.clear(), s->live_rep.clear();
+        for (uint32_t k = 0; k < s->max_clients; ++k)
+            if (s->req[k]) s->live.push_back(s->req[k]), s->live_rep.push_back(s->rep[k]);
+        s->live_stale = false;
+    }
+    // a client waits for the replies we deferred: publish them before we sleep (only the
+    // connected clients' rings: this runs at every idle poll, max_clients may be 4096)
+    for (cxk_ring *r : s->live_rep) cxk_ring_publish(r);
+    // no client yet: new ones are looked for between timed sleeps (a connect polls for its
+    // reply ring every 200 us; more than 128 clients: timed sleeps too, wake.cpp)
+    if (s->live.empty()) return cxk_wait_idle(w);
+    struct cxk_ring_wake_stats before, after;
+    cxk_ring_wake_stats(s->live[0], &before);
+    const int64_t el = cxk_wait_idle_rings(w, s->live.data(), s->live.size());
+    cxk_ring_wake_stats(s->live[0], &after);
+    if (after.timeouts != before.timeouts) {
+        // a new client's rings are not among those we slept on: after a futex sleep that
+        // no one ended, look at up to kScanPerSleep client slots (not the one server_next
+        // looks at per call), so a connect waits about one sleep (1 ms), not max_clients.
+        // Timed sleeps (no wake-up) keep server_next's pace: they come every <= 50 us.
+        for (uint32_t i = 0; i < s->max_clients && i < kScanPerSleep; ++i) scan_clients(s);
+    }
+    return el;
+}
+
+int cxk_rpc_wake_stats(const cxk_rpc_client *c, struct cxk_ring_wake_stats *st) {
+    if (!c || !st || !c->rep) return -EINVAL;
+    return cxk_ring_wake_stats(c->rep, st);
+}
+
+int cxk_rpc_server_wake_stats(const cxk_rpc_server *s, struct cxk_ring_wake_stats *st) {
+    if (!s || !st) return -EINVAL;
+    *st = {};
+    for (const cxk_ring *r : s->req) {
+        if (!r) continue;
+        struct cxk_ring_wake_stats one;
+        cxk_ring_wake_stats(r, &one);
+        st->enabled |= one.enabled;
+        st->futex_waits += one.futex_waits, st->woken += one.woken;
+        st->timeouts += one.timeouts, st->interrupted += one.interrupted;
+        st->fallbacks += one.fallbacks, st->rechecks += one.rechecks;
+        st->wakes_sent += one.wakes_sent;
+    }
+    return 0;
 }
 
 }  // extern "C"

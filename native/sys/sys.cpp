@@ -34,7 +34,8 @@ const char *const kSysNames[] = {"mbind", "set_mempolicy", "get_mempolicy", "mov
                                  "pread", "pwrite", "fdatasync", "io_uring_setup",
                                  "io_uring_enter",
                                  "fchmod", "fstatvfs", "link", "unlink", "kill", "getrandom",
-                                 "read_small"};
+                                 "read_small",
+                                 "futex"};  // issue 14: sys_futex.cpp
 static_assert(sizeof(kSysNames) / sizeof(kSysNames[0]) == size_t(Sys::count_), "names");
 
 struct Fault {

@@ -7,6 +7,7 @@
 #include <sys/statvfs.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include <cerrno>
@@ -21,6 +22,7 @@ enum class Sys : int {
     pread, pwrite, fdatasync, io_uring_setup, io_uring_enter,
     fchmod, fstatvfs, link, unlink, kill, getrandom,  // the pool's (issue 10)
     read_small,  // sys_read_small: procfs / sysfs attributes (boot_id, /proc/PID/stat)
+    futex,       // sys_futex_*: the rings' same-host wake-up (native/sys/sys_futex.cpp)
     count_
 };
 
@@ -88,5 +90,20 @@ int sys_close(int fd) noexcept;
 // its own fault hook (Sys::read_small, so injecting "open" still reaches the pool file's open):
 // at most cap - 1 bytes into buf, NUL-terminated. The byte count or -errno (-ENOENT: absent).
 long sys_read_small(const char *path, char *buf, size_t cap) noexcept;
+
+// ---- issue 14: the rings' same-host wake-up (native/sys/sys_futex.cpp) -------------------
+// Shared futexes (no FUTEX_PRIVATE_FLAG: the word is in a MAP_SHARED pool mapping that other
+// processes map too), each call through the fault hook (Sys::futex). timeout_ns > 0 always:
+// a word in pool memory is untrusted, so no wait may last for ever.
+// Wait while *word == val: 0 woken, -EAGAIN *word != val already, -ETIMEDOUT, -EINTR, or the
+// kernel's -errno (-ENOSYS, -EFAULT: the mapping cannot hold a futex, e.g. some devdax).
+int sys_futex_wait(const uint32_t *word, uint32_t val, int64_t timeout_ns) noexcept;
+// Wake up to n waiters of word: the number woken, or -errno.
+int sys_futex_wake(uint32_t *word, int n) noexcept;
+// futex_waitv (Linux 5.16): wait while every *words[i] == vals[i], n in 1..128; the index of
+// the word that woke us, or -errno as sys_futex_wait (-ENOSYS on an older kernel).
+int sys_futex_waitv(const uint32_t *const *words, const uint32_t *vals, unsigned n,
+                    int64_t timeout_ns) noexcept;
+constexpr unsigned kFutexWaitvMax = 128;
 
 }  // namespace cxk

@@ -124,6 +124,12 @@ class Server:
         """Clients connected now."""
         return self._s.clients
 
+    def wake_stats(self) -> dict[str, int | bool]:
+        """The same-host wake-up's counters over the connected clients' request rings
+        (docs/msg.md, "Same-host wake-up"): enabled (the pool is coherent and futexes work),
+        futex_waits, woken, timeouts, interrupted, fallbacks, rechecks, wakes_sent."""
+        return self._s.wake_stats()
+
     def handler(self, method: str | int | None = None) -> Callable[[Handler], Handler]:
         """Decorator: register fn for `method` (default: the function's name)."""
         def register(fn: Handler) -> Handler:
@@ -267,6 +273,11 @@ class Client:
             return fn(*args)
         except OSError as e:
             raise _connect_error(e, self.name, "no reply in time") from None
+
+    def wake_stats(self) -> dict[str, int | bool]:
+        """The same-host wake-up's counters of this client's reply ring (as
+        Server.wake_stats): how its waits for replies slept and were woken."""
+        return self._c.wake_stats()
 
     def call(self, method: str | int, data: Any = b"") -> bytes:
         """One request, its reply's bytes."""

@@ -9,7 +9,8 @@ from . import _native
 
 SYSCALLS = ("mbind", "set_mempolicy", "get_mempolicy", "move_pages", "migrate_pages",
             "memfd_create", "mmap", "munmap", "madvise", "open", "ftruncate", "fstat", "prctl",
-            "fcntl", "pthread_create")
+            "fcntl", "pthread_create",
+            "futex")  # issue 14: the rings' same-host wake-up
 
 
 @contextmanager

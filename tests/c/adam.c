@@ -3,7 +3,7 @@
  * is -EINVAL, a team updates every element and reports where its chunks went, and a failing
  * node query leaves everything untouched; RESYNC re-reads exactly the copy elements that are
  * not the master's rounding and the _ex calls count them; an OpenMP team needs a loaded
- * runtime (-ENOENT here: this program loads none). */
+ * runtime (-ENOENT here: this program loads none); TRAFFIC writes every array back unchanged. */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -187,6 +187,22 @@ int main(void) {
     CHECK_EQ(cxk_adam_step(&h, &a, 1), 0);
     CHECK(memcmp(&ref, &got, sizeof ref) == 0);
     CHECK_EQ(cxk_adam_step_ex(&hr, &b, 1, NULL), 0);  /* the count is optional */
+
+    /* TRAFFIC (the benchmarks' bound): every level reads and writes the arrays back bit for
+     * bit, a copy that is not the master's rounding included, and counts nothing */
+    for (int level = CXK_SIMD_SCALAR; level <= CXK_SIMD_AVX512; ++level) {
+        struct cxk_adam_hparams ht = hr;
+        ht.flags |= CXK_ADAM_TRAFFIC, ht.simd = level;
+        fill(&got);
+        got.copy[7] = 0x4000, got.m[8] = -0.0f;
+        memcpy(&ref, &got, sizeof ref);
+        resynced = 99;
+        int r = cxk_adam_step_ex(&ht, &b, 1, &resynced);
+        if (r == -ENOTSUP) continue;  /* this CPU lacks the level */
+        CHECK_EQ(r, 0);
+        CHECK_EQ(resynced, 0);
+        CHECK(memcmp(&ref, &got, sizeof ref) == 0);
+    }
 
     /* an OpenMP team: this program has no OpenMP runtime loaded, and none is loaded for it */
     CHECK_EQ(cxk_adam_team_create_omp(NULL, 2, 0, &team), -ENOENT);

@@ -28,6 +28,18 @@ static int all(const char *p, size_t n, char v) {
     return p[n - 1] == v;
 }
 
+/* q is p's mapping again: the same first page (the library hands a reused block out at a
+ * staggered page offset, so the pointers may differ by less than a page) */
+static int same_map(const void *p, const void *q) {
+    return (uintptr_t)p / 4096 == (uintptr_t)q / 4096;
+}
+
+/* p's old bytes, read where they were (through p: q = p's mapping again, still mapped),
+ * past the first page (the reused block's chunk header may sit over p's first bytes) */
+static int old_bytes(const char *p, const char *q, size_t n, char v) {
+    return same_map(p, q) && all(p + 4096, n - 4096, v);
+}
+
 static char *big(size_t n) {
     char *p = malloc(n);
     if (!p) FAIL("malloc %zu", n);
@@ -41,7 +53,7 @@ static void reuse(void) {
     free(p);
     char *q = big(4 * MiB);
     printf("first %p second %p old_bytes %d usable_ok %d\n", (void *)p, (void *)q,
-           all(q, 4 * MiB, 7), malloc_usable_size(q) >= 4 * MiB);
+           old_bytes(p, q, 4 * MiB, 7), malloc_usable_size(q) >= 4 * MiB);
     free(q);
 }
 
@@ -73,7 +85,7 @@ static void evict(void) {
     free(b);
     char *c = big(4 * MiB);
     printf("a %p b %p c %p c_is_b %d\n", (void *)a, (void *)b, (void *)c,
-           c == b && all(c, 4 * MiB, 2));
+           old_bytes(b, c, 4 * MiB, 2));
     free(c);
 }
 
@@ -96,7 +108,7 @@ static void grow(void) {
     if (!r) FAIL("realloc");
     if (!all(r, 4 * MiB, 5)) FAIL("realloc lost the contents");
     fill(r, 12 * MiB, 6);
-    printf("reused %d grown %p kept 1\n", q == p, (void *)r);
+    printf("reused %d grown %p kept 1\n", same_map(p, q), (void *)r);
     free(r);
 }
 
@@ -136,16 +148,17 @@ static void forked(void) {
     pid_t c = fork();
     if (c < 0) FAIL("fork");
     char *q = big(4 * MiB);
-    int old = all(q, 4 * MiB, 9);
+    int old = old_bytes(p, q, 4 * MiB, 9);
     fill(q, 4 * MiB, c == 0 ? 1 : 2);
     if (c == 0) {
-        printf("child reused %d old %d\n", q == p, old);
+        printf("child reused %d old %d\n", same_map(p, q), old);
         fflush(stdout);
         _exit(all(q, 4 * MiB, 1) ? 0 : 1);
     }
     int st;
     waitpid(c, &st, 0);
-    printf("parent reused %d old %d mine %d child_ok %d\n", q == p, old, all(q, 4 * MiB, 2),
+    printf("parent reused %d old %d mine %d child_ok %d\n", same_map(p, q), old,
+           all(q, 4 * MiB, 2),
            WIFEXITED(st) && WEXITSTATUS(st) == 0);
     free(q);
 }
@@ -179,11 +192,37 @@ static void threads(void) {
     printf("threads 4\n");
 }
 
+/* a 4 MiB block freed and made again 16 times, two live at a time as a * 2 + 1 has them:
+ * every block whole and usable (written, usable size, grown by realloc, freed); prints the
+ * number of distinct page offsets the blocks' data started at, and the two live blocks'
+ * offsets were equal how often */
+static void stagger(void) {
+    unsigned seen = 0, same = 0;
+    char *keep = NULL;
+    for (int i = 0; i < 16; i++) {
+        char *p = big(4 * MiB);
+        if (malloc_usable_size(p) < 4 * MiB) FAIL("usable size %zu", malloc_usable_size(p));
+        fill(p, 4 * MiB, (char)i);
+        if (!all(p, 4 * MiB, (char)i)) FAIL("contents of block %d", i);
+        seen |= 1u << (__builtin_ctzl((uintptr_t)p % 4096 | 4096) % 32);
+        if (keep) {
+            same += ((uintptr_t)keep % 4096) == ((uintptr_t)p % 4096);
+            free(keep);
+        }
+        keep = p;
+    }
+    char *g = realloc(keep, 6 * MiB); /* glibc's mremap of a block at an offset */
+    if (!g || !all(g, 4 * MiB, 15)) FAIL("realloc of a reused block");
+    fill(g, 6 * MiB, 3);
+    free(g);
+    printf("offsets %d same %u\n", __builtin_popcount(seen), same);
+}
+
 int main(int argc, char **argv) {
     static const struct { const char *name; void (*fn)(void); } s[] = {
         {"reuse", reuse}, {"zeroed", zeroed}, {"trim", trim}, {"evict", evict},
         {"double", double_free}, {"grow", grow}, {"split", split}, {"others", others},
-        {"fork", forked}, {"threads", threads}};
+        {"fork", forked}, {"threads", threads}, {"stagger", stagger}};
     if (argc != 2) return 2;
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
         if (!strcmp(argv[1], s[i].name)) {

@@ -289,6 +289,31 @@ def _place_stage2_compute_grads(zo: Any, placer: _Placer) -> None:
     zo.setup_buckets = _PlacedBuckets(zo, placer)
 
 
+_PLACED = "_cxlkit_placement"  # set on the ZeRO optimizer by the first place_offload
+
+
+@dataclass(frozen=True)
+class _Placement:
+    """What place_offload was given the first time, and the placer holding its buffers."""
+
+    plan: TrainPlan | None
+    policy: P.Policy | None
+    placer: _Placer
+
+
+def _placed_again(done: _Placement, plan: TrainPlan | None,
+                  policy: P.Policy | None) -> dict[str, list[P.Buffer]]:
+    """A second place_offload: the first placement when nothing new is asked, else ValueError
+    (the buffers are in place; moving them again would hold two copies at once)."""
+    if (plan is None and policy is None) or (plan is done.plan and policy is done.policy):
+        return {k: list(v) for k, v in done.placer.buffers.items()}
+    first = ("plan" if done.plan is not None else "policy" if done.policy is not None
+             else "the optimizer's own plan")
+    raise ValueError(f"place_offload: this engine's offload buffers are placed already (under "
+                     f"{first}); build the engine again to place them under another plan or "
+                     f"policy")
+
+
 def place_offload(engine: Any, *, plan: TrainPlan | None = None,
                   policy: P.Policy | None = None) -> dict[str, list[P.Buffer]]:
     """Move the CPU buffers of a ZeRO engine with offload_optimizer: cpu into placed
@@ -305,9 +330,15 @@ def place_offload(engine: Any, *, plan: TrainPlan | None = None,
     than reduce_bucket_size bypasses the buckets in DeepSpeed, and autograd's own grad of each
     param lives until the hook copies it: both stay in torch's CPU allocator (no hook to
     place them: c10::SetCPUAllocator is C++ and process-wide). Returns offload class ->
-    placed buffers (compute grads appear after the first backward). Call once, after
-    deepspeed.initialize."""
+    placed buffers (compute grads appear after the first backward). Call after
+    deepspeed.initialize. A second call on the same engine with no plan/policy or the same
+    ones places nothing more and returns the placement the first made (compute grads
+    included once placed); with another plan or policy it raises ValueError: the buffers
+    are placed already, and moving them again would need twice their memory at once."""
     zo, stage = _zero_optimizer(engine)
+    done = getattr(zo, _PLACED, None)
+    if done is not None:
+        return _placed_again(done, plan, policy)
     inner = getattr(zo, "optimizer", None)
     own = isinstance(inner, CxlkitCPUAdam)
     placer = inner._placer if own and plan is None and policy is None \
@@ -333,6 +364,7 @@ def place_offload(engine: Any, *, plan: TrainPlan | None = None,
     if own and placer is not inner._placer:  # audit_offload finds them all in one place
         for k, v in placer.buffers.items():
             inner._placer.buffers.setdefault(k, []).extend(v)
+    setattr(zo, _PLACED, _Placement(plan, policy, placer))
     return {k: list(v) for k, v in placer.buffers.items()}
 
 

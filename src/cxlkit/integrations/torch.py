@@ -4,6 +4,7 @@ plan and are updated by cxlkit's CPU kernel, and ActivationOffload / offload_act
 which keep saved activations in a preallocated buffer on a chosen tier."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import weakref
@@ -311,6 +312,20 @@ class TieredAdamW(torch.optim.Optimizer):
                         "fp32 masters were re-read from the %s params, so the low bits the old "
                         "masters held are gone (logged once)", changed, "/".join(dtypes))
             self._warned_resync = True
+
+    @torch.no_grad()
+    def traffic_step(self) -> None:
+        """Benchmarks: the memory traffic of step() without its arithmetic, on this
+        optimizer's own buffers and threads, the bandwidth bound its step is judged against:
+        per param with a grad, the master, exp_avg, exp_avg_sq and the param's 16-bit copy
+        read and written back unchanged and the grad read, in the kernel's loop and order
+        (AdamConfig.traffic_only). No value, step count or state changes; staged params (off
+        the CPU) are not copied back."""
+        for group in self.param_groups:
+            args = [self._kernel_args(p)[0] for p in group["params"] if p.grad is not None]
+            if args:
+                cfg = dataclasses.replace(self._config(group), traffic_only=True)
+                A.step_raw(args, cfg, 1, team=self._auto_team())
 
     def _kernel_args(self, p: torch.Tensor) -> tuple[tuple, torch.Tensor | None]:
         """The kernel's tuple for one param with a grad, and the staged CPU copy to write

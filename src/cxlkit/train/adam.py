@@ -42,7 +42,11 @@ class AdamConfig:
     non-temporal stores for the state / the param copy. resync: the param copy is what the
     params' owner sees, so a copy element that is not the master rounded to the copy's dtype
     was written by someone else since the last step and replaces the master (widened) before
-    the update; the step functions return how many elements that happened to."""
+    the update; the step functions return how many elements that happened to.
+    traffic_only (benchmarks): the step's memory traffic without its arithmetic, the bound a
+    step is judged against: every array is read and param, exp_avg, exp_avg_sq and the param
+    copy are written back unchanged, bit for bit, through the step's own loop, prefetch and
+    threads, in the same order (fp32: 28 bytes per element)."""
 
     lr: float = 1e-3
     betas: tuple[float, float] = (0.9, 0.999)
@@ -55,6 +59,7 @@ class AdamConfig:
     nt_state: bool = False
     nt_copy: bool = False
     resync: bool = False
+    traffic_only: bool = False
 
     def __post_init__(self) -> None:
         for name in ("lr", "eps", "weight_decay"):
@@ -76,7 +81,8 @@ class AdamConfig:
                  | (_native.ADAM_BIAS_CORRECTION if self.bias_correction else 0)
                  | (_native.ADAM_NT_STATE if self.nt_state else 0)
                  | (_native.ADAM_NT_COPY if self.nt_copy else 0)
-                 | (_native.ADAM_RESYNC if self.resync else 0))
+                 | (_native.ADAM_RESYNC if self.resync else 0)
+                 | (_native.ADAM_TRAFFIC if self.traffic_only else 0))
         return (float(self.lr), float(self.betas[0]), float(self.betas[1]), float(self.eps),
                 float(self.weight_decay), float(grad_scale), int(step), flags,
                 SIMD_LEVELS[self.simd or "auto"])
