@@ -3,7 +3,6 @@ host): eager and rendezvous sizes, MPI matching, truncation, non-blocking reques
 errors for bad input, a killed rank naming itself, and a comm outliving its Pool object."""
 from __future__ import annotations
 
-import functools
 import os
 import signal
 
@@ -317,43 +316,3 @@ def test_eager_threshold_follows_the_ring_cell(pool_path, coherence, cell_bytes)
                 c.send(want, dest=0, tag=n)
                 st = r.wait()
                 assert st.count == n and bytes(buf) == want
-
-
-def _window_reuses_a_finished_buffer(path: str, rfd: int, wfd: int, comm: msg.Comm) -> int:
-    """Rank 0 starts a rendezvous send, learns outside the job (a pipe) that rank 1 has
-    received it, and starts a second one of the same size without any wait or progress in
-    between; returns the rendezvous buffers rank 0 made."""
-    n = 256 << 10
-    a, b = bytes([1]) * n, bytes([2]) * n
-    if comm.rank == 0:
-        ra = comm.isend(a, dest=1, tag=1)
-        assert os.read(rfd, 1) == b"r"  # rank 1 has copied a out and sent its FIN
-        rb = comm.isend(b, dest=1, tag=2)
-        with cxlkit.Pool(path, host_id=0) as pool:
-            made = [o.name for o in pool.list() if o.name.startswith("msg.t.0.rdv.")]
-        ra.wait()
-        rb.wait()
-        comm.barrier()
-        return len(made)
-    assert comm.recv(source=0, tag=1)[0] == a
-    os.write(wfd, b"r")
-    assert comm.recv(source=0, tag=2)[0] == b
-    comm.barrier()
-    return 0
-
-
-@pytest.mark.parametrize("coherence", coherences())
-def test_rendezvous_send_takes_back_a_finished_buffer_before_making_another(pool_path,
-                                                                           coherence):
-    """A send that finds no idle rendezvous buffer first reads the FINs waiting in its rings
-    (no progress call needed), so a window of messages cycles through buffers that stay in
-    the cache instead of a cold one per message (docs/msg.md, "Bandwidth"): one buffer here,
-    where two were made before."""
-    make_pool(pool_path, 2, coherence=coherence)
-    rfd, wfd = os.pipe()
-    try:
-        fn = functools.partial(_window_reuses_a_finished_buffer, pool_path, rfd, wfd)
-        assert run_ranks(pool_path, 2, fn, coherence=coherence) == [1, 0]
-    finally:
-        os.close(rfd)
-        os.close(wfd)

@@ -155,7 +155,6 @@ struct RdvBuf {                   // one of my rendezvous buffers
     uint64_t off = 0;             // payload offset in the pool
     uint64_t cap = 0;             // data bytes it holds (payload - header)
     bool busy = false;
-    uint64_t freed = 0;           // c->rdv_freed when its FIN came (the latest is the hottest)
 };
 struct RdvView {                  // a peer's rendezvous buffer I opened (lease held)
     uint64_t off = 0, nbytes = 0, gen = 0;
@@ -198,7 +197,6 @@ struct cxk_comm {
     uint64_t rdv_limit = 0;                   // above it idle ones are recycled (half my
                                               // partition)
     int64_t rdv_released_ns = 0;              // when idle ones were last removed
-    uint64_t rdv_freed = 0;                   // FINs received so far (RdvBuf::freed)
     uint64_t next_cookie = 1;
     uint64_t barrier_seq = 0;
     uint32_t scan_next = 0;                   // next peer whose directory to look at
@@ -254,11 +252,7 @@ int send_ctl(cxk_comm *c, int dest);
 // The index of an idle rendezvous buffer of mine holding len bytes (made if need be);
 // -EAGAIN when memory must come back first (a FIN, peers dropping views of recycled ones),
 // -ENOSPC when it cannot.
-// Among the idle buffers that fit, the smallest, and of those the one freed last (its lines
-// are the likeliest to be in the cache).
 int rdv_pick(cxk_comm *c, uint64_t len);
-// Whether an idle buffer of mine holds len bytes (rdv_pick would not make one).
-bool rdv_idle_fits(const cxk_comm *c, uint64_t len);
 // Peer src's buffer `index`, opened by name once (a lease) and revalidated on each use.
 int rdv_view(cxk_comm *c, int src, uint32_t index, RdvView **out);
 // A kDrop cell from src: close my view of the buffer it names.

@@ -123,7 +123,6 @@ int on_control(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) 
         if (kind == kFin) {
             if (r->rdv < 0) return -EBADMSG;
             c->rdv[size_t(r->rdv)].busy = false;
-            c->rdv[size_t(r->rdv)].freed = ++c->rdv_freed;
             r->rdv = -1;
         }
         r->state = cxk_msg_req::kDone;
@@ -223,39 +222,6 @@ int drain(cxk_comm *c, int src) {
     }
 }
 
-// Read the control cells (FIN, ACK, RMA replies, drops) at the head of every incoming ring,
-// stopping at the first message or RMA request (those wait for progress): a sender about to
-// need a fresh rendezvous buffer first takes back the ones its receivers have finished with,
-// so a window of messages cycles through a few buffers that stay in the cache instead of
-// one cold buffer per message (docs/msg.md, "Bandwidth").
-bool find_in(cxk_comm *c, int src);
-
-int drain_ctl(cxk_comm *c) {
-    for (int src = 0; src < c->nranks; ++src) {
-        Peer &p = c->peers[size_t(src)];
-        // a receiver's first FIN may come in a ring progress has not looked for yet
-        if (p.broken || (!p.in && !find_in(c, src))) continue;
-        for (;;) {
-            const void *pl;
-            uint32_t n, kind;
-            int rc = cxk_ring_peek(p.in, &pl, &n, &kind);
-            if (rc == -EAGAIN || rc == -EPIPE) break;
-            // a message or RMA request: left at the head (peek only looked) for progress
-            if (!rc && kind != kFin && kind != kAck && kind != kRmaReply && kind != kDrop) break;
-            ++c->events;
-            if (!rc) rc = kind == kDrop ? rdv_drop_view(c, src, pl, n)
-                                        : on_control(c, src, kind, pl, n);
-            if (!rc) {
-                cxk_ring_release(p.in);
-                continue;
-            }
-            if (rc == -EBADMSG) p.broken = rc, c->failed_rank = src;
-            return rc;
-        }
-    }
-    return 0;
-}
-
 // My ring from src, if src has made one (its directory entry for me is set).
 bool find_in(cxk_comm *c, int src) {
     Peer &p = c->peers[size_t(src)];
@@ -280,9 +246,6 @@ int push_ctl(cxk_comm *, Peer &p) {
 }
 
 int start_rdv(cxk_comm *c, Peer &p, cxk_msg_req *r) {
-    if (!rdv_idle_fits(c, r->count)) {
-        if (int rc = drain_ctl(c)) return rc;
-    }
     int k = rdv_pick(c, r->count);  // -EAGAIN: a FIN or a peer's drop will make room
     if (k < 0) return k;
     void *cell;

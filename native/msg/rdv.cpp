@@ -71,9 +71,8 @@ int rdv_pick(cxk_comm *c, uint64_t len) {
             if (slot == c->rdv.size()) slot = k;
             continue;
         }
-        if (b.busy || b.cap < len) continue;
-        const RdvBuf *o = best < 0 ? nullptr : &c->rdv[size_t(best)];
-        if (!o || b.cap < o->cap || (b.cap == o->cap && b.freed > o->freed)) best = int(k);
+        if (!b.busy && b.cap >= len && (best < 0 || b.cap < c->rdv[size_t(best)].cap))
+            best = int(k);
     }
     if (best >= 0) return best;
     if (slot >= 65536) return -EAGAIN;  // the index space of views: wait for a FIN
@@ -90,12 +89,6 @@ int rdv_pick(cxk_comm *c, uint64_t len) {
     if (release_idle(c) || any_busy(c)) return -EAGAIN;
     if (c->rdv_released_ns && now_ns() - c->rdv_released_ns < drop_grace_ns(c)) return -EAGAIN;
     return -ENOSPC;
-}
-
-bool rdv_idle_fits(const cxk_comm *c, uint64_t len) {
-    for (const RdvBuf &b : c->rdv)
-        if (b.off && !b.busy && b.cap >= len) return true;
-    return false;
 }
 
 int rdv_view(cxk_comm *c, int src, uint32_t index, RdvView **out) {
