@@ -17,6 +17,9 @@ moved to and from the paths / the time at least one request was in flight (io_bu
 union of the requests' submit-to-completion intervals over all paths: several paths busy at
 once count once). It is compared with the sum of the used paths' own bandwidths (min of read
 and write; store and fio figures both). io_wall_GBps = the same bytes / the update's wall time.
+Each row also splits effective / sum into contention (the paths' figures in the step itself,
+each over its own busy time, against their own figures alone) times occupancy (the effective
+figure against the in-step sum: a path idle while another is busy), see decompose().
 Rows repeat --runs times, round-robin (the machine's load drifts); a figure is the median
 over every step after the first (which fills the cache) of every run, with min..max.
 """
@@ -35,6 +38,7 @@ import tempfile
 import numpy as np
 
 from cxlkit.train import adam as A
+from cxlkit.train import spill_split as S
 from cxlkit.train.spill_paths import parse_path
 from cxlkit.train.subgroups import SubgroupStore
 
@@ -180,7 +184,22 @@ def summarize(name: str, results: list[dict], params: int, figs: dict[str, list[
     tog = [sum(q["together"] if q["together"] else q["bandwidth"]
                for q in res["plan"] if q["path"] in used) / 1e9 for res in results]
     together = statistics.median(tog) if tog else None
+    parts = [d for d in (decompose(m, used) for m in ms) if d]
+    in_step = statistics.median(d["in_step_GBps"] for d in parts) if parts else None
     row = {key: name, "runs": len(results), "update_s": med(upd)}
+    # the paths' figures in the step itself (each over its own busy time, the others
+    # running) and the two factors of effective / sum (decompose)
+    row.update(paths_in_step_GBps=in_step,
+               contention=in_step / store_sum if in_step and store_sum else None,
+               occupancy=med([d["occupancy"] for d in parts]) if parts else None,
+               overlap=med([d["overlap"] for d in parts]) if parts else None,
+               busy_of_update=[statistics.median(d["busy_of_update"][i] for d in parts)
+                               for i in range(len(used))] if parts else None,
+               paths_sum_fio_together_GBps=sum_fio_together(used, figs))
+    ceil = [c for c in (cpu_ceiling(res["plan"], used) for res in results) if c]
+    row.update(cpu_ceiling_GBps=med(ceil) if ceil else None,
+               cpu_rate=[res["plan"][0]["cpu_rate"] for res in results],
+               io_of_cpu_ceiling=io / statistics.median(ceil) if io and ceil else None)
     row.update(dict(
                Mparams_per_s=params / statistics.median(upd) / 1e6,
                io_GBps=med(busy) if busy else None, io_wall_GBps=med(wall),
@@ -212,6 +231,25 @@ def summarize(name: str, results: list[dict], params: int, figs: dict[str, list[
     return row
 
 
+def decompose(m: dict, used: list[str]) -> dict | None:
+    """Why one step's effective I/O (bytes over the union of every request's interval) is
+    below the sum of the paths' own bandwidths B_i, split in two exact factors:
+    effective = sum_i b_i * (busy_i / union), with b_i = bytes_i / busy_i, path i's
+    throughput over its own busy time in this step (the others running). So
+    effective / sum B_i = (sum b_i / sum B_i) * (effective / sum b_i): contention (each path
+    delivers less while the others and the kernel run: b_i < B_i) times occupancy (a path
+    idle while another is busy: busy_i < union). overlap = sum busy_i / union: how many
+    paths are busy at once on average (1 = one at a time; N = every path all the time)."""
+    qs = [q for q in m["paths"] if q["path"] in used]
+    if not m.get("io_busy_s") or not qs or any(not q["busy_s"] for q in qs):
+        return None
+    eff = m["io_bytes"] / m["io_busy_s"] / 1e9
+    in_step = sum(q["busy_GBps"] for q in qs)
+    return dict(in_step_GBps=in_step, occupancy=eff / in_step,
+                overlap=sum(q["busy_s"] for q in qs) / m["io_busy_s"],
+                busy_of_update=[q["busy_s"] / m["update_s"] for q in qs])
+
+
 def sum_with_fio(used: list[str], figs: dict[str, list[dict]]) -> float | None:
     """Sum of min(read, write) with fio's figure for directories, the store's own for a
     memory tier or pool (fio has no engine for those)."""
@@ -224,6 +262,36 @@ def sum_with_fio(used: list[str], figs: dict[str, list[dict]]) -> float | None:
         r = [f.get(f"{key}read_GBps") for f in rows]
         w = [f.get(f"{key}write_GBps") for f in rows]
         if None in r or None in w:
+            return None
+        tot += min(statistics.median(r), statistics.median(w))
+    return tot
+
+
+def cpu_ceiling(plan: list[dict], used: list[str]) -> float | None:
+    """GB/s the used paths can carry at once with the CPU this process got while all of them
+    were busy (the store's start-up figures: each path's min(read, write) alone, its CPU
+    seconds per byte, and cpu_rate, the CPU seconds per second with every path busy): the
+    split's fractional knapsack (spill_split). cpu_rate None (the paths together reached
+    90 % of their sum alone): the sum alone. The AdamW kernel's own CPU is not counted, so
+    this is an upper bound for a step."""
+    qs = [q for q in plan if q["path"] in used]
+    if not qs or any(q["cpu_per_byte"] is None for q in qs):
+        return None
+    bw = [min(q["read"], q["write"]) for q in qs]
+    return sum(S.knapsack_throughput(bw, [q["cpu_per_byte"] for q in qs],
+                                     qs[0]["cpu_rate"])) / 1e9
+
+
+def sum_fio_together(used: list[str], figs: dict[str, list[dict]]) -> float | None:
+    """Sum of min(read, write) of fio on every directory at once (the directories'
+    concurrent ceiling here), over the used paths; None when a used path is not a
+    directory fio measured together (a memory tier, a pool, the engine on tmpfs)."""
+    tot = 0.0
+    for p in used:
+        rows = figs.get(p) or []
+        r = [f.get("fio_together_read_GBps") for f in rows]
+        w = [f.get("fio_together_write_GBps") for f in rows]
+        if not rows or None in r or None in w:
             return None
         tot += min(statistics.median(r), statistics.median(w))
     return tot
@@ -360,6 +428,10 @@ def main() -> None:
     ap.add_argument("--deepspeed-python", default=None,
                     help="the python of an environment with DeepSpeed (.venv-ds/bin/python, "
                     "mk/deepspeed.mk), for its rows")
+    ap.add_argument("--rows", default=None,
+                    help="only these rows, by name, '|'-separated (and the DeepSpeed rows "
+                    "when deepspeed is in --only): to split the matrix into commands that "
+                    "each hold the bench lock a few minutes")
     a = ap.parse_args()
     params, subgroup = parse_count(a.params), parse_count(a.subgroup)
     params -= params % subgroup
@@ -375,6 +447,12 @@ def main() -> None:
         os.mkdir(shm_aio)
         shm_aio = f"aio:{shm_aio}"
         rows = configs(a, disk, shm, pool, shm_aio)
+        if a.rows:
+            want = a.rows.split("|")
+            unknown = set(want) - {r[0] for r in rows}
+            if unknown:
+                ap.error(f"--rows: no such row {sorted(unknown)} (with --only {a.only})")
+            rows = [r for r in rows if r[0] in want]
         ds = [(f"DeepSpeed ZeRO-3, nvme_path = {n}", p) for n, p in
               (("disk", disk), ("tmpfs", shm))] \
             if a.deepspeed_python and "deepspeed" in a.only else []
@@ -386,11 +464,13 @@ def main() -> None:
                 figs.setdefault(f["path"], []).append(f)
                 print(json.dumps(dict(path_figure=f, round=rnd)), flush=True)
             for name, procs, ps, kw in rows:
+                print(f"round {rnd}: {name}", file=sys.stderr, flush=True)  # progress
                 if procs == "one":
                     res[name].append(run(ps, params, subgroup, a.steps, **kw))
                 else:
                     res[name] += two_procs(ps, params, subgroup, a.steps, kw)
             for name, p in ds:
+                print(f"round {rnd}: {name}", file=sys.stderr, flush=True)
                 r = deepspeed_row(a.deepspeed_python, p, name, params, subgroup, a.steps)
                 if r is not None:
                     res[name].append(r)

@@ -778,6 +778,12 @@ CXK_API int cxk_aio_truncate(int fd, uint64_t nbytes);
 CXK_API int cxk_aio_lock(int fd, int kind, int wait, uint64_t at);
 /* Nonzero when this build has io_uring (liburing) support. */
 CXK_API int cxk_aio_uring_built(void);
+/* memcpy of nbytes that returns -EFAULT instead of dying of SIGBUS when dst or src lies in
+ * a shared file mapping whose file was truncated under it (by any process, at any moment) or
+ * whose page cannot be read: the bytes copied so far are undefined. Installs a SIGBUS handler
+ * on first use that hands every other SIGBUS (a thread not in this call, a kill()) to the
+ * handler installed before it. -EINVAL for a NULL buffer; 0 for nbytes == 0. Thread-safe. */
+CXK_API int cxk_aio_copy(void *dst, const void *src, uint64_t nbytes);
 
 /* ==== Rings: single-producer / single-consumer cells in a pool object (issue 14) ====
  * A ring is CXK_RING_HDR_BYTES of header lines then ncells cells of cell_bytes. Line 0

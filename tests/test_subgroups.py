@@ -582,7 +582,7 @@ def test_memory_tier_skips_payload_sums_and_other_paths_sum_off_the_store_thread
     # copy worker copies meanwhile), a directory's on its two helper threads
     import threading
 
-    from cxlkit.train import spill_paths as SP
+    from cxlkit.train import spill_base as SP
     calls: list[str] = []
     real = SP.checksum
     monkeypatch.setattr(SP, "checksum", lambda buf: (

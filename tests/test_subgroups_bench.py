@@ -72,3 +72,61 @@ def test_subgroups_bench_deepspeed_row_reports_a_failed_engine_without_dying(tmp
     assert "DeepSpeed row 'DeepSpeed ZeRO-3, nvme_path = disk' failed" in r.stderr
     rows = [json.loads(x) for x in r.stdout.splitlines() if x.startswith('{"row"')]
     assert [x["row"] for x in rows] == PATH_ROWS
+
+
+def test_decompose_splits_effective_over_sum_into_contention_times_occupancy():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("sgbench", ROOT / "bench" / "subgroups.py")
+    b = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(b)
+    # two paths: A moved 4 GB in 2 s busy, B 1 GB in 1 s busy, union 2.5 s (B ran 0.5 s
+    # while A was idle), update 3 s; unused path C is left out
+    m = dict(io_bytes=5e9, io_busy_s=2.5, update_s=3.0, paths=[
+        dict(path="A", busy_s=2.0, busy_GBps=2.0), dict(path="B", busy_s=1.0, busy_GBps=1.0),
+        dict(path="C", busy_s=0.0, busy_GBps=None)])
+    d = b.decompose(m, ["A", "B"])
+    assert d["in_step_GBps"] == pytest.approx(3.0)
+    assert d["occupancy"] == pytest.approx(2.0 / 3.0)        # 2 GB/s effective of 3
+    assert d["overlap"] == pytest.approx(3.0 / 2.5)
+    assert d["busy_of_update"] == pytest.approx([2 / 3, 1 / 3])
+    own = 4.0  # the paths' own figures alone: contention 3/4
+    assert (d["in_step_GBps"] / own) * d["occupancy"] == pytest.approx(2.0 / own)
+    assert b.decompose(m, ["A", "C"]) is None  # a used path that moved nothing
+    assert b.decompose(dict(m, io_busy_s=0.0), ["A"]) is None
+    figs = {"A": [dict(fio_together_read_GBps=1.0, fio_together_write_GBps=2.0)] * 3,
+            "B": [dict(fio_together_read_GBps=0.5, fio_together_write_GBps=0.4)]}
+    assert b.sum_fio_together(["A", "B"], figs) == pytest.approx(1.4)
+    assert b.sum_fio_together(["A", "mem"], figs) is None
+
+
+def test_cpu_ceiling_is_the_knapsack_of_the_paths_alone_within_the_cpu_budget():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("sgbench2", ROOT / "bench" / "subgroups.py")
+    b = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(b)
+    plan = [dict(path="disk", read=1e9, write=2e9, cpu_per_byte=0.05e-9, cpu_rate=0.5),
+            dict(path="shm", read=4e9, write=5e9, cpu_per_byte=0.2e-9, cpu_rate=0.5),
+            dict(path="unused", read=9e9, write=9e9, cpu_per_byte=0.1e-9, cpu_rate=0.5)]
+    # disk first (cheapest): 1 GB/s for 0.05 CPU s/s; 0.45 left carries 2.25 GB/s of shm
+    assert b.cpu_ceiling(plan, ["disk", "shm"]) == pytest.approx(3.25)
+    free = [dict(q, cpu_rate=None) for q in plan]  # not CPU-bound: the sum alone
+    assert b.cpu_ceiling(free, ["disk", "shm"]) == pytest.approx(5.0)
+    assert b.cpu_ceiling([dict(plan[0], cpu_per_byte=None)], ["disk"]) is None
+
+
+def test_subgroups_cpu_bench_reports_cpu_by_thread_group_and_cores(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "subgroups_cpu.py"), "--params",
+                        "1M", "--subgroup", "250K", "--steps", "3", "--cache", "3",
+                        "--disk", str(tmp_path), "--sets", "disk+mem"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (row,) = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    assert row["set"] == "disk+mem" and row["steps"] == 2 and sum(row["subgroups"]) == 4
+    assert "store thread (kernel, waits)" in row["cpu_s_per_step"]
+    assert all(v >= 0 for v in row["cpu_s_per_step"].values())
+    assert row["update_s"] > 0 and row["machine_cores"] > 0 and row["process_cores"] >= 0
+    assert not list(tmp_path.iterdir())
+    bad = subprocess.run([sys.executable, str(ROOT / "bench" / "subgroups_cpu.py"), "--sets",
+                          "nvme", "--disk", str(tmp_path)], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "paths are disk, tmpfs, mem" in bad.stderr

@@ -15,6 +15,7 @@ namespace cxk::py {
 namespace {
 
 using Bytes = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using ConstBytes = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 struct AioEngine {
     cxk_aio *a = nullptr;
@@ -128,6 +129,20 @@ CXK_BIND(aio) {
         },
         nb::arg("fd"), nb::arg("kind"), nb::arg("wait"), nb::arg("at") = 0,
         nb::arg("what") = "aio lock");
+    m.def(
+        "aio_copy",
+        [](Bytes dst, ConstBytes src, const std::string &what) {
+            if (dst.size() != src.size())
+                throw nb::value_error((what + ": copy of " + std::to_string(src.size()) +
+                                       " bytes into " + std::to_string(dst.size())).c_str());
+            int rc;
+            {
+                nb::gil_scoped_release nogil;
+                rc = cxk_aio_copy(dst.data(), src.data(), src.size());
+            }
+            check(rc, what);
+        },
+        nb::arg("dst"), nb::arg("src"), nb::arg("what") = "aio copy");
     m.def("aio_uring_built", []() { return cxk_aio_uring_built() != 0; });
     m.attr("AIO_AUTO") = int(CXK_AIO_AUTO);
     m.attr("AIO_URING") = int(CXK_AIO_URING);

@@ -2,9 +2,11 @@
  * filesystem takes it), chunking, bad options, unknown tickets, injected ENOSPC / EIO on
  * one chunk, a read past the end, and OFD locks between two open file descriptions. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -125,6 +127,37 @@ static void locks(void) {
     unlink(path);
 }
 
+/* cxk_aio_copy: a plain copy, then both directions over a mapping whose file was truncated
+ * after mmap (the SIGBUS case) give -EFAULT and the process goes on. */
+static void guarded_copy(void) {
+    char a[64], b[64];
+    memset(a, 'x', sizeof a);
+    CHECK_EQ(cxk_aio_copy(b, a, sizeof a), 0);
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    CHECK_EQ(cxk_aio_copy(b, a, 0), 0);
+    CHECK_EQ(cxk_aio_copy(NULL, a, 1), -EINVAL);
+    CHECK_EQ(cxk_aio_copy(b, NULL, 1), -EINVAL);
+    char path[256];
+    path_of(path, sizeof path, "truncated");
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    CHECK(fd >= 0);
+    size_t n = 1 << 20;
+    CHECK_EQ(ftruncate(fd, (off_t)n), 0);
+    char *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    CHECK(m != MAP_FAILED);
+    char *buf = malloc(n);
+    CHECK(buf != NULL);
+    CHECK_EQ(cxk_aio_copy(buf, m, n), 0);
+    CHECK_EQ(ftruncate(fd, 0), 0);
+    CHECK_EQ(cxk_aio_copy(buf, m, n), -EFAULT);
+    CHECK_EQ(cxk_aio_copy(m, buf, n), -EFAULT);
+    CHECK_EQ(cxk_aio_copy(b, a, sizeof a), 0); /* the guard works again after a fault */
+    munmap(m, n);
+    close(fd);
+    unlink(path);
+    free(buf);
+}
+
 int main(void) {
     if (!mkdtemp(g_dir)) SKIP("cannot make a directory under /var/tmp");
     bad_input();
@@ -132,6 +165,7 @@ int main(void) {
     round_trip(CXK_AIO_URING, "uring");
     round_trip(CXK_AIO_AUTO, "auto");
     locks();
+    guarded_copy();
     rmdir(g_dir);
     fprintf(stderr, "io_uring built in: %d\n", cxk_aio_uring_built());
     return 0;

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .. import _native
 
 ALIGN = _native.AIO_ALIGN
@@ -117,6 +119,20 @@ def lock_file(fd: int, kind: str, *, wait: bool, at: int = 0, what: str = "aio l
     if kind not in LOCK_KINDS:
         raise ValueError(f"lock kind {kind!r}: expected one of {', '.join(LOCK_KINDS)}")
     _native.aio_lock(fd, LOCK_KINDS[kind], wait, at, what)
+
+
+def copy(dst: Any, src: Any, what: str = "aio copy") -> None:
+    """dst[:] = src (C-contiguous arrays of the same byte size; the GIL released) that
+    survives a SIGBUS: a shared file mapping on either side whose file was truncated under
+    it (by any process, at any moment) raises OSError(EFAULT) naming `what` instead of
+    killing the process; the bytes of dst are then undefined."""
+    _native.aio_copy(_bytes(dst, "dst"), _bytes(src, "src"), what)
+
+
+def _bytes(a: Any, name: str) -> Any:
+    if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
+        raise TypeError(f"{name}: expected a C-contiguous numpy array, got {type(a).__name__}")
+    return a.reshape(-1).view(np.uint8)
 
 
 def uring_built() -> bool:

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from .spill_paths import PathIOError, PathVanishedError, _CopyPath, typed
+from .spill_base import PathIOError, PathVanishedError, typed
+from .spill_copy import _CopyPath
 
 # filesystems whose files are page-cache memory only: a mapped copy beats the syscalls
 MEMORY_FS = ("tmpfs", "ramfs", "hugetlbfs")
@@ -47,7 +48,8 @@ class MappedDirPath(_CopyPath):
     allocated whole (posix_fallocate: a full tmpfs fails there with ENOSPC, never later as
     a SIGBUS in a copy) and mapped shared. Every request checks that the directory still
     exists and that the file still holds both slots (a file truncated behind the store's
-    back is refused instead of faulting)."""
+    back is refused; one truncated after that check, during the copy, faults in the guarded
+copy (aio.copy), which raises PathIOError naming the file instead of a SIGBUS)."""
 
     kind = "dir"  # a directory like DirPath: manifests, resume, durable files
 
@@ -64,6 +66,9 @@ class MappedDirPath(_CopyPath):
 
     def file(self, idx: int) -> str:
         return os.path.join(self.name, f"sg-{self.namespace}-{idx:06d}.cxk")
+
+    def _where(self, idx: int) -> str:
+        return self.file(idx)
 
     def _area(self, idx: int, create: bool) -> Any:
         if not os.path.isdir(self.name):

@@ -1,0 +1,154 @@
+"""bench/subgroups_cpu.py — where the CPU of a SubgroupStore step goes, per thread: the CPU
+seconds (user + system, /proc/self/task/*/stat) each group of this process's threads spent
+per step (the store's thread running the AdamW kernel, the copy workers of the copy paths,
+the sum threads, the directory helpers, io_uring's owner and io-wq workers), the bytes the
+process read and wrote through syscalls (/proc/self/io), and the whole machine's busy CPU
+over the same step (/proc/stat). It answers whether a step is CPU-bound: the process's CPU
+seconds per wall second against the cores it could get.
+
+  .venv/bin/python bench/subgroups_cpu.py --sets disk,tmpfs,disk+tmpfs,disk+tmpfs+mem
+
+A set is paths joined by '+' as in bench/subgroups_paths.py. One JSON line per set: medians
+over the steps after the first.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import subgroups as B  # noqa: E402  (bench/subgroups.py: parse_count)
+
+from cxlkit.train import adam as A  # noqa: E402
+from cxlkit.train.subgroups import SubgroupStore  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def group_of(name: str) -> str:
+    """The job of a thread, from its Python thread name (Python threads: the OS name stays
+    the interpreter's on 3.11) or its OS name (io-wq workers; native threads otherwise)."""
+    for pat, g in ((r"^MainThread$", "store thread (kernel, waits)"),
+                   (r"^cxlkit-spill", "copy worker"), (r"^cxlkit-sum", "sum thread"),
+                   (r"^cxlkit-check", "fetch check thread"), (r"^iou-wrk", "io-wq worker"),
+                   (r"^iou-sqp", "io_uring sq thread")):
+        if re.match(pat, name):
+            return g
+    return "native thread (aio engine, kernel team)"
+
+
+def threads_cpu() -> dict[str, float]:
+    """CPU seconds per thread group of this process, so far (threads that ended are lost:
+    the store's threads live as long as it does)."""
+    out: dict[str, float] = {}
+    py = {t.native_id: t.name for t in threading.enumerate()}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        g = group_of(py.get(int(tid)) or comm)
+        out[g] = out.get(g, 0.0) + (int(fields[11]) + int(fields[12])) / TICK
+    return out
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far (/proc/stat, all cores)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + v[4]
+    return (sum(v) - idle) / TICK, sum(v) / TICK
+
+
+def proc_io() -> dict[str, int]:
+    with open("/proc/self/io") as f:
+        return {k: int(v) for k, v in (line.split(": ") for line in f)}
+
+
+def run_set(paths: list[str], params: int, subgroup: int, steps: int, cache: int) -> dict:
+    sizes = [subgroup] * (params // subgroup)
+    rng = np.random.default_rng(0)
+    grads = [(rng.standard_normal(n, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+             for n in sizes]
+    copies = [np.empty(n, np.uint16) for n in sizes]
+    rows = []
+    with SubgroupStore(paths, subgroup_params=subgroup, cache_subgroups=cache) as st:
+        st.bind([sizes])
+        st.init_params(lambda pid: np.full(sizes[pid], 0.5, np.float32))
+        for s in range(1, steps + 1):
+            c0, m0, io0, t0 = threads_cpu(), machine_busy(), proc_io(), time.perf_counter()
+            m = st.step([A.AdamConfig()], [(g, BF16) for g in grads],
+                        [(c, BF16) for c in copies], [s] * len(sizes))
+            wall = time.perf_counter() - t0
+            c1, m1, io1 = threads_cpu(), machine_busy(), proc_io()
+            cpu = {g: c1.get(g, 0.0) - c0.get(g, 0.0) for g in c1}
+            rows.append(dict(update_s=m["update_s"], wall_s=wall, compute_s=m["compute_s"],
+                             io_bytes=m["io_bytes"], io_busy_s=m["io_busy_s"],
+                             cpu_s=cpu, process_cores=sum(cpu.values()) / wall,
+                             machine_cores_busy=(m1[0] - m0[0]) / wall,
+                             machine_cores=(m1[1] - m0[1]) / wall,
+                             syscall_read=io1["rchar"] - io0["rchar"],
+                             syscall_write=io1["wchar"] - io0["wchar"]))
+        plan = st.plan()
+    later = rows[1:] or rows
+    groups = sorted({g for r in later for g in r["cpu_s"]})
+    return dict(
+        update_s=statistics.median(r["update_s"] for r in later),
+        compute_s=statistics.median(r["compute_s"] for r in later),
+        io_GBps=statistics.median(r["io_bytes"] / r["io_busy_s"] / 1e9 for r in later
+                                  if r["io_busy_s"]),
+        cpu_s_per_step={g: statistics.median(r["cpu_s"].get(g, 0.0) for r in later)
+                        for g in groups},
+        process_cores=statistics.median(r["process_cores"] for r in later),
+        machine_cores_busy=statistics.median(r["machine_cores_busy"] for r in later),
+        machine_cores=statistics.median(r["machine_cores"] for r in later),
+        syscall_GB_per_step=statistics.median((r["syscall_read"] + r["syscall_write"]) / 1e9
+                                              for r in later),
+        subgroups=[q["subgroups"] for q in plan], steps=len(later))
+
+
+BF16 = A.DTYPES["bfloat16"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sets", default="disk,tmpfs,disk+tmpfs,disk+tmpfs+mem")
+    ap.add_argument("--params", default="48M")
+    ap.add_argument("--subgroup", default="3M")
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--cache", type=int, default=6)
+    ap.add_argument("--disk", default="/var/tmp")
+    ap.add_argument("--tmpfs", default="/dev/shm")
+    a = ap.parse_args()
+    params, subgroup = B.parse_count(a.params), B.parse_count(a.subgroup)
+    params -= params % subgroup
+    tmp = [tempfile.mkdtemp(prefix="cxlkit-sgcpu-", dir=d) for d in (a.disk, a.tmpfs)]
+    try:
+        spec = {"disk": tmp[0], "tmpfs": tmp[1], "mem": "mem"}
+        for s in a.sets.split(","):
+            names = s.split("+")
+            if any(n not in spec for n in names):
+                ap.error(f"--sets {s!r}: paths are {', '.join(spec)}")
+            row = run_set([spec[n] for n in names], params, subgroup, a.steps, a.cache)
+            print(json.dumps(dict(set=s, loadavg=os.getloadavg(), **row)), flush=True)
+    finally:
+        for d in tmp:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

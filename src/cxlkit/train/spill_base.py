@@ -1,0 +1,283 @@
+"""What every spill path shares: the typed errors, the 4 KiB subgroup header (pack, check,
+payload checksum), a request in flight (Pending), and SpillPath, the base of the paths a
+SubgroupStore spills optimizer subgroups to: two slots per subgroup (the previous generation
+survives a crash mid-write), a per-host lock (OFD) and a read/write microbenchmark."""
+from __future__ import annotations
+
+import errno
+import resource
+import struct
+import time
+import zlib
+from typing import Any
+
+import numpy as np
+
+from .. import _native
+from .. import policy as P
+from . import aio
+
+HEADER_NBYTES = 4096
+MAGIC = b"CXKSUBG1"
+VERSION = 1
+# magic, version, header bytes, subgroup, generation, params, payload bytes, payload sum,
+# layout key, then the crc32 of everything before it
+_HDR = struct.Struct("<8sIIQQQQQQ")
+_HDR_CRC = struct.Struct("<I")
+LOCK_MODES = ("exclusive", "shared", "off")
+
+
+class SubgroupError(OSError):
+    """A subgroup could not be moved to or from a path; .path and .subgroup name them."""
+
+    def __init__(self, err: int, why: str, path: str, subgroup: int | None = None) -> None:
+        where = f"subgroup {subgroup} on " if subgroup is not None else ""
+        super().__init__(err, f"{where}{path}: {why}", path)
+        self.path, self.subgroup = path, subgroup
+
+
+class PathFullError(SubgroupError):
+    """ENOSPC: the path has no room for the subgroup."""
+
+
+class PathIOError(SubgroupError):
+    """EIO (or another device error) while reading or writing the subgroup."""
+
+
+class PathVanishedError(SubgroupError):
+    """The directory (or pool object) is gone."""
+
+
+class SubgroupCorruptError(SubgroupError):
+    """The subgroup's header or checksum does not match what the store wrote."""
+
+
+def typed(e: OSError, path: str, subgroup: int | None) -> SubgroupError:
+    if isinstance(e, SubgroupError):
+        return e
+    cls = {errno.ENOSPC: PathFullError, errno.EDQUOT: PathFullError,
+           errno.ENOENT: PathVanishedError, errno.ESTALE: PathVanishedError}.get(
+        e.errno or 0, PathIOError)
+    return cls(e.errno or errno.EIO, e.strerror or str(e), path, subgroup)
+
+
+def checksum(buf: Any) -> int:
+    arr = np.asarray(buf)
+    return int(_native.kv_checksum(arr.ctypes.data, arr.nbytes)) if arr.nbytes else 0
+
+
+def pack_header(idx: int, gen: int, nparams: int, payload: Any, key: int,
+                sum_payload: bool = True) -> bytes:
+    """sum_payload=False: the payload sum is left 0 (a path whose bytes never leave the
+    process: a memory tier); a fetch from a path that sums is checked whatever it says."""
+    body = _HDR.pack(MAGIC, VERSION, HEADER_NBYTES, idx, gen, nparams, len(payload),
+                     checksum(payload) if sum_payload else 0, key)
+    return body + _HDR_CRC.pack(zlib.crc32(body))
+
+
+def check_header(raw: Any, idx: int, gen: int | None, nparams: int, payload_nbytes: int,
+                 key: int, path: str) -> int:
+    """The header's generation, after checking every field (the bytes are untrusted)."""
+    raw = bytes(raw[:_HDR.size + _HDR_CRC.size])
+    body = raw[:_HDR.size]
+    (crc,) = _HDR_CRC.unpack(raw[_HDR.size:])
+    if zlib.crc32(body) != crc:
+        raise SubgroupCorruptError(errno.EBADMSG, "header checksum mismatch (torn or foreign "
+                                   "write)", path, idx)
+    magic, ver, hdr, sidx, sgen, n, nbytes, _, skey = _HDR.unpack(body)
+    want = (MAGIC, VERSION, HEADER_NBYTES, idx, nparams, payload_nbytes, key)
+    got = (magic, ver, hdr, sidx, n, nbytes, skey)
+    if got != want:
+        raise SubgroupCorruptError(errno.EBADMSG, f"header {got} does not match {want}", path,
+                                   idx)
+    if gen is not None and sgen != gen:
+        raise SubgroupCorruptError(errno.EBADMSG, f"generation {sgen}, expected {gen}", path,
+                                   idx)
+    return sgen
+
+
+def check_payload(raw: Any, payload: Any, idx: int, path: str) -> None:
+    (want,) = struct.unpack_from("<Q", bytes(raw[:_HDR.size]), _HDR.size - 16)
+    if checksum(payload) != want:
+        raise SubgroupCorruptError(errno.EBADMSG, "payload checksum mismatch", path, idx)
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process, every thread (io-wq workers included)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class Pending:
+    """One read or write in flight on a path; wait() gives its duration in seconds, from
+    submit to completion (t_submit: time.perf_counter() at submit, so that the store can
+    take the union of the requests' intervals: the time a path, or any path, was busy).
+    check: run by wait() once the bytes are in (a fetch's payload check), unless the path ran
+    it already on its own thread (then it is None here)."""
+
+    def __init__(self, waiter: Any, nbytes: int, path: SpillPath, idx: int,
+                 write: bool, t_submit: float | None = None,
+                 poll: Any = None, check: Any = None) -> None:
+        self._waiter, self.nbytes, self.path, self.idx, self.write = waiter, nbytes, path, \
+            idx, write
+        self.t_submit = time.perf_counter() if t_submit is None else t_submit
+        self._poll = poll
+        self._check = check
+        self.done = False
+
+    def ready(self) -> bool:
+        """True when wait() would not block (the request finished, or was waited for);
+        never blocks. A failed request is ready too: wait() raises its error."""
+        if self.done or self._poll is None:
+            return True
+        try:
+            return bool(self._poll())
+        except OSError:
+            return True  # wait() reports it
+
+    def wait(self) -> float:
+        if self.done:
+            return 0.0
+        self.done = True
+        check, self._check = self._check, None  # its closure holds views of the buffer
+        try:
+            dt = self._waiter()
+        finally:
+            self.path._unlock()
+        if check is not None:
+            check()
+        return dt
+
+
+class SpillPath:
+    """Base of the path kinds: two slots of slot_nbytes per subgroup, an OFD lock per host."""
+
+    kind = "?"
+    # payload checksums written and checked: the bytes leave the process (a file, a pool
+    # object another process can write, a crash can tear); a memory tier's do not
+    checksummed = True
+
+    def __init__(self, name: str, *, lock: str = "exclusive") -> None:
+        if lock not in LOCK_MODES:
+            raise ValueError(f"lock {lock!r}: expected one of {', '.join(LOCK_MODES)}")
+        self.name, self.lock_mode = name, lock
+        self.slot_nbytes, self.nslots, self.namespace = 0, 2, "default"
+        self._lock_fd = -1
+        self._lock_depth = 0
+        self.lock_wait_s = 0.0
+        self.lock_acquired = 0
+        self.measured_cpu_per_byte = 0.0
+
+    def open(self, slot_nbytes: int, nslots: int = 2, namespace: str = "default") -> None:
+        """Slots of slot_nbytes per subgroup (a multiple of 4096): 0 and 1 alternate
+        generations; 2, when asked, holds spilled fp32 grads (the ablation baseline).
+        namespace keeps the files of several stores on one path apart."""
+        self.slot_nbytes, self.nslots, self.namespace = slot_nbytes, nslots, namespace
+
+    def _lock_path(self) -> str | None:
+        return None
+
+    def acquire(self, wait: bool) -> bool:
+        """Take this host's lock of the path (held from a request's submit to its wait:
+        the processes of one host take turns); False when busy and not wait. Nested: the
+        lock goes when the last request in flight is waited for."""
+        if self.lock_mode == "off":
+            return True
+        if self._lock_depth == 0:
+            if self._lock_fd < 0:
+                lp = self._lock_path()
+                if lp is None:
+                    return True
+                try:
+                    self._lock_fd, _ = aio.open_file(lp, write=True, create=True,
+                                                     direct=False)
+                except OSError as e:
+                    raise typed(e, lp, None) from None
+            t0 = time.perf_counter()
+            try:
+                aio.lock_file(self._lock_fd, self.lock_mode, wait=wait, what=self.name)
+            except BlockingIOError:
+                return False
+            finally:
+                self.lock_wait_s += time.perf_counter() - t0
+            self.lock_acquired += 1
+        self._lock_depth += 1
+        return True
+
+    def _unlock(self) -> None:
+        if self.lock_mode == "off" or self._lock_depth == 0:
+            return
+        self._lock_depth -= 1
+        if self._lock_depth == 0 and self._lock_fd >= 0:
+            aio.lock_file(self._lock_fd, "unlock", wait=False, what=self.name)
+
+    def read(self, idx: int, slot: int, buf: Any, check: Any = None) -> Pending:
+        """Read slot `slot` of subgroup idx into buf (uint8, aligned); the caller holds the
+        lock (acquire), which the Pending's wait gives back. check(): run once the bytes
+        are in (raising fails the read), on the path's own thread where it has one (copy
+        paths: off the caller's), else in wait()."""
+        try:
+            return self._submit(idx, slot, buf, False, check)
+        except BaseException:
+            self._unlock()
+            raise
+
+    def write(self, idx: int, slot: int, buf: Any, prepare: Any = None) -> Pending:
+        """Write buf to slot `slot` of subgroup idx; prepare(): run just before the bytes
+        move (the header's payload sum), on the path's own thread where it has one."""
+        try:
+            return self._submit(idx, slot, buf, True, prepare)
+        except BaseException:
+            self._unlock()
+            raise
+
+    def _submit(self, idx: int, slot: int, buf: Any, write: bool, hook: Any = None) -> Pending:
+        raise NotImplementedError
+
+    def sync(self, idx: int) -> None:
+        """Make the subgroup's writes durable (directories: fdatasync)."""
+
+    def remove(self, idx: int) -> None:
+        raise NotImplementedError
+
+    def durable(self) -> bool:
+        return True
+
+    def measure(self, nbytes: int) -> tuple[float, float]:
+        """(read, write) bytes per second over a scratch subgroup of nbytes, same I/O path;
+        measured_cpu_per_byte: this process's CPU seconds (every thread: copy workers,
+        io-wq) per byte moved in the last round (the first pays page faults and allocation;
+        another path measured at the same time adds to it)."""
+        nbytes = max(aio.ALIGN, nbytes // aio.ALIGN * aio.ALIGN)
+        buf = P.alloc(nbytes, P.default())
+        arr = buf.numpy()
+        arr[:] = 7
+        self.open(max(self.slot_nbytes, nbytes), self.nslots, self.namespace)
+        scratch = 1 << 40  # an index no store uses
+        tw = tr = float("inf")
+        done = False
+        try:
+            for _ in range(2):  # the first round pays for page faults and file allocation
+                c0 = _cpu_seconds()
+                self.acquire(True)
+                tw = min(tw, self.write(scratch, 0, arr).wait())
+                self.acquire(True)
+                tr = min(tr, self.read(scratch, 0, arr).wait())
+                self.measured_cpu_per_byte = (_cpu_seconds() - c0) / (2 * nbytes)
+            done = True
+        finally:
+            self.remove(scratch)
+            del arr
+            # on an error the frames in its traceback still hold views of buf: it is freed
+            # with them; closing it now would replace the real error with a BufferError
+            if done:
+                buf.close()
+        return nbytes / max(tr, 1e-9), nbytes / max(tw, 1e-9)
+
+    def close(self) -> None:
+        if self._lock_fd >= 0:
+            aio.close_file(self._lock_fd)
+            self._lock_fd = -1
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"

@@ -1,0 +1,198 @@
+"""Paths whose slots are byte ranges of a mapping, moved by a (SIGBUS-guarded) copy on a
+worker thread: a memory tier (placed buffers) and an object area of a cxlkit pool."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import errno
+import hashlib
+import time
+from typing import Any
+
+from .. import policy as P
+from . import aio
+from .spill_base import Pending, PathIOError, PathVanishedError, SpillPath, typed
+
+class _CopyPath(SpillPath):
+    """Shared by the memory and pool paths: slots are byte ranges of a mapping, moved by a
+    copy on a worker thread (numpy releases the GIL for it); payload sums on a second one."""
+
+    def __init__(self, name: str, *, lock: str) -> None:
+        super().__init__(name, lock=lock)
+        self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix="cxlkit-spill")
+        self._sums = cf.ThreadPoolExecutor(1, thread_name_prefix="cxlkit-sum")
+
+    def _area(self, idx: int, create: bool) -> Any:
+        raise NotImplementedError
+
+    def _where(self, idx: int) -> str:
+        """What an error about subgroup idx names: the file or object that holds it."""
+        return self.name
+
+    def _submit(self, idx: int, slot: int, buf: Any, write: bool, hook: Any = None) -> Pending:
+        area = self._area(idx, create=write)
+        lo = slot * self.slot_nbytes
+        dst = area[lo:lo + buf.nbytes]
+        if dst.nbytes != buf.nbytes:
+            raise PathIOError(errno.EIO, f"slot {slot} holds {dst.nbytes} bytes, not "
+                              f"{buf.nbytes}", self.name, idx)
+        pend = Pending(None, buf.nbytes, self, idx, write, None, None)
+        # the views, dropped when the request ends: a failed request's traceback holds
+        # these frames, and a view of the area kept alive there keeps the pool from closing
+        views = [dst, buf]
+        del dst
+
+        def move() -> float:
+            # the request's interval is the copy's own (set before the future completes; a
+            # copy queued behind another starts when that one's interval ends)
+            try:
+                t1 = time.perf_counter()
+                d, s = (views[0], views[1]) if write else (views[1], views[0])
+                try:
+                    # the guarded copy: a file or pool mapping truncated under it (by another
+                    # process, after any size check) raises here instead of SIGBUS
+                    aio.copy(d, s, self._where(idx))
+                except OSError as e:
+                    raise PathIOError(errno.EIO, f"{'write' if write else 'read'} of slot "
+                                      f"{slot} faulted ({e.strerror or e}): the mapping's "
+                                      "backing shrank under it", self._where(idx),
+                                      idx) from None
+                pend.t_submit = t1
+                return time.perf_counter() - t1
+            finally:
+                views.clear()
+        if hook is None:
+            fut = self._pool.submit(move)
+            pend._waiter, pend._poll = fut.result, fut.done
+            return pend
+        # the hooks (a flush's payload sum before its copy, a fetch's check after it: a pass
+        # over the bytes each) run on the path's sum thread: off the store's thread, and the
+        # copy worker moves the next request meanwhile
+        if write:
+            def sum_then_copy() -> cf.Future:
+                try:
+                    hook()
+                except BaseException:
+                    views.clear()
+                    raise
+                return self._pool.submit(move)
+            outer = self._sums.submit(sum_then_copy)
+            pend._waiter = lambda: outer.result().result()
+            pend._poll = lambda: outer.done() and (outer.exception() is not None
+                                                   or outer.result().done())
+            return pend
+        inner = self._pool.submit(move)
+
+        def copy_then_check() -> float:
+            dt = inner.result()
+            hook()
+            return dt
+        fut = self._sums.submit(copy_then_check)
+        pend._waiter, pend._poll = fut.result, fut.done
+        return pend
+
+    def close(self) -> None:
+        self._sums.shutdown(wait=True)  # it hands copies to the copy worker: first
+        self._pool.shutdown(wait=True)
+        super().close()
+
+
+class MemoryPath(_CopyPath):
+    """A memory tier: each subgroup's two slots in a buffer placed by `policy` (e.g.
+    cxlkit.policy.bind(node) for a CXL node). Process memory: no lock needed between
+    processes, and nothing survives the process (durable() is False)."""
+
+    kind = "memory"
+    checksummed = False
+
+    def __init__(self, policy: P.Policy | int | None = None) -> None:
+        pol = P.bind(policy) if isinstance(policy, int) and not isinstance(policy, bool) \
+            else (policy or P.default())
+        super().__init__(f"mem:{pol}", lock="off")
+        self.policy = pol
+        self._bufs: dict[int, Any] = {}
+
+    def _area(self, idx: int, create: bool) -> Any:
+        b = self._bufs.get(idx)
+        if b is None:
+            if not create:
+                raise PathVanishedError(errno.ENOENT, "no such subgroup in memory", self.name,
+                                        idx)
+            b = P.alloc(self.nslots * self.slot_nbytes, self.policy)
+            self._bufs[idx] = b
+        return b.numpy()
+
+    def durable(self) -> bool:
+        return False
+
+    def remove(self, idx: int) -> None:
+        b = self._bufs.pop(idx, None)
+        if b is not None:
+            b.close()
+
+    def close(self) -> None:
+        super().close()
+        for b in self._bufs.values():
+            b.close()
+        self._bufs.clear()
+
+
+class PoolPath(_CopyPath):
+    """An object area of a cxlkit pool (CXL pool memory): one object <prefix>.<idx> per
+    subgroup, written by this host only. Its bytes are untrusted on the way back: every
+    fetch checks header and checksum. Locked per host through a file in /dev/shm."""
+
+    kind = "pool"
+
+    def __init__(self, pool: Any, prefix: str = "cxlkit.sg", *, lock: str = "exclusive") -> None:
+        super().__init__(f"pool:{pool.shared_path}/{prefix}", lock=lock)
+        self.pool, self.prefix = pool, prefix
+        self._objs: dict[int, Any] = {}
+
+    def _lock_path(self) -> str:
+        h = hashlib.sha1(self.name.encode()).hexdigest()[:16]
+        return f"/dev/shm/cxlkit-subgroups-{h}.lock"
+
+    def objname(self, idx: int) -> str:
+        return f"{self.prefix}.{self.namespace}.{idx}"
+
+    def _where(self, idx: int) -> str:
+        return f"{self.pool.shared_path}:{self.objname(idx)}"
+
+    def _area(self, idx: int, create: bool) -> Any:
+        o = self._objs.get(idx)
+        name = self.objname(idx)
+        if o is None:
+            try:
+                if name in self.pool:
+                    o = self.pool.open(name, writable=True)
+                    if o.nbytes < self.nslots * self.slot_nbytes:
+                        o.close()
+                        self.pool.destroy(name)
+                        o = None
+                if o is None:
+                    if not create:
+                        raise PathVanishedError(errno.ENOENT, "no such object", self.name, idx)
+                    o = self.pool.create(name, self.nslots * self.slot_nbytes, zero=False)
+                    o.publish()
+            except KeyError:
+                raise PathVanishedError(errno.ENOENT, f"object {name} vanished", self.name,
+                                        idx) from None
+            except OSError as e:
+                raise typed(e, f"{self.name}.{idx}", idx) from None
+            self._objs[idx] = o
+        return o.numpy()
+
+    def remove(self, idx: int) -> None:
+        o = self._objs.pop(idx, None)
+        if o is not None:
+            o.close()
+        try:
+            self.pool.destroy(self.objname(idx))
+        except KeyError:
+            pass
+
+    def close(self) -> None:
+        super().close()
+        for o in self._objs.values():
+            o.close()
+        self._objs.clear()
