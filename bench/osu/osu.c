@@ -3,7 +3,8 @@
  *   latency, bw, bibw, multi_lat (pairs r <-> r + size/2), mbw_mr (pairs r -> r + size/2:
  *   aggregate bandwidth and message rate), put_lat, get_lat, put_bw, get_bw
  *   (one-sided, -s fence|pscw), memcpy (the copy baseline of this machine, one thread).
- * Usage: osu_<backend> BENCH [-m max_bytes] [-i iters] [-w window] [-s fence|pscw]
+ * Usage: osu_<backend> BENCH [-n min_bytes] [-m max_bytes] [-i iters] [-w window]
+ *        [-s fence|pscw]
  * Every message of the last iteration of each size is checked on the receiving side
  * (pattern by size and iteration), so a transport that loses or corrupts data fails (exit 3). */
 #include <stdint.h>
@@ -15,6 +16,7 @@
 #include "osu.h"
 
 static size_t max_bytes = 8u << 20;
+static size_t min_bytes = 1;  /* -n: the first size (a power of two) */
 static int iters_small = 2000, iters_large = 200;  /* large: above 8 KiB (OSU's split) */
 static int window = 64;
 static int pscw;  /* one-sided synchronisation: 0 fence, 1 post-start-complete-wait */
@@ -78,7 +80,7 @@ static void latency(int multi) {
     if (be_size() % 2) be_abort("multi_lat needs an even number of ranks", 22);
     header(multi ? "Multi Latency Test" : "Latency Test", "# Size          Avg Latency(us)");
     unsigned char *s = xalloc(max_bytes), *r = xalloc(max_bytes);
-    for (size_t n = 1; n <= max_bytes; n *= 2) {
+    for (size_t n = min_bytes; n <= max_bytes; n *= 2) {
         be_barrier();
         const int a = me < half ? me : me - half;
         double lat = pingpong(s, r, n, a, a + half);
@@ -106,7 +108,7 @@ static void bandwidth(int bidir) {
     unsigned char *s = xalloc(max_bytes), *r = xalloc(max_bytes);
     unsigned char *reqs = xalloc((size_t)window * 2 * BE_REQ_BYTES);
     char ack[4] = {0};
-    for (size_t n = 1; n <= max_bytes; n *= 2) {
+    for (size_t n = min_bytes; n <= max_bytes; n *= 2) {
         const int iters = iters_for(n) / 10 + 1, skip = 1;
         double t0 = 0;
         be_barrier();
@@ -148,7 +150,7 @@ static void multi_bw(void) {
     unsigned char *s = xalloc(max_bytes), *r = xalloc(max_bytes);
     unsigned char *reqs = xalloc((size_t)window * BE_REQ_BYTES);
     char ack[4] = {0};
-    for (size_t n = 1; n <= max_bytes; n *= 2) {
+    for (size_t n = min_bytes; n <= max_bytes; n *= 2) {
         const int iters = iters_for(n) / 10 + 1, skip = 1;
         double t0 = 0;
         be_barrier();
@@ -204,7 +206,7 @@ static void one_sided(int get, int bw) {
     unsigned char *buf = xalloc(max_bytes);
     const int me = be_rank(), origin = me == 0;
     if (!pscw) be_fence(w);
-    for (size_t n = 1; n <= max_bytes; n *= 2) {
+    for (size_t n = min_bytes; n <= max_bytes; n *= 2) {
         const int iters = bw ? iters_for(n) / 10 + 1 : iters_for(n), skip = bw ? 1 : skip_for(n);
         const int ops = bw ? window : 1;
         /* the target's window holds the pattern for gets; a put's arrives there */
@@ -263,7 +265,7 @@ static void copy_baseline(void) {
     span = (span + max_bytes - 1) / max_bytes * max_bytes;
     unsigned char *s = xalloc(span), *d = xalloc(span);
     fill(s, span, 5);
-    for (size_t n = 1; n <= max_bytes; n *= 2) {
+    for (size_t n = min_bytes; n <= max_bytes; n *= 2) {
         const double ooc = copy_rate(d, s, n, span), hot = copy_rate(d, s, n, n);
         size_t done = ((64u << 20) / n + 10) * n;  /* what copy_rate's loop wrote */
         if (done > span) done = span;
@@ -279,7 +281,7 @@ static void copy_baseline(void) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: osu BENCH [-m max_bytes] [-i iters] [-w window] [-s fence|pscw]\n"
+    fprintf(stderr, "usage: osu BENCH [-n min_bytes] [-m max_bytes] [-i iters] [-w window] [-s fence|pscw]\n"
                     "BENCH: latency bw bibw multi_lat mbw_mr put_lat get_lat put_bw get_bw memcpy\n");
     exit(2);
 }
@@ -292,6 +294,7 @@ int main(int argc, char **argv) {
         if (i + 1 >= argc) usage();
         const char *v = argv[++i];
         switch (argv[i - 1][1]) {
+        case 'n': min_bytes = strtoull(v, NULL, 0); break;
         case 'm': max_bytes = strtoull(v, NULL, 0); break;
         case 'i': iters_small = atoi(v), iters_large = iters_small / 10 + 1; break;
         case 'w': window = atoi(v); break;
@@ -299,7 +302,9 @@ int main(int argc, char **argv) {
         default: usage();
         }
     }
-    if (max_bytes == 0 || window <= 0 || iters_small <= 0) usage();
+    if (max_bytes == 0 || min_bytes == 0 || (min_bytes & (min_bytes - 1)) || window <= 0 ||
+        iters_small <= 0)
+        usage();
     if (!strcmp(bench, "latency")) latency(0);
     else if (!strcmp(bench, "multi_lat")) latency(1);
     else if (!strcmp(bench, "bw")) bandwidth(0);

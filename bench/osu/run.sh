@@ -14,6 +14,7 @@ RANKS=${RANKS:-2}
 MULTI_RANKS=${MULTI_RANKS:-4}
 ITERS=${OSU_ITERS:-1000}
 MAX=${OSU_MAX:-8388608}
+MIN=${OSU_MIN:-1}
 BENCHES=${OSU_BENCHES:-"latency bw bibw multi_lat mbw_mr put_lat get_lat put_bw get_bw put_lat:pscw put_bw:pscw"}
 RPC_CALLS=${RPC_CALLS:-100000}  # 0: no RPC runs
 TRANSPORTS=${TRANSPORTS:-"cxk mpich-shm ompi-shm mpich-tcp ompi-tcp"}
@@ -34,12 +35,12 @@ run_one() {  # transport bench rep
     ompi-shm) cmd="$OMPI --mca btl self,vader --mca osc sm,pt2pt $BIN/osu_ompi" ;;
     ompi-tcp) cmd="$OMPI --mca btl self,tcp --mca btl_tcp_if_include lo --mca osc pt2pt $BIN/osu_ompi" ;;
     esac
-    echo "# command: $cmd $prog -m $MAX -i $ITERS -s $s" > "$f"
-    timeout "$TMO" $cmd "$prog" -m "$MAX" -i "$ITERS" -s "$s" >> "$f" 2>&1 || echo "# exit status $?" >> "$f"
+    echo "# command: $cmd $prog -n $MIN -m $MAX -i $ITERS -s $s" > "$f"
+    timeout "$TMO" $cmd "$prog" -n "$MIN" -m "$MAX" -i "$ITERS" -s "$s" >> "$f" 2>&1 || echo "# exit status $?" >> "$f"
 }
 uptime > "$OUT/load.txt"
 for rep in $(seq 1 "$REPS"); do
-    "$BIN/osu_cxk" memcpy -m "$MAX" > "$OUT/memcpy.memcpy.$rep.txt" 2>&1
+    "$BIN/osu_cxk" memcpy -n "$MIN" -m "$MAX" > "$OUT/memcpy.memcpy.$rep.txt" 2>&1
     for b in $BENCHES; do
         for t in $TRANSPORTS; do run_one "$t" "$b" "$rep"; done
     done

@@ -1,0 +1,58 @@
+#!/bin/sh
+# bw_ab.sh bw|onecpu|pair OUTDIR — the A/B runs behind docs/msg.md "Bandwidth" (issue 14, 4th round).
+# bw: memcpy (both columns) at the start and the end, ROUNDS interleaved rounds of osu bw 64 KiB..4 MiB
+# over cxlkit before (BEFORE=dir of an osu_cxk on the previous library) and now (OSU_BIN) and
+# both MPIs' shared memory, then 8 B latency before/now. onecpu: the crossover anomaly, osu bw
+# 64 B..4 KiB with both ranks free and both on CPU 0. pair: osu_cxk builds alone (VARIANTS),
+# pinned and free, in rotating order. bench/osu/bw_ab_summary.py OUTDIR prints
+# medians [min..max] and the ratios.
+set -u
+MODE=${1:?usage: bw_ab.sh bw|onecpu|pair OUTDIR}; OUT=${2:?usage: bw_ab.sh bw|onecpu|pair OUTDIR}
+B=${BEFORE:-build/osu-before}; N=${OSU_BIN:-build/osu}; R=${ROUNDS:-3}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mkdir -p "$OUT"; uptime > "$OUT/load.txt"
+case $MODE in
+bw)
+    $N/osu_cxk memcpy -n 65536 -m 4194304 > $OUT/memcpy.txt
+    for r in $(seq 1 $R); do
+      CXLKIT_SIZE=2 timeout 60 $B/osu_cxk bw -n 65536 -m 4194304 -i 1000 > $OUT/cxk-before.$r.txt 2>&1
+      CXLKIT_SIZE=2 timeout 60 $N/osu_cxk bw -n 65536 -m 4194304 -i 1000 > $OUT/cxk-new.$r.txt 2>&1
+      timeout 60 mpiexec.mpich -n 2 $N/osu_mpich bw -n 65536 -m 4194304 -i 1000 > $OUT/mpich-shm.$r.txt 2>&1
+      timeout 60 mpiexec.openmpi --allow-run-as-root --oversubscribe -n 2 --mca pml ob1 --mca btl self,vader $N/osu_ompi bw -n 65536 -m 4194304 -i 1000 > $OUT/ompi-shm.$r.txt 2>&1
+      uptime >> $OUT/load.txt
+    done
+    for r in $(seq 1 $R); do
+      CXLKIT_SIZE=2 timeout 30 $B/osu_cxk latency -n 8 -m 8 -i 20000 > $OUT/lat-before.$r.txt 2>&1
+      CXLKIT_SIZE=2 timeout 30 $N/osu_cxk latency -n 8 -m 8 -i 20000 > $OUT/lat-new.$r.txt 2>&1
+    done
+    $N/osu_cxk memcpy -n 65536 -m 4194304 > $OUT/memcpy2.txt
+    uptime >> $OUT/load.txt
+    ;;
+onecpu)
+    for r in $(seq 1 $R); do
+      for pin in free onecpu; do
+        T=""; [ $pin = onecpu ] && T="taskset -c 0"
+        $T env CXLKIT_SIZE=2 CXLKIT_MSG_CELL_BYTES=65536 timeout 60 $N/osu_cxk bw -n 64 -m 4096 -i 2000 > $OUT/e64k-$pin.$r.txt 2>&1
+        $T env CXLKIT_SIZE=2 CXLKIT_MSG_EAGER=1 timeout 60 $N/osu_cxk bw -n 64 -m 4096 -i 2000 > $OUT/r4k-$pin.$r.txt 2>&1
+        $T timeout 60 mpiexec.mpich -n 2 -bind-to none $N/osu_mpich bw -n 64 -m 4096 -i 2000 > $OUT/mpich-$pin.$r.txt 2>&1
+      done
+      uptime >> $OUT/load.txt
+    done
+    ;;
+pair)
+    # osu_cxk builds alone (VARIANTS="name=bindir ...", default before and now), each pinned
+    # (a core per rank) and free; the variants' order rotates from round to round
+    V=${VARIANTS:-"before=$B new=$N"}
+    for r in $(seq 1 $R); do
+      for pin in core none; do
+        for v in $V; do
+          X=${v#*=}
+          CXLKIT_OSU_BIND=$pin CXLKIT_SIZE=2 timeout 60 $X/osu_cxk bw -n 65536 -m 4194304 -i 1000 > $OUT/${v%%=*}-$pin.$r.txt 2>&1
+        done
+      done
+      V="${V#* } ${V%% *}"
+      uptime >> $OUT/load.txt
+    done
+    ;;
+*) echo "usage: bw_ab.sh bw|onecpu|pair OUTDIR" >&2; exit 2 ;;
+esac
