@@ -99,12 +99,12 @@ def run_set(paths: list[str], params: int, subgroup: int, steps: int, cache: int
             rows.append(dict(update_s=m["update_s"], wall_s=wall, compute_s=m["compute_s"],
                              io_bytes=m["io_bytes"], io_busy_s=m["io_busy_s"],
                              cpu_s=cpu, process_cores=sum(cpu.values()) / wall,
-                             machine_cores_busy=(m1[0] - m0[0]) / wall,
-                             machine_cores=(m1[1] - m0[1]) / wall,
+                             machine_busy_s=m1[0] - m0[0], machine_total_s=m1[1] - m0[1],
                              syscall_read=io1["rchar"] - io0["rchar"],
                              syscall_write=io1["wchar"] - io0["wchar"]))
         plan = st.plan()
     later = rows[1:] or rows
+    later_wall = sum(r["wall_s"] for r in later)
     groups = sorted({g for r in later for g in r["cpu_s"]})
     return dict(
         update_s=statistics.median(r["update_s"] for r in later),
@@ -114,8 +114,13 @@ def run_set(paths: list[str], params: int, subgroup: int, steps: int, cache: int
         cpu_s_per_step={g: statistics.median(r["cpu_s"].get(g, 0.0) for r in later)
                         for g in groups},
         process_cores=statistics.median(r["process_cores"] for r in later),
-        machine_cores_busy=statistics.median(r["machine_cores_busy"] for r in later),
-        machine_cores=statistics.median(r["machine_cores"] for r in later),
+        # /proc/stat counts in ticks (10 ms): a step shorter than a few ticks reads 0 or one
+        # tick, so the machine's figures are taken over all the later steps together; the
+        # total over the wall time is the count of online CPUs, read directly when the steps
+        # together saw no tick
+        machine_cores_busy=sum(r["machine_busy_s"] for r in later) / later_wall,
+        machine_cores=(sum(r["machine_total_s"] for r in later) / later_wall
+                       if sum(r["machine_total_s"] for r in later) else os.cpu_count()),
         syscall_GB_per_step=statistics.median((r["syscall_read"] + r["syscall_write"]) / 1e9
                                               for r in later),
         subgroups=[q["subgroups"] for q in plan], steps=len(later))
