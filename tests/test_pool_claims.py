@@ -165,3 +165,40 @@ def test_claimer_killed_mid_claim(path, point):
         cxlkit.Pool(path, host_id="alive")
     with cxlkit.Pool(path, host_id=1) as p:
         assert p.hosts()[0].state == "claimed" and p.fsck(repair=False).clean
+
+
+def test_fsck_of_another_hosts_table_counts_no_error_for_an_object_created_after_its_walk(path):
+    # the two-guest claims test counted one fsck error: the other guest made an object between
+    # this fsck's walk of its chain and its read of its name table. Here the checker stops at
+    # that point (fsck.entries, first for host 0) while host 0 creates, then goes on.
+    go_r, go_w = os.pipe()
+    res_r, res_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(go_w)
+            os.read(go_r, 1)
+            with cxlkit.Pool(path, host_id=1) as q:
+                _native.pool_stop_at("fsck.entries", 1)
+                rep = q.fsck(repair=False)
+                os.write(res_w, f"{rep.errors} {rep.duplicate_names}\n".encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(go_r)
+    os.close(res_w)
+    try:
+        with cxlkit.Pool(path, size=8 * MiB, max_hosts=2, host_id=0) as p:
+            p.create("before", data=b"b" * 64).close()
+            os.write(go_w, b"g")
+            assert _run_until_stopped_or_exited(pid), "the checker did not stop at fsck.entries"
+            p.create("after", data=b"a" * 64).close()  # after the checker's walk of host 0
+            os.kill(pid, 18)  # SIGCONT
+            _, st = os.waitpid(pid, 0)
+            assert os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0, st
+            assert os.read(res_r, 64).decode().split() == ["0", "0"]
+            assert p.fsck(repair=False).clean
+    finally:
+        os.close(go_w)
+        os.close(res_r)

@@ -22,7 +22,7 @@ const char *const kCrashNames[] = {"create.alloc", "create.entry", "publish.head
                                    "trim.split", "trim.cleared", "slot.claimed", "slot.x",
                                    "gap.split", "gap.started", "gap.cleared",
                                    "upgrade.split", "upgrade.staged", "upgrade.committed",
-                                   "upgrade.rewriting"};
+                                   "upgrade.rewriting", "fsck.entries"};
 static_assert(sizeof(kCrashNames) / sizeof(kCrashNames[0]) == size_t(Crash::count_), "names");
 std::atomic<int> g_crash_left[size_t(Crash::count_)];
 std::atomic<int> g_stop_left[size_t(Crash::count_)];

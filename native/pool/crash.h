@@ -7,7 +7,7 @@ enum class Crash { create_alloc, create_entry, publish_header, destroy_header, d
                    claim_committed, trim_split, trim_cleared, slot_claimed, slot_x,
                    gap_split, gap_started, gap_cleared,
                    upgrade_split, upgrade_staged, upgrade_committed, upgrade_rewriting,
-                   count_ };
+                   fsck_entries, count_ };
 // Exits the process (status 137, as a SIGKILL) at the armed passage; stops it (SIGSTOP) at each
 // passage armed by cxk_pool_stop_at; else returns at once.
 void crash_point(Crash c);
