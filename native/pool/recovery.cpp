@@ -346,7 +346,9 @@ void fsck_entries(cxk_pool *p, uint32_t h, const std::unordered_map<uint64_t, ui
                 const ObjHeader *o = hdr(p, v.block);
                 sync_in(p, o, kLine);
                 const uint32_t state = ld(&o->state);
-                if (ld(&o->gen) != v.gen || state == kCreating || state == kLive) continue;
+                if (ld(&o->gen) != v.gen) continue;
+                if ((state == kCreating || state == kLive) && header_sane(p, h, v.block, o))
+                    continue;
             }
             r->errors++;
             continue;
