@@ -14,6 +14,20 @@ REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 
 
+@pytest.fixture
+def shm_dir():
+    """A private directory on tmpfs at /dev/shm (the mapped spill path's filesystem), removed
+    after the test; skipped where /dev/shm is not tmpfs."""
+    import tempfile
+
+    from cxlkit.train.spill_mapped import fs_type
+
+    if not os.path.isdir("/dev/shm") or fs_type("/dev/shm") != "tmpfs":
+        pytest.skip("no tmpfs at /dev/shm on this machine")
+    with tempfile.TemporaryDirectory(dir="/dev/shm", prefix="cxlkit-test-shm-") as d:
+        yield d
+
+
 @pytest.fixture(autouse=True)
 def _no_armed_faults():
     yield

@@ -10,29 +10,17 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 
 import numpy as np
 import pytest
 
 from cxlkit.train import aio
-from cxlkit.train.spill_mapped import fs_type
-
-SHM = "/dev/shm" if os.path.isdir("/dev/shm") and fs_type("/dev/shm") == "tmpfs" else None
 
 
 def run_child(code: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args],
                           capture_output=True, text=True, timeout=120)
-
-
-@pytest.fixture
-def shm_dir():
-    if SHM is None:
-        pytest.skip("no tmpfs at /dev/shm on this machine")
-    with tempfile.TemporaryDirectory(dir=SHM, prefix="cxlkit-test-copy-") as d:
-        yield d
 
 
 def test_copy_moves_the_bytes_and_refuses_bad_arguments():

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import os
-import tempfile
 
 import numpy as np
 import pytest
@@ -17,16 +16,6 @@ from cxlkit.train.spill_paths import (DirPath, PathFullError, PathIOError, PathV
                                       parse_path)
 from cxlkit.train.subgroups import SubgroupStore
 from test_subgroups import CFGS, SIZES, BF16, Ref, check_state, make, run_steps
-
-SHM = "/dev/shm" if os.path.isdir("/dev/shm") and fs_type("/dev/shm") == "tmpfs" else None
-
-
-@pytest.fixture
-def shm_dir():
-    if SHM is None:
-        pytest.skip("no tmpfs at /dev/shm on this machine")
-    with tempfile.TemporaryDirectory(dir=SHM, prefix="cxlkit-test-map-") as d:
-        yield d
 
 
 def test_fs_type_takes_the_longest_mount_prefix_and_unescapes(tmp_path):
