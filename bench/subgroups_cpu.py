@@ -8,12 +8,18 @@ seconds per wall second against the cores it could get.
 
   .venv/bin/python bench/subgroups_cpu.py --sets disk,tmpfs,disk+tmpfs,disk+tmpfs+mem
 
-A set is paths joined by '+' as in bench/subgroups_paths.py. One JSON line per set: medians
-over the steps after the first.
+A set is paths joined by '+' as in bench/subgroups_paths.py (disk, tmpfs, mem, pool: an
+object area of a one-host pool file on the tmpfs). One JSON line per set and route: medians
+over the steps after the first. --routes: 'folded' (the store as it is: a copy path folds the
+payload checksum into its copy) and/or 'separate' (the route before it, for comparison in
+the same run: the same header work handed to the path as plain functions, so that the sum is
+a pass of its own on the path's sum thread); cpu_s_per_GB is the process's CPU per byte the
+step moved, io_cpu_s_per_GB the same without the store's thread (the kernel's CPU).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -30,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import subgroups as B  # noqa: E402  (bench/subgroups.py: parse_count)
 
 from cxlkit.train import adam as A  # noqa: E402
+from cxlkit.train.spill_copy import _CopyPath  # noqa: E402
 from cxlkit.train.subgroups import SubgroupStore  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -79,6 +86,24 @@ def proc_io() -> dict[str, int]:
         return {k: int(v) for k, v in (line.split(": ") for line in f)}
 
 
+@contextlib.contextmanager
+def route(name: str):
+    """'separate': a copy path gets the store's header hooks as plain functions (the sum a
+    pass of its own, as before the fold); 'folded': the store unchanged."""
+    if name == "folded":
+        yield
+        return
+    real = _CopyPath._submit
+
+    def submit(self, idx, slot, buf, write, hook=None):
+        return real(self, idx, slot, buf, write, None if hook is None else (lambda: hook()))
+    _CopyPath._submit = submit
+    try:
+        yield
+    finally:
+        _CopyPath._submit = real
+
+
 def run_set(paths: list[str], params: int, subgroup: int, steps: int, cache: int) -> dict:
     sizes = [subgroup] * (params // subgroup)
     rng = np.random.default_rng(0)
@@ -104,6 +129,7 @@ def run_set(paths: list[str], params: int, subgroup: int, steps: int, cache: int
                              syscall_write=io1["wchar"] - io0["wchar"]))
         plan = st.plan()
     later = rows[1:] or rows
+    gb = [r["io_bytes"] / 1e9 for r in later]
     later_wall = sum(r["wall_s"] for r in later)
     groups = sorted({g for r in later for g in r["cpu_s"]})
     return dict(
@@ -114,6 +140,11 @@ def run_set(paths: list[str], params: int, subgroup: int, steps: int, cache: int
         cpu_s_per_step={g: statistics.median(r["cpu_s"].get(g, 0.0) for r in later)
                         for g in groups},
         process_cores=statistics.median(r["process_cores"] for r in later),
+        cpu_s_per_GB=statistics.median(sum(r["cpu_s"].values()) / g
+                                       for r, g in zip(later, gb) if g),
+        io_cpu_s_per_GB=statistics.median(
+            sum(v for k, v in r["cpu_s"].items() if not k.startswith("store")) / g
+            for r, g in zip(later, gb) if g),
         # /proc/stat counts in ticks (10 ms): a step shorter than a few ticks reads 0 or one
         # tick, so the machine's figures are taken over all the later steps together; the
         # total over the wall time is the count of online CPUs, read directly when the steps
@@ -138,18 +169,29 @@ def main() -> None:
     ap.add_argument("--cache", type=int, default=6)
     ap.add_argument("--disk", default="/var/tmp")
     ap.add_argument("--tmpfs", default="/dev/shm")
+    ap.add_argument("--routes", default="folded",
+                    help="folded and/or separate, comma-separated (run in turn per set)")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds over every set and route")
     a = ap.parse_args()
     params, subgroup = B.parse_count(a.params), B.parse_count(a.subgroup)
     params -= params % subgroup
     tmp = [tempfile.mkdtemp(prefix="cxlkit-sgcpu-", dir=d) for d in (a.disk, a.tmpfs)]
     try:
-        spec = {"disk": tmp[0], "tmpfs": tmp[1], "mem": "mem"}
-        for s in a.sets.split(","):
-            names = s.split("+")
-            if any(n not in spec for n in names):
+        spec = {"disk": tmp[0], "tmpfs": tmp[1], "mem": "mem", "pool": "pool"}
+        sets = a.sets.split(",")
+        for s in sets:
+            if any(n not in spec for n in s.split("+")):
                 ap.error(f"--sets {s!r}: paths are {', '.join(spec)}")
-            row = run_set([spec[n] for n in names], params, subgroup, a.steps, a.cache)
-            print(json.dumps(dict(set=s, loadavg=os.getloadavg(), **row)), flush=True)
+        if any("pool" in s.split("+") for s in sets):
+            spec["pool"] = B.bench_pool("auto", tmp[1], params, subgroup)
+        for _ in range(a.rounds):
+            for s in sets:
+                for r in a.routes.split(","):
+                    with route(r):
+                        row = run_set([spec[n] for n in s.split("+")], params, subgroup,
+                                      a.steps, a.cache)
+                    print(json.dumps(dict(set=s, route=r, loadavg=os.getloadavg(), **row)),
+                          flush=True)
     finally:
         for d in tmp:
             shutil.rmtree(d, ignore_errors=True)

@@ -316,6 +316,10 @@ CXK_API uint64_t cxk_kv_checksum(const void *image, size_t nbytes);
 /* The same checksum over an image's runs in the engine (the plan's order), without copying. */
 CXK_API int cxk_kv_checksum_engine(const struct cxk_kv_plan *plan, int64_t block_id,
                                    uint64_t *sum);
+/* Copy nbytes from src to dst (not overlapping) and set *sum to cxk_kv_checksum of the bytes
+ * copied, in one pass over them (each byte loaded once). -EINVAL for a NULL sum, or a NULL
+ * buffer with nbytes > 0. */
+CXK_API int cxk_kv_copy_sum(void *dst, const void *src, size_t nbytes, uint64_t *sum);
 
 /* Blocks in a pool: each block is one pool object whose payload starts with this header,
  * followed by the image. The creating host writes it before cxk_obj_publish; it never
@@ -784,6 +788,11 @@ CXK_API int cxk_aio_uring_built(void);
  * on first use that hands every other SIGBUS (a thread not in this call, a kill()) to the
  * handler installed before it. -EINVAL for a NULL buffer; 0 for nbytes == 0. Thread-safe. */
 CXK_API int cxk_aio_copy(void *dst, const void *src, uint64_t nbytes);
+/* cxk_aio_copy that also sets *sum to cxk_kv_checksum of the bytes copied, folded into the
+ * copy's one pass (cxk_kv_copy_sum under the SIGBUS guard): a checksummed copy to or from a
+ * mapping without a second read of the bytes. *sum is set only when it returns 0. -EINVAL
+ * for a NULL sum or buffer; nbytes == 0 gives the empty image's sum. */
+CXK_API int cxk_aio_copy_sum(void *dst, const void *src, uint64_t nbytes, uint64_t *sum);
 
 /* ==== Rings: single-producer / single-consumer cells in a pool object (issue 14) ====
  * A ring is CXK_RING_HDR_BYTES of header lines then ncells cells of cell_bytes. Line 0

@@ -180,3 +180,50 @@ def test_a_fault_outside_the_copy_with_sigbus_ignored_still_kills_instead_of_loo
         print("not reached")
     """, str(tmp_path / "victim"))
     assert r.returncode == -signal.SIGBUS, (r.returncode, r.stdout, r.stderr)
+
+
+def test_copy_sum_copies_and_returns_kv_checksum_for_every_length_and_offset():
+    from cxlkit import _native
+    rng = np.random.default_rng(5)
+    base = rng.integers(0, 256, 5000, np.uint8)
+    for n in (0, 1, 7, 8, 9, 31, 32, 33, 63, 64, 65, 100, 4096, 4999 - 3):
+        for off in (0, 1, 3):
+            src = base[off:off + n]
+            dst = np.zeros(n, np.uint8)
+            s = aio.copy_sum(dst, src)
+            assert np.array_equal(dst, src)
+            if n:
+                assert s == _native.kv_checksum(src.ctypes.data, n)
+                flipped = src.copy()
+                flipped[n // 2] ^= 0x40
+                assert aio.copy_sum(dst, flipped) != s
+    with pytest.raises(ValueError, match="copy of 8 bytes into 4"):
+        aio.copy_sum(np.zeros(4, np.uint8), np.zeros(8, np.uint8), "x")
+    with pytest.raises(TypeError, match="dst: expected a C-contiguous numpy array"):
+        aio.copy_sum(np.zeros((4, 4), np.uint8)[:, 1], np.zeros(4, np.uint8))
+
+
+def test_copy_sum_over_a_mapping_truncated_by_another_process_raises_EFAULT(tmp_path):
+    r = run_child("""
+        import errno, mmap, os, subprocess, sys
+        import numpy as np
+        from cxlkit.train import aio
+        f = sys.argv[1]
+        with open(f, "wb") as fh:
+            fh.truncate(4 << 20)
+        fd = os.open(f, os.O_RDWR)
+        mm = mmap.mmap(fd, 4 << 20, flags=mmap.MAP_SHARED)
+        area = np.frombuffer(mm, np.uint8)
+        subprocess.run(["truncate", "-s", "0", f], check=True)   # a second process
+        buf = np.zeros(4 << 20, np.uint8)
+        for dst, src in ((buf, area), (area, buf)):
+            try:
+                aio.copy_sum(dst, src, f)
+            except OSError as e:
+                assert e.errno == errno.EFAULT and f in str(e), e
+            else:
+                raise AssertionError("no fault")
+        print("survived", aio.copy_sum(buf[:8], np.ones(8, np.uint8)) != 0)
+    """, str(tmp_path / "victim"))
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert r.stdout.split() == ["survived", "True"]

@@ -574,36 +574,41 @@ def test_reestimate_takes_the_paths_busy_time_not_summed_request_durations():
         st.close()
 
 
-def test_memory_tier_skips_payload_sums_and_other_paths_sum_off_the_store_thread(
+def test_memory_tier_skips_payload_sums_copy_paths_fold_them_dirs_sum_off_the_store_thread(
         pool_path, dirs, monkeypatch):
-    # the payload sum is a pass over every subgroup moved, and it ran on the thread that
-    # runs the kernel: a memory tier's bytes never leave the process, so it keeps none; a
-    # pool object's are summed (flush) and checked (fetch) on the path's sum thread (its
-    # copy worker copies meanwhile), a directory's on its two helper threads
+    # the payload sum is a pass over every subgroup moved: a memory tier's bytes never leave
+    # the process, so it keeps none; a pool object's sum is folded into its copy (aio.copy_sum
+    # on the path's copy worker: no separate pass over the bytes, no sum thread); a
+    # directory's (no user-space copy to fold it into) is a pass on its two helper threads
     import threading
 
     from cxlkit.train import spill_base as SP
     calls: list[str] = []
-    real = SP.checksum
+    folded: list[str] = []
+    real, real_fold = SP.checksum, aio.copy_sum
     monkeypatch.setattr(SP, "checksum", lambda buf: (
         calls.append(threading.current_thread().name), real(buf))[1])
+    monkeypatch.setattr(aio, "copy_sum", lambda d, s, what="": (
+        folded.append(threading.current_thread().name), real_fold(d, s, what))[1])
     ref = Ref(8)
     with make([MemoryPath()], ref) as st:
         run_steps(st, ref, 3)
         check_state(st, ref)
-    assert calls == []
+    assert calls == [] and folded == []
     ref = Ref(8)
     with cxlkit.Pool(pool_path, size=8 << 20, host_id=0) as pool, \
             make([PoolPath(pool, "sgsum")], ref) as st:
         run_steps(st, ref, 3)
         check_state(st, ref)
-    assert calls and all(n.startswith("cxlkit-sum") for n in calls)
-    calls.clear()
+    assert calls == []
+    assert folded and all(n.startswith("cxlkit-spill") for n in folded)
+    folded.clear()
     ref = Ref(8)
     with make([dirs[0]], ref) as st:
         run_steps(st, ref, 3)
         check_state(st, ref)
     assert {n.split("_")[0] for n in calls} == {"cxlkit-sum", "cxlkit-check"}
+    assert folded == []
 
 
 def test_corrupt_pool_object_raises_SubgroupCorruptError_from_its_check(pool_path):

@@ -3,6 +3,7 @@ docs/subgroups.md's business; here only that it runs and reports)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -130,3 +131,33 @@ def test_subgroups_cpu_bench_reports_cpu_by_thread_group_and_cores(tmp_path):
                           "nvme", "--disk", str(tmp_path)], capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode == 2 and "paths are disk, tmpfs, mem" in bad.stderr
+
+
+def test_subgroups_cpu_bench_compares_the_folded_and_separate_routes_on_a_pool(tmp_path,
+                                                                             shm_dir):
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "subgroups_cpu.py"), "--params",
+                        "1M", "--subgroup", "250K", "--steps", "3", "--cache", "3",
+                        "--disk", str(tmp_path), "--tmpfs", shm_dir, "--sets", "pool",
+                        "--routes", "folded,separate"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    assert [(x["set"], x["route"]) for x in rows] == [("pool", "folded"), ("pool", "separate")]
+    for x in rows:
+        assert x["cpu_s_per_GB"] >= 0 and x["io_cpu_s_per_GB"] >= 0
+    assert not list(tmp_path.iterdir()) and not os.listdir(shm_dir)
+
+
+def test_subgroups_passes_bench_prints_every_pass_and_route(tmp_path, shm_dir):
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "subgroups_passes.py"), "--size",
+                        "256K", "--reps", "1", "--rounds", "1", "--paths",
+                        f"aio:{tmp_path},map:{shm_dir},mem,pool"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    ways = [json.loads(x)["way"] for x in r.stdout.splitlines() if '"way"' in x]
+    assert "copy with the sum folded in (aio.copy_sum)" in ways
+    for kind in ("dir", "memory", "pool"):
+        for route in ("folded", "separate", "no sum"):
+            assert any(w.startswith(kind) and w.endswith(route) for w in ways), (kind, route)
+    assert len([w for w in ways if w.startswith("dir ")]) == 6  # the disk and the tmpfs
+    assert not list(tmp_path.iterdir()) and not os.listdir(shm_dir)

@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "cxlkit.h"
+#include "kv/kv.h"
 
 namespace {
 
@@ -77,6 +78,19 @@ __attribute__((noinline)) int copy_guarded(void *dst, const void *src, size_t n)
     return 0;
 }
 
+// The same guard around a copy that folds the bytes into a checksum (kv/copy_sum.cpp).
+__attribute__((noinline)) int copy_sum_guarded(void *dst, const void *src, size_t n,
+                                               cxk::kv::Checksum *c) {
+    sigjmp_buf env;
+    if (sigsetjmp(env, 1) != 0) return -EFAULT;
+    t_guard = &env;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    cxk::kv::copy_fold(*c, dst, src, n);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    t_guard = nullptr;
+    return 0;
+}
+
 }  // namespace
 
 extern "C" int cxk_aio_copy(void *dst, const void *src, uint64_t nbytes) {
@@ -86,4 +100,19 @@ extern "C" int cxk_aio_copy(void *dst, const void *src, uint64_t nbytes) {
     if (g_install_rc != 0) return g_install_rc;
     t_guard = nullptr;  // first touch of the TLS slot, outside any handler
     return copy_guarded(dst, src, size_t(nbytes));
+}
+
+extern "C" int cxk_aio_copy_sum(void *dst, const void *src, uint64_t nbytes, uint64_t *sum) {
+    if (sum == nullptr) return -EINVAL;
+    cxk::kv::Checksum c;
+    if (nbytes != 0) {
+        if (dst == nullptr || src == nullptr) return -EINVAL;
+        std::call_once(g_once, install);
+        if (g_install_rc != 0) return g_install_rc;
+        t_guard = nullptr;
+        int rc = copy_sum_guarded(dst, src, size_t(nbytes), &c);
+        if (rc != 0) return rc;
+    }
+    *sum = c.finish();
+    return 0;
 }

@@ -143,6 +143,22 @@ CXK_BIND(aio) {
             check(rc, what);
         },
         nb::arg("dst"), nb::arg("src"), nb::arg("what") = "aio copy");
+    m.def(
+        "aio_copy_sum",
+        [](Bytes dst, ConstBytes src, const std::string &what) {
+            if (dst.size() != src.size())
+                throw nb::value_error((what + ": copy of " + std::to_string(src.size()) +
+                                       " bytes into " + std::to_string(dst.size())).c_str());
+            int rc;
+            uint64_t sum = 0;
+            {
+                nb::gil_scoped_release nogil;
+                rc = cxk_aio_copy_sum(dst.data(), src.data(), src.size(), &sum);
+            }
+            check(rc, what);
+            return sum;
+        },
+        nb::arg("dst"), nb::arg("src"), nb::arg("what") = "aio copy");
     m.def("aio_uring_built", []() { return cxk_aio_uring_built() != 0; });
     m.attr("AIO_AUTO") = int(CXK_AIO_AUTO);
     m.attr("AIO_URING") = int(CXK_AIO_URING);

@@ -20,4 +20,8 @@ struct Checksum {
     uint64_t finish() noexcept;  // never 0
 };
 
+// Copy n bytes from src to dst and fold them into c in the same pass (copy_sum.cpp): the
+// state afterwards equals update(dst, n)'s. pre: dst and src do not overlap.
+void copy_fold(Checksum &c, void *dst, const void *src, size_t n) noexcept;
+
 }  // namespace cxk::kv

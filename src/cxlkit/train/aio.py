@@ -129,6 +129,13 @@ def copy(dst: Any, src: Any, what: str = "aio copy") -> None:
     _native.aio_copy(_bytes(dst, "dst"), _bytes(src, "src"), what)
 
 
+def copy_sum(dst: Any, src: Any, what: str = "aio copy") -> int:
+    """copy(dst, src) that also returns the checksum of the bytes copied (equal to
+    cxlkit._native.kv_checksum over them), folded into the copy's one pass: a checksummed
+    move to or from a mapping reads its bytes once. Same guard and errors as copy()."""
+    return int(_native.aio_copy_sum(_bytes(dst, "dst"), _bytes(src, "src"), what))
+
+
 def _bytes(a: Any, name: str) -> Any:
     if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
         raise TypeError(f"{name}: expected a C-contiguous numpy array, got {type(a).__name__}")

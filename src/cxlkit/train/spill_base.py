@@ -67,11 +67,14 @@ def checksum(buf: Any) -> int:
 
 
 def pack_header(idx: int, gen: int, nparams: int, payload: Any, key: int,
-                sum_payload: bool = True) -> bytes:
+                sum_payload: bool = True, payload_sum: int | None = None) -> bytes:
     """sum_payload=False: the payload sum is left 0 (a path whose bytes never leave the
-    process: a memory tier); a fetch from a path that sums is checked whatever it says."""
+    process: a memory tier); a fetch from a path that sums is checked whatever it says.
+    payload_sum: the sum already taken (folded into a copy of the payload), not taken again."""
+    if payload_sum is None:
+        payload_sum = checksum(payload) if sum_payload else 0
     body = _HDR.pack(MAGIC, VERSION, HEADER_NBYTES, idx, gen, nparams, len(payload),
-                     checksum(payload) if sum_payload else 0, key)
+                     payload_sum, key)
     return body + _HDR_CRC.pack(zlib.crc32(body))
 
 
@@ -96,10 +99,64 @@ def check_header(raw: Any, idx: int, gen: int | None, nparams: int, payload_nbyt
     return sgen
 
 
-def check_payload(raw: Any, payload: Any, idx: int, path: str) -> None:
+def check_payload(raw: Any, payload: Any, idx: int, path: str,
+                  payload_sum: int | None = None) -> None:
+    """payload_sum: the payload's sum already taken (folded into its copy), not taken again."""
     (want,) = struct.unpack_from("<Q", bytes(raw[:_HDR.size]), _HDR.size - 16)
-    if checksum(payload) != want:
+    got = checksum(payload) if payload_sum is None else payload_sum
+    if got != want:
         raise SubgroupCorruptError(errno.EBADMSG, "payload checksum mismatch", path, idx)
+
+
+class FlushHeader:
+    """A flush's header: raw[:HEADER_NBYTES] of the request's buffer, packed by the request
+    with the payload's sum (raw[HEADER_NBYTES:]) where `summed`. Called bare, it takes the sum
+    itself (a pass over the payload: the directory path, whose bytes no user-space copy
+    moves); a copy path folds the sum into its copy of the payload and calls write(sum),
+    then copies the header: the header lands after the payload it describes."""
+
+    def __init__(self, raw: Any, idx: int, gen: int, nparams: int, key: int,
+                 summed: bool) -> None:
+        self.raw, self.idx, self.gen, self.nparams, self.key = raw, idx, gen, nparams, key
+        self.summed = summed
+
+    def payload(self) -> Any:
+        return self.raw[HEADER_NBYTES:]
+
+    def write(self, payload_sum: int) -> None:
+        hdr = pack_header(self.idx, self.gen, self.nparams, self.payload(), self.key,
+                          payload_sum=payload_sum if self.summed else 0)
+        self.raw[:HEADER_NBYTES] = 0
+        self.raw[:len(hdr)] = np.frombuffer(hdr, np.uint8)
+
+    def __call__(self) -> None:
+        self.write(checksum(self.payload()) if self.summed else 0)
+
+
+class FetchCheck:
+    """A fetch's check of raw (header, then payload) once its bytes are in: the header
+    always, the payload's sum when `summed` (verify on, and the path keeps sums). Called
+    bare, it takes the sum itself; a copy path copies the header first, runs header() (a
+    bad header fails before the payload moves), folds the sum into its copy of the payload
+    and gives it to payload(sum)."""
+
+    def __init__(self, raw: Any, idx: int, gen: int | None, nparams: int, key: int,
+                 path: str, summed: bool) -> None:
+        self.raw, self.idx, self.gen, self.nparams, self.key = raw, idx, gen, nparams, key
+        self.path, self.summed = path, summed
+
+    def header(self) -> int:
+        return check_header(self.raw, self.idx, self.gen, self.nparams,
+                            self.raw.nbytes - HEADER_NBYTES, self.key, self.path)
+
+    def payload(self, payload_sum: int | None = None) -> None:
+        if self.summed:
+            check_payload(self.raw, self.raw[HEADER_NBYTES:], self.idx, self.path,
+                          payload_sum)
+
+    def __call__(self) -> None:
+        self.header()
+        self.payload()
 
 
 def _cpu_seconds() -> float:

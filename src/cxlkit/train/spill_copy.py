@@ -10,7 +10,8 @@ from typing import Any
 
 from .. import policy as P
 from . import aio
-from .spill_base import Pending, PathIOError, PathVanishedError, SpillPath, typed
+from .spill_base import (HEADER_NBYTES, FetchCheck, FlushHeader, Pending, PathIOError,
+                         PathVanishedError, SpillPath, typed)
 
 class _CopyPath(SpillPath):
     """Shared by the memory and pool paths: slots are byte ranges of a mapping, moved by a
@@ -41,26 +42,52 @@ class _CopyPath(SpillPath):
         views = [dst, buf]
         del dst
 
+        where = self._where(idx)
+        folded = isinstance(hook, (FlushHeader, FetchCheck))
+
+        def copy(d: Any, s: Any, summed: bool) -> int | None:
+            try:
+                # the guarded copy: a file or pool mapping truncated under it (by another
+                # process, after any size check) raises here instead of SIGBUS
+                if summed:
+                    return aio.copy_sum(d, s, where)
+                aio.copy(d, s, where)
+                return None
+            except OSError as e:
+                err = PathIOError(errno.EIO, f"{'write' if write else 'read'} of slot "
+                                  f"{slot} faulted ({e.strerror or e}): the mapping's "
+                                  "backing shrank under it", where, idx)
+            d = s = None  # raised out of the except: no traceback keeps a view of the area
+            raise err
+
         def move() -> float:
             # the request's interval is the copy's own (set before the future completes; a
             # copy queued behind another starts when that one's interval ends)
             try:
                 t1 = time.perf_counter()
-                d, s = (views[0], views[1]) if write else (views[1], views[0])
-                try:
-                    # the guarded copy: a file or pool mapping truncated under it (by another
-                    # process, after any size check) raises here instead of SIGBUS
-                    aio.copy(d, s, self._where(idx))
-                except OSError as e:
-                    raise PathIOError(errno.EIO, f"{'write' if write else 'read'} of slot "
-                                      f"{slot} faulted ({e.strerror or e}): the mapping's "
-                                      "backing shrank under it", self._where(idx),
-                                      idx) from None
+                area_v, b = views
+                h = HEADER_NBYTES
+                if not folded:
+                    copy(*((area_v, b) if write else (b, area_v)), False)
+                elif write:
+                    # one pass: the payload, its sum folded into the copy; then the header
+                    # that names it (a crash between them leaves the slot's old header, whose
+                    # sum the new bytes fail: the other slot's generation is the one read)
+                    hook.write(copy(area_v[h:], b[h:], hook.summed) or 0)
+                    copy(area_v[:h], b[:h], False)
+                else:
+                    # the header first: a foreign or stale one fails before the payload moves
+                    copy(b[:h], area_v[:h], False)
+                    hook.header()
+                    hook.payload(copy(b[h:], area_v[h:], hook.summed))
                 pend.t_submit = t1
                 return time.perf_counter() - t1
             finally:
                 views.clear()
-        if hook is None:
+                area_v = b = None  # a failed request's traceback holds this frame
+                if folded:
+                    del hook.raw  # its view of the buffer goes with the request
+        if hook is None or folded:
             fut = self._pool.submit(move)
             pend._waiter, pend._poll = fut.result, fut.done
             return pend

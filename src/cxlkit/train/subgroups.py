@@ -21,9 +21,9 @@ from . import spill_split as S
 from . import subgroup_layout as L
 from .subgroup_metrics import StoreMetrics, busy_seconds  # noqa: F401 (busy_seconds: re-exported)
 from .subgroup_state import StoreState
-from .spill_paths import (HEADER_NBYTES, LOCK_MODES, Pending, SpillPath,
-                          SubgroupError, check_header, check_payload, pack_header, parse_path,
-                          typed)
+from .spill_base import FetchCheck, FlushHeader
+from .spill_paths import (HEADER_NBYTES, LOCK_MODES, Pending, SpillPath, SubgroupError,
+                          parse_path, typed)
 
 log = logging.getLogger("cxlkit")
 F32 = A.DTYPES["float32"]
@@ -229,18 +229,13 @@ class SubgroupStore(StoreState, StoreMetrics):
             if self.ver[k] == pend.gen:
                 self._dirty[bi] = False
 
-    def _fetch_check(self, bi: int, sg: L.Subgroup, gen: int, path: SpillPath) -> Callable:
+    def _fetch_check(self, bi: int, sg: L.Subgroup, gen: int, path: SpillPath) -> FetchCheck:
         """The check of a fetched subgroup, run by its request once the bytes are in (on a
-        copy path's worker thread, off this one): the header always, the payload's sum when
-        verify and the path keeps sums (its bytes left the process)."""
-        raw = self._raw[bi]
-
-        def check() -> None:
-            check_header(raw, sg.idx, gen, sg.nparams, sg.state_nbytes, self.key, path.name)
-            if self.verify and path.checksummed:
-                check_payload(raw, raw[HEADER_NBYTES:HEADER_NBYTES + sg.state_nbytes], sg.idx,
-                              path.name)
-        return check
+        path's own thread, off this one): the header always, the payload's sum when verify
+        and the path keeps sums (its bytes left the process); a copy path folds that sum
+        into its copy."""
+        return FetchCheck(self._io_extent(bi, sg), sg.idx, gen, sg.nparams, self.key,
+                          path.name, self.verify and path.checksummed)
 
     def _drop(self, bi: int) -> None:
         k = self._held[bi]
@@ -302,19 +297,14 @@ class SubgroupStore(StoreState, StoreMetrics):
         keep = self._committed[k]
         cand = [s for s in (0, 1) if not (keep and keep[0] == pi and keep[1] == s)]
         slot = min(cand, key=lambda s: (s in used, self._dur[k].get((pi, s), -1)))
-        raw = self._raw[bi]
-        payload = raw[HEADER_NBYTES:HEADER_NBYTES + sg.state_nbytes]
-        path, ver = self.paths[pi], self.ver[k]
-
-        def prepare() -> None:
-            # the header, with the payload's sum where the path keeps one: run by the
-            # request just before the bytes move, on the path's own thread (off this one)
-            hdr = pack_header(k, ver, sg.nparams, payload, self.key, path.checksummed)
-            raw[:HEADER_NBYTES] = 0
-            raw[:len(hdr)] = np.frombuffer(hdr, np.uint8)
+        path = self.paths[pi]
+        # the header, with the payload's sum where the path keeps one: packed by the request
+        # on the path's own thread (off this one); a copy path folds the sum into its copy
+        extent = self._io_extent(bi, sg)
+        prepare = FlushHeader(extent, k, self.ver[k], sg.nparams, self.key, path.checksummed)
         self._dur[k].pop((pi, slot), None)  # its old contents are being overwritten
         self._acquire(path)
-        pend = path.write(k, slot, self._io_extent(bi, sg), prepare)
+        pend = path.write(k, slot, extent, prepare)
         pend.slot, pend.gen = slot, self.ver[k]
         self._io[bi] = pend
         if self._dur[k] and pi != self._location(k)[0]:

@@ -1,0 +1,185 @@
+"""The payload checksum folded into a copy path's copy (aio.copy_sum): the same header bytes
+as the separate pass wrote, the same corruptions caught on the way back (a flipped payload
+byte, a foreign header, a torn flush whose header never landed), one pass over the bytes
+(no separate checksum on any thread), and verify=False still checking the header."""
+from __future__ import annotations
+
+import errno
+import os
+
+import numpy as np
+import pytest
+
+import cxlkit
+from cxlkit.train import aio
+from cxlkit.train import spill_base as SB
+from cxlkit.train import subgroup_layout as L
+from cxlkit.train.spill_base import (HEADER_NBYTES, FetchCheck, FlushHeader, PathIOError,
+                                     SubgroupCorruptError)
+from cxlkit.train.spill_copy import PoolPath
+from cxlkit.train.spill_mapped import MappedDirPath
+from cxlkit.train.subgroups import SubgroupStore
+from test_subgroups import SIZES, Ref, check_state, make, run_steps
+
+
+def extent(nparams: int, seed: int = 0) -> np.ndarray:
+    raw = np.zeros(HEADER_NBYTES + L.pad(12 * nparams), np.uint8)
+    raw[HEADER_NBYTES:] = np.random.default_rng(seed).integers(0, 256, raw.nbytes
+                                                                - HEADER_NBYTES, np.uint8)
+    return raw
+
+
+def test_flush_header_folded_equals_the_separate_pass_and_fetch_check_catches_a_flip():
+    a = extent(1000)
+    b = a.copy()
+    FlushHeader(a, 5, 3, 1000, 77, True)()                  # the separate pass
+    s = aio.copy_sum(np.empty(a.nbytes - HEADER_NBYTES, np.uint8), b[HEADER_NBYTES:])
+    FlushHeader(b, 5, 3, 1000, 77, True).write(s)           # the sum a copy folded in
+    assert np.array_equal(a, b)
+    chk = FetchCheck(a, 5, 3, 1000, 77, "p", True)
+    chk()
+    assert chk.header() == 3
+    chk.payload(s)
+    a[HEADER_NBYTES + 123] ^= 1
+    with pytest.raises(SubgroupCorruptError, match="subgroup 5 on p: payload checksum"):
+        chk()
+    with pytest.raises(SubgroupCorruptError, match="payload checksum"):
+        chk.payload(aio.copy_sum(np.empty(a.nbytes - HEADER_NBYTES, np.uint8),
+                                 a[HEADER_NBYTES:]))
+    FetchCheck(a, 5, 3, 1000, 77, "p", False)()             # no payload check asked for
+    with pytest.raises(SubgroupCorruptError, match="generation 3, expected 4"):
+        FetchCheck(a, 5, 4, 1000, 77, "p", True).header()
+    # a path that keeps no sums (memory tier) writes 0 whatever it is given
+    c = extent(1000)
+    FlushHeader(c, 5, 3, 1000, 77, False).write(12345)
+    assert int.from_bytes(c[48:56].tobytes(), "little") == 0  # the payload sum field
+
+
+@pytest.fixture(params=["map", "pool"])
+def copy_path(request, shm_dir):
+    """A checksummed copy path: a mapped tmpfs directory, or a pool object area."""
+    if request.param == "map":
+        yield lambda: MappedDirPath(shm_dir, lock="off")
+        return
+    pool = cxlkit.Pool(os.path.join(shm_dir, "pool"), size=16 << 20, host_id=0)
+    yield lambda: PoolPath(pool, "sgf", lock="off")
+    pool.close()
+
+
+def slot_bytes(st: SubgroupStore, k: int, slot: int) -> np.ndarray:
+    return st.paths[0]._area(k, create=False)[slot * st.slot_nbytes:
+                                               (slot + 1) * st.slot_nbytes]
+
+
+def test_store_on_a_copy_path_sums_in_one_pass_and_gives_the_kernels_bits(copy_path,
+                                                                          monkeypatch):
+    # the defect: a checksummed copy path read every subgroup twice per move (the copy,
+    # then kv_checksum over it on a sum thread); now the sum is the copy's own
+    passes: list[int] = []
+    real = SB.checksum
+    monkeypatch.setattr(SB, "checksum", lambda buf: (passes.append(1), real(buf))[1])
+    ref = Ref(41)
+    with make([copy_path()], ref) as st:
+        run_steps(st, ref, 3)
+        check_state(st, ref)
+    assert passes == []
+
+
+def test_folded_fetch_catches_a_flipped_payload_byte_and_loses_nothing(copy_path):
+    ref = Ref(42)
+    with make([copy_path()], ref) as st:
+        run_steps(st, ref, 1)
+        st.commit()
+        k = next(k for k in range(len(st.subgroups)) if k not in st._where)
+        _, slot, _ = st._location(k)
+        area = slot_bytes(st, k, slot)
+        area[HEADER_NBYTES + 100] ^= 0xFF
+        with pytest.raises(SubgroupCorruptError, match=f"subgroup {k}.*payload checksum"):
+            st.read_state()
+        area[HEADER_NBYTES + 100] ^= 0xFF
+        del area  # a view of the mapping
+        check_state(st, ref)
+
+
+def test_folded_fetch_rejects_a_foreign_header_before_the_payload_moves(copy_path,
+                                                                       monkeypatch):
+    ref = Ref(43)
+    with make([copy_path()], ref) as st:
+        run_steps(st, ref, 1)
+        k = next(k for k in range(len(st.subgroups)) if k not in st._where)
+        _, slot, _ = st._location(k)
+        area = slot_bytes(st, k, slot)
+        area[20] ^= 0x01  # the subgroup index field: the header's crc fails
+        del area
+        moved: list[int] = []
+        real = aio.copy_sum
+        monkeypatch.setattr(aio, "copy_sum", lambda d, s, what="": (
+            moved.append(what), real(d, s, what))[1])
+        with pytest.raises(SubgroupCorruptError, match=f"subgroup {k}.*header checksum"):
+            st.read_state()
+        assert moved and st.paths[0]._where(k) not in moved  # others moved, k's never
+
+
+def test_torn_folded_flush_leaves_the_committed_generation_to_resume(shm_dir, monkeypatch):
+    # the header is copied after the payload: a flush torn between them leaves the slot's
+    # old header over new bytes, which its sum refuses; the committed slot stays readable
+    ref = Ref(44)
+    with make([f"map:{shm_dir}"], ref, namespace="torn") as st:
+        run_steps(st, ref, 2)
+        st.commit(extra={"at": 2})
+        saved = [tuple(a.copy() for a in s) for s in ref.state]
+        real, real_write = aio.copy, FlushHeader.write
+        armed: list[bool] = []
+
+        def write(self, payload_sum):  # the payload moved: the header's copy comes next
+            real_write(self, payload_sum)
+            armed.append(True)
+
+        def no_header(d, s, what="aio copy"):
+            if armed and d.nbytes == HEADER_NBYTES:
+                armed.clear()
+                raise OSError(errno.EFAULT, "Bad address")
+            return real(d, s, what)
+        monkeypatch.setattr(FlushHeader, "write", write)
+        monkeypatch.setattr(aio, "copy", no_header)
+        with pytest.raises(PathIOError, match="write of slot"):
+            run_steps(st, ref, 1)
+        monkeypatch.setattr(aio, "copy", real)
+        monkeypatch.setattr(FlushHeader, "write", real_write)
+    with SubgroupStore([f"map:{shm_dir}"], subgroup_params=700, cache_subgroups=3,
+                       bandwidths=[1.0], namespace="torn") as st2:
+        st2.bind(SIZES)
+        assert st2.resume() == {"at": 2}
+        got = st2.read_state()
+        for i, s in enumerate(saved):
+            for a, b in zip(got[i], s):
+                assert np.array_equal(a, b)
+
+
+def test_verify_off_moves_a_copy_paths_payload_by_a_plain_copy_and_still_checks_headers(
+        copy_path, monkeypatch):
+    summed: list[int] = []
+    real = aio.copy_sum
+    monkeypatch.setattr(aio, "copy_sum", lambda d, s, what="": (
+        summed.append(1), real(d, s, what))[1])
+    ref = Ref(45)
+    with make([copy_path()], ref, verify=False) as st:
+        run_steps(st, ref, 2)
+        assert summed  # flushes still write the sum: a later store may verify
+        check_state(st, ref)
+        st.commit()
+        summed.clear()
+        k = next(k for k in range(len(st.subgroups)) if k not in st._where)
+        _, slot, _ = st._location(k)
+        area = slot_bytes(st, k, slot)
+        area[HEADER_NBYTES + 8] ^= 0xFF  # not checked with verify off
+        del area
+        st.read_state()
+        assert summed == []              # fetches: a plain copy
+        k = next(k for k in range(len(st.subgroups)) if k not in st._where)
+        _, slot, _ = st._location(k)
+        area = slot_bytes(st, k, slot)
+        area[40] ^= 0x01                 # the payload length field: the header's crc fails
+        del area
+        with pytest.raises(SubgroupCorruptError, match=f"subgroup {k}.*header checksum"):
+            st.read_state()
