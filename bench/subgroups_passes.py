@@ -90,7 +90,8 @@ def path_ways(path: SP.SpillPath, buf: np.ndarray) -> list[tuple[str, Callable[[
             path.acquire(True)
             path.read(0, 0, buf, r).wait()
         return run
-    return [(f"{path.kind} {path.name}: flush + fetch, {route}", flush_fetch(route))
+    label = getattr(path, "bench_label", path.kind)
+    return [(f"{label}: flush + fetch, {route}", flush_fetch(route))
             for route in ("folded", "separate", "no sum")]
 
 
@@ -126,6 +127,7 @@ def make_paths(a: argparse.Namespace, slot: int, tmp: list[str]) -> list[Any]:
                 if block else None
             p = MappedDirPath(d, lock="off") if kind == "map" else \
                 SP.DirPath(d, lock="off", config=cfg)
+        p.bench_label = f"{p.kind} [{spec}]"  # aio: the engine, map: mapped
         p.open(slot, 2, "bench")
         out.append(p)
     return out

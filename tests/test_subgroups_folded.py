@@ -129,21 +129,23 @@ def test_torn_folded_flush_leaves_the_committed_generation_to_resume(shm_dir, mo
         st.commit(extra={"at": 2})
         saved = [tuple(a.copy() for a in s) for s in ref.state]
         real, real_write = aio.copy, FlushHeader.write
-        armed: list[bool] = []
+        armed: list[bool] = []  # one flush torn, the first after the commit
 
         def write(self, payload_sum):  # the payload moved: the header's copy comes next
             real_write(self, payload_sum)
-            armed.append(True)
+            if not armed:
+                armed.append(True)
 
         def no_header(d, s, what="aio copy"):
-            if armed and d.nbytes == HEADER_NBYTES:
-                armed.clear()
+            if armed == [True] and d.nbytes == HEADER_NBYTES:
+                armed[0] = False
                 raise OSError(errno.EFAULT, "Bad address")
             return real(d, s, what)
         monkeypatch.setattr(FlushHeader, "write", write)
         monkeypatch.setattr(aio, "copy", no_header)
         with pytest.raises(PathIOError, match="write of slot"):
             run_steps(st, ref, 1)
+        assert armed == [False]
         monkeypatch.setattr(aio, "copy", real)
         monkeypatch.setattr(FlushHeader, "write", real_write)
     with SubgroupStore([f"map:{shm_dir}"], subgroup_params=700, cache_subgroups=3,
@@ -183,3 +185,39 @@ def test_verify_off_moves_a_copy_paths_payload_by_a_plain_copy_and_still_checks_
         del area
         with pytest.raises(SubgroupCorruptError, match=f"subgroup {k}.*header checksum"):
             st.read_state()
+
+
+def test_measure_pays_the_same_payload_sum_as_the_stores_requests(tmp_path, shm_dir,
+                                                                  monkeypatch):
+    # the defect: a path's start-up microbenchmark moved bare bytes, so its CPU per byte
+    # (the CPU-aware split's input) left out the payload sum the store's requests pay: a
+    # directory's (a pass of its own) was understated by about half against the copy paths'
+    passes: list[int] = []
+    folded: list[int] = []
+    real, real_fold = SB.checksum, aio.copy_sum
+    monkeypatch.setattr(SB, "checksum", lambda buf: (passes.append(1), real(buf))[1])
+    monkeypatch.setattr(aio, "copy_sum", lambda d, s, what="": (
+        folded.append(1), real_fold(d, s, what))[1])
+    from cxlkit.train.spill_paths import DirPath, MemoryPath
+    d = DirPath(str(tmp_path), lock="off")
+    try:
+        r, w = d.measure(1 << 20)
+        assert r > 0 and w > 0 and d.measured_cpu_per_byte >= 0
+        assert len(passes) == 4 and folded == []  # 2 rounds of a flush sum and a fetch check
+    finally:
+        d.close()
+    passes.clear()
+    m = MappedDirPath(shm_dir, lock="off")
+    try:
+        m.measure(1 << 20)
+        assert passes == [] and len(folded) == 4  # folded into the copies
+    finally:
+        m.close()
+    folded.clear()
+    mem = MemoryPath()
+    try:
+        mem.measure(1 << 20)
+        assert passes == [] and folded == []      # a memory tier keeps no sum
+    finally:
+        mem.close()
+    assert not os.listdir(shm_dir) and not list(tmp_path.iterdir())

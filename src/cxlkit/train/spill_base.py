@@ -301,25 +301,32 @@ class SpillPath:
         return True
 
     def measure(self, nbytes: int) -> tuple[float, float]:
-        """(read, write) bytes per second over a scratch subgroup of nbytes, same I/O path;
-        measured_cpu_per_byte: this process's CPU seconds (every thread: copy workers,
-        io-wq) per byte moved in the last round (the first pays page faults and allocation;
-        another path measured at the same time adds to it)."""
-        nbytes = max(aio.ALIGN, nbytes // aio.ALIGN * aio.ALIGN)
+        """(read, write) bytes per second over a scratch subgroup of nbytes, same I/O path
+        and header work as the store's requests (a flush's header and payload sum, a fetch's
+        check); measured_cpu_per_byte: this process's CPU seconds (every thread: copy
+        workers, sum and check threads, io-wq) per byte moved in the last round (the first
+        pays page faults and allocation; another path measured at the same time adds to it)."""
+        nbytes = max(HEADER_NBYTES + aio.ALIGN, nbytes // aio.ALIGN * aio.ALIGN)
         buf = P.alloc(nbytes, P.default())
         arr = buf.numpy()
         arr[:] = 7
         self.open(max(self.slot_nbytes, nbytes), self.nslots, self.namespace)
         scratch = 1 << 40  # an index no store uses
+        nparams = (nbytes - HEADER_NBYTES) // 12
         tw = tr = float("inf")
         done = False
         try:
             for _ in range(2):  # the first round pays for page faults and file allocation
                 c0 = _cpu_seconds()
+                # with the store's header work (the payload sum where the path keeps one,
+                # folded into a copy path's copy, a pass of its own on a directory's helper
+                # threads): the CPU per byte is the route's, not the bare copy's or I/O's
                 self.acquire(True)
-                tw = min(tw, self.write(scratch, 0, arr).wait())
+                tw = min(tw, self.write(scratch, 0, arr, FlushHeader(
+                    arr, scratch, 1, nparams, 0, self.checksummed)).wait())
                 self.acquire(True)
-                tr = min(tr, self.read(scratch, 0, arr).wait())
+                tr = min(tr, self.read(scratch, 0, arr, FetchCheck(
+                    arr, scratch, 1, nparams, 0, self.name, self.checksummed)).wait())
                 self.measured_cpu_per_byte = (_cpu_seconds() - c0) / (2 * nbytes)
             done = True
         finally:
