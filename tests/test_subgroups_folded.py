@@ -1,7 +1,8 @@
 """The payload checksum folded into a copy path's copy (aio.copy_sum): the same header bytes
 as the separate pass wrote, the same corruptions caught on the way back (a flipped payload
-byte, a foreign header, a torn flush whose header never landed), one pass over the bytes
-(no separate checksum on any thread), and verify=False still checking the header."""
+byte, a foreign header, a torn flush whose header never landed, random flips and torn tails
+under hypothesis), one pass over the bytes (no separate checksum on any thread), verify=False
+still checking the header, and a path's start-up figure paying the same header work."""
 from __future__ import annotations
 
 import errno
@@ -9,6 +10,8 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
 
 import cxlkit
 from cxlkit.train import aio
@@ -221,3 +224,31 @@ def test_measure_pays_the_same_payload_sum_as_the_stores_requests(tmp_path, shm_
     finally:
         mem.close()
     assert not os.listdir(shm_dir) and not list(tmp_path.iterdir())
+
+
+@settings(max_examples=60, deadline=None)
+@given(flips=hst.lists(hst.tuples(hst.integers(0, HEADER_NBYTES + 12 * 1000 - 1),
+                                hst.integers(1, 255)), min_size=1, max_size=4),
+       cut=hst.one_of(hst.none(), hst.integers(0, HEADER_NBYTES + 12 * 1000 - 1)))
+def test_fuzz_a_slot_fetched_through_the_fold_gives_its_bytes_or_a_typed_error(flips, cut):
+    # random byte flips anywhere in a slot (header fields, header padding, payload) and a
+    # torn tail (the bytes from `cut` on left from an older write): the folded fetch either
+    # returns exactly the bytes flushed or raises SubgroupCorruptError; never other bytes
+    raw = extent(1000, seed=len(flips))
+    want = raw[HEADER_NBYTES:].copy()
+    FlushHeader(raw, 2, 5, 1000, 11, True).write(
+        aio.copy_sum(np.empty(raw.nbytes - HEADER_NBYTES, np.uint8), raw[HEADER_NBYTES:]))
+    area = raw.copy()
+    for off, x in flips:
+        area[off] ^= x
+    if cut is not None:
+        area[cut:] = extent(1000, seed=99)[cut:]
+    got = np.zeros_like(raw)
+    chk = FetchCheck(got, 2, 5, 1000, 11, "fuzz", True)
+    try:
+        aio.copy(got[:HEADER_NBYTES], area[:HEADER_NBYTES])
+        chk.header()
+        chk.payload(aio.copy_sum(got[HEADER_NBYTES:], area[HEADER_NBYTES:]))
+    except SubgroupCorruptError:
+        return
+    assert np.array_equal(got[HEADER_NBYTES:], want)
