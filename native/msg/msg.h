@@ -204,6 +204,8 @@ struct cxk_comm {
     uint64_t events = 0;                      // cells read from any ring so far (waits spin
                                               // again after progress)
     cxk_wait_opts wait{};                     // the wait policy (cxk_msg_set_wait)
+    cxk_spin spin{};                          // the adaptive spin of its waits (ring/spin.cpp)
+    std::vector<cxk_ring *> sleep_on;         // a wait's in rings (Waiter::check), reused
     std::vector<cxk_win *> wins;              // by window id (nullptr once freed)
     std::vector<cxk::msg::RmaWait *> rma_waits;  // my RMA requests awaiting a reply
     int failed_rank = -1;
@@ -234,7 +236,12 @@ struct Waiter {
     int64_t next_check_ns;  // next deadline / liveness look
     uint64_t events;        // c->events when the spin last (re)started
     Waiter(cxk_comm *comm, int need_rank);
-    int check();
+    ~Waiter();
+    // on_rings: what the wait is for arrives as a cell of an incoming ring (a message, an RTS,
+    // a FIN or ACK, an RMA request or reply), so on coherence "host" it may sleep on them
+    // (the same-host wake-up) when nothing of ours waits for room in a peer's ring and every
+    // peer's ring to us exists; else it sleeps on the timer.
+    int check(bool on_rings = false);
 };
 
 // p2p.cpp
