@@ -205,7 +205,21 @@ static void probe(void) {
     cxk_fault_clear();
 }
 
+static void bad_input(void) {
+    struct cxk_spin s;
+    struct cxk_ring_wake_stats w;
+    cxk_spin_init(NULL);
+    CHECK_EQ(cxk_spin_begin(NULL, 200, 1, 1, 1), 200); /* no state: the cap */
+    cxk_spin_slept(NULL);
+    cxk_spin_end(NULL, 1);
+    CHECK_EQ(cxk_rpc_spin_stats(NULL, &s), -EINVAL);
+    CHECK_EQ(cxk_rpc_server_spin_stats(NULL, &s), -EINVAL);
+    CHECK_EQ(cxk_msg_spin_stats(NULL, &s), -EINVAL);
+    CHECK_EQ(cxk_msg_wake_stats(NULL, &w), -EINVAL);
+}
+
 int main(void) {
+    bad_input();
     rules();
     woke_rule();
     overcommit_and_caps();
