@@ -476,9 +476,11 @@ extern "C" {
 
 int64_t cxk_rpc_wait_idle(cxk_rpc_client *c, cxk_wait *w) {
     if (!c || !c->rep) return cxk_wait_idle(w);
-    // the woke rule looks at whether our request's publish woke the server
+    // the woke rule looks at whether our request's publish woke the server (read at the
+    // wait's first idle only: the adaptive spin looks at it then)
     struct cxk_ring_wake_stats ws {};
-    cxk_ring_wake_stats(c->req, &ws);
+    ws.wakes_sent = c->spin.wakes_seen;
+    if (w && w->polls == 0) cxk_ring_wake_stats(c->req, &ws);
     return cxk::ring::adapt_idle(&c->spin, w, ws.wakes_sent, &c->rep, 1);
 }
 
