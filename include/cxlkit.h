@@ -947,6 +947,8 @@ struct cxk_spin {
     uint32_t overcommitted;  /* the last look at the machine found it overcommitted */
     int64_t probe_ns;        /* when the machine was last looked at (0: never) */
     uint64_t wakes_seen;     /* the party's wake-ups sent, at the last wait's begin */
+    int64_t seen_ns;         /* the wait in progress's clock at its last idle poll (its end,
+                              * to within a few polls: no clock read on the answer's path) */
     /* counters since init */
     uint64_t waits;          /* waits begun (their first idle poll) */
     uint64_t hits;           /* ... answered before they slept (during the spin) */

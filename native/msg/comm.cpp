@@ -286,8 +286,14 @@ int Waiter::check(bool on_rings) {
         cxk_wait_begin(&w, &c->wait);
     }
     const bool first = w.polls == 0;
-    if (on_rings) rings_to_sleep_on(c);
-    else c->sleep_on.clear();
+    // the rings matter only to a sleep: gathered at the first idle (the adaptive spin may
+    // skip the spin) and once the spin is over, not on every poll of the spin
+    const uint32_t a = w.adapt & ~CXK_WAIT_ADAPT_YIELD;
+    const int64_t spin_ns = a ? int64_t(a - 1) * 1000
+                              : (w.opts.spin_us == CXK_WAIT_FOREVER ? INT64_MAX
+                                                                    : int64_t(w.opts.spin_us) * 1000);
+    if (!on_rings) c->sleep_on.clear();
+    else if (first || w.now_ns - w.start_ns >= spin_ns) rings_to_sleep_on(c);
     cxk::ring::adapt_idle(&c->spin, &w, first ? wakes_sent(c) : c->spin.wakes_seen,
                           c->sleep_on.data(), c->sleep_on.size());
     if (w.now_ns < next_check_ns) return 0;

@@ -13,7 +13,7 @@ namespace cxk::ring {
 // a sleep in s. wakes_sent: the wake-ups the party's publishes sent so far (a running count).
 int64_t adapt_idle(cxk_spin *s, cxk_wait *w, uint64_t wakes_sent, cxk_ring *const *rings,
                    size_t n);
-// The wait in progress (if any) got its answer now.
+// The wait in progress (if any) got its answer (at its last idle poll's clock reading).
 void adapt_end(cxk_spin *s);
 
 }  // namespace cxk::ring
