@@ -205,15 +205,26 @@ def test_overhead_bench_runs_and_reports_medians_for_every_mix():
     assert set(summaries) == {"small", "with_large", "large", "midsize", "numpy", "kvstore",
                               "python"}
     for mix, s in summaries.items():
-        variants = ["base", "preload"] + ([] if mix in ("small", "kvstore", "python", "midsize")
-                                          else ["base_fixed_threshold", "preload_nocache"])
+        # glibc with the library's malloc settings runs for every mix (the environment's
+        # share apart from the code's); the library without its cache for the large ones
+        variants = ["base", "base_fixed_threshold", "preload"] + (
+            [] if mix in ("small", "kvstore", "python", "midsize") else ["preload_nocache"])
+        assert {k[len("median_per_s_"):] for k in s if k.startswith("median_per_s_")} == \
+            set(variants)
         for v in variants:
             assert s[f"median_per_s_{v}"] > 0 and len(s[f"spread_{v}"]) == 2
+            # page faults and CPU seconds per variant, and the loop's rate by CPU time
+            assert s[f"median_minflt_{v}"] > 0 and s[f"median_cpu_rate_{v}"] > 0
+            assert s[f"median_utime_s_{v}"] + s[f"median_stime_s_{v}"] > 0
             if v != "preload":
                 assert s[f"paired_ratio_vs_{v}"]["min"] > 0
+                assert s[f"paired_ratio_cpu_vs_{v}"]["min"] > 0
+        assert s["paired_ratio_base_fixed_threshold_vs_base"]["min"] > 0
         assert s["runs"] == 2 and "overhead_pct" in s and s["load"] >= 0
         assert "insns_source" not in s
-    assert len([x for x in rows if not x.get("summary")]) == 14
+    runs = [x for x in rows if not x.get("summary")]
+    assert len(runs) == 14
+    assert all(x["minflt_base"] > 0 and x["minflt_preload"] > 0 for x in runs)
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="callgrind counts instructions "
