@@ -138,7 +138,8 @@ def insns_per_op(mix: str, exes, a, variants, d: Path) -> dict[str, float]:
 def summary(mix: str, a, spec: str, got_all: dict, ratios: dict, insns: dict, source: str,
             usage: dict) -> dict:
     med = {k: statistics.median(v) for k, v in got_all.items()}
-    doc = {"mix": mix, "summary": True, "runs": a.runs, "stripe": spec, "cache": a.cache,
+    doc = {"mix": mix, "summary": True, "runs": a.runs, "repeat": a.repeat, "stripe": spec,
+           "cache": a.cache,
            "cache_count": a.cache_count, "touch_large": a.touch_large,
            "load": os.getloadavg()[0],
            **{f"median_per_s_{k}": v for k, v in med.items()},
@@ -186,8 +187,11 @@ def environments(a: argparse.Namespace) -> tuple[str, list[tuple[str, dict]]]:
     # threshold at twice that; the environment's share of the overhead apart from the code's
     t = min(cfg.min_bytes, 32 << 20)
     fixed = dict(base, MALLOC_MMAP_THRESHOLD_=str(t), MALLOC_TRIM_THRESHOLD_=str(2 * t))
+    # base_again: glibc a second time, the A/A pair that shows what this machine's noise
+    # alone makes of a paired ratio (--aa)
     return cfg.spec, [("base", base), ("base_fixed_threshold", fixed),
-                      ("preload_nocache", nocache), ("preload", with_lib)]
+                      ("preload_nocache", nocache), ("preload", with_lib),
+                      ("base_again", dict(base))]
 
 
 def paired(got: dict, rate: str) -> dict[str, float]:
@@ -206,10 +210,22 @@ def paired(got: dict, rate: str) -> dict[str, float]:
     return out
 
 
+def best_of(tries: list[dict], rate: str) -> dict[str, float]:
+    """One variant's result in a run of --repeat K tries: its fastest try by wall time (with
+    that try's page faults and CPU seconds), and its fastest loop by CPU time. Interference
+    on a shared machine only ever slows a try, so the fastest of K is the least disturbed."""
+    cpu = rate.replace("_per_s", "_per_cpu_s")
+    best = dict(max(tries, key=lambda f: f[rate]))
+    best[cpu] = max(f[cpu] for f in tries)
+    return best
+
+
 def run_mix(mix: str, exes, a, all_variants, spec: str, d: Path) -> None:
-    variants = [v for v in all_variants if mix in LARGE_MIXES or v[0] != "preload_nocache"]
+    variants = [v for v in all_variants if (mix in LARGE_MIXES or v[0] != "preload_nocache")
+                and (a.aa or v[0] != "base_again")]
     if a.variants:
-        variants = [v for v in variants if v[0] in a.variants or v[0] in ("base", "preload")]
+        variants = [v for v in variants
+                    if v[0] in a.variants or v[0] in ("base", "preload", "base_again")]
     rate, unit = WORDS.get(mix, ("allocs_per_s", "allocs"))
     got_all: dict[str, list[float]] = {name: [] for name, _ in variants} if a.runs else {}
     ratios: dict[str, list[float]] = {}
@@ -219,7 +235,11 @@ def run_mix(mix: str, exes, a, all_variants, spec: str, d: Path) -> None:
         # rotate which goes first, so drift on a shared machine hits every variant
         order = variants[i % len(variants):] + variants[:i % len(variants)]
         cmd = command(mix, exes, a, 1 + i)
-        got = {name: one(cmd, env) for name, env in order}
+        tries: dict[str, list[dict]] = {name: [] for name, _ in order}
+        for _ in range(a.repeat):  # interleaved: A B C A B C ...
+            for name, env in order:
+                tries[name].append(one(cmd, env))
+        got = {name: best_of(t, rate) for name, t in tries.items()}
         for name, f in got.items():
             got_all[name].append(f[rate])
             for u, v in rusage_of(f, rate).items():
@@ -264,6 +284,12 @@ def main() -> None:
                     help="the extra variants to run (default: base_fixed_threshold for every mix, "
                          "preload_nocache for the large mixes; none: base and preload only, as "
                          "for a sweep of the cache bounds)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="tries of every variant per run, interleaved; each variant's fastest "
+                         "counts (1: one try, as a single run of the program)")
+    ap.add_argument("--aa", action="store_true",
+                    help="run glibc twice per run (base_again): the paired ratio of two "
+                         "identical variants, the noise floor of this machine")
     ap.add_argument("--touch-large", choices=("all", "16k"), default="all",
                     help="pages written in each 4 MiB block: all (a program using it) or the "
                          "first 16 KiB (the worst case for the library's per-block calls)")
@@ -274,6 +300,8 @@ def main() -> None:
                     help="callgrind runs at this fraction of the operation counts (and twice "
                          "it: the difference cancels start-up)")
     a = ap.parse_args()
+    if a.repeat < 1:
+        ap.error(f"--repeat {a.repeat}: expected at least 1")
     spec, variants = environments(a)
     with tempfile.TemporaryDirectory() as d:
         exes = build(Path(d))
