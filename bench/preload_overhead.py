@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import resource
 import shutil
@@ -135,6 +136,15 @@ def insns_per_op(mix: str, exes, a, variants, d: Path) -> dict[str, float]:
     return got
 
 
+def median_ci(v: list[float], resamples: int = 2000) -> list[float]:
+    """A 95 % bootstrap interval of the median of v (percentiles of the medians of resamples
+    drawn with replacement; a fixed seed, so a summary reads the same twice): how far this
+    machine's noise lets the median move, next to the median itself."""
+    rng = random.Random(0)
+    meds = sorted(statistics.median(rng.choices(v, k=len(v))) for _ in range(resamples))
+    return [round(meds[int(0.025 * resamples)], 4), round(meds[int(0.975 * resamples) - 1], 4)]
+
+
 def summary(mix: str, a, spec: str, got_all: dict, ratios: dict, insns: dict, source: str,
             usage: dict) -> dict:
     med = {k: statistics.median(v) for k, v in got_all.items()}
@@ -147,7 +157,8 @@ def summary(mix: str, a, spec: str, got_all: dict, ratios: dict, insns: dict, so
     if med:
         doc["overhead_pct"] = round(100 * (1 - med["preload"] / med["base"]), 2)
     doc.update({f"paired_ratio_{k}": {"median": round(statistics.median(v), 4),
-                                      "min": round(min(v), 4), "max": round(max(v), 4)}
+                                      "min": round(min(v), 4), "max": round(max(v), 4),
+                                      "ci95": median_ci(v)}
                 for k, v in ratios.items() if v})
     # per variant: medians of page faults and CPU seconds of the whole process
     doc.update({f"median_{f}_{k}": round(statistics.median(v), 4)

@@ -217,7 +217,8 @@ def test_overhead_bench_runs_and_reports_medians_for_every_mix():
             assert s[f"median_minflt_{v}"] > 0 and s[f"median_cpu_rate_{v}"] > 0
             assert s[f"median_utime_s_{v}"] + s[f"median_stime_s_{v}"] > 0
             if v != "preload":
-                assert s[f"paired_ratio_vs_{v}"]["min"] > 0
+                r = s[f"paired_ratio_vs_{v}"]
+                assert 0 < r["min"] <= r["ci95"][0] <= r["median"] <= r["ci95"][1] <= r["max"]
                 assert s[f"paired_ratio_cpu_vs_{v}"]["min"] > 0
         assert s["paired_ratio_base_fixed_threshold_vs_base"]["min"] > 0
         assert s["runs"] == 2 and "overhead_pct" in s and s["load"] >= 0
