@@ -261,6 +261,8 @@ def run_mix(mix: str, exes, a, all_variants, spec: str, d: Path) -> None:
             ratios.setdefault(k, []).append(v)
         print(json.dumps({"mix": mix, "run": i, **{f"per_s_{k}": f[rate] for k, f in got.items()},
                           "ratio": got["preload"][rate] / got["base"][rate],
+                          **({f"tries_per_s_{k}": [f[rate] for f in t] for k, t in tries.items()}
+                             if a.repeat > 1 else {}),
                           **{f"{u}_{k}": round(v, 4) for k, f in got.items()
                              for u, v in rusage_of(f, rate).items()}}), flush=True)
     insns, source = {}, ""

@@ -228,6 +228,30 @@ def test_overhead_bench_runs_and_reports_medians_for_every_mix():
     assert all(x["minflt_base"] > 0 and x["minflt_preload"] > 0 for x in runs)
 
 
+def test_overhead_bench_repeat_keeps_each_variants_fastest_try_and_aa_pairs_glibc_with_itself():
+    r = _bench("--runs", "2", "--repeat", "3", "--aa", "--mix", "small", "--insns", "off",
+               *BENCH_SMALL)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(x) for x in r.stdout.splitlines()]
+    (s,) = [x for x in rows if x.get("summary")]
+    assert s["repeat"] == 3 and s["median_per_s_base_again"] > 0
+    aa = s["paired_ratio_base_again_vs_base"]
+    assert 0 < aa["min"] <= aa["median"] <= aa["max"]
+    for x in (x for x in rows if not x.get("summary")):
+        for v in ("base", "base_fixed_threshold", "preload", "base_again"):
+            assert len(x[f"tries_per_s_{v}"]) == 3
+            assert x[f"per_s_{v}"] == max(x[f"tries_per_s_{v}"])
+        # the ratio printed per run is of the kept (fastest) tries
+        assert x["ratio"] == pytest.approx(x["per_s_preload"] / x["per_s_base"])
+        assert {"per_s_base", "per_s_base_fixed_threshold", "per_s_preload",
+                "per_s_base_again"} <= set(x)
+
+
+def test_overhead_bench_refuses_a_repeat_below_one():
+    r = _bench("--runs", "1", "--repeat", "0", "--mix", "small", timeout=60)
+    assert r.returncode == 2 and "--repeat 0: expected at least 1" in r.stderr
+
+
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="callgrind counts instructions "
                     "where the machine has no hardware counter; valgrind is not installed")
 def test_overhead_bench_counts_instructions_per_operation_of_both_variants():
