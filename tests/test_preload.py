@@ -274,3 +274,39 @@ def test_overhead_bench_refuses_a_stripe_node_without_memory():
     r = _bench("--runs", "1", "--mix", "small", "--stripe", f"0:3,{missing}:1", timeout=60)
     assert r.returncode == 2 and f"node {missing} has no memory on this machine" in r.stderr
     assert r.stdout == ""
+
+
+def _bench_environments(stripe: str = "0:1") -> dict[str, dict]:
+    """The variants' environments as bench/preload_overhead.py builds them."""
+    import argparse
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "preload_overhead", PP.ROOT / "bench" / "preload_overhead.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    _, variants = mod.environments(argparse.Namespace(stripe=stripe, cache=None,
+                                                      cache_count=None))
+    return dict(variants)
+
+
+def _heap(prog: str, kib: int, env: dict) -> str:
+    r = subprocess.run([prog, str(kib)], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_bench_glibc_with_the_librarys_settings_serves_and_trims_blocks_as_the_library(tmp_path):
+    # base_fixed_threshold is the share of the library's malloc settings apart from its code:
+    # glibc in that environment must keep a freed 1 MiB heap block at the top of its heap as
+    # under the library (trim threshold 4 MiB) and map a 4 MiB one. With the mmap threshold
+    # alone (what the bench set before) the free trimmed the heap: another allocator.
+    prog = str(PP.build("heap_prog", tmp_path))
+    env = _bench_environments()
+    for kib, want in ((1024, "mmapped 0 trimmed 0"), (4096, "mmapped 1 trimmed 0")):
+        assert _heap(prog, kib, env["preload"]) == want
+        assert _heap(prog, kib, env["base_fixed_threshold"]) == want
+    # glibc's defaults differ, so the comparison tells settings apart: 1 MiB is mapped
+    assert _heap(prog, 1024, env["base"]) == "mmapped 1 trimmed 0"
+    only_mmap = dict(env["base"], MALLOC_MMAP_THRESHOLD_="2097152")
+    assert _heap(prog, 1024, only_mmap) == "mmapped 0 trimmed 1"
