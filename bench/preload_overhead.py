@@ -17,11 +17,13 @@ Variants: base (glibc), base_fixed_threshold (glibc with the M_MMAP_THRESHOLD an
 M_TRIM_THRESHOLD the library sets, through glibc's environment variables: each large block a
 fresh mapping, as under the library without its cache; the malloc settings' share apart from
 the library's code), preload_nocache (the library with CXLKIT_PRELOAD_CACHE=0: only the mixes
-with large blocks), preload (the library as configured: --cache, --cache-count).
-Per run and variant: the rate, and the process's page faults (minflt, majflt) and CPU seconds
-(utime_s, stime_s, start-up included); per mix: medians, paired ratios of preload against
-each variant (vs_X), of each extra variant against glibc (X_vs_base), and of CPU seconds
-(cpu_vs_X: the variant's over preload's)."""
+with large blocks), preload (the library as configured: --cache, --cache-count), and with
+--aa base_again (glibc a second time: the noise floor).
+Per run and variant: the rate by wall time and by the loop's CPU time (cpu_rate), the
+process's page faults (minflt, majflt) and CPU seconds (utime_s, stime_s, start-up included);
+with --repeat K, each variant's fastest of K interleaved tries. Per mix: medians, and paired
+ratios with a 95 % bootstrap interval (ci95) of preload against each variant (vs_X), of each
+extra variant against glibc (X_vs_base), and the same by CPU time (cpu_vs_X, cpu_X_vs_base)."""
 from __future__ import annotations
 
 import argparse
