@@ -310,3 +310,16 @@ def test_bench_glibc_with_the_librarys_settings_serves_and_trims_blocks_as_the_l
     assert _heap(prog, 1024, env["base"]) == "mmapped 1 trimmed 0"
     only_mmap = dict(env["base"], MALLOC_MMAP_THRESHOLD_="2097152")
     assert _heap(prog, 1024, only_mmap) == "mmapped 0 trimmed 1"
+
+
+def test_startup_cost_bench_reports_both_variants_of_both_programs():
+    script = PP.ROOT / "bench" / "preload" / "startup_cost.py"
+    r = subprocess.run([PP.python(), str(script), "--runs", "2"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [x["program"].split()[-1] for x in rows] == ["pass", "/bin/true"]
+    for x in rows:
+        for v in ("base", "preload"):
+            assert 0 < x[f"min_wall_ms_{v}"] <= x[f"median_wall_ms_{v}"]
+            assert x[f"median_cpu_ms_{v}"] >= 0
