@@ -169,6 +169,9 @@ def summary(mix: str, a, spec: str, got_all: dict, ratios: dict, insns: dict, so
         doc["insns_source"] = source
         doc.update({f"insns_per_op_{k}": round(v, 2) for k, v in insns.items()})
         doc["insn_ratio_preload_vs_base"] = round(insns["preload"] / insns["base"], 4)
+        if "base_fixed_threshold" in insns:
+            doc["insn_ratio_base_fixed_threshold_vs_base"] = round(
+                insns["base_fixed_threshold"] / insns["base"], 4)
     return doc
 
 
@@ -271,7 +274,9 @@ def run_mix(mix: str, exes, a, all_variants, spec: str, d: Path) -> None:
     if a.insns in ("auto", "counter") and all(counter.values()) and a.runs:
         insns, source = {k: statistics.median(v) for k, v in counter.items()}, "perf counter"
     elif a.insns == "callgrind" or (a.insns == "auto" and shutil.which("valgrind")):
-        pick = [v for v in variants if v[0] in ("base", "preload")]
+        # glibc with the library's settings too: the instructions the settings add, apart
+        # from the library's code
+        pick = [v for v in variants if v[0] in ("base", "base_fixed_threshold", "preload")]
         insns, source = insns_per_op(mix, exes, a, pick, d), "callgrind"
     print(json.dumps(summary(mix, a, spec, got_all, ratios, insns, source, usage)), flush=True)
 

@@ -265,6 +265,10 @@ def test_overhead_bench_counts_instructions_per_operation_of_both_variants():
         assert s["insns_per_op_base"] > 50 and s["insns_per_op_preload"] > 50
         assert s["insn_ratio_preload_vs_base"] == pytest.approx(
             s["insns_per_op_preload"] / s["insns_per_op_base"], rel=1e-3)
+        # glibc with the library's malloc settings, counted beside them
+        assert s["insns_per_op_base_fixed_threshold"] > 50
+        assert s["insn_ratio_base_fixed_threshold_vs_base"] == pytest.approx(
+            s["insns_per_op_base_fixed_threshold"] / s["insns_per_op_base"], rel=1e-3)
 
 
 def test_overhead_bench_refuses_a_stripe_node_without_memory():
