@@ -45,10 +45,12 @@ def test_a_receive_after_silence_sleeps_in_the_futex_and_is_woken_by_the_send(
     assert s1["slept"] >= 15, s1
     assert w1["futex_waits"] >= 15 and w1["woken"] >= 15 and w1["timeouts"] == 0, w1
     assert w0["wakes_sent"] >= 15, w0
-    # rank 0 woke a sleeping peer after silence: the woke rule kept its wait from spinning,
-    # and rank 1's answer woke it in turn
-    assert s0["woke_skips"] >= 15, s0
-    assert s0["slept"] >= 15 and w0["woken"] >= 15, (s0, w0)
+    # rank 0 woke a sleeping peer after each silence, then either found the answer at its
+    # first poll (the woken rank ran first: a wake-up may preempt the waker) or began a wait
+    # that the woke rule kept from spinning (all but the first, whose peer may not have
+    # been asleep yet) and that slept until the answer's publish woke it
+    assert s0["woke_skips"] >= s0["waits"] - 1 and s0["hits"] <= 1, s0
+    assert s0["slept"] >= s0["waits"] - 1 and w0["woken"] >= s0["woke_skips"], (s0, w0)
 
 
 def test_a_comm_on_coherence_none_keeps_timed_sleeps(pool_path):
