@@ -1042,8 +1042,9 @@ CXK_API int cxk_msg_get_wait(const cxk_comm *comm, struct cxk_wait_opts *o);
  * counters summed over its rings (consumer counters from the rings peers write to us,
  * wakes_sent from ours). A wait for an incoming cell (recv, wait, waitany, probe, the rest of
  * an eager message, an RMA reply, a rendezvous's FIN) sleeps on the futexes of every peer's
- * ring to us on coherence "host", once each exists and none of our sends waits for room;
- * other waits (barrier, a rendezvous's data, room in a ring) sleep on the timer. -EINVAL for
+ * ring to us on coherence "host", once each exists and none of our sends waits for room; a
+ * barrier wait also on the futex word of the rank it waits for, which that rank's entry
+ * bumps; other waits (a rendezvous's data, room in a ring) sleep on the timer. -EINVAL for
  * NULL. */
 CXK_API int cxk_msg_spin_stats(const cxk_comm *comm, struct cxk_spin *st);
 CXK_API int cxk_msg_wake_stats(const cxk_comm *comm, struct cxk_ring_wake_stats *st);

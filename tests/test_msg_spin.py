@@ -89,3 +89,32 @@ def test_two_ranks_on_one_cpu_ping_pong_within_a_generous_timeout(pool_path):
     for s in stats:
         assert s["overcommitted"], s  # one CPU allowed: the spins yield
         assert s["yield_waits"] > 0, s
+
+
+def _barrier_after_silence(comm):
+    peer = 1 - comm.rank
+    buf = bytearray(1)
+    # one message each way: every ring to each rank exists, so its waits may sleep on them
+    if comm.rank == 0:
+        comm.send(b"a", peer)
+        comm.recv_into(buf, peer)
+    else:
+        comm.recv_into(buf, peer)
+        comm.send(b"b", peer)
+    before = comm.wake_stats()
+    for _ in range(20):
+        if comm.rank == 1:
+            time.sleep(0.003)  # rank 0 waits in the barrier past its spin, asleep
+        comm.barrier()
+    after = comm.wake_stats()
+    return {k: after[k] - before[k] for k in ("futex_waits", "woken", "timeouts")}
+
+
+def test_a_barrier_wait_sleeps_in_the_futex_and_is_woken_by_the_last_entry(
+        pool_path, safety_net_1s):
+    make_pool(pool_path, 2, "host")
+    d0, _ = run_ranks(pool_path, 2, _barrier_after_silence, coherence="host", timeout=60)
+    # rank 0 slept through each of rank 1's silences in a futex wait that rank 1's barrier
+    # entry ended (before, barrier waits slept on the timer: no futex wait at all; a lost
+    # wake-up would end on the 1 s safety net)
+    assert d0["futex_waits"] >= 15 and d0["woken"] >= 15 and d0["timeouts"] == 0, d0

@@ -279,7 +279,7 @@ void rings_to_sleep_on(cxk_comm *c) {
 
 }  // namespace
 
-int Waiter::check(bool on_rings) {
+int Waiter::check(bool on_rings, const cxk::ring::Extra *barrier) {
     if (c->events != events) {  // a cell arrived since the spin began: spin afresh
         events = c->events;
         cxk::ring::adapt_end(&c->spin);
@@ -295,7 +295,7 @@ int Waiter::check(bool on_rings) {
     if (!on_rings) c->sleep_on.clear();
     else if (first || w.now_ns - w.start_ns >= spin_ns) rings_to_sleep_on(c);
     cxk::ring::adapt_idle(&c->spin, &w, first ? wakes_sent(c) : c->spin.wakes_seen,
-                          c->sleep_on.data(), c->sleep_on.size());
+                          c->sleep_on.data(), c->sleep_on.size(), barrier);
     if (w.now_ns < next_check_ns) return 0;
     next_check_ns = w.now_ns + kCheckNs;
     if (c->opts.timeout_ms && w.now_ns - begun_ns > int64_t(c->opts.timeout_ms) * 1000000) {

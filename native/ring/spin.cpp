@@ -94,8 +94,8 @@ int cxk_spin_overcommitted(void) {
 namespace cxk::ring {
 
 int64_t adapt_idle(cxk_spin *s, cxk_wait *w, uint64_t wakes_sent, cxk_ring *const *rings,
-                   size_t n) {
-    if (!s || !w) return n ? cxk_wait_idle_rings(w, rings, n) : cxk_wait_idle(w);
+                   size_t n, const Extra *extra) {
+    if (!s || !w) return n ? wait_idle_rings_extra(w, rings, n, extra) : cxk_wait_idle(w);
     const uint32_t cap = w->opts.spin_us;
     if (w->polls == 0 && cap != 0 && cap < 0x7fffffffu) {
         // the wait's first idle poll: it begins here
@@ -108,7 +108,7 @@ int64_t adapt_idle(cxk_spin *s, cxk_wait *w, uint64_t wakes_sent, cxk_ring *cons
         const uint32_t spin = cxk_spin_begin(s, cap, w->start_ns, woke, s->overcommitted);
         w->adapt = (spin + 1) | (s->overcommitted ? CXK_WAIT_ADAPT_YIELD : 0u);
     }
-    const int64_t el = n ? cxk_wait_idle_rings(w, rings, n) : cxk_wait_idle(w);
+    const int64_t el = n ? wait_idle_rings_extra(w, rings, n, extra) : cxk_wait_idle(w);
     if (w->phase == CXK_WAIT_SLEPT) cxk_spin_slept(s);
     s->seen_ns = w->now_ns;
     return el;
