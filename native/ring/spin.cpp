@@ -85,7 +85,8 @@ int cxk_spin_overcommitted(void) {
     if (int rc = cxk::sys_getaffinity_self(sizeof set, &set)) return rc;
     // A machine merely busier than its CPUs does not count: there a yield hands the CPU to
     // another user's job for its whole slice, not to our peer (docs/msg.md, "Adaptive
-    // spin": yielding on /proc/loadavg's runnable count cut QD128 RPC throughput by 3x).
+    // spin": yielding on /proc/loadavg's runnable count, one run at load 5-6 gave a third
+    // of before's QD128 RPC throughput).
     return CPU_COUNT(&set) <= 1 ? 1 : 0;
 }
 
