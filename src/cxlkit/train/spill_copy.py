@@ -14,8 +14,10 @@ from .spill_base import (HEADER_NBYTES, FetchCheck, FlushHeader, Pending, PathIO
                          PathVanishedError, SpillPath, typed)
 
 class _CopyPath(SpillPath):
-    """Shared by the memory and pool paths: slots are byte ranges of a mapping, moved by a
-    copy on a worker thread (numpy releases the GIL for it); payload sums on a second one."""
+    """Shared by the memory, pool and mapped directory paths: slots are byte ranges of a
+    mapping, moved by the guarded copy on a worker thread (the GIL released). The store's
+    header objects (FlushHeader, FetchCheck) ride in that copy, the payload sum folded into
+    it (aio.copy_sum); any other hook is a pass of its own on a second thread."""
 
     def __init__(self, name: str, *, lock: str) -> None:
         super().__init__(name, lock=lock)
@@ -91,9 +93,9 @@ class _CopyPath(SpillPath):
             fut = self._pool.submit(move)
             pend._waiter, pend._poll = fut.result, fut.done
             return pend
-        # the hooks (a flush's payload sum before its copy, a fetch's check after it: a pass
-        # over the bytes each) run on the path's sum thread: off the store's thread, and the
-        # copy worker moves the next request meanwhile
+        # other hooks (a plain function before a flush's copy, after a fetch's: a pass over
+        # the bytes each) run on the path's sum thread: off the store's thread, and the copy
+        # worker moves the next request meanwhile
         if write:
             def sum_then_copy() -> cf.Future:
                 try:
