@@ -882,8 +882,12 @@ struct cxk_wait {
     int64_t start_ns, now_ns;   /* monotonic clock at begin and at the last reading */
     uint64_t polls;             /* idle polls since begin */
     uint32_t phase;             /* what the last cxk_wait_idle did: CXK_WAIT_SPUN, ... */
-    uint32_t reserved;
+    uint32_t adapt;             /* 0 from begin; set at the wait's first idle by the adaptive
+                                 * spin (cxk_spin below): 1 + this wait's spin in us (at most
+                                 * opts.spin_us), | CXK_WAIT_ADAPT_YIELD */
 };
+/* adapt: after its first 2 us the spin yields the CPU (sched_yield) between polls */
+#define CXK_WAIT_ADAPT_YIELD 0x80000000u
 enum cxk_wait_phase { CXK_WAIT_SPUN = 0, CXK_WAIT_YIELDED = 1, CXK_WAIT_SLEPT = 2 };
 /* o NULL: cxk_wait_opts_init's defaults; a bad o gives -EINVAL and the defaults. */
 CXK_API int cxk_wait_begin(struct cxk_wait *w, const struct cxk_wait_opts *o);
@@ -922,6 +926,54 @@ struct cxk_ring_wake_stats {
 };
 /* The handle's wake-up counters (since attach). -EINVAL for NULL. */
 CXK_API int cxk_ring_wake_stats(const cxk_ring *r, struct cxk_ring_wake_stats *st);
+/* ---- Adaptive spin (issue 14) ----
+ * One per waiting party (an RPC client, an RPC server, a comm), driven by its waits; the
+ * spin of each wait (at most opts.spin_us, the cap: CXLKIT_MSG_SPIN_US) follows three rules
+ * (docs/msg.md, "Adaptive spin", has the convergence argument):
+ *  - woke: a wait that follows our publish waking the peer (it was asleep) does not spin when
+ *    the exchange is sporadic (this wait began more than 4 x cap after the one before): the
+ *    answer needs the peer's wake-up first, and a spin would hold the CPU the woken peer needs;
+ *  - outcome: a wait whose answer came within 4 x cap of its begin (whether it spun or slept)
+ *    restores the full spin; one that slept and lasted longer quarters it (200, 50, 12, 3,
+ *    0 us);
+ *  - overcommit: while this thread may run on one CPU only (its affinity, looked at every
+ *    10 ms at most), a peer may be queued behind it on that CPU: the spin yields the CPU
+ *    (sched_yield) between polls after its first 2 us.
+ * cap 0: no spin; cap CXK_WAIT_FOREVER: no adaptation. Used by one thread at a time. */
+struct cxk_spin {
+    uint32_t budget_us;      /* the next wait's spin before the woke rule (> cap: the cap) */
+    uint32_t cap_us;         /* the cap of the wait in progress (or of the last one) */
+    int64_t last_start_ns;   /* monotonic begin of the last wait (0: none yet) */
+    int64_t cur_start_ns;    /* begin of the wait in progress (0: none) */
+    uint32_t cur_slept;      /* the wait in progress slept */
+    uint32_t overcommitted;  /* the last look at the machine found it overcommitted */
+    int64_t probe_ns;        /* when the machine was last looked at (0: never) */
+    uint64_t wakes_seen;     /* the party's wake-ups sent, at the last wait's begin */
+    int64_t seen_ns;         /* the wait in progress's clock at its last idle poll (its end,
+                              * to within a few polls: no clock read on the answer's path) */
+    /* counters since init */
+    uint64_t waits;          /* waits begun (their first idle poll) */
+    uint64_t hits;           /* ... answered before they slept (during the spin) */
+    uint64_t slept;          /* ... answered after a sleep */
+    uint64_t restores;       /* outcome rule: the spin went back to the cap */
+    uint64_t shrinks;        /* outcome rule: the spin was quartered */
+    uint64_t woke_skips;     /* woke rule: waits it kept from spinning */
+    uint64_t yield_waits;    /* overcommit rule: waits whose spin yielded */
+};
+#define CXK_SPIN_FULL 0xffffffffu  /* budget_us: the cap */
+/* A fresh state: full spin, no history. */
+CXK_API void cxk_spin_init(struct cxk_spin *s);
+/* A wait begins at start_ns (monotonic) with cap cap_us; woke_peer: our publish since the
+ * last wait woke the peer; overcommitted: as the rule above. Returns this wait's spin in us. */
+CXK_API uint32_t cxk_spin_begin(struct cxk_spin *s, uint32_t cap_us, int64_t start_ns,
+                                int woke_peer, int overcommitted);
+/* The wait in progress slept (its spin ran out). */
+CXK_API void cxk_spin_slept(struct cxk_spin *s);
+/* The wait in progress got its answer at end_ns (nothing when no wait is in progress). */
+CXK_API void cxk_spin_end(struct cxk_spin *s, int64_t end_ns);
+/* Whether the calling thread's spin should yield now: its affinity allows one CPU only.
+ * 1, 0, or -errno (sched_getaffinity's). */
+CXK_API int cxk_spin_overcommitted(void);
 
 /* ==== Messaging: MPI-style ranks over one pool (issue 14) =========================
  * A job of nranks ranks (each a process, usually each with its own pool host id) on one
@@ -988,6 +1040,16 @@ CXK_API uint64_t cxk_msg_eager_bytes(const cxk_comm *comm);
  * with): how its blocking calls poll. -EINVAL for a bad o (cxk_wait_opts_check). */
 CXK_API int cxk_msg_set_wait(cxk_comm *comm, const struct cxk_wait_opts *o);
 CXK_API int cxk_msg_get_wait(const cxk_comm *comm, struct cxk_wait_opts *o);
+/* issue 14: the adaptive spin (cxk_spin) of the comm's waits, and the same-host wake-up's
+ * counters summed over its rings (consumer counters from the rings peers write to us,
+ * wakes_sent from ours). A wait for an incoming cell (recv, wait, waitany, probe, the rest of
+ * an eager message, an RMA reply, a rendezvous's FIN) sleeps on the futexes of every peer's
+ * ring to us on coherence "host", once each exists and none of our sends waits for room; a
+ * barrier wait also on the futex word of the rank it waits for, which that rank's entry
+ * bumps; other waits (a rendezvous's data, room in a ring) sleep on the timer. -EINVAL for
+ * NULL. */
+CXK_API int cxk_msg_spin_stats(const cxk_comm *comm, struct cxk_spin *st);
+CXK_API int cxk_msg_wake_stats(const cxk_comm *comm, struct cxk_ring_wake_stats *st);
 
 #define CXK_MSG_SYNC 1u  /* synchronous send: completes once the receive has matched it */
 /* Start sending count bytes of buf to dest. buf may be reused when the request completes
@@ -1174,6 +1236,11 @@ CXK_API int64_t cxk_rpc_server_wait_idle(cxk_rpc_server *s, struct cxk_wait *w);
  * when any is). -EINVAL for NULL. */
 CXK_API int cxk_rpc_wake_stats(const cxk_rpc_client *c, struct cxk_ring_wake_stats *st);
 CXK_API int cxk_rpc_server_wake_stats(const cxk_rpc_server *s, struct cxk_ring_wake_stats *st);
+/* The adaptive spin's state and counters (cxk_spin above) of the client's waits for replies
+ * (cxk_rpc_call, cxk_rpc_wait_idle) and of the server's waits for requests
+ * (cxk_rpc_server_wait_idle). -EINVAL for NULL. */
+CXK_API int cxk_rpc_spin_stats(const cxk_rpc_client *c, struct cxk_spin *st);
+CXK_API int cxk_rpc_server_spin_stats(const cxk_rpc_server *s, struct cxk_spin *st);
 
 /* ---- issue 16: the non-coherence simulator (coherence "sim") and protocol mutations ----
  * Test-only. cxk_mutate removes one step of a coherence protocol on purpose, so a test shows

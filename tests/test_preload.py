@@ -205,15 +205,51 @@ def test_overhead_bench_runs_and_reports_medians_for_every_mix():
     assert set(summaries) == {"small", "with_large", "large", "midsize", "numpy", "kvstore",
                               "python"}
     for mix, s in summaries.items():
-        variants = ["base", "preload"] + ([] if mix in ("small", "kvstore", "python", "midsize")
-                                          else ["base_fixed_threshold", "preload_nocache"])
+        # glibc with the library's malloc settings runs for every mix (the environment's
+        # share apart from the code's); the library without its cache for the large ones
+        variants = ["base", "base_fixed_threshold", "preload"] + (
+            [] if mix in ("small", "kvstore", "python", "midsize") else ["preload_nocache"])
+        assert {k[len("median_per_s_"):] for k in s if k.startswith("median_per_s_")} == \
+            set(variants)
         for v in variants:
             assert s[f"median_per_s_{v}"] > 0 and len(s[f"spread_{v}"]) == 2
+            # page faults and CPU seconds per variant, and the loop's rate by CPU time
+            assert s[f"median_minflt_{v}"] > 0 and s[f"median_cpu_rate_{v}"] > 0
+            assert s[f"median_utime_s_{v}"] + s[f"median_stime_s_{v}"] > 0
             if v != "preload":
-                assert s[f"paired_ratio_vs_{v}"]["min"] > 0
+                r = s[f"paired_ratio_vs_{v}"]
+                assert 0 < r["min"] <= r["ci95"][0] <= r["median"] <= r["ci95"][1] <= r["max"]
+                assert s[f"paired_ratio_cpu_vs_{v}"]["min"] > 0
+        assert s["paired_ratio_base_fixed_threshold_vs_base"]["min"] > 0
         assert s["runs"] == 2 and "overhead_pct" in s and s["load"] >= 0
         assert "insns_source" not in s
-    assert len([x for x in rows if not x.get("summary")]) == 14
+    runs = [x for x in rows if not x.get("summary")]
+    assert len(runs) == 14
+    assert all(x["minflt_base"] > 0 and x["minflt_preload"] > 0 for x in runs)
+
+
+def test_overhead_bench_repeat_keeps_each_variants_fastest_try_and_aa_pairs_glibc_with_itself():
+    r = _bench("--runs", "2", "--repeat", "3", "--aa", "--mix", "small", "--insns", "off",
+               *BENCH_SMALL)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(x) for x in r.stdout.splitlines()]
+    (s,) = [x for x in rows if x.get("summary")]
+    assert s["repeat"] == 3 and s["median_per_s_base_again"] > 0
+    aa = s["paired_ratio_base_again_vs_base"]
+    assert 0 < aa["min"] <= aa["median"] <= aa["max"]
+    for x in (x for x in rows if not x.get("summary")):
+        for v in ("base", "base_fixed_threshold", "preload", "base_again"):
+            assert len(x[f"tries_per_s_{v}"]) == 3
+            assert x[f"per_s_{v}"] == max(x[f"tries_per_s_{v}"])
+        # the ratio printed per run is of the kept (fastest) tries
+        assert x["ratio"] == pytest.approx(x["per_s_preload"] / x["per_s_base"])
+        assert {"per_s_base", "per_s_base_fixed_threshold", "per_s_preload",
+                "per_s_base_again"} <= set(x)
+
+
+def test_overhead_bench_refuses_a_repeat_below_one():
+    r = _bench("--runs", "1", "--repeat", "0", "--mix", "small", timeout=60)
+    assert r.returncode == 2 and "--repeat 0: expected at least 1" in r.stderr
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="callgrind counts instructions "
@@ -229,6 +265,10 @@ def test_overhead_bench_counts_instructions_per_operation_of_both_variants():
         assert s["insns_per_op_base"] > 50 and s["insns_per_op_preload"] > 50
         assert s["insn_ratio_preload_vs_base"] == pytest.approx(
             s["insns_per_op_preload"] / s["insns_per_op_base"], rel=1e-3)
+        # glibc with the library's malloc settings, counted beside them
+        assert s["insns_per_op_base_fixed_threshold"] > 50
+        assert s["insn_ratio_base_fixed_threshold_vs_base"] == pytest.approx(
+            s["insns_per_op_base_fixed_threshold"] / s["insns_per_op_base"], rel=1e-3)
 
 
 def test_overhead_bench_refuses_a_stripe_node_without_memory():
@@ -238,3 +278,52 @@ def test_overhead_bench_refuses_a_stripe_node_without_memory():
     r = _bench("--runs", "1", "--mix", "small", "--stripe", f"0:3,{missing}:1", timeout=60)
     assert r.returncode == 2 and f"node {missing} has no memory on this machine" in r.stderr
     assert r.stdout == ""
+
+
+def _bench_environments(stripe: str = "0:1") -> dict[str, dict]:
+    """The variants' environments as bench/preload_overhead.py builds them."""
+    import argparse
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "preload_overhead", PP.ROOT / "bench" / "preload_overhead.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    _, variants = mod.environments(argparse.Namespace(stripe=stripe, cache=None,
+                                                      cache_count=None))
+    return dict(variants)
+
+
+def _heap(prog: str, kib: int, env: dict) -> str:
+    r = subprocess.run([prog, str(kib)], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_bench_glibc_with_the_librarys_settings_serves_and_trims_blocks_as_the_library(tmp_path):
+    # base_fixed_threshold is the share of the library's malloc settings apart from its code:
+    # glibc in that environment must keep a freed 1 MiB heap block at the top of its heap as
+    # under the library (trim threshold 4 MiB) and map a 4 MiB one. With the mmap threshold
+    # alone (what the bench set before) the free trimmed the heap: another allocator.
+    prog = str(PP.build("heap_prog", tmp_path))
+    env = _bench_environments()
+    for kib, want in ((1024, "mmapped 0 trimmed 0"), (4096, "mmapped 1 trimmed 0")):
+        assert _heap(prog, kib, env["preload"]) == want
+        assert _heap(prog, kib, env["base_fixed_threshold"]) == want
+    # glibc's defaults differ, so the comparison tells settings apart: 1 MiB is mapped
+    assert _heap(prog, 1024, env["base"]) == "mmapped 1 trimmed 0"
+    only_mmap = dict(env["base"], MALLOC_MMAP_THRESHOLD_="2097152")
+    assert _heap(prog, 1024, only_mmap) == "mmapped 0 trimmed 1"
+
+
+def test_startup_cost_bench_reports_both_variants_of_both_programs():
+    script = PP.ROOT / "bench" / "preload" / "startup_cost.py"
+    r = subprocess.run([PP.python(), str(script), "--runs", "2"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [x["program"].split()[-1] for x in rows] == ["pass", "/bin/true"]
+    for x in rows:
+        for v in ("base", "preload"):
+            assert 0 < x[f"min_wall_ms_{v}"] <= x[f"median_wall_ms_{v}"]
+            assert x[f"median_cpu_ms_{v}"] >= 0

@@ -5,7 +5,8 @@
  * place through realloc as an APPEND would), 30 % GET (reads the value), 15 % DEL (three
  * frees). Values 8 B .. 1 KiB, skewed small, as a cache of small records is. Every value
  * byte is written, every read value summed, so allocations are used.
- * Prints "ops N allocs A seconds S allocs_per_s R instructions I check C".
+ * Prints "ops N allocs A seconds S allocs_per_s R cpu_seconds C allocs_per_cpu_s Q
+ * instructions I check K" (C: the loop's CPU time, clock.h).
  * Usage: kv_store OPS KEYS SEED */
 #include <stdint.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "insn.h"
 
 #define BUCKETS (1u << 16)
@@ -114,12 +116,6 @@ __attribute__((noinline)) static int run_ops(long ops, unsigned long keys) {
     return 0;
 }
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 int main(int argc, char **argv) {
     if (argc != 4) {
         fprintf(stderr, "usage: kv_store OPS KEYS SEED\n");
@@ -132,17 +128,18 @@ int main(int argc, char **argv) {
         fprintf(stderr, "kv_store: OPS and KEYS must be positive\n");
         return 2;
     }
-    double t0 = now();
+    double t0 = now(), c0 = cpu_now();
     insn_start();
     if (run_ops(ops, keys) < 0) {
         perror("kv_store");
         return 1;
     }
     long long insns = insn_stop();
-    double dt = now() - t0;
+    double dt = now() - t0, ct = cpu_now() - c0;
     for (unsigned b = 0; b < BUCKETS; b++)
         while (table[b]) del(table[b]->key);
-    printf("ops %ld allocs %lu seconds %.6f allocs_per_s %.1f instructions %lld check %llu\n",
-           ops, allocs, dt, allocs / dt, insns, (unsigned long long)check);
+    printf("ops %ld allocs %lu seconds %.6f allocs_per_s %.1f cpu_seconds %.6f "
+           "allocs_per_cpu_s %.1f instructions %lld check %llu\n", ops, allocs, dt, allocs / dt,
+           ct, allocs / ct, insns, (unsigned long long)check);
     return 0;
 }

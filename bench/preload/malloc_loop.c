@@ -6,8 +6,9 @@
  * block, as a program that uses it would), so allocations are used, not only made.
  * SLOTS (default 4096, at most 4096): fewer slots with LARGE_EVERY 1 make the loop that frees
  * and reallocates 4 MiB blocks only.
- * Prints "allocs N seconds S allocs_per_s R instructions I" (I: user-space instructions of the
- * loop from a hardware counter, -1 where there is none: insn.h).
+ * Prints "allocs N seconds S allocs_per_s R cpu_seconds C allocs_per_cpu_s Q instructions I"
+ * (C: the loop's CPU time, clock.h; I: user-space instructions of the loop from a hardware
+ * counter, -1 where there is none: insn.h).
  * LARGE_KIB (default 4096): the size of the large blocks, KiB (1024: the 1 MiB blocks between
  * glibc's default mmap threshold and the library's minimum, which come from the heap).
  * Usage: malloc_loop ITERS SEED LARGE_EVERY [TOUCH_LARGE [SLOTS [LARGE_KIB]]] */
@@ -17,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "insn.h"
 
 #define MAX_SLOTS 4096
@@ -27,12 +29,6 @@ static uint64_t next(void) {  /* xorshift64 */
     rng ^= rng >> 7;
     rng ^= rng << 17;
     return rng;
-}
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
 static char *slot[MAX_SLOTS];
@@ -81,13 +77,13 @@ int main(int argc, char **argv) {
     rng = (uint64_t)atoll(argv[2]) | 1;
     long large_every = atol(argv[3]);
     int touch_large = argc >= 5 && atoi(argv[4]);
-    double t0 = now();
+    double t0 = now(), c0 = cpu_now();
     insn_start();
     if (run_loop(iters, slots, large_every, touch_large)) return 1;
     long long insns = insn_stop();
-    double dt = now() - t0;
+    double dt = now() - t0, ct = cpu_now() - c0;
     for (size_t k = 0; k < slots; k++) free(slot[k]);
-    printf("allocs %ld seconds %.6f allocs_per_s %.1f instructions %lld\n", iters, dt,
-           iters / dt, insns);
+    printf("allocs %ld seconds %.6f allocs_per_s %.1f cpu_seconds %.6f allocs_per_cpu_s %.1f "
+           "instructions %lld\n", iters, dt, iters / dt, ct, iters / ct, insns);
     return 0;
 }

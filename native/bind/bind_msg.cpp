@@ -219,6 +219,18 @@ void bind_comm(nb::module_ &m) {
             std::lock_guard<std::mutex> g(s.mu);
             check(cxk_msg_set_wait(s.get(), &o), s.label);
         })
+        .def("spin_stats", [](MsgComm &s) {
+            struct cxk_spin sp {};
+            std::lock_guard<std::mutex> g(s.mu);
+            check(cxk_msg_spin_stats(s.get(), &sp), s.label);
+            return spin_dict(sp);
+        })
+        .def("wake_stats", [](MsgComm &s) {
+            struct cxk_ring_wake_stats w {};
+            std::lock_guard<std::mutex> g(s.mu);
+            check(cxk_msg_wake_stats(s.get(), &w), s.label);
+            return wake_dict(w);
+        })
         .def("get_wait", [](MsgComm &s) {
             cxk_wait_opts o{};
             std::lock_guard<std::mutex> g(s.mu);

@@ -222,7 +222,8 @@ nb::tuple client_call(RpcClient &r, uint32_t method, nb::handle data) {
     return nb::make_tuple(st, nb::bytes(reply.data(), reply.size()));
 }
 
-// The same-host wake-up's counters (cxk_ring_wake_stats) as a dict.
+}  // namespace
+
 nb::dict wake_dict(const struct cxk_ring_wake_stats &w) {
     nb::dict d;
     d["enabled"] = bool(w.enabled);
@@ -232,7 +233,16 @@ nb::dict wake_dict(const struct cxk_ring_wake_stats &w) {
     return d;
 }
 
-}  // namespace
+nb::dict spin_dict(const struct cxk_spin &s) {
+    nb::dict d;
+    d["budget_us"] = s.budget_us == CXK_SPIN_FULL ? s.cap_us : s.budget_us;
+    d["cap_us"] = s.cap_us, d["overcommitted"] = bool(s.overcommitted);
+    d["waits"] = s.waits, d["hits"] = s.hits, d["slept"] = s.slept;
+    d["restores"] = s.restores, d["shrinks"] = s.shrinks;
+    d["woke_skips"] = s.woke_skips, d["yield_waits"] = s.yield_waits;
+    return d;
+}
+
 }  // namespace cxk::py
 
 CXK_BIND(rpc) {
@@ -264,6 +274,12 @@ CXK_BIND(rpc) {
             check(cxk_rpc_server_wake_stats(r.get(), &w), r.name);
             return wake_dict(w);
         })
+        .def("spin_stats", [](RpcServer &r) {
+            struct cxk_spin s {};
+            std::lock_guard<std::mutex> g(r.mu);
+            check(cxk_rpc_server_spin_stats(r.get(), &s), r.name);
+            return spin_dict(s);
+        })
         .def("next", &server_next)
         .def("reply", &server_reply)
         .def("flush", [](RpcServer &r) {
@@ -292,6 +308,12 @@ CXK_BIND(rpc) {
             std::lock_guard<std::mutex> g(r.mu);
             check(cxk_rpc_wake_stats(r.get(), &w), r.name);
             return wake_dict(w);
+        })
+        .def("spin_stats", [](RpcClient &r) {
+            struct cxk_spin s {};
+            std::lock_guard<std::mutex> g(r.mu);
+            check(cxk_rpc_spin_stats(r.get(), &s), r.name);
+            return spin_dict(s);
         })
         .def("call", &client_call)
         .def("call_many", &client_call_many);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "msg/msg.h"
+#include "sys/sys.h"
 
 namespace cxk::msg {
 namespace {
@@ -15,6 +16,23 @@ constexpr int kTagBcast = 1, kTagReduce = 2;
 
 RankSeq *seq_line(const cxk_comm *c, uint64_t obj_off) {
     return reinterpret_cast<RankSeq *>(c->base + obj_off + 2 * kLine);
+}
+
+// Same-host wake-up of the barrier (coherence "host"; the rings' Dekker pair, ring/wake.cpp):
+// after my entry is stored, wake whoever sleeps on my word. A peer's bsleep is untrusted: a
+// wrong 1 costs a needless FUTEX_WAKE.
+void wake_barrier_sleepers(cxk_comm *c, RankSeq *me) {
+    // the producer half: my entry stored before any peer's bsleep is read
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    for (int r = 0; r < c->nranks; ++r) {
+        if (r == c->rank || !c->peers[size_t(r)].obj_off) continue;
+        if (__atomic_load_n(&seq_line(c, c->peers[size_t(r)].obj_off)->bsleep, __ATOMIC_RELAXED)) {
+            // I am this word's one writer; release pairs with the sleeper's acquire load
+            __atomic_store_n(&me->bwake, me->bwake + 1, __ATOMIC_RELEASE);
+            cxk::sys_futex_wake(&me->bwake, 0x7fffffff);
+            return;
+        }
+    }
 }
 
 int send_coll(cxk_comm *c, const void *buf, uint64_t n, int dest, int tag) {
@@ -76,11 +94,14 @@ int cxk_msg_barrier(cxk_comm *c) {
     // release: everything this rank did before the barrier precedes its entry
     __atomic_store_n(&me->barrier, mine, __ATOMIC_RELEASE);
     if (c->nc) cxk_flush(me, kLine), cxk_sfence();
+    else wake_barrier_sleepers(c, me);
     // only a rank that has not arrived can fail the barrier: one that passed it may be gone
     for (int r = 0; r < c->nranks; ++r) {
         if (r == c->rank) continue;
         RankSeq *s = seq_line(c, c->peers[size_t(r)].obj_off);
         Waiter wr(c, r);
+        // a sleep also ends when r's entry wakes it (coherence "host")
+        const cxk::ring::Extra woken_by_r{&s->bwake, &me->bsleep, &s->barrier, mine};
         for (;;) {
             if (c->nc) cxk_invalidate(s, kLine);
             // acquire pairs with rank r's release of its entry
@@ -89,7 +110,7 @@ int cxk_msg_barrier(cxk_comm *c) {
             if (seq >= mine) break;
             int rc = progress(c);  // queued sends and FINs keep moving while we wait
             if (rc) return rc;
-            if ((rc = wr.check())) {
+            if ((rc = wr.check(true, c->nc ? nullptr : &woken_by_r))) {
                 // r may have arrived, passed and finalized since we read its entry
                 if (c->nc) cxk_invalidate(s, kLine);
                 if (__atomic_load_n(&s->barrier, __ATOMIC_ACQUIRE) >= mine) break;

@@ -14,6 +14,7 @@
 
 #include "msg/msg.h"
 #include "ring/liveness.h"
+#include "ring/spin.h"
 
 namespace cxk::msg {
 
@@ -246,12 +247,55 @@ Waiter::Waiter(cxk_comm *comm, int need_rank) : c(comm), need(need_rank) {
     events = c->events;
 }
 
-int Waiter::check() {
+// The wait is over (answered, or failed): the adaptive spin learns how long it took.
+Waiter::~Waiter() { cxk::ring::adapt_end(&c->spin); }
+
+namespace {
+
+// The wake-ups the comm's publishes sent so far (its rings to every peer).
+uint64_t wakes_sent(const cxk_comm *c) {
+    uint64_t n = 0;
+    for (const Peer &p : c->peers) {
+        struct cxk_ring_wake_stats ws {};
+        if (p.out && cxk_ring_wake_stats(p.out, &ws) == 0) n += ws.wakes_sent;
+    }
+    return n;
+}
+
+// The rings a wait for incoming cells may sleep on (empty: sleep on the timer): every peer's
+// ring to us, when each exists (a peer's first ring is found by progress's directory scan,
+// which a futex sleep would not end) and nothing of ours waits for room in a peer's ring
+// (room comes with the peer's head, which wakes no one).
+void rings_to_sleep_on(cxk_comm *c) {
+    c->sleep_on.clear();
+    if (c->nc || c->nranks < 2 || c->nranks - 1 > 128) return;
+    for (int r = 0; r < c->nranks; ++r) {
+        if (r == c->rank) continue;
+        const Peer &p = c->peers[size_t(r)];
+        if (!p.in || !p.sendq.empty() || !p.ctlq.empty()) return c->sleep_on.clear();
+        c->sleep_on.push_back(p.in);
+    }
+}
+
+}  // namespace
+
+int Waiter::check(bool on_rings, const cxk::ring::Extra *barrier) {
     if (c->events != events) {  // a cell arrived since the spin began: spin afresh
         events = c->events;
+        cxk::ring::adapt_end(&c->spin);
         cxk_wait_begin(&w, &c->wait);
     }
-    cxk_wait_idle(&w);
+    const bool first = w.polls == 0;
+    // the rings matter only to a sleep: gathered at the first idle (the adaptive spin may
+    // skip the spin) and once the spin is over, not on every poll of the spin
+    const uint32_t a = w.adapt & ~CXK_WAIT_ADAPT_YIELD;
+    const int64_t spin_ns = a ? int64_t(a - 1) * 1000
+                              : (w.opts.spin_us == CXK_WAIT_FOREVER ? INT64_MAX
+                                                                    : int64_t(w.opts.spin_us) * 1000);
+    if (!on_rings) c->sleep_on.clear();
+    else if (first || w.now_ns - w.start_ns >= spin_ns) rings_to_sleep_on(c);
+    cxk::ring::adapt_idle(&c->spin, &w, first ? wakes_sent(c) : c->spin.wakes_seen,
+                          c->sleep_on.data(), c->sleep_on.size(), barrier);
     if (w.now_ns < next_check_ns) return 0;
     next_check_ns = w.now_ns + kCheckNs;
     if (c->opts.timeout_ms && w.now_ns - begun_ns > int64_t(c->opts.timeout_ms) * 1000000) {
@@ -324,6 +368,7 @@ int cxk_msg_init(cxk_pool *p, const char *job, int rank, int nranks, const cxk_m
     c->boot = boot_hash();
     c->rdv_limit = ps.partition_bytes / 2;
     cxk_wait_opts_init(&c->wait);
+    cxk_spin_init(&c->spin);
     c->peers.resize(size_t(nranks));
     int rc = clear_stale(c);
     if (!rc) rc = join(c);
@@ -368,6 +413,28 @@ int cxk_msg_set_wait(cxk_comm *c, const cxk_wait_opts *o) {
 int cxk_msg_get_wait(const cxk_comm *c, cxk_wait_opts *o) {
     if (!c || !o) return -EINVAL;
     *o = c->wait;
+    return 0;
+}
+
+int cxk_msg_spin_stats(const cxk_comm *c, struct cxk_spin *st) {
+    if (!c || !st) return -EINVAL;
+    *st = c->spin;
+    return 0;
+}
+
+int cxk_msg_wake_stats(const cxk_comm *c, struct cxk_ring_wake_stats *st) {
+    if (!c || !st) return -EINVAL;
+    *st = {};
+    for (const Peer &p : c->peers)
+        for (const cxk_ring *r : {p.in, p.out}) {
+            struct cxk_ring_wake_stats one {};
+            if (!r || cxk_ring_wake_stats(r, &one)) continue;
+            st->enabled |= one.enabled;
+            st->futex_waits += one.futex_waits, st->woken += one.woken;
+            st->timeouts += one.timeouts, st->interrupted += one.interrupted;
+            st->fallbacks += one.fallbacks, st->rechecks += one.rechecks;
+            st->wakes_sent += one.wakes_sent;
+        }
     return 0;
 }
 

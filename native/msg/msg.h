@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cxlkit.h"
+#include "ring/wake.h"
 
 namespace cxk::msg {
 
@@ -37,7 +38,13 @@ struct RankLive {          // line 1: the rank's heartbeat thread
 };
 struct RankSeq {           // line 2: the rank's barrier entries so far
     uint64_t barrier;
-    uint8_t pad[56];
+    // issue 14, same-host wake-up of the barrier (coll.cpp; zero in a rank object of an
+    // older library: its peers then sleep to their futex timeout, 1 ms): both written by
+    // this rank only. bwake: futex word, bumped after an entry that found a peer's bsleep
+    // set; bsleep: 1 while this rank sleeps in a barrier on a peer's bwake.
+    uint32_t bwake;
+    uint32_t bsleep;
+    uint8_t pad[48];
 };
 // From line 3: uint64_t ring_off[nranks], the offset of the ring this rank writes to each
 // peer (0: none yet). A hint only: readers open the ring by name.
@@ -204,6 +211,8 @@ struct cxk_comm {
     uint64_t events = 0;                      // cells read from any ring so far (waits spin
                                               // again after progress)
     cxk_wait_opts wait{};                     // the wait policy (cxk_msg_set_wait)
+    cxk_spin spin{};                          // the adaptive spin of its waits (ring/spin.cpp)
+    std::vector<cxk_ring *> sleep_on;         // a wait's in rings (Waiter::check), reused
     std::vector<cxk_win *> wins;              // by window id (nullptr once freed)
     std::vector<cxk::msg::RmaWait *> rma_waits;  // my RMA requests awaiting a reply
     int failed_rank = -1;
@@ -234,7 +243,13 @@ struct Waiter {
     int64_t next_check_ns;  // next deadline / liveness look
     uint64_t events;        // c->events when the spin last (re)started
     Waiter(cxk_comm *comm, int need_rank);
-    int check();
+    ~Waiter();
+    // on_rings: what the wait is for arrives as a cell of an incoming ring (a message, an RTS,
+    // a FIN or ACK, an RMA request or reply), so on coherence "host" it may sleep on them
+    // (the same-host wake-up) when nothing of ours waits for room in a peer's ring and every
+    // peer's ring to us exists; else it sleeps on the timer.
+    // barrier: also sleep on that peer's barrier word (ring/wake.h Extra), with on_rings.
+    int check(bool on_rings = false, const cxk::ring::Extra *barrier = nullptr);
 };
 
 // p2p.cpp

@@ -56,7 +56,7 @@ int next_cell(cxk_comm *c, int src, const void **pl, uint32_t *n, uint32_t *kind
     for (;;) {
         int rc = cxk_ring_peek(c->peers[size_t(src)].in, pl, n, kind);
         if (rc != -EAGAIN) return rc == -EPIPE ? -EBADMSG : rc;
-        if ((rc = w.check())) return rc;
+        if ((rc = w.check(true))) return rc;
     }
 }
 
@@ -507,7 +507,7 @@ int cxk_msg_wait(cxk_comm *c, cxk_msg_req *r, cxk_msg_status *st) {
         int rc = progress(c);
         if (r->state == cxk_msg_req::kDone) break;
         if (rc) return rc;
-        if ((rc = w.check())) {
+        if ((rc = w.check(true))) {
             progress(c);  // what a peer wrote before it went is still delivered
             if (r->state == cxk_msg_req::kDone) break;
             return rc;
@@ -545,7 +545,7 @@ int cxk_msg_waitany(cxk_comm *c, size_t n, cxk_msg_req **reqs, size_t *index,
                 return finish(r, st);
             }
         int rc = progress(c);
-        if (rc || (rc = w.check())) return rc;
+        if (rc || (rc = w.check(true))) return rc;
     }
 }
 
@@ -621,7 +621,7 @@ int cxk_msg_probe_ctx(cxk_comm *c, int source, int tag, uint32_t ctx, cxk_msg_st
         int flag;
         int rc = cxk_msg_iprobe_ctx(c, source, tag, ctx, &flag, st);
         if (flag) return 0;
-        if (rc || (rc = w.check())) return rc;
+        if (rc || (rc = w.check(true))) return rc;
     }
 }
 

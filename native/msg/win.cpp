@@ -130,7 +130,7 @@ int rma_send(cxk_win *w, int target, const RmaHdr &h, const void *data, uint64_t
     c->rma_waits.push_back(wait);
     int rc = 0;
     while (!wait->done) {
-        if ((rc = progress(c)) || (rc = wt.check())) break;
+        if ((rc = progress(c)) || (rc = wt.check(true))) break;
     }
     for (size_t i = 0; i < c->rma_waits.size(); ++i)
         if (c->rma_waits[i] == wait) c->rma_waits.erase(c->rma_waits.begin() + long(i));

@@ -41,6 +41,9 @@ constexpr unsigned long kSlackNs = 1000;
 // ns, a clock read (vDSO) about as long, so this keeps the spin phase's cost in time (not
 // polls) within a few percent.
 constexpr uint64_t kClockEvery = 8;
+// An overcommitted wait (CXK_WAIT_ADAPT_YIELD) spins without yielding this long first: a
+// back-to-back answer (a round trip is ~0.3 us) still comes without a syscall.
+constexpr int64_t kHardSpinNs = 2000;
 
 int64_t mono_ns() {
     timespec ts;
@@ -103,8 +106,19 @@ int64_t wake_timeout_ns() {
 int64_t idle_with(cxk_wait *w, SleepFn sleep, void *ctx) {
     if (!w) return 0;
     ++w->polls;
-    const int64_t spin = phase_ns(w->opts.spin_us);
+    int64_t spin = phase_ns(w->opts.spin_us);
+    // the adaptive spin (spin.cpp) may shorten this wait's spin, and make it yield
+    const uint32_t adapt = w->adapt & ~CXK_WAIT_ADAPT_YIELD;
+    if (adapt && int64_t(adapt - 1) * 1000 < spin) spin = int64_t(adapt - 1) * 1000;
     int64_t el = w->now_ns - w->start_ns;
+    if (el < spin && (w->adapt & CXK_WAIT_ADAPT_YIELD) && el >= kHardSpinNs) {
+        // overcommitted: a runnable peer may be queued behind us on this CPU; let it run
+        // (sched_yield returns at once when nothing else waits for this CPU)
+        sched_yield();
+        w->now_ns = mono_ns();
+        w->phase = CXK_WAIT_SPUN;
+        return w->now_ns - w->start_ns;
+    }
     if (el < spin) {
         // spinning: back to the poll at once (no PAUSE: in a virtual machine a PAUSE loop can
         // make the hypervisor deschedule the vCPU, the very thing spinning avoids)
@@ -151,7 +165,7 @@ int cxk_wait_begin(cxk_wait *w, const cxk_wait_opts *o) {
     w->now_ns = w->start_ns;
     w->polls = 0;
     w->phase = CXK_WAIT_SPUN;
-    w->reserved = 0;
+    w->adapt = 0;
     return rc;
 }
 

@@ -53,11 +53,13 @@ bool fatal(int rc) { return rc == -ENOSYS || rc == -EFAULT || rc == -EINVAL || r
 struct Set {
     cxk_ring *const *rings;
     size_t n;
+    const Extra *extra;  // a word beside the rings (may be null)
 };
 
-// Whether a wait on s may sleep on futexes: 1..128 consumer rings, each with the wake-up.
+// Whether a wait on s may sleep on futexes: 1..128 consumer rings (127 with an extra word),
+// each with the wake-up.
 bool usable(const Set *s) {
-    bool ok = s->n >= 1 && s->n <= kFutexWaitvMax;
+    bool ok = s->n >= 1 && s->n + (s->extra ? 1 : 0) <= kFutexWaitvMax;
     for (size_t i = 0; ok && i < s->n; ++i)
         ok = s->rings[i] && s->rings[i]->wake && s->rings[i]->role == CXK_RING_CONSUMER;
     return ok;
@@ -79,22 +81,32 @@ void ring_sleep(void *ctx, int64_t ns) {
         vals[i] = __atomic_load_n(&pl->wake, __ATOMIC_ACQUIRE);
         __atomic_store_n(&head_line(s->rings[i])->sleeping, uint32_t(1), __ATOMIC_RELAXED);
     }
+    const Extra *x = s->extra;
+    size_t nw = s->n;
+    if (x) {
+        // as for a ring: acquire pairs with the owner's release bump of the word
+        words[nw] = x->word;
+        vals[nw++] = __atomic_load_n(x->word, __ATOMIC_ACQUIRE);
+        __atomic_store_n(x->sleeping, uint32_t(1), __ATOMIC_RELAXED);
+    }
     // the consumer half of the Dekker pair: sleeping stored before the ring is looked at
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    bool any = false;
+    bool any = x && __atomic_load_n(x->seq, __ATOMIC_ACQUIRE) >= x->want;
     for (size_t i = 0; i < s->n && !any; ++i) any = ready(s->rings[i]);
     int rc = 0;
     if (any) {
         for (size_t i = 0; i < s->n; ++i) ++s->rings[i]->wst.rechecks;
     } else {
-        rc = s->n == 1 ? cxk::sys_futex_wait(words[0], vals[0], tmo)
-                       : cxk::sys_futex_waitv(words, vals, unsigned(s->n), tmo);
+        rc = nw == 1 ? cxk::sys_futex_wait(words[0], vals[0], tmo)
+                     : cxk::sys_futex_waitv(words, vals, unsigned(nw), tmo);
         for (size_t i = 0; i < s->n; ++i) {
             struct cxk_ring_wake_stats &st = s->rings[i]->wst;
             ++st.futex_waits;
             if (rc >= 0 || rc == -EAGAIN) {
                 // woken (rc: the index for waitv), or the word moved before we slept
-                if (rc == -EAGAIN || s->n == 1 || size_t(rc) == i) ++st.woken;
+                // (the extra word, index n, counts for every ring: a wake ended the sleep)
+                if (rc == -EAGAIN || nw == 1 || size_t(rc) == i || size_t(rc) == s->n)
+                    ++st.woken;
             } else if (rc == -ETIMEDOUT) {
                 ++st.timeouts;
             } else if (rc == -EINTR) {
@@ -107,10 +119,17 @@ void ring_sleep(void *ctx, int64_t ns) {
     }
     for (size_t i = 0; i < s->n; ++i)
         __atomic_store_n(&head_line(s->rings[i])->sleeping, uint32_t(0), __ATOMIC_RELAXED);
+    if (x) __atomic_store_n(x->sleeping, uint32_t(0), __ATOMIC_RELAXED);
     if (fatal(rc)) cxk::wait::sleep_precise(ns);  // this sleep still happens, on the timer
 }
 
 }  // namespace
+
+int64_t wait_idle_rings_extra(cxk_wait *w, cxk_ring *const *rings, size_t n, const Extra *extra) {
+    if (!rings || n == 0 || !w) return cxk_wait_idle(w);
+    Set s{rings, n, extra};
+    return cxk::wait::idle_with(w, ring_sleep, &s);
+}
 
 void wake_attach(cxk_ring *r, bool coherent) {
     r->wake = coherent;
@@ -142,8 +161,7 @@ int64_t cxk_wait_idle_rings(cxk_wait *w, cxk_ring *const *rings, size_t n) {
     if (!rings || n == 0 || !w) return cxk_wait_idle(w);
     // the policy's phases as they are (docs/msg.md, "Same-host wake-up": a shorter spin
     // before the futex sleep locked two idle-machine processes into waking each other)
-    cxk::ring::Set s{rings, n};
-    return cxk::wait::idle_with(w, cxk::ring::ring_sleep, &s);
+    return cxk::ring::wait_idle_rings_extra(w, rings, n, nullptr);
 }
 
 int cxk_ring_wake_stats(const cxk_ring *r, struct cxk_ring_wake_stats *st) {

@@ -15,6 +15,7 @@
 
 #include "cxlkit.h"
 #include "ring/liveness.h"
+#include "ring/spin.h"
 
 using namespace cxk::rpc;
 using cxk::ring::boot_hash;
@@ -34,6 +35,7 @@ struct cxk_rpc_server {
     std::vector<cxk_ring *> live;       // the connected clients' request rings (for a wait)
     std::vector<cxk_ring *> live_rep;   // and their reply rings, in the same order
     bool live_stale = true;             // a client came or went since live was made
+    cxk_spin spin{};                    // the adaptive spin of its waits (ring/spin.cpp)
 };
 
 struct cxk_rpc_client {
@@ -51,6 +53,7 @@ struct cxk_rpc_client {
     uint32_t unsynced = 0;              // replies released since our reply-ring head was last
                                         // published for certain (the ring publishes in batches)
     cxk_wait_opts wait{};               // how call and submit wait (cxk_rpc_set_wait)
+    cxk_spin spin{};                    // the adaptive spin of its waits (ring/spin.cpp)
 };
 
 namespace {
@@ -144,6 +147,7 @@ int cxk_rpc_server_create(cxk_pool *p, const char *name, uint32_t max_clients,
     s->pool = p, s->name = name, s->max_clients = max_clients;
     s->slot_bytes = slot_bytes, s->depth = depth;
     s->req.assign(max_clients, nullptr), s->rep.assign(max_clients, nullptr);
+    cxk_spin_init(&s->spin);
     std::string srv = "rpc." + s->name + ".srv";
     struct cxk_obj_stat st;
     if (cxk_obj_stat(p, srv.c_str(), &st) == 0) {
@@ -215,6 +219,7 @@ int cxk_rpc_server_next(cxk_rpc_server *s, cxk_rpc_req *req) {
         std::memcpy(&h, pl, sizeof h);
         *req = cxk_rpc_req{k, h.method, h.id, static_cast<const uint8_t *>(pl) + sizeof h,
                            uint32_t(n - sizeof h), 0};
+        cxk::ring::adapt_end(&s->spin);  // the wait for work (if one idled) is answered
         s->cur = int(k);
         s->next = k;  // stay with a busy client: its batch is consecutive
         return 0;
@@ -325,6 +330,7 @@ int cxk_rpc_connect(cxk_pool *p, const char *name, uint32_t timeout_ms, cxk_rpc_
     c->pool = p, c->name = name;
     if (timeout_ms) c->timeout_ms = timeout_ms;
     cxk_wait_opts_init(&c->wait);
+    cxk_spin_init(&c->spin);
     int rc;
     while ((rc = connect_once(c, deadline)) == -EAGAIN) {
         disconnect(c);
@@ -431,6 +437,7 @@ int cxk_rpc_poll(cxk_rpc_client *c, uint64_t *id, int32_t *status, void *buf, ui
     if (status) *status = h.status;
     --c->outstanding;
     ++c->unsynced;
+    cxk::ring::adapt_end(&c->spin);  // the wait for a reply (if one idled) is answered
     return cxk_ring_release(c->rep);
 }
 
@@ -469,7 +476,12 @@ extern "C" {
 
 int64_t cxk_rpc_wait_idle(cxk_rpc_client *c, cxk_wait *w) {
     if (!c || !c->rep) return cxk_wait_idle(w);
-    return cxk_wait_idle_rings(w, &c->rep, 1);
+    // the woke rule looks at whether our request's publish woke the server (read at the
+    // wait's first idle only: the adaptive spin looks at it then)
+    struct cxk_ring_wake_stats ws {};
+    ws.wakes_sent = c->spin.wakes_seen;
+    if (w && w->polls == 0) cxk_ring_wake_stats(c->req, &ws);
+    return cxk::ring::adapt_idle(&c->spin, w, ws.wakes_sent, &c->rep, 1);
 }
 
 int64_t cxk_rpc_server_wait_idle(cxk_rpc_server *s, cxk_wait *w) {
@@ -485,10 +497,21 @@ int64_t cxk_rpc_server_wait_idle(cxk_rpc_server *s, cxk_wait *w) {
     for (cxk_ring *r : s->live_rep) cxk_ring_publish(r);
     // no client yet: new ones are looked for between timed sleeps (a connect polls for its
     // reply ring every 200 us; more than 128 clients: timed sleeps too, wake.cpp)
-    if (s->live.empty()) return cxk_wait_idle(w);
+    if (s->live.empty()) return cxk::ring::adapt_idle(&s->spin, w, 0, nullptr, 0);
+    // the woke rule looks at whether our replies' publishes woke a client (at the wait's
+    // first idle only: the sum walks every connected client)
+    uint64_t wakes = s->spin.wakes_seen;
+    if (w && w->polls == 0) wakes = 0;
+    for (size_t i = 0; w && w->polls == 0 && i < s->live_rep.size(); ++i) {
+        cxk_ring *r = s->live_rep[i];
+        struct cxk_ring_wake_stats ws {};
+        cxk_ring_wake_stats(r, &ws);
+        wakes += ws.wakes_sent;
+    }
     struct cxk_ring_wake_stats before, after;
     cxk_ring_wake_stats(s->live[0], &before);
-    const int64_t el = cxk_wait_idle_rings(w, s->live.data(), s->live.size());
+    const int64_t el =
+        cxk::ring::adapt_idle(&s->spin, w, wakes, s->live.data(), s->live.size());
     cxk_ring_wake_stats(s->live[0], &after);
     if (after.timeouts != before.timeouts) {
         // a new client's rings are not among those we slept on: after a futex sleep that
@@ -503,6 +526,18 @@ int64_t cxk_rpc_server_wait_idle(cxk_rpc_server *s, cxk_wait *w) {
 int cxk_rpc_wake_stats(const cxk_rpc_client *c, struct cxk_ring_wake_stats *st) {
     if (!c || !st || !c->rep) return -EINVAL;
     return cxk_ring_wake_stats(c->rep, st);
+}
+
+int cxk_rpc_spin_stats(const cxk_rpc_client *c, struct cxk_spin *st) {
+    if (!c || !st) return -EINVAL;
+    *st = c->spin;
+    return 0;
+}
+
+int cxk_rpc_server_spin_stats(const cxk_rpc_server *s, struct cxk_spin *st) {
+    if (!s || !st) return -EINVAL;
+    *st = s->spin;
+    return 0;
 }
 
 int cxk_rpc_server_wake_stats(const cxk_rpc_server *s, struct cxk_ring_wake_stats *st) {

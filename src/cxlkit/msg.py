@@ -219,6 +219,18 @@ class Comm:
     def wait(self, policy: WaitPolicy | None) -> None:
         self._c.set_wait(*policy_arg(policy))
 
+    def spin_stats(self) -> dict[str, int | bool]:
+        """The adaptive spin of this comm's blocking calls (docs/msg.md, "Adaptive spin"):
+        budget_us (the next wait's spin before the woke rule), cap_us, overcommitted, waits,
+        hits (answered while spinning), slept, restores, shrinks, woke_skips, yield_waits."""
+        return self._c.spin_stats()
+
+    def wake_stats(self) -> dict[str, int | bool]:
+        """The same-host wake-up's counters over this comm's rings (docs/msg.md, "Same-host
+        wake-up"): enabled, futex_waits, woken, timeouts, interrupted, fallbacks, rechecks
+        (of the rings peers write to us), wakes_sent (of ours)."""
+        return self._c.wake_stats()
+
     @property
     def eager_bytes(self) -> int:
         """Messages up to this size travel in ring cells; larger ones by rendezvous."""

@@ -130,6 +130,12 @@ class Server:
         futex_waits, woken, timeouts, interrupted, fallbacks, rechecks, wakes_sent."""
         return self._s.wake_stats()
 
+    def spin_stats(self) -> dict[str, int | bool]:
+        """The adaptive spin of this server's waits for requests (docs/msg.md, "Adaptive
+        spin"): budget_us (the next wait's spin before the woke rule), cap_us, overcommitted, waits,
+        hits (answered while spinning), slept, restores, shrinks, woke_skips, yield_waits."""
+        return self._s.spin_stats()
+
     def handler(self, method: str | int | None = None) -> Callable[[Handler], Handler]:
         """Decorator: register fn for `method` (default: the function's name)."""
         def register(fn: Handler) -> Handler:
@@ -278,6 +284,10 @@ class Client:
         """The same-host wake-up's counters of this client's reply ring (as
         Server.wake_stats): how its waits for replies slept and were woken."""
         return self._c.wake_stats()
+
+    def spin_stats(self) -> dict[str, int | bool]:
+        """The adaptive spin of this client's waits for replies (as Server.spin_stats)."""
+        return self._c.spin_stats()
 
     def call(self, method: str | int, data: Any = b"") -> bytes:
         """One request, its reply's bytes."""
