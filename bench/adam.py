@@ -323,7 +323,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="10M,50M,200M", help="params per step, e.g. 10M,50M")
     ap.add_argument("--threads", default="1,2", help="thread counts")
     ap.add_argument("--reps", type=int, default=5, help="timed repetitions (medians)")
-    ap.add_argument("--simd", default=None, help="force a level: scalar, avx2, avx512")
+    ap.add_argument("--simd", default=None, help="force a level: scalar, avx2, avx512, avx512bf16")
     ap.add_argument("--nt", choices=("none", "state", "copy", "both"), default="copy",
                     help="non-temporal stores for the state, the copy (default, as TieredAdamW "
                     "does for large models), or both")

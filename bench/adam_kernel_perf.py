@@ -13,6 +13,12 @@ process gives `perf stat` its own counters:
 
 --threads: torch.set_num_threads (DeepSpeed's OpenMP loop) and cxlkit on torch's OpenMP
 threads (AdamTeam.openmp, TieredAdamW's default); 1 thread runs cxlkit on the caller.
+--model bf16: TieredAdamW's bf16-model step instead (bf16 grads, the bf16 param copy re-read
+and written: 30 B/param; DeepSpeed's op has no such step); `cxlkit:LEVEL` runs cxlkit at a
+forced SIMD level beside the default one, e.g. the avx512 level's integer bf16 rounding
+against avx512bf16's vcvtneps2bf16:
+
+    .venv/bin/python bench/adam_kernel_perf.py --model bf16 --impls cxlkit,cxlkit:avx512,traffic
 """
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ import statistics
 import sys
 import time
 
-IMPLS = ("cxlkit", "deepspeed", "traffic")
+IMPLS = ("cxlkit", "cxlkit:LEVEL", "deepspeed", "traffic")
 
 
 def parse_size(s: str) -> int:
@@ -32,31 +38,44 @@ def parse_size(s: str) -> int:
     return int(float(s[:-1]) * mult[s[-1]]) if s[-1] in mult else int(s)
 
 
-def make_steps(impls: list[str], n: int, threads: int) -> tuple[dict, list]:
+def make_steps(impls: list[str], n: int, threads: int, model: str) -> tuple[dict, list]:
     import torch
 
     import cxlkit
     from cxlkit.train import adam as A
 
     torch.set_num_threads(threads)
-    bufs = [cxlkit.alloc(n * 4, thp=True) for _ in range(4)]
-    p, m, v, g = (torch.from_numpy(b.numpy("float32")) for b in bufs)
+    bf16 = model == "bf16"
+    bufs = [cxlkit.alloc(n * 4, thp=True) for _ in range(4 if not bf16 else 3)]
+    p, m, v = (torch.from_numpy(b.numpy("float32")) for b in bufs[:3])
     p.fill_(0.02)
     m.zero_()
     v.zero_()
-    g.fill_(1e-3)
+    if bf16:  # [n] bf16 grad and param copy (the copy the master's rounding: nothing re-read)
+        bufs.append(cxlkit.alloc(n * 4, thp=True))
+        g = torch.from_numpy(bufs[3].numpy("float32")).view(torch.bfloat16)[:n]
+        copy = torch.from_numpy(bufs[3].numpy("float32")).view(torch.bfloat16)[n:]
+        g.fill_(1e-3)
+        copy.copy_(p)
+    else:
+        g = torch.from_numpy(bufs[3].numpy("float32"))
+        g.fill_(1e-3)
+        copy = None
     team = A.AdamTeam.openmp() if threads > 1 else None
-    t = A.AdamTensor(p, m, v, g)
+    t = A.AdamTensor(p, m, v, g, copy)
     steps: dict = {}
     count = [0]
     for impl in impls:
-        if impl == "cxlkit":
-            cfg = A.AdamConfig(lr=1e-4)
+        if impl == "cxlkit" or impl.startswith("cxlkit:"):
+            level = impl.partition(":")[2] or None
+            cfg = A.AdamConfig(lr=1e-4, simd=level, resync=bf16)
 
             def run(cfg=cfg) -> None:
                 count[0] += 1
                 A.step_tensors([t], cfg, count[0], team=team)
         elif impl == "deepspeed":
+            if bf16:
+                raise ValueError("--impls deepspeed: DeepSpeed's op has no bf16-model step")
             with contextlib.redirect_stdout(sys.stderr):  # its logger writes to stdout
                 from deepspeed.ops.adam import DeepSpeedCPUAdam
             q = torch.nn.Parameter(p)
@@ -68,7 +87,7 @@ def make_steps(impls: list[str], n: int, threads: int) -> tuple[dict, list]:
                 opt.ds_opt_adam.adam_update(opt.opt_id, count[0], 1e-4, 0.9, 0.999, 1e-8,
                                             1e-2, True, p, g, m, v)
         elif impl == "traffic":
-            tcfg = A.AdamConfig(traffic_only=True)
+            tcfg = A.AdamConfig(traffic_only=True, resync=bf16)
 
             def run(tcfg=tcfg) -> None:  # the values stay as they are
                 A.step_tensors([t], tcfg, 1, team=team)
@@ -79,15 +98,19 @@ def make_steps(impls: list[str], n: int, threads: int) -> tuple[dict, list]:
 
 
 def main() -> None:
+    from cxlkit.train import adam as A
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--impls", default="cxlkit,deepspeed,traffic")
     ap.add_argument("--size", default="10M")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=21)
+    ap.add_argument("--model", choices=("fp32", "bf16"), default="fp32")
     a = ap.parse_args()
     n = parse_size(a.size)
     impls = a.impls.split(",")
-    steps, keep = make_steps(impls, n, a.threads)
+    steps, keep = make_steps(impls, n, a.threads, a.model)
+    bpp = 30 if a.model == "bf16" else 28
     for f in steps.values():  # warm-up: page faults, lazy state, the op's first call
         f()
     times: dict[str, list[float]] = {k: [] for k in impls}
@@ -96,12 +119,13 @@ def main() -> None:
             t0 = time.perf_counter()
             steps[k]()
             times[k].append(time.perf_counter() - t0)
-    out = {"params": n, "threads": a.threads, "rounds": a.rounds,
+    out = {"params": n, "threads": a.threads, "rounds": a.rounds, "model": a.model,
+           "simd": A.simd_level(),
            "ms": {k: round(statistics.median(v) * 1e3, 3) for k, v in times.items()},
            "ms_spread": {k: [round(min(v) * 1e3, 3), round(max(v) * 1e3, 3)]
                          for k, v in times.items()},
-           "gbs_28B": {k: round(28 * n / statistics.median(v) / 1e9, 1)
-                       for k, v in times.items()}}
+           "bytes_per_param": bpp,
+           "gbs": {k: round(bpp * n / statistics.median(v) / 1e9, 1) for k, v in times.items()}}
     if "cxlkit" in times:
         for k in impls:
             if k != "cxlkit":

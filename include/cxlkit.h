@@ -374,7 +374,9 @@ CXK_API int cxk_kv_lookup(struct cxk_pool *p, const char *const *names, size_t n
  * The level is the best the CPU offers unless CXLKIT_SIMD (read once, at the first call)
  * or cxk_adam_hparams.simd forces one. */
 enum cxk_dtype { CXK_DTYPE_NONE = -1, CXK_DTYPE_F32 = 0, CXK_DTYPE_BF16 = 1, CXK_DTYPE_F16 = 2 };
-enum cxk_simd { CXK_SIMD_AUTO = 0, CXK_SIMD_SCALAR = 1, CXK_SIMD_AVX2 = 2, CXK_SIMD_AVX512 = 3 };
+enum cxk_simd { CXK_SIMD_AUTO = 0, CXK_SIMD_SCALAR = 1, CXK_SIMD_AVX2 = 2, CXK_SIMD_AVX512 = 3,
+                /* AVX-512F + AVX512_BF16: bf16 copies rounded by vcvtneps2bf16, same bits */
+                CXK_SIMD_AVX512BF16 = 4 };
 
 #define CXK_ADAM_DECOUPLED 1u        /* AdamW: decay the params, not the gradient */
 #define CXK_ADAM_MAXIMIZE 2u         /* ascend */
@@ -425,7 +427,7 @@ CXK_API int cxk_adam_step_ex(const struct cxk_adam_hparams *h, const struct cxk_
                              size_t ntensors, uint64_t *resynced);
 /* The level AUTO resolves to here (CXLKIT_SIMD or the best available), or -errno as above. */
 CXK_API int cxk_adam_simd(void);
-/* "scalar", "avx2", "avx512", "auto"; "?" for anything else. */
+/* "scalar", "avx2", "avx512", "avx512bf16", "auto"; "?" for anything else. */
 CXK_API const char *cxk_simd_name(int simd);
 
 /* Thread teams that follow memory: one team per memory node, its threads pinned to the

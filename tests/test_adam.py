@@ -19,13 +19,15 @@ import cxlkit
 from cxlkit.testing import inject_fault
 from cxlkit.train import adam as A
 
-LEVELS = ["scalar", "avx2", "avx512"]
+LEVELS = ["scalar", "avx2", "avx512", "avx512bf16"]
+SIMD = LEVELS[1:]
 ODD = [1, 7, 15, 17, 31, 33, 1000, 1037]
 
 
 def available(level: str) -> bool:
     feats = cxlkit._native.cpu_features()
-    need = {"scalar": 0, "avx2": (1 << 2) | (1 << 8), "avx512": 1 << 3}[level]
+    need = {"scalar": 0, "avx2": (1 << 2) | (1 << 8), "avx512": 1 << 3,
+            "avx512bf16": (1 << 3) | (1 << 5)}[level]
     return feats & need == need
 
 
@@ -50,7 +52,7 @@ def run(level: str, n: int, gdtype: str, cdtype: str | None, steps: int = 3,
     return p, m, v, copy
 
 
-@pytest.mark.parametrize("level", ["avx2", "avx512"])
+@pytest.mark.parametrize("level", SIMD)
 @pytest.mark.parametrize("gdtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("cdtype", [None, "float32", "bfloat16", "float16"])
 def test_simd_level_gives_the_scalar_bits_on_odd_lengths(level, gdtype, cdtype):
@@ -293,7 +295,7 @@ def test_bad_step_and_grad_scale_raise_ValueError():
 def test_unavailable_level_raises_OSError_ENOTSUP():
     missing = [lv for lv in LEVELS if not available(lv)]
     if not missing:
-        pytest.skip("this CPU has every SIMD level (scalar, avx2, avx512)")
+        pytest.skip("this CPU has every SIMD level (scalar, avx2, avx512, avx512bf16)")
     p, m, v, g = arrays(4)
     with pytest.raises(OSError) as e:
         A.adam_step(p, m, v, g, step=1, simd=missing[0])

@@ -10,7 +10,7 @@ import torch
 
 from cxlkit.train import adam as A
 
-from test_adam import ODD, available
+from test_adam import ODD, SIMD, available
 
 TORCH = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -57,7 +57,7 @@ def test_resync_re_reads_exactly_the_changed_elements_at_every_level(cdtype):
         plain = step("scalar", (p2, m, v, g, copy), resync=False)
         for a, b in zip(ref[1:4], plain[1:4]):
             assert np.array_equal(bits(a), bits(b)), n
-        for level in ("avx2", "avx512"):
+        for level in SIMD:
             if not available(level):
                 continue
             for nt in (False, True):

@@ -33,6 +33,7 @@ bool level_available(int level) {
         case CXK_SIMD_SCALAR: return true;
         case CXK_SIMD_AVX2: return (f & CXK_CPU_AVX2) && (f & CXK_CPU_F16C);
         case CXK_SIMD_AVX512: return (f & CXK_CPU_AVX512F) != 0;
+        case CXK_SIMD_AVX512BF16: return (f & CXK_CPU_AVX512F) && (f & CXK_CPU_AVX512BF16);
         default: return false;
     }
 }
@@ -45,13 +46,15 @@ int env_level() {
         if (!std::strcmp(e, "scalar")) return int(CXK_SIMD_SCALAR);
         if (!std::strcmp(e, "avx2")) return int(CXK_SIMD_AVX2);
         if (!std::strcmp(e, "avx512")) return int(CXK_SIMD_AVX512);
+        if (!std::strcmp(e, "avx512bf16")) return int(CXK_SIMD_AVX512BF16);
         return -EINVAL;
     }();
     return level;
 }
 
 int best_level() {
-    return level_available(CXK_SIMD_AVX512) ? CXK_SIMD_AVX512
+    return level_available(CXK_SIMD_AVX512BF16) ? CXK_SIMD_AVX512BF16
+           : level_available(CXK_SIMD_AVX512) ? CXK_SIMD_AVX512
            : level_available(CXK_SIMD_AVX2) ? CXK_SIMD_AVX2
                                             : CXK_SIMD_SCALAR;
 }
@@ -63,12 +66,13 @@ int resolve(int requested) {
         if (level < 0) return level;
         if (level == CXK_SIMD_AUTO) return best_level();
     }
-    if (level < CXK_SIMD_SCALAR || level > CXK_SIMD_AVX512) return -EINVAL;
+    if (level < CXK_SIMD_SCALAR || level > CXK_SIMD_AVX512BF16) return -EINVAL;
     return level_available(level) ? level : -ENOTSUP;
 }
 
 Kernel kernel_of(int level) {
     switch (level) {
+        case CXK_SIMD_AVX512BF16: return step_avx512bf16;
         case CXK_SIMD_AVX512: return step_avx512;
         case CXK_SIMD_AVX2: return step_avx2;
         default: return step_scalar;
@@ -118,7 +122,8 @@ Coeffs coeffs_of(const cxk_adam_hparams *h) {
     c.omb1 = float(1.0 - h->beta1);
     c.b2 = float(h->beta2);
     c.omb2 = float(1.0 - h->beta2);
-    c.decoupled = h->flags & CXK_ADAM_DECOUPLED;
+    // decoupled decay by 0 multiplies by 1: dropped, so the loop without it runs
+    c.decoupled = (h->flags & CXK_ADAM_DECOUPLED) && h->weight_decay != 0;
     c.l2 = !c.decoupled && h->weight_decay != 0;
     c.wd = c.l2 ? float(h->weight_decay) : 0.0f;
     c.decay = c.decoupled ? float(1.0 - h->lr * h->weight_decay) : 1.0f;
@@ -413,6 +418,7 @@ const char *cxk_simd_name(int simd) {
         case CXK_SIMD_SCALAR: return "scalar";
         case CXK_SIMD_AVX2: return "avx2";
         case CXK_SIMD_AVX512: return "avx512";
+        case CXK_SIMD_AVX512BF16: return "avx512bf16";
         default: return "?";
     }
 }

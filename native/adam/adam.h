@@ -15,7 +15,7 @@ struct Coeffs {
     float b2, omb2;    // beta2, 1 - beta2
     float wd;          // L2 weight decay added to the gradient (0 when decoupled)
     float decay;       // 1 - lr*wd when decoupled, else 1
-    bool maximize, l2, decoupled;
+    bool maximize, l2, decoupled;  // l2 and decoupled never both (coeffs_of)
     bool nt_state, nt_copy;
     bool resync;       // CXK_ADAM_RESYNC: a copy element that is not the rounded master wins
     bool traffic;      // CXK_ADAM_TRAFFIC: x += g*scale for p, m, v (benchmarks' bound)
@@ -35,6 +35,7 @@ using Kernel = uint64_t (*)(const Coeffs &, const Span &);
 uint64_t step_scalar(const Coeffs &c, const Span &s);
 uint64_t step_avx2(const Coeffs &c, const Span &s);    // pre: AVX2 + F16C
 uint64_t step_avx512(const Coeffs &c, const Span &s);  // pre: AVX-512F
+uint64_t step_avx512bf16(const Coeffs &c, const Span &s);  // pre: AVX-512F + AVX512_BF16
 
 // The recipe in scalar form; every SIMD variant performs these operations in this order
 // (no FMA), so their results are bitwise those of step_scalar. torch divides by

@@ -91,6 +91,11 @@ struct V256 {
     }
     static F blend(F a, F b, __m256i k) { return _mm256_blendv_ps(a, b, _mm256_castsi256_ps(k)); }
 
+    template <int CDT>
+    static F reread(const void *c, size_t i, F p, uint64_t &changed) {
+        return reread_lanes<V256, CDT>(c, i, p, changed);
+    }
+
     // The copy's bits, one per 32-bit lane as copy_bits / load_copy give them.
     template <int CDT, bool NT>
     static void store_bits(void *c, size_t i, __m256i b) {

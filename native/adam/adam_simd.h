@@ -16,6 +16,30 @@ constexpr size_t dtype_size(int dt) { return dt == CXK_DTYPE_F32 ? 4 : dt == CXK
 
 inline bool aligned_to(const void *p, uintptr_t a) { return (uintptr_t(p) & (a - 1)) == 0; }
 
+// The per-step flags as template arguments (Coeffs::maximize, l2, decoupled; l2 and
+// decoupled never both): one loop per combination, so a loop carries only the tests and the
+// arithmetic its step does. GCC unswitched them out of the fp32 loop by itself but left them
+// inside the longer bf16 loops.
+enum : unsigned { kMaximize = 1, kL2 = 2, kDecoupled = 4 };
+
+inline unsigned mode_of(const Coeffs &c) {
+    return (c.maximize ? kMaximize : 0u) | (c.l2 ? kL2 : 0u) | (c.decoupled ? kDecoupled : 0u);
+}
+
+// The resync test of V's copy at index i against the master pv (adam.h's Coeffs::resync), in
+// V's generic lane ops: widen the copy, round pv, compare, blend the changed lanes.
+template <class V, int CDT>
+inline typename V::F reread_lanes(const void *copy, size_t i, typename V::F pv,
+                                  uint64_t &changed) {
+    auto old = V::template load_copy<CDT>(copy, i);
+    auto ne = V::ne(old, V::template copy_bits<CDT>(pv));
+    if (const unsigned k = V::count(ne)) {
+        pv = V::blend(pv, V::template widen<CDT>(old), ne);
+        changed += k;
+    }
+    return pv;
+}
+
 // Elements a SIMD loop prefetches ahead: 1 KiB of fp32 per stream.
 constexpr size_t kPrefetch = 256;
 
@@ -30,21 +54,19 @@ template <class V, int GDT, int CDT>
 struct Loop {
     using F = typename V::F;
     F scale, neg_step, eps, omb1, b2, omb2, wd, decay;
-    bool maximize, l2, decoupled;
 
     explicit Loop(const Coeffs &c)
         : scale(V::set1(c.scale)), neg_step(V::set1(c.neg_step)), eps(V::set1(c.eps)),
           omb1(V::set1(c.omb1)), b2(V::set1(c.b2)),
-          omb2(V::set1(c.omb2)), wd(V::set1(c.wd)), decay(V::set1(c.decay)),
-          maximize(c.maximize), l2(c.l2), decoupled(c.decoupled) {}
+          omb2(V::set1(c.omb2)), wd(V::set1(c.wd)), decay(V::set1(c.decay)) {}
 
     // W elements at index i; NTP / NTC: stream the state / the copy (aligned there);
     // RS: re-read the master from every copy element that is not its rounding (adam.h's
-    // Coeffs::resync), counted in `changed`.
+    // Coeffs::resync, V::reread), counted in `changed`; FL: the step's flags (mode_of).
     // TR (CXK_ADAM_TRAFFIC): the same loads and stores, the values stored back as they were
     // read. The empty asm makes each value opaque, so the compiler can neither drop the grad's
     // load nor a store of what was just loaded.
-    template <bool NTP, bool NTC, bool RS, bool TR = false>
+    template <bool NTP, bool NTC, bool RS, bool TR, unsigned FL>
     inline void block(float *p, float *m, float *v, const void *g, void *copy, size_t i,
                       uint64_t &changed) const {
         if constexpr (TR) {
@@ -65,18 +87,12 @@ struct Loop {
             return;
         }
         F gv = V::mul(V::template load_grad<GDT>(g, i), scale);
-        if (maximize) gv = V::neg(gv);
+        if constexpr (FL & kMaximize) gv = V::neg(gv);
         F pv = V::load(p + i);
-        if constexpr (RS && CDT != CXK_DTYPE_NONE) {
-            auto old = V::template load_copy<CDT>(copy, i);
-            auto ne = V::ne(old, V::template copy_bits<CDT>(pv));
-            if (const unsigned k = V::count(ne)) {
-                pv = V::blend(pv, V::template widen<CDT>(old), ne);
-                changed += k;
-            }
-        }
-        if (l2) gv = V::add(gv, V::mul(wd, pv));
-        if (decoupled) pv = V::mul(pv, decay);
+        if constexpr (RS && CDT != CXK_DTYPE_NONE)
+            pv = V::template reread<CDT>(copy, i, pv, changed);
+        if constexpr (FL & kL2) gv = V::add(gv, V::mul(wd, pv));
+        if constexpr (FL & kDecoupled) pv = V::mul(pv, decay);
         F mv = V::load(m + i);
         mv = V::add(mv, V::mul(omb1, V::sub(gv, mv)));
         F vv = V::load(v + i);
@@ -91,7 +107,7 @@ struct Loop {
 
     // Fewer than W elements: run one block on a zero-padded copy (zeros are harmless:
     // v = 0 gives d = eps) and copy the results back.
-    template <bool RS, bool TR>
+    template <bool RS, bool TR, unsigned FL>
     void tail(const Span &s, size_t i, size_t k, uint64_t &changed) const {
         alignas(64) float pb[V::W] = {}, mb[V::W] = {}, vb[V::W] = {};
         alignas(64) unsigned char gb[V::W * 4] = {}, cb[V::W * 4] = {};
@@ -102,7 +118,7 @@ struct Loop {
         std::memcpy(gb, static_cast<const unsigned char *>(s.g) + i * gs, k * gs);
         if constexpr ((RS || TR) && CDT != CXK_DTYPE_NONE)  // padding: 0 rounds to 0
             std::memcpy(cb, static_cast<const unsigned char *>(s.copy) + i * cs, k * cs);
-        block<false, false, RS, TR>(pb, mb, vb, gb, cb, 0, changed);
+        block<false, false, RS, TR, FL>(pb, mb, vb, gb, cb, 0, changed);
         std::memcpy(s.p + i, pb, k * 4);
         std::memcpy(s.m + i, mb, k * 4);
         std::memcpy(s.v + i, vb, k * 4);
@@ -110,7 +126,7 @@ struct Loop {
             std::memcpy(static_cast<unsigned char *>(s.copy) + i * cs, cb, k * cs);
     }
 
-    template <bool NTP, bool NTC, bool RS, bool TR>
+    template <bool NTP, bool NTC, bool RS, bool TR, unsigned FL>
     uint64_t body(const Span &s, size_t i, size_t end) const {
         // Local copies: stores through float* could alias *this and s, and the compiler
         // would reload every constant and pointer per block; locals cannot be aliased.
@@ -136,14 +152,14 @@ struct Loop {
             if constexpr ((RS || TR) && CDT != CXK_DTYPE_NONE)
                 prefetch_l2(copy, (i + kPrefetch) * cs);
             for (size_t j = 0; j < kLine; j += V::W)
-                k.template block<NTP, NTC, RS, TR>(p, m, v, g, copy, i + j, changed);
+                k.template block<NTP, NTC, RS, TR, FL>(p, m, v, g, copy, i + j, changed);
         }
         for (; i < end; i += V::W)
-            k.template block<NTP, NTC, RS, TR>(p, m, v, g, copy, i, changed);
+            k.template block<NTP, NTC, RS, TR, FL>(p, m, v, g, copy, i, changed);
         return changed;
     }
 
-    template <bool RS, bool TR>
+    template <bool RS, bool TR, unsigned FL>
     uint64_t run(const Coeffs &c, const Span &s) const {
         uint64_t changed = 0;
         const size_t n = s.n;
@@ -155,32 +171,52 @@ struct Loop {
             if (head > n) head = n;
         }
         for (size_t i = 0; i < head; i += V::W)
-            tail<RS, TR>(s, i, head - i < V::W ? head - i : V::W, changed);
+            tail<RS, TR, FL>(s, i, head - i < V::W ? head - i : V::W, changed);
         const size_t end = head + (n - head) / V::W * V::W;
         const bool ntp = c.nt_state && aligned_to(s.p + head, V::kAlign) &&
                          aligned_to(s.m + head, V::kAlign) && aligned_to(s.v + head, V::kAlign);
         // A re-read brings the copy's lines into the cache already: a streaming store would
-        // only evict them again (measured slower), so the copy is stored normally then.
-        const bool ntc = c.nt_copy && !((RS || TR) && CDT != CXK_DTYPE_NONE) &&
-                         CDT != CXK_DTYPE_NONE &&
-                         aligned_to(static_cast<unsigned char *>(s.copy) + head * dtype_size(CDT),
-                                    V::kAlign * dtype_size(CDT) / 4);
-        if (ntp && ntc) changed += body<true, true, RS, TR>(s, head, end);
-        else if (ntp) changed += body<true, false, RS, TR>(s, head, end);
-        else if (ntc) changed += body<false, true, RS, TR>(s, head, end);
-        else changed += body<false, false, RS, TR>(s, head, end);
-        if (end < n) tail<RS, TR>(s, end, n - end, changed);
+        // only evict them again (measured slower), so the copy is stored normally then; with
+        // no copy there is nothing to stream. Such loops are not compiled at all.
+        constexpr bool kCanNtc = !((RS || TR) && CDT != CXK_DTYPE_NONE) && CDT != CXK_DTYPE_NONE;
+        bool ntc = false;
+        if constexpr (kCanNtc)
+            ntc = c.nt_copy &&
+                  aligned_to(static_cast<unsigned char *>(s.copy) + head * dtype_size(CDT),
+                             V::kAlign * dtype_size(CDT) / 4);
+        if constexpr (kCanNtc) {
+            if (ntp && ntc) changed += body<true, true, RS, TR, FL>(s, head, end);
+            else if (ntc) changed += body<false, true, RS, TR, FL>(s, head, end);
+        }
+        if (!ntc) {
+            if (ntp) changed += body<true, false, RS, TR, FL>(s, head, end);
+            else changed += body<false, false, RS, TR, FL>(s, head, end);
+        }
+        if (end < n) tail<RS, TR, FL>(s, end, n - end, changed);
         if (ntp || ntc) V::sfence();  // streaming stores are weakly ordered: drain them
         return changed;
     }
 };
 
+template <class V, int GDT, int CDT, bool RS>
+uint64_t run_m(const Loop<V, GDT, CDT> &loop, const Coeffs &c, const Span &s) {
+    switch (mode_of(c)) {  // coeffs_of never sets both kL2 and kDecoupled
+        case 0: return loop.template run<RS, false, 0>(c, s);
+        case kMaximize: return loop.template run<RS, false, kMaximize>(c, s);
+        case kL2: return loop.template run<RS, false, kL2>(c, s);
+        case kL2 | kMaximize: return loop.template run<RS, false, kL2 | kMaximize>(c, s);
+        case kDecoupled: return loop.template run<RS, false, kDecoupled>(c, s);
+        default: return loop.template run<RS, false, kDecoupled | kMaximize>(c, s);
+    }
+}
+
 template <class V, int GDT, int CDT>
 uint64_t run_c(const Coeffs &c, const Span &s) {
     const Loop<V, GDT, CDT> loop(c);
-    if (c.traffic) return loop.template run<false, true>(c, s);
-    if (c.resync && CDT != CXK_DTYPE_NONE) return loop.template run<true, false>(c, s);
-    return loop.template run<false, false>(c, s);
+    if (c.traffic) return loop.template run<false, true, 0>(c, s);
+    if constexpr (CDT != CXK_DTYPE_NONE)
+        if (c.resync) return run_m<V, GDT, CDT, true>(loop, c, s);
+    return run_m<V, GDT, CDT, false>(loop, c, s);
 }
 
 template <class V, int GDT>

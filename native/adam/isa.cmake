@@ -9,3 +9,5 @@ set_source_files_properties(${PROJECT_SOURCE_DIR}/native/adam/adam_avx2.cpp PROP
   COMPILE_OPTIONS "-mavx2;-mf16c;-ffp-contract=off")
 set_source_files_properties(${PROJECT_SOURCE_DIR}/native/adam/adam_avx512.cpp PROPERTIES
   COMPILE_OPTIONS "-mavx512f;-mavx2;-mf16c;-ffp-contract=off;-Wno-uninitialized;-Wno-maybe-uninitialized")
+set_source_files_properties(${PROJECT_SOURCE_DIR}/native/adam/adam_avx512bf16.cpp PROPERTIES
+  COMPILE_OPTIONS "-mavx512f;-mavx512bf16;-mavx2;-mf16c;-ffp-contract=off;-Wno-uninitialized;-Wno-maybe-uninitialized")

@@ -12,7 +12,7 @@ ENV: dict[str, tuple[str, str]] = {
     "CXLKIT_FAULT": ("", "name:nth:errno[,...]: fail the nth call of a syscall (tests)"),
     "CXLKIT_HOST_ID": ("", "host id in a shared pool (default: derived from the machine id)"),
     "CXLKIT_POOL": ("cxlkit-default", "the embedded pool: /dev/shm/<name> or a path"),
-    "CXLKIT_SIMD": ("", "force a SIMD level for kernels: scalar, avx2 or avx512"),
+    "CXLKIT_SIMD": ("", "force a SIMD level for kernels: scalar, avx2, avx512 or avx512bf16"),
     "CXLKIT_COHERENCE": ("host", "how pools are opened: host (one coherence domain) or none "
                                  "(hosts that do not share caches: flush and invalidate), or "
                                  "sim (none, on a simulated cache per host id: tests)"),

@@ -3,7 +3,9 @@
  * is -EINVAL, a team updates every element and reports where its chunks went, and a failing
  * node query leaves everything untouched; RESYNC re-reads exactly the copy elements that are
  * not the master's rounding and the _ex calls count them; an OpenMP team needs a loaded
- * runtime (-ENOENT here: this program loads none); TRAFFIC writes every array back unchanged. */
+ * runtime (-ENOENT here: this program loads none); TRAFFIC writes every array back unchanged.
+ * Every level runs every combination of the per-step flags (maximize; no decay, L2, decoupled,
+ * decoupled by 0), each its own compiled loop. */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -66,11 +68,15 @@ int main(void) {
     h.lr = 1e-3, h.beta1 = 0.9, h.beta2 = 0.999, h.eps = 1e-8, h.weight_decay = 0.01;
     h.grad_scale = 0.5, h.step = 3, h.flags = CXK_ADAM_DECOUPLED | CXK_ADAM_BIAS_CORRECTION;
 
-    const int levels[] = {CXK_SIMD_AVX2, CXK_SIMD_AVX512};
+    const int levels[] = {CXK_SIMD_AVX2, CXK_SIMD_AVX512, CXK_SIMD_AVX512BF16};
+    /* (flags, weight_decay) of each decay kind; each with and without MAXIMIZE below */
+    const unsigned mode_flags[] = {0, 0, CXK_ADAM_DECOUPLED, CXK_ADAM_DECOUPLED};
+    const double mode_wd[] = {0.0, 0.01, 0.01, 0.0};
     const int gdts[] = {CXK_DTYPE_F32, CXK_DTYPE_BF16, CXK_DTYPE_F16};
     const int cdts[] = {CXK_DTYPE_NONE, CXK_DTYPE_F32, CXK_DTYPE_BF16, CXK_DTYPE_F16};
     int ran = 0;
-    for (int li = 0; li < 2; ++li) {
+    for (int lm = 0; lm < 3 * 8; ++lm) {
+        const int li = lm / 8, mi = lm % 8;  /* level, mode */
         for (int gi = 0; gi < 3; ++gi)
             for (int ci = 0; ci < 4; ++ci)
                 for (int off = 0; off < 3; ++off)  /* off > 0: unaligned start */
@@ -81,7 +87,9 @@ int main(void) {
                         struct cxk_adam_tensor a = tensor_of(&ref, off, gdts[gi], cdts[ci]);
                         struct cxk_adam_tensor b = tensor_of(&got, off, gdts[gi], cdts[ci]);
                         h.simd = CXK_SIMD_SCALAR;
-                        h.flags = CXK_ADAM_DECOUPLED | CXK_ADAM_BIAS_CORRECTION;
+                        h.flags = mode_flags[mi % 4] | CXK_ADAM_BIAS_CORRECTION |
+                                  (mi >= 4 ? CXK_ADAM_MAXIMIZE : 0u);
+                        h.weight_decay = mode_wd[mi % 4];
                         CHECK_EQ(cxk_adam_step(&h, &a, 1), 0);
                         h.simd = levels[li];
                         h.flags |= extra;
@@ -93,6 +101,7 @@ int main(void) {
                     }
     }
     if (ran == 0) fprintf(stderr, "note: no SIMD level on this CPU; scalar only\n");
+    h.flags = CXK_ADAM_DECOUPLED | CXK_ADAM_BIAS_CORRECTION, h.weight_decay = 0.01;
 
     /* bad input: -EINVAL, nothing written */
     fill(&got);
@@ -121,6 +130,7 @@ int main(void) {
     fill(&fresh);
     CHECK(memcmp(&fresh, &got, sizeof got) == 0);
     CHECK(strcmp(cxk_simd_name(CXK_SIMD_AVX512), "avx512") == 0);
+    CHECK(strcmp(cxk_simd_name(CXK_SIMD_AVX512BF16), "avx512bf16") == 0);
     CHECK(cxk_adam_simd() >= CXK_SIMD_SCALAR);
 
     /* a team of 2 threads on the first memory node gives the single-thread bits */
@@ -190,7 +200,7 @@ int main(void) {
 
     /* TRAFFIC (the benchmarks' bound): every level reads and writes the arrays back bit for
      * bit, a copy that is not the master's rounding included, and counts nothing */
-    for (int level = CXK_SIMD_SCALAR; level <= CXK_SIMD_AVX512; ++level) {
+    for (int level = CXK_SIMD_SCALAR; level <= CXK_SIMD_AVX512BF16; ++level) {
         struct cxk_adam_hparams ht = hr;
         ht.flags |= CXK_ADAM_TRAFFIC, ht.simd = level;
         fill(&got);

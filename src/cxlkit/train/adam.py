@@ -14,7 +14,7 @@ from .. import _native, topology
 DTYPES = {"float32": _native.DTYPE_F32, "bfloat16": _native.DTYPE_BF16,
           "float16": _native.DTYPE_F16}
 DTYPES_NONE = _native.DTYPE_NONE  # no param copy
-SIMD_LEVELS = {"auto": 0, "scalar": 1, "avx2": 2, "avx512": 3}
+SIMD_LEVELS = {"auto": 0, "scalar": 1, "avx2": 2, "avx512": 3, "avx512bf16": 4}
 
 
 def dtype_name(x: Any) -> str:

@@ -1,0 +1,156 @@
+// adam_avx512.h — private: the AVX-512 lane traits of the Adam loop (adam_simd.h), compiled
+// twice: adam_avx512.cpp (AVX-512F, V512<false>) and adam_avx512bf16.cpp (AVX-512F +
+// AVX512_BF16, V512<true>). 16 fp32 lanes; bf16 grads widened with vpmovzxwd + shift, fp16
+// with vcvtph2ps; fp16 copies rounded with vcvtps2ph; bf16 copies with integer ops
+// (V512<false>) or vcvtneps2bf16 with an integer fix-up of the lanes it rounds unlike torch
+// (V512<true>). Internal linkage, as adam_simd.h: each file keeps its own copy.
+#pragma once
+#include <immintrin.h>
+
+#include <cfloat>
+
+#include "adam/adam_simd.h"
+
+namespace cxk::adam {
+namespace {
+
+template <bool BF>
+struct V512 {
+    using F = __m512;
+    static constexpr size_t W = 16;
+    static constexpr uintptr_t kAlign = 64;
+    static F set1(float x) { return _mm512_set1_ps(x); }
+    static F load(const float *p) { return _mm512_loadu_ps(p); }
+    template <bool NT>
+    static void store(float *p, F x) {
+        if constexpr (NT) _mm512_stream_ps(p, x);
+        else _mm512_storeu_ps(p, x);
+    }
+    static F add(F a, F b) { return _mm512_add_ps(a, b); }
+    static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
+    static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+    static F div(F a, F b) { return _mm512_div_ps(a, b); }
+    static F sqrt(F a) { return _mm512_sqrt_ps(a); }
+    static F neg(F a) {  // flips the sign bit, as scalar -x does
+        return _mm512_castsi512_ps(
+            _mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32(int(0x80000000u))));
+    }
+    static void sfence() { _mm_sfence(); }
+
+    template <int GDT>
+    static F load_grad(const void *g, size_t i) {
+        if constexpr (GDT == CXK_DTYPE_F32) {
+            return _mm512_loadu_ps(static_cast<const float *>(g) + i);
+        } else {
+            __m256i h = _mm256_loadu_si256(
+                reinterpret_cast<const __m256i *>(static_cast<const uint16_t *>(g) + i));
+            if constexpr (GDT == CXK_DTYPE_BF16)
+                return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+            else
+                return _mm512_cvtph_ps(h);
+        }
+    }
+
+    // bf16 of p with integer ops, one per 32-bit lane: round to nearest even (u + 0x7fff +
+    // lsb, high half), NaN -> 0x7fc0, subnormals kept: torch's .to(torch.bfloat16).
+    static __m512i bf16_int(F p) {
+        __m512i u = _mm512_castps_si512(p);
+        __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        __m512i r = _mm512_srli_epi32(
+            _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+        __mmask16 nan = _mm512_cmp_ps_mask(p, p, _CMP_UNORD_Q);
+        return _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7fc0));
+    }
+
+    // bf16 of p, 16 lanes of 16 bits, bitwise bf16_int's. vcvtneps2bf16 rounds to nearest
+    // even too but reads a subnormal input as zero and keeps a NaN's payload (quieted) where
+    // torch writes 0x7fc0: lanes that are NaN or nonzero with |p| < FLT_MIN (one unordered
+    // not-greater-equal compare, masked by a not-equal-zero one) take the integer sequence.
+    static __m256i bf16_narrow(F p) {
+        if constexpr (BF) {
+            __m256i h = (__m256i)_mm512_cvtneps_pbh(p);
+            const __mmask16 tiny =
+                _mm512_cmp_ps_mask(_mm512_abs_ps(p), _mm512_set1_ps(FLT_MIN), _CMP_NGE_UQ);
+            if (__builtin_expect(
+                    _mm512_mask_cmp_ps_mask(tiny, p, _mm512_setzero_ps(), _CMP_NEQ_UQ) != 0, 0))
+                h = _mm512_cvtepi32_epi16(bf16_int(p));
+            return h;
+        } else {
+            return _mm512_cvtepi32_epi16(bf16_int(p));
+        }
+    }
+
+    // The copy's bits of p, one per 32-bit lane (fp16: vcvtps2ph).
+    template <int CDT>
+    static __m512i copy_bits(F p) {
+        if constexpr (CDT == CXK_DTYPE_F32) {
+            return _mm512_castps_si512(p);
+        } else if constexpr (CDT == CXK_DTYPE_BF16) {
+            return bf16_int(p);
+        } else {
+            return _mm512_cvtepu16_epi32(
+                _mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        }
+    }
+
+    template <int CDT>
+    static __m512i load_copy(const void *c, size_t i) {
+        if constexpr (CDT == CXK_DTYPE_F32)
+            return _mm512_loadu_si512(static_cast<const float *>(c) + i);
+        else
+            return _mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                reinterpret_cast<const __m256i *>(static_cast<const uint16_t *>(c) + i)));
+    }
+
+    template <int CDT>
+    static F widen(__m512i b) {
+        if constexpr (CDT == CXK_DTYPE_F32) return _mm512_castsi512_ps(b);
+        else if constexpr (CDT == CXK_DTYPE_BF16)
+            return _mm512_castsi512_ps(_mm512_slli_epi32(b, 16));
+        else return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(b));
+    }
+
+    static __mmask16 ne(__m512i a, __m512i b) { return _mm512_cmpneq_epi32_mask(a, b); }
+    static unsigned count(__mmask16 k) { return unsigned(__builtin_popcount(k)); }
+    static F blend(F a, F b, __mmask16 k) { return _mm512_mask_mov_ps(a, k, b); }
+
+    // The resync test (adam_simd.h). A bf16 copy with V512<true>: the copy's 16-bit lanes
+    // against bf16_narrow(p) with one AVX2 word compare; only a block with a changed lane
+    // (rare: someone wrote the param) goes through the widening, counting reread_lanes.
+    template <int CDT>
+    static F reread(const void *c, size_t i, F p, uint64_t &changed) {
+        if constexpr (BF && CDT == CXK_DTYPE_BF16) {
+            const __m256i old = _mm256_loadu_si256(
+                reinterpret_cast<const __m256i *>(static_cast<const uint16_t *>(c) + i));
+            const __m256i eq = _mm256_cmpeq_epi16(old, bf16_narrow(p));
+            if (__builtin_expect(_mm256_movemask_epi8(eq) == -1, 1)) return p;
+        }
+        return reread_lanes<V512, CDT>(c, i, p, changed);
+    }
+
+    // The copy's bits, one per 32-bit lane as copy_bits / load_copy give them.
+    template <int CDT, bool NT>
+    static void store_bits(void *c, size_t i, __m512i b) {
+        if constexpr (CDT == CXK_DTYPE_F32) {
+            store<NT>(static_cast<float *>(c) + i, _mm512_castsi512_ps(b));
+        } else {
+            store_half<NT>(c, i, _mm512_cvtepi32_epi16(b));
+        }
+    }
+
+    template <bool NT>
+    static void store_half(void *c, size_t i, __m256i h) {
+        auto *dst = reinterpret_cast<__m256i *>(static_cast<uint16_t *>(c) + i);
+        if constexpr (NT) _mm256_stream_si256(dst, h);
+        else _mm256_storeu_si256(dst, h);
+    }
+
+    template <int CDT, bool NT>
+    static void store_copy(void *c, size_t i, F p) {
+        if constexpr (CDT == CXK_DTYPE_BF16) store_half<NT>(c, i, bf16_narrow(p));
+        else store_bits<CDT, NT>(c, i, copy_bits<CDT>(p));
+    }
+};
+
+}  // namespace
+}  // namespace cxk::adam
