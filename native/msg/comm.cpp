@@ -426,15 +426,7 @@ int cxk_msg_wake_stats(const cxk_comm *c, struct cxk_ring_wake_stats *st) {
     if (!c || !st) return -EINVAL;
     *st = {};
     for (const Peer &p : c->peers)
-        for (const cxk_ring *r : {p.in, p.out}) {
-            struct cxk_ring_wake_stats one {};
-            if (!r || cxk_ring_wake_stats(r, &one)) continue;
-            st->enabled |= one.enabled;
-            st->futex_waits += one.futex_waits, st->woken += one.woken;
-            st->timeouts += one.timeouts, st->interrupted += one.interrupted;
-            st->fallbacks += one.fallbacks, st->rechecks += one.rechecks;
-            st->wakes_sent += one.wakes_sent;
-        }
+        for (const cxk_ring *r : {p.in, p.out}) cxk::ring::wake_stats_add(r, st);
     return 0;
 }
 

@@ -172,3 +172,17 @@ int cxk_ring_wake_stats(const cxk_ring *r, struct cxk_ring_wake_stats *st) {
 }
 
 }  // extern "C"
+
+namespace cxk::ring {
+
+void wake_stats_add(const cxk_ring *r, struct cxk_ring_wake_stats *sum) {
+    struct cxk_ring_wake_stats one {};
+    if (!r || cxk_ring_wake_stats(r, &one)) return;
+    sum->enabled |= one.enabled;
+    sum->futex_waits += one.futex_waits, sum->woken += one.woken;
+    sum->timeouts += one.timeouts, sum->interrupted += one.interrupted;
+    sum->fallbacks += one.fallbacks, sum->rechecks += one.rechecks;
+    sum->wakes_sent += one.wakes_sent;
+}
+
+}  // namespace cxk::ring

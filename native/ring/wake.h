@@ -26,4 +26,8 @@ int64_t wait_idle_rings_extra(cxk_wait *w, cxk_ring *const *rings, size_t n, con
 // it said it sleeps. A fence and one load when it does not; no syscall.
 void wake_notify(cxk_ring *r);
 
+// Add r's wake-up counters into *sum (enabled: or-ed); a null r adds nothing. The messaging
+// layer and the RPC server report the sum over their rings.
+void wake_stats_add(const cxk_ring *r, struct cxk_ring_wake_stats *sum);
+
 }  // namespace cxk::ring

@@ -16,6 +16,7 @@
 #include "cxlkit.h"
 #include "ring/liveness.h"
 #include "ring/spin.h"
+#include "ring/wake.h"
 
 using namespace cxk::rpc;
 using cxk::ring::boot_hash;
@@ -543,16 +544,7 @@ int cxk_rpc_server_spin_stats(const cxk_rpc_server *s, struct cxk_spin *st) {
 int cxk_rpc_server_wake_stats(const cxk_rpc_server *s, struct cxk_ring_wake_stats *st) {
     if (!s || !st) return -EINVAL;
     *st = {};
-    for (const cxk_ring *r : s->req) {
-        if (!r) continue;
-        struct cxk_ring_wake_stats one;
-        cxk_ring_wake_stats(r, &one);
-        st->enabled |= one.enabled;
-        st->futex_waits += one.futex_waits, st->woken += one.woken;
-        st->timeouts += one.timeouts, st->interrupted += one.interrupted;
-        st->fallbacks += one.fallbacks, st->rechecks += one.rechecks;
-        st->wakes_sent += one.wakes_sent;
-    }
+    for (const cxk_ring *r : s->req) cxk::ring::wake_stats_add(r, st);
     return 0;
 }
 
