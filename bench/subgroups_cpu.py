@@ -161,6 +161,7 @@ BF16 = A.DTYPES["bfloat16"]
 
 
 def main() -> None:
+    B.exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sets", default="disk,tmpfs,disk+tmpfs,disk+tmpfs+mem")
     ap.add_argument("--params", default="48M")

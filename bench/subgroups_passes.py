@@ -30,7 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from subgroups import parse_count  # noqa: E402
+from subgroups import exit_on_sigterm, parse_count  # noqa: E402
 
 from cxlkit import _native  # noqa: E402
 from cxlkit import policy as P  # noqa: E402
@@ -134,6 +134,7 @@ def make_paths(a: argparse.Namespace, slot: int, tmp: list[str]) -> list[Any]:
 
 
 def main() -> None:
+    exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="36M", help="bytes per subgroup (decimal suffixes)")
     ap.add_argument("--reps", type=int, default=6)

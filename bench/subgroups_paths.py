@@ -40,6 +40,7 @@ def own(spec: str, nbytes: int) -> float:
 
 
 def main() -> None:
+    B.exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sets", default="disk+tmpfs+mem,disk+tmpfs,mem,pool")
     ap.add_argument("--params", default="48M")

@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from subgroups import parse_count  # noqa: E402
+from subgroups import exit_on_sigterm, parse_count  # noqa: E402
 
 from cxlkit import policy as P  # noqa: E402
 from cxlkit.train import aio  # noqa: E402
@@ -68,6 +68,7 @@ def ways(fd: int, buf: np.ndarray, other: np.ndarray, mapped: np.ndarray) -> lis
 
 
 def main() -> None:
+    exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default="/dev/shm")
     ap.add_argument("--size", default="36M", help="bytes (decimal suffixes: 36M = 36e6)")

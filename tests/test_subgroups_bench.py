@@ -161,3 +161,31 @@ def test_subgroups_passes_bench_prints_every_pass_and_route(tmp_path, shm_dir):
             assert any(w.startswith(kind) and w.endswith(route) for w in ways), (kind, route)
     assert len([w for w in ways if w.startswith("dir ")]) == 6  # the disk and the tmpfs
     assert not list(tmp_path.iterdir()) and not os.listdir(shm_dir)
+
+
+def test_subgroups_bench_stopped_by_sigterm_removes_its_scratch_directories(tmp_path):
+    # the docs run these benches under `timeout`; killed by SIGTERM's default action a run
+    # left its subgroup files (1-2 GB each) in /dev/shm
+    import signal
+    import time
+
+    disk, shm = tmp_path / "disk", tmp_path / "shm"
+    disk.mkdir()
+    shm.mkdir()
+    p = subprocess.Popen([sys.executable, str(ROOT / "bench" / "subgroups.py"), "--params",
+                          "4M", "--subgroup", "250K", "--steps", "50", "--runs", "50",
+                          "--disk", str(disk), "--tmpfs", str(shm), "--pool", "off",
+                          "--only", "paths"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not p.stderr.readline().startswith("round 0:"):  # a row is running
+            assert p.poll() is None and time.monotonic() < deadline, p.stderr.read()[-2000:]
+        assert list(disk.iterdir()) and list(shm.iterdir())  # its scratch directories
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(60) == 128 + signal.SIGTERM
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert not list(disk.iterdir()) and not list(shm.iterdir())
