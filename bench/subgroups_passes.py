@@ -19,18 +19,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import sys
 import tempfile
-import time
 from typing import Any, Callable
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from subgroups import exit_on_sigterm, parse_count  # noqa: E402
+from subgroups_tmpfs import measure  # noqa: E402
 
 from cxlkit import _native  # noqa: E402
 from cxlkit import policy as P  # noqa: E402
@@ -40,22 +39,6 @@ from cxlkit.train.spill_base import FetchCheck, FlushHeader, checksum  # noqa: E
 from cxlkit.train.spill_mapped import MappedDirPath  # noqa: E402
 
 H = SP.HEADER_NBYTES
-
-
-def cpu_seconds() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-def measure(fn: Callable[[], Any], nbytes: int, reps: int) -> tuple[float, float]:
-    """(wall GB/s, CPU s per GB) over reps calls of fn, each moving nbytes."""
-    fn()  # warm: pages touched, workers started
-    c0, t0 = cpu_seconds(), time.perf_counter()
-    for _ in range(reps):
-        fn()
-    c1, t1 = cpu_seconds(), time.perf_counter()
-    gb = nbytes * reps / 1e9
-    return gb / (t1 - t0), (c1 - c0) / gb
 
 
 def passes(src: np.ndarray, dst: np.ndarray) -> list[tuple[str, Callable[[], Any], int]]:

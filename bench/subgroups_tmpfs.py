@@ -40,7 +40,9 @@ def cpu_seconds() -> float:
 
 
 def measure(fn, nbytes: int, reps: int) -> tuple[float, float]:
-    """(wall GB/s, CPU s per GB) over reps calls."""
+    """(wall GB/s, CPU s per GB) over reps calls of fn, each moving nbytes, after one
+    untimed call (pages touched, workers started). bench/subgroups_passes.py uses it too."""
+    fn()
     c0, t0 = cpu_seconds(), time.perf_counter()
     for _ in range(reps):
         fn()
@@ -92,7 +94,6 @@ def main() -> None:
                               loadavg=os.getloadavg())), flush=True)
         for _ in range(a.rounds):
             for name, fn in ws:
-                fn()  # warm: the engine's workers started, the file's pages in place
                 res[name].append(measure(fn, n, a.reps))
         for name, xs in res.items():
             print(json.dumps(dict(

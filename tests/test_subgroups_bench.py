@@ -189,3 +189,15 @@ def test_subgroups_bench_stopped_by_sigterm_removes_its_scratch_directories(tmp_
             p.kill()
             p.wait()
     assert not list(disk.iterdir()) and not list(shm.iterdir())
+
+
+def test_subgroups_tmpfs_bench_prints_every_way_with_cpu_per_gb(shm_dir):
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "subgroups_tmpfs.py"), "--dir",
+                        str(shm_dir), "--size", "4M", "--reps", "2", "--rounds", "1"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    ways = [x for x in rows if "way" in x]
+    assert any(w["way"].startswith("memcpy") for w in ways) and len(ways) >= 6
+    assert all(w["GBps"] > 0 and w["cpu_s_per_GB"] >= 0 for w in ways)
+    assert not os.listdir(shm_dir)  # its scratch directory is gone

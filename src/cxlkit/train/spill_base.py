@@ -4,6 +4,7 @@ SubgroupStore spills optimizer subgroups to: two slots per subgroup (the previou
 survives a crash mid-write), a per-host lock (OFD) and a read/write microbenchmark."""
 from __future__ import annotations
 
+import abc
 import errno
 import resource
 import struct
@@ -206,7 +207,7 @@ class Pending:
         return dt
 
 
-class SpillPath:
+class SpillPath(abc.ABC):
     """Base of the path kinds: two slots of slot_nbytes per subgroup, an OFD lock per host."""
 
     kind = "?"
@@ -288,14 +289,16 @@ class SpillPath:
             self._unlock()
             raise
 
+    @abc.abstractmethod
     def _submit(self, idx: int, slot: int, buf: Any, write: bool, hook: Any = None) -> Pending:
-        raise NotImplementedError
+        """Start a read (write=False) or write of slot's bytes of subgroup idx into / from buf."""
 
     def sync(self, idx: int) -> None:
         """Make the subgroup's writes durable (directories: fdatasync)."""
 
+    @abc.abstractmethod
     def remove(self, idx: int) -> None:
-        raise NotImplementedError
+        """Drop subgroup idx's file or object (gone already: nothing to do)."""
 
     def durable(self) -> bool:
         return True

@@ -2,7 +2,9 @@
 worker thread: a memory tier (placed buffers) and an object area of a cxlkit pool."""
 from __future__ import annotations
 
+import abc
 import concurrent.futures as cf
+import contextlib
 import errno
 import hashlib
 import time
@@ -24,8 +26,9 @@ class _CopyPath(SpillPath):
         self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix="cxlkit-spill")
         self._sums = cf.ThreadPoolExecutor(1, thread_name_prefix="cxlkit-sum")
 
+    @abc.abstractmethod
     def _area(self, idx: int, create: bool) -> Any:
-        raise NotImplementedError
+        """Subgroup idx's bytes as a writable uint8 array (create: make it when missing)."""
 
     def _where(self, idx: int) -> str:
         """What an error about subgroup idx names: the file or object that holds it."""
@@ -215,10 +218,8 @@ class PoolPath(_CopyPath):
         o = self._objs.pop(idx, None)
         if o is not None:
             o.close()
-        try:
+        with contextlib.suppress(KeyError):  # never written or already removed
             self.pool.destroy(self.objname(idx))
-        except KeyError:
-            pass
 
     def close(self) -> None:
         super().close()

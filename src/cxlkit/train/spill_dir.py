@@ -4,6 +4,7 @@ threads of the path, off the store's thread."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import errno
 import os
 import time
@@ -112,10 +113,8 @@ class DirPath(SpillPath):
         fd = self._fds.pop(idx, None)
         if fd is not None:
             aio.close_file(fd)
-        try:
+        with contextlib.suppress(FileNotFoundError):  # never written or already removed
             os.unlink(self.file(idx))
-        except FileNotFoundError:
-            pass
 
     def close(self) -> None:
         if self._helper_pools is not None:  # their requests finish before the files close

@@ -9,6 +9,7 @@ same as DirPath's (same names, two slots, same headers): a store written through
 resumed through the other."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
@@ -133,10 +134,8 @@ copy (aio.copy), which raises PathIOError naming the file instead of a SIGBUS)."
 
     def remove(self, idx: int) -> None:
         self._unmap(idx)
-        try:
+        with contextlib.suppress(FileNotFoundError):  # never written or already removed
             os.unlink(self.file(idx))
-        except FileNotFoundError:
-            pass
 
     def close(self) -> None:
         super().close()  # its workers finish their copies first
