@@ -17,6 +17,13 @@ namespace {
 using Bytes = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using ConstBytes = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
+// a copy's two buffers must be the same length (ValueError naming the copy)
+void same_size(const Bytes &dst, const ConstBytes &src, const std::string &what) {
+    if (dst.size() != src.size())
+        throw nb::value_error((what + ": copy of " + std::to_string(src.size()) +
+                               " bytes into " + std::to_string(dst.size())).c_str());
+}
+
 struct AioEngine {
     cxk_aio *a = nullptr;
     AioEngine(int backend, uint32_t queue_depth, uint64_t block_size, uint32_t threads) {
@@ -132,9 +139,7 @@ CXK_BIND(aio) {
     m.def(
         "aio_copy",
         [](Bytes dst, ConstBytes src, const std::string &what) {
-            if (dst.size() != src.size())
-                throw nb::value_error((what + ": copy of " + std::to_string(src.size()) +
-                                       " bytes into " + std::to_string(dst.size())).c_str());
+            same_size(dst, src, what);
             int rc;
             {
                 nb::gil_scoped_release nogil;
@@ -146,9 +151,7 @@ CXK_BIND(aio) {
     m.def(
         "aio_copy_sum",
         [](Bytes dst, ConstBytes src, const std::string &what) {
-            if (dst.size() != src.size())
-                throw nb::value_error((what + ": copy of " + std::to_string(src.size()) +
-                                       " bytes into " + std::to_string(dst.size())).c_str());
+            same_size(dst, src, what);
             int rc;
             uint64_t sum = 0;
             {

@@ -127,6 +127,18 @@ static void locks(void) {
     unlink(path);
 }
 
+/* A shared mapping of n bytes of a new file <dir>/name (path written to path), its fd in *fd:
+ * the guarded-copy tests truncate the file under it. */
+static void *map_file(char *path, size_t cap, const char *name, size_t n, int *fd) {
+    path_of(path, cap, name);
+    *fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    CHECK(*fd >= 0);
+    CHECK_EQ(ftruncate(*fd, (off_t)n), 0);
+    void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+    CHECK(m != MAP_FAILED);
+    return m;
+}
+
 /* cxk_aio_copy: a plain copy, then both directions over a mapping whose file was truncated
  * after mmap (the SIGBUS case) give -EFAULT and the process goes on. */
 static void guarded_copy(void) {
@@ -138,13 +150,9 @@ static void guarded_copy(void) {
     CHECK_EQ(cxk_aio_copy(NULL, a, 1), -EINVAL);
     CHECK_EQ(cxk_aio_copy(b, NULL, 1), -EINVAL);
     char path[256];
-    path_of(path, sizeof path, "truncated");
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-    CHECK(fd >= 0);
     size_t n = 1 << 20;
-    CHECK_EQ(ftruncate(fd, (off_t)n), 0);
-    char *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    CHECK(m != MAP_FAILED);
+    int fd;
+    char *m = map_file(path, sizeof path, "truncated", n, &fd);
     char *buf = malloc(n);
     CHECK(buf != NULL);
     CHECK_EQ(cxk_aio_copy(buf, m, n), 0);
@@ -194,13 +202,9 @@ static void copy_sum(void) {
     CHECK_EQ(cxk_aio_copy_sum(dst, src, 1, NULL), -EINVAL);
     CHECK_EQ(cxk_aio_copy_sum(dst, NULL, 1, &s), -EINVAL);
     char path[256];
-    path_of(path, sizeof path, "truncated_sum");
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-    CHECK(fd >= 0);
     size_t n = 1 << 20;
-    CHECK_EQ(ftruncate(fd, (off_t)n), 0);
-    unsigned char *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    CHECK(m != MAP_FAILED);
+    int fd;
+    unsigned char *m = map_file(path, sizeof path, "truncated_sum", n, &fd);
     unsigned char *buf = malloc(n);
     CHECK(buf != NULL);
     CHECK_EQ(cxk_aio_copy_sum(buf, m, n, &s), 0);
