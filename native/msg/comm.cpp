@@ -254,12 +254,9 @@ namespace {
 
 // The wake-ups the comm's publishes sent so far (its rings to every peer).
 uint64_t wakes_sent(const cxk_comm *c) {
-    uint64_t n = 0;
-    for (const Peer &p : c->peers) {
-        struct cxk_ring_wake_stats ws {};
-        if (p.out && cxk_ring_wake_stats(p.out, &ws) == 0) n += ws.wakes_sent;
-    }
-    return n;
+    struct cxk_ring_wake_stats ws {};
+    for (const Peer &p : c->peers) cxk::ring::wake_stats_add(p.out, &ws);
+    return ws.wakes_sent;
 }
 
 // The rings a wait for incoming cells may sleep on (empty: sleep on the timer): every peer's
