@@ -66,52 +66,41 @@ void install() {
 }
 
 // Kept out of line so that the compiler does not keep dst/src/n in registers across the
-// jump (they are not used after it anyway: the failure path only returns).
-__attribute__((noinline)) int copy_guarded(void *dst, const void *src, size_t n) {
+// jump (they are not used after it anyway: the failure path only returns). c: also fold the
+// bytes into that checksum as they move (kv/copy_sum.cpp); nullptr: a plain memcpy.
+__attribute__((noinline)) int copy_guarded(void *dst, const void *src, size_t n,
+                                           cxk::kv::Checksum *c) {
     sigjmp_buf env;
     if (sigsetjmp(env, 1) != 0) return -EFAULT;  // came back from the handler
     t_guard = &env;
     std::atomic_signal_fence(std::memory_order_seq_cst);  // the guard is set before any byte moves
-    std::memcpy(dst, src, n);
+    if (c) cxk::kv::copy_fold(*c, dst, src, n);
+    else std::memcpy(dst, src, n);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     t_guard = nullptr;
     return 0;
 }
 
-// The same guard around a copy that folds the bytes into a checksum (kv/copy_sum.cpp).
-__attribute__((noinline)) int copy_sum_guarded(void *dst, const void *src, size_t n,
-                                               cxk::kv::Checksum *c) {
-    sigjmp_buf env;
-    if (sigsetjmp(env, 1) != 0) return -EFAULT;
-    t_guard = &env;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    cxk::kv::copy_fold(*c, dst, src, n);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    t_guard = nullptr;
-    return 0;
+// Arguments checked and the handler installed (once per process), then the guarded copy.
+int guarded(void *dst, const void *src, uint64_t nbytes, cxk::kv::Checksum *c) {
+    if (dst == nullptr || src == nullptr) return -EINVAL;
+    std::call_once(g_once, install);
+    if (g_install_rc != 0) return g_install_rc;
+    t_guard = nullptr;  // first touch of the TLS slot, outside any handler
+    return copy_guarded(dst, src, size_t(nbytes), c);
 }
 
 }  // namespace
 
 extern "C" int cxk_aio_copy(void *dst, const void *src, uint64_t nbytes) {
-    if (nbytes == 0) return 0;
-    if (dst == nullptr || src == nullptr) return -EINVAL;
-    std::call_once(g_once, install);
-    if (g_install_rc != 0) return g_install_rc;
-    t_guard = nullptr;  // first touch of the TLS slot, outside any handler
-    return copy_guarded(dst, src, size_t(nbytes));
+    return nbytes == 0 ? 0 : guarded(dst, src, nbytes, nullptr);
 }
 
 extern "C" int cxk_aio_copy_sum(void *dst, const void *src, uint64_t nbytes, uint64_t *sum) {
     if (sum == nullptr) return -EINVAL;
     cxk::kv::Checksum c;
     if (nbytes != 0) {
-        if (dst == nullptr || src == nullptr) return -EINVAL;
-        std::call_once(g_once, install);
-        if (g_install_rc != 0) return g_install_rc;
-        t_guard = nullptr;
-        int rc = copy_sum_guarded(dst, src, size_t(nbytes), &c);
-        if (rc != 0) return rc;
+        if (int rc = guarded(dst, src, nbytes, &c)) return rc;
     }
     *sum = c.finish();
     return 0;
