@@ -188,3 +188,41 @@ def test_page_nodes_of_this_process_and_a_refused_query():
         R.page_nodes(2 ** 22 + 12345, addr, addr + PAGE, PAGE)  # no such process
     del addr
     m.close()
+
+
+def test_fuzz_parse_gives_checked_placements_or_a_registry_error():
+    # the registry is a memfd of the audited process (any program can write it): random
+    # headers and records, some of them near-valid, give only sane placements or
+    # RegistryError naming the file, never another exception
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    a = 0x7f0000000000
+    rec = st.tuples(st.sampled_from([a, a + MiB, 0, 2**64 - PAGE]),
+                    st.sampled_from([a, a + 1, a + MiB, 1 << 57, 0]),
+                    st.sampled_from([a + 4 * MiB, a, 2**64 - 1, 1 << 57]),
+                    st.sampled_from([1, 0, 7]))
+
+    @settings(max_examples=300, deadline=None)
+    @given(recs=st.lists(rec, max_size=8), used=st.integers(0, 2**64 - 1),
+           capacity=st.integers(0, 2**64 - 1), flips=st.lists(
+               st.tuples(st.integers(0, 64 + 8 * 32 - 1), st.integers(1, 255)), max_size=4),
+           cut=st.integers(0, 64 + 8 * 32))
+    def check(recs, used, capacity, flips, cut):
+        raw = bytearray(_registry_bytes(recs, used=min(used, len(recs)) if used % 3 else used,
+                                        capacity=capacity if capacity % 2 else 64))
+        for off, x in flips:
+            if off < len(raw):
+                raw[off] ^= x
+        raw = bytes(raw[:cut]) if cut < len(raw) and cut % 5 == 0 else bytes(raw)
+        try:
+            reg = R.parse("fuzz-reg", raw[:R.HEADER.size], raw[R.HEADER.size:], PAGE)
+        except R.RegistryError as e:
+            assert "fuzz-reg" in str(e)
+            return
+        for p in reg.placements:
+            assert p.origin <= p.start < p.end < 1 << 57
+            assert (p.origin | p.start | p.end) % PAGE == 0
+        assert len(reg.placements) + reg.skipped <= len(raw[R.HEADER.size:]) // R.RECORD.size
+
+    check()
