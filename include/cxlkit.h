@@ -474,6 +474,29 @@ CXK_API int cxk_adam_team_info(const cxk_adam_team *team, uint32_t cap, int32_t 
                                uint32_t *threads, int32_t *cpus, uint64_t *chunks,
                                uint32_t *nteams);
 
+/* ---- Out-of-place steps (zc15): the update read from one set of arrays, written to another ----
+ * cxk_adam_step_into reads param / exp_avg / exp_avg_sq of t[i] and writes the updated values
+ * to out[i]'s arrays (param_copy, grad and the flags as in cxk_adam_step); the inputs are not
+ * written. Each output array is either exactly its input array (that array updated in place:
+ * out[i] equal to t[i]'s three pointers is cxk_adam_step, bit for bit) or shares no byte with
+ * any array of t[i] nor with the other two outputs; -EINVAL otherwise, for a NULL or
+ * misaligned output array with n > 0, or out NULL with ntensors > 0. Every SIMD level gives
+ * the bits of the in-place step. The update of a subgroup's state from the slot that holds
+ * its committed generation straight into the other slot (docs/subgroups.md, run 7). */
+struct cxk_adam_out {
+    float *param;
+    float *exp_avg;
+    float *exp_avg_sq;
+};
+CXK_API int cxk_adam_step_into(const struct cxk_adam_hparams *h, const struct cxk_adam_tensor *t,
+                               const struct cxk_adam_out *out, size_t ntensors,
+                               uint64_t *resynced);
+/* As cxk_adam_step_into, run by the team (chunks placed by the input param's node). */
+CXK_API int cxk_adam_team_step_into(cxk_adam_team *team, const struct cxk_adam_hparams *h,
+                                    const struct cxk_adam_tensor *t,
+                                    const struct cxk_adam_out *out, size_t ntensors,
+                                    uint64_t *resynced);
+
 /* ---- Pools: named objects in one memory range shared by processes and hosts ----
  * Shaped like POSIX shm: open a pool, create / open / close / destroy objects by name.
  * Layout and protocol: docs/pool-format.md. Offsets (off) are bytes from the pool base

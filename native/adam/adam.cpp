@@ -138,11 +138,15 @@ Coeffs coeffs_of(const cxk_adam_hparams *h) {
 
 size_t dsize(int dt) { return dt == CXK_DTYPE_F32 ? 4 : dt == CXK_DTYPE_NONE ? 0 : 2; }
 
-Span span_of(const cxk_adam_tensor &t, uint64_t begin, uint64_t n) {
+// Elements [begin, begin+n) of t; the updated p, m, v go to o's arrays (o NULL: in place).
+Span span_of(const cxk_adam_tensor &t, const cxk_adam_out *o, uint64_t begin, uint64_t n) {
     Span s;
     s.p = t.param + begin;
     s.m = t.exp_avg + begin;
     s.v = t.exp_avg_sq + begin;
+    s.po = (o ? o->param : t.param) + begin;
+    s.mo = (o ? o->exp_avg : t.exp_avg) + begin;
+    s.vo = (o ? o->exp_avg_sq : t.exp_avg_sq) + begin;
     s.g = static_cast<const unsigned char *>(t.grad) + begin * dsize(t.grad_dtype);
     s.copy = t.param_copy
                  ? static_cast<unsigned char *>(t.param_copy) + begin * dsize(t.copy_dtype)
@@ -153,12 +157,46 @@ Span span_of(const cxk_adam_tensor &t, uint64_t begin, uint64_t n) {
     return s;
 }
 
+// [a, a+an) and [b, b+bn) share a byte.
+bool overlap(const void *a, size_t an, const void *b, size_t bn) {
+    const uintptr_t x = uintptr_t(a), y = uintptr_t(b);
+    return an && bn && x < y + bn && y < x + an;
+}
+
+// cxk_adam_step_into's output arrays: each one 4-byte aligned and either exactly its input
+// array (that array updated in place) or sharing no byte with any array of its tensor (the
+// inputs, the grad, the copy) nor with the other outputs. A partial overlap would let a
+// store clobber an element another lane has yet to read.
+int check_outs(const cxk_adam_tensor *t, const cxk_adam_out *o, size_t nt) {
+    if (nt && !o) return -EINVAL;
+    for (size_t i = 0; i < nt; ++i) {
+        const cxk_adam_tensor &x = t[i];
+        if (x.n == 0) continue;
+        const size_t nb = size_t(x.n) * 4;
+        const float *in[3] = {x.param, x.exp_avg, x.exp_avg_sq};
+        const float *out[3] = {o[i].param, o[i].exp_avg, o[i].exp_avg_sq};
+        const size_t gb = size_t(x.n) * dsize(x.grad_dtype), cb = size_t(x.n) * dsize(x.copy_dtype);
+        for (int a = 0; a < 3; ++a) {
+            if (!out[a] || (uintptr_t(out[a]) & 3)) return -EINVAL;
+            if (overlap(out[a], nb, x.grad, gb) || overlap(out[a], nb, x.param_copy, cb))
+                return -EINVAL;
+            for (int b = 0; b < 3; ++b) {
+                if (b != a && overlap(out[a], nb, out[b], nb)) return -EINVAL;
+                if (out[a] == in[b] && a == b) continue;
+                if (overlap(out[a], nb, in[b], nb)) return -EINVAL;
+            }
+        }
+    }
+    return 0;
+}
+
 // Prepare a step: validated constants and the kernel, or -errno.
 int prepare(const cxk_adam_hparams *h, const cxk_adam_tensor *t, size_t nt, Coeffs *c,
-            Kernel *k) {
+            Kernel *k, const cxk_adam_out *o = nullptr, bool into = false) {
     int r = check_hparams(h);
     if (r < 0) return r;
     if ((r = check_tensors(t, nt)) < 0) return r;
+    if (into && (r = check_outs(t, o, nt)) < 0) return r;
     const int level = resolve(h->simd);
     if (level < 0) return level;
     *c = coeffs_of(h);
@@ -291,6 +329,7 @@ struct cxk_adam_team {
     cxk::adam::Coeffs coeffs{};
     cxk::adam::Kernel kernel = nullptr;
     const cxk_adam_tensor *tensors = nullptr;
+    const cxk_adam_out *outs = nullptr;  // NULL: in place
 
     // Spin up to `ns` nanoseconds for pred(); false when it stayed false.
     template <class Pred>
@@ -325,7 +364,8 @@ struct cxk_adam_team {
                 const size_t k = g->next.fetch_add(1, std::memory_order_relaxed);
                 if (k >= g->work.size()) break;
                 const Chunk &c = g->work[k];
-                if (uint64_t r = kernel(coeffs, cxk::adam::span_of(tensors[c.tensor], c.begin, c.n)))
+                if (uint64_t r = kernel(coeffs, cxk::adam::span_of(tensors[c.tensor], outs ? outs + c.tensor : nullptr,
+                                                               c.begin, c.n)))
                     resynced.fetch_add(r, std::memory_order_relaxed);
             }
             // The last one out wakes run(); notifying under mu pairs with run() testing
@@ -365,7 +405,10 @@ struct cxk_adam_team {
             const size_t k = g->next.fetch_add(1, std::memory_order_relaxed);
             if (k >= g->work.size()) break;
             const Chunk &c = g->work[k];
-            mine += t->kernel(t->coeffs, cxk::adam::span_of(t->tensors[c.tensor], c.begin, c.n));
+            mine += t->kernel(t->coeffs,
+                              cxk::adam::span_of(t->tensors[c.tensor],
+                                                 t->outs ? t->outs + c.tensor : nullptr,
+                                                 c.begin, c.n));
         }
         if (mine) t->resynced.fetch_add(mine, std::memory_order_relaxed);
     }
@@ -393,17 +436,40 @@ struct cxk_adam_team {
 
 extern "C" {
 
-int cxk_adam_step_ex(const cxk_adam_hparams *h, const cxk_adam_tensor *t, size_t nt,
-                     uint64_t *resynced) {
+namespace {
+
+int step_impl(const cxk_adam_hparams *h, const cxk_adam_tensor *t, const cxk_adam_out *o,
+              size_t nt, bool into, uint64_t *resynced) {
     cxk::adam::Coeffs c;
     cxk::adam::Kernel k;
-    int r = cxk::adam::prepare(h, t, nt, &c, &k);
+    int r = cxk::adam::prepare(h, t, nt, &c, &k, o, into);
     if (r < 0) return r;
     uint64_t changed = 0;
     for (size_t i = 0; i < nt; ++i)
-        if (t[i].n) changed += k(c, cxk::adam::span_of(t[i], 0, t[i].n));
+        if (t[i].n) changed += k(c, cxk::adam::span_of(t[i], o ? o + i : nullptr, 0, t[i].n));
     if (resynced) *resynced = changed;
     return 0;
+}
+
+int team_step_impl(cxk_adam_team *team, const cxk_adam_hparams *h, const cxk_adam_tensor *t,
+                   const cxk_adam_out *o, size_t nt, bool into, uint64_t *resynced);
+
+}  // namespace
+
+int cxk_adam_step_ex(const cxk_adam_hparams *h, const cxk_adam_tensor *t, size_t nt,
+                     uint64_t *resynced) {
+    return step_impl(h, t, nullptr, nt, false, resynced);
+}
+
+int cxk_adam_step_into(const cxk_adam_hparams *h, const cxk_adam_tensor *t,
+                       const cxk_adam_out *out, size_t nt, uint64_t *resynced) {
+    return step_impl(h, t, out, nt, true, resynced);
+}
+
+int cxk_adam_team_step_into(cxk_adam_team *team, const cxk_adam_hparams *h,
+                            const cxk_adam_tensor *t, const cxk_adam_out *out, size_t nt,
+                            uint64_t *resynced) {
+    return team_step_impl(team, h, t, out, nt, true, resynced);
 }
 
 int cxk_adam_step(const cxk_adam_hparams *h, const cxk_adam_tensor *t, size_t nt) {
@@ -510,11 +576,20 @@ int cxk_adam_team_step(cxk_adam_team *team, const cxk_adam_hparams *h, const cxk
 
 int cxk_adam_team_step_ex(cxk_adam_team *team, const cxk_adam_hparams *h,
                           const cxk_adam_tensor *t, size_t nt, uint64_t *resynced) {
+    return team_step_impl(team, h, t, nullptr, nt, false, resynced);
+}
+
+}  // extern "C"
+
+namespace {
+
+int team_step_impl(cxk_adam_team *team, const cxk_adam_hparams *h, const cxk_adam_tensor *t,
+                   const cxk_adam_out *o, size_t nt, bool into, uint64_t *resynced) {
     if (!team) return -EINVAL;
     if (resynced) *resynced = 0;
     cxk::adam::Coeffs c;
     cxk::adam::Kernel k;
-    int r = cxk::adam::prepare(h, t, nt, &c, &k);
+    int r = cxk::adam::prepare(h, t, nt, &c, &k, o, into);
     if (r < 0) return r;
     try {
         // Chunks end at chunk_bytes boundaries of the param address, so a chunk never
@@ -559,6 +634,7 @@ int cxk_adam_team_step_ex(cxk_adam_team *team, const cxk_adam_hparams *h,
     team->coeffs = c;  // published by run()'s release increment of gen
     team->kernel = k;
     team->tensors = t;
+    team->outs = o;
     team->resynced.store(0, std::memory_order_relaxed);
     team->run();
     // relaxed is enough: run() returned after the workers' release (pending / the region's
@@ -566,6 +642,10 @@ int cxk_adam_team_step_ex(cxk_adam_team *team, const cxk_adam_hparams *h,
     if (resynced) *resynced = team->resynced.load(std::memory_order_relaxed);
     return 0;
 }
+
+}  // namespace
+
+extern "C" {
 
 int cxk_adam_team_create_omp(const char *runtime, uint32_t nthreads, uint64_t chunk_bytes,
                              cxk_adam_team **out) {

@@ -21,9 +21,13 @@ struct Coeffs {
     bool traffic;      // CXK_ADAM_TRAFFIC: x += g*scale for p, m, v (benchmarks' bound)
 };
 
-// One contiguous run of elements of a cxk_adam_tensor (dtypes: enum cxk_dtype).
+// One contiguous run of elements of a cxk_adam_tensor (dtypes: enum cxk_dtype). The kernels
+// read p, m, v and write the updated values to po, mo, vo: the same arrays for the in-place
+// step (cxk_adam_step), another set for cxk_adam_step_into (each either equal to its input
+// or overlapping nothing, checked in adam.cpp).
 struct Span {
     float *p, *m, *v;
+    float *po, *mo, *vo;
     const void *g;
     void *copy;
     size_t n;

@@ -117,9 +117,9 @@ void traffic(const Span &s) {
     for (size_t i = 0; i < s.n; ++i) {
         float g = load_grad<GDT>(s.g, i), p = s.p[i], m = s.m[i], v = s.v[i];
         asm volatile("" : "+x"(g), "+x"(p), "+x"(m), "+x"(v));
-        s.p[i] = p;
-        s.m[i] = m;
-        s.v[i] = v;
+        s.po[i] = p;
+        s.mo[i] = m;
+        s.vo[i] = v;
         if constexpr (CDT != CXK_DTYPE_NONE) {
             uint32_t b = load_copy<CDT>(s.copy, i);
             asm volatile("" : "+r"(b));
@@ -145,9 +145,9 @@ uint64_t run(const Coeffs &c, const Span &s) {
             if (c.resync && old != copy_bits<CDT>(p)) p = widen<CDT>(old), ++changed;
         }
         element(c, load_grad<GDT>(s.g, i), p, m, v);
-        s.p[i] = p;
-        s.m[i] = m;
-        s.v[i] = v;
+        s.po[i] = p;
+        s.mo[i] = m;
+        s.vo[i] = v;
         store_copy<CDT>(s.copy, i, p);
     }
     return changed;

@@ -66,19 +66,20 @@ struct Loop {
     // TR (CXK_ADAM_TRAFFIC): the same loads and stores, the values stored back as they were
     // read. The empty asm makes each value opaque, so the compiler can neither drop the grad's
     // load nor a store of what was just loaded.
+    // Reads p, m, v at i and stores to po, mo, vo (the same pointers in place).
     template <bool NTP, bool NTC, bool RS, bool TR, unsigned FL>
-    inline void block(float *p, float *m, float *v, const void *g, void *copy, size_t i,
-                      uint64_t &changed) const {
+    inline void block(const float *p, const float *m, const float *v, float *po, float *mo,
+                      float *vo, const void *g, void *copy, size_t i, uint64_t &changed) const {
         if constexpr (TR) {
             F gv = V::template load_grad<GDT>(g, i), pv = V::load(p + i);
             asm volatile("" : "+v"(gv), "+v"(pv));
-            V::template store<NTP>(p + i, pv);
+            V::template store<NTP>(po + i, pv);
             F mv = V::load(m + i);
             asm volatile("" : "+v"(mv));
-            V::template store<NTP>(m + i, mv);
+            V::template store<NTP>(mo + i, mv);
             F vv = V::load(v + i);
             asm volatile("" : "+v"(vv));
-            V::template store<NTP>(v + i, vv);
+            V::template store<NTP>(vo + i, vv);
             if constexpr (CDT != CXK_DTYPE_NONE) {
                 auto cv = V::template load_copy<CDT>(copy, i);
                 asm volatile("" : "+v"(cv));
@@ -99,9 +100,9 @@ struct Loop {
         vv = V::add(V::mul(b2, vv), V::mul(omb2, V::mul(gv, gv)));
         F d = V::add(V::sqrt(vv), eps);
         pv = V::add(pv, V::div(V::mul(neg_step, mv), d));
-        V::template store<NTP>(p + i, pv);
-        V::template store<NTP>(m + i, mv);
-        V::template store<NTP>(v + i, vv);
+        V::template store<NTP>(po + i, pv);
+        V::template store<NTP>(mo + i, mv);
+        V::template store<NTP>(vo + i, vv);
         if constexpr (CDT != CXK_DTYPE_NONE) V::template store_copy<CDT, NTC>(copy, i, pv);
     }
 
@@ -118,10 +119,10 @@ struct Loop {
         std::memcpy(gb, static_cast<const unsigned char *>(s.g) + i * gs, k * gs);
         if constexpr ((RS || TR) && CDT != CXK_DTYPE_NONE)  // padding: 0 rounds to 0
             std::memcpy(cb, static_cast<const unsigned char *>(s.copy) + i * cs, k * cs);
-        block<false, false, RS, TR, FL>(pb, mb, vb, gb, cb, 0, changed);
-        std::memcpy(s.p + i, pb, k * 4);
-        std::memcpy(s.m + i, mb, k * 4);
-        std::memcpy(s.v + i, vb, k * 4);
+        block<false, false, RS, TR, FL>(pb, mb, vb, pb, mb, vb, gb, cb, 0, changed);
+        std::memcpy(s.po + i, pb, k * 4);
+        std::memcpy(s.mo + i, mb, k * 4);
+        std::memcpy(s.vo + i, vb, k * 4);
         if constexpr (CDT != CXK_DTYPE_NONE)
             std::memcpy(static_cast<unsigned char *>(s.copy) + i * cs, cb, k * cs);
     }
@@ -131,7 +132,8 @@ struct Loop {
         // Local copies: stores through float* could alias *this and s, and the compiler
         // would reload every constant and pointer per block; locals cannot be aliased.
         const Loop k(*this);
-        float *p = s.p, *m = s.m, *v = s.v;
+        const float *p = s.p, *m = s.m, *v = s.v;
+        float *po = s.po, *mo = s.mo, *vo = s.vo;
         const void *g = s.g;
         void *copy = s.copy;
         // One 64-byte line of p, m, v (and g's matching bytes) per group, each group
@@ -152,10 +154,11 @@ struct Loop {
             if constexpr ((RS || TR) && CDT != CXK_DTYPE_NONE)
                 prefetch_l2(copy, (i + kPrefetch) * cs);
             for (size_t j = 0; j < kLine; j += V::W)
-                k.template block<NTP, NTC, RS, TR, FL>(p, m, v, g, copy, i + j, changed);
+                k.template block<NTP, NTC, RS, TR, FL>(p, m, v, po, mo, vo, g, copy, i + j,
+                                                      changed);
         }
         for (; i < end; i += V::W)
-            k.template block<NTP, NTC, RS, TR, FL>(p, m, v, g, copy, i, changed);
+            k.template block<NTP, NTC, RS, TR, FL>(p, m, v, po, mo, vo, g, copy, i, changed);
         return changed;
     }
 
@@ -165,16 +168,16 @@ struct Loop {
         const size_t n = s.n;
         size_t head = 0;
         if (c.nt_state || c.nt_copy) {
-            // Peel until p sits on a vector boundary; m, v and copy stream only if that
-            // boundary is theirs too (page-aligned buffers always qualify).
-            head = ((V::kAlign - (uintptr_t(s.p) & (V::kAlign - 1))) & (V::kAlign - 1)) / 4;
+            // Peel until the stored p (po) sits on a vector boundary; m, v and copy stream
+            // only if that boundary is theirs too (page-aligned buffers always qualify).
+            head = ((V::kAlign - (uintptr_t(s.po) & (V::kAlign - 1))) & (V::kAlign - 1)) / 4;
             if (head > n) head = n;
         }
         for (size_t i = 0; i < head; i += V::W)
             tail<RS, TR, FL>(s, i, head - i < V::W ? head - i : V::W, changed);
         const size_t end = head + (n - head) / V::W * V::W;
-        const bool ntp = c.nt_state && aligned_to(s.p + head, V::kAlign) &&
-                         aligned_to(s.m + head, V::kAlign) && aligned_to(s.v + head, V::kAlign);
+        const bool ntp = c.nt_state && aligned_to(s.po + head, V::kAlign) &&
+                         aligned_to(s.mo + head, V::kAlign) && aligned_to(s.vo + head, V::kAlign);
         // A re-read brings the copy's lines into the cache already: a streaming store would
         // only evict them again (measured slower), so the copy is stored normally then; with
         // no copy there is nothing to stream. Such loops are not compiled at all.

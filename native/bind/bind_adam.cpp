@@ -101,6 +101,58 @@ std::vector<cxk_adam_tensor> to_tensors(const std::vector<TensorArgs> &ts) {
     return out;
 }
 
+// (param, exp_avg, exp_avg_sq) the updated values go to (adam_step_into)
+using OutArgs = std::tuple<Arr, Arr, Arr>;
+
+bool shares_bytes(const void *a, size_t an, const void *b, size_t bn) {
+    const uintptr_t x = uintptr_t(a), y = uintptr_t(b);
+    return an && bn && x < y + bn && y < x + an;
+}
+
+// Each output: float32, contiguous, n elements; exactly its input array or sharing no byte
+// with the tensor's arrays or the other outputs (the C call's rule, named here per array).
+std::vector<cxk_adam_out> to_outs(const std::vector<OutArgs> &os,
+                                  const std::vector<cxk_adam_tensor> &t) {
+    if (os.size() != t.size())
+        throw nb::value_error(("outs: " + std::to_string(os.size()) + " entries for " +
+                               std::to_string(t.size()) + " tensors").c_str());
+    static const char *names[3] = {"param", "exp_avg", "exp_avg_sq"};
+    std::vector<cxk_adam_out> out(os.size());
+    for (size_t i = 0; i < os.size(); ++i) {
+        const auto &[p, m, v] = os[i];
+        const Arr *arr[3] = {&p, &m, &v};
+        const size_t n = size_t(t[i].n), nb = n * 4;
+        float *in[3] = {t[i].param, t[i].exp_avg, t[i].exp_avg_sq};
+        float *o[3];
+        for (int a = 0; a < 3; ++a) {
+            const std::string what = std::string("out ") + names[a];
+            check_array(*arr[a], what.c_str(), i, 4, n);
+            if (arr[a]->dtype() != nb::dtype<float>())
+                throw nb::value_error((what + " of tensor " + std::to_string(i) +
+                                       ": expected float32").c_str());
+            o[a] = static_cast<float *>(arr[a]->data());
+        }
+        const size_t gb = n * dtype_bytes(t[i].grad_dtype);
+        const size_t cb = t[i].param_copy ? n * dtype_bytes(t[i].copy_dtype) : 0;
+        for (int a = 0; a < 3 && n; ++a) {
+            bool bad = shares_bytes(o[a], nb, t[i].grad, gb) ||
+                       shares_bytes(o[a], nb, t[i].param_copy, cb);
+            for (int b = 0; b < 3; ++b) {
+                if (b != a && shares_bytes(o[a], nb, o[b], nb)) bad = true;
+                if (!(a == b && o[a] == in[b]) && shares_bytes(o[a], nb, in[b], nb)) bad = true;
+            }
+            if (bad)
+                throw nb::value_error(("out " + std::string(names[a]) + " of tensor " +
+                                       std::to_string(i) +
+                                       ": overlaps another array (an output is its own input "
+                                       "array exactly, or shares no byte with the others)")
+                                          .c_str());
+        }
+        out[i] = {o[0], o[1], o[2]};
+    }
+    return out;
+}
+
 struct AdamTeam {
     cxk_adam_team *team = nullptr;
     // cxk_adam_team_step takes one step at a time per team, and steps run without the GIL:
@@ -164,6 +216,48 @@ struct AdamTeam {
 }  // namespace
 }  // namespace cxk::py
 
+namespace cxk::py {
+namespace {
+
+// One step, in place (os NULL) or into os's arrays; -errno raised as OSError, with CXLKIT_SIMD
+// named when it is the bad input.
+uint64_t step(const HParams &hp, const std::vector<TensorArgs> &ts,
+              const std::vector<OutArgs> *os, AdamTeam *team) {
+    cxk_adam_hparams h = to_hparams(hp);
+    std::vector<cxk_adam_tensor> t = to_tensors(ts);
+    std::vector<cxk_adam_out> o;
+    if (os) o = to_outs(*os, t);
+    const cxk_adam_out *op = os ? o.data() : nullptr;
+    if (team) team->require_open();
+    int r;
+    uint64_t resynced = 0;
+    bool closed = false;
+    {
+        nb::gil_scoped_release unlock;  // a step over a large model takes a while
+        if (team) {
+            std::lock_guard<std::mutex> lk(team->mu);
+            closed = team->team == nullptr;  // closed by another thread meanwhile
+            r = closed ? 0
+                : os ? cxk_adam_team_step_into(team->team, &h, t.data(), op, t.size(), &resynced)
+                     : cxk_adam_team_step_ex(team->team, &h, t.data(), t.size(), &resynced);
+        } else {
+            r = os ? cxk_adam_step_into(&h, t.data(), op, t.size(), &resynced)
+                   : cxk_adam_step_ex(&h, t.data(), t.size(), &resynced);
+        }
+    }
+    if (closed) team->require_open();
+    if (r == -EINVAL && cxk_adam_simd() == -EINVAL) {
+        const char *e = std::getenv("CXLKIT_SIMD");
+        raise_errno(EINVAL, std::string("CXLKIT_SIMD=") + (e ? e : "") +
+                                " (expected scalar, avx2, avx512, avx512bf16 or auto)");
+    }
+    check(r, team ? "adam step (node query)" : "adam step");
+    return resynced;  // elements re-read from param_copy (ADAM_RESYNC)
+}
+
+}  // namespace
+}  // namespace cxk::py
+
 CXK_BIND(adam) {
     using namespace cxk::py;
     m.attr("DTYPE_NONE") = int(CXK_DTYPE_NONE);
@@ -198,32 +292,13 @@ CXK_BIND(adam) {
     m.def(
         "adam_step",
         [](const HParams &hp, const std::vector<TensorArgs> &ts, AdamTeam *team) {
-            cxk_adam_hparams h = to_hparams(hp);
-            std::vector<cxk_adam_tensor> t = to_tensors(ts);
-            if (team) team->require_open();
-            int r;
-            uint64_t resynced = 0;
-            bool closed = false;
-            {
-                nb::gil_scoped_release unlock;  // a step over a large model takes a while
-                if (team) {
-                    std::lock_guard<std::mutex> lk(team->mu);
-                    closed = team->team == nullptr;  // closed by another thread meanwhile
-                    r = closed ? 0
-                               : cxk_adam_team_step_ex(team->team, &h, t.data(), t.size(),
-                                                       &resynced);
-                } else {
-                    r = cxk_adam_step_ex(&h, t.data(), t.size(), &resynced);
-                }
-            }
-            if (closed) team->require_open();
-            if (r == -EINVAL && cxk_adam_simd() == -EINVAL) {
-                const char *e = std::getenv("CXLKIT_SIMD");
-                raise_errno(EINVAL, std::string("CXLKIT_SIMD=") + (e ? e : "") +
-                                        " (expected scalar, avx2, avx512, avx512bf16 or auto)");
-            }
-            check(r, team ? "adam step (node query)" : "adam step");
-            return resynced;  // elements re-read from param_copy (ADAM_RESYNC)
+            return step(hp, ts, nullptr, team);
         },
         nb::arg("hparams"), nb::arg("tensors"), nb::arg("team").none());
+    // The update read from tensors' arrays and written to outs' (cxk_adam_step_into).
+    m.def(
+        "adam_step_into",
+        [](const HParams &hp, const std::vector<TensorArgs> &ts, const std::vector<OutArgs> &os,
+           AdamTeam *team) { return step(hp, ts, &os, team); },
+        nb::arg("hparams"), nb::arg("tensors"), nb::arg("outs"), nb::arg("team").none());
 }

@@ -233,3 +233,16 @@ def bytes_per_element(grad_dtype: str = "float32", copy_dtype: str | None = None
         if d is not None and d not in size:
             raise ValueError(f"dtype {d!r}: expected one of {', '.join(size)}")
     return 24 + size[grad_dtype] + (size[copy_dtype] if copy_dtype else 0)
+
+
+def step_raw_into(tensors: Sequence[tuple], outs: Sequence[tuple], config: AdamConfig,
+                  step: int, *, grad_scale: float = 1.0, team: AdamTeam | None = None) -> int:
+    """step_raw reading each tensor's (param, exp_avg, exp_avg_sq) and writing the updated
+    values to outs[i] = (param, exp_avg, exp_avg_sq), float32 arrays of the same length; the
+    inputs are left as they were (cxk_adam_step_into). An output that is its input array
+    itself updates that array in place (the bits of step_raw); one that overlaps any other
+    array of its tensor or another output is a ValueError naming it."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise ValueError(f"step {step!r}: expected an int >= 1")
+    return _native.adam_step_into(config._native(step, grad_scale), list(tensors), list(outs),
+                                  team._team if team is not None else None)
