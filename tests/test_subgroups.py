@@ -456,7 +456,7 @@ def test_read_ahead_keeps_up_to_cache_minus_two_reads_in_flight_and_the_same_bit
                                                                                   held):
     ref = Ref(5)
     path = _HeldPath(held)
-    with make([path], ref, cache_subgroups=cache) as st:
+    with make([path], ref, cache_subgroups=cache, zero_copy=False) as st:
         run_steps(st, ref, 3)
         check_state(st, ref)
     # K buffers: the one updated, K-2 read ahead, one written back; buffers whose flush is
@@ -509,7 +509,8 @@ def test_steady_state_read_ahead_is_cache_minus_two(cache):
     # and that read then went in one update later: K-3 reads ahead instead of K-2
     n = 20
     path = _InstantPath()
-    st = SubgroupStore([path], subgroup_params=100, cache_subgroups=cache, bandwidths=[1.0])
+    st = SubgroupStore([path], subgroup_params=100, cache_subgroups=cache, bandwidths=[1.0],
+                       zero_copy=False)
     depth: list[tuple[int, int]] = []
     update = st._update
     st._update = lambda bi, sg, *a: (depth.append((sg.idx, path.reads_out)), update(bi, sg, *a))
@@ -555,7 +556,8 @@ def test_reestimate_takes_the_paths_busy_time_not_summed_request_durations():
     # under-estimated (here by half) and Eq. 1 gave it too few subgroups
     path = _PairedPath()
     b0 = 4e6  # bytes/s, of the order the path shows here: the EWMA moves visibly
-    st = SubgroupStore([path], subgroup_params=100_000, cache_subgroups=3, bandwidths=[b0])
+    st = SubgroupStore([path], subgroup_params=100_000, cache_subgroups=3, bandwidths=[b0],
+                       zero_copy=False)
     try:
         st.bind([[100_000] * 6])
         st.init_params(lambda pid: np.full(100_000, 0.5, np.float32))
@@ -576,7 +578,8 @@ def test_reestimate_takes_the_paths_busy_time_not_summed_request_durations():
 
 def test_memory_tier_skips_payload_sums_copy_paths_fold_them_dirs_sum_off_the_store_thread(
         pool_path, dirs, monkeypatch):
-    # the payload sum is a pass over every subgroup moved: a memory tier's bytes never leave
+    # the cache route (zero_copy=False; the in-place route: tests/test_subgroups_inplace.py).
+    # The payload sum is a pass over every subgroup moved: a memory tier's bytes never leave
     # the process, so it keeps none; a pool object's sum is folded into its copy (aio.copy_sum
     # on the path's copy worker: no separate pass over the bytes, no sum thread); a
     # directory's (no user-space copy to fold it into) is a pass on its two helper threads
@@ -591,13 +594,13 @@ def test_memory_tier_skips_payload_sums_copy_paths_fold_them_dirs_sum_off_the_st
     monkeypatch.setattr(aio, "copy_sum", lambda d, s, what="": (
         folded.append(threading.current_thread().name), real_fold(d, s, what))[1])
     ref = Ref(8)
-    with make([MemoryPath()], ref) as st:
+    with make([MemoryPath()], ref, zero_copy=False) as st:
         run_steps(st, ref, 3)
         check_state(st, ref)
     assert calls == [] and folded == []
     ref = Ref(8)
     with cxlkit.Pool(pool_path, size=8 << 20, host_id=0) as pool, \
-            make([PoolPath(pool, "sgsum")], ref) as st:
+            make([PoolPath(pool, "sgsum")], ref, zero_copy=False) as st:
         run_steps(st, ref, 3)
         check_state(st, ref)
     assert calls == []

@@ -1,8 +1,9 @@
-"""The payload checksum folded into a copy path's copy (aio.copy_sum): the same header bytes
-as the separate pass wrote, the same corruptions caught on the way back (a flipped payload
-byte, a foreign header, a torn flush whose header never landed, random flips and torn tails
-under hypothesis), one pass over the bytes (no separate checksum on any thread), verify=False
-still checking the header, and a path's start-up figure paying the same header work."""
+"""The cache route (zero_copy=False): the payload checksum folded into a copy path's copy
+(aio.copy_sum): the same header bytes as the separate pass wrote, the same corruptions caught
+on the way back (a flipped payload byte, a foreign header, a torn flush whose header never
+landed, random flips and torn tails under hypothesis), one pass over the bytes (no separate
+checksum on any thread), verify=False still checking the header, and a path's start-up figure
+paying the same header work."""
 from __future__ import annotations
 
 import errno
@@ -82,7 +83,7 @@ def test_store_on_a_copy_path_sums_in_one_pass_and_gives_the_kernels_bits(copy_p
     real = SB.checksum
     monkeypatch.setattr(SB, "checksum", lambda buf: (passes.append(1), real(buf))[1])
     ref = Ref(41)
-    with make([copy_path()], ref) as st:
+    with make([copy_path()], ref, zero_copy=False) as st:
         run_steps(st, ref, 3)
         check_state(st, ref)
     assert passes == []
@@ -90,7 +91,7 @@ def test_store_on_a_copy_path_sums_in_one_pass_and_gives_the_kernels_bits(copy_p
 
 def test_folded_fetch_catches_a_flipped_payload_byte_and_loses_nothing(copy_path):
     ref = Ref(42)
-    with make([copy_path()], ref) as st:
+    with make([copy_path()], ref, zero_copy=False) as st:
         run_steps(st, ref, 1)
         st.commit()
         k = next(k for k in range(len(st.subgroups)) if k not in st._where)
@@ -107,7 +108,7 @@ def test_folded_fetch_catches_a_flipped_payload_byte_and_loses_nothing(copy_path
 def test_folded_fetch_rejects_a_foreign_header_before_the_payload_moves(copy_path,
                                                                        monkeypatch):
     ref = Ref(43)
-    with make([copy_path()], ref) as st:
+    with make([copy_path()], ref, zero_copy=False) as st:
         run_steps(st, ref, 1)
         k = next(k for k in range(len(st.subgroups)) if k not in st._where)
         _, slot, _ = st._location(k)
@@ -127,7 +128,7 @@ def test_torn_folded_flush_leaves_the_committed_generation_to_resume(shm_dir, mo
     # the header is copied after the payload: a flush torn between them leaves the slot's
     # old header over new bytes, which its sum refuses; the committed slot stays readable
     ref = Ref(44)
-    with make([f"map:{shm_dir}"], ref, namespace="torn") as st:
+    with make([f"map:{shm_dir}"], ref, namespace="torn", zero_copy=False) as st:
         run_steps(st, ref, 2)
         st.commit(extra={"at": 2})
         saved = [tuple(a.copy() for a in s) for s in ref.state]
@@ -168,7 +169,7 @@ def test_verify_off_moves_a_copy_paths_payload_by_a_plain_copy_and_still_checks_
     monkeypatch.setattr(aio, "copy_sum", lambda d, s, what="": (
         summed.append(1), real(d, s, what))[1])
     ref = Ref(45)
-    with make([copy_path()], ref, verify=False) as st:
+    with make([copy_path()], ref, verify=False, zero_copy=False) as st:
         run_steps(st, ref, 2)
         assert summed  # flushes still write the sum: a later store may verify
         check_state(st, ref)

@@ -19,7 +19,11 @@ class _CopyPath(SpillPath):
     """Shared by the memory, pool and mapped directory paths: slots are byte ranges of a
     mapping, moved by the guarded copy on a worker thread (the GIL released). The store's
     header objects (FlushHeader, FetchCheck) ride in that copy, the payload sum folded into
-    it (aio.copy_sum); any other hook is a pass of its own on a second thread."""
+    it (aio.copy_sum); any other hook is a pass of its own on a second thread.
+    zero_copy: the slots are memory the AdamW kernel can read and write where they lie
+    (SubgroupStore's zero_copy route, subgroup_inplace: no fetch or flush copy at all)."""
+
+    zero_copy = True
 
     def __init__(self, name: str, *, lock: str) -> None:
         super().__init__(name, lock=lock)

@@ -20,6 +20,7 @@ from . import aio
 from . import spill_split as S
 from . import subgroup_layout as L
 from .subgroup_metrics import StoreMetrics, busy_seconds  # noqa: F401 (busy_seconds: re-exported)
+from .subgroup_inplace import StoreInPlace
 from .subgroup_state import StoreState
 from .spill_base import FetchCheck, FlushHeader
 from .spill_paths import (HEADER_NBYTES, LOCK_MODES, Pending, SpillPath, SubgroupError,
@@ -30,7 +31,7 @@ F32 = A.DTYPES["float32"]
 DEFAULT_SUBGROUP_PARAMS = 100_000_000
 
 
-class SubgroupStore(StoreState, StoreMetrics):
+class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
     """paths: directories, 'mem' / 'mem:NODE' (a memory tier), 'pool:NAME' (a pool's object
     area) or SpillPath objects. subgroup_params: elements per subgroup. cache_subgroups: K
     host buffers (>= 3: the one updated, the one fetched, the one flushed), placed by
@@ -46,7 +47,12 @@ class SubgroupStore(StoreState, StoreMetrics):
     CPU-aware split: never slower in the model than a subset of the paths) or 'eq1' (the
     paper's Eq. 1: every path with bandwidth takes a subgroup). pipeline_read /
     pipeline_write: prefetch k+1 / flush in the background (off: each waits at once).
-    pool_options: how 'pool:NAME' paths open their pool (Pool's host_id, coherence)."""
+    pool_options: how 'pool:NAME' paths open their pool (Pool's host_id, coherence).
+    zero_copy: subgroups on paths that are memory (a mapped tmpfs directory, a pool object
+    area, a memory tier) are updated where they lie, from the slot of their newest
+    generation into the other one (subgroup_inplace), never copied through the host cache,
+    whose K buffers then serve the paths that copy; False: every subgroup through the
+    cache (the route before run 7)."""
 
     def __init__(self, paths: Sequence[Any], *, subgroup_params: int = DEFAULT_SUBGROUP_PARAMS,
                  cache_subgroups: int = 4, cache_policy: P.Policy | None = None,
@@ -57,7 +63,8 @@ class SubgroupStore(StoreState, StoreMetrics):
                  pipeline_read: bool = True, pipeline_write: bool = True,
                  pool_options: dict[str, Any] | None = None,
                  cpu_per_byte: Sequence[float] | None = None,
-                 cpu_rate: float | None = None, split: str = "model") -> None:
+                 cpu_rate: float | None = None, split: str = "model",
+                 zero_copy: bool = True) -> None:
         if not paths:
             raise ValueError("paths: give at least one path")
         if isinstance(cache_subgroups, bool) or not isinstance(cache_subgroups, int) \
@@ -87,6 +94,7 @@ class SubgroupStore(StoreState, StoreMetrics):
         self.cache_subgroups, self.cache_policy = cache_subgroups, cache_policy
         self.order, self.upcast, self.lock, self.verify = order, upcast, lock, verify
         self.reestimate, self.namespace, self.split = reestimate, namespace, split
+        self.zero_copy = bool(zero_copy)
         self.pipeline_read, self.pipeline_write = bool(pipeline_read), bool(pipeline_write)
         self._given_bw = list(bandwidths) if bandwidths is not None else None
         self._given_cpu = (list(cpu_per_byte) if cpu_per_byte is not None else None,
@@ -420,20 +428,22 @@ class SubgroupStore(StoreState, StoreMetrics):
             st["wait_s"] += time.perf_counter() - tw
         for pos, k in enumerate(order):
             tw = time.perf_counter()
+            self._leave_cache(k)
+            if self._in_place_ready(k):
+                # read-ahead for the subgroups that copy keeps going while this one is
+                # updated where it lies
+                if self.pipeline_read:
+                    self._read_ahead(order, pos, k)
+                st["wait_s"] += time.perf_counter() - tw
+                self._update_in_place(k, configs, grads, copies, steps, grad_scale, team)
+                self.gen[k] = self._target
+                continue
             if not self._fetch(k, {k}, wait=True):
                 raise RuntimeError("host cache has no buffer for the next subgroup")
             bi = self._where[k]
             self._finish(bi)
-            # read-ahead over K-2 subgroups (at least 2): k+1 surely (waiting for its buffer
-            # if need be), the later ones into buffers that are free without waiting, or by
-            # starting a done subgroup's flush (lazy flush) so that it overlaps this update;
-            # consecutive subgroups sit on different paths, so the paths work at once
-            nxt = order[pos + 1:pos + 1 + max(2, len(self._bufs) - 2)]
-            if nxt and self.pipeline_read:
-                self._fetch(nxt[0], {k, nxt[0]}, wait=True)
-                for j in range(1, len(nxt)):
-                    if nxt[j] not in self._where:
-                        self._fetch(nxt[j], {k, *nxt[:j + 1]}, wait=False)
+            if self.pipeline_read:
+                self._read_ahead(order, pos, k)
             st["wait_s"] += time.perf_counter() - tw
             tc = time.perf_counter()
             self._update(bi, self.subgroups[k], configs, grads, copies, steps, grad_scale,
@@ -459,12 +469,33 @@ class SubgroupStore(StoreState, StoreMetrics):
         st["update_s"] = time.perf_counter() - t0
         return self._end_step(asc)
 
-    def _update(self, bi: int, sg: L.Subgroup, configs: Sequence[A.AdamConfig],
-                grads: Sequence[Any], copies: Sequence[Any], steps: Sequence[int],
-                grad_scale: float, team: A.AdamTeam | None) -> None:
-        master, m, v, _ = self._buf_views(bi, sg)
-        gf = self._grad_area(bi, sg).view(np.float32) if self.upcast == "eager" else None
-        by_step: dict[int, list[tuple]] = {}
+    def _read_ahead(self, order: Sequence[int], pos: int, k: int) -> None:
+        """Read-ahead over K-2 subgroups (at least 2) of those after position pos that go
+        through the cache (the zero-copy ones need no read): the first surely (waiting for
+        its buffer if need be), the later ones into buffers that are free without waiting,
+        or by starting a done subgroup's flush (lazy flush) so that it overlaps this update;
+        consecutive subgroups sit on different paths, so the paths work at once."""
+        want = max(2, len(self._bufs) - 2)
+        nxt = []
+        for j in order[pos + 1:]:
+            if len(nxt) == want:
+                break
+            if not self._in_place_ready(j):
+                nxt.append(j)
+        if nxt:
+            self._fetch(nxt[0], {k, nxt[0]}, wait=True)
+            for j in range(1, len(nxt)):
+                if nxt[j] not in self._where:
+                    self._fetch(nxt[j], {k, *nxt[:j + 1]}, wait=False)
+
+    def _kernel_args(self, sg: L.Subgroup, ins: tuple, outs: tuple | None,
+                     grads: Sequence[Any], copies: Sequence[Any], steps: Sequence[int],
+                     gf: Any = None) -> list[tuple[int, list[tuple], list[tuple]]]:
+        """The kernel's tensors of subgroup sg, per step count: (step, tensors, outputs),
+        master / exp_avg / exp_avg_sq read from ins (flat fp32 views) and written to outs
+        (None: in place)."""
+        master, m, v = ins
+        by_step: dict[int, tuple[list[tuple], list[tuple]]] = {}
         for pc in sg.pieces:
             g = grads[pc.pid]
             if g is None:
@@ -473,9 +504,18 @@ class SubgroupStore(StoreState, StoreMetrics):
             garr, gcode = (gf[a:b], F32) if gf is not None else (g[0][pc.lo:pc.hi], g[1])
             c = copies[pc.pid]
             carr, ccode = (c[0][pc.lo:pc.hi], c[1]) if c is not None else (None, -1)
-            by_step.setdefault(int(steps[pc.pid]), []).append(
-                (master[a:b], m[a:b], v[a:b], garr, gcode, carr, ccode))
-        for s, args in by_step.items():
+            t, o = by_step.setdefault(int(steps[pc.pid]), ([], []))
+            t.append((master[a:b], m[a:b], v[a:b], garr, gcode, carr, ccode))
+            if outs is not None:
+                o.append((outs[0][a:b], outs[1][a:b], outs[2][a:b]))
+        return [(s, t, o) for s, (t, o) in by_step.items()]
+
+    def _update(self, bi: int, sg: L.Subgroup, configs: Sequence[A.AdamConfig],
+                grads: Sequence[Any], copies: Sequence[Any], steps: Sequence[int],
+                grad_scale: float, team: A.AdamTeam | None) -> None:
+        master, m, v, _ = self._buf_views(bi, sg)
+        gf = self._grad_area(bi, sg).view(np.float32) if self.upcast == "eager" else None
+        for s, args, _ in self._kernel_args(sg, (master, m, v), None, grads, copies, steps, gf):
             A.step_raw(args, configs[sg.group], s, grad_scale=grad_scale, team=team)
 
     def _spill_grads(self, order: Sequence[int], grads: Sequence[Any]) -> None:
