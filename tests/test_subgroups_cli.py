@@ -65,4 +65,9 @@ def test_train_demo_spills_and_matches_without_spill(tmp_path):
     assert all(x["loss"] == x["reference_loss"] for x in rows)
     assert {p["kind"] for p in rows[0]["paths"]} == {"dir", "memory"}
     assert all(p["subgroups"] >= 1 for p in rows[-1]["paths"])
-    assert rows[1]["cache_hits"] == 3
+    # the memory tier's subgroups are updated where they lie (zero-copy route); the host
+    # cache's 3 buffers serve the directories' subgroups: up to 3 hits per step
+    by_kind = {k: sum(p["subgroups"] for p in rows[1]["paths"] if p["kind"] == k)
+               for k in ("dir", "memory")}
+    assert rows[1]["in_place"] == by_kind["memory"]
+    assert rows[1]["cache_hits"] == min(3, by_kind["dir"])
