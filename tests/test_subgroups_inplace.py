@@ -216,3 +216,22 @@ def test_fuzzed_slot_is_refused_or_gives_the_kernels_bits(shm_dir, data):
         else:
             assert not covered
             check_state(st_, ref)
+
+
+def test_a_param_without_grad_keeps_its_state_through_an_out_of_place_update(shm_dir):
+    # defect: the kernel skips a param whose grad is None, and the new slot kept whatever
+    # an older generation left there for it (the update wrote the other params only)
+    ref = Ref(10)
+    with make([f"map:{shm_dir}"], ref) as st:
+        for step in range(4):
+            g16 = ref.grads()
+            ref.step += 1
+            skip = step % 4  # another param skipped each step
+            for i, (p, m, v) in enumerate(ref.state):
+                if i != skip:
+                    A.step_raw([(p, m, v, g16[i], BF16, None, -1)], CFGS[[0, 0, 0, 1][i]],
+                               ref.step)
+            m = st.step(CFGS, [None if i == skip else (g, BF16) for i, g in enumerate(g16)],
+                        [None] * 4, [ref.step] * 4)
+            assert m["in_place"] > 0
+        check_state(st, ref)

@@ -84,6 +84,14 @@ class StoreInPlace:
             for s, args, o in self._kernel_args(sg, ins, outs, grads, copies, steps):
                 A.step_raw_into(args, o, configs[sg.group], s, grad_scale=grad_scale,
                                 team=team)
+            if out != slot:
+                # a param without a grad is skipped by the step (as torch does): its state
+                # goes to the new slot unchanged
+                for pc in sg.pieces:
+                    if grads[pc.pid] is None:
+                        a, b = pc.at, pc.at + pc.hi - pc.lo
+                        for x, y in zip(ins, outs):
+                            aio.copy(y[a:b], x[a:b], where)
             t2 = time.perf_counter()
             ver = self.ver[k] + 1
             hdr = np.zeros(HEADER_NBYTES, np.uint8)
