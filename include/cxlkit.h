@@ -496,6 +496,37 @@ CXK_API int cxk_adam_team_step_into(cxk_adam_team *team, const struct cxk_adam_h
                                     const struct cxk_adam_tensor *t,
                                     const struct cxk_adam_out *out, size_t ntensors,
                                     uint64_t *resynced);
+/* The payload checksum (cxk_kv_checksum) of an image as parts that add (zc15): over the
+ * image's 64-bit little-endian words i, lane l = i % 4, a[l] = sum of w_i and c[l] = sum of
+ * (i/4 + 1) * w_i, mod 2^64, so byte ranges fold in any order and by any thread.
+ * cxk_adam_sum_add folds the image bytes [img_off, img_off + nbytes) held at p (-EINVAL for
+ * NULL or offsets and sizes that are not multiples of 4); cxk_adam_sum_finish gives
+ * cxk_kv_checksum of the image of image_nbytes (a multiple of 4) when every byte of it was
+ * folded once. Zero-initialize a cxk_sum_parts to start. */
+struct cxk_sum_parts {
+    uint64_t a[4];
+    uint64_t c[4];
+};
+CXK_API int cxk_adam_sum_add(struct cxk_sum_parts *s, const void *p, uint64_t img_off,
+                             uint64_t nbytes);
+CXK_API uint64_t cxk_adam_sum_finish(const struct cxk_sum_parts *s, uint64_t image_nbytes);
+/* cxk_adam_step_into with the checksum folded into the kernel's pass: img_off gives per
+ * tensor 3 byte offsets (param, exp_avg, exp_avg_sq element 0) in the image their bytes
+ * belong to (the input and output images have the same layout); in_sum (NULL: none) gets the
+ * parts of every byte the step reads from those arrays, taken before it writes them; out_sum
+ * (NULL: none) of every byte it writes. Both are added to. The kernel runs in tiles of 1024
+ * elements, each tile's sums taken from L1 beside it, NT_STATE ignored (the same bits).
+ * -EINVAL as cxk_adam_step_into, or img_off NULL or not multiples of 4. */
+CXK_API int cxk_adam_step_into_sum(const struct cxk_adam_hparams *h,
+                                   const struct cxk_adam_tensor *t,
+                                   const struct cxk_adam_out *out, size_t ntensors,
+                                   const uint64_t *img_off, struct cxk_sum_parts *in_sum,
+                                   struct cxk_sum_parts *out_sum, uint64_t *resynced);
+CXK_API int cxk_adam_team_step_into_sum(cxk_adam_team *team, const struct cxk_adam_hparams *h,
+                                        const struct cxk_adam_tensor *t,
+                                        const struct cxk_adam_out *out, size_t ntensors,
+                                        const uint64_t *img_off, struct cxk_sum_parts *in_sum,
+                                        struct cxk_sum_parts *out_sum, uint64_t *resynced);
 
 /* ---- Pools: named objects in one memory range shared by processes and hosts ----
  * Shaped like POSIX shm: open a pool, create / open / close / destroy objects by name.

@@ -22,6 +22,7 @@
 #include "adam/adam.h"
 #include "adam/omp.h"
 #include "cxlkit.h"
+#include "kv/kv.h"
 #include "sys/sys.h"
 
 namespace cxk::adam {
@@ -157,6 +158,34 @@ Span span_of(const cxk_adam_tensor &t, const cxk_adam_out *o, uint64_t begin, ui
     return s;
 }
 
+// Elements a folded step hands the kernel at a time: each tile's inputs are summed just
+// before the kernel reads them (the sum's loads bring them into L1 for the kernel) and its
+// outputs just after it wrote them (from L1): the sums add no pass over memory. 1024 fp32
+// elements = 4 KiB per array, the six arrays and the grad well inside L1.
+constexpr uint64_t kFoldTile = 1024;
+
+// One span of tensor t (elements [begin, begin+n)), its bytes folded into in / out (either
+// may be NULL) at the image offsets off[0..2] of its param, exp_avg and exp_avg_sq.
+uint64_t run_span(Kernel k, const Coeffs &c, const cxk_adam_tensor &t, const cxk_adam_out *o,
+                  uint64_t begin, uint64_t n, const uint64_t *off, kv::SumParts *in,
+                  kv::SumParts *out) {
+    if (!in && !out) return k(c, span_of(t, o, begin, n));
+    Coeffs cf = c;
+    cf.nt_state = false;  // streamed stores would send the outputs past L1: same bits
+    uint64_t changed = 0;
+    for (uint64_t i = begin; i < begin + n; i += kFoldTile) {
+        const uint64_t m = begin + n - i < kFoldTile ? begin + n - i : kFoldTile;
+        const Span s = span_of(t, o, i, m);
+        const float *src[3] = {s.p, s.m, s.v}, *dst[3] = {s.po, s.mo, s.vo};
+        if (in)
+            for (int a = 0; a < 3; ++a) in->add(src[a], off[a] + i * 4, m * 4);
+        changed += k(cf, s);
+        if (out)
+            for (int a = 0; a < 3; ++a) out->add(dst[a], off[a] + i * 4, m * 4);
+    }
+    return changed;
+}
+
 // [a, a+an) and [b, b+bn) share a byte.
 bool overlap(const void *a, size_t an, const void *b, size_t bn) {
     const uintptr_t x = uintptr_t(a), y = uintptr_t(b);
@@ -187,6 +216,14 @@ int check_outs(const cxk_adam_tensor *t, const cxk_adam_out *o, size_t nt) {
             }
         }
     }
+    return 0;
+}
+
+// Image offsets of a folded step: 3 per tensor, multiples of 4.
+int check_offs(const uint64_t *off, size_t nt) {
+    if (nt && !off) return -EINVAL;
+    for (size_t i = 0; i < 3 * nt; ++i)
+        if (off[i] & 3) return -EINVAL;
     return 0;
 }
 
@@ -294,6 +331,7 @@ std::vector<int> team_cpus(int node, const cpu_set_t &allowed) {
 struct Chunk {
     uint32_t tensor;
     uint64_t begin, n;
+    size_t id;  // index into the step's per-chunk sums (a folded step)
 };
 
 struct Group {
@@ -330,6 +368,18 @@ struct cxk_adam_team {
     cxk::adam::Kernel kernel = nullptr;
     const cxk_adam_tensor *tensors = nullptr;
     const cxk_adam_out *outs = nullptr;  // NULL: in place
+    // A folded step (cxk_adam_team_step_into_sum): image offsets, and per chunk the sums of
+    // the bytes read and written, merged by the caller after the step (parts add in any order)
+    const uint64_t *offs = nullptr;
+    cxk::kv::SumParts *in_parts = nullptr, *out_parts = nullptr;
+
+    uint64_t run_chunk(const Chunk &c) const {
+        return cxk::adam::run_span(kernel, coeffs, tensors[c.tensor],
+                                   outs ? outs + c.tensor : nullptr, c.begin, c.n,
+                                   offs ? offs + 3 * c.tensor : nullptr,
+                                   in_parts ? in_parts + c.id : nullptr,
+                                   out_parts ? out_parts + c.id : nullptr);
+    }
 
     // Spin up to `ns` nanoseconds for pred(); false when it stayed false.
     template <class Pred>
@@ -364,8 +414,7 @@ struct cxk_adam_team {
                 const size_t k = g->next.fetch_add(1, std::memory_order_relaxed);
                 if (k >= g->work.size()) break;
                 const Chunk &c = g->work[k];
-                if (uint64_t r = kernel(coeffs, cxk::adam::span_of(tensors[c.tensor], outs ? outs + c.tensor : nullptr,
-                                                               c.begin, c.n)))
+                if (uint64_t r = run_chunk(c))
                     resynced.fetch_add(r, std::memory_order_relaxed);
             }
             // The last one out wakes run(); notifying under mu pairs with run() testing
@@ -405,10 +454,7 @@ struct cxk_adam_team {
             const size_t k = g->next.fetch_add(1, std::memory_order_relaxed);
             if (k >= g->work.size()) break;
             const Chunk &c = g->work[k];
-            mine += t->kernel(t->coeffs,
-                              cxk::adam::span_of(t->tensors[c.tensor],
-                                                 t->outs ? t->outs + c.tensor : nullptr,
-                                                 c.begin, c.n));
+            mine += t->run_chunk(c);
         }
         if (mine) t->resynced.fetch_add(mine, std::memory_order_relaxed);
     }
@@ -438,21 +484,47 @@ extern "C" {
 
 namespace {
 
+// What a folded step adds to: the image offsets and the caller's sums (NULL: no fold).
+struct FoldArgs {
+    const uint64_t *offs = nullptr;
+    cxk_sum_parts *in = nullptr, *out = nullptr;
+    bool on() const { return in || out; }
+};
+
+cxk::kv::SumParts parts_of(const cxk_sum_parts &p) {
+    cxk::kv::SumParts s;
+    for (int l = 0; l < 4; ++l) s.a[l] = p.a[l], s.c[l] = p.c[l];
+    return s;
+}
+
+void store_parts(cxk_sum_parts &p, const cxk::kv::SumParts &s) {
+    for (int l = 0; l < 4; ++l) p.a[l] = s.a[l], p.c[l] = s.c[l];
+}
+
 int step_impl(const cxk_adam_hparams *h, const cxk_adam_tensor *t, const cxk_adam_out *o,
-              size_t nt, bool into, uint64_t *resynced) {
+              size_t nt, bool into, uint64_t *resynced, const FoldArgs &f = {}) {
     cxk::adam::Coeffs c;
     cxk::adam::Kernel k;
     int r = cxk::adam::prepare(h, t, nt, &c, &k, o, into);
     if (r < 0) return r;
+    if (f.on() && (r = cxk::adam::check_offs(f.offs, nt)) < 0) return r;
+    cxk::kv::SumParts in = f.in ? parts_of(*f.in) : cxk::kv::SumParts{};
+    cxk::kv::SumParts out = f.out ? parts_of(*f.out) : cxk::kv::SumParts{};
     uint64_t changed = 0;
     for (size_t i = 0; i < nt; ++i)
-        if (t[i].n) changed += k(c, cxk::adam::span_of(t[i], o ? o + i : nullptr, 0, t[i].n));
+        if (t[i].n)
+            changed += cxk::adam::run_span(k, c, t[i], o ? o + i : nullptr, 0, t[i].n,
+                                           f.on() ? f.offs + 3 * i : nullptr,
+                                           f.in ? &in : nullptr, f.out ? &out : nullptr);
+    if (f.in) store_parts(*f.in, in);
+    if (f.out) store_parts(*f.out, out);
     if (resynced) *resynced = changed;
     return 0;
 }
 
 int team_step_impl(cxk_adam_team *team, const cxk_adam_hparams *h, const cxk_adam_tensor *t,
-                   const cxk_adam_out *o, size_t nt, bool into, uint64_t *resynced);
+                   const cxk_adam_out *o, size_t nt, bool into, uint64_t *resynced,
+                   const FoldArgs &f = {});
 
 }  // namespace
 
@@ -470,6 +542,32 @@ int cxk_adam_team_step_into(cxk_adam_team *team, const cxk_adam_hparams *h,
                             const cxk_adam_tensor *t, const cxk_adam_out *out, size_t nt,
                             uint64_t *resynced) {
     return team_step_impl(team, h, t, out, nt, true, resynced);
+}
+
+int cxk_adam_step_into_sum(const cxk_adam_hparams *h, const cxk_adam_tensor *t,
+                           const cxk_adam_out *out, size_t nt, const uint64_t *img_off,
+                           cxk_sum_parts *in_sum, cxk_sum_parts *out_sum, uint64_t *resynced) {
+    return step_impl(h, t, out, nt, true, resynced, FoldArgs{img_off, in_sum, out_sum});
+}
+
+int cxk_adam_team_step_into_sum(cxk_adam_team *team, const cxk_adam_hparams *h,
+                                const cxk_adam_tensor *t, const cxk_adam_out *out, size_t nt,
+                                const uint64_t *img_off, cxk_sum_parts *in_sum,
+                                cxk_sum_parts *out_sum, uint64_t *resynced) {
+    return team_step_impl(team, h, t, out, nt, true, resynced,
+                          FoldArgs{img_off, in_sum, out_sum});
+}
+
+int cxk_adam_sum_add(cxk_sum_parts *s, const void *p, uint64_t img_off, uint64_t nbytes) {
+    if (!s || (nbytes && !p) || (img_off & 3) || (nbytes & 3)) return -EINVAL;
+    cxk::kv::SumParts x = parts_of(*s);
+    x.add(p, img_off, size_t(nbytes));
+    store_parts(*s, x);
+    return 0;
+}
+
+uint64_t cxk_adam_sum_finish(const cxk_sum_parts *s, uint64_t image_nbytes) {
+    return s ? parts_of(*s).finish(image_nbytes) : 0;
 }
 
 int cxk_adam_step(const cxk_adam_hparams *h, const cxk_adam_tensor *t, size_t nt) {
@@ -584,13 +682,16 @@ int cxk_adam_team_step_ex(cxk_adam_team *team, const cxk_adam_hparams *h,
 namespace {
 
 int team_step_impl(cxk_adam_team *team, const cxk_adam_hparams *h, const cxk_adam_tensor *t,
-                   const cxk_adam_out *o, size_t nt, bool into, uint64_t *resynced) {
+                   const cxk_adam_out *o, size_t nt, bool into, uint64_t *resynced,
+                   const FoldArgs &f) {
     if (!team) return -EINVAL;
     if (resynced) *resynced = 0;
     cxk::adam::Coeffs c;
     cxk::adam::Kernel k;
     int r = cxk::adam::prepare(h, t, nt, &c, &k, o, into);
     if (r < 0) return r;
+    if (f.on() && (r = cxk::adam::check_offs(f.offs, nt)) < 0) return r;
+    std::vector<cxk::kv::SumParts> in_parts, out_parts;
     try {
         // Chunks end at chunk_bytes boundaries of the param address, so a chunk never
         // straddles two stripe chunks when the stripe chunk is a multiple of ours.
@@ -603,7 +704,7 @@ int team_step_impl(cxk_adam_team *team, const cxk_adam_hparams *h, const cxk_ada
                 const uintptr_t a = base + b * 4;
                 const uint64_t room = (((a / cb) + 1) * cb - a) / 4;
                 const uint64_t n = room < t[i].n - b ? room : t[i].n - b;
-                chunks.push_back({uint32_t(i), b, n});
+                chunks.push_back({uint32_t(i), b, n, chunks.size()});
                 pages.push_back(reinterpret_cast<void *>(a & ~(ps - 1)));
                 b += n;
             }
@@ -628,9 +729,14 @@ int team_step_impl(cxk_adam_team *team, const cxk_adam_hparams *h, const cxk_ada
             dst->work.push_back(chunks[j]);
         }
         for (auto &g : team->groups) g->last_chunks = g->work.size();
+        if (f.in) in_parts.resize(chunks.size());
+        if (f.out) out_parts.resize(chunks.size());
     } catch (const std::bad_alloc &) {
         return -ENOMEM;
     }
+    team->offs = f.on() ? f.offs : nullptr;
+    team->in_parts = f.in ? in_parts.data() : nullptr;
+    team->out_parts = f.out ? out_parts.data() : nullptr;
     team->coeffs = c;  // published by run()'s release increment of gen
     team->kernel = k;
     team->tensors = t;
@@ -640,6 +746,16 @@ int team_step_impl(cxk_adam_team *team, const cxk_adam_hparams *h, const cxk_ada
     // relaxed is enough: run() returned after the workers' release (pending / the region's
     // barrier), which orders their increments before this load
     if (resynced) *resynced = team->resynced.load(std::memory_order_relaxed);
+    // the workers' part stores are ordered before here as their resynced counts are
+    for (int w = 0; w < 2; ++w) {
+        cxk_sum_parts *dst = w ? f.out : f.in;
+        if (!dst) continue;
+        cxk::kv::SumParts sum = parts_of(*dst);
+        for (const auto &p : w ? out_parts : in_parts) sum.merge(p);
+        store_parts(*dst, sum);
+    }
+    team->offs = nullptr;
+    team->in_parts = team->out_parts = nullptr;
     return 0;
 }
 

@@ -221,13 +221,24 @@ namespace {
 
 // One step, in place (os NULL) or into os's arrays; -errno raised as OSError, with CXLKIT_SIMD
 // named when it is the bad input.
+// A folded step's arguments (adam_step_into_sum): 3 image offsets per tensor, the parts.
+struct Fold {
+    const std::vector<uint64_t> *offs = nullptr;
+    cxk_sum_parts *in = nullptr, *out = nullptr;
+};
+
 uint64_t step(const HParams &hp, const std::vector<TensorArgs> &ts,
-              const std::vector<OutArgs> *os, AdamTeam *team) {
+              const std::vector<OutArgs> *os, AdamTeam *team, const Fold &f = {}) {
     cxk_adam_hparams h = to_hparams(hp);
     std::vector<cxk_adam_tensor> t = to_tensors(ts);
     std::vector<cxk_adam_out> o;
     if (os) o = to_outs(*os, t);
     const cxk_adam_out *op = os ? o.data() : nullptr;
+    if (f.offs && f.offs->size() != 3 * t.size())
+        throw nb::value_error(("img_offs: " + std::to_string(f.offs->size()) +
+                               " offsets, expected 3 per tensor (" +
+                               std::to_string(3 * t.size()) + ")").c_str());
+    const uint64_t *offs = f.offs ? f.offs->data() : nullptr;
     if (team) team->require_open();
     int r;
     uint64_t resynced = 0;
@@ -238,11 +249,15 @@ uint64_t step(const HParams &hp, const std::vector<TensorArgs> &ts,
             std::lock_guard<std::mutex> lk(team->mu);
             closed = team->team == nullptr;  // closed by another thread meanwhile
             r = closed ? 0
+                : offs ? cxk_adam_team_step_into_sum(team->team, &h, t.data(), op, t.size(), offs,
+                                                     f.in, f.out, &resynced)
                 : os ? cxk_adam_team_step_into(team->team, &h, t.data(), op, t.size(), &resynced)
                      : cxk_adam_team_step_ex(team->team, &h, t.data(), t.size(), &resynced);
         } else {
-            r = os ? cxk_adam_step_into(&h, t.data(), op, t.size(), &resynced)
-                   : cxk_adam_step_ex(&h, t.data(), t.size(), &resynced);
+            r = offs ? cxk_adam_step_into_sum(&h, t.data(), op, t.size(), offs, f.in, f.out,
+                                              &resynced)
+                : os ? cxk_adam_step_into(&h, t.data(), op, t.size(), &resynced)
+                     : cxk_adam_step_ex(&h, t.data(), t.size(), &resynced);
         }
     }
     if (closed) team->require_open();
@@ -253,6 +268,16 @@ uint64_t step(const HParams &hp, const std::vector<TensorArgs> &ts,
     }
     check(r, team ? "adam step (node query)" : "adam step");
     return resynced;  // elements re-read from param_copy (ADAM_RESYNC)
+}
+
+// A writable array of 8 uint64 (a[4], c[4]) as a cxk_sum_parts.
+cxk_sum_parts *parts_of(const std::optional<Arr> &a, const char *what) {
+    if (!a) return nullptr;
+    if (a->dtype() != nb::dtype<uint64_t>() || a->size() != 8 || a->ndim() != 1 ||
+        a->stride(0) != 1 || a->device_type() != nb::device::cpu::value)
+        throw nb::value_error((std::string(what) + ": expected a contiguous uint64 array of 8 "
+                               "(the checksum parts a[4], c[4])").c_str());
+    return static_cast<cxk_sum_parts *>(a->data());
 }
 
 }  // namespace
@@ -301,4 +326,33 @@ CXK_BIND(adam) {
         [](const HParams &hp, const std::vector<TensorArgs> &ts, const std::vector<OutArgs> &os,
            AdamTeam *team) { return step(hp, ts, &os, team); },
         nb::arg("hparams"), nb::arg("tensors"), nb::arg("outs"), nb::arg("team").none());
+    // adam_step_into with the payload checksum folded in (cxk_adam_step_into_sum).
+    m.def(
+        "adam_step_into_sum",
+        [](const HParams &hp, const std::vector<TensorArgs> &ts, const std::vector<OutArgs> &os,
+           const std::vector<uint64_t> &offs, std::optional<Arr> in_parts,
+           std::optional<Arr> out_parts, AdamTeam *team) {
+            Fold f{&offs, parts_of(in_parts, "in_parts"), parts_of(out_parts, "out_parts")};
+            return step(hp, ts, &os, team, f);
+        },
+        nb::arg("hparams"), nb::arg("tensors"), nb::arg("outs"), nb::arg("img_offs"),
+        nb::arg("in_parts").none(), nb::arg("out_parts").none(), nb::arg("team").none());
+    m.def(
+        "sum_parts_add",
+        [](Arr parts, RoArr data, uint64_t img_off) {
+            cxk_sum_parts *p = parts_of(parts, "parts");
+            if (data.ndim() != 1 || (data.size() > 1 && data.stride(0) != 1) ||
+                data.device_type() != nb::device::cpu::value)
+                throw nb::value_error("data: expected a contiguous 1-d CPU array");
+            const uint64_t nbytes = uint64_t(data.nbytes());
+            check(cxk_adam_sum_add(p, data.data(), img_off, nbytes),
+                  "sum_parts_add (offset and size multiples of 4)");
+        },
+        nb::arg("parts"), nb::arg("data"), nb::arg("img_off"));
+    m.def(
+        "sum_parts_finish",
+        [](Arr parts, uint64_t nbytes) {
+            return cxk_adam_sum_finish(parts_of(parts, "parts"), nbytes);
+        },
+        nb::arg("parts"), nb::arg("image_nbytes"));
 }

@@ -2,7 +2,8 @@
 // Checksum) in the same pass: each 32-byte block is loaded once, stored, and added to the
 // four lanes from the register, so a checksummed copy reads its source once instead of twice
 // (a memcpy, then cxk_kv_checksum over the result). The sum equals cxk_kv_checksum of the
-// bytes stored.
+// bytes stored. And SumParts (kv.h): the checksum as parts that add, which the AdamW kernel's
+// out-of-place step folds from the arrays it reads and writes, tile by tile.
 #include <cerrno>
 #include <cstring>
 
@@ -41,6 +42,61 @@ void copy_fold(Checksum &c, void *dst, const void *src, size_t n) noexcept {
     // the tail (and any state a previous call left mid-word): copy, then fold what was stored
     std::memcpy(d, s, n);
     c.update(d, n);
+}
+
+namespace {
+
+inline void add_u32(SumParts &s, uint64_t off, uint32_t v) noexcept {
+    const uint64_t word = off / 8;
+    const uint64_t w = uint64_t(v) << (32 * ((off / 4) & 1));  // low or high half
+    s.a[word & 3] += w;
+    s.c[word & 3] += (word / 4 + 1) * w;
+}
+
+}  // namespace
+
+void SumParts::add(const void *p, uint64_t off, size_t n) noexcept {
+    auto *s = static_cast<const uint8_t *>(p);
+    for (; n >= 4 && (off & 31); off += 4, s += 4, n -= 4) {
+        uint32_t v;
+        std::memcpy(&v, s, 4);
+        add_u32(*this, off, v);
+    }
+    if (const size_t rows = n / 32) {
+        // whole 32-byte rows, row r0 + r holding words 4(r0 + r) .. +3: the plain (vectorized)
+        // Fletcher pass over them gives A = sum w and B = sum (rows - r) w per lane, and
+        // sum (r0 + r + 1) w = (r0 + rows + 1) A - B
+        Checksum t;
+        t.update(s, rows * 32);
+        const uint64_t r0 = off / 32;
+        for (int l = 0; l < 4; ++l) {
+            a[l] += t.a[l];
+            c[l] += (r0 + rows + 1) * t.a[l] - t.b[l];
+        }
+        off += rows * 32, s += rows * 32, n -= rows * 32;
+    }
+    for (; n >= 4; off += 4, s += 4, n -= 4) {
+        uint32_t v;
+        std::memcpy(&v, s, 4);
+        add_u32(*this, off, v);
+    }
+}
+
+void SumParts::merge(const SumParts &o) noexcept {
+    for (int l = 0; l < 4; ++l) a[l] += o.a[l], c[l] += o.c[l];
+}
+
+uint64_t SumParts::finish(uint64_t nbytes) const noexcept {
+    Checksum ck;
+    const uint64_t words = (nbytes + 7) / 8;  // the last one zero-padded, as finish() pads
+    for (int l = 0; l < 4; ++l) {
+        const uint64_t k = words / 4 + (uint64_t(l) < words % 4 ? 1 : 0);
+        ck.a[l] = a[l];
+        ck.b[l] = (k + 1) * a[l] - c[l];
+    }
+    ck.words = words;
+    ck.nbytes = nbytes;
+    return ck.finish();
 }
 
 }  // namespace cxk::kv

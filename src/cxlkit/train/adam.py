@@ -246,3 +246,19 @@ def step_raw_into(tensors: Sequence[tuple], outs: Sequence[tuple], config: AdamC
         raise ValueError(f"step {step!r}: expected an int >= 1")
     return _native.adam_step_into(config._native(step, grad_scale), list(tensors), list(outs),
                                   team._team if team is not None else None)
+
+
+def step_raw_into_sum(tensors: Sequence[tuple], outs: Sequence[tuple], img_offs: Sequence[int],
+                      config: AdamConfig, step: int, *, in_parts: Any = None,
+                      out_parts: Any = None, grad_scale: float = 1.0,
+                      team: AdamTeam | None = None) -> int:
+    """step_raw_into with the payload checksum folded into the kernel's pass
+    (cxk_adam_step_into_sum): img_offs holds 3 byte offsets per tensor (its param, exp_avg,
+    exp_avg_sq in the image they belong to); in_parts / out_parts (uint64 arrays of 8 from
+    sum_parts(), or None) gain the sums of the bytes read / written. sum_parts_finish turns
+    the parts of a whole image into cxlkit._native.kv_checksum of it."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise ValueError(f"step {step!r}: expected an int >= 1")
+    return _native.adam_step_into_sum(config._native(step, grad_scale), list(tensors),
+                                      list(outs), [int(o) for o in img_offs], in_parts,
+                                      out_parts, team._team if team is not None else None)
