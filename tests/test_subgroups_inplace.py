@@ -44,9 +44,10 @@ def one_step(st, ref, g16):
     return m
 
 
+@pytest.mark.parametrize("fold", [True, False])
 @pytest.mark.parametrize("kind", ["map", "pool", "mem"])
-def test_in_place_route_gives_the_kernels_bits_and_copies_no_payload(kind, shm_dir, pool_path,
-                                                                     monkeypatch):
+def test_in_place_route_gives_the_kernels_bits_and_copies_no_payload(kind, fold, shm_dir,
+                                                                     pool_path, monkeypatch):
     moved: list[int] = []
     real_copy, real_sum = aio.copy, aio.copy_sum
     monkeypatch.setattr(aio, "copy", lambda d, s, what="": (moved.append(d.nbytes),
@@ -57,10 +58,21 @@ def test_in_place_route_gives_the_kernels_bits_and_copies_no_payload(kind, shm_d
     pool = cxlkit.Pool(pool_path, size=8 << 20, host_id=0) if kind == "pool" else None
     path = {"map": f"map:{shm_dir}", "mem": MemoryPath()}.get(kind) or PoolPath(pool, "ip")
     try:
-        with make([path], ref) as st:
+        with make([path], ref, sum_in_kernel=fold) as st:
             moved.clear()
             ms = run_steps(st, ref, 4)
             during = list(moved)
+            if st.paths[0].checksummed:
+                # each newest slot's header carries kv_checksum of its payload (the fold's
+                # parts finish to it; a separate pass computes it)
+                for k, sg in enumerate(st.subgroups):
+                    pi, slot, _ = st._location(k)
+                    area = st.paths[pi]._area(k, create=False)
+                    lo = slot * st.paths[pi].slot_nbytes
+                    raw = area[lo:lo + HEADER_NBYTES + sg.state_nbytes]
+                    want = int.from_bytes(bytes(raw[48:56]), "little")
+                    assert SB.checksum(raw[HEADER_NBYTES:]) == want
+                    del area, raw
             check_state(st, ref)  # read_state streams through the cache: copies
         # step 1: the subgroups init_params left cached leave the cache (clean: no write);
         # from then on every subgroup is updated where it lies
@@ -144,14 +156,16 @@ def _newest_slot_file(st, k):
     return st.paths[pi].file(k), slot * st.paths[pi].slot_nbytes
 
 
-@pytest.mark.parametrize("where", ["payload", "header"])
+@pytest.mark.parametrize("fold", [True, False])
+@pytest.mark.parametrize("where", ["payload", "padding", "header"])
 def test_flipped_byte_in_the_slot_an_update_reads_raises_naming_file_and_subgroup(
-        shm_dir, where):
+        shm_dir, where, fold):
     ref = Ref(7)
-    with make([f"map:{shm_dir}"], ref) as st:
+    with make([f"map:{shm_dir}"], ref, sum_in_kernel=fold) as st:
         run_steps(st, ref, 2)
         f, lo = _newest_slot_file(st, 0)
-        off = lo + (HEADER_NBYTES + 123 if where == "payload" else 30)
+        pad = HEADER_NBYTES + st.subgroups[0].state_nbytes - 1
+        off = lo + {"payload": HEADER_NBYTES + 123, "padding": pad, "header": 30}[where]
         with open(f, "r+b") as fh:
             fh.seek(off)
             b = fh.read(1)

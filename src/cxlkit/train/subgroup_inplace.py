@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _native
 from . import adam as A
 from . import aio
 from .spill_base import HEADER_NBYTES, check_header, check_payload, checksum, pack_header, typed
@@ -73,30 +74,23 @@ class StoreInPlace:
             src, dst = area[slot * size:slot * size + ext], area[out * size:out * size + ext]
             check_header(src, k, g, sg.nparams, sg.state_nbytes, self.key, where)
             summed = path.checksummed
-            if self.verify and summed:
-                check_payload(src, src[HEADER_NBYTES:], k, where)
+            verify = self.verify and summed
+            if verify and not self.sum_in_kernel:
+                check_payload(src, src[HEADER_NBYTES:], k, where)  # a pass of its own
             t1 = time.perf_counter()
-            n = sg.nparams
-            fin = src[HEADER_NBYTES:HEADER_NBYTES + 12 * n].view(np.float32)
-            fout = dst[HEADER_NBYTES:HEADER_NBYTES + 12 * n].view(np.float32)
-            ins = (fin[:n], fin[n:2 * n], fin[2 * n:])
-            outs = (fout[:n], fout[n:2 * n], fout[2 * n:])
-            for s, args, o in self._kernel_args(sg, ins, outs, grads, copies, steps):
-                A.step_raw_into(args, o, configs[sg.group], s, grad_scale=grad_scale,
-                                team=team)
-            if out != slot:
-                # a param without a grad is skipped by the step (as torch does): its state
-                # goes to the new slot unchanged
-                for pc in sg.pieces:
-                    if grads[pc.pid] is None:
-                        a, b = pc.at, pc.at + pc.hi - pc.lo
-                        for x, y in zip(ins, outs):
-                            aio.copy(y[a:b], x[a:b], where)
+            sums = self._kernel_in_place(sg, src[HEADER_NBYTES:], dst[HEADER_NBYTES:],
+                                         out == slot, verify and self.sum_in_kernel,
+                                         summed and self.sum_in_kernel, configs, grads,
+                                         copies, steps, grad_scale, team, where)
             t2 = time.perf_counter()
+            if sums[0] is not None:  # the old generation's sum, folded into the kernel's loads
+                check_payload(src, None, k, where, payload_sum=sums[0])
+            out_sum = sums[1] if sums[1] is not None else \
+                checksum(dst[HEADER_NBYTES:]) if summed else 0
             ver = self.ver[k] + 1
             hdr = np.zeros(HEADER_NBYTES, np.uint8)
-            raw = pack_header(k, ver, n, dst[HEADER_NBYTES:], self.key,
-                              payload_sum=checksum(dst[HEADER_NBYTES:]) if summed else 0)
+            raw = pack_header(k, ver, sg.nparams, dst[HEADER_NBYTES:], self.key,
+                              payload_sum=out_sum)
             hdr[:len(raw)] = np.frombuffer(raw, np.uint8)
             try:
                 aio.copy(dst[:HEADER_NBYTES], hdr, where)  # guarded: a truncated mapping
@@ -112,8 +106,52 @@ class StoreInPlace:
         st["in_place"] += 1
         st["in_place_s"] += t3 - t0
         st["in_place_check_s"] += (t1 - t0) + (t3 - t2)
-        st["compute_s"] += t2 - t1
+        st["compute_s"] += t2 - t1  # the kernel, with the sums it folds
         self._dur[k][(pi, out)] = ver
         self._dur[k] = {loc: v for loc, v in self._dur[k].items()
                         if loc[0] == pi or self._committed[k] == (*loc, v)}
         self.ver[k] = ver
+
+    def _kernel_in_place(self, sg: Any, src: Any, dst: Any, same: bool, sum_in: bool,
+                         sum_out: bool, configs: Sequence[A.AdamConfig], grads: Sequence[Any],
+                         copies: Sequence[Any], steps: Sequence[int], grad_scale: float,
+                         team: A.AdamTeam | None, where: str) -> tuple[int | None, int | None]:
+        """The kernel from payload src into payload dst (uint8 views of the two slots past
+        their headers; the same bytes when same), params without a grad carried over.
+        sum_in / sum_out: fold the payload checksum of src as read / dst as written into
+        the kernel's pass (cxk_adam_step_into_sum, parts that add; the pieces it does not
+        touch and the padding added beside it); returns those sums (None: not taken)."""
+        n = sg.nparams
+        fin, fout = src[:12 * n].view(np.float32), dst[:12 * n].view(np.float32)
+        ins = (fin[:n], fin[n:2 * n], fin[2 * n:])
+        outs = (fout[:n], fout[n:2 * n], fout[2 * n:])
+        pin = np.zeros(8, np.uint64) if sum_in else None
+        pout = np.zeros(8, np.uint64) if sum_out else None
+        for s, args, o, offs in self._kernel_args(sg, ins, outs, grads, copies, steps,
+                                                  with_offs=True):
+            if pin is None and pout is None:
+                A.step_raw_into(args, o, configs[sg.group], s, grad_scale=grad_scale,
+                                team=team)
+            else:
+                A.step_raw_into_sum(args, o, offs, configs[sg.group], s, in_parts=pin,
+                                    out_parts=pout, grad_scale=grad_scale, team=team)
+        # a param without a grad is skipped by the step (as torch does): its state goes to
+        # the new slot unchanged
+        for pc in sg.pieces:
+            if grads[pc.pid] is not None:
+                continue
+            a, b = pc.at, pc.at + pc.hi - pc.lo
+            for j, (x, y) in enumerate(zip(ins, outs)):
+                off = 4 * (j * n + a)
+                if pin is not None:
+                    _native.sum_parts_add(pin, x[a:b].view(np.uint8), off)
+                if not same:
+                    aio.copy(y[a:b], x[a:b], where)
+                if pout is not None:
+                    _native.sum_parts_add(pout, y[a:b].view(np.uint8), off)
+        if pin is not None:
+            _native.sum_parts_add(pin, src[12 * n:], 12 * n)  # the padding
+        if pout is not None:
+            _native.sum_parts_add(pout, dst[12 * n:], 12 * n)
+        return (None if pin is None else int(_native.sum_parts_finish(pin, src.nbytes)),
+                None if pout is None else int(_native.sum_parts_finish(pout, dst.nbytes)))

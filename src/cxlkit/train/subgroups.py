@@ -52,7 +52,9 @@ class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
     area, a memory tier) are updated where they lie, from the slot of their newest
     generation into the other one (subgroup_inplace), never copied through the host cache,
     whose K buffers then serve the paths that copy; False: every subgroup through the
-    cache (the route before run 7)."""
+    cache (the route before run 7). sum_in_kernel: on that route the payload checksums (the
+    old generation's check, the new one's sum) are folded into the kernel's own pass over
+    the state (cxk_adam_step_into_sum); False: a pass of their own each."""
 
     def __init__(self, paths: Sequence[Any], *, subgroup_params: int = DEFAULT_SUBGROUP_PARAMS,
                  cache_subgroups: int = 4, cache_policy: P.Policy | None = None,
@@ -64,7 +66,7 @@ class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
                  pool_options: dict[str, Any] | None = None,
                  cpu_per_byte: Sequence[float] | None = None,
                  cpu_rate: float | None = None, split: str = "model",
-                 zero_copy: bool = True) -> None:
+                 zero_copy: bool = True, sum_in_kernel: bool = True) -> None:
         if not paths:
             raise ValueError("paths: give at least one path")
         if isinstance(cache_subgroups, bool) or not isinstance(cache_subgroups, int) \
@@ -94,7 +96,7 @@ class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
         self.cache_subgroups, self.cache_policy = cache_subgroups, cache_policy
         self.order, self.upcast, self.lock, self.verify = order, upcast, lock, verify
         self.reestimate, self.namespace, self.split = reestimate, namespace, split
-        self.zero_copy = bool(zero_copy)
+        self.zero_copy, self.sum_in_kernel = bool(zero_copy), bool(sum_in_kernel)
         self.pipeline_read, self.pipeline_write = bool(pipeline_read), bool(pipeline_write)
         self._given_bw = list(bandwidths) if bandwidths is not None else None
         self._given_cpu = (list(cpu_per_byte) if cpu_per_byte is not None else None,
@@ -490,12 +492,13 @@ class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
 
     def _kernel_args(self, sg: L.Subgroup, ins: tuple, outs: tuple | None,
                      grads: Sequence[Any], copies: Sequence[Any], steps: Sequence[int],
-                     gf: Any = None) -> list[tuple[int, list[tuple], list[tuple]]]:
+                     gf: Any = None, with_offs: bool = False) -> list[tuple]:
         """The kernel's tensors of subgroup sg, per step count: (step, tensors, outputs),
         master / exp_avg / exp_avg_sq read from ins (flat fp32 views) and written to outs
-        (None: in place)."""
+        (None: in place); with_offs: and each tensor's 3 byte offsets in the payload."""
         master, m, v = ins
-        by_step: dict[int, tuple[list[tuple], list[tuple]]] = {}
+        n = sg.nparams
+        by_step: dict[int, tuple[list[tuple], list[tuple], list[int]]] = {}
         for pc in sg.pieces:
             g = grads[pc.pid]
             if g is None:
@@ -504,11 +507,13 @@ class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
             garr, gcode = (gf[a:b], F32) if gf is not None else (g[0][pc.lo:pc.hi], g[1])
             c = copies[pc.pid]
             carr, ccode = (c[0][pc.lo:pc.hi], c[1]) if c is not None else (None, -1)
-            t, o = by_step.setdefault(int(steps[pc.pid]), ([], []))
+            t, o, offs = by_step.setdefault(int(steps[pc.pid]), ([], [], []))
             t.append((master[a:b], m[a:b], v[a:b], garr, gcode, carr, ccode))
+            offs += [4 * a, 4 * (n + a), 4 * (2 * n + a)]
             if outs is not None:
                 o.append((outs[0][a:b], outs[1][a:b], outs[2][a:b]))
-        return [(s, t, o) for s, (t, o) in by_step.items()]
+        return [(s, t, o, offs) if with_offs else (s, t, o)
+                for s, (t, o, offs) in by_step.items()]
 
     def _update(self, bi: int, sg: L.Subgroup, configs: Sequence[A.AdamConfig],
                 grads: Sequence[Any], copies: Sequence[Any], steps: Sequence[int],
