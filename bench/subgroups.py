@@ -20,6 +20,14 @@ and write; store and fio figures both). io_wall_GBps = the same bytes / the upda
 Each row also splits effective / sum into contention (the paths' figures in the step itself,
 each over its own busy time, against their own figures alone) times occupancy (the effective
 figure against the in-step sum: a path idle while another is busy), see decompose().
+Run 7: a subgroup on a memory path (mapped tmpfs, pool object area, memory tier) is updated
+where it lies (zero-copy route): no request moves it, so its "read + write time" is the time
+its in-place update took on the path (the kernel reading the old generation and writing the
+new one, with the header check and the sums), counted in io_busy_s beside the other paths'
+requests, and its bytes are the slot's bytes read and written. A path that copies nothing
+then shows the kernel's own traffic as its throughput: read the row's update_s and
+Mparams_per_s beside the ratio (and the '..., cache route' rows: the store of run 6, in
+the same run).
 Rows repeat --runs times, round-robin (the machine's load drifts); a figure is the median
 over every step after the first (which fills the cache) of every run, with min..max.
 """
@@ -214,6 +222,12 @@ def summarize(name: str, results: list[dict], params: int, figs: dict[str, list[
                           together_GBps=(q["together"] or 0) / 1e9 or None,
                           cpu_rate=q["cpu_rate"]) for q in results[-1]["plan"]],
                cache_hits=[[m["cache_hits"] for m in res["metrics"]] for res in results],
+               # run 7: subgroups updated where they lie, the time those updates took
+               # (kernel, checks, sums: the memory path's busy time) and the bytes they
+               # read and wrote on the path over it
+               in_place=[[m["in_place"] for m in res["metrics"]] for res in results],
+               in_place_s=statistics.median(m["in_place_s"] for m in ms),
+               in_place_check_s=statistics.median(m["in_place_check_s"] for m in ms),
                fetches=[[m["fetches"] for m in res["metrics"]] for res in results],
                subgroups=last["subgroups"],
                io_wait_s=statistics.median(m["io_wait_s"] for m in ms),
@@ -365,6 +379,23 @@ def configs(a: argparse.Namespace, disk: str, shm: str, pool: str | None = None,
     out = []
     if "paths" in a.only:
         eq1 = {**best, "split": "eq1"}
+        # run 7: the store updates a memory path's subgroups in place (zero_copy, sums folded
+        # into the kernel); 'cache route' is the store of run 6 (every subgroup fetched into
+        # the host cache and flushed back, the sum folded into the copy), 'sums separate'
+        # the zero-copy route with the checksums a pass of their own
+        cache = {**best, "zero_copy": False}
+        sep = {**best, "sum_in_kernel": False}
+        out += [("1 path: tmpfs, cache route", "one", [shm], cache),
+                ("1 path: tmpfs, in place, sums separate", "one", [shm], sep),
+                ("2 paths: disk+tmpfs, cache route", "one", [disk, shm], cache),
+                ("3 paths: disk+tmpfs+mem, cache route", "one", [disk, shm, a.mem], cache),
+                ("1 path: mem", "one", [a.mem], best),
+                ("1 path: mem, cache route", "one", [a.mem], cache)]
+        if pool:
+            out += [("1 path: pool, cache route", "one", [pool], cache),
+                    ("2 paths: disk+pool, cache route", "one", [disk, pool], cache),
+                    ("3 paths: disk+tmpfs+pool, cache route", "one", [disk, shm, pool],
+                     cache)]
         out += [("1 path: disk", "one", [disk], best),
                 ("1 path: tmpfs", "one", [shm], best),
                 ("1 path: tmpfs, async I/O engine", "one", [shm_aio], best),

@@ -10,10 +10,12 @@ seconds per wall second against the cores it could get.
 
 A set is paths joined by '+' as in bench/subgroups_paths.py (disk, tmpfs, mem, pool: an
 object area of a one-host pool file on the tmpfs). One JSON line per set and route: medians
-over the steps after the first. --routes: 'folded' (the store as it is: a copy path folds the
-payload checksum into its copy) and/or 'separate' (the route before it, for comparison in
-the same run: the same header work handed to the path as plain functions, so that the sum is
-a pass of its own on the path's sum thread); cpu_s_per_GB is the process's CPU per byte the
+over the steps after the first. --routes: 'in-place' (the store as it is, run 7: a memory
+path's subgroups updated where they lie, the sums folded into the kernel),
+'in-place-separate' (the sums a pass of their own), 'folded' (the cache route of run 6: a
+copy path folds the payload checksum into its copy) and 'separate' (run 5: the same header
+work handed to the path as plain functions, the sum a pass of its own on the path's sum
+thread), for comparison in the same run; cpu_s_per_GB is the process's CPU per byte the
 step moved, io_cpu_s_per_GB the same without the store's thread (the kernel's CPU).
 """
 from __future__ import annotations
@@ -86,11 +88,20 @@ def proc_io() -> dict[str, int]:
         return {k: int(v) for k, v in (line.split(": ") for line in f)}
 
 
+# the store's arguments per route: 'in-place' is the store as it is (run 7: a memory path's
+# subgroups updated where they lie, the sums folded into the kernel); 'in-place-separate'
+# the same with the sums a pass of their own; 'folded' the cache route of run 6 (every
+# subgroup fetched into the host cache and flushed back, the sum folded into the copy);
+# 'separate' the cache route of run 5 (the sum a pass of its own on the sum thread)
+ROUTES = {"in-place": {}, "in-place-separate": {"sum_in_kernel": False},
+          "folded": {"zero_copy": False}, "separate": {"zero_copy": False}}
+
+
 @contextlib.contextmanager
 def route(name: str):
     """'separate': a copy path gets the store's header hooks as plain functions (the sum a
-    pass of its own, as before the fold); 'folded': the store unchanged."""
-    if name == "folded":
+    pass of its own, as before the fold); the other routes: the store's arguments only."""
+    if name != "separate":
         yield
         return
     real = _CopyPath._submit
@@ -104,14 +115,15 @@ def route(name: str):
         _CopyPath._submit = real
 
 
-def run_set(paths: list[str], params: int, subgroup: int, steps: int, cache: int) -> dict:
+def run_set(paths: list[str], params: int, subgroup: int, steps: int, cache: int,
+            **kw) -> dict:
     sizes = [subgroup] * (params // subgroup)
     rng = np.random.default_rng(0)
     grads = [(rng.standard_normal(n, np.float32).view(np.uint32) >> 16).astype(np.uint16)
              for n in sizes]
     copies = [np.empty(n, np.uint16) for n in sizes]
     rows = []
-    with SubgroupStore(paths, subgroup_params=subgroup, cache_subgroups=cache) as st:
+    with SubgroupStore(paths, subgroup_params=subgroup, cache_subgroups=cache, **kw) as st:
         st.bind([sizes])
         st.init_params(lambda pid: np.full(sizes[pid], 0.5, np.float32))
         for s in range(1, steps + 1):
@@ -122,6 +134,8 @@ def run_set(paths: list[str], params: int, subgroup: int, steps: int, cache: int
             c1, m1, io1 = threads_cpu(), machine_busy(), proc_io()
             cpu = {g: c1.get(g, 0.0) - c0.get(g, 0.0) for g in c1}
             rows.append(dict(update_s=m["update_s"], wall_s=wall, compute_s=m["compute_s"],
+                             in_place=m["in_place"], in_place_s=m["in_place_s"],
+                             cache_hits=m["cache_hits"],
                              io_bytes=m["io_bytes"], io_busy_s=m["io_busy_s"],
                              cpu_s=cpu, process_cores=sum(cpu.values()) / wall,
                              machine_busy_s=m1[0] - m0[0], machine_total_s=m1[1] - m0[1],
@@ -134,6 +148,11 @@ def run_set(paths: list[str], params: int, subgroup: int, steps: int, cache: int
     groups = sorted({g for r in later for g in r["cpu_s"]})
     return dict(
         update_s=statistics.median(r["update_s"] for r in later),
+        update_s_range=[min(r["update_s"] for r in later), max(r["update_s"] for r in later)],
+        Mparams_per_s=params / statistics.median(r["update_s"] for r in later) / 1e6,
+        in_place=statistics.median(r["in_place"] for r in later),
+        in_place_s=statistics.median(r["in_place_s"] for r in later),
+        cache_hits=statistics.median(r["cache_hits"] for r in later),
         compute_s=statistics.median(r["compute_s"] for r in later),
         io_GBps=statistics.median(r["io_bytes"] / r["io_busy_s"] / 1e9 for r in later
                                   if r["io_busy_s"]),
@@ -142,6 +161,10 @@ def run_set(paths: list[str], params: int, subgroup: int, steps: int, cache: int
         process_cores=statistics.median(r["process_cores"] for r in later),
         cpu_s_per_GB=statistics.median(sum(r["cpu_s"].values()) / g
                                        for r, g in zip(later, gb) if g),
+        # per GB of optimizer state the step updated (the same for every route: a route
+        # that moves no bytes has no 'per GB moved'): the whole process, kernel included
+        cpu_s_per_state_GB=statistics.median(sum(r["cpu_s"].values()) for r in later)
+        / (len(sizes) * (4096 + 12 * subgroup) / 1e9),
         io_cpu_s_per_GB=statistics.median(
             sum(v for k, v in r["cpu_s"].items() if not k.startswith("store")) / g
             for r, g in zip(later, gb) if g),
@@ -170,8 +193,8 @@ def main() -> None:
     ap.add_argument("--cache", type=int, default=6)
     ap.add_argument("--disk", default="/var/tmp")
     ap.add_argument("--tmpfs", default="/dev/shm")
-    ap.add_argument("--routes", default="folded",
-                    help="folded and/or separate, comma-separated (run in turn per set)")
+    ap.add_argument("--routes", default="folded,in-place",
+                    help=f"of {', '.join(ROUTES)}, comma-separated (run in turn per set)")
     ap.add_argument("--rounds", type=int, default=1, help="rounds over every set and route")
     a = ap.parse_args()
     params, subgroup = B.parse_count(a.params), B.parse_count(a.subgroup)
@@ -188,9 +211,11 @@ def main() -> None:
         for _ in range(a.rounds):
             for s in sets:
                 for r in a.routes.split(","):
+                    if r not in ROUTES:
+                        ap.error(f"--routes {r!r}: expected one of {', '.join(ROUTES)}")
                     with route(r):
                         row = run_set([spec[n] for n in s.split("+")], params, subgroup,
-                                      a.steps, a.cache)
+                                      a.steps, a.cache, **ROUTES[r])
                     print(json.dumps(dict(set=s, route=r, loadavg=os.getloadavg(), **row)),
                           flush=True)
     finally:

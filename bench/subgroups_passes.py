@@ -9,6 +9,9 @@ getrusage) per GB moved; medians over rounds with min..max.
 Passes alone (one buffer of --size, the store's thread): the copy (aio.copy, guarded), the
 checksum (kv_checksum), the copy with the sum folded in (aio.copy_sum), the copy then the
 checksum (the previous route's two passes), and the header's pack + check (4 KiB).
+The AdamW kernel (--kernel 1, run 7) over one subgroup's state, per GB of state: in place
+on a cache buffer, slot to slot (the zero-copy route), with the two payload sums folded into
+it or as two passes of their own.
 Paths (a flush then a fetch of one subgroup of --size, with the store's hooks): 'folded' gives
 the path the store's FlushHeader / FetchCheck (a copy path folds the sum), 'separate' wraps
 the same hooks in plain functions (any path then runs them as a pass of their own: the
@@ -33,6 +36,7 @@ from subgroups_tmpfs import measure  # noqa: E402
 
 from cxlkit import _native  # noqa: E402
 from cxlkit import policy as P  # noqa: E402
+from cxlkit.train import adam as A  # noqa: E402
 from cxlkit.train import aio  # noqa: E402
 from cxlkit.train import spill_paths as SP  # noqa: E402
 from cxlkit.train.spill_base import FetchCheck, FlushHeader, checksum  # noqa: E402
@@ -56,6 +60,51 @@ def passes(src: np.ndarray, dst: np.ndarray) -> list[tuple[str, Callable[[], Any
             ("copy, then checksum (two passes)",
              lambda: (aio.copy(dst, src), checksum(dst)), src.nbytes),
             ("header pack + check (per request)", header, payload.nbytes)]
+
+
+def kernel_passes(a: np.ndarray, b: np.ndarray) -> list[tuple[str, Callable[[], Any], int]]:
+    """Run 7: the AdamW kernel over one subgroup's state (fp32 master, exp_avg, exp_avg_sq
+    past a 4 KiB header; bf16 grads and param copies), per GB of state: in place on one
+    buffer (a cache buffer: the route of run 6, whose fetch and flush are the path rows),
+    out of place from slot a to slot b (the zero-copy route), and the same with the two
+    payload checksums (the old generation's check, the new one's sum) folded into the
+    kernel's pass or as two passes of their own."""
+    n = (a.nbytes - H) // 12
+    rng = np.random.default_rng(0)
+    for x in (a, b):
+        f = x[H:H + 12 * n].view(np.float32)
+        f[:n] = rng.standard_normal(n)
+        f[n:2 * n] = 0.01
+        f[2 * n:] = 1e-4
+    g = (rng.standard_normal(n, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    c = np.empty(n, np.uint16)
+    cfg = A.AdamConfig()
+    bf = A.DTYPES["bfloat16"]
+
+    def arrays(x: np.ndarray) -> tuple:
+        f = x[H:H + 12 * n].view(np.float32)
+        return f[:n], f[n:2 * n], f[2 * n:]
+    ta = [(*arrays(a), g, bf, c, bf)]
+    offs = [0, 4 * n, 8 * n]
+
+    def folded() -> None:
+        pin, pout = np.zeros(8, np.uint64), np.zeros(8, np.uint64)
+        A.step_raw_into_sum(ta, [arrays(b)], offs, cfg, 5, in_parts=pin, out_parts=pout)
+        _native.sum_parts_add(pin, a[H + 12 * n:], 12 * n)
+        _native.sum_parts_add(pout, b[H + 12 * n:], 12 * n)
+        _native.sum_parts_finish(pin, a.nbytes - H)
+        _native.sum_parts_finish(pout, b.nbytes - H)
+
+    def separate() -> None:
+        checksum(a[H:])
+        A.step_raw_into(ta, [arrays(b)], cfg, 5)
+        checksum(b[H:])
+    nb = 12 * n
+    return [("AdamW kernel in place (a cache buffer)", lambda: A.step_raw(ta, cfg, 5), nb),
+            ("AdamW kernel out of place (slot to slot)",
+             lambda: A.step_raw_into(ta, [arrays(b)], cfg, 5), nb),
+            ("AdamW kernel out of place, sums folded into it", folded, nb),
+            ("AdamW kernel out of place, sums as two passes", separate, nb)]
 
 
 def path_ways(path: SP.SpillPath, buf: np.ndarray) -> list[tuple[str, Callable[[], Any]]]:
@@ -125,6 +174,9 @@ def main() -> None:
     ap.add_argument("--paths", default="aio:/var/tmp,map:/dev/shm,mem,pool",
                     help="aio:DIR[@BLOCK] (DirPath; BLOCK bytes per chunk, queue depth "
                          "32 MiB / BLOCK), map:DIR (MappedDirPath), mem, pool")
+    ap.add_argument("--kernel", type=int, default=1,
+                    help="1: also the AdamW kernel's passes (run 7: in place, slot to slot, "
+                    "sums folded or separate)")
     a = ap.parse_args()
     n = H + parse_count(a.size) // aio.ALIGN * aio.ALIGN
     owners = [P.alloc(n, P.default()) for _ in range(2)]
@@ -136,6 +188,10 @@ def main() -> None:
     ways: list[tuple[str, Callable[[], Any], int]] = []
     try:
         ways += passes(src, dst)
+        if a.kernel:
+            kbufs = [P.alloc(n, P.default()) for _ in range(2)]
+            owners += kbufs
+            ways += kernel_passes(*(o.numpy() for o in kbufs))
         for p in paths:
             # a flush and a fetch move the subgroup twice
             ways += [(name, fn, 2 * n) for name, fn in path_ways(p, src)]
