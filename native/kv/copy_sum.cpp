@@ -4,6 +4,8 @@
 // (a memcpy, then cxk_kv_checksum over the result). The sum equals cxk_kv_checksum of the
 // bytes stored. And SumParts (kv.h): the checksum as parts that add, which the AdamW kernel's
 // out-of-place step folds from the arrays it reads and writes, tile by tile.
+#include <immintrin.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -46,6 +48,25 @@ void copy_fold(Checksum &c, void *dst, const void *src, size_t n) noexcept {
 
 namespace {
 
+// Fletcher sums of whole 32-byte rows from a fresh state (lane l: a += w_l, b += a), the
+// Checksum::update loop in AVX2 registers: the folded AdamW step sums each tile from L1, where
+// the plain loop's scalar adds were most of the fold's cost.
+__attribute__((target("avx2"))) void rows_avx2(const uint8_t *s, size_t rows, uint64_t *a,
+                                              uint64_t *b) noexcept {
+    __m256i va = _mm256_setzero_si256(), vb = _mm256_setzero_si256();
+    for (size_t r = 0; r < rows; ++r) {
+        va = _mm256_add_epi64(va, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(s) + r));
+        vb = _mm256_add_epi64(vb, va);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(a), va);
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(b), vb);
+}
+
+bool have_avx2() noexcept {
+    static const bool yes = (cxk_cpu_features() & CXK_CPU_AVX2) != 0;
+    return yes;
+}
+
 inline void add_u32(SumParts &s, uint64_t off, uint32_t v) noexcept {
     const uint64_t word = off / 8;
     const uint64_t w = uint64_t(v) << (32 * ((off / 4) & 1));  // low or high half
@@ -67,7 +88,8 @@ void SumParts::add(const void *p, uint64_t off, size_t n) noexcept {
         // Fletcher pass over them gives A = sum w and B = sum (rows - r) w per lane, and
         // sum (r0 + r + 1) w = (r0 + rows + 1) A - B
         Checksum t;
-        t.update(s, rows * 32);
+        if (have_avx2()) rows_avx2(s, rows, t.a, t.b);
+        else t.update(s, rows * 32);
         const uint64_t r0 = off / 32;
         for (int l = 0; l < 4; ++l) {
             a[l] += t.a[l];
