@@ -68,7 +68,8 @@ def kernel_passes(a: np.ndarray, b: np.ndarray) -> list[tuple[str, Callable[[], 
     buffer (a cache buffer: the route of run 6, whose fetch and flush are the path rows),
     out of place from slot a to slot b (the zero-copy route), and the same with the two
     payload checksums (the old generation's check, the new one's sum) folded into the
-    kernel's pass or as two passes of their own."""
+    kernel's pass or as two passes of their own; and in its own slot (the route's steady
+    state: out of place only for the first update after a commit), sums folded or not."""
     n = (a.nbytes - H) // 12
     rng = np.random.default_rng(0)
     for x in (a, b):
@@ -87,13 +88,15 @@ def kernel_passes(a: np.ndarray, b: np.ndarray) -> list[tuple[str, Callable[[], 
     ta = [(*arrays(a), g, bf, c, bf)]
     offs = [0, 4 * n, 8 * n]
 
-    def folded() -> None:
-        pin, pout = np.zeros(8, np.uint64), np.zeros(8, np.uint64)
-        A.step_raw_into_sum(ta, [arrays(b)], offs, cfg, 5, in_parts=pin, out_parts=pout)
-        _native.sum_parts_add(pin, a[H + 12 * n:], 12 * n)
-        _native.sum_parts_add(pout, b[H + 12 * n:], 12 * n)
-        _native.sum_parts_finish(pin, a.nbytes - H)
-        _native.sum_parts_finish(pout, b.nbytes - H)
+    def folded(dst: np.ndarray) -> Callable[[], None]:
+        def run() -> None:
+            pin, pout = np.zeros(8, np.uint64), np.zeros(8, np.uint64)
+            A.step_raw_into_sum(ta, [arrays(dst)], offs, cfg, 5, in_parts=pin, out_parts=pout)
+            _native.sum_parts_add(pin, a[H + 12 * n:], 12 * n)
+            _native.sum_parts_add(pout, dst[H + 12 * n:], 12 * n)
+            _native.sum_parts_finish(pin, a.nbytes - H)
+            _native.sum_parts_finish(pout, dst.nbytes - H)
+        return run
 
     def separate() -> None:
         checksum(a[H:])
@@ -103,7 +106,12 @@ def kernel_passes(a: np.ndarray, b: np.ndarray) -> list[tuple[str, Callable[[], 
     return [("AdamW kernel in place (a cache buffer)", lambda: A.step_raw(ta, cfg, 5), nb),
             ("AdamW kernel out of place (slot to slot)",
              lambda: A.step_raw_into(ta, [arrays(b)], cfg, 5), nb),
-            ("AdamW kernel out of place, sums folded into it", folded, nb),
+            ("AdamW kernel out of place, sums folded into it", folded(b), nb),
+            # the zero-copy route's steady state: a subgroup updated in its own slot (the
+            # committed generation is in the other one), both sums folded
+            ("AdamW kernel in its own slot, sums folded into it", folded(a), nb),
+            ("AdamW kernel in its own slot, sums as two passes",
+             lambda: (checksum(a[H:]), A.step_raw(ta, cfg, 5), checksum(a[H:])), nb),
             ("AdamW kernel out of place, sums as two passes", separate, nb)]
 
 

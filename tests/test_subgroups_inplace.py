@@ -281,3 +281,18 @@ def test_torn_update_in_its_own_slot_is_caught_and_the_commit_resumes(shm_dir, m
         for i, s in enumerate(saved):
             for a, b in zip(got[i], s):
                 assert np.array_equal(a, b)
+
+
+def test_config_block_sets_zero_copy_and_sum_in_kernel(shm_dir):
+    from cxlkit.train import from_config
+    cfg = from_config({"offload_optimizer": {"device": "nvme", "nvme_path": [shm_dir]},
+                       "cxlkit": {"zero_copy": False, "sum_in_kernel": False,
+                                  "bandwidths": [1.0]}})
+    st = cfg.make_store()
+    try:
+        assert st.zero_copy is False and st.sum_in_kernel is False
+    finally:
+        st.close()
+    with pytest.raises(ValueError, match="zero_cpy"):
+        from_config({"offload_optimizer": {"device": "nvme", "nvme_path": [shm_dir]},
+                     "cxlkit": {"zero_cpy": True}})

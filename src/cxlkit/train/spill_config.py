@@ -18,7 +18,8 @@ _OFFLOAD_KEYS = {"device", "nvme_path", "buffer_count", "buffer_size", "pipeline
 _AIO_KEYS = {"block_size", "queue_depth", "thread_count", "intra_op_parallelism",
              "single_submit", "overlap_events", "use_gds"}
 _CXLKIT_KEYS = {"order", "lock", "upcast", "verify", "bandwidths", "cache_subgroups",
-                "reestimate", "namespace", "backend", "direct", "split"}
+                "reestimate", "namespace", "backend", "direct", "split", "zero_copy",
+                "sum_in_kernel"}
 _DEVICES = ("nvme", "cpu", "none")
 
 
@@ -90,7 +91,7 @@ def from_config(config: dict[str, Any] | str | os.PathLike[str]) -> OffloadConfi
     """Read a DeepSpeed-style config (a dict, JSON text or a JSON file): offload_optimizer
     and sub_group_size at the top level or under zero_optimization, aio, optimizer, and
     cxlkit's own block {"order", "lock", "upcast", "verify", "bandwidths", "cache_subgroups",
-    "reestimate", "namespace", "backend", "direct", "split"}."""
+    "reestimate", "namespace", "backend", "direct", "split", "zero_copy", "sum_in_kernel"}."""
     if isinstance(config, (str, os.PathLike)):
         text = str(config)
         if not text.lstrip().startswith("{"):
