@@ -138,8 +138,21 @@ def path_figures(specs: list[str], nbytes: int) -> list[dict]:
     return out
 
 
+TEAM = 0  # --team: threads of an AdamTeam each step's kernel runs on (0: the store's thread)
+
+
 def run(paths: list[str], params: int, subgroup: int, steps: int, **kw) -> dict:
     """Steps of a SubgroupStore over one group of `params` bf16 params; per-step metrics."""
+    team = A.AdamTeam(TEAM) if TEAM else None
+    try:
+        return _run(paths, params, subgroup, steps, team, **kw)
+    finally:
+        if team is not None:
+            team.close()
+
+
+def _run(paths: list[str], params: int, subgroup: int, steps: int, team: A.AdamTeam | None,
+         **kw) -> dict:
     sizes = [subgroup] * (params // subgroup)
     rng = np.random.default_rng(0)
     grads = [(rng.standard_normal(n, np.float32).view(np.uint32) >> 16).astype(np.uint16)
@@ -152,7 +165,7 @@ def run(paths: list[str], params: int, subgroup: int, steps: int, **kw) -> dict:
         ms = []
         for s in range(1, steps + 1):
             ms.append(st.step([A.AdamConfig()], [(g, BF16) for g in grads],
-                              [(c, BF16) for c in copies], [s] * len(sizes)))
+                              [(c, BF16) for c in copies], [s] * len(sizes), team=team))
         plan = st.plan()
     finally:
         st.close()
@@ -379,6 +392,18 @@ def configs(a: argparse.Namespace, disk: str, shm: str, pool: str | None = None,
     out = []
     if "paths" in a.only:
         eq1 = {**best, "split": "eq1"}
+        out += [("1 path: disk", "one", [disk], best),
+                ("1 path: tmpfs", "one", [shm], best),
+                ("1 path: tmpfs, async I/O engine", "one", [shm_aio], best),
+                ("2 paths: disk+tmpfs", "one", [disk, shm], best),
+                ("2 paths: disk+tmpfs, async I/O engine on tmpfs", "one", [disk, shm_aio], best),
+                ("3 paths: disk+tmpfs+mem", "one", [disk, shm, a.mem], best),
+                ("3 paths: disk+tmpfs+mem, Eq. 1 split", "one", [disk, shm, a.mem], eq1)]
+        if pool:
+            out += [("1 path: pool", "one", [pool], best),
+                    ("2 paths: disk+pool", "one", [disk, pool], best),
+                    ("3 paths: disk+tmpfs+pool", "one", [disk, shm, pool], best),
+                    ("4 paths: disk+tmpfs+mem+pool", "one", [disk, shm, a.mem, pool], best)]
         # run 7: the store updates a memory path's subgroups in place (zero_copy, sums folded
         # into the kernel); 'cache route' is the store of run 6 (every subgroup fetched into
         # the host cache and flushed back, the sum folded into the copy), 'sums separate'
@@ -396,18 +421,6 @@ def configs(a: argparse.Namespace, disk: str, shm: str, pool: str | None = None,
                     ("2 paths: disk+pool, cache route", "one", [disk, pool], cache),
                     ("3 paths: disk+tmpfs+pool, cache route", "one", [disk, shm, pool],
                      cache)]
-        out += [("1 path: disk", "one", [disk], best),
-                ("1 path: tmpfs", "one", [shm], best),
-                ("1 path: tmpfs, async I/O engine", "one", [shm_aio], best),
-                ("2 paths: disk+tmpfs", "one", [disk, shm], best),
-                ("2 paths: disk+tmpfs, async I/O engine on tmpfs", "one", [disk, shm_aio], best),
-                ("3 paths: disk+tmpfs+mem", "one", [disk, shm, a.mem], best),
-                ("3 paths: disk+tmpfs+mem, Eq. 1 split", "one", [disk, shm, a.mem], eq1)]
-        if pool:
-            out += [("1 path: pool", "one", [pool], best),
-                    ("2 paths: disk+pool", "one", [disk, pool], best),
-                    ("3 paths: disk+tmpfs+pool", "one", [disk, shm, pool], best),
-                    ("4 paths: disk+tmpfs+mem+pool", "one", [disk, shm, a.mem, pool], best)]
     if "ablation" in a.only:
         base = dict(cache_subgroups=3, order="ascending", upcast="eager", lock="off")
         alt = {**base, "order": "alternate", "cache_subgroups": a.cache}
@@ -472,7 +485,12 @@ def main() -> None:
                     help="only these rows, by name, '|'-separated (and the DeepSpeed rows "
                     "when deepspeed is in --only): to split the matrix into commands that "
                     "each hold the bench lock a few minutes")
+    ap.add_argument("--team", type=int, default=0,
+                    help="run each step's kernel on an AdamTeam of this many threads (as "
+                    "SpilledAdamW does for large models); 0: on the store's thread")
     a = ap.parse_args()
+    global TEAM
+    TEAM = a.team
     params, subgroup = parse_count(a.params), parse_count(a.subgroup)
     params -= params % subgroup
     tmp = [tempfile.mkdtemp(prefix="cxlkit-sgbench-", dir=d) for d in (a.disk, a.tmpfs)]
@@ -482,7 +500,7 @@ def main() -> None:
         print(json.dumps(dict(machine=dict(cpus=os.cpu_count(), loadavg=os.getloadavg(),
                                            kernel=os.uname().release),
                               params=params, subgroup=subgroup, steps=a.steps,
-                              runs=a.runs)), flush=True)
+                              runs=a.runs, team=a.team)), flush=True)
         shm_aio = os.path.join(shm, "aio")
         os.mkdir(shm_aio)
         shm_aio = f"aio:{shm_aio}"

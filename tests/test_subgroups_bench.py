@@ -14,7 +14,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PATH_ROWS = ["1 path: disk", "1 path: tmpfs", "1 path: tmpfs, async I/O engine",
              "2 paths: disk+tmpfs", "2 paths: disk+tmpfs, async I/O engine on tmpfs",
              "3 paths: disk+tmpfs+mem", "3 paths: disk+tmpfs+mem, Eq. 1 split", "1 path: pool",
-             "2 paths: disk+pool", "3 paths: disk+tmpfs+pool", "4 paths: disk+tmpfs+mem+pool"]
+             "2 paths: disk+pool", "3 paths: disk+tmpfs+pool", "4 paths: disk+tmpfs+mem+pool",
+             # run 7: the store of run 6 (cache route) beside the zero-copy route
+             "1 path: tmpfs, cache route", "1 path: tmpfs, in place, sums separate",
+             "2 paths: disk+tmpfs, cache route", "3 paths: disk+tmpfs+mem, cache route",
+             "1 path: mem", "1 path: mem, cache route", "1 path: pool, cache route",
+             "2 paths: disk+pool, cache route", "3 paths: disk+tmpfs+pool, cache route"]
 NP = len(PATH_ROWS)
 
 
@@ -121,7 +126,13 @@ def test_subgroups_cpu_bench_reports_cpu_by_thread_group_and_cores(tmp_path):
                         "--disk", str(tmp_path), "--sets", "disk+mem"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    (row,) = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    rows = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    assert [x["route"] for x in rows] == ["folded", "in-place"]  # run 6's store, the store
+    assert rows[0]["in_place"] == 0
+    if rows[1]["subgroups"][1]:  # the memory tier's subgroups (the split may give it none)
+        assert rows[1]["in_place"] > 0
+    assert rows[1]["cpu_s_per_state_GB"] > 0 and rows[1]["Mparams_per_s"] > 0
+    row = rows[0]
     assert row["set"] == "disk+mem" and row["steps"] == 2 and sum(row["subgroups"]) == 4
     assert "store thread (kernel, waits)" in row["cpu_s_per_step"]
     assert all(v >= 0 for v in row["cpu_s_per_step"].values())
