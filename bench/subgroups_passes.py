@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import mmap
 import os
 import shutil
 import statistics
@@ -62,7 +63,8 @@ def passes(src: np.ndarray, dst: np.ndarray) -> list[tuple[str, Callable[[], Any
             ("header pack + check (per request)", header, payload.nbytes)]
 
 
-def kernel_passes(a: np.ndarray, b: np.ndarray) -> list[tuple[str, Callable[[], Any], int]]:
+def kernel_passes(a: np.ndarray, b: np.ndarray,
+                  where: str) -> list[tuple[str, Callable[[], Any], int]]:
     """Run 7: the AdamW kernel over one subgroup's state (fp32 master, exp_avg, exp_avg_sq
     past a 4 KiB header; bf16 grads and param copies), per GB of state: in place on one
     buffer (a cache buffer: the route of run 6, whose fetch and flush are the path rows),
@@ -103,7 +105,7 @@ def kernel_passes(a: np.ndarray, b: np.ndarray) -> list[tuple[str, Callable[[], 
         A.step_raw_into(ta, [arrays(b)], cfg, 5)
         checksum(b[H:])
     nb = 12 * n
-    return [("AdamW kernel in place (a cache buffer)", lambda: A.step_raw(ta, cfg, 5), nb),
+    ways = [("AdamW kernel in place (a cache buffer)", lambda: A.step_raw(ta, cfg, 5), nb),
             ("AdamW kernel out of place (slot to slot)",
              lambda: A.step_raw_into(ta, [arrays(b)], cfg, 5), nb),
             ("AdamW kernel out of place, sums folded into it", folded(b), nb),
@@ -113,6 +115,7 @@ def kernel_passes(a: np.ndarray, b: np.ndarray) -> list[tuple[str, Callable[[], 
             ("AdamW kernel in its own slot, sums as two passes",
              lambda: (checksum(a[H:]), A.step_raw(ta, cfg, 5), checksum(a[H:])), nb),
             ("AdamW kernel out of place, sums as two passes", separate, nb)]
+    return [(f"{name}, {where}", fn, nbytes) for name, fn, nbytes in ways]
 
 
 def path_ways(path: SP.SpillPath, buf: np.ndarray) -> list[tuple[str, Callable[[], Any]]]:
@@ -182,6 +185,7 @@ def main() -> None:
     ap.add_argument("--paths", default="aio:/var/tmp,map:/dev/shm,mem,pool",
                     help="aio:DIR[@BLOCK] (DirPath; BLOCK bytes per chunk, queue depth "
                          "32 MiB / BLOCK), map:DIR (MappedDirPath), mem, pool")
+    ap.add_argument("--tmpfs", default="/dev/shm", help="where the kernel's mapped slots live")
     ap.add_argument("--kernel", type=int, default=1,
                     help="1: also the AdamW kernel's passes (run 7: in place, slot to slot, "
                     "sums folded or separate)")
@@ -197,9 +201,19 @@ def main() -> None:
     try:
         ways += passes(src, dst)
         if a.kernel:
+            # the store's slots are mapped files (tmpfs, a pool file); the memory tier's
+            # and the cache's buffers placed anonymous memory: the tiled fold differs there
+            d = tempfile.mkdtemp(prefix="cxlkit-passes-", dir=a.tmpfs)
+            tmp.append(d)
+            fd = os.open(os.path.join(d, "slots"), os.O_RDWR | os.O_CREAT, 0o600)
+            os.posix_fallocate(fd, 0, 2 * n)
+            slots = mmap.mmap(fd, 2 * n, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE)
+            os.close(fd)
+            whole = np.frombuffer(slots, np.uint8)
+            ways += kernel_passes(whole[:n], whole[n:], "mapped tmpfs file")
             kbufs = [P.alloc(n, P.default()) for _ in range(2)]
             owners += kbufs
-            ways += kernel_passes(*(o.numpy() for o in kbufs))
+            ways += kernel_passes(*(o.numpy() for o in kbufs), "placed anonymous memory")
         for p in paths:
             # a flush and a fetch move the subgroup twice
             ways += [(name, fn, 2 * n) for name, fn in path_ways(p, src)]
