@@ -296,3 +296,20 @@ def test_config_block_sets_zero_copy_and_sum_in_kernel(shm_dir):
     with pytest.raises(ValueError, match="zero_cpy"):
         from_config({"offload_optimizer": {"device": "nvme", "nvme_path": [shm_dir]},
                      "cxlkit": {"zero_cpy": True}})
+
+
+def test_in_place_route_on_a_team_gives_the_kernels_bits_and_valid_sums(shm_dir):
+    # the team's chunks each fold their own sums (parts that add): the header's sum must
+    # still be kv_checksum of the payload, checked by the next update's verify
+    ref = Ref(12)
+    with A.AdamTeam(2, chunk_bytes=4096) as team, make([f"map:{shm_dir}"], ref) as st:
+        for _ in range(3):
+            g16 = ref.grads()
+            want = ref.advance(g16)
+            copies = [np.empty(p.size, np.uint16) for p in ref.p0]
+            m = st.step(CFGS, [(g, BF16) for g in g16], [(c, BF16) for c in copies],
+                        [ref.step] * 4, team=team)
+            assert m["in_place"] == m["subgroups"]
+            for c, w in zip(copies, want):
+                assert np.array_equal(c, w)
+        check_state(st, ref)
