@@ -3,7 +3,8 @@
  * odd length, the out-of-place step writes the bits the in-place step writes and leaves its
  * inputs untouched; out == in is the in-place step; a team gives the same bits; an output that
  * partly overlaps an input, another output, the grad or the copy, a NULL or misaligned output
- * and a NULL out list are -EINVAL with nothing written. */
+ * and a NULL out list are -EINVAL with nothing written; checksum parts folded in any order
+ * finish to cxk_kv_checksum, and the folded step's parts are its images' sums. */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -187,5 +188,34 @@ int main(void) {
     CHECK_EQ(cxk_adam_step_into(&h, &t, NULL, 1, NULL), -EINVAL);
     CHECK_EQ(cxk_adam_step_into(&h, &t, NULL, 0, NULL), 0);
     CHECK(memcmp(&got, &orig, sizeof got) == 0);
+
+    /* checksum parts: an image (p | m | v of one tensor, N fp32 each) split anywhere on 4
+     * bytes, folded in reverse order, finishes to cxk_kv_checksum; the folded step's parts
+     * of what it read and wrote are the images' before and after */
+    static float img[3 * N], out_img[3 * N];
+    uint32_t seed = 99;
+    for (int i = 0; i < 3 * N; ++i) img[i] = rnd(&seed) * 0.01f + (i >= 2 * N ? 0.02f : 0.0f);
+    struct cxk_sum_parts sp;
+    memset(&sp, 0, sizeof sp);
+    const uint64_t cuts[] = {0, 4 * 7, 4 * 501, 4 * 2000, sizeof img};
+    for (int c = 3; c >= 0; --c)
+        CHECK_EQ(cxk_adam_sum_add(&sp, (char *)img + cuts[c], cuts[c], cuts[c + 1] - cuts[c]), 0);
+    CHECK(cxk_adam_sum_finish(&sp, sizeof img) == cxk_kv_checksum(img, sizeof img));
+    CHECK_EQ(cxk_adam_sum_add(&sp, img, 2, 4), -EINVAL);
+    CHECK_EQ(cxk_adam_sum_add(NULL, img, 0, 4), -EINVAL);
+    const uint64_t before = cxk_kv_checksum(img, sizeof img);
+    struct cxk_adam_tensor it;
+    memset(&it, 0, sizeof it);
+    it.param = img, it.exp_avg = img + N, it.exp_avg_sq = img + 2 * N;
+    it.grad = got.g16, it.grad_dtype = CXK_DTYPE_BF16, it.copy_dtype = CXK_DTYPE_NONE, it.n = N;
+    struct cxk_adam_out io = {out_img, out_img + N, out_img + 2 * N};
+    const uint64_t offs[3] = {0, 4 * N, 8 * N};
+    struct cxk_sum_parts pin, pout;
+    memset(&pin, 0, sizeof pin);
+    memset(&pout, 0, sizeof pout);
+    CHECK_EQ(cxk_adam_step_into_sum(&h, &it, &io, 1, offs, &pin, &pout, NULL), 0);
+    CHECK(cxk_adam_sum_finish(&pin, sizeof img) == before);
+    CHECK(cxk_adam_sum_finish(&pout, sizeof out_img) == cxk_kv_checksum(out_img, sizeof out_img));
+    CHECK_EQ(cxk_adam_step_into_sum(&h, &it, &io, 1, NULL, &pin, &pout, NULL), -EINVAL);
     return 0;
 }
