@@ -8,7 +8,7 @@
 # tests/test_msg_mpi4py.py (Comm.from_mpi4py under both launchers) with PYTHONPATH on it. If
 # pip cannot install it, build/mpi4py.unavailable says why and that test skips saying so.
 OSU_BIN := build/osu
-OSU_SRC := bench/osu/osu.c
+OSU_SRC := bench/osu/osu.c bench/osu/xcore.c
 OSU_OUT ?= build/osu/results
 OSU_CFLAGS := -O2 -Wall -Wextra
 
