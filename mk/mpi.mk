@@ -32,6 +32,8 @@ osu-build: mpi-deps
 	  -Wl,-rpath,$(CURDIR)/$(CBUILD) -o $(OSU_BIN)/osu_cxk
 	cc $(OSU_CFLAGS) -Iinclude bench/osu/rpc_bench.c -L$(CBUILD) -lcxlkit \
 	  -Wl,-rpath,$(CURDIR)/$(CBUILD) -o $(OSU_BIN)/rpc_bench
+	cc $(OSU_CFLAGS) -Iinclude bench/osu/copyin.c -L$(CBUILD) -lcxlkit \
+	  -Wl,-rpath,$(CURDIR)/$(CBUILD) -o $(OSU_BIN)/copyin
 	mpicc.mpich $(OSU_CFLAGS) $(OSU_SRC) bench/osu/be_mpi.c -o $(OSU_BIN)/osu_mpich
 	mpicc.openmpi $(OSU_CFLAGS) $(OSU_SRC) bench/osu/be_mpi.c -o $(OSU_BIN)/osu_ompi
 

@@ -26,7 +26,8 @@ def rows(path: pathlib.Path) -> dict[int, list[float]]:
 def fmt(vals: list[float]) -> str:
     if not vals:
         return "-"
-    return f"{statistics.median(vals):.0f} [{min(vals):.0f}..{max(vals):.0f}]"
+    d = 2 if max(vals) < 100 else 0  # latencies in us; bandwidths in MB/s
+    return f"{statistics.median(vals):.{d}f} [{min(vals):.{d}f}..{max(vals):.{d}f}]"
 
 
 def main() -> None:
