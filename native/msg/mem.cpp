@@ -53,6 +53,22 @@ int mem_find(const cxk_comm *c, const void *buf, uint64_t len, uint64_t *off) {
     return -1;
 }
 
+// A send whose bytes lie in one of my memory objects: the RTS names the object and offset,
+// the receiver copies out of it, the FIN hands it back. No copy here.
+int mem_send_start(cxk_comm *c, Peer &p, cxk_msg_req *r, int k, uint64_t off) {
+    void *cell;
+    if (int rc = cxk_ring_reserve(p.out, &cell)) return rc;
+    // the user's stores into the block reach the pool before the RTS that sends the receiver
+    // there (coherence "none"; commit's fence orders them)
+    if (c->nc) cxk_flush(r->sbuf, r->count);
+    MsgHdr m{r->ctx, r->tag, r->count, r->cookie, r->flags | kInPool, 1, off, uint32_t(k), 0};
+    std::memcpy(cell, &m, sizeof m);
+    if (int rc = cxk_ring_commit(p.out, sizeof m, kRts)) return rc;
+    ++c->mem[size_t(k)].sends;
+    r->mem = k;
+    return 0;
+}
+
 int mem_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index, uint64_t off,
              void *dst, uint64_t cap) {
     RdvView *v;

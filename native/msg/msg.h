@@ -307,6 +307,9 @@ int rdv_drop_view(cxk_comm *c, int src, const void *pl, uint32_t n);
 // The memory object of mine holding [buf, buf + len) entirely: its index, and buf's offset
 // in its user bytes; -1 when the bytes are not (all) in one.
 int mem_find(const cxk_comm *c, const void *buf, uint64_t len, uint64_t *off);
+// Send side: r's bytes lie in my memory object k at off; write its RTS (kInPool) to peer p.
+// No copy: the receiver copies out and answers FIN (r->mem = k until then).
+int mem_send_start(cxk_comm *c, Peer &p, cxk_msg_req *r, int k, uint64_t off);
 // Receive side of a send from pool memory: copy min(len, cap) bytes out of src's memory
 // object `index` at `off` (both untrusted: -EBADMSG unless they lie in the object), then
 // queue FIN.

@@ -248,26 +248,10 @@ int push_ctl(cxk_comm *, Peer &p) {
     return 0;
 }
 
-// A send whose bytes lie in one of my memory objects: the RTS names the object and offset,
-// the receiver copies out of it, the FIN hands it back. No copy here.
-int start_inpool(cxk_comm *c, Peer &p, cxk_msg_req *r, int k, uint64_t off) {
-    void *cell;
-    if (int rc = cxk_ring_reserve(p.out, &cell)) return rc;
-    // the user's stores into the block reach the pool before the RTS that sends the receiver
-    // there (coherence "none"; commit's fence orders them)
-    if (c->nc) cxk_flush(r->sbuf, r->count);
-    MsgHdr m{r->ctx, r->tag, r->count, r->cookie, r->flags | kInPool, 1, off, uint32_t(k), 0};
-    std::memcpy(cell, &m, sizeof m);
-    if (int rc = cxk_ring_commit(p.out, sizeof m, kRts)) return rc;
-    ++c->mem[size_t(k)].sends;
-    r->mem = k;
-    return 0;
-}
-
 int start_rdv(cxk_comm *c, Peer &p, cxk_msg_req *r) {
     uint64_t moff;
     if (int mk = mem_find(c, r->sbuf, r->count, &moff); mk >= 0)
-        return start_inpool(c, p, r, mk, moff);
+        return mem_send_start(c, p, r, mk, moff);
     int k = rdv_pick(c, r->count);  // -EAGAIN: a FIN or a peer's drop will make room
     if (k < 0) return k;
     void *cell;
