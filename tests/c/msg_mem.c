@@ -2,8 +2,9 @@
  * and from the heap side by side (posted and unexpected receives, wildcards, truncation,
  * offsets up to the block's last byte), free while a send is in flight, a receiver or a
  * sender killed mid-rendezvous, and forged request-to-send cells and block headers (random
- * and boundary offsets, lengths, indexes): each refused with -EBADMSG naming the sender,
- * never a read outside the block; under both coherence modes. */
+ * and boundary offsets, lengths, indexes; drop cells naming random blocks before them): each
+ * refused with -EBADMSG naming the sender, never a read outside the block; under both
+ * coherence modes. */
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
@@ -236,6 +237,10 @@ static int forged(cxk_comm *c, int rank, int n, long arg) {
     snprintf(name, sizeof name, "msg.forge%ld.0.ring.1", arg);
     cxk_ring *ring;  /* a second producer handle on my ring to rank 1: it writes after mine */
     T(cxk_ring_open(child_pool, name, CXK_RING_PRODUCER, &ring) == 0);
+    if (arg >= 24) {  /* first a drop cell (kind 8) naming a random block or buffer */
+        uint64_t drop[2] = {rnd(&s) % 70000, rnd(&s) % 4 == 3 ? rnd(&s) : rnd(&s) % 3};
+        T(cxk_ring_push(ring, drop, sizeof drop, 8) == 0);
+    }
     T(cxk_ring_push(ring, &h, sizeof h, 3 /* RTS */) == 0);
     T(cxk_msg_barrier(c) == 0);
     cxk_ring_close(ring);
@@ -258,7 +263,7 @@ int main(int argc, char **argv) {
         spawn("killsend", 2, killed, 1, 1, k);
         int want1[2] = {-SIGKILL, 0};
         expect(k, 2, want1);
-        for (long i = 0; i < 24; ++i) {
+        for (long i = 0; i < 40; ++i) {  /* 24..39: a forged drop cell first */
             char job[32];
             snprintf(job, sizeof job, "forge%ld", i);
             pid_t f[2];
