@@ -143,15 +143,20 @@ def _killed_rank(path: str, rank: int, conn) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         req = comm.isend(mem, dest=1, tag=5)
         comm.barrier()
+        out = "no error"
         try:
             req.wait()
-            conn.send("no error")
         except PeerLostError as e:
-            conn.send(f"lost {e.rank}")
+            out = f"lost {e.rank}"
+        del req  # never completes; its view of the pool memory is let go all the same
+        try:
+            comm.close()  # its barrier needs the dead rank too; the comm is closed anyway
+        except PeerLostError as e:
+            out += f", close lost {e.rank}"
+        pool.close()
+        conn.send(out)
     except BaseException as e:  # reported by the parent
         conn.send(f"{type(e).__name__}: {e}")
-    # the send to the dead rank keeps its view of the block (never completed): the process
-    # leaves without closing, as a program whose peer died would
     os._exit(0)
 
 
@@ -166,7 +171,7 @@ def test_receiver_killed_mid_rendezvous_fails_the_senders_wait_naming_it(pool_pa
         procs.append(p)
         conns.append(a)
     assert conns[0].poll(30)
-    assert conns[0].recv() == "lost 1"
+    assert conns[0].recv() == "lost 1, close lost 1"
     for p in procs:
         p.join(10)
     assert procs[1].exitcode == -signal.SIGKILL

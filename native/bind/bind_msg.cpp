@@ -119,6 +119,26 @@ struct MsgComm {
     }
 };
 
+// Pool-resident memory of a comm (cxk_msg_alloc_mem), lent through the buffer protocol: a
+// send from it above the eager limit travels in one copy. Its views are counted here and in
+// the comm, so neither free nor the comm's close unmaps under a live view.
+struct MsgMemory {
+    void *ptr = nullptr;
+    uint64_t nbytes = 0;
+    nb::object comm;
+    Py_ssize_t exports = 0;
+    MsgComm &owner() { return *nb::cast<MsgComm *>(comm); }
+    // Dropped unfreed: give the block back now if no send from it is in flight (else the
+    // comm's finalize removes it).
+    ~MsgMemory() {
+        if (!ptr || !comm.is_valid()) return;
+        MsgComm &s = owner();
+        if (!s.c) return;
+        std::lock_guard<std::mutex> g(s.mu);
+        cxk_msg_free_mem(s.c, ptr);
+    }
+};
+
 struct MsgRequest {
     cxk_msg_req *r = nullptr;
     nb::object comm;  // keeps the MsgComm alive
@@ -130,11 +150,15 @@ struct MsgRequest {
         if (!r || !comm.is_valid()) return;
         MsgComm &s = owner();
         if (!s.c) return;  // finalize freed it
+        const bool pool_mem =  // looked at with the GIL held
+            view.held && view.b.obj && nb::isinstance<MsgMemory>(nb::handle(view.b.obj));
         nb::gil_scoped_release unlock;
         std::lock_guard<std::mutex> g(s.mu);
         if (cxk_msg_cancel(s.c, r) == 0) return;
-        // a send that cannot finish (its peer is gone) keeps the buffer: leak, never dangle
-        if (cxk_msg_wait(s.c, r, nullptr) == -ETIMEDOUT) view.held = false;
+        // a send that cannot finish (its peer is gone) keeps the buffer: leak, never dangle —
+        // unless it is the comm's pool memory, which stays mapped as long as the comm (the
+        // view is let go, so close is not refused for it)
+        if (cxk_msg_wait(s.c, r, nullptr) == -ETIMEDOUT && !pool_mem) view.held = false;
     }
 };
 
@@ -165,26 +189,6 @@ struct MsgWindow {
         if (!w) throw nb::value_error("window freed");
         owner().get();
         return w;
-    }
-};
-
-// Pool-resident memory of a comm (cxk_msg_alloc_mem), lent through the buffer protocol: a
-// send from it above the eager limit travels in one copy. Its views are counted here and in
-// the comm, so neither free nor the comm's close unmaps under a live view.
-struct MsgMemory {
-    void *ptr = nullptr;
-    uint64_t nbytes = 0;
-    nb::object comm;
-    Py_ssize_t exports = 0;
-    MsgComm &owner() { return *nb::cast<MsgComm *>(comm); }
-    // Dropped unfreed: give the block back now if no send from it is in flight (else the
-    // comm's finalize removes it).
-    ~MsgMemory() {
-        if (!ptr || !comm.is_valid()) return;
-        MsgComm &s = owner();
-        if (!s.c) return;
-        std::lock_guard<std::mutex> g(s.mu);
-        cxk_msg_free_mem(s.c, ptr);
     }
 };
 
