@@ -1,5 +1,5 @@
 #!/bin/sh
-# bw_ab.sh bw|r5|rdv|none|onecpu|pair OUTDIR — the A/B runs behind docs/msg.md "Bandwidth" (issue 14,
+# bw_ab.sh bw|r5|rdv|latpool|none|onecpu|pair OUTDIR — the A/B runs behind docs/msg.md "Bandwidth" (issue 14,
 # 4th and 5th rounds; r5: see its case below).
 # bw: memcpy (both columns) at the start and the end, ROUNDS interleaved rounds of osu bw 64 KiB..4 MiB
 # over cxlkit before (BEFORE=dir of an osu_cxk on the previous library) and now (OSU_BIN) and
@@ -8,7 +8,7 @@
 # pinned and free, in rotating order. bench/osu/bw_ab_summary.py OUTDIR prints
 # medians [min..max] and the ratios.
 set -u
-MODE=${1:?usage: bw_ab.sh bw|r5|rdv|none|onecpu|pair OUTDIR}; OUT=${2:?usage: bw_ab.sh bw|r5|rdv|none|onecpu|pair OUTDIR}
+MODE=${1:?usage: bw_ab.sh bw|r5|rdv|latpool|none|onecpu|pair OUTDIR}; OUT=${2:?usage: bw_ab.sh bw|r5|rdv|latpool|none|onecpu|pair OUTDIR}
 B=${BEFORE:-build/osu-before}; N=${OSU_BIN:-build/osu}; R=${ROUNDS:-3}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$OUT"; uptime > "$OUT/load.txt"
@@ -75,6 +75,14 @@ rdv)
       uptime >> $OUT/load.txt
     done
     ;;
+latpool)
+    # osu latency 8 KiB..4 MiB from the heap and from pool memory, ROUNDS alternating rounds
+    for r in $(seq 1 $R); do
+      CXLKIT_SIZE=2 timeout 60 $N/osu_cxk latency -n 8192 -m 4194304 -i 1000 > $OUT/lat-heap.$r.txt 2>&1
+      CXLKIT_SIZE=2 timeout 60 $N/osu_cxk latency -n 8192 -m 4194304 -i 1000 -b pool > $OUT/lat-pool.$r.txt 2>&1
+      uptime >> $OUT/load.txt
+    done
+    ;;
 none)
     # pool coherence "none" (flush before publish, invalidate before read): cxlkit from the
     # heap and from pool memory, ROUNDS alternating rounds
@@ -110,5 +118,5 @@ pair)
       uptime >> $OUT/load.txt
     done
     ;;
-*) echo "usage: bw_ab.sh bw|r5|rdv|none|onecpu|pair OUTDIR" >&2; exit 2 ;;
+*) echo "usage: bw_ab.sh bw|r5|rdv|latpool|none|onecpu|pair OUTDIR" >&2; exit 2 ;;
 esac
