@@ -175,3 +175,24 @@ def test_receiver_killed_mid_rendezvous_fails_the_senders_wait_naming_it(pool_pa
     for p in procs:
         p.join(10)
     assert procs[1].exitcode == -signal.SIGKILL
+
+
+def _rdv_sizes(comm: msg.Comm) -> int:
+    for n in (5000, BIG, 1 << 20):
+        if comm.rank == 0:
+            comm.send(_pattern(n, n % 251).tobytes(), dest=1, tag=1)
+        else:
+            data, st = comm.recv(0, 1)
+            assert st.count == n and data == _pattern(n, n % 251).tobytes()
+    return 3
+
+
+@pytest.mark.parametrize("switches", [{"CXLKIT_MSG_RDV_NT": "1"}, {"CXLKIT_MSG_RDV_CHUNK": "4096"},
+                                      {"CXLKIT_MSG_RDV_NT": "1", "CXLKIT_MSG_RDV_CHUNK": "100"}])
+def test_rendezvous_copy_switches_deliver_every_byte(pool_path, monkeypatch, switches):
+    # the A/B switches of docs/msg.md's fifth round: non-temporal stores into the rendezvous
+    # buffer, the ready chunk (clamped to at least 4096 bytes)
+    for k, v in switches.items():
+        monkeypatch.setenv(k, v)
+    make_pool(pool_path, 2)
+    assert run_ranks(pool_path, 2, _rdv_sizes) == [3, 3]
