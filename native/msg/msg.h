@@ -1,6 +1,7 @@
 // msg.h — private to native/msg/: the rank object's layout in the pool, the cell format of
 // messages, and the comm / request structures the messaging files share (comm.cpp: join,
-// liveness, finalize; p2p.cpp: matching and progress; coll.cpp: barrier, bcast, allreduce).
+// liveness, finalize; p2p.cpp: matching and progress; coll.cpp: barrier, bcast, allreduce;
+// rdv.cpp: rendezvous buffers; mem.cpp: pool-resident user memory and its one-copy sends).
 #pragma once
 #include <pthread.h>
 
