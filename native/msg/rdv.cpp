@@ -119,7 +119,8 @@ int rdv_drop_view(cxk_comm *c, int src, const void *pl, uint32_t n) {
     if (n != sizeof(CtlMsg)) return -EBADMSG;
     CtlMsg m;
     std::memcpy(&m, pl, sizeof m);
-    if (m.cookie >= 65536) return -EBADMSG;
+    if (m.cookie >= 65536 || m.value > kDropMem) return -EBADMSG;
+    if (m.value == kDropMem) return mem_drop_view(c, src, m.cookie), 0;
     Peer &p = c->peers[size_t(src)];
     if (m.cookie < p.rdv.size() && p.rdv[m.cookie].off) {
         cxk_obj_close(c->pool, p.rdv[m.cookie].off);
