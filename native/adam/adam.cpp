@@ -137,96 +137,6 @@ Coeffs coeffs_of(const cxk_adam_hparams *h) {
     return c;
 }
 
-size_t dsize(int dt) { return dt == CXK_DTYPE_F32 ? 4 : dt == CXK_DTYPE_NONE ? 0 : 2; }
-
-// Elements [begin, begin+n) of t; the updated p, m, v go to o's arrays (o NULL: in place).
-Span span_of(const cxk_adam_tensor &t, const cxk_adam_out *o, uint64_t begin, uint64_t n) {
-    Span s;
-    s.p = t.param + begin;
-    s.m = t.exp_avg + begin;
-    s.v = t.exp_avg_sq + begin;
-    s.po = (o ? o->param : t.param) + begin;
-    s.mo = (o ? o->exp_avg : t.exp_avg) + begin;
-    s.vo = (o ? o->exp_avg_sq : t.exp_avg_sq) + begin;
-    s.g = static_cast<const unsigned char *>(t.grad) + begin * dsize(t.grad_dtype);
-    s.copy = t.param_copy
-                 ? static_cast<unsigned char *>(t.param_copy) + begin * dsize(t.copy_dtype)
-                 : nullptr;
-    s.n = size_t(n);
-    s.gdt = t.grad_dtype;
-    s.cdt = t.copy_dtype;
-    return s;
-}
-
-// Elements a folded step hands the kernel at a time: each tile's inputs are summed just
-// before the kernel reads them (the sum's loads bring them into L1 for the kernel) and its
-// outputs just after it wrote them (from L1): the sums add no pass over memory. 1024 fp32
-// elements = 4 KiB per array, the six arrays and the grad well inside L1.
-constexpr uint64_t kFoldTile = 1024;
-
-// One span of tensor t (elements [begin, begin+n)), its bytes folded into in / out (either
-// may be NULL) at the image offsets off[0..2] of its param, exp_avg and exp_avg_sq.
-uint64_t run_span(Kernel k, const Coeffs &c, const cxk_adam_tensor &t, const cxk_adam_out *o,
-                  uint64_t begin, uint64_t n, const uint64_t *off, kv::SumParts *in,
-                  kv::SumParts *out) {
-    if (!in && !out) return k(c, span_of(t, o, begin, n));
-    Coeffs cf = c;
-    cf.nt_state = false;  // streamed stores would send the outputs past L1: same bits
-    uint64_t changed = 0;
-    for (uint64_t i = begin; i < begin + n; i += kFoldTile) {
-        const uint64_t m = begin + n - i < kFoldTile ? begin + n - i : kFoldTile;
-        const Span s = span_of(t, o, i, m);
-        const float *src[3] = {s.p, s.m, s.v}, *dst[3] = {s.po, s.mo, s.vo};
-        if (in)
-            for (int a = 0; a < 3; ++a) in->add(src[a], off[a] + i * 4, m * 4);
-        changed += k(cf, s);
-        if (out)
-            for (int a = 0; a < 3; ++a) out->add(dst[a], off[a] + i * 4, m * 4);
-    }
-    return changed;
-}
-
-// [a, a+an) and [b, b+bn) share a byte.
-bool overlap(const void *a, size_t an, const void *b, size_t bn) {
-    const uintptr_t x = uintptr_t(a), y = uintptr_t(b);
-    return an && bn && x < y + bn && y < x + an;
-}
-
-// cxk_adam_step_into's output arrays: each one 4-byte aligned and either exactly its input
-// array (that array updated in place) or sharing no byte with any array of its tensor (the
-// inputs, the grad, the copy) nor with the other outputs. A partial overlap would let a
-// store clobber an element another lane has yet to read.
-int check_outs(const cxk_adam_tensor *t, const cxk_adam_out *o, size_t nt) {
-    if (nt && !o) return -EINVAL;
-    for (size_t i = 0; i < nt; ++i) {
-        const cxk_adam_tensor &x = t[i];
-        if (x.n == 0) continue;
-        const size_t nb = size_t(x.n) * 4;
-        const float *in[3] = {x.param, x.exp_avg, x.exp_avg_sq};
-        const float *out[3] = {o[i].param, o[i].exp_avg, o[i].exp_avg_sq};
-        const size_t gb = size_t(x.n) * dsize(x.grad_dtype), cb = size_t(x.n) * dsize(x.copy_dtype);
-        for (int a = 0; a < 3; ++a) {
-            if (!out[a] || (uintptr_t(out[a]) & 3)) return -EINVAL;
-            if (overlap(out[a], nb, x.grad, gb) || overlap(out[a], nb, x.param_copy, cb))
-                return -EINVAL;
-            for (int b = 0; b < 3; ++b) {
-                if (b != a && overlap(out[a], nb, out[b], nb)) return -EINVAL;
-                if (out[a] == in[b] && a == b) continue;
-                if (overlap(out[a], nb, in[b], nb)) return -EINVAL;
-            }
-        }
-    }
-    return 0;
-}
-
-// Image offsets of a folded step: 3 per tensor, multiples of 4.
-int check_offs(const uint64_t *off, size_t nt) {
-    if (nt && !off) return -EINVAL;
-    for (size_t i = 0; i < 3 * nt; ++i)
-        if (off[i] & 3) return -EINVAL;
-    return 0;
-}
-
 // Prepare a step: validated constants and the kernel, or -errno.
 int prepare(const cxk_adam_hparams *h, const cxk_adam_tensor *t, size_t nt, Coeffs *c,
             Kernel *k, const cxk_adam_out *o = nullptr, bool into = false) {
@@ -491,16 +401,6 @@ struct FoldArgs {
     bool on() const { return in || out; }
 };
 
-cxk::kv::SumParts parts_of(const cxk_sum_parts &p) {
-    cxk::kv::SumParts s;
-    for (int l = 0; l < 4; ++l) s.a[l] = p.a[l], s.c[l] = p.c[l];
-    return s;
-}
-
-void store_parts(cxk_sum_parts &p, const cxk::kv::SumParts &s) {
-    for (int l = 0; l < 4; ++l) p.a[l] = s.a[l], p.c[l] = s.c[l];
-}
-
 int step_impl(const cxk_adam_hparams *h, const cxk_adam_tensor *t, const cxk_adam_out *o,
               size_t nt, bool into, uint64_t *resynced, const FoldArgs &f = {}) {
     cxk::adam::Coeffs c;
@@ -508,16 +408,16 @@ int step_impl(const cxk_adam_hparams *h, const cxk_adam_tensor *t, const cxk_ada
     int r = cxk::adam::prepare(h, t, nt, &c, &k, o, into);
     if (r < 0) return r;
     if (f.on() && (r = cxk::adam::check_offs(f.offs, nt)) < 0) return r;
-    cxk::kv::SumParts in = f.in ? parts_of(*f.in) : cxk::kv::SumParts{};
-    cxk::kv::SumParts out = f.out ? parts_of(*f.out) : cxk::kv::SumParts{};
+    cxk::kv::SumParts in = f.in ? cxk::adam::parts_of(*f.in) : cxk::kv::SumParts{};
+    cxk::kv::SumParts out = f.out ? cxk::adam::parts_of(*f.out) : cxk::kv::SumParts{};
     uint64_t changed = 0;
     for (size_t i = 0; i < nt; ++i)
         if (t[i].n)
             changed += cxk::adam::run_span(k, c, t[i], o ? o + i : nullptr, 0, t[i].n,
                                            f.on() ? f.offs + 3 * i : nullptr,
                                            f.in ? &in : nullptr, f.out ? &out : nullptr);
-    if (f.in) store_parts(*f.in, in);
-    if (f.out) store_parts(*f.out, out);
+    if (f.in) cxk::adam::store_parts(*f.in, in);
+    if (f.out) cxk::adam::store_parts(*f.out, out);
     if (resynced) *resynced = changed;
     return 0;
 }
@@ -558,17 +458,6 @@ int cxk_adam_team_step_into_sum(cxk_adam_team *team, const cxk_adam_hparams *h,
                           FoldArgs{img_off, in_sum, out_sum});
 }
 
-int cxk_adam_sum_add(cxk_sum_parts *s, const void *p, uint64_t img_off, uint64_t nbytes) {
-    if (!s || (nbytes && !p) || (img_off & 3) || (nbytes & 3)) return -EINVAL;
-    cxk::kv::SumParts x = parts_of(*s);
-    x.add(p, img_off, size_t(nbytes));
-    store_parts(*s, x);
-    return 0;
-}
-
-uint64_t cxk_adam_sum_finish(const cxk_sum_parts *s, uint64_t image_nbytes) {
-    return s ? parts_of(*s).finish(image_nbytes) : 0;
-}
 
 int cxk_adam_step(const cxk_adam_hparams *h, const cxk_adam_tensor *t, size_t nt) {
     return cxk_adam_step_ex(h, t, nt, nullptr);
@@ -750,9 +639,9 @@ int team_step_impl(cxk_adam_team *team, const cxk_adam_hparams *h, const cxk_ada
     for (int w = 0; w < 2; ++w) {
         cxk_sum_parts *dst = w ? f.out : f.in;
         if (!dst) continue;
-        cxk::kv::SumParts sum = parts_of(*dst);
+        cxk::kv::SumParts sum = cxk::adam::parts_of(*dst);
         for (const auto &p : w ? out_parts : in_parts) sum.merge(p);
-        store_parts(*dst, sum);
+        cxk::adam::store_parts(*dst, sum);
     }
     team->offs = nullptr;
     team->in_parts = team->out_parts = nullptr;

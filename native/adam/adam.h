@@ -4,6 +4,14 @@
 #include <cstddef>
 #include <cstdint>
 
+struct cxk_adam_tensor;
+struct cxk_adam_out;
+struct cxk_sum_parts;
+
+namespace cxk::kv {
+struct SumParts;
+}
+
 namespace cxk::adam {
 
 // Per-step constants, fp32 as the kernels use them (derived in double in adam.cpp).
@@ -72,5 +80,18 @@ inline uint16_t f32_to_bf16(float f) {
 }
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
+
+// adam_into.cpp: what cxk_adam_step_into(_sum) and the teams share with adam.cpp.
+// Elements [begin, begin+n) of t, the updated p, m, v going to o's arrays (o NULL: in place).
+Span span_of(const cxk_adam_tensor &t, const cxk_adam_out *o, uint64_t begin, uint64_t n);
+// The kernel over that span; in / out (NULL: none) gain the checksum parts of the bytes it
+// reads / writes at image offsets off[0..2] (param, exp_avg, exp_avg_sq), tile by tile.
+uint64_t run_span(Kernel k, const Coeffs &c, const cxk_adam_tensor &t, const cxk_adam_out *o,
+                  uint64_t begin, uint64_t n, const uint64_t *off, kv::SumParts *in,
+                  kv::SumParts *out);
+int check_outs(const cxk_adam_tensor *t, const cxk_adam_out *o, size_t nt);  // 0 or -EINVAL
+int check_offs(const uint64_t *off, size_t nt);                              // 0 or -EINVAL
+kv::SumParts parts_of(const cxk_sum_parts &p);
+void store_parts(cxk_sum_parts &p, const kv::SumParts &s);
 
 }  // namespace cxk::adam
