@@ -18,7 +18,33 @@ from .spill_base import HEADER_NBYTES, check_header, check_payload, checksum, pa
 
 
 class StoreInPlace:
-    """Needs SubgroupStore's fields; never used alone."""
+    """Needs SubgroupStore's fields; never used alone. Also the kernel's arguments of a
+    subgroup, which the cache route (SubgroupStore._update) takes too."""
+
+    def _kernel_args(self, sg: Any, ins: tuple, outs: tuple | None,
+                     grads: Sequence[Any], copies: Sequence[Any], steps: Sequence[int],
+                     gf: Any = None, with_offs: bool = False) -> list[tuple]:
+        """The kernel's tensors of subgroup sg, per step count: (step, tensors, outputs),
+        master / exp_avg / exp_avg_sq read from ins (flat fp32 views) and written to outs
+        (None: in place); with_offs: and each tensor's 3 byte offsets in the payload."""
+        master, m, v = ins
+        n = sg.nparams
+        by_step: dict[int, tuple[list[tuple], list[tuple], list[int]]] = {}
+        for pc in sg.pieces:
+            g = grads[pc.pid]
+            if g is None:
+                continue
+            a, b = pc.at, pc.at + pc.hi - pc.lo
+            garr, gcode = (gf[a:b], A.DTYPES["float32"]) if gf is not None else (g[0][pc.lo:pc.hi], g[1])
+            c = copies[pc.pid]
+            carr, ccode = (c[0][pc.lo:pc.hi], c[1]) if c is not None else (None, -1)
+            t, o, offs = by_step.setdefault(int(steps[pc.pid]), ([], [], []))
+            t.append((master[a:b], m[a:b], v[a:b], garr, gcode, carr, ccode))
+            offs += [4 * a, 4 * (n + a), 4 * (2 * n + a)]
+            if outs is not None:
+                o.append((outs[0][a:b], outs[1][a:b], outs[2][a:b]))
+        return [(s, t, o, offs) if with_offs else (s, t, o)
+                for s, (t, o, offs) in by_step.items()]
 
     def _in_place_path(self, k: int) -> bool:
         """Subgroup k's assigned path moves bytes by a CPU copy the kernel can skip."""

@@ -490,31 +490,6 @@ class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
                 if nxt[j] not in self._where:
                     self._fetch(nxt[j], {k, *nxt[:j + 1]}, wait=False)
 
-    def _kernel_args(self, sg: L.Subgroup, ins: tuple, outs: tuple | None,
-                     grads: Sequence[Any], copies: Sequence[Any], steps: Sequence[int],
-                     gf: Any = None, with_offs: bool = False) -> list[tuple]:
-        """The kernel's tensors of subgroup sg, per step count: (step, tensors, outputs),
-        master / exp_avg / exp_avg_sq read from ins (flat fp32 views) and written to outs
-        (None: in place); with_offs: and each tensor's 3 byte offsets in the payload."""
-        master, m, v = ins
-        n = sg.nparams
-        by_step: dict[int, tuple[list[tuple], list[tuple], list[int]]] = {}
-        for pc in sg.pieces:
-            g = grads[pc.pid]
-            if g is None:
-                continue
-            a, b = pc.at, pc.at + pc.hi - pc.lo
-            garr, gcode = (gf[a:b], F32) if gf is not None else (g[0][pc.lo:pc.hi], g[1])
-            c = copies[pc.pid]
-            carr, ccode = (c[0][pc.lo:pc.hi], c[1]) if c is not None else (None, -1)
-            t, o, offs = by_step.setdefault(int(steps[pc.pid]), ([], [], []))
-            t.append((master[a:b], m[a:b], v[a:b], garr, gcode, carr, ccode))
-            offs += [4 * a, 4 * (n + a), 4 * (2 * n + a)]
-            if outs is not None:
-                o.append((outs[0][a:b], outs[1][a:b], outs[2][a:b]))
-        return [(s, t, o, offs) if with_offs else (s, t, o)
-                for s, (t, o, offs) in by_step.items()]
-
     def _update(self, bi: int, sg: L.Subgroup, configs: Sequence[A.AdamConfig],
                 grads: Sequence[Any], copies: Sequence[Any], steps: Sequence[int],
                 grad_scale: float, team: A.AdamTeam | None) -> None:
