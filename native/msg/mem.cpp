@@ -14,27 +14,7 @@ constexpr size_t kMaxMem = 65536;  // the index space of views (as for rendezvou
 
 // Peer src's memory object `index`, opened by name once (a lease) and revalidated on each use.
 int mem_view(cxk_comm *c, int src, uint32_t index, RdvView **out) {
-    Peer &p = c->peers[size_t(src)];
-    if (index >= kMaxMem) return -EBADMSG;
-    if (p.mem.size() <= index) p.mem.resize(index + 1);
-    RdvView &v = p.mem[index];
-    if (v.off && cxk_obj_validate(c->pool, v.off, v.gen) != 0) {
-        cxk_obj_close(c->pool, v.off);
-        v = RdvView{};
-    }
-    if (!v.off) {
-        std::string name = obj_name(c, src, "mem", long(index));
-        struct cxk_obj_stat st;
-        int rc = cxk_obj_open(c->pool, name.c_str(), &st);
-        if (rc) return rc == -ENOENT ? -EBADMSG : rc;
-        if (st.host != p.host || st.nbytes < sizeof(MemHdr)) {
-            cxk_obj_close(c->pool, st.off);
-            return -EBADMSG;
-        }
-        v.off = st.off, v.nbytes = st.nbytes, v.gen = st.generation;
-    }
-    *out = &v;
-    return 0;
+    return peer_view(c, src, "mem", c->peers[size_t(src)].mem, sizeof(MemHdr), index, out);
 }
 
 }  // namespace

@@ -299,8 +299,12 @@ int send_ctl(cxk_comm *c, int dest);
 // -EAGAIN when memory must come back first (a FIN, peers dropping views of recycled ones),
 // -ENOSPC when it cannot.
 int rdv_pick(cxk_comm *c, uint64_t len);
-// Peer src's buffer `index`, opened by name once (a lease) and revalidated on each use.
-int rdv_view(cxk_comm *c, int src, uint32_t index, RdvView **out);
+// Peer src's object `what`/index (a rendezvous buffer or a memory block), opened by name once
+// (a lease) into views[index] and revalidated on each use; -EBADMSG for an index past the
+// view space, a name that is gone, another host's object or one below min_bytes (untrusted).
+int peer_view(cxk_comm *c, int src, const char *what, std::vector<RdvView> &views,
+              uint64_t min_bytes, uint32_t index, RdvView **out);
+int rdv_view(cxk_comm *c, int src, uint32_t index, RdvView **out);  // peer_view of "rdv"
 // A kDrop cell from src: close my view of the buffer it names.
 int rdv_drop_view(cxk_comm *c, int src, const void *pl, uint32_t n);
 
