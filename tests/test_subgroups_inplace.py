@@ -313,3 +313,33 @@ def test_in_place_route_on_a_team_gives_the_kernels_bits_and_valid_sums(shm_dir)
             for c, w in zip(copies, want):
                 assert np.array_equal(c, w)
         check_state(st, ref)
+
+
+def _crash_mid_update(directory: str, ns: str) -> None:
+    """Child: commit, one step (out of place), then die (os._exit, no cleanup) in the
+    second step's first update after the kernel wrote its slot and before its header."""
+    ref = Ref(13)
+    st = make([f"map:{directory}"], ref, namespace=ns)
+    st.commit({"at": 0})
+    run_steps(st, ref, 1)
+    st.commit({"at": 1})
+    run_steps(st, ref, 1)  # now every subgroup's newest generation is in the uncommitted slot
+    I.pack_header = lambda *a, **kw: os._exit(3)
+    run_steps(st, ref, 1)
+
+
+def test_a_process_killed_mid_update_resumes_the_committed_generation(shm_dir):
+    import multiprocessing as mp
+    ctx = mp.get_context("fork")
+    p = ctx.Process(target=_crash_mid_update, args=(shm_dir, "crash"))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 3
+    ref = Ref(13)
+    with make([f"map:{shm_dir}"], ref, namespace="scratch") as st0:
+        run_steps(st0, ref, 1)  # the same grads as the child's first step: the commit "at 1"
+    with SubgroupStore([f"map:{shm_dir}"], subgroup_params=700, cache_subgroups=3,
+                       bandwidths=[1.0], namespace="crash") as st2:
+        st2.bind(SIZES)
+        assert st2.resume() == {"at": 1}
+        check_state(st2, ref)
