@@ -614,3 +614,73 @@ def test_traffic_step_changes_no_param_state_or_step_count(dtype):
     assert all(torch.equal(now[k], state[k]) for k in state)
     train(m, o, 1, x, y)  # the step after re-reads the written param as before
     assert int(o.state[next(m.parameters())]["step"]) == 3
+
+
+# ---- step() outside torch's step wrapper (issue 12, round 10) ----
+
+def _one_param_opt():
+    p = torch.nn.Parameter(torch.randn(64))
+    p.grad = torch.randn(64)
+    return p, TieredAdamW([p], lr=1e-3)
+
+
+def test_step_hooks_run_once_each_and_can_replace_the_arguments():
+    p, o = _one_param_opt()
+    calls = []
+    h1 = o.register_step_pre_hook(lambda opt, args, kw: calls.append(("pre", args, kw)))
+    h2 = o.register_step_post_hook(lambda opt, args, kw: calls.append(("post", args, kw)))
+    o.step(grad_scale=0.5)
+    assert [c[0] for c in calls] == ["pre", "post"]
+    assert calls[0][2] == {"grad_scale": 0.5}
+    # a pre hook returning (args, kwargs) replaces them, as under torch's wrapper
+    h3 = o.register_step_pre_hook(lambda opt, args, kw: (args, {"grad_scale": 0.0}))
+    calls.clear()
+    o.step(grad_scale=2.0)
+    assert calls[-1][0] == "post" and calls[-1][2] == {"grad_scale": 0.0}
+    assert int(o.state[p]["step"]) == 2
+    for h in (h1, h2, h3):
+        h.remove()
+    calls.clear()
+    o.step()
+    assert calls == []  # removed: the plain path runs no hook
+    gcalls = []
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+    g = register_optimizer_step_post_hook(
+        lambda opt, args, kw: gcalls.append(type(opt).__name__))
+    try:
+        o.step()
+    finally:
+        g.remove()
+    assert gcalls == ["TieredAdamW"]
+
+
+def test_step_is_labelled_for_the_profiler_only_while_it_records(monkeypatch):
+    p, o = _one_param_opt()
+    assert getattr(TieredAdamW.step, "hooked", False)  # torch does not wrap it again
+    with torch.profiler.profile() as prof:
+        o.step()
+    assert "Optimizer.step#TieredAdamW.step" in {e.name for e in prof.events()}
+    # without hooks or a profiler, torch's wrapper (record_function & co.) is not entered
+    entered = []
+    real = torch.autograd.profiler.record_function
+    monkeypatch.setattr(torch.autograd.profiler, "record_function",
+                        lambda *a, **k: entered.append(a) or real(*a, **k))
+    o.step()
+    assert entered == []
+    with torch.autograd.profiler.profile():
+        o.step()
+    assert entered and entered[0][0] == "Optimizer.step#TieredAdamW.step"
+    assert int(o.state[p]["step"]) == 3
+
+
+def test_plain_and_hooked_steps_give_the_same_bits():
+    p1, o1 = _one_param_opt()
+    p2 = torch.nn.Parameter(p1.detach().clone())
+    p2.grad = p1.grad.clone()
+    o2 = TieredAdamW([p2], lr=1e-3)
+    o2.register_step_pre_hook(lambda *a: None)
+    for _ in range(3):
+        o1.step()
+        o2.step()
+    assert torch.equal(p1, p2)
+    assert torch.equal(o1.state[p1]["exp_avg_sq"], o2.state[p2]["exp_avg_sq"])
