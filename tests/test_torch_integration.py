@@ -684,3 +684,53 @@ def test_plain_and_hooked_steps_give_the_same_bits():
         o2.step()
     assert torch.equal(p1, p2)
     assert torch.equal(o1.state[p1]["exp_avg_sq"], o2.state[p2]["exp_avg_sq"])
+
+
+def _torch_twin(p: torch.Tensor):
+    q = torch.nn.Parameter(p.detach().clone())
+    q.grad = p.grad.clone()
+    return q, torch.optim.AdamW([q], lr=1e-3, foreach=False)
+
+
+def test_step_counts_written_from_outside_are_what_the_next_step_uses():
+    # the counts live in a numpy-advanced array: an in-place write to state["step"], a
+    # replaced step tensor and load_state_dict must all still drive the bias correction
+    p, o = _one_param_opt()
+    q, ref = _torch_twin(p)
+    o.step()
+    ref.step()
+    o.state[p]["step"].fill_(7.0)  # in place: the slot itself
+    ref.state[q]["step"].fill_(7.0)
+    o.step()
+    ref.step()
+    assert int(o.state[p]["step"]) == 8
+    torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-6, atol=1e-7)
+    o.state[p]["step"] = torch.tensor(20.0)  # replaced: advanced the torch way
+    ref.state[q]["step"] = torch.tensor(20.0)
+    o.step()
+    ref.step()
+    assert int(o.state[p]["step"]) == 21
+    torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-6, atol=1e-7)
+    sd = copy.deepcopy(o.state_dict())
+    sd["state"][0]["step"] = torch.tensor(3.0)
+    o.load_state_dict(sd)
+    ref.state[q]["step"] = torch.tensor(3.0)
+    ref.state[q]["exp_avg"].copy_(o.state[p]["exp_avg"])
+    ref.state[q]["exp_avg_sq"].copy_(o.state[p]["exp_avg_sq"])
+    o.step()
+    ref.step()
+    assert int(o.state[p]["step"]) == 4
+    torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-6, atol=1e-7)
+
+
+def test_step_counts_advance_without_a_torch_op(monkeypatch):
+    m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    o = TieredAdamW(m.parameters(), lr=1e-3)
+    called = []
+    monkeypatch.setattr(torch, "_foreach_add_", lambda *a, **k: called.append(a))
+    m(torch.randn(5, 4)).sum().backward()
+    m[1].bias.grad = None  # a param without a grad keeps its count
+    o.step()
+    o.step()
+    assert called == []
+    assert [int(o.state[p]["step"]) for p in m.parameters()] == [2, 2, 2, 0]
