@@ -734,3 +734,22 @@ def test_step_counts_advance_without_a_torch_op(monkeypatch):
     o.step()
     assert called == []
     assert [int(o.state[p]["step"]) for p in m.parameters()] == [2, 2, 2, 0]
+
+
+def test_step_and_traffic_step_restore_grad_mode_even_when_they_raise():
+    p, o = _one_param_opt()
+    seen = []
+    o.register_step_post_hook(lambda *a: seen.append(torch.is_grad_enabled()))
+    o.step()
+    assert torch.is_grad_enabled() and seen == [True]  # hooks run outside the step's no-grad
+    o.traffic_step()
+    assert torch.is_grad_enabled()
+    p.grad = torch.zeros(64, dtype=torch.float64)  # not a kernel dtype: TypeError mid-step
+    for f in (o.step, o.traffic_step):
+        with pytest.raises(TypeError, match="float64"):
+            f()
+        assert torch.is_grad_enabled()
+    with torch.no_grad():
+        p.grad = torch.ones(64)
+        o.step()
+        assert not torch.is_grad_enabled()

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
+from torch.autograd import profiler as _torch_profiler
+from torch.optim import optimizer as _torch_optimizer
 
 from .. import policy as P
 from .. import topology
@@ -49,14 +51,22 @@ def _default_team(spec: str) -> A.AdamTeam:
     return A.AdamTeam()
 
 
+# torch's registries of global step hooks (dicts registration fills in place) and the
+# profiler's state, bound once: each attribute walk costs tens of us with the caches cold
+_GLOBAL_PRE_HOOKS = _torch_optimizer._global_optimizer_pre_hooks
+_GLOBAL_POST_HOOKS = _torch_optimizer._global_optimizer_post_hooks
+_profiler_on = torch._C._autograd._profiler_enabled
+_set_grad = torch._C._set_grad_enabled
+_grad_on = torch.is_grad_enabled
+
+
 def _global_step_hooks() -> bool:
-    from torch.optim import optimizer as _o
-    return bool(_o._global_optimizer_pre_hooks or _o._global_optimizer_post_hooks)
+    return bool(_GLOBAL_PRE_HOOKS or _GLOBAL_POST_HOOKS)
 
 
 def _profiling() -> bool:
     """A torch profiler (autograd's or kineto's) is recording: step keeps its label."""
-    return torch.autograd.profiler._is_profiler_enabled or torch._C._autograd._profiler_enabled()
+    return _torch_profiler._is_profiler_enabled or _profiler_on()
 
 
 class TieredAdamW(torch.optim.Optimizer):
@@ -368,19 +378,23 @@ class TieredAdamW(torch.optim.Optimizer):
             values[key] = arr.tolist()
         return [w if isinstance(w, int) else int(values[id(w[0])][w[1]]) for w in where]
 
-    @torch.no_grad()
     def traffic_step(self) -> None:
         """Benchmarks: the memory traffic of step() without its arithmetic, on this
         optimizer's own buffers and threads, the bandwidth bound its step is judged against:
         per param with a grad, the master, exp_avg, exp_avg_sq and the param's 16-bit copy
         read and written back unchanged and the grad read, in the kernel's loop and order
         (AdamConfig.traffic_only). No value, step count or state changes; staged params (off
-        the CPU) are not copied back."""
-        for group in self.param_groups:
-            args = [self._kernel_args(p)[0] for p in group["params"] if p.grad is not None]
-            if args:
-                cfg = dataclasses.replace(self._config(group), traffic_only=True)
-                A.step_raw(args, cfg, 1, team=self._auto_team())
+        the CPU) are not copied back. Grad mode is switched off as step() does it."""
+        was = _grad_on()
+        _set_grad(False)
+        try:
+            for group in self.param_groups:
+                args = [self._kernel_args(p)[0] for p in group["params"] if p.grad is not None]
+                if args:
+                    cfg = dataclasses.replace(self._config(group), traffic_only=True)
+                    A.step_raw(args, cfg, 1, team=self._auto_team())
+        finally:
+            _set_grad(was)
 
     def _kernel_args(self, p: torch.Tensor) -> tuple[tuple, torch.Tensor | None]:
         """The kernel's tuple for one param with a grad, and the staged CPU copy to write
@@ -548,11 +562,15 @@ class TieredAdamW(torch.optim.Optimizer):
         return super().__new__(cls)
 
 
-@torch.no_grad()
 def _plain_step(opt: TieredAdamW, closure: Any = None, *, grad_scale: float = 1.0) -> Any:
     loss = _closure_loss(closure, grad_scale)
-    for group in opt.param_groups:
-        opt._step_group(group, grad_scale)
+    was = _grad_on()  # torch.no_grad() as two C calls (the context manager: ~60 us cold)
+    _set_grad(False)
+    try:
+        for group in opt.param_groups:
+            opt._step_group(group, grad_scale)
+    finally:
+        _set_grad(was)
     return loss
 
 
