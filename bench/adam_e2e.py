@@ -70,10 +70,15 @@ def child(a: argparse.Namespace) -> None:
         return p
 
     impls = {}
-    mine = TieredAdamW([param(low)], lr=1e-4)  # as a user builds it
+    if not a.thp_move:  # the lever off: own-master params stay in torch's pages
+        import cxlkit.integrations.torch as cxt
+        cxt.THP_MOVE_BYTES = float("inf")
+    # as a user builds it; a param of its own also for an fp32 model: huge_pages moves an
+    # fp32 param into a huge-page buffer, which the baselines must not share
+    mine = TieredAdamW([param(True)], lr=1e-4)
     impls["cxlkit"] = mine.step
     if a.threads > 1 and a.pinned:  # the previous default: a pinned team of its own
-        impls["cxlkit_pinned"] = TieredAdamW([param(low)], lr=1e-4,
+        impls["cxlkit_pinned"] = TieredAdamW([param(True)], lr=1e-4,
                                              team=AdamTeam(a.threads)).step
 
     masters: list[torch.Tensor] = []
@@ -148,6 +153,7 @@ def child(a: argparse.Namespace) -> None:
     times["bound"] = times.pop("bound_traffic")
     out = {"size": a.size, "params": n, "threads": a.threads, "model": a.model,
            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"), "reps": a.reps,
+           "thp_move": a.thp_move, "thp_mem_alloc": os.environ.get("THP_MEM_ALLOC_ENABLE", "0"),
            "bytes_per_param": bytes_pp,
            "ms": {k: round(statistics.median(v) * 1e3, 3) for k, v in times.items()},
            "ms_spread": {k: [round(min(v) * 1e3, 3), round(max(v) * 1e3, 3)]
@@ -231,6 +237,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--no-pinned", dest="pinned", action="store_false",
                     help="leave out TieredAdamW on a pinned AdamTeam (the old default)")
+    ap.add_argument("--no-thp-move", dest="thp_move", action="store_false",
+                    help="TieredAdamW leaves fp32 params in torch's pages (THP_MOVE_BYTES off)")
     ap.add_argument("--summary", nargs="+", metavar="JSONL",
                     help="print a markdown table of the medians over these runs' lines")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -257,7 +265,8 @@ def main() -> None:
                 for model in a.models.split(","):
                     r = subprocess.run([sys.executable, __file__, "--child", "--size", size,
                                         "--threads", t, "--model", model, "--reps",
-                                        str(a.reps)] + ([] if a.pinned else ["--no-pinned"]),
+                                        str(a.reps)] + ([] if a.pinned else ["--no-pinned"])
+                                       + ([] if a.thp_move else ["--no-thp-move"]),
                                        env=env)
                     if r.returncode:  # the next configurations still run; this one says why
                         failed = True

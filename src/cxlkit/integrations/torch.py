@@ -24,6 +24,7 @@ log = logging.getLogger("cxlkit")
 
 _SUPPORTED = (torch.float32, torch.bfloat16, torch.float16)
 AUTO_TEAM_PARAMS = 1 << 20  # team="auto" starts threads from this many params on
+THP_MOVE_BYTES = 8 << 20  # huge_pages moves own-master fp32 params from 8 MiB (2M params) on
 _CODES = {torch.float32: A.DTYPES["float32"], torch.bfloat16: A.DTYPES["bfloat16"],
           torch.float16: A.DTYPES["float16"]}
 
@@ -103,7 +104,10 @@ class TieredAdamW(torch.optim.Optimizer):
     then stored normally and nt_copy only matters with resync=False. nt_state streams p, m, v too (slower on the machines measured so far).
     huge_pages: ask for transparent huge pages for every buffer whose policy is not
     page-granular interleave (fp32 state streamed as 3-4 arrays per thread misses the TLB
-    once per 4 KiB without them). With pinned teams (several memory nodes, or team=int),
+    once per 4 KiB without them), and move every fp32 CPU param that is its own master, of
+    THP_MOVE_BYTES or more and its storage whole, into such a buffer at construction (one
+    copy; p.data becomes a view of it; torch's allocator gives it 4 KiB pages unless
+    THP_MEM_ALLOC_ENABLE=1), as a plan placing fp32_params does. With pinned teams (several memory nodes, or team=int),
     run with OMP_WAIT_POLICY=PASSIVE where torch does CPU work on the same cores: libgomp's
     threads otherwise spin for milliseconds after each op and take the CPUs the team is
     pinned to (docs/train.md)."""
@@ -201,7 +205,11 @@ class TieredAdamW(torch.optim.Optimizer):
                      "of 28 bytes per param)", copied, 4 * copied)
         n_own = sum(p.numel() for p, o in zip(params, own) if o)
         place_own = self._plan is not None or self._policy is not None
-        n_master = n - n_own + (n_own if place_own else 0)
+        # an own-master param moves into the fp32_params buffer when a plan or policy places
+        # that class, or (huge_pages) when it is large and owns its storage whole: torch's
+        # allocator gives it 4 KiB pages (THP is madvise-only on most distributions)
+        moved = [o and (place_own or self._thp_move(p)) for p, o in zip(params, own)]
+        n_master = n - n_own + sum(p.numel() for p, mo in zip(params, moved) if mo)
         master = _flat_f32(self._alloc("fp32_params", 4 * n_master)) if n_master else None
         moments = _flat_f32(self._alloc("optimizer_states", 8 * n))
         moments.zero_()
@@ -218,7 +226,7 @@ class TieredAdamW(torch.optim.Optimizer):
         counts_np = counts.numpy()
         for i, (p, is_own) in enumerate(zip(params, own)):
             k = p.numel()
-            if is_own and not place_own:
+            if is_own and not moved[i]:
                 mv = p.detach()  # the param is its own master: nothing copied, ever
                 self._own[id(p)] = None
             else:
@@ -249,6 +257,14 @@ class TieredAdamW(torch.optim.Optimizer):
                 self._seen[id(p)] = (p.detach(), p._version)
             off += k
             boff += nb
+
+    def _thp_move(self, p: torch.Tensor) -> bool:
+        """huge_pages: move this own-master param into a huge-page buffer? From THP_MOVE_BYTES
+        on, and only a param that is its storage whole (a view into a flat buffer, or a
+        storage other tensors share, stays where its owner put it)."""
+        nbytes = p.numel() * 4
+        return self._huge_pages and nbytes >= THP_MOVE_BYTES and p.storage_offset() == 0 \
+            and p.untyped_storage().nbytes() == nbytes
 
     def _own_master(self, p: torch.Tensor) -> bool:
         return self._master_mode == "auto" and p.dtype == torch.float32 \
