@@ -753,3 +753,53 @@ def test_step_and_traffic_step_restore_grad_mode_even_when_they_raise():
         p.grad = torch.ones(64)
         o.step()
         assert not torch.is_grad_enabled()
+
+
+# ---- huge_pages moves large fp32 params into a THP buffer (issue 12, round 10) ----
+
+def _in(buf, t):
+    base = torch.frombuffer(buf, dtype=torch.uint8).data_ptr()
+    return base <= t.data_ptr() < base + len(buf)
+
+
+def test_large_fp32_params_move_into_a_huge_page_buffer(monkeypatch):
+    import cxlkit.integrations.torch as cxt
+    monkeypatch.setattr(cxt, "THP_MOVE_BYTES", 4096)
+    big = torch.nn.Parameter(torch.randn(2048))  # 8 KiB: moved
+    small = torch.nn.Parameter(torch.randn(100))  # under THP_MOVE_BYTES: stays
+    flat = torch.randn(4096)
+    view = torch.nn.Parameter(flat[:2048])  # a view into a larger storage: stays
+    whole = torch.randn(2048)
+    shared = torch.nn.Parameter(whole.view(32, 64))  # its storage whole, but `whole` shares it
+    ps = (big, small, view, shared)
+    before = {id(p): (p.data_ptr(), p.detach().clone()) for p in ps}
+    for p in ps:
+        p.grad = torch.randn_like(p)
+    q = torch.nn.Parameter(big.detach().clone())
+    q.grad = big.grad.clone()
+    ref = torch.optim.AdamW([q], lr=1e-3, foreach=False)
+    o = TieredAdamW(list(ps), lr=1e-3)
+    (buf,) = [b for c, b in o.buffers() if c == "fp32_params"]
+    assert len(buf) == 4 * 2048 and buf.thp is True
+    assert _in(buf, big) and not any(_in(buf, p) for p in (small, view, shared))
+    for p in (small, view, shared):
+        assert p.data_ptr() == before[id(p)][0]
+    for p in ps:
+        assert torch.equal(p.detach(), before[id(p)][1])  # moved or not, same values
+    for _ in range(2):
+        o.step()
+        ref.step()
+    torch.testing.assert_close(big.detach(), q.detach(), rtol=1e-6, atol=1e-7)
+    assert o.state[big]["master"].data_ptr() == big.data_ptr()  # still its own master
+    assert torch.equal(flat[:2048], view.detach())  # the aliases still alias
+    assert torch.equal(whole.view(32, 64), shared.detach())
+
+
+def test_huge_pages_false_leaves_fp32_params_in_place(monkeypatch):
+    import cxlkit.integrations.torch as cxt
+    monkeypatch.setattr(cxt, "THP_MOVE_BYTES", 4096)
+    p = torch.nn.Parameter(torch.randn(2048))
+    ptr = p.data_ptr()
+    o = TieredAdamW([p], lr=1e-3, huge_pages=False)
+    assert p.data_ptr() == ptr
+    assert not [b for c, b in o.buffers() if c == "fp32_params"]

@@ -260,11 +260,18 @@ class TieredAdamW(torch.optim.Optimizer):
 
     def _thp_move(self, p: torch.Tensor) -> bool:
         """huge_pages: move this own-master param into a huge-page buffer? From THP_MOVE_BYTES
-        on, and only a param that is its storage whole (a view into a flat buffer, or a
-        storage other tensors share, stays where its owner put it)."""
+        on, and only a param that is its storage whole and its storage's only user: a view
+        into a flat buffer, or a storage another tensor shares (a view, a detached alias),
+        stays where its owner put it, so no alias silently stops aliasing."""
         nbytes = p.numel() * 4
-        return self._huge_pages and nbytes >= THP_MOVE_BYTES and p.storage_offset() == 0 \
-            and p.untyped_storage().nbytes() == nbytes
+        if not (self._huge_pages and nbytes >= THP_MOVE_BYTES and p.storage_offset() == 0
+                and p.untyped_storage().nbytes() == nbytes):
+            return False
+        use_count = getattr(torch._C, "_storage_Use_Count", None)
+        if use_count is None:  # no way to tell whether another tensor shares it: leave it
+            return False
+        st = p.untyped_storage()
+        return use_count(st._cdata) <= 2  # p's own reference and `st`'s
 
     def _own_master(self, p: torch.Tensor) -> bool:
         return self._master_mode == "auto" and p.dtype == torch.float32 \
