@@ -4,6 +4,10 @@ between steps (torch's OpenMP threads are busy right before every step), fp32 an
 bf16 baselines are what a user writes: an fp32 master stepped by torch / DeepSpeed, the grad
 upcast into the master's grad buffer (kept across steps) and `.copy_()` back to the bf16
 param; one such master serves both baselines (memory: 200M params fit beside other tenants).
+TieredAdamW gets a param of its own (its default huge_pages moves a large fp32 param into a
+huge-page buffer, which the baselines must not share); --no-thp-move sets THP_MOVE_BYTES out
+of reach, so the param stays in torch's pages (the lever off; THP_MEM_ALLOC_ENABLE=1 in the
+environment gives every torch allocation huge pages instead, for all three).
 A configuration whose child fails (the OOM killer) gets a line with "error" and the rest run. Each configuration runs in a child
 process (OMP_WAIT_POLICY must be set before libgomp starts): `default` leaves the
 environment as it is, `passive` sets OMP_WAIT_POLICY=PASSIVE. One JSON line per
@@ -175,6 +179,10 @@ def child(a: argparse.Namespace) -> None:
                 o / c for o, c in zip(times[k], times["cxlkit"])), 3)
     if impls_error:
         out["deepspeed_error"] = impls_error
+    # where TieredAdamW's param lives: in a buffer of its own (moved to huge pages) or not
+    mp = mine.param_groups[0]["params"][0]
+    out["cxlkit_param_moved"] = any(
+        b.address <= mp.data_ptr() < b.address + len(b) for _, b in mine.buffers())
     out["loadavg_1m"] = round(os.getloadavg()[0], 1)  # the other tenants, as the run ended
     print(json.dumps(out), flush=True)
 
@@ -206,7 +214,9 @@ def summary(paths: list[str]) -> None:
                     if "error" in d:
                         continue  # a configuration that did not run (its line says why)
                     d.update(best_of_rounds(d))
-                    key = (d["omp_wait_policy"], d["params"], d["threads"], d["model"])
+                    pol = d["omp_wait_policy"] + ("" if d.get("thp_move", True)
+                                                  else ", no THP move")
+                    key = (pol, d["params"], d["threads"], d["model"])
                     rows.setdefault(key, []).append(d)
     cols = ["cxlkit_gbs", "pct_of_bound", "vs_torch_fused", "vs_deepspeed", "vs_cxlkit_pinned",
             "best_pct_of_bound", "best_vs_torch_fused", "best_vs_deepspeed"]
@@ -214,7 +224,8 @@ def summary(paths: list[str]) -> None:
           "| vs DeepSpeed | vs pinned team | best: % of bound | best: vs torch | best: vs DS "
           "| % of bound per run | vs torch per run | vs DS per run | % of stream bound |")
     print("|" + "---|" * 16)
-    for key in sorted(rows, key=lambda k: (k[0] != "default", k[1], k[2], k[3] != "fp32")):
+    for key in sorted(rows, key=lambda k: (not k[0].startswith("default"), k[0], k[1], k[2],
+                                           k[3] != "fp32")):
         ds = rows[key]
 
         def med(c: str) -> str:
