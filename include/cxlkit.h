@@ -1127,6 +1127,22 @@ CXK_API int cxk_msg_iprobe_ctx(cxk_comm *comm, int source, int tag, uint32_t ctx
 CXK_API int cxk_msg_probe_ctx(cxk_comm *comm, int source, int tag, uint32_t ctx,
                               struct cxk_msg_status *st);
 
+/* issue 14, one copy through the pool: memory a rank gets from its comm lives in its own pool
+ * partition ("msg.<job>.<rank>.mem.<k>"). A send above the eager limit whose whole buffer
+ * lies in one such block is not copied by the sender: its request-to-send names the block and
+ * the offset, the receiver copies straight out of it and answers FIN, and the send completes
+ * at that FIN (the buffer must not change before: MPI's rule for any send). Sends from other
+ * memory, and eager sends, are unchanged. The receiver checks the named block and range
+ * against the pool (-EBADMSG, failed rank = the sender, when they do not lie in it).
+ * cxk_msg_alloc_mem: nbytes > 0, zeroed, 64-byte aligned, into *ptr; -ENOSPC the partition is
+ * full. cxk_msg_free_mem: -EINVAL ptr is not such a block, -EBUSY a send from it awaits its
+ * FIN; blocks still allocated are removed by cxk_msg_finalize. */
+CXK_API int cxk_msg_alloc_mem(cxk_comm *comm, uint64_t nbytes, void **ptr);
+CXK_API int cxk_msg_free_mem(cxk_comm *comm, void *ptr);
+/* 1 when [buf, buf + nbytes) lies in one block of cxk_msg_alloc_mem (a send from it travels
+ * in one copy), else 0. */
+CXK_API int cxk_msg_is_pool_mem(const cxk_comm *comm, const void *buf, uint64_t nbytes);
+
 /* One-sided windows: each rank exposes nbytes of its own pool memory ("msg.<job>.<rank>.win.
  * <id>"). Offsets are bytes into the target's window. Gets, and puts of whole cache lines
  * under CXK_COHERENCE_NONE (any put under HOST), go straight to the target's memory;

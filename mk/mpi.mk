@@ -8,7 +8,7 @@
 # tests/test_msg_mpi4py.py (Comm.from_mpi4py under both launchers) with PYTHONPATH on it. If
 # pip cannot install it, build/mpi4py.unavailable says why and that test skips saying so.
 OSU_BIN := build/osu
-OSU_SRC := bench/osu/osu.c
+OSU_SRC := bench/osu/osu.c bench/osu/xcore.c
 OSU_OUT ?= build/osu/results
 OSU_CFLAGS := -O2 -Wall -Wextra
 
@@ -32,6 +32,8 @@ osu-build: mpi-deps
 	  -Wl,-rpath,$(CURDIR)/$(CBUILD) -o $(OSU_BIN)/osu_cxk
 	cc $(OSU_CFLAGS) -Iinclude bench/osu/rpc_bench.c -L$(CBUILD) -lcxlkit \
 	  -Wl,-rpath,$(CURDIR)/$(CBUILD) -o $(OSU_BIN)/rpc_bench
+	cc $(OSU_CFLAGS) -Iinclude bench/osu/copyin.c -L$(CBUILD) -lcxlkit \
+	  -Wl,-rpath,$(CURDIR)/$(CBUILD) -o $(OSU_BIN)/copyin
 	mpicc.mpich $(OSU_CFLAGS) $(OSU_SRC) bench/osu/be_mpi.c -o $(OSU_BIN)/osu_mpich
 	mpicc.openmpi $(OSU_CFLAGS) $(OSU_SRC) bench/osu/be_mpi.c -o $(OSU_BIN)/osu_ompi
 

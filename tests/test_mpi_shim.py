@@ -98,6 +98,41 @@ int main(int argc, char **argv) {
 """
 
 
+# MPI_Alloc_mem buffers (issue 14, one copy): rank 0 sends 1 MiB from one to rank 1, which
+# receives into one and into malloc'd memory; the same transcript natively and under the shim.
+ALLOC_MEM_C = r"""
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+    int rank, n = 1 << 20, bad = 0;
+    unsigned char *a, *b, *h = malloc(1 << 20);
+    MPI_Request rq;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Alloc_mem(n, MPI_INFO_NULL, &a);
+    MPI_Alloc_mem(n, MPI_INFO_NULL, &b);
+    if (rank == 0) {
+        for (int i = 0; i < n; ++i) a[i] = (unsigned char)(i * 7 + 3);
+        MPI_Isend(a, n, MPI_BYTE, 1, 1, MPI_COMM_WORLD, &rq);
+        MPI_Wait(&rq, MPI_STATUS_IGNORE);
+        MPI_Send(a + 4096, n - 4096, MPI_BYTE, 1, 2, MPI_COMM_WORLD);
+    } else if (rank == 1) {
+        MPI_Recv(b, n, MPI_BYTE, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Recv(h, n, MPI_BYTE, 0, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        for (int i = 0; i < n; ++i) bad += b[i] != (unsigned char)(i * 7 + 3);
+        for (int i = 0; i < n - 4096; ++i) bad += h[i] != (unsigned char)((i + 4096) * 7 + 3);
+        printf("alloc_mem: %d wrong bytes\n", bad);
+    }
+    MPI_Free_mem(a);
+    MPI_Free_mem(b);
+    free(h);
+    MPI_Finalize();
+    return 0;
+}
+"""
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """The shim and the check program of every installed MPI, against the installed libcxlkit."""
@@ -123,8 +158,11 @@ def built(tmp_path_factory):
         (out / "rma_ops.c").write_text(RMA_OPS_C)
         rma_ops = out / f"rma_ops_{mpi}"
         subprocess.run([cc, str(out / "rma_ops.c"), "-o", str(rma_ops)], check=True)
+        (out / "alloc_mem.c").write_text(ALLOC_MEM_C)
+        alloc_mem = out / f"alloc_mem_{mpi}"
+        subprocess.run([cc, str(out / "alloc_mem.c"), "-o", str(alloc_mem)], check=True)
         progs[mpi] = {"shim": shim, "check": check, "threads": threads, "rma": rma,
-                      "rma_ops": rma_ops}
+                      "rma_ops": rma_ops, "alloc_mem": alloc_mem}
     return progs
 
 
@@ -225,3 +263,16 @@ def test_rma_unsupported_op_refused_info_key_leaves_window_to_mpi_empty_pscw(bui
     assert "create this window with info cxlkit_rma=mpi" in r.stderr
     assert r.stderr.count(": rma: pool 1 windows, ") == 3
     assert r.stderr.count(" MPI 1 windows, ") == 3
+
+
+@pytest.mark.parametrize("mpi", INSTALLED)
+def test_alloc_mem_buffers_come_from_the_pool_and_large_sends_take_one_copy(built, mpi):
+    native = run(mpi, 2, built[mpi]["alloc_mem"])
+    assert native.returncode == 0, native.stderr
+    assert "alloc_mem: 0 wrong bytes" in native.stdout
+    r = run(mpi, 2, built[mpi]["alloc_mem"], built[mpi]["shim"], CXLKIT_MPI_STATS="1")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == native.stdout
+    assert r.stderr.count(": pool memory: 2 MPI_Alloc_mem blocks (0 from the MPI") == 2
+    assert "rank 0: pool memory: 2 MPI_Alloc_mem blocks (0 from the MPI: partition full), " \
+           "2 one-copy sends" in r.stderr

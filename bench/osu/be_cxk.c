@@ -193,3 +193,11 @@ void be_post(be_win *w, int peer) { ok(cxk_win_post((cxk_win *)w, &peer, 1), "po
 void be_start(be_win *w, int peer) { ok(cxk_win_start((cxk_win *)w, &peer, 1), "start"); }
 void be_complete(be_win *w) { ok(cxk_win_complete((cxk_win *)w), "complete"); }
 void be_wait(be_win *w) { ok(cxk_win_wait((cxk_win *)w), "wait"); }
+
+void *be_alloc_mem(size_t n) {
+    void *p = NULL;
+    ok(cxk_msg_alloc_mem(comm, n ? n : 1, &p), "cxk_msg_alloc_mem");
+    return p;
+}
+
+void be_free_mem(void *p) { ok(cxk_msg_free_mem(comm, p), "cxk_msg_free_mem"); }

@@ -116,3 +116,11 @@ void be_post(be_win *w, int peer) { ok(MPI_Win_post(group_of(w, peer), 0, w->win
 void be_start(be_win *w, int peer) { ok(MPI_Win_start(group_of(w, peer), 0, w->win), "MPI_Win_start"); }
 void be_complete(be_win *w) { ok(MPI_Win_complete(w->win), "MPI_Win_complete"); }
 void be_wait(be_win *w) { ok(MPI_Win_wait(w->win), "MPI_Win_wait"); }
+
+void *be_alloc_mem(size_t n) {
+    void *p = NULL;
+    ok(MPI_Alloc_mem((MPI_Aint)(n ? n : 1), MPI_INFO_NULL, &p), "MPI_Alloc_mem");
+    return p;
+}
+
+void be_free_mem(void *p) { ok(MPI_Free_mem(p), "MPI_Free_mem"); }

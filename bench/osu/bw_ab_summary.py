@@ -1,6 +1,7 @@
 """bw_ab_summary.py OUTDIR — medians [min..max] of the runs bench/osu/bw_ab.sh wrote: osu bw
 per size and variant (files <variant>.<round>.txt), the memcpy columns (memcpy*.txt: out of
-cache, in cache), cxlkit's ratios to both memcpy columns and to both MPIs, and 8 B latency."""
+cache, in cache, and since the fifth round two cores, held and written), each transport's
+ratios to the memcpy columns and to both MPIs, 8 B latency and the RPC's QD 1 round trip."""
 from __future__ import annotations
 
 import argparse
@@ -25,7 +26,8 @@ def rows(path: pathlib.Path) -> dict[int, list[float]]:
 def fmt(vals: list[float]) -> str:
     if not vals:
         return "-"
-    return f"{statistics.median(vals):.0f} [{min(vals):.0f}..{max(vals):.0f}]"
+    d = 2 if max(vals) < 100 else 0  # latencies in us; bandwidths in MB/s
+    return f"{statistics.median(vals):.{d}f} [{min(vals):.{d}f}..{max(vals):.{d}f}]"
 
 
 def main() -> None:
@@ -39,9 +41,11 @@ def main() -> None:
             continue
         for size, vals in rows(f).items():
             if name.startswith("memcpy"):
-                bw["memcpy-ooc"][size].append(vals[0])
-                if len(vals) > 1:
-                    bw["memcpy-hot"][size].append(vals[1])
+                # one thread out of / in cache, then (fifth round) two cores: held, written
+                for col, v in zip(("memcpy-ooc", "memcpy-hot", "xcore-held", "xcore-written"), vals):
+                    bw[col][size].append(v)
+            elif name.startswith("rpc"):
+                bw[name][size].append(vals[1])  # rpc_bench: QD, then the round trip in us
             else:
                 bw[name][size].append(vals[0])
     print((a.outdir / "load.txt").read_text().strip() if (a.outdir / "load.txt").exists() else "")
@@ -51,8 +55,10 @@ def main() -> None:
     for s in sizes:
         print(f"{s} " + " | ".join(fmt(bw[n].get(s, [])) for n in names))
     med = {n: {s: statistics.median(v) for s, v in bw[n].items() if v} for n in names}
-    for cx in [n for n in names if n.startswith("cxk") or n.startswith("e") or n.startswith("r")]:
-        for ref in ("memcpy-ooc", "memcpy-hot", "mpich-shm", "ompi-shm"):
+    for cx in [n for n in names if n.startswith(("cxk", "e", "r", "shim", "mpich", "ompi"))
+               and not n.startswith("rpc")]:
+        for ref in ("memcpy-ooc", "memcpy-hot", "xcore-held", "xcore-written", "mpich-shm",
+                    "ompi-shm"):
             if ref not in med:
                 continue
             r = [f"{s}: {med[cx][s] / med[ref][s]:.2f}" for s in sizes if s in med[cx] and s in med[ref]]

@@ -2,9 +2,12 @@
  * and print its table format) over the backend of osu.h:
  *   latency, bw, bibw, multi_lat (pairs r <-> r + size/2), mbw_mr (pairs r -> r + size/2:
  *   aggregate bandwidth and message rate), put_lat, get_lat, put_bw, get_bw
- *   (one-sided, -s fence|pscw), memcpy (the copy baseline of this machine, one thread).
+ *   (one-sided, -s fence|pscw), memcpy (the copy baselines of this machine: one thread,
+ *   and a copy between two cores, xcore.c).
  * Usage: osu_<backend> BENCH [-n min_bytes] [-m max_bytes] [-i iters] [-w window]
- *        [-s fence|pscw]
+ *        [-s fence|pscw] [-b heap|pool]
+ * -b pool: the message buffers of latency, bw, bibw, multi_lat and mbw_mr come from the
+ * transport (be_alloc_mem: cxk_msg_alloc_mem / MPI_Alloc_mem), else from the heap.
  * Every message of the last iteration of each size is checked on the receiving side
  * (pattern by size and iteration), so a transport that loses or corrupts data fails (exit 3). */
 #include <stdint.h>
@@ -14,12 +17,14 @@
 #include <unistd.h>
 
 #include "osu.h"
+#include "xcore.h"
 
 static size_t max_bytes = 8u << 20;
 static size_t min_bytes = 1;  /* -n: the first size (a power of two) */
 static int iters_small = 2000, iters_large = 200;  /* large: above 8 KiB (OSU's split) */
 static int window = 64;
 static int pscw;  /* one-sided synchronisation: 0 fence, 1 post-start-complete-wait */
+static int pool_bufs;  /* -b pool: message buffers from be_alloc_mem */
 
 static int iters_for(size_t n) { return n > 8192 ? iters_large : iters_small; }
 static int skip_for(size_t n) { return n > 8192 ? 2 : 20; }
@@ -43,9 +48,24 @@ static void *xalloc(size_t n) {
     return p;
 }
 
+/* A message buffer: the transport's memory with -b pool, else the heap. */
+static unsigned char *msgbuf(size_t n) {
+    if (!pool_bufs) return xalloc(n);
+    unsigned char *p = be_alloc_mem(n ? n : 1);
+    memset(p, 0, n ? n : 1);
+    return p;
+}
+
+static void msgfree(unsigned char *p) {
+    if (pool_bufs) be_free_mem(p);
+    else free(p);
+}
+
 static void header(const char *title, const char *cols) {
     if (be_rank() != 0) return;
-    printf("# OSU MPI %s\n# Library: %s\n# Ranks: %d\n%s\n", title, be_name(), be_size(), cols);
+    printf("# OSU MPI %s\n# Library: %s\n# Ranks: %d\n", title, be_name(), be_size());
+    if (pool_bufs) printf("# Buffers: the transport's memory (-b pool)\n");
+    printf("%s\n", cols);
     fflush(stdout);
 }
 
@@ -79,7 +99,7 @@ static void latency(int multi) {
     if (!multi && be_size() != 2) be_abort("latency needs 2 ranks", 22);
     if (be_size() % 2) be_abort("multi_lat needs an even number of ranks", 22);
     header(multi ? "Multi Latency Test" : "Latency Test", "# Size          Avg Latency(us)");
-    unsigned char *s = xalloc(max_bytes), *r = xalloc(max_bytes);
+    unsigned char *s = msgbuf(max_bytes), *r = msgbuf(max_bytes);
     for (size_t n = min_bytes; n <= max_bytes; n *= 2) {
         be_barrier();
         const int a = me < half ? me : me - half;
@@ -96,8 +116,8 @@ static void latency(int multi) {
         }
         if (me == 0) row(n, lat);
     }
-    free(s);
-    free(r);
+    msgfree(s);
+    msgfree(r);
 }
 
 static void bandwidth(int bidir) {
@@ -105,7 +125,7 @@ static void bandwidth(int bidir) {
     header(bidir ? "Bi-Directional Bandwidth Test" : "Bandwidth Test",
            "# Size      Bandwidth (MB/s)");
     const int me = be_rank(), peer = 1 - me;
-    unsigned char *s = xalloc(max_bytes), *r = xalloc(max_bytes);
+    unsigned char *s = msgbuf(max_bytes), *r = msgbuf(max_bytes);
     unsigned char *reqs = xalloc((size_t)window * 2 * BE_REQ_BYTES);
     char ack[4] = {0};
     for (size_t n = min_bytes; n <= max_bytes; n *= 2) {
@@ -133,8 +153,8 @@ static void bandwidth(int bidir) {
         const double mb = (double)n * window * iters * (bidir ? 2 : 1) / 1e6;
         if (me == 0) row(n, mb / t);
     }
-    free(s);
-    free(r);
+    msgfree(s);
+    msgfree(r);
     free(reqs);
 }
 
@@ -147,7 +167,7 @@ static void multi_bw(void) {
            "# Size                  MB/s        Messages/s");
     if (me == 0) printf("# Pairs: %d\n", half), fflush(stdout);
     const int sender = me < half, peer = sender ? me + half : me - half;
-    unsigned char *s = xalloc(max_bytes), *r = xalloc(max_bytes);
+    unsigned char *s = msgbuf(max_bytes), *r = msgbuf(max_bytes);
     unsigned char *reqs = xalloc((size_t)window * BE_REQ_BYTES);
     char ack[4] = {0};
     for (size_t n = min_bytes; n <= max_bytes; n *= 2) {
@@ -178,8 +198,8 @@ static void multi_bw(void) {
         const double msgs = (double)window * iters * half;
         if (me == 0) printf("%-10zu%18.2f%18.2f\n", n, msgs * (double)n / 1e6 / t, msgs / t), fflush(stdout);
     }
-    free(s);
-    free(r);
+    msgfree(s);
+    msgfree(r);
     free(reqs);
 }
 
@@ -233,10 +253,14 @@ static void one_sided(int get, int bw) {
     free(buf);
 }
 
-/* The copy baseline: column 2 copies n bytes from and to buffers rotating over a span of
+/* The copy baselines: column 2 copies n bytes from and to buffers rotating over a span of
  * more than four times the last-level cache (what a message's copy into the pool meets: its
  * lines are not in the cache), column 3 copies one buffer to another again and again (in the
- * cache up to its size). summary.py judges the transports' bandwidth against column 2. */
+ * cache up to its size, inside one core). Columns 4 and 5 copy between two cores, window by
+ * window as osu bw does (xcore.c): the receiver thread copies the sender thread's buffer out
+ * `window` times per window; in column 4 the sender wrote it once and holds it (osu bw's own
+ * condition), in column 5 it rewrites it before every window (the lines come from the other
+ * core every window). */
 static size_t copy_span(void) {
     long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
     if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
@@ -259,8 +283,10 @@ static double copy_rate(unsigned char *d, const unsigned char *s, size_t n, size
 }
 
 static void copy_baseline(void) {
-    header("memcpy Bandwidth (baseline, one thread)",
-           "# Size      Out-of-cache (MB/s)  In-cache (MB/s)");
+    header("memcpy Bandwidth (baseline, one thread; then two cores)",
+           "# Size      Out-of-cache (MB/s)  In-cache (MB/s)  Cross-core held (MB/s)  "
+           "Cross-core written (MB/s)");
+    if (be_rank() == 0) printf("# Cross-core CPUs: %s\n", xcore_cpus()), fflush(stdout);
     size_t span = copy_span();
     span = (span + max_bytes - 1) / max_bytes * max_bytes;
     unsigned char *s = xalloc(span), *d = xalloc(span);
@@ -273,7 +299,10 @@ static void copy_baseline(void) {
             fprintf(stderr, "memcpy: %zu bytes: the copies differ from their source\n", n);
             exit(3);
         }
-        if (be_rank() == 0) printf("%-10zu  %-19.2f  %.2f\n", n, ooc, hot);
+        if (be_rank() != 0) continue;
+        const double held = xcore_rate(n, window, 0), written = xcore_rate(n, window, 1);
+        printf("%-10zu  %-19.2f  %-15.2f  %-22.2f  %.2f\n", n, ooc, hot, held, written);
+        fflush(stdout);
     }
     fflush(stdout);
     free(s);
@@ -281,7 +310,7 @@ static void copy_baseline(void) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: osu BENCH [-n min_bytes] [-m max_bytes] [-i iters] [-w window] [-s fence|pscw]\n"
+    fprintf(stderr, "usage: osu BENCH [-n min_bytes] [-m max_bytes] [-i iters] [-w window] [-s fence|pscw] [-b heap|pool]\n"
                     "BENCH: latency bw bibw multi_lat mbw_mr put_lat get_lat put_bw get_bw memcpy\n");
     exit(2);
 }
@@ -299,6 +328,10 @@ int main(int argc, char **argv) {
         case 'i': iters_small = atoi(v), iters_large = iters_small / 10 + 1; break;
         case 'w': window = atoi(v); break;
         case 's': pscw = strcmp(v, "pscw") == 0; break;
+        case 'b':
+            if (strcmp(v, "pool") && strcmp(v, "heap")) usage();
+            pool_bufs = strcmp(v, "pool") == 0;
+            break;
         default: usage();
         }
     }

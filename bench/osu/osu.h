@@ -22,6 +22,11 @@ void be_isend(const void *buf, size_t n, int dest, int tag, void *req);
 void be_irecv(void *buf, size_t n, int src, int tag, void *req);
 void be_waitall(int n, void *reqs);
 void be_barrier(void);
+/* Message buffers of the transport's own memory (osu -b pool): cxk_msg_alloc_mem, whose
+ * blocks a send leaves in place for the receiver to copy out (one copy), or MPI_Alloc_mem
+ * (under the cxlkit shim the same blocks; under a plain MPI whatever it gives). */
+void *be_alloc_mem(size_t n);
+void be_free_mem(void *p);
 
 /* One-sided: every rank exposes nbytes; *base is this rank's window memory. */
 typedef struct be_win be_win;

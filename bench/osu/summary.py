@@ -22,7 +22,8 @@ TRANSPORTS = ["cxk", "mpich-shm", "ompi-shm", "mpich-tcp", "ompi-tcp"]
 def parse_table(text: str) -> dict[int, float]:
     rows = {}
     for line in text.splitlines():
-        m = re.match(r"^(\d+)\s+([0-9.]+)(?:\s+[0-9.]+)?\s*$", line)  # mbw_mr: + msgs/s
+        # mbw_mr: + msgs/s; memcpy: + in cache (and two cores, held and written)
+        m = re.match(r"^(\d+)\s+([0-9.]+)(?:\s+[0-9.]+){0,3}\s*$", line)
         if m:
             rows[int(m.group(1))] = float(m.group(2))
     return rows
@@ -64,9 +65,12 @@ def load(out: Path) -> tuple[dict, dict, list[str], list[str]]:
         else:
             for size, v in parse_table(text).items():
                 tables[(transport, bench)][size].append(v)
-        if bench == "memcpy":  # third column: the in-cache loop
-            for m in re.finditer(r"^(\d+)\s+[0-9.]+\s+([0-9.]+)\s*$", text, re.M):
+        if bench == "memcpy":  # third column: the in-cache loop; fourth: two cores, held
+            for m in re.finditer(r"^(\d+)\s+[0-9.]+\s+([0-9.]+)(?:\s+([0-9.]+)\s+[0-9.]+)?\s*$",
+                                 text, re.M):
                 tables[("memcpy-hot", bench)][int(m.group(1))].append(float(m.group(2)))
+                if m.group(3):
+                    tables[("memcpy-xcore", bench)][int(m.group(1))].append(float(m.group(3)))
     return tables, rpc, failed, hung
 
 
@@ -99,7 +103,7 @@ def main() -> None:
     for b in benches:
         unit = "MB/s" if "bw" in b or b == "memcpy" else "us"
         print(f"\n## {b} ({unit})")
-        ts = ["memcpy", "memcpy-hot"] if b == "memcpy" else TRANSPORTS
+        ts = ["memcpy", "memcpy-hot", "memcpy-xcore"] if b == "memcpy" else TRANSPORTS
         print("size".ljust(9) + "".join(t.ljust(30) for t in ts))
         for s in sizes:
             print(str(s).ljust(9) + "".join(
@@ -113,8 +117,9 @@ def main() -> None:
         bw = median(tables, "cxk", "bw", s)
         hot = median(tables, "memcpy-hot", "memcpy", s)
         cp = median(tables, "memcpy", "memcpy", s)
+        xc = median(tables, "memcpy-xcore", "memcpy", s)
         line = (f"bw {s} B: cxlkit / memcpy in cache = {ratio(bw, hot)} (goal >= 0.7), "
-                f"out of cache = {ratio(bw, cp)}")
+                f"out of cache = {ratio(bw, cp)}, cross-core = {ratio(bw, xc)}")
         for m in ("mpich", "ompi"):
             line += f"; cxlkit / {m}-shm = {ratio(bw, median(tables, m + '-shm', 'bw', s))}"
         print(line + " (goal >= 1)")

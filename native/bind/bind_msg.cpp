@@ -82,6 +82,7 @@ struct MsgComm {
     cxk_comm *c = nullptr;
     std::mutex mu;
     std::string label;
+    Py_ssize_t mem_views = 0;  // live views of its pool memory (MsgMemory): close refuses
 
     MsgComm(const std::vector<std::string> &paths, int host_id, const std::string &tag,
             int coherence, const std::string &job, int rank, int size, uint32_t cell_bytes,
@@ -118,6 +119,26 @@ struct MsgComm {
     }
 };
 
+// Pool-resident memory of a comm (cxk_msg_alloc_mem), lent through the buffer protocol: a
+// send from it above the eager limit travels in one copy. Its views are counted here and in
+// the comm, so neither free nor the comm's close unmaps under a live view.
+struct MsgMemory {
+    void *ptr = nullptr;
+    uint64_t nbytes = 0;
+    nb::object comm;
+    Py_ssize_t exports = 0;
+    MsgComm &owner() { return *nb::cast<MsgComm *>(comm); }
+    // Dropped unfreed: give the block back now if no send from it is in flight (else the
+    // comm's finalize removes it).
+    ~MsgMemory() {
+        if (!ptr || !comm.is_valid()) return;
+        MsgComm &s = owner();
+        if (!s.c) return;
+        std::lock_guard<std::mutex> g(s.mu);
+        cxk_msg_free_mem(s.c, ptr);
+    }
+};
+
 struct MsgRequest {
     cxk_msg_req *r = nullptr;
     nb::object comm;  // keeps the MsgComm alive
@@ -129,11 +150,15 @@ struct MsgRequest {
         if (!r || !comm.is_valid()) return;
         MsgComm &s = owner();
         if (!s.c) return;  // finalize freed it
+        const bool pool_mem =  // looked at with the GIL held
+            view.held && view.b.obj && nb::isinstance<MsgMemory>(nb::handle(view.b.obj));
         nb::gil_scoped_release unlock;
         std::lock_guard<std::mutex> g(s.mu);
         if (cxk_msg_cancel(s.c, r) == 0) return;
-        // a send that cannot finish (its peer is gone) keeps the buffer: leak, never dangle
-        if (cxk_msg_wait(s.c, r, nullptr) == -ETIMEDOUT) view.held = false;
+        // a send that cannot finish (its peer is gone) keeps the buffer: leak, never dangle —
+        // unless it is the comm's pool memory, which stays mapped as long as the comm (the
+        // view is let go, so close is not refused for it)
+        if (cxk_msg_wait(s.c, r, nullptr) == -ETIMEDOUT && !pool_mem) view.held = false;
     }
 };
 
@@ -166,6 +191,30 @@ struct MsgWindow {
         return w;
     }
 };
+
+int memory_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+    MsgMemory *m = nb::inst_ptr<MsgMemory>(self);
+    if (!m->ptr || !m->owner().c) {
+        PyErr_SetString(PyExc_BufferError, m->ptr ? "communicator closed" : "pool memory freed");
+        view->obj = nullptr;
+        return -1;
+    }
+    if (PyBuffer_FillInfo(view, self, m->ptr, Py_ssize_t(m->nbytes), 0, flags) != 0) return -1;
+    m->exports += 1;
+    m->owner().mem_views += 1;
+    return 0;
+}
+
+void memory_releasebuffer(PyObject *self, Py_buffer *) {
+    MsgMemory *m = nb::inst_ptr<MsgMemory>(self);
+    m->exports -= 1;
+    m->owner().mem_views -= 1;
+}
+
+PyType_Slot memory_slots[] = {
+    {Py_bf_getbuffer, reinterpret_cast<void *>(&memory_getbuffer)},
+    {Py_bf_releasebuffer, reinterpret_cast<void *>(&memory_releasebuffer)},
+    {0, nullptr}};
 
 struct Ring {
     cxk_pool *p = nullptr;
@@ -201,6 +250,9 @@ void bind_comm(nb::module_ &m) {
                       const std::string &, int, int, uint32_t, uint32_t, uint64_t, uint32_t,
                       uint32_t, uint32_t>())
         .def("close", [](MsgComm &s) {
+            if (s.mem_views)
+                throw nb::buffer_error("pool memory of this communicator is still viewed: "
+                                       "release the views first");
             int r;
             {
                 nb::gil_scoped_release unlock;
@@ -213,6 +265,10 @@ void bind_comm(nb::module_ &m) {
         .def_prop_ro("rank", [](MsgComm &s) { return cxk_msg_rank(s.get()); })
         .def_prop_ro("size", [](MsgComm &s) { return cxk_msg_size(s.get()); })
         .def_prop_ro("eager_bytes", [](MsgComm &s) { return cxk_msg_eager_bytes(s.get()); })
+        .def("is_pool_mem", [](MsgComm &s, nb::handle buf) {
+            View v(buf, false);
+            return cxk_msg_is_pool_mem(s.get(), v.ptr(), v.len()) == 1;
+        })
         .def_prop_ro("failed_rank", [](MsgComm &s) { return s.c ? cxk_msg_failed_rank(s.c) : s.failed; })
         .def("set_wait", [](MsgComm &s, uint32_t spin_us, uint32_t yield_us, uint32_t sleep_us) {
             cxk_wait_opts o = wait_opts(spin_us, yield_us, sleep_us, s.label);
@@ -376,6 +432,29 @@ void bind_comm(nb::module_ &m) {
         });
 }
 
+void bind_memory(nb::module_ &m) {
+    nb::class_<MsgMemory>(m, "MsgMemory", nb::type_slots(memory_slots))
+        .def("__init__", [](MsgMemory *self, nb::handle comm, uint64_t nbytes) {
+            new (self) MsgMemory();
+            self->comm = nb::borrow(comm);
+            self->nbytes = nbytes;
+            MsgComm &s = self->owner();
+            call(s, s.label + " alloc_mem of " + std::to_string(nbytes) + " bytes",
+                 [&](cxk_comm *c) { return cxk_msg_alloc_mem(c, nbytes, &self->ptr); });
+        })
+        .def("free", [](MsgMemory &x) {
+            if (!x.ptr) return;
+            if (x.exports) throw nb::buffer_error("pool memory is still viewed: release the views first");
+            MsgComm &s = x.owner();
+            if (!s.c) return void(x.ptr = nullptr);  // the comm's finalize removed it
+            void *p = x.ptr;
+            call(s, s.label + " free_mem", [&](cxk_comm *c) { return cxk_msg_free_mem(c, p); });
+            x.ptr = nullptr;
+        })
+        .def_prop_ro("freed", [](const MsgMemory &x) { return x.ptr == nullptr; })
+        .def_prop_ro("nbytes", [](const MsgMemory &x) { return x.nbytes; });
+}
+
 void bind_window(nb::module_ &m) {
     nb::class_<MsgWindow>(m, "MsgWindow", nb::type_slots(buffer_slots<MsgWindow>))
         .def("__init__", [](MsgWindow *self, nb::handle comm, uint64_t nbytes) {
@@ -536,6 +615,7 @@ CXK_BIND(msg) {
     m.attr("ANY_SOURCE") = CXK_ANY_SOURCE;
     m.attr("ANY_TAG") = CXK_ANY_TAG;
     bind_comm(m);
+    bind_memory(m);
     bind_window(m);
     bind_ring(m);
 }

@@ -238,6 +238,11 @@ static void print_stats(void) {
             (unsigned long long)s->pool_send_bytes, (unsigned long long)s->pool_recvs,
             (unsigned long long)s->pool_recv_bytes, (unsigned long long)s->mpi_sends,
             (unsigned long long)s->mpi_recvs, (unsigned long long)s->packed);
+    fprintf(stderr,
+            "cxlkit-mpi: rank %d: pool memory: %llu MPI_Alloc_mem blocks (%llu from the MPI: "
+            "partition full), %llu one-copy sends\n",
+            g.rank, (unsigned long long)s->mem_blocks, (unsigned long long)s->mem_fallbacks,
+            (unsigned long long)s->one_copy_sends);
     shim_rma_print_stats();
 }
 

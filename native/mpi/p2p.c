@@ -56,6 +56,8 @@ int shim_send_start(struct slot *s) {
     if (rc) return shim_err(rc, "send");
     ++g.st.pool_sends;
     g.st.pool_send_bytes += nbytes;
+    if (nbytes > cxk_msg_eager_bytes(g.eng) && cxk_msg_is_pool_mem(g.eng, src, nbytes))
+        ++g.st.one_copy_sends;
     return MPI_SUCCESS;
 }
 

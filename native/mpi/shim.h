@@ -35,6 +35,9 @@ struct shim_stats {
     uint64_t pool_sends, pool_send_bytes, pool_recvs, pool_recv_bytes;
     uint64_t mpi_sends, mpi_recvs;   /* point-to-point calls on communicators not routed */
     uint64_t packed;                 /* messages packed / unpacked (derived datatypes) */
+    uint64_t mem_blocks;             /* MPI_Alloc_mem blocks from the pool (mem.c) */
+    uint64_t mem_fallbacks;          /* ... given by the MPI: the partition was full */
+    uint64_t one_copy_sends;         /* sends from such a block above the eager limit */
 };
 
 struct shim_state {

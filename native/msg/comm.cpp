@@ -191,6 +191,7 @@ int join(cxk_comm *c) {
 void release_all(cxk_comm *c) {
     free_wins(c);
     close_rings(c);
+    mem_release_all(c);
     for (size_t r = 0; r < c->peers.size(); ++r) {
         auto &p = c->peers[r];
         for (auto &v : p.rdv)
@@ -364,6 +365,11 @@ int cxk_msg_init(cxk_pool *p, const char *job, int rank, int nranks, const cxk_m
     c->host = ps.host_id;
     c->boot = boot_hash();
     c->rdv_limit = ps.partition_bytes / 2;
+    // the rendezvous copy's A/B switches (docs/msg.md, fifth round): non-temporal stores
+    // into the pool buffer under "host", and the chunk behind each ready count
+    c->rdv_nt = env_u32("CXLKIT_MSG_RDV_NT", 0) != 0;
+    c->rdv_chunk = uint64_t(env_u32("CXLKIT_MSG_RDV_CHUNK", 256 * 1024));
+    if (c->rdv_chunk < 4096) c->rdv_chunk = 4096;
     cxk_wait_opts_init(&c->wait);
     cxk_spin_init(&c->spin);
     c->peers.resize(size_t(nranks));

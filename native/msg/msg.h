@@ -1,6 +1,7 @@
 // msg.h — private to native/msg/: the rank object's layout in the pool, the cell format of
 // messages, and the comm / request structures the messaging files share (comm.cpp: join,
-// liveness, finalize; p2p.cpp: matching and progress; coll.cpp: barrier, bcast, allreduce).
+// liveness, finalize; p2p.cpp: matching and progress; coll.cpp: barrier, bcast, allreduce;
+// rdv.cpp: rendezvous buffers; mem.cpp: pool-resident user memory and its one-copy sends).
 #pragma once
 #include <pthread.h>
 
@@ -18,6 +19,7 @@ namespace cxk::msg {
 constexpr uint64_t kLine = 64;
 constexpr uint64_t kRankMagic = 0x314b4e41524b5843ull;  // "CXKRANK1"
 constexpr uint64_t kRdvMagic = 0x31564452584b5843ull;   // "CXKRDV1"
+constexpr uint64_t kMemMagic = 0x314d454d584b5843ull;   // "CXKMEM1"
 constexpr uint32_t kVersion = 1;
 
 // ---- the rank object "msg.<job>.<rank>.rank", written by that rank only ----
@@ -64,6 +66,16 @@ struct RdvHdr {
 };
 static_assert(sizeof(RdvHdr) == kLine, "one line");
 
+// ---- pool-resident user memory "msg.<job>.<rank>.mem.<k>" (cxk_msg_alloc_mem): line 0 by
+// its rank, written before publish and immutable afterwards, then the user's bytes (written
+// by that rank only; a receiver reads them between the RTS naming them and its FIN) ----
+struct MemHdr {
+    uint64_t magic;
+    uint64_t nbytes;       // user bytes after this line
+    uint8_t pad[48];
+};
+static_assert(sizeof(MemHdr) == kLine, "one line");
+
 // ---- cells: the ring's kind field says what a cell holds ----
 enum Kind : uint32_t {
     kEager = 1,  // MsgHdr + the first bytes; the rest in ncells - 1 kCont cells after it
@@ -76,6 +88,12 @@ enum Kind : uint32_t {
     kDrop = 8,   // CtlMsg: the sender removed its rendezvous buffer `cookie`: drop the view
 };
 constexpr uint32_t kSync = 1;  // MsgHdr.flags: answer kAck when matched
+// MsgHdr.flags of a kRts: the data lies in the sender's own memory object rdv_index
+// ("msg.<job>.<sender>.mem.<k>") at byte rdv_off of its user bytes (one copy: the receiver
+// copies straight out of it; untrusted: checked against the object before use)
+constexpr uint32_t kInPool = 2;
+constexpr uint64_t kDropMem = 1;  // kDrop's value: the cookie names a memory object, not a
+                                  // rendezvous buffer
 struct MsgHdr {
     uint32_t ctx;          // 0 user messages, 1 collectives
     int32_t tag;
@@ -83,8 +101,9 @@ struct MsgHdr {
     uint64_t cookie;       // sender's id for the message (FIN / ACK name it)
     uint32_t flags;
     uint32_t ncells;       // kEager: cells the message spans, this one included
-    uint64_t rdv_off;      // kRts: payload offset of the buffer (a hint; opened by name)
-    uint32_t rdv_index;    // kRts: k of "msg.<job>.<sender>.rdv.<k>"
+    uint64_t rdv_off;      // kRts: payload offset of the buffer (a hint; opened by name);
+                           // with kInPool: the data's byte offset in the memory object
+    uint32_t rdv_index;    // kRts: k of "msg.<job>.<sender>.rdv.<k>" (kInPool: of ".mem.<k>")
     uint32_t reserved;
 };
 struct CtlMsg {
@@ -134,6 +153,8 @@ struct cxk_msg_req {
     unsigned flags = 0;
     uint64_t cookie = 0;          // send: id FIN/ACK will name
     int rdv = -1;                 // send: rendezvous buffer held until FIN
+    int mem = -1;                 // send from pool memory: my memory object k, read by the
+                                  // receiver until FIN
     cxk_msg_status status{};
 };
 
@@ -148,6 +169,7 @@ struct Unexpected {
     uint64_t cookie;
     bool rts;                     // data still in the sender's rendezvous buffer
     uint32_t rdv_index;
+    uint64_t rdv_off;             // kInPool: the data's offset in memory object rdv_index
     std::vector<uint8_t> data;    // eager: the whole message
 };
 
@@ -166,6 +188,11 @@ struct RdvBuf {                   // one of my rendezvous buffers
 struct RdvView {                  // a peer's rendezvous buffer I opened (lease held)
     uint64_t off = 0, nbytes = 0, gen = 0;
 };
+struct MemBuf {                   // one of my pool-resident user memory objects
+    uint64_t off = 0;             // payload offset in the pool (MemHdr, then the user bytes)
+    uint64_t nbytes = 0;          // user bytes
+    uint32_t sends = 0;           // sends from it awaiting their FIN
+};
 
 struct Peer {
     uint64_t obj_off = 0, obj_gen = 0;  // their rank object (lease held)
@@ -176,6 +203,7 @@ struct Peer {
     std::deque<cxk_msg_req *> sendq;    // sends not yet started, in order
     std::deque<Ctl> ctlq;               // FIN / ACK / RMA replies to send
     std::vector<RdvView> rdv;           // their rendezvous buffers by index
+    std::vector<RdvView> mem;           // their memory objects by index (views, as rdv)
     uint64_t beat = 0;                  // heartbeat last seen
     int64_t beat_seen_ns = 0;           // when it last changed
     int broken = 0;                     // -errno once their ring held garbage
@@ -200,10 +228,13 @@ struct cxk_comm {
     std::deque<cxk::msg::Unexpected> unexpected;
     std::vector<cxk_msg_req *> waiting;       // started sends awaiting FIN / ACK
     std::vector<cxk::msg::RdvBuf> rdv;        // my rendezvous buffers by index (off 0: free)
+    std::vector<cxk::msg::MemBuf> mem;        // my memory objects by index (off 0: free)
     uint64_t rdv_bytes = 0;                   // their total size
     uint64_t rdv_limit = 0;                   // above it idle ones are recycled (half my
                                               // partition)
     int64_t rdv_released_ns = 0;              // when idle ones were last removed
+    bool rdv_nt = false;                      // copy in with non-temporal stores ("host")
+    uint64_t rdv_chunk = 256 * 1024;          // bytes behind each ready count
     uint64_t next_cookie = 1;
     uint64_t barrier_seq = 0;
     uint32_t scan_next = 0;                   // next peer whose directory to look at
@@ -268,10 +299,31 @@ int send_ctl(cxk_comm *c, int dest);
 // -EAGAIN when memory must come back first (a FIN, peers dropping views of recycled ones),
 // -ENOSPC when it cannot.
 int rdv_pick(cxk_comm *c, uint64_t len);
-// Peer src's buffer `index`, opened by name once (a lease) and revalidated on each use.
-int rdv_view(cxk_comm *c, int src, uint32_t index, RdvView **out);
+// Peer src's object `what`/index (a rendezvous buffer or a memory block), opened by name once
+// (a lease) into views[index] and revalidated on each use; -EBADMSG for an index past the
+// view space, a name that is gone, another host's object or one below min_bytes (untrusted).
+int peer_view(cxk_comm *c, int src, const char *what, std::vector<RdvView> &views,
+              uint64_t min_bytes, uint32_t index, RdvView **out);
+int rdv_view(cxk_comm *c, int src, uint32_t index, RdvView **out);  // peer_view of "rdv"
 // A kDrop cell from src: close my view of the buffer it names.
 int rdv_drop_view(cxk_comm *c, int src, const void *pl, uint32_t n);
+
+// mem.cpp
+// The memory object of mine holding [buf, buf + len) entirely: its index, and buf's offset
+// in its user bytes; -1 when the bytes are not (all) in one.
+int mem_find(const cxk_comm *c, const void *buf, uint64_t len, uint64_t *off);
+// Send side: r's bytes lie in my memory object k at off; write its RTS (kInPool) to peer p.
+// No copy: the receiver copies out and answers FIN (r->mem = k until then).
+int mem_send_start(cxk_comm *c, Peer &p, cxk_msg_req *r, int k, uint64_t off);
+// Receive side of a send from pool memory: copy min(len, cap) bytes out of src's memory
+// object `index` at `off` (both untrusted: -EBADMSG unless they lie in the object), then
+// queue FIN.
+int mem_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index, uint64_t off,
+             void *dst, uint64_t cap);
+// A kDrop cell naming a memory object (value kDropMem): close my view of it.
+void mem_drop_view(cxk_comm *c, int src, uint64_t index);
+// finalize: my views of peers' objects closed, my objects removed.
+void mem_release_all(cxk_comm *c);
 
 // win.cpp
 int rma_request(cxk_comm *c, int src, const void *pl, uint32_t n);   // a kRma cell

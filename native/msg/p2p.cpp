@@ -10,8 +10,6 @@
 namespace cxk::msg {
 namespace {
 
-constexpr uint64_t kCopyChunk = 256 * 1024;  // rendezvous: ready is published per chunk
-
 uint64_t first_cap(uint64_t pmax) { return pmax - sizeof(MsgHdr); }
 uint64_t cells_for(uint64_t len, uint64_t pmax) {
     uint64_t f = first_cap(pmax);
@@ -121,9 +119,10 @@ int on_control(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) 
         cxk_msg_req *r = c->waiting[i];
         if (r->cookie != m.cookie || r->peer != src) continue;
         if (kind == kFin) {
-            if (r->rdv < 0) return -EBADMSG;
-            c->rdv[size_t(r->rdv)].busy = false;
-            r->rdv = -1;
+            if (r->rdv < 0 && r->mem < 0) return -EBADMSG;
+            if (r->rdv >= 0) c->rdv[size_t(r->rdv)].busy = false;
+            if (r->mem >= 0) --c->mem[size_t(r->mem)].sends;
+            r->rdv = -1, r->mem = -1;
         }
         r->state = cxk_msg_req::kDone;
         c->waiting.erase(c->waiting.begin() + long(i));
@@ -149,6 +148,8 @@ int on_message(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) 
     } else if (n != sizeof h || h.len == 0) {
         return -EBADMSG;
     }
+    if (h.flags & ~(kSync | kInPool) || ((h.flags & kInPool) && kind != kRts)) return -EBADMSG;
+    const bool inpool = h.flags & kInPool;
     cxk_msg_req *r = take_posted(c, src, h.tag, h.ctx);
     Unexpected u;
     void *dst;
@@ -156,7 +157,8 @@ int on_message(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) 
     if (r) {
         dst = r->rbuf, cap = r->count;
     } else {
-        u = Unexpected{src, h.tag, h.ctx, h.len, h.flags, h.cookie, kind == kRts, h.rdv_index, {}};
+        u = Unexpected{src,      h.tag,       h.ctx,     h.len, h.flags, h.cookie,
+                       kind == kRts, h.rdv_index, h.rdv_off, {}};
         if (kind == kEager) {
             try {
                 u.data.resize(h.len);
@@ -177,7 +179,8 @@ int on_message(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) 
         }
     } else {
         cxk_ring_release(p.in);
-        if (r) rc = rdv_recv(c, src, h.len, h.cookie, h.rdv_index, dst, cap);
+        if (r && inpool) rc = mem_recv(c, src, h.len, h.cookie, h.rdv_index, h.rdv_off, dst, cap);
+        else if (r) rc = rdv_recv(c, src, h.len, h.cookie, h.rdv_index, dst, cap);
     }
     if (rc) {
         if (r) r->status.error = rc, r->status.source = src, r->state = cxk_msg_req::kDone;
@@ -246,6 +249,9 @@ int push_ctl(cxk_comm *, Peer &p) {
 }
 
 int start_rdv(cxk_comm *c, Peer &p, cxk_msg_req *r) {
+    uint64_t moff;
+    if (int mk = mem_find(c, r->sbuf, r->count, &moff); mk >= 0)
+        return mem_send_start(c, p, r, mk, moff);
     int k = rdv_pick(c, r->count);  // -EAGAIN: a FIN or a peer's drop will make room
     if (k < 0) return k;
     void *cell;
@@ -263,9 +269,11 @@ int start_rdv(cxk_comm *c, Peer &p, cxk_msg_req *r) {
     b.busy = true;
     r->rdv = k;
     const auto *src = static_cast<const uint8_t *>(r->sbuf);
-    for (uint64_t pos = 0; pos < r->count; pos += kCopyChunk) {
-        uint64_t n = r->count - pos < kCopyChunk ? r->count - pos : kCopyChunk;
+    const uint64_t chunk = c->rdv_chunk;
+    for (uint64_t pos = 0; pos < r->count; pos += chunk) {
+        uint64_t n = r->count - pos < chunk ? r->count - pos : chunk;
         if (c->nc) cxk_copy_flush(data + pos, src + pos, n);
+        else if (c->rdv_nt) cxk_nt_copy(data + pos, src + pos, n);
         else std::memcpy(data + pos, src + pos, n);
         // release pairs with the receiver's acquire of ready in rdv_recv
         __atomic_store_n(&h->ready, pos + n, __ATOMIC_RELEASE);
@@ -317,7 +325,7 @@ int start_sends(cxk_comm *c, int dest) {
             r->state = cxk_msg_req::kDone;
             return rc;
         }
-        if ((r->flags & kSync) || r->rdv >= 0) {
+        if ((r->flags & kSync) || r->rdv >= 0 || r->mem >= 0) {
             r->state = cxk_msg_req::kActive;
             c->waiting.push_back(r);
         } else {
@@ -420,7 +428,9 @@ int irecv_ctx(cxk_comm *c, void *buf, uint64_t count, int source, int tag, uint3
         Unexpected u = std::move(*it);
         c->unexpected.erase(it);
         int rc = 0;
-        if (u.rts) {
+        if (u.rts && (u.flags & kInPool)) {
+            rc = mem_recv(c, u.src, u.len, u.cookie, u.rdv_index, u.rdv_off, buf, count);
+        } else if (u.rts) {
             rc = rdv_recv(c, u.src, u.len, u.cookie, u.rdv_index, buf, count);
         } else {
             copy_part(buf, count, 0, u.data.data(), u.len);
@@ -431,6 +441,10 @@ int irecv_ctx(cxk_comm *c, void *buf, uint64_t count, int source, int tag, uint3
         }
         complete_recv(r, u.src, u.tag, u.len);
         if (rc) r->status.error = rc;
+        if (rc == -EBADMSG) {  // as drain does: the sender wrote garbage, name it
+            c->peers[size_t(u.src)].broken = rc;
+            c->failed_rank = u.src;
+        }
         return 0;
     }
     c->posted.push_back(r);

@@ -91,21 +91,21 @@ int rdv_pick(cxk_comm *c, uint64_t len) {
     return -ENOSPC;
 }
 
-int rdv_view(cxk_comm *c, int src, uint32_t index, RdvView **out) {
-    Peer &p = c->peers[size_t(src)];
-    if (index >= 65536) return -EBADMSG;
-    if (p.rdv.size() <= index) p.rdv.resize(index + 1);
-    RdvView &v = p.rdv[index];
+int peer_view(cxk_comm *c, int src, const char *what, std::vector<RdvView> &views,
+              uint64_t min_bytes, uint32_t index, RdvView **out) {
+    if (index >= 65536) return -EBADMSG;  // the index space of views (a cell's u16 range)
+    if (views.size() <= index) views.resize(index + 1);
+    RdvView &v = views[index];
     if (v.off && cxk_obj_validate(c->pool, v.off, v.gen) != 0) {
         cxk_obj_close(c->pool, v.off);
         v = RdvView{};
     }
     if (!v.off) {
-        std::string name = obj_name(c, src, "rdv", long(index));
+        std::string name = obj_name(c, src, what, long(index));
         struct cxk_obj_stat st;
         int rc = cxk_obj_open(c->pool, name.c_str(), &st);
         if (rc) return rc == -ENOENT ? -EBADMSG : rc;
-        if (st.host != p.host || st.nbytes < sizeof(RdvHdr)) {
+        if (st.host != c->peers[size_t(src)].host || st.nbytes < min_bytes) {
             cxk_obj_close(c->pool, st.off);
             return -EBADMSG;
         }
@@ -115,11 +115,16 @@ int rdv_view(cxk_comm *c, int src, uint32_t index, RdvView **out) {
     return 0;
 }
 
+int rdv_view(cxk_comm *c, int src, uint32_t index, RdvView **out) {
+    return peer_view(c, src, "rdv", c->peers[size_t(src)].rdv, sizeof(RdvHdr), index, out);
+}
+
 int rdv_drop_view(cxk_comm *c, int src, const void *pl, uint32_t n) {
     if (n != sizeof(CtlMsg)) return -EBADMSG;
     CtlMsg m;
     std::memcpy(&m, pl, sizeof m);
-    if (m.cookie >= 65536) return -EBADMSG;
+    if (m.cookie >= 65536 || m.value > kDropMem) return -EBADMSG;
+    if (m.value == kDropMem) return mem_drop_view(c, src, m.cookie), 0;
     Peer &p = c->peers[size_t(src)];
     if (m.cookie < p.rdv.size() && p.rdv[m.cookie].off) {
         cxk_obj_close(c->pool, p.rdv[m.cookie].off);

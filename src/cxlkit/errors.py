@@ -153,7 +153,8 @@ _MSG_ERRORS = {
     errno.EPROTO: (MsgError, "not allowed in this epoch (e.g. unlock without lock, complete "
                              "without start)"),
     errno.EBUSY: (MsgError, "this rank of the job is held by a live process, or an object of "
-                            "an earlier run belongs to another host (run `cxlkit pool fsck` there)"),
+                            "an earlier run belongs to another host (run `cxlkit pool fsck` there), "
+                            "or a send from this pool memory still awaits its receiver"),
     errno.ENOSPC: (PoolFullError, "no room in this host's partition for rings or buffers"),
 }
 

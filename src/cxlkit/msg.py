@@ -17,7 +17,7 @@ from typing import Any
 from . import _native
 from ._config import ENV
 from ._waitpolicy import WaitPolicy, policy_arg
-from .errors import _MSG_ERRORS, PeerLostError, TruncationError, _typed
+from .errors import _MSG_ERRORS, MsgError, PeerLostError, TruncationError, _typed
 from .pool import Pool, _check_name, machine_tag
 
 ANY_SOURCE = _native.ANY_SOURCE
@@ -30,7 +30,8 @@ _TYPES = {"int32": (0, "i"), "int64": (1, "q"), "uint32": (2, "I"), "uint64": (3
 _OPS = {"sum": 0, "min": 1, "max": 2, "replace": 3, "no_op": 4}
 _COHERENCE = {"host": 0, "none": 1, "sim": 2}  # as cxlkit.pool's ("sim": issue 16)
 
-__all__ = ["ANY_SOURCE", "ANY_TAG", "Comm", "Request", "Ring", "Status", "WaitPolicy", "Window"]
+__all__ = ["ANY_SOURCE", "ANY_TAG", "Comm", "PoolMemory", "Request", "Ring", "Status", "WaitPolicy",
+           "Window"]
 
 
 @dataclass(frozen=True)
@@ -263,17 +264,23 @@ class Comm:
             who = f"rank {r}" if r >= 0 else "a rank"
             return PeerLostError(r, f"job {self.job}: {who} is gone or did not answer in time "
                                     f"({e.filename})")
+        if e.errno == errno.EBADMSG and self._c.failed_rank >= 0:
+            r = self._c.failed_rank
+            return MsgError(e.errno, f"job {self.job}: rank {r} wrote what no correct rank "
+                                     "writes (a corrupt ring or message, or a request-to-send "
+                                     "naming pool memory outside its block)", e.filename)
         return _typed(e, _MSG_ERRORS)
 
     # -- two-sided
     def send(self, data: Any, dest: int, tag: int = 0, *, sync: bool = False) -> None:
         """Send a bytes-like object; with sync, return once the receiver matched it."""
-        self._call(self._c.send, data, self._rank("dest", dest), self._tag(tag), sync)
+        self._call(self._c.send, _buf(data), self._rank("dest", dest), self._tag(tag), sync)
 
     def recv_into(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Status:
         """Receive into a writable buffer; TruncationError (buffer holds the first bytes) when
         the message is longer."""
-        s, t, n, trunc = self._call(self._c.recv_into, buf, self._rank("source", source, any_ok=True),
+        s, t, n, trunc = self._call(self._c.recv_into, _buf(buf),
+                                    self._rank("source", source, any_ok=True),
                                     self._tag(tag, any_ok=True))
         if trunc:
             raise TruncationError(n, memoryview(buf).nbytes, s, t)
@@ -288,11 +295,11 @@ class Comm:
 
     def isend(self, data: Any, dest: int, tag: int = 0, *, sync: bool = False) -> Request:
         """Start a send; `data` must stay unchanged until the request completes."""
-        return Request(self, self._call(self._c.isend, data, self._rank("dest", dest),
+        return Request(self, self._call(self._c.isend, _buf(data), self._rank("dest", dest),
                                         self._tag(tag), sync))
 
     def irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
-        return Request(self, self._call(self._c.irecv, buf,
+        return Request(self, self._call(self._c.irecv, _buf(buf),
                                         self._rank("source", source, any_ok=True),
                                         self._tag(tag, any_ok=True)), buf)
 
@@ -330,6 +337,17 @@ class Comm:
         self._call(self._c.allreduce, a, out, a.size, code, _op(op, ("sum", "min", "max")))
         return out
 
+    def alloc_mem(self, nbytes: int) -> PoolMemory:
+        """nbytes (zeroed) of this rank's pool partition: a send above the eager limit from
+        it travels in one copy (the receiver copies straight out of it)."""
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
+            raise ValueError(f"nbytes {nbytes!r}: expected an int > 0")
+        return PoolMemory(self, self._call(_native.MsgMemory, self._c, nbytes))
+
+    def is_pool_mem(self, buf: Any) -> bool:
+        """Whether the bytes of buf lie in one block of alloc_mem (a send travels in one copy)."""
+        return bool(self._call(self._c.is_pool_mem, _buf(buf)))
+
     def window(self, nbytes: int) -> Window:
         """Collective: a one-sided window of nbytes (zeroed) on every rank."""
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
@@ -363,6 +381,35 @@ class Request:
     def cancel(self) -> None:
         """Withdraw a receive not yet matched (MsgError if it already was, or is a send)."""
         self._comm._call(self._r.cancel)
+
+
+class PoolMemory:
+    """Memory of a comm in the pool (Comm.alloc_mem). `view` is a writable memoryview of it
+    (numpy.frombuffer(mem.view) an array); the comm's calls take the object itself or any
+    slice of its view. A send from it above the eager limit is not
+    copied by the sender: the receiver copies straight out, and the send completes at its
+    answer — keep the bytes unchanged until then, as for any isend. free() refuses
+    (BufferError) while views are alive and (MsgError, EBUSY) while a send from it is."""
+
+    def __init__(self, comm: Comm, native: Any) -> None:
+        self._comm, self._m = comm, native
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._m.nbytes)
+
+    @property
+    def view(self) -> memoryview:
+        return memoryview(self._m)
+
+    def free(self) -> None:
+        self._comm._call(self._m.free)
+
+    def __enter__(self) -> PoolMemory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.free()
 
 
 class Window:
@@ -448,6 +495,11 @@ class Window:
 
     def __exit__(self, *exc: object) -> None:
         self.free()
+
+
+def _buf(x: Any) -> Any:
+    """The buffer the native calls take: a PoolMemory's own, else x."""
+    return x._m if isinstance(x, PoolMemory) else x
 
 
 def _off(v: int) -> int:

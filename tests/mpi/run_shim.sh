@@ -14,7 +14,8 @@
 #     under the shim;
 #  4. the OSU-format programs of bench/osu, unmodified, under the shim (each checks the data
 #     it received; exit 3 on a wrong byte), point-to-point ones routed through the pool, the
-#     put/get ones' windows too.
+#     put/get ones' windows too; bw and latency again with MPI_Alloc_mem buffers (-b pool):
+#     the blocks on the pool and the large sends from them in one copy.
 # The shim is preloaded on the launcher (LD_PRELOAD=... mpiexec ...), as a user would.
 set -u
 OUT=${1:?usage: run_shim.sh OUTDIR}
@@ -132,6 +133,18 @@ for mpi in mpich openmpi; do
                 fail "$mpi: $b's window not on the pool" ;;
         *) routed "$f" 2 || fail "$mpi: $b did not use the pool" ;;
         esac
+    done
+    # MPI_Alloc_mem under the shim (issue 14, fifth round): osu bw and latency with their
+    # buffers from MPI_Alloc_mem (-b pool), unmodified: the blocks come from the pool and the
+    # sends above the eager limit from them travel in one copy (the data is checked)
+    for b in bw latency; do
+        f="$OUT/$mpi.osu.$b.allocmem.txt"
+        env LD_PRELOAD="$shim" CXLKIT_MPI_STATS=1 timeout "$TMO" $(launch $mpi 2) \
+            "$osu" "$b" -n 65536 -m 262144 -i "${OSU_ITERS:-20}" -b pool > "$f" 2>&1 ||
+            fail "$mpi: $b -b pool under the shim (see $f)"
+        [ "$(grep -c ': pool memory: 2 MPI_Alloc_mem blocks (0 from the MPI' "$f")" -eq 2 ] &&
+            grep -q "rank 0: pool memory: .* [1-9][0-9]* one-copy sends" "$f" ||
+            fail "$mpi: $b -b pool: MPI_Alloc_mem not from the pool or no one-copy send (see $f)"
     done
 done
 [ "$fails" -eq 0 ] && echo "run_shim: all passed ($OUT)"
