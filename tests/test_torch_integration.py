@@ -803,3 +803,26 @@ def test_huge_pages_false_leaves_fp32_params_in_place(monkeypatch):
     o = TieredAdamW([p], lr=1e-3, huge_pages=False)
     assert p.data_ptr() == ptr
     assert not [b for c, b in o.buffers() if c == "fp32_params"]
+
+
+def test_moved_params_outlive_the_optimizer(monkeypatch):
+    # the moved param's storage is a view of the optimizer's buffer: dropping the optimizer
+    # must leave the param's memory mapped and its values as they were
+    import gc
+
+    import cxlkit.integrations.torch as cxt
+    monkeypatch.setattr(cxt, "THP_MOVE_BYTES", 4096)
+    p = torch.nn.Parameter(torch.randn(4096))
+    p.grad = torch.randn(4096)
+    o = TieredAdamW([p], lr=1e-3)
+    o.step()
+    after = p.detach().clone()
+    (buf,) = [b for c, b in o.buffers() if c == "fp32_params"]
+    assert _in(buf, p)
+    del o, buf
+    gc.collect()
+    junk = [torch.full((4096,), 7.0) for _ in range(64)]  # reuse of freed memory would show
+    assert torch.equal(p.detach(), after)
+    p.detach().add_(1.0)
+    assert torch.equal(p.detach(), after + 1.0)
+    del junk
