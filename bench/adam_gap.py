@@ -12,7 +12,8 @@ A `fb:` prefix runs the forward/backward of adam_e2e's small MLP right before th
 adam_e2e does before every task); without it the task follows the previous one directly.
 --thp-user puts the grad and the model's param (the arrays the optimizer does not own) in
 2 MiB-aligned MADV_HUGEPAGE buffers, as the optimizer's own moments are; without it they are
-torch's (4 KiB pages unless THP_MEM_ALLOC_ENABLE=1). One JSON line: medians, spreads and per
+torch's (4 KiB pages unless THP_MEM_ALLOC_ENABLE=1; an fp32 param of THP_MOVE_BYTES or more
+TieredAdamW moves into its own huge-page buffer either way). One JSON line: medians, spreads and per
 pair the bound's time over the step's in the same round (pct), median over rounds.
 
     .venv-ds/bin/python bench/adam_gap.py --size 10M --threads 1 --model bf16 --rounds 21
