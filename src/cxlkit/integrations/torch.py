@@ -107,8 +107,9 @@ class TieredAdamW(torch.optim.Optimizer):
     once per 4 KiB without them), and move every fp32 CPU param that is its own master, of
     THP_MOVE_BYTES or more and its storage whole, into such a buffer at construction (one
     copy; p.data becomes a view of it; torch's allocator gives it 4 KiB pages unless
-    THP_MEM_ALLOC_ENABLE=1), as a plan placing fp32_params does. With pinned teams (several memory nodes, or team=int),
-    run with OMP_WAIT_POLICY=PASSIVE where torch does CPU work on the same cores: libgomp's
+    THP_MEM_ALLOC_ENABLE=1), as a plan placing fp32_params does. With pinned teams
+    (several memory nodes, or team=int), run with OMP_WAIT_POLICY=PASSIVE where torch does
+    CPU work on the same cores: libgomp's
     threads otherwise spin for milliseconds after each op and take the CPUs the team is
     pinned to (docs/train.md)."""
 
