@@ -826,3 +826,20 @@ def test_moved_params_outlive_the_optimizer(monkeypatch):
     p.detach().add_(1.0)
     assert torch.equal(p.detach(), after + 1.0)
     del junk
+
+
+def test_a_subclass_step_calling_super_runs_each_hook_once():
+    # torch wraps the subclass's own step; TieredAdamW.step under it must not run the hooks
+    # a second time
+    class Clipped(TieredAdamW):
+        def step(self, closure=None, *, grad_scale=1.0):
+            return super().step(closure, grad_scale=grad_scale)
+
+    p = torch.nn.Parameter(torch.randn(64))
+    p.grad = torch.randn(64)
+    o = Clipped([p], lr=1e-3)
+    calls = []
+    o.register_step_pre_hook(lambda *a: calls.append("pre"))
+    o.register_step_post_hook(lambda *a: calls.append("post"))
+    o.step()
+    assert calls == ["pre", "post"] and int(o.state[p]["step"]) == 1
