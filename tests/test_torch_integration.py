@@ -843,3 +843,25 @@ def test_a_subclass_step_calling_super_runs_each_hook_once():
     o.register_step_post_hook(lambda *a: calls.append("post"))
     o.step()
     assert calls == ["pre", "post"] and int(o.state[p]["step"]) == 1
+
+
+def test_moved_params_save_and_load_with_transformers(monkeypatch, tmp_path):
+    # moved params are disjoint views of one buffer: save_pretrained (safetensors) must keep
+    # every one of them, not take them for tied weights
+    transformers = pytest.importorskip("transformers")
+    import cxlkit.integrations.torch as cxt
+    monkeypatch.setattr(cxt, "THP_MOVE_BYTES", 4096)
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=4)
+    torch.manual_seed(0)
+    m = transformers.LlamaForCausalLM(cfg)
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    o = TieredAdamW(m.parameters(), lr=1e-3)
+    bufs = [b for c, b in o.buffers() if c == "fp32_params"]
+    assert sum(any(_in(b, p) for b in bufs) for p in m.parameters()) >= 10  # moved
+    m.save_pretrained(tmp_path)
+    back = transformers.LlamaForCausalLM.from_pretrained(tmp_path)
+    assert before.keys() == back.state_dict().keys()
+    for k, v in back.state_dict().items():
+        assert torch.equal(before[k], v), k
