@@ -4,6 +4,10 @@ between steps (torch's OpenMP threads are busy right before every step), fp32 an
 bf16 baselines are what a user writes: an fp32 master stepped by torch / DeepSpeed, the grad
 upcast into the master's grad buffer (kept across steps) and `.copy_()` back to the bf16
 param; one such master serves both baselines (memory: 200M params fit beside other tenants).
+TieredAdamW gets a param of its own (its default huge_pages moves a large fp32 param into a
+huge-page buffer, which the baselines must not share); --no-thp-move sets THP_MOVE_BYTES out
+of reach, so the param stays in torch's pages (the lever off; THP_MEM_ALLOC_ENABLE=1 in the
+environment gives every torch allocation huge pages instead, for all three).
 A configuration whose child fails (the OOM killer) gets a line with "error" and the rest run. Each configuration runs in a child
 process (OMP_WAIT_POLICY must be set before libgomp starts): `default` leaves the
 environment as it is, `passive` sets OMP_WAIT_POLICY=PASSIVE. One JSON line per
@@ -70,10 +74,15 @@ def child(a: argparse.Namespace) -> None:
         return p
 
     impls = {}
-    mine = TieredAdamW([param(low)], lr=1e-4)  # as a user builds it
+    if not a.thp_move:  # the lever off: own-master params stay in torch's pages
+        import cxlkit.integrations.torch as cxt
+        cxt.THP_MOVE_BYTES = float("inf")
+    # as a user builds it; a param of its own also for an fp32 model: huge_pages moves an
+    # fp32 param into a huge-page buffer, which the baselines must not share
+    mine = TieredAdamW([param(True)], lr=1e-4)
     impls["cxlkit"] = mine.step
     if a.threads > 1 and a.pinned:  # the previous default: a pinned team of its own
-        impls["cxlkit_pinned"] = TieredAdamW([param(low)], lr=1e-4,
+        impls["cxlkit_pinned"] = TieredAdamW([param(True)], lr=1e-4,
                                              team=AdamTeam(a.threads)).step
 
     masters: list[torch.Tensor] = []
@@ -148,6 +157,7 @@ def child(a: argparse.Namespace) -> None:
     times["bound"] = times.pop("bound_traffic")
     out = {"size": a.size, "params": n, "threads": a.threads, "model": a.model,
            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"), "reps": a.reps,
+           "thp_move": a.thp_move, "thp_mem_alloc": os.environ.get("THP_MEM_ALLOC_ENABLE", "0"),
            "bytes_per_param": bytes_pp,
            "ms": {k: round(statistics.median(v) * 1e3, 3) for k, v in times.items()},
            "ms_spread": {k: [round(min(v) * 1e3, 3), round(max(v) * 1e3, 3)]
@@ -169,6 +179,10 @@ def child(a: argparse.Namespace) -> None:
                 o / c for o, c in zip(times[k], times["cxlkit"])), 3)
     if impls_error:
         out["deepspeed_error"] = impls_error
+    # where TieredAdamW's param lives: in a buffer of its own (moved to huge pages) or not
+    mp = mine.param_groups[0]["params"][0]
+    out["cxlkit_param_moved"] = any(
+        b.address <= mp.data_ptr() < b.address + len(b) for _, b in mine.buffers())
     out["loadavg_1m"] = round(os.getloadavg()[0], 1)  # the other tenants, as the run ended
     print(json.dumps(out), flush=True)
 
@@ -200,7 +214,9 @@ def summary(paths: list[str]) -> None:
                     if "error" in d:
                         continue  # a configuration that did not run (its line says why)
                     d.update(best_of_rounds(d))
-                    key = (d["omp_wait_policy"], d["params"], d["threads"], d["model"])
+                    pol = d["omp_wait_policy"] + ("" if d.get("thp_move", True)
+                                                  else ", no THP move")
+                    key = (pol, d["params"], d["threads"], d["model"])
                     rows.setdefault(key, []).append(d)
     cols = ["cxlkit_gbs", "pct_of_bound", "vs_torch_fused", "vs_deepspeed", "vs_cxlkit_pinned",
             "best_pct_of_bound", "best_vs_torch_fused", "best_vs_deepspeed"]
@@ -208,7 +224,8 @@ def summary(paths: list[str]) -> None:
           "| vs DeepSpeed | vs pinned team | best: % of bound | best: vs torch | best: vs DS "
           "| % of bound per run | vs torch per run | vs DS per run | % of stream bound |")
     print("|" + "---|" * 16)
-    for key in sorted(rows, key=lambda k: (k[0] != "default", k[1], k[2], k[3] != "fp32")):
+    for key in sorted(rows, key=lambda k: (not k[0].startswith("default"), k[0], k[1], k[2],
+                                           k[3] != "fp32")):
         ds = rows[key]
 
         def med(c: str) -> str:
@@ -231,6 +248,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--no-pinned", dest="pinned", action="store_false",
                     help="leave out TieredAdamW on a pinned AdamTeam (the old default)")
+    ap.add_argument("--no-thp-move", dest="thp_move", action="store_false",
+                    help="TieredAdamW leaves fp32 params in torch's pages (THP_MOVE_BYTES off)")
     ap.add_argument("--summary", nargs="+", metavar="JSONL",
                     help="print a markdown table of the medians over these runs' lines")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -257,7 +276,8 @@ def main() -> None:
                 for model in a.models.split(","):
                     r = subprocess.run([sys.executable, __file__, "--child", "--size", size,
                                         "--threads", t, "--model", model, "--reps",
-                                        str(a.reps)] + ([] if a.pinned else ["--no-pinned"]),
+                                        str(a.reps)] + ([] if a.pinned else ["--no-pinned"])
+                                       + ([] if a.thp_move else ["--no-thp-move"]),
                                        env=env)
                     if r.returncode:  # the next configurations still run; this one says why
                         failed = True

@@ -104,3 +104,26 @@ def test_adam_phases_bench_splits_the_step_into_native_and_python(team):
                        "cxlkit_tiny", "torch_fused_tiny"}
     assert 0 < ms["cxlkit_native"] <= ms["cxlkit"] and ms["cxlkit_python"] >= 0
     assert d["vs_torch_fused"] > 0 and d["cxlkit_gbs"] > 0
+
+
+@pytest.mark.slow  # two children, each importing torch
+def test_adam_e2e_bench_thp_move_both_ways(tmp_path):
+    # TieredAdamW's fp32 param (3M params, 12 MB: past THP_MOVE_BYTES) moves into its huge-page
+    # buffer by default and stays in torch's pages with --no-thp-move; the line says which,
+    # and the summary keeps the two apart
+    lines = []
+    for extra in ([], ["--no-thp-move"]):
+        r = subprocess.run([sys.executable, str(BENCH), "--sizes", "3M", "--threads", "1",
+                            "--models", "fp32", "--omp", "default", "--reps", "1",
+                            "--no-pinned", *extra], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        (d,) = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+        lines.append(d)
+    assert [(d["thp_move"], d["cxlkit_param_moved"]) for d in lines] == [(True, True),
+                                                                         (False, False)]
+    path = tmp_path / "both.jsonl"
+    path.write_text("".join(json.dumps(d) + "\n" for d in lines))
+    table = subprocess.run([sys.executable, str(BENCH), "--summary", str(path)],
+                           capture_output=True, text=True, timeout=60, check=True).stdout
+    assert [x.split(" | ")[0] for x in table.splitlines() if x.startswith("| default")] == [
+        "| default", "| default, no THP move"]

@@ -296,3 +296,18 @@ def test_resync_false_resume_keeps_the_saved_master_bits():
     for a, b in zip(m.parameters(), m2.parameters()):
         assert torch.equal(a, b)
         assert torch.equal(opt.state[a]["master"], o2.state[b]["master"])
+
+
+@pytest.mark.parametrize("how", list(CHANGES))
+def test_fp32_params_moved_into_huge_pages_see_every_change(monkeypatch, how):
+    # huge_pages moves large fp32 params into the optimizer's THP buffer at construction:
+    # every way of changing weights between steps must still be what the next step reads
+    import cxlkit.integrations.torch as cxt
+    monkeypatch.setattr(cxt, "THP_MOVE_BYTES", 1)  # the MLP's params are small
+    change = CHANGES[how] or loaded(torch.float32)
+    mine, ref_model, opt = run_pair(torch.float32, change)
+    assert_same(mine, ref_model)
+    (cls, buf), = [b for b in opt.buffers() if b[0] == "fp32_params"]
+    base = torch.frombuffer(buf, dtype=torch.uint8).data_ptr()
+    for p in mine.parameters():  # where they live now (a to() round trip moved them back)
+        assert base <= p.data_ptr() < base + len(buf)

@@ -614,3 +614,254 @@ def test_traffic_step_changes_no_param_state_or_step_count(dtype):
     assert all(torch.equal(now[k], state[k]) for k in state)
     train(m, o, 1, x, y)  # the step after re-reads the written param as before
     assert int(o.state[next(m.parameters())]["step"]) == 3
+
+
+# ---- step() outside torch's step wrapper (issue 12, round 10) ----
+
+def _one_param_opt():
+    p = torch.nn.Parameter(torch.randn(64))
+    p.grad = torch.randn(64)
+    return p, TieredAdamW([p], lr=1e-3)
+
+
+def test_step_hooks_run_once_each_and_can_replace_the_arguments():
+    p, o = _one_param_opt()
+    calls = []
+    h1 = o.register_step_pre_hook(lambda opt, args, kw: calls.append(("pre", args, kw)))
+    h2 = o.register_step_post_hook(lambda opt, args, kw: calls.append(("post", args, kw)))
+    o.step(grad_scale=0.5)
+    assert [c[0] for c in calls] == ["pre", "post"]
+    assert calls[0][2] == {"grad_scale": 0.5}
+    # a pre hook returning (args, kwargs) replaces them, as under torch's wrapper
+    h3 = o.register_step_pre_hook(lambda opt, args, kw: (args, {"grad_scale": 0.0}))
+    calls.clear()
+    o.step(grad_scale=2.0)
+    assert calls[-1][0] == "post" and calls[-1][2] == {"grad_scale": 0.0}
+    assert int(o.state[p]["step"]) == 2
+    for h in (h1, h2, h3):
+        h.remove()
+    calls.clear()
+    o.step()
+    assert calls == []  # removed: the plain path runs no hook
+    gcalls = []
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+    g = register_optimizer_step_post_hook(
+        lambda opt, args, kw: gcalls.append(type(opt).__name__))
+    try:
+        o.step()
+    finally:
+        g.remove()
+    assert gcalls == ["TieredAdamW"]
+
+
+def test_step_is_labelled_for_the_profiler_only_while_it_records(monkeypatch):
+    p, o = _one_param_opt()
+    assert getattr(TieredAdamW.step, "hooked", False)  # torch does not wrap it again
+    with torch.profiler.profile() as prof:
+        o.step()
+    assert "Optimizer.step#TieredAdamW.step" in {e.name for e in prof.events()}
+    # without hooks or a profiler, torch's wrapper (record_function & co.) is not entered
+    entered = []
+    real = torch.autograd.profiler.record_function
+    monkeypatch.setattr(torch.autograd.profiler, "record_function",
+                        lambda *a, **k: entered.append(a) or real(*a, **k))
+    o.step()
+    assert entered == []
+    with torch.autograd.profiler.profile():
+        o.step()
+    assert entered and entered[0][0] == "Optimizer.step#TieredAdamW.step"
+    assert int(o.state[p]["step"]) == 3
+
+
+def test_plain_and_hooked_steps_give_the_same_bits():
+    p1, o1 = _one_param_opt()
+    p2 = torch.nn.Parameter(p1.detach().clone())
+    p2.grad = p1.grad.clone()
+    o2 = TieredAdamW([p2], lr=1e-3)
+    o2.register_step_pre_hook(lambda *a: None)
+    for _ in range(3):
+        o1.step()
+        o2.step()
+    assert torch.equal(p1, p2)
+    assert torch.equal(o1.state[p1]["exp_avg_sq"], o2.state[p2]["exp_avg_sq"])
+
+
+def _torch_twin(p: torch.Tensor):
+    q = torch.nn.Parameter(p.detach().clone())
+    q.grad = p.grad.clone()
+    return q, torch.optim.AdamW([q], lr=1e-3, foreach=False)
+
+
+def test_step_counts_written_from_outside_are_what_the_next_step_uses():
+    # the counts live in a numpy-advanced array: an in-place write to state["step"], a
+    # replaced step tensor and load_state_dict must all still drive the bias correction
+    p, o = _one_param_opt()
+    q, ref = _torch_twin(p)
+    o.step()
+    ref.step()
+    o.state[p]["step"].fill_(7.0)  # in place: the slot itself
+    ref.state[q]["step"].fill_(7.0)
+    o.step()
+    ref.step()
+    assert int(o.state[p]["step"]) == 8
+    torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-6, atol=1e-7)
+    o.state[p]["step"] = torch.tensor(20.0)  # replaced: advanced the torch way
+    ref.state[q]["step"] = torch.tensor(20.0)
+    o.step()
+    ref.step()
+    assert int(o.state[p]["step"]) == 21
+    torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-6, atol=1e-7)
+    sd = copy.deepcopy(o.state_dict())
+    sd["state"][0]["step"] = torch.tensor(3.0)
+    o.load_state_dict(sd)
+    ref.state[q]["step"] = torch.tensor(3.0)
+    ref.state[q]["exp_avg"].copy_(o.state[p]["exp_avg"])
+    ref.state[q]["exp_avg_sq"].copy_(o.state[p]["exp_avg_sq"])
+    o.step()
+    ref.step()
+    assert int(o.state[p]["step"]) == 4
+    torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-6, atol=1e-7)
+
+
+def test_step_counts_advance_without_a_torch_op(monkeypatch):
+    m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    o = TieredAdamW(m.parameters(), lr=1e-3)
+    called = []
+    monkeypatch.setattr(torch, "_foreach_add_", lambda *a, **k: called.append(a))
+    m(torch.randn(5, 4)).sum().backward()
+    m[1].bias.grad = None  # a param without a grad keeps its count
+    o.step()
+    o.step()
+    assert called == []
+    assert [int(o.state[p]["step"]) for p in m.parameters()] == [2, 2, 2, 0]
+
+
+def test_step_and_traffic_step_restore_grad_mode_even_when_they_raise():
+    p, o = _one_param_opt()
+    seen = []
+    o.register_step_post_hook(lambda *a: seen.append(torch.is_grad_enabled()))
+    o.step()
+    assert torch.is_grad_enabled() and seen == [True]  # hooks run outside the step's no-grad
+    o.traffic_step()
+    assert torch.is_grad_enabled()
+    p.grad = torch.zeros(64).to_sparse()  # TypeError mid-step
+    for f in (o.step, o.traffic_step):
+        with pytest.raises(TypeError, match="sparse"):
+            f()
+        assert torch.is_grad_enabled()
+    with torch.no_grad():
+        p.grad = torch.ones(64)
+        o.step()
+        assert not torch.is_grad_enabled()
+
+
+# ---- huge_pages moves large fp32 params into a THP buffer (issue 12, round 10) ----
+
+def _in(buf, t):
+    base = torch.frombuffer(buf, dtype=torch.uint8).data_ptr()
+    return base <= t.data_ptr() < base + len(buf)
+
+
+def test_large_fp32_params_move_into_a_huge_page_buffer(monkeypatch):
+    import cxlkit.integrations.torch as cxt
+    monkeypatch.setattr(cxt, "THP_MOVE_BYTES", 4096)
+    big = torch.nn.Parameter(torch.randn(2048))  # 8 KiB: moved
+    small = torch.nn.Parameter(torch.randn(100))  # under THP_MOVE_BYTES: stays
+    flat = torch.randn(4096)
+    view = torch.nn.Parameter(flat[:2048])  # a view into a larger storage: stays
+    whole = torch.randn(2048)
+    shared = torch.nn.Parameter(whole.view(32, 64))  # its storage whole, but `whole` shares it
+    ps = (big, small, view, shared)
+    before = {id(p): (p.data_ptr(), p.detach().clone()) for p in ps}
+    for p in ps:
+        p.grad = torch.randn_like(p)
+    q = torch.nn.Parameter(big.detach().clone())
+    q.grad = big.grad.clone()
+    ref = torch.optim.AdamW([q], lr=1e-3, foreach=False)
+    o = TieredAdamW(list(ps), lr=1e-3)
+    (buf,) = [b for c, b in o.buffers() if c == "fp32_params"]
+    assert len(buf) == 4 * 2048 and buf.thp is True
+    assert _in(buf, big) and not any(_in(buf, p) for p in (small, view, shared))
+    for p in (small, view, shared):
+        assert p.data_ptr() == before[id(p)][0]
+    for p in ps:
+        assert torch.equal(p.detach(), before[id(p)][1])  # moved or not, same values
+    for _ in range(2):
+        o.step()
+        ref.step()
+    torch.testing.assert_close(big.detach(), q.detach(), rtol=1e-6, atol=1e-7)
+    assert o.state[big]["master"].data_ptr() == big.data_ptr()  # still its own master
+    assert torch.equal(flat[:2048], view.detach())  # the aliases still alias
+    assert torch.equal(whole.view(32, 64), shared.detach())
+
+
+def test_huge_pages_false_leaves_fp32_params_in_place(monkeypatch):
+    import cxlkit.integrations.torch as cxt
+    monkeypatch.setattr(cxt, "THP_MOVE_BYTES", 4096)
+    p = torch.nn.Parameter(torch.randn(2048))
+    ptr = p.data_ptr()
+    o = TieredAdamW([p], lr=1e-3, huge_pages=False)
+    assert p.data_ptr() == ptr
+    assert not [b for c, b in o.buffers() if c == "fp32_params"]
+
+
+def test_moved_params_outlive_the_optimizer(monkeypatch):
+    # the moved param's storage is a view of the optimizer's buffer: dropping the optimizer
+    # must leave the param's memory mapped and its values as they were
+    import gc
+
+    import cxlkit.integrations.torch as cxt
+    monkeypatch.setattr(cxt, "THP_MOVE_BYTES", 4096)
+    p = torch.nn.Parameter(torch.randn(4096))
+    p.grad = torch.randn(4096)
+    o = TieredAdamW([p], lr=1e-3)
+    o.step()
+    after = p.detach().clone()
+    (buf,) = [b for c, b in o.buffers() if c == "fp32_params"]
+    assert _in(buf, p)
+    del o, buf
+    gc.collect()
+    junk = [torch.full((4096,), 7.0) for _ in range(64)]  # reuse of freed memory would show
+    assert torch.equal(p.detach(), after)
+    p.detach().add_(1.0)
+    assert torch.equal(p.detach(), after + 1.0)
+    del junk
+
+
+def test_a_subclass_step_calling_super_runs_each_hook_once():
+    # torch wraps the subclass's own step; TieredAdamW.step under it must not run the hooks
+    # a second time
+    class Clipped(TieredAdamW):
+        def step(self, closure=None, *, grad_scale=1.0):
+            return super().step(closure, grad_scale=grad_scale)
+
+    p = torch.nn.Parameter(torch.randn(64))
+    p.grad = torch.randn(64)
+    o = Clipped([p], lr=1e-3)
+    calls = []
+    o.register_step_pre_hook(lambda *a: calls.append("pre"))
+    o.register_step_post_hook(lambda *a: calls.append("post"))
+    o.step()
+    assert calls == ["pre", "post"] and int(o.state[p]["step"]) == 1
+
+
+def test_moved_params_save_and_load_with_transformers(monkeypatch, tmp_path):
+    # moved params are disjoint views of one buffer: save_pretrained (safetensors) must keep
+    # every one of them, not take them for tied weights
+    transformers = pytest.importorskip("transformers")
+    import cxlkit.integrations.torch as cxt
+    monkeypatch.setattr(cxt, "THP_MOVE_BYTES", 4096)
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=4)
+    torch.manual_seed(0)
+    m = transformers.LlamaForCausalLM(cfg)
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    o = TieredAdamW(m.parameters(), lr=1e-3)
+    bufs = [b for c, b in o.buffers() if c == "fp32_params"]
+    assert sum(any(_in(b, p) for b in bufs) for p in m.parameters()) >= 10  # moved
+    m.save_pretrained(tmp_path)
+    back = transformers.LlamaForCausalLM.from_pretrained(tmp_path)
+    assert before.keys() == back.state_dict().keys()
+    for k, v in back.state_dict().items():
+        assert torch.equal(before[k], v), k

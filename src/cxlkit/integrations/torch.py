@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
+from torch.autograd import profiler as _torch_profiler
+from torch.optim import optimizer as _torch_optimizer
 
 from .. import policy as P
 from .. import topology
@@ -22,6 +24,7 @@ log = logging.getLogger("cxlkit")
 
 _SUPPORTED = (torch.float32, torch.bfloat16, torch.float16)
 AUTO_TEAM_PARAMS = 1 << 20  # team="auto" starts threads from this many params on
+THP_MOVE_BYTES = 8 << 20  # huge_pages moves own-master fp32 params from 8 MiB (2M params) on
 _CODES = {torch.float32: A.DTYPES["float32"], torch.bfloat16: A.DTYPES["bfloat16"],
           torch.float16: A.DTYPES["float16"]}
 
@@ -47,6 +50,24 @@ def _default_team(spec: str) -> A.AdamTeam:
                 raise
             log.info("TieredAdamW: no OpenMP runtime loaded, using a pinned team")
     return A.AdamTeam()
+
+
+# torch's registries of global step hooks (dicts registration fills in place) and the
+# profiler's state, bound once: each attribute walk costs tens of us with the caches cold
+_GLOBAL_PRE_HOOKS = _torch_optimizer._global_optimizer_pre_hooks
+_GLOBAL_POST_HOOKS = _torch_optimizer._global_optimizer_post_hooks
+_profiler_on = torch._C._autograd._profiler_enabled
+_set_grad = torch._C._set_grad_enabled
+_grad_on = torch.is_grad_enabled
+
+
+def _global_step_hooks() -> bool:
+    return bool(_GLOBAL_PRE_HOOKS or _GLOBAL_POST_HOOKS)
+
+
+def _profiling() -> bool:
+    """A torch profiler (autograd's or kineto's) is recording: step keeps its label."""
+    return _torch_profiler._is_profiler_enabled or _profiler_on()
 
 
 class TieredAdamW(torch.optim.Optimizer):
@@ -83,8 +104,12 @@ class TieredAdamW(torch.optim.Optimizer):
     then stored normally and nt_copy only matters with resync=False. nt_state streams p, m, v too (slower on the machines measured so far).
     huge_pages: ask for transparent huge pages for every buffer whose policy is not
     page-granular interleave (fp32 state streamed as 3-4 arrays per thread misses the TLB
-    once per 4 KiB without them). With pinned teams (several memory nodes, or team=int),
-    run with OMP_WAIT_POLICY=PASSIVE where torch does CPU work on the same cores: libgomp's
+    once per 4 KiB without them), and move every fp32 CPU param that is its own master, of
+    THP_MOVE_BYTES or more and its storage whole, into such a buffer at construction (one
+    copy; p.data becomes a view of it; torch's allocator gives it 4 KiB pages unless
+    THP_MEM_ALLOC_ENABLE=1), as a plan placing fp32_params does. With pinned teams
+    (several memory nodes, or team=int), run with OMP_WAIT_POLICY=PASSIVE where torch does
+    CPU work on the same cores: libgomp's
     threads otherwise spin for milliseconds after each op and take the CPUs the team is
     pinned to (docs/train.md)."""
 
@@ -127,6 +152,10 @@ class TieredAdamW(torch.optim.Optimizer):
         self._warned_resync = False
         self._reread = 0  # elements re-read by _reread_if_changed, for this step's warning
         self._cfgs: dict[int, tuple[tuple, A.AdamConfig]] = {}  # id(group) -> (key, config)
+        self._ncount = (-1, 0)  # (len(param_groups), params in them) for _nparams
+        # id(param) -> (its state["step"], a 0-d view of slot i of its group's count array,
+        # that array as numpy, i): step() advances counts with numpy, not a torch op
+        self._counts: dict[int, tuple[torch.Tensor, Any, int]] = {}
         if nt_copy != "auto" and not isinstance(nt_copy, bool):
             raise ValueError(f"nt_copy {nt_copy!r}: expected True, False or 'auto'")
         if isinstance(team, str) and team not in ("auto", "openmp"):
@@ -177,7 +206,11 @@ class TieredAdamW(torch.optim.Optimizer):
                      "of 28 bytes per param)", copied, 4 * copied)
         n_own = sum(p.numel() for p, o in zip(params, own) if o)
         place_own = self._plan is not None or self._policy is not None
-        n_master = n - n_own + (n_own if place_own else 0)
+        # an own-master param moves into the fp32_params buffer when a plan or policy places
+        # that class, or (huge_pages) when it is large and owns its storage whole: torch's
+        # allocator gives it 4 KiB pages (THP is madvise-only on most distributions)
+        moved = [o and (place_own or self._thp_move(p)) for p, o in zip(params, own)]
+        n_master = n - n_own + sum(p.numel() for p, mo in zip(params, moved) if mo)
         master = _flat_f32(self._alloc("fp32_params", 4 * n_master)) if n_master else None
         moments = _flat_f32(self._alloc("optimizer_states", 8 * n))
         moments.zero_()
@@ -190,9 +223,11 @@ class TieredAdamW(torch.optim.Optimizer):
                                                   for p, o in zip(params, own) if not o))
             praw = torch.frombuffer(pbuf, dtype=torch.uint8)
         off = moff = boff = poff = 0
-        for p, is_own in zip(params, own):
+        counts = torch.zeros(len(params))  # every param's step count, one slot each
+        counts_np = counts.numpy()
+        for i, (p, is_own) in enumerate(zip(params, own)):
             k = p.numel()
-            if is_own and not place_own:
+            if is_own and not moved[i]:
                 mv = p.detach()  # the param is its own master: nothing copied, ever
                 self._own[id(p)] = None
             else:
@@ -203,7 +238,8 @@ class TieredAdamW(torch.optim.Optimizer):
                 if is_own:  # the param moves into the placed master buffer (one copy, now)
                     p.data = mv
                     self._own[id(p)] = mv
-            self.state[p] = {"step": torch.tensor(0.0), "exp_avg": m_all[off:off + k].view(p.shape),
+            self._counts[id(p)] = (counts[i], counts_np, i)
+            self.state[p] = {"step": counts[i], "exp_avg": m_all[off:off + k].view(p.shape),
                              "exp_avg_sq": v_all[off:off + k].view(p.shape), "master": mv}
             self._views[id(p)] = (mv.numpy(), m_all[off:off + k].numpy(),
                                   v_all[off:off + k].numpy())
@@ -222,6 +258,21 @@ class TieredAdamW(torch.optim.Optimizer):
                 self._seen[id(p)] = (p.detach(), p._version)
             off += k
             boff += nb
+
+    def _thp_move(self, p: torch.Tensor) -> bool:
+        """huge_pages: move this own-master param into a huge-page buffer? From THP_MOVE_BYTES
+        on, and only a param that is its storage whole and its storage's only user: a view
+        into a flat buffer, or a storage another tensor shares (a view, a detached alias),
+        stays where its owner put it, so no alias silently stops aliasing."""
+        nbytes = p.numel() * 4
+        if not (self._huge_pages and nbytes >= THP_MOVE_BYTES and p.storage_offset() == 0
+                and p.untyped_storage().nbytes() == nbytes):
+            return False
+        use_count = getattr(torch._C, "_storage_Use_Count", None)
+        if use_count is None:  # no way to tell whether another tensor shares it: leave it
+            return False
+        st = p.untyped_storage()
+        return use_count(st._cdata) <= 2  # p's own reference and `st`'s
 
     def _own_master(self, p: torch.Tensor) -> bool:
         return self._master_mode == "auto" and p.dtype == torch.float32 \
@@ -248,7 +299,12 @@ class TieredAdamW(torch.optim.Optimizer):
                         p.grad.detach_().zero_()
 
     def _nparams(self) -> int:
-        return sum(p.numel() for g in self.param_groups for p in g["params"])
+        # params join only through add_param_group: one sum per group count (the sum walks
+        # every param: 35 us a step with the caches cold after forward/backward)
+        k = len(self.param_groups)
+        if self._ncount[0] != k:
+            self._ncount = (k, sum(p.numel() for g in self.param_groups for p in g["params"]))
+        return self._ncount[1]
 
     def _config(self, group: dict[str, Any]) -> A.AdamConfig:
         nt_copy = self._nt[1]
@@ -266,12 +322,20 @@ class TieredAdamW(torch.optim.Optimizer):
         self._cfgs[id(group)] = (key, cfg)  # one per group: a scheduler's lr replaces it
         return cfg
 
-    @torch.no_grad()
     def step(self, closure: Any = None, *, grad_scale: float = 1.0) -> Any:
-        loss = _closure_loss(closure, grad_scale)
-        for group in self.param_groups:
-            self._step_group(group, grad_scale)
-        return loss
+        """One step of every group. torch's step pre/post hooks run as torch's own wrapper
+        runs them, and the profiler sees "Optimizer.step#TieredAdamW.step" while it runs;
+        without either, the step skips that wrapper: right after forward/backward (or the
+        previous step) streamed the caches out, its record_function, hook lookups and
+        _optimizer_step_code cost about 0.2 ms cold, 3 % of a 10M-param bf16 step
+        (docs/train.md, round 10)."""
+        if (_global_step_hooks() or self._optimizer_step_pre_hooks
+                or self._optimizer_step_post_hooks or _profiling()) \
+                and type(self).step is TieredAdamW.step:  # a subclass's own step: torch
+            return _HOOKED_STEP(self, closure, grad_scale=grad_scale)  # wrapped that one
+        return _plain_step(self, closure, grad_scale=grad_scale)
+
+    step.hooked = True  # torch's _patch_step_function: do not wrap it again
 
     def _step_group(self, group: dict[str, Any], grad_scale: float) -> None:
         """One group: the kernel's arguments per step count, one kernel call per count,
@@ -280,7 +344,8 @@ class TieredAdamW(torch.optim.Optimizer):
         by_step: dict[int, list[tuple]] = {}
         back: list[tuple[torch.Tensor, torch.Tensor]] = []  # (param, staged copy)
         low = False  # a 16-bit param's master may be re-read (an upcast, not exact)
-        todo: list[tuple[tuple, torch.Tensor]] = []  # (kernel args, step count tensor)
+        todo: list[tuple] = []  # kernel args
+        stepped: list[torch.Tensor] = []
         for p in group["params"]:
             if p.grad is None:
                 continue
@@ -288,11 +353,10 @@ class TieredAdamW(torch.optim.Optimizer):
             if staged is not None:
                 back.append((p, staged))
             low |= args[5] is not None and p.dtype != torch.float32
-            todo.append((args, self.state[p]["step"]))
-        if todo:  # one op for every count: a `+= 1` per param costs 3-9 us each
-            torch._foreach_add_([st for _, st in todo], 1.0)
-        for args, st in todo:
-            by_step.setdefault(int(st.item()), []).append(args)
+            todo.append(args)
+            stepped.append(p)
+        for args, s in zip(todo, self._advance(stepped)):
+            by_step.setdefault(s, []).append(args)
         team = self._auto_team()
         changed, self._reread = self._reread, 0
         for s, args in by_step.items():
@@ -313,19 +377,49 @@ class TieredAdamW(torch.optim.Optimizer):
                         "masters held are gone (logged once)", changed, "/".join(dtypes))
             self._warned_resync = True
 
-    @torch.no_grad()
+    def _advance(self, params: list[torch.Tensor]) -> list[int]:
+        """Each param's step count plus one, returned as ints. A group's counts live in one
+        float32 array (state["step"] is a 0-d view of its slot, so in-place writes to it are
+        seen) advanced with one numpy op: torch ops (_foreach_add_, then .item() per count)
+        cost about 150 us with the caches cold after forward/backward, 2 % of a 10M-param
+        bf16 step. A step tensor replaced from outside advances the torch way."""
+        arrays: dict[int, tuple[Any, list[int]]] = {}
+        where: list[tuple[Any, int] | int] = []
+        for p in params:
+            st = self.state[p]["step"]
+            c = self._counts.get(id(p))
+            if c is not None and c[0] is st:
+                arrays.setdefault(id(c[1]), (c[1], []))[1].append(c[2])
+                where.append((c[1], c[2]))
+            else:
+                st.add_(1)
+                where.append(int(st.item()))
+        values = {}
+        for key, (arr, idx) in arrays.items():
+            if len(idx) == len(arr):
+                arr += 1
+            else:
+                arr[idx] += 1
+            values[key] = arr.tolist()
+        return [w if isinstance(w, int) else int(values[id(w[0])][w[1]]) for w in where]
+
     def traffic_step(self) -> None:
         """Benchmarks: the memory traffic of step() without its arithmetic, on this
         optimizer's own buffers and threads, the bandwidth bound its step is judged against:
         per param with a grad, the master, exp_avg, exp_avg_sq and the param's 16-bit copy
         read and written back unchanged and the grad read, in the kernel's loop and order
         (AdamConfig.traffic_only). No value, step count or state changes; staged params (off
-        the CPU) are not copied back."""
-        for group in self.param_groups:
-            args = [self._kernel_args(p)[0] for p in group["params"] if p.grad is not None]
-            if args:
-                cfg = dataclasses.replace(self._config(group), traffic_only=True)
-                A.step_raw(args, cfg, 1, team=self._auto_team())
+        the CPU) are not copied back. Grad mode is switched off as step() does it."""
+        was = _grad_on()
+        _set_grad(False)
+        try:
+            for group in self.param_groups:
+                args = [self._kernel_args(p)[0] for p in group["params"] if p.grad is not None]
+                if args:
+                    cfg = dataclasses.replace(self._config(group), traffic_only=True)
+                    A.step_raw(args, cfg, 1, team=self._auto_team())
+        finally:
+            _set_grad(was)
 
     def _kernel_args(self, p: torch.Tensor) -> tuple[tuple, torch.Tensor | None]:
         """The kernel's tuple for one param with a grad, and the staged CPU copy to write
@@ -463,7 +557,12 @@ class TieredAdamW(torch.optim.Optimizer):
                 st["master"].copy_(p.detach().to("cpu", torch.float32))
             if id(p) not in self._own and id(p) not in self._stage:
                 self._seen[id(p)] = (p.detach(), p._version)
-            st["step"] = torch.tensor(float(v["step"]))
+            c = self._counts.get(id(p))
+            if c is not None:  # back into its slot of the group's count array
+                c[0].fill_(float(v["step"]))
+                st["step"] = c[0]
+            else:
+                st["step"] = torch.tensor(float(v["step"]))
         for g, sg in zip(self.param_groups, saved):
             for key, val in sg.items():
                 if key != "params":
@@ -486,6 +585,23 @@ class TieredAdamW(torch.optim.Optimizer):
             from .torch_spill import SpilledAdamW
             cls = SpilledAdamW
         return super().__new__(cls)
+
+
+def _plain_step(opt: TieredAdamW, closure: Any = None, *, grad_scale: float = 1.0) -> Any:
+    loss = _closure_loss(closure, grad_scale)
+    was = _grad_on()  # torch.no_grad() as two C calls (the context manager: ~60 us cold)
+    _set_grad(False)
+    try:
+        for group in opt.param_groups:
+            opt._step_group(group, grad_scale)
+    finally:
+        _set_grad(was)
+    return loss
+
+
+# torch's own wrapper around the plain step (hooks, record_function), for when hooks are
+# registered or a profiler runs: the same behaviour as any torch optimizer's step then
+_HOOKED_STEP = torch.optim.Optimizer.profile_hook_step(_plain_step)
 
 
 # ---- activation offload ----
