@@ -210,7 +210,12 @@ class TieredAdamW(torch.optim.Optimizer):
         # that class, or (huge_pages) when it is large and owns its storage whole: torch's
         # allocator gives it 4 KiB pages (THP is madvise-only on most distributions)
         moved = [o and (place_own or self._thp_move(p)) for p, o in zip(params, own)]
-        n_master = n - n_own + sum(p.numel() for p, mo in zip(params, moved) if mo)
+        # a param moved for huge pages alone gets a buffer of its own: a view into the group's
+        # shared buffer would make torch.save of one param (or of a model's state_dict) write
+        # that whole buffer, the bf16 params' masters included
+        alone = [mo and not place_own for mo in moved]
+        n_master = n - n_own + sum(p.numel() for p, mo, a in zip(params, moved, alone)
+                                   if mo and not a)
         master = _flat_f32(self._alloc("fp32_params", 4 * n_master)) if n_master else None
         moments = _flat_f32(self._alloc("optimizer_states", 8 * n))
         moments.zero_()
@@ -230,9 +235,12 @@ class TieredAdamW(torch.optim.Optimizer):
             if is_own and not moved[i]:
                 mv = p.detach()  # the param is its own master: nothing copied, ever
                 self._own[id(p)] = None
+            elif alone[i]:
+                mv = _flat_f32(self._alloc("fp32_params", 4 * k)).view(p.shape)
             else:
                 mv = master[moff:moff + k].view(p.shape)
                 moff += k
+            if not is_own or moved[i]:
                 with torch.no_grad():
                     mv.copy_(p.detach().to("cpu", torch.float32))
                 if is_own:  # the param moves into the placed master buffer (one copy, now)
