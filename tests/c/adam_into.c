@@ -9,22 +9,12 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "adam_util.h"
 #include "check.h"
 #include "cxlkit.h"
 
 #define N 1003
 #define PAD 32
-
-static float rnd(uint32_t *s) {
-    *s = *s * 1664525u + 1013904223u;
-    return (float)((int32_t)(*s >> 8) - (1 << 23)) / (float)(1 << 23);
-}
-
-static uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
 
 /* the inputs and the copy, plus a separate output area */
 struct state {
