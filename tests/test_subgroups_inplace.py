@@ -44,6 +44,18 @@ def one_step(st, ref, g16):
     return m
 
 
+def assert_resumes(shm_dir, namespace, at, saved):
+    """A new store on the same directory resumes at step `at` with the state `saved`."""
+    with SubgroupStore([f"map:{shm_dir}"], subgroup_params=700, cache_subgroups=3,
+                       bandwidths=[1.0], namespace=namespace) as st2:
+        st2.bind(SIZES)
+        assert st2.resume() == {"at": at}
+        got = st2.read_state()
+        for i, s in enumerate(saved):
+            for a, b in zip(got[i], s):
+                assert np.array_equal(a, b)
+
+
 @pytest.mark.parametrize("fold", [True, False])
 @pytest.mark.parametrize("kind", ["map", "pool", "mem"])
 def test_in_place_route_gives_the_kernels_bits_and_copies_no_payload(kind, fold, shm_dir,
@@ -141,14 +153,7 @@ def test_torn_in_place_update_leaves_the_previous_generation(shm_dir, monkeypatc
         for c, w in zip(copies, ref.advance(g16)):
             assert np.array_equal(c, w)
         check_state(st, ref)
-    with SubgroupStore([f"map:{shm_dir}"], subgroup_params=700, cache_subgroups=3,
-                       bandwidths=[1.0], namespace="torn") as st2:
-        st2.bind(SIZES)
-        assert st2.resume() == {"at": 1}
-        got = st2.read_state()
-        for i, s in enumerate(saved):
-            for a, b in zip(got[i], s):
-                assert np.array_equal(a, b)
+    assert_resumes(shm_dir, "torn", 1, saved)
 
 
 def _newest_slot_file(st, k):
@@ -273,14 +278,7 @@ def test_torn_update_in_its_own_slot_is_caught_and_the_commit_resumes(shm_dir, m
         with pytest.raises(SubgroupCorruptError) as ei:
             run_steps(st, ref, 1)
         assert ei.value.subgroup is not None
-    with SubgroupStore([f"map:{shm_dir}"], subgroup_params=700, cache_subgroups=3,
-                       bandwidths=[1.0], namespace="own") as st2:
-        st2.bind(SIZES)
-        assert st2.resume() == {"at": 0}
-        got = st2.read_state()
-        for i, s in enumerate(saved):
-            for a, b in zip(got[i], s):
-                assert np.array_equal(a, b)
+    assert_resumes(shm_dir, "own", 0, saved)
 
 
 def test_config_block_sets_zero_copy_and_sum_in_kernel(shm_dir):
