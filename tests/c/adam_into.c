@@ -40,18 +40,8 @@ static void fill(struct state *s) {
 }
 
 static struct cxk_adam_tensor tensor_of(struct state *s, int off, int gdt, int cdt) {
-    struct cxk_adam_tensor t;
-    memset(&t, 0, sizeof t);
-    t.param = s->p + off;
-    t.exp_avg = s->m + off;
-    t.exp_avg_sq = s->v + off;
-    t.grad = gdt == CXK_DTYPE_F32 ? (const void *)(s->g32 + off) : (const void *)(s->g16 + off);
-    t.grad_dtype = gdt;
-    t.copy_dtype = cdt;
-    t.param_copy = cdt == CXK_DTYPE_NONE ? NULL
-                   : cdt == CXK_DTYPE_F32 ? (void *)(s->copy32 + off) : (void *)(s->copy + off);
-    t.n = N;
-    return t;
+    return adam_tensor(s->p + off, s->m + off, s->v + off, s->g32 + off, s->g16 + off,
+                       s->copy32 + off, s->copy + off, gdt, cdt, N);
 }
 
 static struct state ref, got, orig;
