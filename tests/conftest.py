@@ -1,5 +1,5 @@
-"""Shared fixtures: fault-hook hygiene, machine facts, a private pool path in /dev/shm, and a
-minimal writable sysfs tree."""
+"""Shared fixtures: fault-hook hygiene, machine facts, a private pool path in /dev/shm (and
+the pool paths' lock files removed after the session), and a minimal writable sysfs tree."""
 from __future__ import annotations
 
 import os
@@ -26,6 +26,17 @@ def shm_dir():
         pytest.skip("no tmpfs at /dev/shm on this machine")
     with tempfile.TemporaryDirectory(dir="/dev/shm", prefix="cxlkit-test-shm-") as d:
         yield d
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_leftover_pool_path_locks():
+    """Pool subgroup paths lock through /dev/shm/cxlkit-subgroups-<hash>.lock, which the
+    library leaves in place (unlinking a lock file another process may hold is racy): one
+    per distinct pool, so every test pool would leave one. The session removes the new ones."""
+    before = set(Path("/dev/shm").glob("cxlkit-subgroups-*.lock"))
+    yield
+    for p in set(Path("/dev/shm").glob("cxlkit-subgroups-*.lock")) - before:
+        p.unlink(missing_ok=True)
 
 
 @pytest.fixture(autouse=True)
