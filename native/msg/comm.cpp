@@ -37,6 +37,15 @@ std::string obj_name(const cxk_comm *c, int rank, const char *what, long index) 
     return s;
 }
 
+int publish_own(cxk_comm *c, const std::string &name, uint64_t off) {
+    int rc = cxk_obj_publish(c->pool, off, 0);
+    if (rc) {
+        cxk_obj_destroy(c->pool, name.c_str());
+        cxk_obj_close(c->pool, off);
+    }
+    return rc;
+}
+
 namespace {
 
 uint32_t env_u32(const char *name, uint32_t dflt) {
@@ -111,11 +120,7 @@ int create_rank_obj(cxk_comm *c) {
     h->pid = uint64_t(getpid());
     h->boot = c->boot;
     h->session = c->session;
-    if ((rc = cxk_obj_publish(c->pool, off, 0))) {
-        cxk_obj_destroy(c->pool, name.c_str());
-        cxk_obj_close(c->pool, off);
-        return rc;
-    }
+    if ((rc = publish_own(c, name, off))) return rc;
     c->obj_off = off;
     return 0;
 }

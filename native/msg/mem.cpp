@@ -60,9 +60,13 @@ int mem_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index
     auto *h = reinterpret_cast<const MemHdr *>(c->base + v->off);
     if (c->nc) cxk_invalidate(h, kLine);
     // the RTS's offset and length are untrusted: the bytes must lie in the object as the pool
-    // sized it (the header's own nbytes is the sender's word, checked against that too)
+    // sized it (the header's own nbytes is the sender's word, checked against that too). Each
+    // header word is read once: a peer rewriting nbytes between two reads must not widen the
+    // range after its check.
     const uint64_t room = v->nbytes - sizeof(MemHdr);
-    if (h->magic != kMemMagic || h->nbytes > room || off > h->nbytes || len > h->nbytes - off)
+    const uint64_t magic = __atomic_load_n(&h->magic, __ATOMIC_RELAXED);
+    const uint64_t nbytes = __atomic_load_n(&h->nbytes, __ATOMIC_RELAXED);
+    if (magic != kMemMagic || nbytes > room || off > nbytes || len > nbytes - off)
         return -EBADMSG;
     const uint8_t *data = c->base + v->off + sizeof(MemHdr) + off;
     uint64_t want = len < cap ? len : cap;
@@ -123,11 +127,7 @@ int cxk_msg_alloc_mem(cxk_comm *c, uint64_t nbytes, void **ptr) {
     h->magic = kMemMagic;
     h->nbytes = nbytes;
     cxk_pool_flush(c->pool, off, sizeof *h);
-    if ((rc = cxk_obj_publish(c->pool, off, 0))) {
-        cxk_obj_destroy(c->pool, name.c_str());
-        cxk_obj_close(c->pool, off);
-        return rc;
-    }
+    if ((rc = publish_own(c, name, off))) return rc;
     if (k == c->mem.size()) c->mem.push_back(MemBuf{});
     c->mem[k] = MemBuf{off, nbytes, 0};
     *ptr = c->base + off + sizeof(MemHdr);

@@ -257,6 +257,9 @@ namespace cxk::msg {
 // comm.cpp
 int64_t now_ns();
 std::string obj_name(const cxk_comm *c, int rank, const char *what, long index = -1);
+// Publish my object `name` at off (its header written and flushed); on failure remove it
+// (destroy the name, close my lease) and return the error.
+int publish_own(cxk_comm *c, const std::string &name, uint64_t off);
 inline RankHdr *rank_hdr(const cxk_comm *c, uint64_t off) {
     return reinterpret_cast<RankHdr *>(c->base + off);
 }

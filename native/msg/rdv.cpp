@@ -49,11 +49,7 @@ int create(cxk_comm *c, size_t k, uint64_t cap) {
     std::memset(h, 0, sizeof *h);
     h->magic = kRdvMagic;
     cxk_pool_flush(c->pool, off, sizeof *h);
-    if ((rc = cxk_obj_publish(c->pool, off, 0))) {
-        cxk_obj_destroy(c->pool, name.c_str());
-        cxk_obj_close(c->pool, off);
-        return rc;
-    }
+    if ((rc = publish_own(c, name, off))) return rc;
     if (k == c->rdv.size()) c->rdv.push_back(RdvBuf{});
     c->rdv[k] = RdvBuf{off, cap, false};
     c->rdv_bytes += cap;

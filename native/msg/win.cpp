@@ -276,9 +276,7 @@ int cxk_win_create(cxk_comm *c, uint64_t nbytes, cxk_win **out) {
     auto *h = reinterpret_cast<WinHdr *>(c->base + w->obj_off);
     *h = WinHdr{kWinMagic, w->id, uint32_t(c->rank), nbytes, {}};
     w->data = c->base + w->obj_off + kLine;
-    if ((rc = cxk_obj_publish(c->pool, w->obj_off, 0))) {
-        cxk_obj_destroy(c->pool, name.c_str());
-        cxk_obj_close(c->pool, w->obj_off);
+    if ((rc = publish_own(c, name, w->obj_off))) {
         delete w;
         return rc;
     }
