@@ -304,22 +304,36 @@ int cxk_bench_chase_init(void *buf, size_t nbytes, size_t stride, uint64_t seed)
     return 0;
 }
 
-int cxk_bench_chase(const void *buf, uint64_t nloads, int cpu, double *ns_per_load,
-                    double *wall_ns_per_load) {
-    if (!buf || nloads == 0 || !ns_per_load) return -EINVAL;
+int cxk_bench_chase_from(const void *buf, size_t nbytes, const void **cursor, uint64_t nloads,
+                         int cpu, double *ns_per_load, double *wall_ns_per_load) {
+    if (!buf || !cursor || nloads == 0 || !ns_per_load) return -EINVAL;
+    const void *start = *cursor ? *cursor : buf;
+    const uintptr_t off = uintptr_t(start) - uintptr_t(buf);  // wraps when start < buf
+    if (off >= nbytes || (off & 7)) return -EINVAL;
     uint64_t t0 = 0, t1 = 0, c0 = 0, c1 = 0;
     const void *end = nullptr;
     int e = run_on(cpu, [&] {
         t0 = now_ns();
         c0 = thread_cpu_ns();
-        end = chase_n(buf, nloads);
+        end = chase_n(start, nloads);
         c1 = thread_cpu_ns();
         t1 = now_ns();
     });
     if (e) return e;
-    g_sink.fetch_xor(uint64_t(uintptr_t(end)), std::memory_order_relaxed);
+    *cursor = end;
     *ns_per_load = double(c1 - c0) / double(nloads);
     if (wall_ns_per_load) *wall_ns_per_load = double(t1 - t0) / double(nloads);
+    return 0;
+}
+
+int cxk_bench_chase(const void *buf, uint64_t nloads, int cpu, double *ns_per_load,
+                    double *wall_ns_per_load) {
+    if (!buf || nloads == 0 || !ns_per_load) return -EINVAL;
+    const void *cursor = buf;
+    int e = cxk_bench_chase_from(buf, SIZE_MAX, &cursor, nloads, cpu, ns_per_load,
+                                 wall_ns_per_load);
+    if (e) return e;
+    g_sink.fetch_xor(uint64_t(uintptr_t(cursor)), std::memory_order_relaxed);
     return 0;
 }
 

@@ -5,6 +5,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,6 +74,21 @@ CXK_BIND(bench) {
         check(r, "cpu " + std::to_string(cpu));
         return std::make_tuple(ns, wall);
     }, nb::arg("buf"), nb::arg("nloads"), nb::arg("cpu"));
+
+    m.def("bench_chase_from", [](nb::handle buf, size_t offset, uint64_t nloads, int cpu) {
+        View v(buf, false, "chase buffer");
+        const char *base = static_cast<const char *>(v.data());
+        const void *cursor = base + std::min(offset, v.size());
+        double ns = 0, wall = 0;
+        int r = -EINVAL;
+        if (offset < v.size()) {
+            nb::gil_scoped_release unlock;
+            r = cxk_bench_chase_from(base, v.size(), &cursor, nloads, cpu, &ns, &wall);
+        }
+        check(r, "chase buffer offset " + std::to_string(offset) + ", cpu " +
+                     std::to_string(cpu));
+        return std::make_tuple(ns, wall, size_t(static_cast<const char *>(cursor) - base));
+    }, nb::arg("buf"), nb::arg("offset"), nb::arg("nloads"), nb::arg("cpu"));
 
     m.def("bench_bandwidth", [](nb::handle dst, nb::handle src, int kind, uint32_t nthreads,
                                 const std::vector<int32_t> &cpus, uint32_t reps, uint32_t passes) {

@@ -62,6 +62,22 @@ static void test_chase(void) {
     CHECK_EQ(cxk_bench_chase(buf, 0, -1, &ns, NULL), -EINVAL);
     CHECK_EQ(cxk_bench_chase(NULL, 10, -1, &ns, NULL), -EINVAL);
 
+    /* From a cursor: the walk goes on where the last call stopped, and slots - 1000 more loads
+     * after 1000 close the cycle at buf; cursors outside the buffer or between slots' words
+     * are refused, and so is a NULL cursor pointer. */
+    const void *at = NULL;
+    CHECK_EQ(cxk_bench_chase_from(buf, n, &at, 1000, -1, &ns, &wall), 0);
+    CHECK(at != NULL && at != (void *)buf && (size_t)((const char *)at - buf) < n);
+    CHECK_EQ(cxk_bench_chase_from(buf, n, &at, slots - 1000, -1, &ns, NULL), 0);
+    CHECK(at == (void *)buf);
+    at = buf + n;
+    CHECK_EQ(cxk_bench_chase_from(buf, n, &at, 10, -1, &ns, NULL), -EINVAL);
+    at = buf - 64;
+    CHECK_EQ(cxk_bench_chase_from(buf, n, &at, 10, -1, &ns, NULL), -EINVAL);
+    at = buf + 4;
+    CHECK_EQ(cxk_bench_chase_from(buf, n, &at, 10, -1, &ns, NULL), -EINVAL);
+    CHECK_EQ(cxk_bench_chase_from(buf, n, NULL, 10, -1, &ns, NULL), -EINVAL);
+
     CHECK_EQ(cxk_bench_chase_init(buf, n, 48, 1), -EINVAL);     /* not a power of two */
     CHECK_EQ(cxk_bench_chase_init(buf, n, 4, 1), -EINVAL);      /* smaller than a pointer */
     CHECK_EQ(cxk_bench_chase_init(buf, 100, 64, 1), -EINVAL);   /* fewer than 2 slots */
