@@ -385,7 +385,7 @@ CXK_API int cxk_kv_lookup(struct cxk_pool *p, const char *const *names, size_t n
  * or cxk_adam_hparams.simd forces one. */
 enum cxk_dtype { CXK_DTYPE_NONE = -1, CXK_DTYPE_F32 = 0, CXK_DTYPE_BF16 = 1, CXK_DTYPE_F16 = 2 };
 enum cxk_simd { CXK_SIMD_AUTO = 0, CXK_SIMD_SCALAR = 1, CXK_SIMD_AVX2 = 2, CXK_SIMD_AVX512 = 3,
-                /* AVX-512F + AVX512_BF16: bf16 copies rounded by vcvtneps2bf16, same bits */
+                /* AVX-512F + BW + AVX512_BF16: bf16 copies rounded by vcvtneps2bf16, same bits */
                 CXK_SIMD_AVX512BF16 = 4 };
 
 #define CXK_ADAM_DECOUPLED 1u        /* AdamW: decay the params, not the gradient */

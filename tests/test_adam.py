@@ -27,7 +27,7 @@ ODD = [1, 7, 15, 17, 31, 33, 1000, 1037]
 def available(level: str) -> bool:
     feats = cxlkit._native.cpu_features()
     need = {"scalar": 0, "avx2": (1 << 2) | (1 << 8), "avx512": 1 << 3,
-            "avx512bf16": (1 << 3) | (1 << 5)}[level]
+            "avx512bf16": (1 << 3) | (1 << 4) | (1 << 5)}[level]  # F, BW, BF16
     return feats & need == need
 
 

@@ -82,7 +82,7 @@ def offs_of(n: int, pieces):
 def test_folded_step_parts_are_the_images_checksums_and_the_bits_unfolded(level, n, cut):
     feats = cxlkit._native.cpu_features()
     need = {"scalar": 0, "avx2": (1 << 2) | (1 << 8), "avx512": 1 << 3,
-            "avx512bf16": (1 << 3) | (1 << 5)}[level]
+            "avx512bf16": (1 << 3) | (1 << 4) | (1 << 5)}[level]  # F, BW, BF16
     if feats & need != need:
         pytest.skip(f"this CPU has no {level}")
     pad = 4096 - (12 * n) % 4096

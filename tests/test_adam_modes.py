@@ -151,3 +151,49 @@ def test_bf16_re_read_of_edge_values_counts_exactly_the_changed_lanes(level):
     assert ref[0] == got[0] == len(sub) + len(nan)
     for x, y in zip(ref[1], got[1]):
         assert bool((bits(x) == bits(y)).all())
+
+
+def one_lane_per_pair(value_at, n_pairs: int = 32) -> np.ndarray:
+    """32-lane pairs of ordinary params, pair k with value_at(k) at lane k (k mod 32), so
+    every lane of a pair, upper half included, holds the odd value in one pair."""
+    p = np.full((n_pairs, 32), 1.5, np.float32) + np.arange(32, dtype=np.float32) / 64
+    for k in range(n_pairs):
+        p[k, k % 32] = value_at(k)
+    return p.reshape(-1)
+
+
+@pytest.mark.parametrize("level", ["avx512", "avx512bf16"])
+def test_bf16_copy_of_one_edge_value_in_an_ordinary_pair_is_torchs(level):
+    """The avx512bf16 level rounds 32 lanes (two vectors) at once and tests them in one mask:
+    an edge value in either half, the other half ordinary, still takes torch's rounding."""
+    if not available(level):
+        pytest.skip(f"this CPU has no {level}")
+    p = one_lane_per_pair(lambda k: EDGE[k % len(EDGE)], 64)
+    n = len(p)
+    copies = []
+    for lv in ("scalar", level):
+        q, m, v = p.copy(), np.zeros(n, np.float32), np.zeros(n, np.float32)
+        copies.append(torch.zeros(n, dtype=torch.bfloat16))
+        A.step_tensors([A.AdamTensor(q, m, v, torch.zeros(n, dtype=torch.bfloat16),
+                                     copies[-1])], A.AdamConfig(simd=lv, lr=0.0), 1)
+    assert torch.equal(bits(copies[1]), bits(copies[0]))
+
+
+@pytest.mark.parametrize("level", ["avx512", "avx512bf16"])
+@pytest.mark.parametrize("cdtype", ["bfloat16", "float16"])
+def test_re_read_of_one_changed_lane_in_a_pair_is_counted_and_taken(level, cdtype):
+    """A user's write to one lane of a 32-lane pair, at every lane position, upper half
+    included: the pair's one compare sees it, the count is exact, the bits the scalar level's."""
+    if not available(level):
+        pytest.skip(f"this CPU has no {level}")
+    p = one_lane_per_pair(lambda k: 1.5)
+    n = len(p)
+    copy = torch.from_numpy(p).to(TORCH[cdtype])
+    copy.view(-1, 32).diagonal().fill_(-3.25)  # lane k of pair k
+    a = (p, np.zeros(n, np.float32), np.zeros(n, np.float32),
+         torch.full((n,), 0.5, dtype=TORCH[cdtype]), copy)
+    ref = run("scalar", a, steps=1, resync=True)
+    got = run(level, a, steps=1, resync=True)
+    assert ref[0] == got[0] == 32
+    for x, y in zip(ref[1], got[1]):
+        assert bool((bits(x) == bits(y)).all())

@@ -34,7 +34,8 @@ bool level_available(int level) {
         case CXK_SIMD_SCALAR: return true;
         case CXK_SIMD_AVX2: return (f & CXK_CPU_AVX2) && (f & CXK_CPU_F16C);
         case CXK_SIMD_AVX512: return (f & CXK_CPU_AVX512F) != 0;
-        case CXK_SIMD_AVX512BF16: return (f & CXK_CPU_AVX512F) && (f & CXK_CPU_AVX512BF16);
+        case CXK_SIMD_AVX512BF16:  // its bf16 copies use AVX512BW's 16-bit mask compares
+            return (f & CXK_CPU_AVX512F) && (f & CXK_CPU_AVX512BW) && (f & CXK_CPU_AVX512BF16);
         default: return false;
     }
 }

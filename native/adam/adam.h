@@ -47,7 +47,7 @@ using Kernel = uint64_t (*)(const Coeffs &, const Span &);
 uint64_t step_scalar(const Coeffs &c, const Span &s);
 uint64_t step_avx2(const Coeffs &c, const Span &s);    // pre: AVX2 + F16C
 uint64_t step_avx512(const Coeffs &c, const Span &s);  // pre: AVX-512F
-uint64_t step_avx512bf16(const Coeffs &c, const Span &s);  // pre: AVX-512F + AVX512_BF16
+uint64_t step_avx512bf16(const Coeffs &c, const Span &s);  // pre: AVX-512F + BW + AVX512_BF16
 
 // The recipe in scalar form; every SIMD variant performs these operations in this order
 // (no FMA), so their results are bitwise those of step_scalar. torch divides by

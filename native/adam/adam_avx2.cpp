@@ -12,6 +12,7 @@ struct V256 {
     using F = __m256;
     static constexpr size_t W = 8;
     static constexpr uintptr_t kAlign = 32;
+    static constexpr bool kPair = false;  // no pair path (adam_simd.h's block2)
     static F set1(float x) { return _mm256_set1_ps(x); }
     static F load(const float *p) { return _mm256_loadu_ps(p); }
     template <bool NT>

@@ -1,9 +1,10 @@
 // adam_avx512.h — private: the AVX-512 lane traits of the Adam loop (adam_simd.h), compiled
-// twice: adam_avx512.cpp (AVX-512F, V512<false>) and adam_avx512bf16.cpp (AVX-512F +
-// AVX512_BF16, V512<true>). 16 fp32 lanes; bf16 grads widened with vpmovzxwd + shift, fp16
-// with vcvtph2ps; fp16 copies rounded with vcvtps2ph; bf16 copies with integer ops
-// (V512<false>) or vcvtneps2bf16 with an integer fix-up of the lanes it rounds unlike torch
-// (V512<true>). Internal linkage, as adam_simd.h: each file keeps its own copy.
+// twice: adam_avx512.cpp (AVX-512F, V512<false>) and adam_avx512bf16.cpp (AVX-512F + BW +
+// AVX512_BF16, V512<true>, which also has the pair ops of Loop::block2). 16 fp32 lanes; bf16
+// grads widened with vpmovzxwd + shift, fp16 with vcvtph2ps; fp16 copies rounded with
+// vcvtps2ph; bf16 copies with integer ops (V512<false>) or vcvtneps2bf16 with an integer
+// fix-up of the lanes it rounds unlike torch (V512<true>). Internal linkage, as adam_simd.h:
+// each file keeps its own copy.
 #pragma once
 #include <immintrin.h>
 
@@ -19,6 +20,8 @@ struct V512 {
     using F = __m512;
     static constexpr size_t W = 16;
     static constexpr uintptr_t kAlign = 64;
+    // Two vectors of a 16-bit copy at once (Loop::block2): V512<true> only (AVX512_BF16 + BW).
+    static constexpr bool kPair = BF;
     static F set1(float x) { return _mm512_set1_ps(x); }
     static F load(const float *p) { return _mm512_loadu_ps(p); }
     template <bool NT>
@@ -126,6 +129,62 @@ struct V512 {
             if (__builtin_expect(_mm256_movemask_epi8(eq) == -1, 1)) return p;
         }
         return reread_lanes<V512, CDT>(c, i, p, changed);
+    }
+
+    // The pair path (BF only: vcvtne2ps2bf16 and 16-bit mask compares need AVX512_BF16 and
+    // AVX512BW): a bf16 or fp16 copy of two vectors, 32 lanes of 16 bits, low half p0, in one
+    // register. vcvtps2ph rounds as torch does, so every fp16 lane is exact. A lane
+    // vcvtneps2bf16 may round unlike torch (a NaN or subnormal input) comes out with exponent
+    // 0 (as +-0) or 0xff; exact_lanes finds the others: +0x0080 moves exponents 0xff and 0 to
+    // 0 and 1, and a test of the exponent's upper 7 bits finds the rest. Zeros and infinities
+    // count as not exact too (rare; they take the per-vector path, as any such lane does).
+    template <int CDT>
+    static __m512i pair_bits(F p0, F p1) {
+        if constexpr (CDT == CXK_DTYPE_BF16)
+            return (__m512i)_mm512_cvtne2ps_pbh(p1, p0);
+        else
+            return _mm512_inserti64x4(
+                _mm512_castsi256_si512(
+                    _mm512_cvtps_ph(p0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)),
+                _mm512_cvtps_ph(p1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), 1);
+    }
+    template <int CDT>
+    static __mmask32 exact_lanes(__m512i h) {
+        if constexpr (CDT == CXK_DTYPE_BF16)
+            return _mm512_test_epi16_mask(_mm512_add_epi16(h, _mm512_set1_epi16(0x0080)),
+                                          _mm512_set1_epi16(0x7f00));
+        else
+            return 0xffffffffu;
+    }
+
+    // reread<CDT> of two vectors at i and i + W: one compare of 32 words when every lane of
+    // the rounded masters is exact and equals the copy; else each vector through reread.
+    template <int CDT>
+    static void reread2(const void *c, size_t i, F &p0, F &p1, uint64_t &changed) {
+        const __m512i old = _mm512_loadu_si512(static_cast<const uint16_t *>(c) + i);
+        const __m512i h = pair_bits<CDT>(p0, p1);
+        const __mmask32 ok = _mm512_mask_cmpeq_epi16_mask(exact_lanes<CDT>(h), old, h);
+        if (__builtin_expect(ok == 0xffffffffu, 1)) return;
+        p0 = reread<CDT>(c, i, p0, changed);
+        p1 = reread<CDT>(c, i + W, p1, changed);
+    }
+
+    // store_copy<CDT> of two vectors: one 64-byte store (two 32-byte streaming stores for
+    // NT, whose body is aligned to 32 bytes of copy only); a bf16 lane that is not exact sends
+    // both halves through bf16_narrow.
+    template <int CDT, bool NT>
+    static void store_copy2(void *c, size_t i, F p0, F p1) {
+        __m512i h = pair_bits<CDT>(p0, p1);
+        if constexpr (CDT == CXK_DTYPE_BF16)
+            if (__builtin_expect(exact_lanes<CDT>(h) != 0xffffffffu, 0))
+                h = _mm512_inserti64x4(_mm512_castsi256_si512(bf16_narrow(p0)), bf16_narrow(p1),
+                                       1);
+        if constexpr (NT) {
+            store_half<true>(c, i, _mm512_castsi512_si256(h));
+            store_half<true>(c, i + W, _mm512_extracti64x4_epi64(h, 1));
+        } else {
+            _mm512_storeu_si512(static_cast<uint16_t *>(c) + i, h);
+        }
     }
 
     // The copy's bits, one per 32-bit lane as copy_bits / load_copy give them.

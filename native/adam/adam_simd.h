@@ -92,6 +92,16 @@ struct Loop {
         F pv = V::load(p + i);
         if constexpr (RS && CDT != CXK_DTYPE_NONE)
             pv = V::template reread<CDT>(copy, i, pv, changed);
+        pv = update<NTP, FL>(gv, pv, m, v, po, mo, vo, i);
+        if constexpr (CDT != CXK_DTYPE_NONE) V::template store_copy<CDT, NTC>(copy, i, pv);
+    }
+
+    // The update of W elements at i from the scaled grad gv and the (re-read) master pv:
+    // decay, moments, the new master; stores p, m, v and returns the new master.
+    template <bool NTP, unsigned FL>
+    __attribute__((always_inline)) inline F update(F gv, F pv, const float *m, const float *v,
+                                                   float *po, float *mo, float *vo,
+                                                   size_t i) const {
         if constexpr (FL & kL2) gv = V::add(gv, V::mul(wd, pv));
         if constexpr (FL & kDecoupled) pv = V::mul(pv, decay);
         F mv = V::load(m + i);
@@ -103,7 +113,26 @@ struct Loop {
         V::template store<NTP>(po + i, pv);
         V::template store<NTP>(mo + i, mv);
         V::template store<NTP>(vo + i, vv);
-        if constexpr (CDT != CXK_DTYPE_NONE) V::template store_copy<CDT, NTC>(copy, i, pv);
+        return pv;
+    }
+
+    // block at i and i + W with a bf16 copy through V's pair ops (V::kPair): the same
+    // arithmetic per lane in the same order; the re-read and the rounded copy take one
+    // 32-lane test each instead of two 16-lane ones (V512<true>: reread2, store_copy2).
+    template <bool NTP, bool NTC, bool RS, unsigned FL>
+    inline void block2(const float *p, const float *m, const float *v, float *po, float *mo,
+                       float *vo, const void *g, void *copy, size_t i, uint64_t &changed) const {
+        F g0 = V::mul(V::template load_grad<GDT>(g, i), scale);
+        F g1 = V::mul(V::template load_grad<GDT>(g, i + V::W), scale);
+        if constexpr (FL & kMaximize) {
+            g0 = V::neg(g0);
+            g1 = V::neg(g1);
+        }
+        F p0 = V::load(p + i), p1 = V::load(p + i + V::W);
+        if constexpr (RS) V::template reread2<CDT>(copy, i, p0, p1, changed);
+        p0 = update<NTP, FL>(g0, p0, m, v, po, mo, vo, i);
+        p1 = update<NTP, FL>(g1, p1, m, v, po, mo, vo, i + V::W);
+        V::template store_copy2<CDT, NTC>(copy, i, p0, p1);
     }
 
     // Fewer than W elements: run one block on a zero-padded copy (zeros are harmless:
@@ -141,21 +170,40 @@ struct Loop {
         // prefetchers alone leave the 4 streams per thread short of bandwidth, most with 2
         // threads (8 streams); T0 or a longer distance measured slower (the A/B
         // in docs/train.md). Prefetch never faults, so running past the end is harmless.
+        // With a 16-bit grad or copy a group is 32 elements, two lines of each fp32 stream and
+        // one of each 16-bit one, so each line is prefetched once (the same distance in
+        // elements: 1 KiB ahead for the 16-bit streams measured slower, docs/train.md round
+        // 11), and a pair-capable V (kPair) reads and writes the 16-bit copy a line at a time.
         uint64_t changed = 0;
         constexpr size_t kLine = 16, gs = dtype_size(GDT), cs = dtype_size(CDT);
         static_assert(kLine % V::W == 0, "a group is whole vectors");
-        for (; i + kLine <= end; i += kLine) {
-            prefetch_l2(p, (i + kPrefetch) * 4);
-            prefetch_l2(m, (i + kPrefetch) * 4);
-            prefetch_l2(v, (i + kPrefetch) * 4);
-            prefetch_l2(g, (i + kPrefetch) * gs);
-            // the re-read makes the copy a fifth read stream: without its prefetch the
-            // step measured 1.3-1.5x slower on one thread (10M params, bf16 copy)
-            if constexpr ((RS || TR) && CDT != CXK_DTYPE_NONE)
-                prefetch_l2(copy, (i + kPrefetch) * cs);
-            for (size_t j = 0; j < kLine; j += V::W)
-                k.template block<NTP, NTC, RS, TR, FL>(p, m, v, po, mo, vo, g, copy, i + j,
-                                                      changed);
+        constexpr bool kReadCopy = (RS || TR) && CDT != CXK_DTYPE_NONE;
+        constexpr size_t kGroup = (gs == 2 || cs == 2) ? 2 * kLine : kLine;
+        constexpr bool kPairs = V::kPair && cs == 2 && !TR && kGroup % (2 * V::W) == 0;
+        for (; i + kGroup <= end; i += kGroup) {
+#pragma GCC unroll 4
+            for (size_t l = 0; l < kGroup; l += kLine) {
+                prefetch_l2(p, (i + l + kPrefetch) * 4);
+                prefetch_l2(m, (i + l + kPrefetch) * 4);
+                prefetch_l2(v, (i + l + kPrefetch) * 4);
+                if constexpr (gs == 4) prefetch_l2(g, (i + l + kPrefetch) * 4);
+                // the re-read makes the copy a fifth read stream: without its prefetch the
+                // step measured 1.3-1.5x slower on one thread (10M params, bf16 copy)
+                if constexpr (kReadCopy && cs == 4) prefetch_l2(copy, (i + l + kPrefetch) * 4);
+            }
+            if constexpr (gs == 2) prefetch_l2(g, (i + kPrefetch) * 2);
+            if constexpr (kReadCopy && cs == 2) prefetch_l2(copy, (i + kPrefetch) * 2);
+            if constexpr (kPairs) {
+#pragma GCC unroll 2
+                for (size_t j = 0; j < kGroup; j += 2 * V::W)
+                    k.template block2<NTP, NTC, RS, FL>(p, m, v, po, mo, vo, g, copy, i + j,
+                                                       changed);
+            } else {
+#pragma GCC unroll 4
+                for (size_t j = 0; j < kGroup; j += V::W)
+                    k.template block<NTP, NTC, RS, TR, FL>(p, m, v, po, mo, vo, g, copy, i + j,
+                                                          changed);
+            }
         }
         for (; i < end; i += V::W)
             k.template block<NTP, NTC, RS, TR, FL>(p, m, v, po, mo, vo, g, copy, i, changed);

@@ -10,4 +10,4 @@ set_source_files_properties(${PROJECT_SOURCE_DIR}/native/adam/adam_avx2.cpp PROP
 set_source_files_properties(${PROJECT_SOURCE_DIR}/native/adam/adam_avx512.cpp PROPERTIES
   COMPILE_OPTIONS "-mavx512f;-mavx2;-mf16c;-ffp-contract=off;-Wno-uninitialized;-Wno-maybe-uninitialized")
 set_source_files_properties(${PROJECT_SOURCE_DIR}/native/adam/adam_avx512bf16.cpp PROPERTIES
-  COMPILE_OPTIONS "-mavx512f;-mavx512bf16;-mavx2;-mf16c;-ffp-contract=off;-Wno-uninitialized;-Wno-maybe-uninitialized")
+  COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512bf16;-mavx2;-mf16c;-ffp-contract=off;-Wno-uninitialized;-Wno-maybe-uninitialized")
