@@ -41,6 +41,11 @@ class PathFullError(SubgroupError):
     """ENOSPC: the path has no room for the subgroup."""
 
 
+class CapacityError(PathFullError):
+    """The paths' capacities (capacity_nbytes) hold fewer subgroups than the state has;
+    .path names every path with its capacity."""
+
+
 class PathIOError(SubgroupError):
     """EIO (or another device error) while reading or writing the subgroup."""
 
@@ -225,12 +230,20 @@ class SpillPath(abc.ABC):
         self.lock_wait_s = 0.0
         self.lock_acquired = 0
         self.measured_cpu_per_byte = 0.0
+        # the most bytes the store may keep on this path (None: no bound): the split gives
+        # it at most capacity_nbytes // footprint_nbytes() subgroups
+        self.capacity_nbytes: int | None = None
 
     def open(self, slot_nbytes: int, nslots: int = 2, namespace: str = "default") -> None:
         """Slots of slot_nbytes per subgroup (a multiple of 4096): 0 and 1 alternate
         generations; 2, when asked, holds spilled fp32 grads (the ablation baseline).
         namespace keeps the files of several stores on one path apart."""
         self.slot_nbytes, self.nslots, self.namespace = slot_nbytes, nslots, namespace
+
+    def footprint_nbytes(self) -> int:
+        """Bytes one subgroup takes on this path once opened: all its slots (a directory's
+        file grows to this as its slots are written)."""
+        return self.nslots * self.slot_nbytes
 
     def _lock_path(self) -> str | None:
         return None

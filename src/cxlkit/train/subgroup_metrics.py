@@ -48,6 +48,8 @@ class StoreMetrics:
                 read_GBps=rb / rs / 1e9 if rs else None, write_GBps=wb / ws / 1e9 if ws else None,
                 busy_s=busy, busy_GBps=(rb + wb) / busy / 1e9 if busy else None,
                 bandwidth_GBps=self.bandwidth[i] / 1e9, lock=p.lock_mode,
+                capacity_nbytes=p.capacity_nbytes,
+                held_nbytes=self.assignment.count(i) * p.footprint_nbytes(),
                 lock_wait_s=p.lock_wait_s - st["lock0"][i]))
         tot_b = sum(b[0] + b[1] for b in st["bytes"])
         busy = busy_seconds([s for rw in st["spans"] for spans in rw for s in spans])
@@ -94,8 +96,12 @@ class StoreMetrics:
     def plan(self) -> list[dict[str, Any]]:
         """Per path: its subgroups, bandwidth (bytes/s, min of read and write), the figures
         measured at start (alone; together: with every path running), its CPU seconds per
-        byte, and the CPU budget of the split (cpu_rate, None: not CPU-bound)."""
+        byte, the CPU budget of the split (cpu_rate, None: not CPU-bound), its capacity
+        (bytes and subgroups, None: no bound) and the bytes its subgroups take."""
+        caps = self.capacity_subgroups()
         return [dict(path=p.name, kind=p.kind, subgroups=self.assignment.count(i),
+                     capacity_nbytes=p.capacity_nbytes, capacity_subgroups=caps[i],
+                     held_nbytes=self.assignment.count(i) * p.footprint_nbytes(),
                      bandwidth=self.bandwidth[i], read=self.measured[i][0],
                      write=self.measured[i][1],
                      together=min(self.together[i]) if self.together else None,
