@@ -309,6 +309,11 @@ class SpillPath(abc.ABC):
     def sync(self, idx: int) -> None:
         """Make the subgroup's writes durable (directories: fdatasync)."""
 
+    def discard(self, idx: int) -> None:
+        """Drop this process's mapping or handle of subgroup idx, whose bytes no longer show
+        the file or object (a SIGBUS range guard replaced pages of it); the next request
+        maps it afresh. Paths that map nothing: nothing to do."""
+
     @abc.abstractmethod
     def remove(self, idx: int) -> None:
         """Drop subgroup idx's file or object (gone already: nothing to do)."""
