@@ -33,8 +33,10 @@ Run 8, `--only capacity`: the multi-path goal under a capacity bound. Each memor
 subgroups, as the store's `capacities=`), so the disk must carry the rest (half or more
 with two memory paths at 0.25); 1, 2 and 3 paths, each on the zero-copy route (the store's
 default) and the copying route (zero_copy=False), where a memory path's "read + write time"
-is that of real copies through the host cache. Each row gives its split (plan: subgroups
-and capacity per path) and the disk's share (disk_share).
+is that of real copies through the host cache; 'sums separate' (sum_in_kernel=False) takes
+the payload checksums by passes of their own, on the disk too (the default folds the disk's
+into the kernel). Each row gives its split (plan: subgroups and capacity per path), the
+disk's share (disk_share) and the ceiling the split itself allows (capacity_ceiling_GBps).
 Rows repeat --runs times, round-robin (the machine's load drifts); a figure is the median
 over every step after the first (which fills the cache) of every run, with min..max.
 """
@@ -488,9 +490,14 @@ def capacity_rows(a: argparse.Namespace, disk: str, shm: str, pool: str | None,
     out = []
     for name, ps in sets:
         caps = [None] + [cap] * (len(ps) - 1)
-        for route, zc in (("zero-copy", True), ("copying", False)):
+        routes = [("zero-copy", dict(zero_copy=True)), ("copying", dict(zero_copy=False))]
+        if name.startswith(("1 path", "3 paths: disk+tmpfs+mem")):
+            # the checksums as passes of their own (run 7's disk route; the default folds the
+            # disk's into the kernel, run 8)
+            routes.append(("zero-copy, sums separate", dict(sum_in_kernel=False)))
+        for route, kw in routes:
             out.append((f"capped {a.capacity:g}: {name}, {route}", "one", ps,
-                        {**best, "capacities": caps, "zero_copy": zc}))
+                        {**best, "capacities": caps, **kw}))
     return out
 
 

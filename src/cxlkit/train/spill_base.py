@@ -219,6 +219,10 @@ class SpillPath(abc.ABC):
     # payload checksums written and checked: the bytes leave the process (a file, a pool
     # object another process can write, a crash can tear); a memory tier's do not
     checksummed = True
+    # its payload sums are passes of their own (no user-space copy moves its bytes to fold
+    # them into): a directory through the async I/O engine; the store may fold them into the
+    # kernel instead (subgroup_fold)
+    sum_by_pass = False
 
     def __init__(self, name: str, *, lock: str = "exclusive") -> None:
         if lock not in LOCK_MODES:

@@ -26,7 +26,7 @@ class StoreMetrics:
         n = len(self.paths)
         return dict(hits=0, fetched=set(), fetches=0, flushes=0, migrations=0, wait_s=0.0,
                     read_wait_s=0.0, write_wait_s=0.0, compute_s=0.0,
-                    in_place=0, in_place_s=0.0, in_place_check_s=0.0,
+                    in_place=0, in_place_s=0.0, in_place_check_s=0.0, folded_flushes=0,
                     bytes=[[0, 0] for _ in range(n)], spans=[([], []) for _ in range(n)],
                     lock0=[p.lock_wait_s for p in self.paths])
 
@@ -60,6 +60,7 @@ class StoreMetrics:
                    migrations=st["migrations"], subgroups=len(self.subgroups),
                    in_place=st["in_place"], in_place_s=st["in_place_s"],
                    in_place_check_s=st["in_place_check_s"],
+                   folded_flushes=st["folded_flushes"],
                    io_bytes=tot_b, io_GBps=tot_b / st["update_s"] / 1e9 if st["update_s"] else 0,
                    io_busy_s=busy, io_busy_GBps=tot_b / busy / 1e9 if busy else None,
                    paths=per_path, **self._caller_times)

@@ -20,6 +20,7 @@ from . import aio
 from . import spill_split as S
 from . import subgroup_layout as L
 from .subgroup_metrics import StoreMetrics, busy_seconds  # noqa: F401 (busy_seconds: re-exported)
+from .subgroup_fold import StoreFold
 from .subgroup_inplace import StoreInPlace
 from .subgroup_state import StoreState
 from .spill_base import FetchCheck, FlushHeader
@@ -31,7 +32,7 @@ F32 = A.DTYPES["float32"]
 DEFAULT_SUBGROUP_PARAMS = 100_000_000
 
 
-class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
+class SubgroupStore(StoreState, StoreMetrics, StoreInPlace, StoreFold):
     """paths: directories, 'mem' / 'mem:NODE' (a memory tier), 'pool:NAME' (a pool's object
     area) or SpillPath objects. subgroup_params: elements per subgroup. cache_subgroups: K
     host buffers (>= 3: the one updated, the one fetched, the one flushed), placed by
@@ -149,6 +150,8 @@ class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
         self._raw = [b.numpy() for b in self._bufs]
         self._held: list[int | None] = [None] * k
         self._dirty = [False] * k
+        self._unchecked = [False] * k  # a fetched payload whose sum the update checks (fold)
+        self._sums: list[tuple[int, int, int] | None] = [None] * k  # (k, version, sum) folded
         self._io: list[Pending | None] = [None] * k
         self._stamp = [0] * k
         self._where: dict[int, int] = {}
@@ -281,13 +284,15 @@ class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
         and the path keeps sums (its bytes left the process); a copy path folds that sum
         into its copy."""
         return FetchCheck(self._io_extent(bi, sg), sg.idx, gen, sg.nparams, self.key,
-                          path.name, self.verify and path.checksummed)
+                          path.name, self.verify and path.checksummed
+                          and not self._fold_path(path))
 
     def _drop(self, bi: int) -> None:
         k = self._held[bi]
         if k is not None:
             self._where.pop(k, None)
         self._held[bi], self._dirty[bi] = None, False
+        self._unchecked[bi], self._sums[bi] = False, None
 
     def _drain(self) -> None:
         errs = []
@@ -347,7 +352,8 @@ class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
         # the header, with the payload's sum where the path keeps one: packed by the request
         # on the path's own thread (off this one); a copy path folds the sum into its copy
         extent = self._io_extent(bi, sg)
-        prepare = FlushHeader(extent, k, self.ver[k], sg.nparams, self.key, path.checksummed)
+        prepare = self._flush_prepare(bi, k, FlushHeader(extent, k, self.ver[k], sg.nparams,
+                                                         self.key, path.checksummed), path)
         self._dur[k].pop((pi, slot), None)  # its old contents are being overwritten
         self._acquire(path)
         pend = path.write(k, slot, extent, prepare)
@@ -395,6 +401,8 @@ class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
             fetch.extra.append(path.read(k, 2, self._grad_area(bi, sg)))
             self._step_stats["bytes"][pi][0] += fetch.extra[-1].nbytes
         self._io[bi], self._held[bi], self._dirty[bi] = fetch, k, False
+        self._unchecked[bi] = self.verify and path.checksummed and self._fold_path(path)
+        self._sums[bi] = None
         self._where[k] = bi
         self._step_stats["fetches"] += 1
         self._step_stats["fetched"].add(k)
@@ -529,6 +537,8 @@ class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
     def _update(self, bi: int, sg: L.Subgroup, configs: Sequence[A.AdamConfig],
                 grads: Sequence[Any], copies: Sequence[Any], steps: Sequence[int],
                 grad_scale: float, team: A.AdamTeam | None) -> None:
+        if self._update_folded(bi, sg, configs, grads, copies, steps, grad_scale, team):
+            return
         master, m, v, _ = self._buf_views(bi, sg)
         gf = self._grad_area(bi, sg).view(np.float32) if self.upcast == "eager" else None
         for s, args, _ in self._kernel_args(sg, (master, m, v), None, grads, copies, steps, gf):
