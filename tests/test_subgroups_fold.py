@@ -110,3 +110,31 @@ def test_a_corrupt_disk_payload_is_caught_before_the_users_copies_are_written(tm
         assert (copies[k] == 0x1234).all()           # never written from the corrupt bytes
         assert not (copies[7] == 0x1234).all()       # updated before it: written
         assert k not in st._where                    # the buffer computed from it is dropped
+
+
+def test_zero_copy_route_a_corrupt_payload_leaves_the_users_copies_of_it_unwritten(tmp_path):
+    # defect (run 7's doubt): on the zero-copy route with the sums in the kernel, the old
+    # generation's sum was checked after the kernel had written the user's param copies
+    # from the corrupt bytes
+    import tempfile
+    cfg = A.AdamConfig(lr=1e-2)
+    copies = [np.zeros(n, np.uint16) for n in SIZES]
+    with tempfile.TemporaryDirectory(dir="/dev/shm", prefix="cxlkit-fold-") as shm:
+        with _store([f"map:{shm}"]) as st:
+            _train(st, copies, 1, cfg)
+            k = 2  # updated where it lies (no cache buffer), descending order at step 2
+            assert k not in st._where
+            pi, slot, _ = st._location(k)
+            f = st.paths[pi].file(k)
+            with open(f, "r+b") as fh:
+                fh.seek(slot * st.paths[pi].slot_nbytes + HEADER_NBYTES + 4 * 100)
+                b = fh.read(1)
+                fh.seek(-1, 1)
+                fh.write(bytes([b[0] ^ 0x40]))
+            for c in copies:
+                c[:] = 0x1234
+            with pytest.raises(SubgroupCorruptError) as ei:
+                st.step([cfg], _grads(2), [(c, BF16) for c in copies], [2] * len(SIZES))
+            assert ei.value.subgroup == k and ei.value.path == f
+            assert (copies[k] == 0x1234).all()
+            assert not (copies[7] == 0x1234).all()

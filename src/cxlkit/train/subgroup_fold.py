@@ -6,8 +6,10 @@ loads and stores (cxk_adam_step_into_sum, out == in), checks the old payload's s
 the header, and hands the new payload's sum to the flush, which writes it without a pass.
 The kernel writes the user's param copies of such a subgroup into a scratch buffer first:
 they reach the user's arrays only after the payload's sum matched, so a corrupt payload
-never reaches the user's bf16 params (the copies staged in and out, 2 x 2 bytes per param
-read and written, instead of two passes of 12 bytes per param)."""
+never reaches the user's bf16 params (the copies staged out, and in with resync: 2 or 4 bytes
+per param read and written, instead of two passes of 12 bytes per param). The zero-copy
+route (subgroup_inplace) stages its copies the same way when its old generation's sum is
+folded into the kernel."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -68,7 +70,8 @@ class StoreFold:
         n = sg.nparams
         pin = np.zeros(8, np.uint64) if check_in else None
         pout = np.zeros(8, np.uint64) if sum_out else None
-        staged = self._stage_copies(sg, copies) if check_in else None
+        staged = self._stage_copies(sg, copies, configs[sg.group].resync) \
+            if check_in else None
         ins = (master, m, v)
         for s, args, o, offs in self._kernel_args(sg, ins, ins, grads,
                                                   staged[0] if staged else copies, steps,
@@ -99,10 +102,13 @@ class StoreFold:
             pout, payload.nbytes))) if pout is not None else None
         return True
 
-    def _stage_copies(self, sg: Any, copies: Sequence[Any]) -> tuple[list, list]:
+    def _stage_copies(self, sg: Any, copies: Sequence[Any],
+                      resync: bool = True) -> tuple[list, list]:
         """copies for _kernel_args with each piece's slice redirected to a scratch buffer
         (a piece of param pid at [lo, hi) lands at scratch[at:at + hi - lo]), and the
-        (user's slice, scratch slice) pairs to copy once the payload checked out."""
+        (user's slice, scratch slice) pairs to copy once the payload checked out. resync:
+        the kernel reads the copies too (AdamConfig.resync), so the scratch starts as the
+        user's values; else the kernel only writes it."""
         need = 4 * max(s.nparams for s in self.subgroups)
         if getattr(self, "_copy_stage", None) is None or self._copy_stage.nbytes < need:
             self._copy_stage = np.empty(need, np.uint8)
@@ -116,9 +122,8 @@ class StoreFold:
             width = arr.dtype.itemsize
             scratch = self._copy_stage[width * pc.at:width * (pc.at + pc.hi - pc.lo)].view(
                 arr.dtype)
-            # the copy is also read (resync: a param the user changed since the last step
-            # is taken as the master), so the scratch starts as the user's values
-            scratch[:] = arr[pc.lo:pc.hi]
+            if resync:  # a param the user changed since the last step becomes the master
+                scratch[:] = arr[pc.lo:pc.hi]
             out[pc.pid] = (_Shifted(scratch, pc.lo), code)
             pairs.append((arr[pc.lo:pc.hi], scratch))
         return out, pairs

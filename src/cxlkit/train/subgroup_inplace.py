@@ -110,6 +110,11 @@ class StoreInPlace:
             # the file may be truncated by another process at any moment after the size
             # check of _area: under the range guard a fault on any thread (the team's
             # too) maps a zero page instead of killing the process, and is raised here
+            # the old generation's sum folded into the kernel is known only after the
+            # kernel wrote the param copies: they go to a scratch buffer first, and to the
+            # user's arrays once the sum matched (subgroup_fold)
+            staged = self._stage_copies(sg, copies, configs[sg.group].resync) \
+                if verify and self.sum_in_kernel else None
             with _TruncationGuard(area, where, k, path):
                 check_header(src, k, g, sg.nparams, sg.state_nbytes, self.key, where)
                 if verify and not self.sum_in_kernel:
@@ -118,12 +123,15 @@ class StoreInPlace:
                 sums = self._kernel_in_place(sg, src[HEADER_NBYTES:], dst[HEADER_NBYTES:],
                                              out == slot, verify and self.sum_in_kernel,
                                              summed and self.sum_in_kernel, configs, grads,
-                                             copies, steps, grad_scale, team, where)
+                                             staged[0] if staged else copies, steps,
+                                             grad_scale, team, where)
                 t2 = time.perf_counter()
                 out_sum = sums[1] if sums[1] is not None else \
                     checksum(dst[HEADER_NBYTES:]) if summed else 0
             if sums[0] is not None:  # the old generation's sum, folded into the kernel's loads
                 check_payload(src, None, k, where, payload_sum=sums[0])
+            for user, scratch in staged[1] if staged else ():
+                user[:] = scratch
             ver = self.ver[k] + 1
             hdr = np.zeros(HEADER_NBYTES, np.uint8)
             raw = pack_header(k, ver, sg.nparams, dst[HEADER_NBYTES:], self.key,
