@@ -141,7 +141,8 @@ class RangeGuard:
     kernel on a team): while open, a fault in the range (its file truncated under the
     mapping) maps a zero page over the faulting page instead of killing the process.
     faults: the faults taken, read on close; when nonzero the range no longer shows its
-    file (its bytes are lost: unmap it). Use as a context manager."""
+    file (its bytes are lost: unmap it). Use as a context manager (64 guards at once per
+    process: OSError ENOSPC beyond); thread-safe."""
 
     def __init__(self, area: Any, what: str = "aio guard") -> None:
         self.what, self.faults = what, 0
@@ -152,6 +153,14 @@ class RangeGuard:
             ident, self._id = self._id, None
             self.faults = int(_native.aio_unguard_range(ident, self.what))
         return self.faults
+
+    def __del__(self) -> None:
+        # a guard never closed would hold one of the 64 slots for the life of the process
+        if getattr(self, "_id", None) is not None:
+            try:
+                self.close()
+            except OSError:
+                pass
 
     def __enter__(self) -> RangeGuard:
         return self
