@@ -2,8 +2,8 @@
 sub_group_size, optimizer) read into an OffloadConfig that builds a SubgroupStore. nvme_path
 may be a list (several paths, each a directory, 'mem[:NODE]' or 'pool:NAME', each with an
 optional ':cap=SIZE' suffix); cxlkit's own keys sit in an optional "cxlkit" block, whose
-"capacities" is a list beside nvme_path (bytes, "64G" or null per path). Unknown keys are refused, so a typo never runs
-silently with defaults."""
+"capacities" is a list beside nvme_path (bytes, "64G" or null per path). Unknown keys are
+refused, so a typo never runs silently with defaults."""
 from __future__ import annotations
 
 import json
