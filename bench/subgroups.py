@@ -28,6 +28,15 @@ requests, and its bytes are the slot's bytes read and written. A path that copie
 then shows the kernel's own traffic as its throughput: read the row's update_s and
 Mparams_per_s beside the ratio (and the '..., cache route' rows: the store of run 6, in
 the same run).
+Run 8, `--only capacity`: the multi-path goal under a capacity bound. Each memory path
+(tmpfs, memory tier, pool) may hold only --capacity of the state (a fraction of the
+subgroups, as the store's `capacities=`), so the disk must carry the rest (half or more
+with two memory paths at 0.25); 1, 2 and 3 paths, each on the zero-copy route (the store's
+default) and the copying route (zero_copy=False), where a memory path's "read + write time"
+is that of real copies through the host cache; 'sums separate' (sum_in_kernel=False) takes
+the payload checksums by passes of their own, on the disk too (the default folds the disk's
+into the kernel). Each row gives its split (plan: subgroups and capacity per path), the
+disk's share (disk_share) and the ceiling the split itself allows (capacity_ceiling_GBps).
 Rows repeat --runs times, round-robin (the machine's load drifts); a figure is the median
 over every step after the first (which fills the cache) of every run, with min..max.
 """
@@ -48,6 +57,7 @@ import numpy as np
 
 from cxlkit.train import adam as A
 from cxlkit.train import spill_split as S
+from cxlkit.train.spill_mapped import MEMORY_FS, fs_type
 from cxlkit.train.spill_paths import parse_path
 from cxlkit.train.subgroups import SubgroupStore
 
@@ -222,6 +232,9 @@ def summarize(name: str, results: list[dict], params: int, figs: dict[str, list[
     row.update(cpu_ceiling_GBps=med(ceil) if ceil else None,
                cpu_rate=[res["plan"][0]["cpu_rate"] for res in results],
                io_of_cpu_ceiling=io / statistics.median(ceil) if io and ceil else None)
+    cc = capacity_ceiling(results[-1]["plan"], figs)
+    row.update(capacity_ceiling_GBps=cc,
+               io_of_capacity_ceiling=io / cc if io and cc else None)
     row.update(dict(
                Mparams_per_s=params / statistics.median(upd) / 1e6,
                io_GBps=med(busy) if busy else None, io_wall_GBps=med(wall),
@@ -230,7 +243,12 @@ def summarize(name: str, results: list[dict], params: int, figs: dict[str, list[
                io_of_paths_fio=io / fio_sum if io and fio_sum else None,
                paths_together_GBps=together,
                io_of_together=io / together if io and together else None,
+               # the subgroups on directories that are not memory (the disk)
+               disk_share=sum(q["subgroups"] for q in results[-1]["plan"]
+                              if q["kind"] == "dir" and fs_type(q["path"]) not in MEMORY_FS)
+               / max(1, sum(q["subgroups"] for q in results[-1]["plan"])),
                plan=[dict(path=q["path"], subgroups=q["subgroups"],
+                          capacity_subgroups=q.get("capacity_subgroups"),
                           cpu_s_per_GB=(q["cpu_per_byte"] or 0) * 1e9,
                           together_GBps=(q["together"] or 0) / 1e9 or None,
                           cpu_rate=q["cpu_rate"]) for q in results[-1]["plan"]],
@@ -257,6 +275,26 @@ def summarize(name: str, results: list[dict], params: int, figs: dict[str, list[
                          for p in last["paths"]]))
     print(json.dumps(row), flush=True)
     return row
+
+
+def capacity_ceiling(plan: list[dict], figs: dict[str, list[dict]]) -> float | None:
+    """GB/s the split itself allows: every path moving its n_i subgroups at its own
+    bandwidth B_i (the store's figure, median over rounds), the step lasting as long as the
+    slowest, sum n_i / max_i (n_i / B_i) in subgroup units times B. Under a binding capacity
+    the disk carries more than its Eq. 1 share and the memory paths finish early, so this
+    is below the sum of the bandwidths; without one it equals that sum up to rounding."""
+    worst, total = 0.0, 0
+    for q in plan:
+        n = q["subgroups"]
+        if not n:
+            continue
+        rows = figs.get(q["path"])
+        if not rows:
+            return None
+        b = min(statistics.median(f["read_GBps"] for f in rows),
+                statistics.median(f["write_GBps"] for f in rows))
+        worst, total = max(worst, n / b), total + n
+    return total / worst if worst else None
 
 
 def decompose(m: dict, used: list[str]) -> dict | None:
@@ -421,6 +459,8 @@ def configs(a: argparse.Namespace, disk: str, shm: str, pool: str | None = None,
                     ("2 paths: disk+pool, cache route", "one", [disk, pool], cache),
                     ("3 paths: disk+tmpfs+pool, cache route", "one", [disk, shm, pool],
                      cache)]
+    if "capacity" in a.only:
+        out += capacity_rows(a, disk, shm, pool, best)
     if "ablation" in a.only:
         base = dict(cache_subgroups=3, order="ascending", upcast="eager", lock="off")
         alt = {**base, "order": "alternate", "cache_subgroups": a.cache}
@@ -434,6 +474,30 @@ def configs(a: argparse.Namespace, disk: str, shm: str, pool: str | None = None,
                 ("+ per-path locks, 2 processes", "two", [disk], {**up, "lock": "exclusive"}),
                 ("+ multi-path (disk+tmpfs+mem), 2 processes", "two", [disk, shm, a.mem],
                  {**up, "lock": "exclusive"})]
+    return out
+
+
+def capacity_rows(a: argparse.Namespace, disk: str, shm: str, pool: str | None,
+                  best: dict) -> list[tuple[str, str, list, dict]]:
+    """Run 8's rows: the memory paths capped at a.cap_bytes each (--capacity of the state),
+    the disk unbounded; zero-copy and copying routes."""
+    cap = a.cap_bytes
+    sets = [("1 path: disk", [disk]), ("2 paths: disk+tmpfs", [disk, shm]),
+            ("3 paths: disk+tmpfs+mem", [disk, shm, a.mem])]
+    if pool:
+        sets += [("2 paths: disk+pool", [disk, pool]),
+                 ("3 paths: disk+tmpfs+pool", [disk, shm, pool])]
+    out = []
+    for name, ps in sets:
+        caps = [None] + [cap] * (len(ps) - 1)
+        routes = [("zero-copy", dict(zero_copy=True)), ("copying", dict(zero_copy=False))]
+        if name.startswith(("1 path", "3 paths: disk+tmpfs+mem")):
+            # the checksums as passes of their own (run 7's disk route; the default folds the
+            # disk's into the kernel, run 8)
+            routes.append(("zero-copy, sums separate", dict(sum_in_kernel=False)))
+        for route, kw in routes:
+            out.append((f"capped {a.capacity:g}: {name}, {route}", "one", ps,
+                        {**best, "capacities": caps, **kw}))
     return out
 
 
@@ -477,7 +541,10 @@ def main() -> None:
                     help="a cxlkit pool for the pool rows: 'auto' (a pool file made on --tmpfs "
                     "for the run and removed after), a pool path or name, or 'off'")
     ap.add_argument("--only", default="paths,ablation,deepspeed",
-                    help="paths, ablation, deepspeed")
+                    help="paths, ablation, deepspeed, capacity")
+    ap.add_argument("--capacity", type=float, default=0.25,
+                    help="capacity rows: the fraction of the state's subgroups each memory "
+                    "path (tmpfs, mem, pool) may hold; the disk carries the rest")
     ap.add_argument("--deepspeed-python", default=None,
                     help="the python of an environment with DeepSpeed (.venv-ds/bin/python, "
                     "mk/deepspeed.mk), for its rows")
@@ -493,6 +560,13 @@ def main() -> None:
     TEAM = a.team
     params, subgroup = parse_count(a.params), parse_count(a.subgroup)
     params -= params % subgroup
+    if not 0 <= a.capacity <= 1:
+        ap.error(f"--capacity {a.capacity}: expected a fraction of the state in 0..1")
+    # bytes for floor(capacity * M) subgroups of two slots each on a memory path
+    from cxlkit.train import subgroup_layout as L
+    from cxlkit.train.spill_paths import HEADER_NBYTES
+    a.cap_bytes = int(a.capacity * (params // subgroup)) * 2 * (HEADER_NBYTES +
+                                                                L.pad(12 * subgroup))
     tmp = [tempfile.mkdtemp(prefix="cxlkit-sgbench-", dir=d) for d in (a.disk, a.tmpfs)]
     try:
         disk, shm = tmp

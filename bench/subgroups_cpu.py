@@ -11,8 +11,8 @@ seconds per wall second against the cores it could get.
 A set is paths joined by '+' as in bench/subgroups_paths.py (disk, tmpfs, mem, pool: an
 object area of a one-host pool file on the tmpfs). One JSON line per set and route: medians
 over the steps after the first. --routes: 'in-place' (the store as it is, run 7: a memory
-path's subgroups updated where they lie, the sums folded into the kernel),
-'in-place-separate' (the sums a pass of their own), 'folded' (the cache route of run 6: a
+path's subgroups updated where they lie, the sums folded into the kernel; run 8: the disk's
+sums too), 'in-place-separate' (the sums a pass of their own, the disk's too), 'folded' (the cache route of run 6: a
 copy path folds the payload checksum into its copy) and 'separate' (run 5: the same header
 work handed to the path as plain functions, the sum a pass of its own on the path's sum
 thread), for comparison in the same run; cpu_s_per_GB is the process's CPU per byte the

@@ -859,6 +859,19 @@ CXK_API int cxk_aio_copy(void *dst, const void *src, uint64_t nbytes);
  * mapping without a second read of the bytes. *sum is set only when it returns 0. -EINVAL
  * for a NULL sum or buffer; nbytes == 0 gives the empty image's sum. */
 CXK_API int cxk_aio_copy_sum(void *dst, const void *src, uint64_t nbytes, uint64_t *sum);
+/* ---- issue 15: a SIGBUS guard over a range, for work on any thread (the AdamW kernel
+ * updating a subgroup where it lies in a mapped file, on a team of threads) ----
+ * While [addr, addr + nbytes) is guarded, a SIGBUS fault at an address inside it, on any
+ * thread of the process (a shared file mapping whose file was truncated under it), maps a
+ * private zero page over the faulting page and counts the fault, so the faulting access runs
+ * again and the work goes on; every other SIGBUS goes where cxk_aio_copy sends it. After a
+ * fault the range no longer shows its file: the caller must treat its bytes as lost and
+ * unmap it. *id: the handle for cxk_aio_unguard_range. -EINVAL for a NULL or empty range,
+ * -ENOSPC when 64 ranges are guarded at once. Thread-safe. */
+CXK_API int cxk_aio_guard_range(void *addr, uint64_t nbytes, int *id);
+/* Stop guarding range id; *faults: the faults taken in it while guarded. -EINVAL for an id
+ * that is not guarding. */
+CXK_API int cxk_aio_unguard_range(int id, uint64_t *faults);
 
 /* ==== Rings: single-producer / single-consumer cells in a pool object (issue 14) ====
  * A ring is CXK_RING_HDR_BYTES of header lines then ncells cells of cell_bytes. Line 0

@@ -583,6 +583,7 @@ def test_memory_tier_skips_payload_sums_copy_paths_fold_them_dirs_sum_off_the_st
     # the process, so it keeps none; a pool object's sum is folded into its copy (aio.copy_sum
     # on the path's copy worker: no separate pass over the bytes, no sum thread); a
     # directory's (no user-space copy to fold it into) is a pass on its two helper threads
+    # with sum_in_kernel=False (the default folds it into the kernel: test_subgroups_fold.py)
     import threading
 
     from cxlkit.train import spill_base as SP
@@ -607,7 +608,7 @@ def test_memory_tier_skips_payload_sums_copy_paths_fold_them_dirs_sum_off_the_st
     assert folded and all(n.startswith("cxlkit-spill") for n in folded)
     folded.clear()
     ref = Ref(8)
-    with make([dirs[0]], ref) as st:
+    with make([dirs[0]], ref, sum_in_kernel=False) as st:
         run_steps(st, ref, 3)
         check_state(st, ref)
     assert {n.split("_")[0] for n in calls} == {"cxlkit-sum", "cxlkit-check"}

@@ -7,6 +7,11 @@
 // default action), so a real crash stays a crash. The handler is installed once, on the first
 // copy: a handler installed after it (faulthandler.enable() called later) runs first and
 // would take a guarded fault for a crash.
+// Guarded ranges (issue 15): the AdamW kernel updates a subgroup where it lies in a mapped
+// file, on this thread or on a team's, so no one thread's jump target can cover it. A fault
+// at an address inside a range registered by cxk_aio_guard_range, on any thread, maps a
+// private zero page over the faulting page and counts the fault; the instruction runs again
+// on that page and the kernel finishes; its caller reads the count and discards the range.
 #include <atomic>
 #include <cerrno>
 #include <csetjmp>
@@ -16,6 +21,7 @@
 
 #include "cxlkit.h"
 #include "kv/kv.h"
+#include "sys/sys.h"
 
 namespace {
 
@@ -48,12 +54,43 @@ void pass_on(int sig, siginfo_t *si, void *uc) {
     g_prev.sa_handler(sig);
 }
 
+// A guarded range: written by the thread that registers it (lo, then hi with release; hi = 0
+// first on removal), read by the SIGBUS handler on any thread; faults by the handler only.
+struct Range {
+    std::atomic<int> used{0};         // claimed by cxk_aio_guard_range (CAS), freed by unguard
+    std::atomic<uintptr_t> lo{0};
+    std::atomic<uintptr_t> hi{0};     // 0: not guarding (yet, or any more)
+    std::atomic<uint64_t> faults{0};  // pages replaced by the handler while guarded
+};
+constexpr int kRanges = 64;
+Range g_ranges[kRanges];
+size_t g_page = 0;  // the page size, read once outside the handler (sysconf is not signal-safe)
+
+// A fault at addr inside a guarded range: a zero page in place of the faulting page. False:
+// not in any range, or the page could not be replaced (the fault stays a crash).
+bool replace_in_range(uintptr_t addr) {
+    for (Range &r : g_ranges) {
+        // acquire pairs with the release store of hi in cxk_aio_guard_range: lo is set
+        const uintptr_t hi = r.hi.load(std::memory_order_acquire);
+        if (hi == 0 || addr >= hi || addr < r.lo.load(std::memory_order_relaxed)) continue;
+        const uintptr_t page = addr & ~uintptr_t(g_page - 1);
+        if (cxk::sys_map_zero_in_handler(reinterpret_cast<void *>(page), g_page) != 0)
+            return false;
+        r.faults.fetch_add(1, std::memory_order_relaxed);  // lock-free on every Linux target
+        return true;
+    }
+    return false;
+}
+
 void on_sigbus(int sig, siginfo_t *si, void *uc) {
     sigjmp_buf *j = t_guard;
     if (j != nullptr && si != nullptr && si->si_code > 0) {  // a fault of this thread, not kill()
         t_guard = nullptr;
         siglongjmp(*j, 1);  // restores the signal mask saved by sigsetjmp(.., 1)
     }
+    if (si != nullptr && si->si_code > 0 &&
+        replace_in_range(reinterpret_cast<uintptr_t>(si->si_addr)))
+        return;  // the faulting access runs again, on the zero page
     pass_on(sig, si, uc);
 }
 
@@ -84,7 +121,10 @@ __attribute__((noinline)) int copy_guarded(void *dst, const void *src, size_t n,
 // Arguments checked and the handler installed (once per process), then the guarded copy.
 int guarded(void *dst, const void *src, uint64_t nbytes, cxk::kv::Checksum *c) {
     if (dst == nullptr || src == nullptr) return -EINVAL;
-    std::call_once(g_once, install);
+    std::call_once(g_once, [] {
+        g_page = cxk_page_size();
+        install();
+    });
     if (g_install_rc != 0) return g_install_rc;
     t_guard = nullptr;  // first touch of the TLS slot, outside any handler
     return copy_guarded(dst, src, size_t(nbytes), c);
@@ -103,5 +143,39 @@ extern "C" int cxk_aio_copy_sum(void *dst, const void *src, uint64_t nbytes, uin
         if (int rc = guarded(dst, src, nbytes, &c)) return rc;
     }
     *sum = c.finish();
+    return 0;
+}
+
+extern "C" int cxk_aio_guard_range(void *addr, uint64_t nbytes, int *id) {
+    if (addr == nullptr || id == nullptr || nbytes == 0) return -EINVAL;
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(addr);
+    if (nbytes > UINTPTR_MAX - lo) return -EINVAL;
+    std::call_once(g_once, [] {
+        g_page = cxk_page_size();
+        install();
+    });
+    if (g_install_rc != 0) return g_install_rc;
+    for (int i = 0; i < kRanges; i++) {
+        int free = 0;
+        if (!g_ranges[i].used.compare_exchange_strong(free, 1, std::memory_order_acquire))
+            continue;
+        g_ranges[i].faults.store(0, std::memory_order_relaxed);
+        g_ranges[i].lo.store(lo, std::memory_order_relaxed);
+        // release pairs with the handler's acquire of hi: it sees lo whenever it sees hi
+        g_ranges[i].hi.store(lo + uintptr_t(nbytes), std::memory_order_release);
+        *id = i;
+        return 0;
+    }
+    return -ENOSPC;
+}
+
+extern "C" int cxk_aio_unguard_range(int id, uint64_t *faults) {
+    if (id < 0 || id >= kRanges || faults == nullptr) return -EINVAL;
+    Range &r = g_ranges[id];
+    if (r.used.load(std::memory_order_acquire) == 0) return -EINVAL;
+    r.hi.store(0, std::memory_order_seq_cst);  // the handler stops matching it first
+    *faults = r.faults.load(std::memory_order_relaxed);
+    r.lo.store(0, std::memory_order_relaxed);
+    r.used.store(0, std::memory_order_release);  // pairs with the CAS of the next claimer
     return 0;
 }

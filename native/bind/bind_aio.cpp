@@ -162,6 +162,23 @@ CXK_BIND(aio) {
             return sum;
         },
         nb::arg("dst"), nb::arg("src"), nb::arg("what") = "aio copy");
+    // issue 15: the in-place kernel's SIGBUS guard (a range, any thread)
+    m.def(
+        "aio_guard_range",
+        [](Bytes area, const std::string &what) {
+            int id = -1;
+            check(cxk_aio_guard_range(area.data(), area.size(), &id), what);
+            return id;
+        },
+        nb::arg("area"), nb::arg("what") = "aio guard");
+    m.def(
+        "aio_unguard_range",
+        [](int id, const std::string &what) {
+            uint64_t faults = 0;
+            check(cxk_aio_unguard_range(id, &faults), what);
+            return faults;
+        },
+        nb::arg("id"), nb::arg("what") = "aio guard");
     m.def("aio_uring_built", []() { return cxk_aio_uring_built() != 0; });
     m.attr("AIO_AUTO") = int(CXK_AIO_AUTO);
     m.attr("AIO_URING") = int(CXK_AIO_URING);

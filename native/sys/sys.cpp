@@ -276,6 +276,16 @@ long sys_read_small(const char *path, char *buf, size_t cap) noexcept {
     return long(n);
 }
 
+// ---- issue 15: the AdamW kernel's SIGBUS guard over a range -------------------------------
+int sys_map_zero_in_handler(void *page, size_t n) noexcept {
+    const int saved = errno;  // a signal handler leaves the interrupted code's errno alone
+    void *p = ::mmap(page, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                     -1, 0);
+    const int rc = p == MAP_FAILED ? -errno : 0;
+    errno = saved;
+    return rc;
+}
+
 }  // namespace cxk
 
 using cxk::fault_check;

@@ -106,4 +106,11 @@ int sys_futex_waitv(const uint32_t *const *words, const uint32_t *vals, unsigned
                     int64_t timeout_ns) noexcept;
 constexpr unsigned kFutexWaitvMax = 128;
 
+// ---- issue 15: the AdamW kernel's SIGBUS guard over a range (native/aio/guarded_copy.cpp) --
+// Map private zero-filled anonymous memory at [page, page + n) in place of what was mapped
+// there (MAP_FIXED): the SIGBUS handler's answer to a fault in a guarded file mapping whose
+// file was truncated under it. Async-signal-safe (one mmap system call, errno kept); no
+// fault hook (a failure here turns a guarded fault back into a crash). 0 or -errno.
+int sys_map_zero_in_handler(void *page, size_t n) noexcept;
+
 }  // namespace cxk

@@ -87,8 +87,8 @@ def train_cmd(
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
     spill: Optional[str] = typer.Option(
         None, "--spill", help="optimizer subgroups over these paths (comma-separated: DIR, "
-        "mem[:NODE], pool:NAME, each measured now, or SPEC=GBPS): subgroups per path and the "
-        "update time per step"),
+        "mem[:NODE], pool:NAME, each measured now, or SPEC=GBPS; a :cap=SIZE suffix bounds a "
+        "path's bytes): subgroups per path and the update time per step"),
     host_cache: str = typer.Option("8G", "--host-cache",
                                    help="host memory for the subgroup cache (with --spill)"),
     sub_group_size: int = typer.Option(100_000_000, "--sub-group-size",

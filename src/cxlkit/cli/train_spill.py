@@ -121,10 +121,12 @@ def spill_section(con: Console, params: int, spill: str, host_cache: str,
         return p.to_dict()
     t = Table(title=f"optimizer subgroups: {p.subgroups} of {p.subgroup_params:,} params, "
                     f"host cache {p.cache_subgroups}")
-    for c in ("path", "subgroups", "read GB/s", "write GB/s", "I/O s/step"):
+    for c in ("path", "subgroups", "capacity", "read GB/s", "write GB/s", "I/O s/step"):
         t.add_column(c, justify="left" if c == "path" else "right")
     for r in p.paths:
-        t.add_row(r["path"], str(r["subgroups"]), f"{r['read_GBps']:.2f}",
+        cap = "-" if r["capacity_nbytes"] is None else \
+            f"{r['capacity_nbytes'] / 2**30:.1f} GiB ({r['capacity_subgroups']})"
+        t.add_row(r["path"], str(r["subgroups"]), cap, f"{r['read_GBps']:.2f}",
                   f"{r['write_GBps']:.2f}", f"{r['io_s']:.2f}")
     con.print(t)
     con.print(f"expected update: {p.update_s:.2f} s per step (I/O {p.io_s:.2f} s, kernel "

@@ -136,6 +136,39 @@ def copy_sum(dst: Any, src: Any, what: str = "aio copy") -> int:
     return int(_native.aio_copy_sum(_bytes(dst, "dst"), _bytes(src, "src"), what))
 
 
+class RangeGuard:
+    """SIGBUS guard over the bytes of a (mapped) array for work on any thread (the AdamW
+    kernel on a team): while open, a fault in the range (its file truncated under the
+    mapping) maps a zero page over the faulting page instead of killing the process.
+    faults: the faults taken, read on close; when nonzero the range no longer shows its
+    file (its bytes are lost: unmap it). Use as a context manager (64 guards at once per
+    process: OSError ENOSPC beyond); thread-safe."""
+
+    def __init__(self, area: Any, what: str = "aio guard") -> None:
+        self.what, self.faults = what, 0
+        self._id: int | None = int(_native.aio_guard_range(_bytes(area, "area"), what))
+
+    def close(self) -> int:
+        if self._id is not None:
+            ident, self._id = self._id, None
+            self.faults = int(_native.aio_unguard_range(ident, self.what))
+        return self.faults
+
+    def __del__(self) -> None:
+        # a guard never closed would hold one of the 64 slots for the life of the process
+        if getattr(self, "_id", None) is not None:
+            try:
+                self.close()
+            except OSError:
+                pass
+
+    def __enter__(self) -> RangeGuard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def _bytes(a: Any, name: str) -> Any:
     if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
         raise TypeError(f"{name}: expected a C-contiguous numpy array, got {type(a).__name__}")

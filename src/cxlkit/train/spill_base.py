@@ -41,6 +41,11 @@ class PathFullError(SubgroupError):
     """ENOSPC: the path has no room for the subgroup."""
 
 
+class CapacityError(PathFullError):
+    """The paths' capacities (capacity_nbytes) hold fewer subgroups than the state has;
+    .path names every path with its capacity."""
+
+
 class PathIOError(SubgroupError):
     """EIO (or another device error) while reading or writing the subgroup."""
 
@@ -214,6 +219,10 @@ class SpillPath(abc.ABC):
     # payload checksums written and checked: the bytes leave the process (a file, a pool
     # object another process can write, a crash can tear); a memory tier's do not
     checksummed = True
+    # its payload sums are passes of their own (no user-space copy moves its bytes to fold
+    # them into): a directory through the async I/O engine; the store may fold them into the
+    # kernel instead (subgroup_fold)
+    sum_by_pass = False
 
     def __init__(self, name: str, *, lock: str = "exclusive") -> None:
         if lock not in LOCK_MODES:
@@ -225,12 +234,20 @@ class SpillPath(abc.ABC):
         self.lock_wait_s = 0.0
         self.lock_acquired = 0
         self.measured_cpu_per_byte = 0.0
+        # the most bytes the store may keep on this path (None: no bound): the split gives
+        # it at most capacity_nbytes // footprint_nbytes() subgroups
+        self.capacity_nbytes: int | None = None
 
     def open(self, slot_nbytes: int, nslots: int = 2, namespace: str = "default") -> None:
         """Slots of slot_nbytes per subgroup (a multiple of 4096): 0 and 1 alternate
         generations; 2, when asked, holds spilled fp32 grads (the ablation baseline).
         namespace keeps the files of several stores on one path apart."""
         self.slot_nbytes, self.nslots, self.namespace = slot_nbytes, nslots, namespace
+
+    def footprint_nbytes(self) -> int:
+        """Bytes one subgroup takes on this path once opened: all its slots (a directory's
+        file grows to this as its slots are written)."""
+        return self.nslots * self.slot_nbytes
 
     def _lock_path(self) -> str | None:
         return None
@@ -295,6 +312,11 @@ class SpillPath(abc.ABC):
 
     def sync(self, idx: int) -> None:
         """Make the subgroup's writes durable (directories: fdatasync)."""
+
+    def discard(self, idx: int) -> None:
+        """Drop this process's mapping or handle of subgroup idx, whose bytes no longer show
+        the file or object (a SIGBUS range guard replaced pages of it); the next request
+        maps it afresh. Paths that map nothing: nothing to do."""
 
     @abc.abstractmethod
     def remove(self, idx: int) -> None:

@@ -1,8 +1,9 @@
 """from_config: a DeepSpeed-style JSON block (zero_optimization.offload_optimizer, aio,
 sub_group_size, optimizer) read into an OffloadConfig that builds a SubgroupStore. nvme_path
-may be a list (several paths, each a directory, 'mem[:NODE]' or 'pool:NAME'); cxlkit's own
-keys sit in an optional "cxlkit" block. Unknown keys are refused, so a typo never runs
-silently with defaults."""
+may be a list (several paths, each a directory, 'mem[:NODE]' or 'pool:NAME', each with an
+optional ':cap=SIZE' suffix); cxlkit's own keys sit in an optional "cxlkit" block, whose
+"capacities" is a list beside nvme_path (bytes, "64G" or null per path). Unknown keys are
+refused, so a typo never runs silently with defaults."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import aio
+from . import spill_paths as S
 from .subgroups import DEFAULT_SUBGROUP_PARAMS, SubgroupStore
 
 _OFFLOAD_KEYS = {"device", "nvme_path", "buffer_count", "buffer_size", "pipeline_read",
@@ -19,7 +21,7 @@ _AIO_KEYS = {"block_size", "queue_depth", "thread_count", "intra_op_parallelism"
              "single_submit", "overlap_events", "use_gds"}
 _CXLKIT_KEYS = {"order", "lock", "upcast", "verify", "bandwidths", "cache_subgroups",
                 "reestimate", "namespace", "backend", "direct", "split", "zero_copy",
-                "sum_in_kernel"}
+                "sum_in_kernel", "capacities"}
 _DEVICES = ("nvme", "cpu", "none")
 
 
@@ -91,7 +93,8 @@ def from_config(config: dict[str, Any] | str | os.PathLike[str]) -> OffloadConfi
     """Read a DeepSpeed-style config (a dict, JSON text or a JSON file): offload_optimizer
     and sub_group_size at the top level or under zero_optimization, aio, optimizer, and
     cxlkit's own block {"order", "lock", "upcast", "verify", "bandwidths", "cache_subgroups",
-    "reestimate", "namespace", "backend", "direct", "split", "zero_copy", "sum_in_kernel"}."""
+    "reestimate", "namespace", "backend", "direct", "split", "zero_copy", "sum_in_kernel",
+    "capacities"}."""
     if isinstance(config, (str, os.PathLike)):
         text = str(config)
         if not text.lstrip().startswith("{"):
@@ -118,6 +121,14 @@ def from_config(config: dict[str, Any] | str | os.PathLike[str]) -> OffloadConfi
     _unknown("aio", a, _AIO_KEYS)
     ck = config.get("cxlkit", {}) or {}
     _unknown("cxlkit", ck, _CXLKIT_KEYS)
+    caps = ck.get("capacities")
+    if caps is not None:
+        if not isinstance(caps, list) or len(caps) != len(paths):
+            raise ValueError(f"cxlkit.capacities {caps!r}: expected a list beside nvme_path "
+                             f"({len(paths)} entries: bytes, '64G' or null)")
+        for p, c in zip(paths, caps):
+            if c is not None:
+                S.split_capacity({"path": p, "capacity": c})  # validates it, naming the path
     aio_cfg = aio.AioConfig(
         block_size=_int("aio.block_size", a.get("block_size", 1 << 20), 4096),
         queue_depth=_int("aio.queue_depth", a.get("queue_depth", 32), 1),

@@ -218,6 +218,12 @@ class PoolPath(_CopyPath):
             self._objs[idx] = o
         return o.numpy()
 
+    def discard(self, idx: int) -> None:
+        o = self._objs.pop(idx, None)
+        if o is not None:
+            with contextlib.suppress(BufferError):  # a view lives on in a traceback
+                o.close()
+
     def remove(self, idx: int) -> None:
         o = self._objs.pop(idx, None)
         if o is not None:

@@ -19,6 +19,7 @@ class DirPath(SpillPath):
     depth."""
 
     kind = "dir"
+    sum_by_pass = True
 
     def __init__(self, directory: str | os.PathLike[str], *, lock: str = "exclusive",
                  config: aio.AioConfig | None = None) -> None:

@@ -120,6 +120,9 @@ copy (aio.copy), which raises PathIOError naming the file instead of a SIGBUS)."
             except OSError as e:
                 raise typed(e, self.file(idx), idx) from None
 
+    def discard(self, idx: int) -> None:
+        self._unmap(idx)
+
     def _unmap(self, idx: int) -> None:
         m = self._maps.pop(idx, None)
         if m is None:

@@ -3,6 +3,7 @@ read/write bandwidth and the host memory for the subgroup cache, how many subgro
 takes (Eq. 1) and the update time to expect per step (I/O and kernel overlap)."""
 from __future__ import annotations
 
+import errno
 import math
 import time
 from collections.abc import Sequence
@@ -14,7 +15,7 @@ import numpy as np
 from . import adam as A
 from . import spill_split as S
 from . import subgroup_layout as L
-from .spill_paths import HEADER_NBYTES, parse_path
+from .spill_paths import HEADER_NBYTES, CapacityError, parse_path, split_capacity
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,7 @@ class PathFigure:
     name: str
     read_Bps: float
     write_Bps: float
+    capacity_nbytes: int | None = None  # the most bytes the path keeps (None: no bound)
 
 
 @dataclass(frozen=True)
@@ -43,9 +45,11 @@ class SpillPlan:
 def measure_paths(specs: Sequence[str], nbytes: int = 64 << 20, *,
                   pool_options: dict[str, Any] | None = None) -> list[PathFigure]:
     """'DIR', 'mem[:NODE]' or 'pool:NAME' measured now; 'SPEC=GBPS' taken as given (both
-    directions). pool_options: Pool's host_id and coherence for the pool paths."""
+    directions); either with a ':cap=SIZE' suffix (the path's capacity). pool_options:
+    Pool's host_id and coherence for the pool paths."""
     out = []
-    for s in specs:
+    for whole in specs:
+        s, cap = split_capacity(whole)
         spec, _, gbps = s.partition("=")
         if gbps:
             try:
@@ -55,7 +59,7 @@ def measure_paths(specs: Sequence[str], nbytes: int = 64 << 20, *,
                     from None
             if not math.isfinite(b) or b <= 0:
                 raise ValueError(f"path {s!r}: bandwidth must be > 0 GB/s")
-            out.append(PathFigure(spec, b, b))
+            out.append(PathFigure(spec, b, b, cap))
             continue
         p = parse_path(spec, lock="off", pool_options=pool_options)
         try:
@@ -63,7 +67,7 @@ def measure_paths(specs: Sequence[str], nbytes: int = 64 << 20, *,
             r, w = p.measure(nbytes)
         finally:
             p.close()
-        out.append(PathFigure(p.name, r, w))
+        out.append(PathFigure(p.name, r, w, cap))
     return out
 
 
@@ -86,7 +90,9 @@ def plan_spill(params: int, paths: Sequence[PathFigure], *, host_cache_bytes: in
                subgroup_params: int = 100_000_000, kernel_eps: float | None = None) -> SpillPlan:
     """Eq. 1 over min(read, write) per path; per step, the subgroups not in the host cache
     are read and written once; paths work in parallel and the kernel overlaps them, so the
-    step takes the longest of the paths' I/O and the kernel."""
+    step takes the longest of the paths' I/O and the kernel. A path with a capacity takes at
+    most capacity // (2 slots of a subgroup) subgroups (CapacityError when the paths hold
+    fewer than the state has)."""
     if params <= 0 or subgroup_params <= 0:
         raise ValueError("params and subgroup_params must be > 0")
     if not paths:
@@ -99,7 +105,16 @@ def plan_spill(params: int, paths: Sequence[PathFigure], *, host_cache_bytes: in
                          f"{sub_bytes:,} bytes; the pipeline needs 3 (give more memory or a "
                          "smaller sub_group_size)")
     bw = [min(p.read_Bps, p.write_Bps) for p in paths]
-    counts = S.split_counts(m, bw)  # Eq. 1, or a subset when rounding favours it
+    foot = 2 * sub_bytes  # two slots: the previous generation survives a crash mid-write
+    caps = [None if p.capacity_nbytes is None else p.capacity_nbytes // foot for p in paths]
+    if all(c is not None for c in caps) and sum(caps) < m:
+        raise CapacityError(errno.ENOSPC, f"capacities hold {sum(caps)} of the {m} subgroups of "
+                            f"{foot:,} bytes each (" + ", ".join(
+                                f"{p.name} {p.capacity_nbytes:,} bytes = {c} subgroups"
+                                for p, c in zip(paths, caps)) + ")",
+                            ", ".join(p.name for p in paths))
+    # Eq. 1, or a subset when rounding favours it; what a capacity cannot hold moves on
+    counts = S.split_counts(m, bw, caps=None if all(c is None for c in caps) else caps)
     moved = max(0, m - k)  # alternating order: k subgroups skip both read and write
     rows, io_s = [], 0.0
     for p, c, b in zip(paths, counts, bw):
@@ -107,7 +122,10 @@ def plan_spill(params: int, paths: Sequence[PathFigure], *, host_cache_bytes: in
         t = share * sub_bytes / p.read_Bps + share * sub_bytes / p.write_Bps
         io_s = max(io_s, t)
         rows.append(dict(path=p.name, subgroups=c, read_GBps=p.read_Bps / 1e9,
-                         write_GBps=p.write_Bps / 1e9, io_s=t))
+                         write_GBps=p.write_Bps / 1e9, io_s=t,
+                         capacity_nbytes=p.capacity_nbytes,
+                         capacity_subgroups=None if p.capacity_nbytes is None
+                         else p.capacity_nbytes // foot, held_nbytes=c * foot))
     eps = kernel_eps if kernel_eps is not None else kernel_rate()
     kernel_s = params / eps
     return SpillPlan(params, subgroup_params, m, k, rows, int(2 * moved * sub_bytes), io_s,

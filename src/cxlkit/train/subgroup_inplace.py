@@ -5,6 +5,7 @@ straight into the other slot (cxk_adam_step_into), then the new slot's header (g
 length, payload sum) after the bytes it names. No fetch copy, no flush copy, no cache buffer."""
 from __future__ import annotations
 
+import errno
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -14,7 +15,8 @@ import numpy as np
 from .. import _native
 from . import adam as A
 from . import aio
-from .spill_base import HEADER_NBYTES, check_header, check_payload, checksum, pack_header, typed
+from .spill_base import (HEADER_NBYTES, PathIOError, check_header, check_payload, checksum,
+                         pack_header, typed)
 
 
 class StoreInPlace:
@@ -103,21 +105,33 @@ class StoreInPlace:
             except OSError as e:
                 raise typed(e, where, k) from None
             src, dst = area[slot * size:slot * size + ext], area[out * size:out * size + ext]
-            check_header(src, k, g, sg.nparams, sg.state_nbytes, self.key, where)
             summed = path.checksummed
             verify = self.verify and summed
-            if verify and not self.sum_in_kernel:
-                check_payload(src, src[HEADER_NBYTES:], k, where)  # a pass of its own
-            t1 = time.perf_counter()
-            sums = self._kernel_in_place(sg, src[HEADER_NBYTES:], dst[HEADER_NBYTES:],
-                                         out == slot, verify and self.sum_in_kernel,
-                                         summed and self.sum_in_kernel, configs, grads,
-                                         copies, steps, grad_scale, team, where)
-            t2 = time.perf_counter()
+            # the file may be truncated by another process at any moment after the size
+            # check of _area: under the range guard a fault on any thread (the team's
+            # too) maps a zero page instead of killing the process, and is raised here
+            # the old generation's sum folded into the kernel is known only after the
+            # kernel wrote the param copies: they go to a scratch buffer first, and to the
+            # user's arrays once the sum matched (subgroup_fold)
+            staged = self._stage_copies(sg, copies, configs[sg.group].resync) \
+                if verify and self.sum_in_kernel else None
+            with _TruncationGuard(area, where, k, path):
+                check_header(src, k, g, sg.nparams, sg.state_nbytes, self.key, where)
+                if verify and not self.sum_in_kernel:
+                    check_payload(src, src[HEADER_NBYTES:], k, where)  # a pass of its own
+                t1 = time.perf_counter()
+                sums = self._kernel_in_place(sg, src[HEADER_NBYTES:], dst[HEADER_NBYTES:],
+                                             out == slot, verify and self.sum_in_kernel,
+                                             summed and self.sum_in_kernel, configs, grads,
+                                             staged[0] if staged else copies, steps,
+                                             grad_scale, team, where)
+                t2 = time.perf_counter()
+                out_sum = sums[1] if sums[1] is not None else \
+                    checksum(dst[HEADER_NBYTES:]) if summed else 0
             if sums[0] is not None:  # the old generation's sum, folded into the kernel's loads
                 check_payload(src, None, k, where, payload_sum=sums[0])
-            out_sum = sums[1] if sums[1] is not None else \
-                checksum(dst[HEADER_NBYTES:]) if summed else 0
+            for user, scratch in staged[1] if staged else ():
+                user[:] = scratch
             ver = self.ver[k] + 1
             hdr = np.zeros(HEADER_NBYTES, np.uint8)
             raw = pack_header(k, ver, sg.nparams, dst[HEADER_NBYTES:], self.key,
@@ -186,3 +200,27 @@ class StoreInPlace:
             _native.sum_parts_add(pout, dst[12 * n:], 12 * n)
         return (None if pin is None else int(_native.sum_parts_finish(pin, src.nbytes)),
                 None if pout is None else int(_native.sum_parts_finish(pout, dst.nbytes)))
+
+
+class _TruncationGuard:
+    """aio.RangeGuard over a subgroup's slots for the in-place update: on leaving, faults
+    taken (the file truncated under the mapping while the kernel ran) drop the mapping and
+    raise PathIOError(EFAULT) naming the file and subgroup, in place of whatever the zero
+    pages made the checks raise. The slot being written is torn (its header is never
+    written); the committed generation stays in its slot unless the truncation cut it too.
+    The bf16 param copies the kernel wrote for the subgroup are then undefined."""
+
+    def __init__(self, area: Any, where: str, k: int, path: Any) -> None:
+        self.guard = aio.RangeGuard(area, where)
+        self.where, self.k, self.path = where, k, path
+
+    def __enter__(self) -> _TruncationGuard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        faults = self.guard.close()
+        if faults:
+            self.path.discard(self.k)
+            raise PathIOError(errno.EFAULT, f"truncated under the update ({faults} pages "
+                              "faulted): the slot being written is torn, the committed "
+                              "generation stays in its slot", self.where, self.k) from None

@@ -26,7 +26,7 @@ class StoreMetrics:
         n = len(self.paths)
         return dict(hits=0, fetched=set(), fetches=0, flushes=0, migrations=0, wait_s=0.0,
                     read_wait_s=0.0, write_wait_s=0.0, compute_s=0.0,
-                    in_place=0, in_place_s=0.0, in_place_check_s=0.0,
+                    in_place=0, in_place_s=0.0, in_place_check_s=0.0, folded_flushes=0,
                     bytes=[[0, 0] for _ in range(n)], spans=[([], []) for _ in range(n)],
                     lock0=[p.lock_wait_s for p in self.paths])
 
@@ -48,6 +48,8 @@ class StoreMetrics:
                 read_GBps=rb / rs / 1e9 if rs else None, write_GBps=wb / ws / 1e9 if ws else None,
                 busy_s=busy, busy_GBps=(rb + wb) / busy / 1e9 if busy else None,
                 bandwidth_GBps=self.bandwidth[i] / 1e9, lock=p.lock_mode,
+                capacity_nbytes=p.capacity_nbytes,
+                held_nbytes=self.assignment.count(i) * p.footprint_nbytes(),
                 lock_wait_s=p.lock_wait_s - st["lock0"][i]))
         tot_b = sum(b[0] + b[1] for b in st["bytes"])
         busy = busy_seconds([s for rw in st["spans"] for spans in rw for s in spans])
@@ -58,6 +60,7 @@ class StoreMetrics:
                    migrations=st["migrations"], subgroups=len(self.subgroups),
                    in_place=st["in_place"], in_place_s=st["in_place_s"],
                    in_place_check_s=st["in_place_check_s"],
+                   folded_flushes=st["folded_flushes"],
                    io_bytes=tot_b, io_GBps=tot_b / st["update_s"] / 1e9 if st["update_s"] else 0,
                    io_busy_s=busy, io_busy_GBps=tot_b / busy / 1e9 if busy else None,
                    paths=per_path, **self._caller_times)
@@ -94,8 +97,12 @@ class StoreMetrics:
     def plan(self) -> list[dict[str, Any]]:
         """Per path: its subgroups, bandwidth (bytes/s, min of read and write), the figures
         measured at start (alone; together: with every path running), its CPU seconds per
-        byte, and the CPU budget of the split (cpu_rate, None: not CPU-bound)."""
+        byte, the CPU budget of the split (cpu_rate, None: not CPU-bound), its capacity
+        (bytes and subgroups, None: no bound) and the bytes its subgroups take."""
+        caps = self.capacity_subgroups()
         return [dict(path=p.name, kind=p.kind, subgroups=self.assignment.count(i),
+                     capacity_nbytes=p.capacity_nbytes, capacity_subgroups=caps[i],
+                     held_nbytes=self.assignment.count(i) * p.footprint_nbytes(),
                      bandwidth=self.bandwidth[i], read=self.measured[i][0],
                      write=self.measured[i][1],
                      together=min(self.together[i]) if self.together else None,

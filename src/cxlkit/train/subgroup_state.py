@@ -123,6 +123,7 @@ class StoreState:
                 raise RuntimeError("host cache has no buffer")
             bi = self._where[sg.idx]
             self._finish(bi)
+            self._check_resident(bi, sg)  # a folded fetch's payload sum, now by a pass
             master, m, v, _ = self._buf_views(bi, sg)
             for pc in sg.pieces:
                 if pc.pid in pids:

@@ -20,18 +20,19 @@ from . import aio
 from . import spill_split as S
 from . import subgroup_layout as L
 from .subgroup_metrics import StoreMetrics, busy_seconds  # noqa: F401 (busy_seconds: re-exported)
+from .subgroup_fold import StoreFold
 from .subgroup_inplace import StoreInPlace
 from .subgroup_state import StoreState
 from .spill_base import FetchCheck, FlushHeader
-from .spill_paths import (HEADER_NBYTES, LOCK_MODES, Pending, SpillPath, SubgroupError,
-                          parse_path, typed)
+from .spill_paths import (HEADER_NBYTES, LOCK_MODES, CapacityError, Pending, SpillPath,
+                          SubgroupError, parse_path, typed)
 
 log = logging.getLogger("cxlkit")
 F32 = A.DTYPES["float32"]
 DEFAULT_SUBGROUP_PARAMS = 100_000_000
 
 
-class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
+class SubgroupStore(StoreState, StoreMetrics, StoreInPlace, StoreFold):
     """paths: directories, 'mem' / 'mem:NODE' (a memory tier), 'pool:NAME' (a pool's object
     area) or SpillPath objects. subgroup_params: elements per subgroup. cache_subgroups: K
     host buffers (>= 3: the one updated, the one fetched, the one flushed), placed by
@@ -54,7 +55,13 @@ class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
     whose K buffers then serve the paths that copy; False: every subgroup through the
     cache (the route before run 7). sum_in_kernel: on that route the payload checksums (the
     old generation's check, the new one's sum) are folded into the kernel's own pass over
-    the state (cxk_adam_step_into_sum); False: a pass of their own each."""
+    the state (cxk_adam_step_into_sum); False: a pass of their own each.
+    capacities: per path the most bytes the store keeps there (an int, '64G' or None: no
+    bound), like a path spec's ':cap=SIZE' suffix; the split then gives a path at most
+    capacity // (its slots' bytes per subgroup) subgroups, the rest going to the others by
+    the model, and CapacityError (a PathFullError naming every path) when they hold fewer
+    than the state has. A migration keeps the committed copy on its old path until the next
+    commit, so a path may briefly hold more than its share."""
 
     def __init__(self, paths: Sequence[Any], *, subgroup_params: int = DEFAULT_SUBGROUP_PARAMS,
                  cache_subgroups: int = 4, cache_policy: P.Policy | None = None,
@@ -66,9 +73,12 @@ class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
                  pool_options: dict[str, Any] | None = None,
                  cpu_per_byte: Sequence[float] | None = None,
                  cpu_rate: float | None = None, split: str = "model",
-                 zero_copy: bool = True, sum_in_kernel: bool = True) -> None:
+                 zero_copy: bool = True, sum_in_kernel: bool = True,
+                 capacities: Sequence[int | str | None] | None = None) -> None:
         if not paths:
             raise ValueError("paths: give at least one path")
+        if capacities is not None and len(capacities) != len(paths):
+            raise ValueError(f"capacities: {len(capacities)} figures for {len(paths)} paths")
         if isinstance(cache_subgroups, bool) or not isinstance(cache_subgroups, int) \
                 or cache_subgroups < 3:
             raise ValueError(f"cache_subgroups {cache_subgroups!r}: expected an int >= 3")
@@ -88,8 +98,10 @@ class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
             S.split_counts(1, [1.0] * len(paths), cpu_per_byte, cpu_rate)  # validates them
         self.subgroup_params = subgroup_params
         L.cut([[1]], subgroup_params)  # validates it
+        caps = list(capacities) if capacities is not None else [None] * len(paths)
         self.paths: list[SpillPath] = [parse_path(p, lock=lock, config=aio_config,
-                                                  pool_options=pool_options) for p in paths]
+                                                  pool_options=pool_options, capacity=c)
+                                       for p, c in zip(paths, caps)]
         names = [p.name for p in self.paths]
         if len(set(names)) != len(names):
             raise ValueError(f"paths {names}: a path given twice")
@@ -138,6 +150,8 @@ class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
         self._raw = [b.numpy() for b in self._bufs]
         self._held: list[int | None] = [None] * k
         self._dirty = [False] * k
+        self._unchecked = [False] * k  # a fetched payload whose sum the update checks (fold)
+        self._sums: list[tuple[int, int, int] | None] = [None] * k  # (k, version, sum) folded
         self._io: list[Pending | None] = [None] * k
         self._stamp = [0] * k
         self._where: dict[int, int] = {}
@@ -150,6 +164,7 @@ class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
         self._clock = 0
         for p in self.paths:
             p.open(slot, nslots, self.namespace)
+        self._check_capacity(m)  # before the measurement: a bad spec fails at once
         self._measure()
         self.assignment = L.interleave(self._split(m))
         self._bound = True
@@ -180,10 +195,34 @@ class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
         else:
             self.cpu_rate = None
 
+    def capacity_subgroups(self) -> list[int | None]:
+        """Per path the most subgroups its capacity holds (None: no bound)."""
+        return [None if p.capacity_nbytes is None
+                else p.capacity_nbytes // max(1, p.footprint_nbytes()) for p in self.paths]
+
+    def _check_capacity(self, m: int) -> None:
+        caps = self.capacity_subgroups()
+        if any(c is None for c in caps) or sum(caps) >= m:
+            return
+        held = ", ".join(f"{p.name} {p.capacity_nbytes:,} bytes = {c} subgroups"
+                         for p, c in zip(self.paths, caps))
+        raise CapacityError(errno.ENOSPC, f"capacities hold {sum(caps)} of the {m} subgroups "
+                            f"of {self.paths[0].footprint_nbytes():,} bytes each ({held})",
+                            ", ".join(p.name for p in self.paths))
+
     def _split(self, m: int) -> list[int]:
-        if self.split == "eq1":
-            return L.eq1_counts(m, self.bandwidth)
-        return S.split_counts(m, self.bandwidth, self.cpu_per_byte, self.cpu_rate)
+        caps = self.capacity_subgroups()
+        if all(c is None for c in caps):
+            if self.split == "eq1":
+                return L.eq1_counts(m, self.bandwidth)
+            return S.split_counts(m, self.bandwidth, self.cpu_per_byte, self.cpu_rate)
+        self._check_capacity(m)
+        if self.split == "eq1":  # the paper's split, unless a path cannot hold its share
+            eq1 = L.eq1_counts(m, self.bandwidth)
+            if all(c is None or k <= c for k, c in zip(eq1, caps)):
+                return eq1
+            return S.split_counts(m, self.bandwidth, caps=caps)
+        return S.split_counts(m, self.bandwidth, self.cpu_per_byte, self.cpu_rate, caps=caps)
 
     # ---- cache ----
 
@@ -245,13 +284,15 @@ class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
         and the path keeps sums (its bytes left the process); a copy path folds that sum
         into its copy."""
         return FetchCheck(self._io_extent(bi, sg), sg.idx, gen, sg.nparams, self.key,
-                          path.name, self.verify and path.checksummed)
+                          path.name, self.verify and path.checksummed
+                          and not self._fold_path(path))
 
     def _drop(self, bi: int) -> None:
         k = self._held[bi]
         if k is not None:
             self._where.pop(k, None)
         self._held[bi], self._dirty[bi] = None, False
+        self._unchecked[bi], self._sums[bi] = False, None
 
     def _drain(self) -> None:
         errs = []
@@ -311,7 +352,8 @@ class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
         # the header, with the payload's sum where the path keeps one: packed by the request
         # on the path's own thread (off this one); a copy path folds the sum into its copy
         extent = self._io_extent(bi, sg)
-        prepare = FlushHeader(extent, k, self.ver[k], sg.nparams, self.key, path.checksummed)
+        prepare = self._flush_prepare(bi, k, FlushHeader(extent, k, self.ver[k], sg.nparams,
+                                                         self.key, path.checksummed), path)
         self._dur[k].pop((pi, slot), None)  # its old contents are being overwritten
         self._acquire(path)
         pend = path.write(k, slot, extent, prepare)
@@ -359,6 +401,8 @@ class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
             fetch.extra.append(path.read(k, 2, self._grad_area(bi, sg)))
             self._step_stats["bytes"][pi][0] += fetch.extra[-1].nbytes
         self._io[bi], self._held[bi], self._dirty[bi] = fetch, k, False
+        self._unchecked[bi] = self.verify and path.checksummed and self._fold_path(path)
+        self._sums[bi] = None
         self._where[k] = bi
         self._step_stats["fetches"] += 1
         self._step_stats["fetched"].add(k)
@@ -493,6 +537,8 @@ class SubgroupStore(StoreState, StoreMetrics, StoreInPlace):
     def _update(self, bi: int, sg: L.Subgroup, configs: Sequence[A.AdamConfig],
                 grads: Sequence[Any], copies: Sequence[Any], steps: Sequence[int],
                 grad_scale: float, team: A.AdamTeam | None) -> None:
+        if self._update_folded(bi, sg, configs, grads, copies, steps, grad_scale, team):
+            return
         master, m, v, _ = self._buf_views(bi, sg)
         gf = self._grad_area(bi, sg).view(np.float32) if self.upcast == "eager" else None
         for s, args, _ in self._kernel_args(sg, (master, m, v), None, grads, copies, steps, gf):
