@@ -3,7 +3,8 @@
  * runs the step and its traffic kernel (CXK_ADAM_TRAFFIC, the bound adam_e2e judges a step
  * against) over the same buffers on the calling thread, the four tasks in an order rotated
  * per round, with a read of twice the L3 (untimed) before each task so none pays for the
- * dirty lines of the one before (--no-scrub: none, for sizes that fit a cache). One JSON line per model: medians and ranges of each task,
+ * dirty lines of the one before (--no-scrub: none, for sizes that fit a cache). One JSON
+ * line per model: medians and ranges of each task,
  * and paired ratios (medians over rounds of ratios of the same round): B's step against A's,
  * each step against its own library's traffic kernel and against A's (a fixed yardstick).
  *
@@ -15,7 +16,8 @@
  * and written (RESYNC), 30 B/param; fp16 the same with fp16; fp32 = fp32 grad, no copy,
  * 28 B/param. AdamW with decoupled decay 0.01 and bias correction. The master, m and v sit in
  * huge pages (TieredAdamW's own buffers); the grad and the 16-bit param in 4 KiB pages, as
- * torch allocates them, unless --thp-all. */
+ * torch allocates them, unless --thp-all. --zero-params: every param and grad zero (a
+ * padding row, a param no grad moves), the case the pair path tests again. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
@@ -127,7 +129,7 @@ static double maxv(const double *x, int n) {
 
 /* tasks: 0 A step, 1 A traffic, 2 B step, 3 B traffic */
 static void run_model(const char *model, struct lib *libs, uint64_t n, int rounds, int thp_all,
-                      volatile unsigned char *scrub, size_t scrub_n) {
+                      int zero, volatile unsigned char *scrub, size_t scrub_n) {
     const int half = strcmp(model, "fp32") != 0;
     const int gdt = !half ? CXK_DTYPE_F32 : !strcmp(model, "bf16") ? CXK_DTYPE_BF16
                                                                     : CXK_DTYPE_F16;
@@ -138,8 +140,8 @@ static void run_model(const char *model, struct lib *libs, uint64_t n, int round
     for (uint64_t i = 0; i < n; i++) {
         s = s * 1664525u + 1013904223u;
         float x = (float)((int32_t)(s >> 8) - (1 << 23)) / (float)(1 << 23);
-        p[i] = 0.02f * x;
-        float gx = 1e-3f * x * (i % 7 ? 1.0f : -0.5f);
+        p[i] = zero ? 0.0f : 0.02f * x;
+        float gx = zero ? 0.0f : 1e-3f * x * (i % 7 ? 1.0f : -0.5f);
         if (!half) ((float *)g)[i] = gx;
         else if (gdt == CXK_DTYPE_BF16) ((uint16_t *)g)[i] = to_bf16(gx);
         else ((_Float16 *)g)[i] = (_Float16)gx;
@@ -162,7 +164,10 @@ static void run_model(const char *model, struct lib *libs, uint64_t n, int round
     int64_t step = 1;
     for (int k = 0; k < 4; k++) {  /* warm-up: page the buffers in, resolve the level */
         h.step = step++;
-        if (libs[k / 2].step(k % 2 ? &ht : &h, &t, 1)) { fprintf(stderr, "step failed\n"); exit(1); }
+        if (libs[k / 2].step(k % 2 ? &ht : &h, &t, 1)) {
+            fprintf(stderr, "step failed\n");
+            exit(1);
+        }
     }
     unsigned sink = 0;
     for (int r = 0; r < rounds; r++) {
@@ -180,9 +185,9 @@ static void run_model(const char *model, struct lib *libs, uint64_t n, int round
     double bpp = half ? 30.0 : 28.0, ld[3];
     getloadavg(ld, 3);
     printf("{\"model\": \"%s\", \"params\": %llu, \"rounds\": %d, \"a\": \"%s\", \"b\": \"%s\", "
-           "\"simd\": [%d, %d], \"thp_all\": %s, \"sink\": %u, ",
+           "\"simd\": [%d, %d], \"thp_all\": %s, \"zero_params\": %s, \"sink\": %u, ",
            model, (unsigned long long)n, rounds, libs[0].name, libs[1].name, libs[0].simd,
-           libs[1].simd, thp_all ? "true" : "false", sink & 1u);
+           libs[1].simd, thp_all ? "true" : "false", zero ? "true" : "false", sink & 1u);
     for (int k = 0; k < 4; k++)
         printf("\"%s_ms\": %.3f, \"%s_ms_min\": %.3f, \"%s_ms_max\": %.3f, \"%s_gbs\": %.2f, ",
                tn[k], 1e3 * median(tm[k], rounds), tn[k], 1e3 * minv(tm[k], rounds), tn[k],
@@ -207,7 +212,7 @@ static void run_model(const char *model, struct lib *libs, uint64_t n, int round
 int main(int argc, char **argv) {
     const char *a = NULL, *b = NULL, *models = "bf16,fp32";
     uint64_t n = 10000000;
-    int rounds = 21, thp_all = 0;
+    int rounds = 21, thp_all = 0, zero = 0;
     size_t scrub_n = 64u << 20; /* twice the 32 MiB L3; --no-scrub: the data stays cached */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--a") && i + 1 < argc) a = argv[++i];
@@ -217,9 +222,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--models") && i + 1 < argc) models = argv[++i];
         else if (!strcmp(argv[i], "--thp-all")) thp_all = 1;
         else if (!strcmp(argv[i], "--no-scrub")) scrub_n = 0;
+        else if (!strcmp(argv[i], "--zero-params")) zero = 1;
         else {
             fprintf(stderr, "usage: %s --a NAME=LIB --b NAME=LIB [--n N] [--rounds R] "
-                            "[--models bf16,fp32,fp16] [--thp-all] [--no-scrub]\n", argv[0]);
+                            "[--models bf16,fp32,fp16] [--thp-all] [--no-scrub] "
+                            "[--zero-params]\n", argv[0]);
             return 2;
         }
     }
@@ -236,7 +243,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "--models: %s is not bf16, fp16 or fp32\n", tok);
             return 2;
         }
-        run_model(tok, libs, n, rounds, thp_all, scrub, scrub_n);
+        run_model(tok, libs, n, rounds, thp_all, zero, scrub, scrub_n);
     }
     free(list);
     return 0;

@@ -38,7 +38,8 @@ def table(paths: list[str]) -> list[str]:
 def table_from_records(recs: list[dict]) -> list[str]:
     rows: dict = defaultdict(list)
     for r in recs:
-        rows[(r["params"], r["model"])].append(per_run(r))
+        model = r["model"] + (" (zero params)" if r.get("zero_params") else "")
+        rows[(r["params"], model)].append(per_run(r))
     med = statistics.median
     out = ["| params | model | runs | new vs old step (per run) | old % of its traffic | "
            "new % of its traffic (per run) | new % of old's traffic | old GB/s | new GB/s | "

@@ -47,6 +47,16 @@ def test_adam_lib_ab_pairs_both_sides_steps_and_traffic_per_model(harness):
     assert len(table) == 2 + 3 and all("| 2 |" in row for row in table[2:])
 
 
+def test_adam_lib_ab_zero_params_are_named_in_the_line_and_the_table(harness):
+    r = subprocess.run([str(harness), "--a", f"old={LIB}", "--b", f"new={LIB}", "--n", "3001",
+                        "--rounds", "2", "--models", "bf16", "--no-scrub", "--zero-params"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["zero_params"] is True and d["b_over_a_step"] > 0
+    assert "bf16 (zero params)" in S.table_from_records([d])[2]
+
+
 def test_adam_lib_ab_names_a_bad_model_and_a_missing_library(harness, tmp_path):
     r = subprocess.run([str(harness), "--a", f"old={LIB}", "--b", f"new={LIB}", "--n", "100",
                         "--models", "fp8"], capture_output=True, text=True, timeout=60)

@@ -137,7 +137,8 @@ struct V512 {
     // vcvtneps2bf16 may round unlike torch (a NaN or subnormal input) comes out with exponent
     // 0 (as +-0) or 0xff; exact_lanes finds the others: +0x0080 moves exponents 0xff and 0 to
     // 0 and 1, and a test of the exponent's upper 7 bits finds the rest. Zeros and infinities
-    // count as not exact too (rare; they take the per-vector path, as any such lane does).
+    // count as not exact there; exact_or_zero takes the zeros back (infinities are rare and
+    // take the per-vector path, as any lane that is not exact does).
     template <int CDT>
     static __m512i pair_bits(F p0, F p1) {
         if constexpr (CDT == CXK_DTYPE_BF16)
@@ -157,6 +158,16 @@ struct V512 {
             return 0xffffffffu;
     }
 
+    // exact_lanes, zeros added: +-0 rounds to +-0 in both. Off the fast path: a pair that
+    // exact_lanes refuses pays these compares, so a tensor of zeros (a padding row, a param
+    // no grad has moved) keeps the pair path.
+    template <int CDT>
+    static __mmask32 exact_or_zero(__m512i h, F p0, F p1) {
+        const __mmask16 z0 = _mm512_cmp_ps_mask(p0, _mm512_setzero_ps(), _CMP_EQ_OQ);
+        const __mmask16 z1 = _mm512_cmp_ps_mask(p1, _mm512_setzero_ps(), _CMP_EQ_OQ);
+        return exact_lanes<CDT>(h) | _mm512_kunpackw(z1, z0);
+    }
+
     // reread<CDT> of two vectors at i and i + W: one compare of 32 words when every lane of
     // the rounded masters is exact and equals the copy; else each vector through reread.
     template <int CDT>
@@ -165,6 +176,8 @@ struct V512 {
         const __m512i h = pair_bits<CDT>(p0, p1);
         const __mmask32 ok = _mm512_mask_cmpeq_epi16_mask(exact_lanes<CDT>(h), old, h);
         if (__builtin_expect(ok == 0xffffffffu, 1)) return;
+        if (_mm512_mask_cmpeq_epi16_mask(exact_or_zero<CDT>(h, p0, p1), old, h) == 0xffffffffu)
+            return;
         p0 = reread<CDT>(c, i, p0, changed);
         p1 = reread<CDT>(c, i + W, p1, changed);
     }
@@ -176,7 +189,8 @@ struct V512 {
     static void store_copy2(void *c, size_t i, F p0, F p1) {
         __m512i h = pair_bits<CDT>(p0, p1);
         if constexpr (CDT == CXK_DTYPE_BF16)
-            if (__builtin_expect(exact_lanes<CDT>(h) != 0xffffffffu, 0))
+            if (__builtin_expect(exact_lanes<CDT>(h) != 0xffffffffu, 0) &&
+                exact_or_zero<CDT>(h, p0, p1) != 0xffffffffu)
                 h = _mm512_inserti64x4(_mm512_castsi256_si512(bf16_narrow(p0)), bf16_narrow(p1),
                                        1);
         if constexpr (NT) {
