@@ -844,7 +844,8 @@ CXK_API int cxk_aio_sync(int fd);                     /* fdatasync */
 CXK_API int cxk_aio_truncate(int fd, uint64_t nbytes);
 /* OFD lock of byte `at` of fd: kind 0 unlock, 1 shared, 2 exclusive. wait == 0: -EAGAIN when
  * another open file description holds a conflicting lock. The lock belongs to the open file
- * description: it is released when its last fd closes, or when its process dies. */
+ * description: it is released when its last fd closes, or when its process dies. A wait that
+ * a signal interrupts returns -EINTR (handle the signal, then call again). */
 CXK_API int cxk_aio_lock(int fd, int kind, int wait, uint64_t at);
 /* Nonzero when this build has io_uring (liburing) support. */
 CXK_API int cxk_aio_uring_built(void);
