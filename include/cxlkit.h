@@ -844,7 +844,8 @@ CXK_API int cxk_aio_sync(int fd);                     /* fdatasync */
 CXK_API int cxk_aio_truncate(int fd, uint64_t nbytes);
 /* OFD lock of byte `at` of fd: kind 0 unlock, 1 shared, 2 exclusive. wait == 0: -EAGAIN when
  * another open file description holds a conflicting lock. The lock belongs to the open file
- * description: it is released when its last fd closes, or when its process dies. */
+ * description: it is released when its last fd closes, or when its process dies. A wait that
+ * a signal interrupts returns -EINTR (handle the signal, then call again). */
 CXK_API int cxk_aio_lock(int fd, int kind, int wait, uint64_t at);
 /* Nonzero when this build has io_uring (liburing) support. */
 CXK_API int cxk_aio_uring_built(void);
@@ -1121,6 +1122,13 @@ CXK_API int cxk_msg_rank(const cxk_comm *comm);
 CXK_API int cxk_msg_size(const cxk_comm *comm);
 /* The rank whose silence made the last call fail with -ETIMEDOUT, or -1. */
 CXK_API int cxk_msg_failed_rank(const cxk_comm *comm);
+/* A hook the calling thread's messaging waits call about every 20 ms while they wait (set
+ * per thread; NULL, the default: none). A nonzero return ends the wait as its timeout would
+ * (-ETIMEDOUT, cxk_msg_failed_rank -1; a request stays pending as after a timeout, a blocking
+ * call's request is withdrawn). The Python binding sets one around its blocking calls so that
+ * Ctrl-C (or any signal handler that raises) ends them. */
+typedef int (*cxk_msg_interrupt_fn)(void *arg);
+CXK_API void cxk_msg_set_interrupt(cxk_msg_interrupt_fn fn, void *arg);
 CXK_API uint64_t cxk_msg_eager_bytes(const cxk_comm *comm);
 /* The comm's wait policy (see "Waits" above; NULL: the defaults, which the comm also starts
  * with): how its blocking calls poll. -EINVAL for a bad o (cxk_wait_opts_check). */

@@ -316,3 +316,55 @@ def test_eager_threshold_follows_the_ring_cell(pool_path, coherence, cell_bytes)
                 c.send(want, dest=0, tag=n)
                 st = r.wait()
                 assert st.count == n and bytes(buf) == want
+
+
+_CTRL_C_CHILD = """
+import sys
+import cxlkit
+from cxlkit import msg
+with cxlkit.Pool(sys.argv[1], host_id=0) as pool, msg.Comm(pool, rank=0, size=1, job="ctrlc") as c:
+    for how in ("recv", "request"):
+        req = c.irecv(bytearray(8), 0, 5) if how == "request" else None
+        print("waiting", flush=True)
+        try:
+            c.recv(0, 5) if req is None else req.wait()
+            sys.exit(3)  # nothing was sent: only the interrupt ends the wait
+        except KeyboardInterrupt:
+            pass
+        # the comm goes on: a blocking call's probe was withdrawn, a request stays pending
+        c.send(b"after", 0, 5)
+        if req is None:
+            assert c.recv(0, 5)[0] == b"after"
+        else:
+            assert req.wait().count == 5
+        print("went on", flush=True)
+"""
+
+
+def test_ctrl_c_ends_a_blocking_receive_and_the_comm_goes_on(pool2):
+    # Found trying it as a user: Python runs its SIGINT handler only between bytecodes, and a
+    # receive waiting in the library with the GIL released never returned to it, so Ctrl-C
+    # did nothing until a message came (the library now calls a hook every ~20 ms that runs
+    # pending handlers and ends the wait when one raised).
+    import subprocess
+    import sys
+    import time
+
+    import threading
+
+    p = subprocess.Popen([sys.executable, "-c", _CTRL_C_CHILD, pool2], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    watchdog = threading.Timer(30, p.kill)  # a child deaf to Ctrl-C ends the readlines (EOF)
+    watchdog.start()
+    try:
+        for _ in range(2):
+            assert p.stdout.readline().strip() == "waiting"
+            time.sleep(0.3)  # into the wait
+            p.send_signal(signal.SIGINT)
+            assert p.stdout.readline().strip() == "went on", p.stderr.read()[-2000:]
+        assert p.wait(20) == 0, p.stderr.read()[-2000:]
+    finally:
+        watchdog.cancel()
+        if p.poll() is None:
+            p.kill()
+            p.wait()

@@ -6,6 +6,10 @@ from __future__ import annotations
 import errno
 import multiprocessing as mp
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -343,6 +347,44 @@ def _hold_lock(path: str, ready, go) -> None:
     if go.wait(30):
         aio.lock_file(fd, "unlock", wait=False)
     os._exit(0)  # dies holding nothing, or holding the lock when not told to release
+
+
+_WAIT_FOR_LOCK = """
+import signal, sys
+from cxlkit.train import aio
+signal.signal(signal.SIGTERM, lambda n, f: sys.exit(128 + n))
+fd, _ = aio.open_file(sys.argv[1], write=True, create=True, direct=False)
+print("waiting", flush=True)
+try:
+    aio.lock_file(fd, "exclusive", wait=True)
+except KeyboardInterrupt:
+    sys.exit(99)
+sys.exit(3)  # granted: the holder let go, which the test does not do
+"""
+
+
+@pytest.mark.parametrize("sig, rc", [(signal.SIGINT, 99), (signal.SIGTERM, 128 + 15)],
+                         ids=["ctrl-c", "sigterm"])
+def test_a_process_waiting_for_a_held_path_lock_stops_on_a_signal(tmp_path, sig, rc):
+    # Found by the bench's SIGTERM test hanging under load: the wait retried fcntl on EINTR
+    # inside native code, so Python's handlers never ran and neither Ctrl-C nor SIGTERM
+    # stopped a process waiting for another process's lock.
+    lock = str(tmp_path / "held.lock")
+    fd, _ = aio.open_file(lock, write=True, create=True, direct=False)
+    aio.lock_file(fd, "exclusive", wait=True)
+    p = subprocess.Popen([sys.executable, "-c", _WAIT_FOR_LOCK, lock], stdout=subprocess.PIPE,
+                         text=True)
+    try:
+        assert p.stdout.readline().strip() == "waiting"
+        time.sleep(0.3)  # into the blocking fcntl
+        p.send_signal(sig)
+        assert p.wait(20) == rc
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        aio.lock_file(fd, "unlock", wait=False)
+        os.close(fd)
 
 
 def test_path_lock_excludes_another_process_and_a_dead_holder_releases(dirs):

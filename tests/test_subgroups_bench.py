@@ -187,14 +187,21 @@ def test_subgroups_bench_stopped_by_sigterm_removes_its_scratch_directories(tmp_
                           "4M", "--subgroup", "250K", "--steps", "50", "--runs", "50",
                           "--disk", str(disk), "--tmpfs", str(shm), "--pool", "off",
                           "--only", "paths"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONFAULTHANDLER="1"))
     try:
         deadline = time.monotonic() + 120
         while not p.stderr.readline().startswith("round 0:"):  # a row is running
             assert p.poll() is None and time.monotonic() < deadline, p.stderr.read()[-2000:]
         assert list(disk.iterdir()) and list(shm.iterdir())  # its scratch directories
         p.send_signal(signal.SIGTERM)
-        assert p.wait(60) == 128 + signal.SIGTERM
+        try:
+            rc = p.wait(60)
+        except subprocess.TimeoutExpired:  # where it hangs: faulthandler dumps every thread
+            p.send_signal(signal.SIGABRT)
+            rc = p.wait(30)
+            pytest.fail(f"no exit 60 s after SIGTERM; rc {rc}; {p.stderr.read()[-6000:]}")
+        assert rc == 128 + signal.SIGTERM
     finally:
         if p.poll() is None:
             p.kill()

@@ -5,6 +5,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 
+#include <cerrno>
 #include <string>
 #include <tuple>
 
@@ -128,9 +129,15 @@ CXK_BIND(aio) {
         "aio_lock",
         [](int fd, int kind, bool wait, uint64_t at, const std::string &what) {
             int rc;
-            {
-                nb::gil_scoped_release nogil;
-                rc = cxk_aio_lock(fd, kind, wait ? 1 : 0, at);
+            for (;;) {
+                {
+                    nb::gil_scoped_release nogil;
+                    rc = cxk_aio_lock(fd, kind, wait ? 1 : 0, at);
+                }
+                if (rc != -EINTR) break;
+                // a signal ended the wait: its Python handler runs now (SIGTERM's exit, Ctrl-C's
+                // KeyboardInterrupt end the wait); otherwise wait again
+                if (PyErr_CheckSignals() != 0) throw nb::python_error();
             }
             check(rc, what);
         },

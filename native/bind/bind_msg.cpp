@@ -162,16 +162,55 @@ struct MsgRequest {
     }
 };
 
-// Run fn(comm) with the GIL released and the comm's mutex held; raise on a negative return.
+// Ctrl-C during a blocking call. CPython's C-level handler only notes a signal; its Python
+// handler (KeyboardInterrupt for SIGINT) runs when the main thread next runs bytecode, which
+// a wait in the library with the GIL released never does. While a blocking call of the main
+// thread waits, the library calls this hook every ~20 ms: it takes the GIL, runs the pending
+// handlers, and ends the wait (as a timeout ends it) when one raised; the call then raises
+// that exception (raise_if_interrupted). Other threads: Python runs handlers on the main one.
+unsigned long g_main_thread = 0;
+
+int py_interrupt(void *) {
+    if (PyThread_get_thread_ident() != g_main_thread) return 0;
+#if PY_VERSION_HEX >= 0x030D0000
+    if (Py_IsFinalizing()) return 0;
+#else
+    if (_Py_IsFinalizing()) return 0;
+#endif
+    PyGILState_STATE g = PyGILState_Ensure();
+    const int raised = PyErr_CheckSignals();  // -1: a handler raised; the error stays set
+    PyGILState_Release(g);
+    return raised != 0;
+}
+
+// Set for the scope of one blocking call (the hook is per thread in the library).
+struct Interruptible {
+    Interruptible() { cxk_msg_set_interrupt(py_interrupt, nullptr); }
+    ~Interruptible() { cxk_msg_set_interrupt(nullptr, nullptr); }
+    Interruptible(const Interruptible &) = delete;
+    Interruptible &operator=(const Interruptible &) = delete;
+};
+
+// With the GIL held, after a failed blocking call: the exception a signal handler raised.
+void raise_if_interrupted() {
+    if (PyErr_Occurred()) throw nb::python_error();
+}
+
+// Run fn(comm) with the GIL released and the comm's mutex held; raise on a negative return
+// (a signal handler's exception when one ended the wait).
 template <class Fn> int call(MsgComm &m, const std::string &what, Fn fn) {
     cxk_comm *c = m.get();
     int r;
     {
         nb::gil_scoped_release unlock;
         std::lock_guard<std::mutex> g(m.mu);
+        Interruptible intr;
         r = fn(c);
     }
-    if (r < 0) check(r, what);
+    if (r < 0) {
+        raise_if_interrupted();
+        check(r, what);
+    }
     return r;
 }
 
@@ -307,10 +346,11 @@ void bind_comm(nb::module_ &m) {
             {
                 nb::gil_scoped_release unlock;
                 std::lock_guard<std::mutex> g(s.mu);
+                Interruptible intr;
                 r = cxk_msg_recv(c, v.ptr(), v.len(), source, tag, &st);
             }
             if (r == -EMSGSIZE) return nb::make_tuple(st.source, st.tag, st.count, true);
-            if (r < 0) check(r, s.label + " recv");
+            if (r < 0) raise_if_interrupted(), check(r, s.label + " recv");
             return nb::make_tuple(st.source, st.tag, st.count, false);
         })
         .def("isend", [](nb::handle self, nb::handle buf, int dest, int tag, bool sync) {
@@ -392,11 +432,12 @@ void bind_comm(nb::module_ &m) {
             {
                 nb::gil_scoped_release unlock;
                 std::lock_guard<std::mutex> g(s.mu);
+                Interruptible intr;
                 r = cxk_msg_wait(c, q.r, &st);
             }
             if (r != -ETIMEDOUT) q.r = nullptr, q.view.release();  // freed by the wait
             if (r == -EMSGSIZE) return nb::make_tuple(st.source, st.tag, st.count, true);
-            if (r < 0) check(r, s.label + " wait");
+            if (r < 0) raise_if_interrupted(), check(r, s.label + " wait");
             return nb::make_tuple(st.source, st.tag, st.count, false);
         })
         .def("test", [](MsgRequest &q) -> nb::object {
@@ -614,6 +655,9 @@ CXK_BIND(msg) {
     using namespace cxk::py;
     m.attr("ANY_SOURCE") = CXK_ANY_SOURCE;
     m.attr("ANY_TAG") = CXK_ANY_TAG;
+    // the thread Python runs signal handlers on (the import may run on another)
+    g_main_thread = nb::cast<unsigned long>(
+        nb::module_::import_("threading").attr("main_thread")().attr("ident"));
     bind_comm(m);
     bind_memory(m);
     bind_window(m);

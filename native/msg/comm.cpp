@@ -24,6 +24,12 @@ using cxk::ring::pid_gone;
 // How often a wait looks at its deadline and its peers' liveness (a heartbeat moves every
 // 100 ms, a peer is dead after dead_ms: a millisecond is fine-grained enough, and cheap).
 constexpr int64_t kCheckNs = 1000000;
+// How often a wait calls the thread's interrupt hook: the Python binding's takes the GIL to
+// run pending signal handlers, too costly for every millisecond; 20 ms is below what a person
+// pressing Ctrl-C notices.
+constexpr int64_t kInterruptNs = 20000000;
+thread_local cxk_msg_interrupt_fn t_interrupt = nullptr;
+thread_local void *t_interrupt_arg = nullptr;
 
 int64_t now_ns() {
     timespec ts;
@@ -250,6 +256,7 @@ Waiter::Waiter(cxk_comm *comm, int need_rank) : c(comm), need(need_rank) {
     cxk_wait_begin(&w, &c->wait);
     begun_ns = w.start_ns;
     next_check_ns = begun_ns + kCheckNs;
+    next_intr_ns = begun_ns + kInterruptNs;
     events = c->events;
 }
 
@@ -301,6 +308,10 @@ int Waiter::check(bool on_rings, const cxk::ring::Extra *barrier) {
                           c->sleep_on.data(), c->sleep_on.size(), barrier);
     if (w.now_ns < next_check_ns) return 0;
     next_check_ns = w.now_ns + kCheckNs;
+    if (t_interrupt && w.now_ns >= next_intr_ns) {
+        next_intr_ns = w.now_ns + kInterruptNs;
+        if (t_interrupt(t_interrupt_arg)) return c->failed_rank = -1, -ETIMEDOUT;
+    }
     if (c->opts.timeout_ms && w.now_ns - begun_ns > int64_t(c->opts.timeout_ms) * 1000000) {
         c->failed_rank = need;
         return -ETIMEDOUT;
@@ -441,6 +452,11 @@ int cxk_msg_wake_stats(const cxk_comm *c, struct cxk_ring_wake_stats *st) {
 int cxk_msg_rank(const cxk_comm *c) { return c ? c->rank : -EINVAL; }
 int cxk_msg_size(const cxk_comm *c) { return c ? c->nranks : -EINVAL; }
 int cxk_msg_failed_rank(const cxk_comm *c) { return c ? c->failed_rank : -1; }
+
+void cxk_msg_set_interrupt(cxk_msg_interrupt_fn fn, void *arg) {
+    t_interrupt_arg = arg;
+    t_interrupt = fn;
+}
 uint64_t cxk_msg_eager_bytes(const cxk_comm *c) { return c ? c->eager : 0; }
 
 }  // extern "C"

@@ -275,6 +275,7 @@ struct Waiter {
     cxk_wait w;             // the policy's state (restarted on progress)
     int64_t begun_ns;       // when the wait began (timeout_ms counts from here)
     int64_t next_check_ns;  // next deadline / liveness look
+    int64_t next_intr_ns;   // next call of the thread's interrupt hook (cxk_msg_set_interrupt)
     uint64_t events;        // c->events when the spin last (re)started
     Waiter(cxk_comm *comm, int need_rank);
     ~Waiter();

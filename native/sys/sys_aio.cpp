@@ -54,7 +54,10 @@ int sys_ofd_lock(int fd, int kind, bool wait, uint64_t at) noexcept {
     for (;;) {
         if (::fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &l) == 0) return 0;
         if (errno == EACCES) return -EAGAIN;  // some kernels say EACCES for "held"
-        if (errno != EINTR) return -errno;
+        // A wait a signal interrupts goes back to the caller, which may have to act on the
+        // signal (Python's handlers run only between its calls: SIGTERM or Ctrl-C could not
+        // stop a process waiting for another's lock); a try that does not wait is retried.
+        if (errno != EINTR || wait) return -errno;
     }
 }
 

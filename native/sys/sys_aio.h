@@ -15,7 +15,7 @@ int sys_fdatasync(int fd) noexcept;
 // OFD lock of byte `at` of fd (kind: 0 unlock, 1 shared, 2 exclusive); wait = block until
 // granted. -EAGAIN when held by another open file description and !wait. The lock belongs
 // to the open file description, so it goes away when the last fd of it closes (a dead
-// process's locks go with it).
+// process's locks go with it). A wait a signal interrupts returns -EINTR.
 int sys_ofd_lock(int fd, int kind, bool wait, uint64_t at) noexcept;
 
 // One io_uring (liburing). Without liburing at build time every call returns -ENOSYS.

@@ -339,6 +339,35 @@ static int join_timeout(void) {
     return 0;
 }
 
+/* The per-thread interrupt hook: a probe nothing answers ends when the hook says so, as a
+ * timeout (-ETIMEDOUT, failed rank -1); without the hook the comm works on. */
+static int interrupt_calls;
+static int interrupt_after_3(void *arg) {
+    CHECK(arg == (void *)&interrupt_calls);
+    return ++interrupt_calls >= 3;
+}
+
+static int interrupt_hook(void) {
+    cxk_pool *p = open_host(0, 0);
+    CHECK(p != NULL);
+    cxk_comm *c = NULL;
+    CHECK_EQ(cxk_msg_init(p, "intr", 0, 1, NULL, &c), 0);
+    struct cxk_msg_status st;
+    interrupt_calls = 0;
+    cxk_msg_set_interrupt(interrupt_after_3, &interrupt_calls);
+    CHECK_EQ(cxk_msg_probe(c, 0, 9, &st), -ETIMEDOUT);
+    CHECK_EQ(interrupt_calls, 3);
+    CHECK_EQ(cxk_msg_failed_rank(c), -1);
+    cxk_msg_set_interrupt(NULL, NULL);
+    char b[4] = "abc", r[4] = {0};
+    CHECK_EQ(cxk_msg_send(c, b, 4, 0, 9, 0), 0);
+    CHECK_EQ(cxk_msg_recv(c, r, 4, 0, 9, &st), 0);
+    CHECK(memcmp(b, r, 4) == 0 && interrupt_calls == 3);
+    CHECK_EQ(cxk_msg_finalize(c), 0);
+    cxk_pool_close(p);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     for (coherence = 0; coherence < 2; ++coherence) {
         if (argc > 1 && atoi(argv[1]) != coherence) continue;
@@ -348,6 +377,7 @@ int main(int argc, char **argv) {
         CHECK(p != NULL);
         cxk_pool_close(p);
         join_timeout();
+        interrupt_hook();
         run("pp", 2, pingpong);
         /* eager up to 64 KiB: messages of many cells (the default sends them by rendezvous) */
         eager_opt = 65536;
