@@ -99,3 +99,33 @@ def test_a_different_model_config_does_not_hit(pool_path):
                                          num_hidden_layers=2, num_attention_heads=4,
                                          num_key_value_heads=2)).eval()
     assert PrefixCache(pool_path, other, host_id=0).load(PREFIX + [1]) == (None, 0)
+
+
+def test_generate_passes_the_cache_by_the_name_the_model_takes_without_deprecation_warnings(
+        pool_path):
+    # transformers 5.24 renamed forward's past_key_values to cache (the old name warns, and
+    # goes in 5.40): a fresh clone's make test printed the FutureWarning six times
+    import warnings
+
+    from cxlkit.integrations import transformers as T
+
+    model = tiny_llama()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        pc = PrefixCache(pool_path, model, create=True, size=16 << 20, host_id=0)
+        tokens, _ = generate(model, PREFIX + [1, 2, 3], pc, max_new_tokens=4)
+        again, info = generate(model, PREFIX + [1, 2, 3], pc, max_new_tokens=4)
+        assert info.prefix_tokens == 32 and again == tokens
+    assert len(tokens) == 4
+
+    class NewName:  # forward as transformers >= 5.24 declares it
+        def forward(self, input_ids=None, cache=None, use_cache=None):
+            raise AssertionError
+
+    class OldName:
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None):
+            raise AssertionError
+
+    assert T._cache_arg(NewName()) == "cache"
+    assert T._cache_arg(OldName()) == "past_key_values"
+    assert T._cache_arg(model) in ("cache", "past_key_values")

@@ -8,6 +8,7 @@ its DynamicCache from the pool and runs only the suffix.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import time
 from collections.abc import Sequence
@@ -108,6 +109,23 @@ class GenerateInfo:
     stored_blocks: int         # blocks this call added to the pool
 
 
+def _cache_arg(model: Any) -> str:
+    """The name model.forward takes the KV cache by: "cache" from transformers 5.24 (where
+    "past_key_values" is deprecated, to go in 5.40), "past_key_values" before."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _forward(model: Any, ids: torch.Tensor, cache: Any) -> tuple[Any, Any]:
+    """One forward with the cache passed and returned under the model's own name for it."""
+    name = _cache_arg(model)
+    out = model(input_ids=ids, use_cache=True, **{name: cache})
+    return out, getattr(out, name)
+
+
 @torch.no_grad()
 def generate(model: Any, prompt_ids: Sequence[int], prefix_cache: PrefixCache | None,
              max_new_tokens: int = 8, *, save: bool = True,
@@ -123,14 +141,12 @@ def generate(model: Any, prompt_ids: Sequence[int], prefix_cache: PrefixCache | 
     if cache is None:
         cache = DynamicCache()
         if split_at > 0:
-            model(input_ids=torch.tensor([prompt[:split_at]]), past_key_values=cache,
-                  use_cache=True)
+            _forward(model, torch.tensor([prompt[:split_at]]), cache)
             n = split_at
     ids = torch.tensor([prompt[n:]], dtype=torch.long)
-    out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+    out, cache = _forward(model, ids, cache)
     logits = out.logits[0, -1].float()
     ttft = time.perf_counter() - t0
-    cache = out.past_key_values
     stored = prefix_cache.save(prompt, cache) if (save and prefix_cache is not None) else 0
     tokens = []
     nxt = int(torch.argmax(logits))
@@ -138,7 +154,6 @@ def generate(model: Any, prompt_ids: Sequence[int], prefix_cache: PrefixCache | 
         tokens.append(nxt)
         if len(tokens) == max_new_tokens:
             break
-        out = model(input_ids=torch.tensor([[nxt]]), past_key_values=cache, use_cache=True)
-        cache = out.past_key_values
+        out, cache = _forward(model, torch.tensor([[nxt]]), cache)
         nxt = int(torch.argmax(out.logits[0, -1]))
     return tokens, GenerateInfo(n, ttft, logits, stored)
