@@ -62,9 +62,10 @@ def test_bfloat16_prefix_round_trips_bit_exact(pool_path):
     assert n == 32
     from transformers import DynamicCache
 
+    from cxlkit.integrations.transformers import _forward
+
     with torch.no_grad():
-        ref = model(torch.tensor([PREFIX[:32]]), past_key_values=DynamicCache(),
-                    use_cache=True).past_key_values
+        _, ref = _forward(model, torch.tensor([PREFIX[:32]]), DynamicCache())
     for a, b in zip(cache.layers, ref.layers):
         assert torch.equal(a.keys.view(torch.int16), b.keys.view(torch.int16))
         assert torch.equal(a.values.view(torch.int16), b.values.view(torch.int16))
