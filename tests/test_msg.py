@@ -368,3 +368,39 @@ def test_ctrl_c_ends_a_blocking_receive_and_the_comm_goes_on(pool2):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+_TWO_THREADS_CHILD = """
+import sys, threading, time
+import cxlkit
+from cxlkit import msg
+from cxlkit.errors import PeerLostError
+with cxlkit.Pool(sys.argv[1], host_id=0) as pool, \\
+        msg.Comm(pool, rank=0, size=1, job="twothreads", timeout_ms=1500) as c:
+    got = []
+    def other():
+        time.sleep(0.2)  # main is in its blocking receive, holding the comm
+        got.append(c.spin_stats())  # waits for the comm
+    t = threading.Thread(target=other)
+    t.start()
+    try:
+        c.recv(0, 5)
+        sys.exit(3)
+    except PeerLostError:
+        pass  # the comm's timeout: nothing was sent
+    t.join()
+    assert got
+print("done", flush=True)
+"""
+
+
+def test_a_thread_waiting_for_the_comm_does_not_deadlock_a_blocking_receive(pool2):
+    # The Ctrl-C hook takes the GIL inside the wait, with the comm's mutex held; a binding that
+    # waited for that mutex holding the GIL (spin_stats, isend, test, ... did) would deadlock
+    # the two threads. Each now releases the GIL first.
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _TWO_THREADS_CHILD, pool2], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and "done" in r.stdout, r.stderr[-2000:]

@@ -134,6 +134,7 @@ struct MsgMemory {
         if (!ptr || !comm.is_valid()) return;
         MsgComm &s = owner();
         if (!s.c) return;
+        nb::gil_scoped_release unlock;  // see locked(): never wait for the mutex holding the GIL
         std::lock_guard<std::mutex> g(s.mu);
         cxk_msg_free_mem(s.c, ptr);
     }
@@ -181,6 +182,15 @@ int py_interrupt(void *) {
     const int raised = PyErr_CheckSignals();  // -1: a handler raised; the error stays set
     PyGILState_Release(g);
     return raised != 0;
+}
+
+// Run fn() with the comm's mutex held and the GIL released: a thread must never
+// wait for that mutex while holding the GIL, since a blocking call that holds the mutex takes
+// the GIL in its interrupt hook (py_interrupt) — that would deadlock the two threads.
+template <class Fn> int locked(MsgComm &m, Fn fn) {
+    nb::gil_scoped_release unlock;
+    std::lock_guard<std::mutex> g(m.mu);
+    return fn();
 }
 
 // Set for the scope of one blocking call (the hook is per thread in the library).
@@ -311,25 +321,25 @@ void bind_comm(nb::module_ &m) {
         .def_prop_ro("failed_rank", [](MsgComm &s) { return s.c ? cxk_msg_failed_rank(s.c) : s.failed; })
         .def("set_wait", [](MsgComm &s, uint32_t spin_us, uint32_t yield_us, uint32_t sleep_us) {
             cxk_wait_opts o = wait_opts(spin_us, yield_us, sleep_us, s.label);
-            std::lock_guard<std::mutex> g(s.mu);
-            check(cxk_msg_set_wait(s.get(), &o), s.label);
+            cxk_comm *c = s.get();
+            check(locked(s, [&] { return cxk_msg_set_wait(c, &o); }), s.label);
         })
         .def("spin_stats", [](MsgComm &s) {
             struct cxk_spin sp {};
-            std::lock_guard<std::mutex> g(s.mu);
-            check(cxk_msg_spin_stats(s.get(), &sp), s.label);
+            cxk_comm *c = s.get();
+            check(locked(s, [&] { return cxk_msg_spin_stats(c, &sp); }), s.label);
             return spin_dict(sp);
         })
         .def("wake_stats", [](MsgComm &s) {
             struct cxk_ring_wake_stats w {};
-            std::lock_guard<std::mutex> g(s.mu);
-            check(cxk_msg_wake_stats(s.get(), &w), s.label);
+            cxk_comm *c = s.get();
+            check(locked(s, [&] { return cxk_msg_wake_stats(c, &w); }), s.label);
             return wake_dict(w);
         })
         .def("get_wait", [](MsgComm &s) {
             cxk_wait_opts o{};
-            std::lock_guard<std::mutex> g(s.mu);
-            check(cxk_msg_get_wait(s.get(), &o), s.label);
+            cxk_comm *c = s.get();
+            check(locked(s, [&] { return cxk_msg_get_wait(c, &o); }), s.label);
             return nb::make_tuple(o.spin_us, o.yield_us, o.sleep_us);
         })
         .def("send", [](MsgComm &s, nb::handle buf, int dest, int tag, bool sync) {
@@ -361,6 +371,7 @@ void bind_comm(nb::module_ &m) {
             int r;
             {
                 cxk_comm *c = s.get();
+                nb::gil_scoped_release unlock;  // see locked()
                 std::lock_guard<std::mutex> g(s.mu);
                 r = cxk_msg_isend(c, q->view.ptr(), q->view.len(), dest, tag,
                                   sync ? CXK_MSG_SYNC : 0, &q->r);
@@ -379,6 +390,7 @@ void bind_comm(nb::module_ &m) {
             int r;
             {
                 cxk_comm *c = s.get();
+                nb::gil_scoped_release unlock;  // see locked()
                 std::lock_guard<std::mutex> g(s.mu);
                 r = cxk_msg_irecv(c, q->view.ptr(), q->view.len(), source, tag, &q->r);
             }
@@ -447,6 +459,7 @@ void bind_comm(nb::module_ &m) {
             int done = 0, r;
             {
                 cxk_comm *c = s.get();
+                nb::gil_scoped_release unlock;  // see locked()
                 std::lock_guard<std::mutex> g(s.mu);
                 r = cxk_msg_test(c, q.r, &done, &st);
             }
@@ -465,6 +478,7 @@ void bind_comm(nb::module_ &m) {
             int r;
             {
                 cxk_comm *c = s.get();
+                nb::gil_scoped_release unlock;  // see locked()
                 std::lock_guard<std::mutex> g(s.mu);
                 r = cxk_msg_cancel(c, q.r);
             }
