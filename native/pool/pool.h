@@ -41,6 +41,7 @@ struct cxk_pool {
     std::condition_variable heart_cv;
     bool heart_go = false;         // under heart_mu: attached, start beating
     bool heart_stop = false;       // under heart_mu
+    bool heart_ready = false;      // under heart_mu: the thread started and waits
 };
 
 namespace cxk::pool {

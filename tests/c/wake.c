@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "child.h"
 #include "cxlkit.h"
 #include "pool_open.h"
 
@@ -30,12 +31,8 @@ static void msleep(int ms) {
     nanosleep(&ts, NULL);
 }
 
-static int join(pid_t child) {
-    int st;
-    CHECK_EQ(waitpid(child, &st, 0), child);
-    CHECK(WIFEXITED(st));
-    return WEXITSTATUS(st);
-}
+/* every child here ends within a few seconds; 60 s is a hang (reported, not waited out) */
+#define join(child) child_join((child), 60)
 
 static struct cxk_ring_wake_stats stats(const cxk_ring *r) {
     struct cxk_ring_wake_stats st;
@@ -93,7 +90,11 @@ static void pingpong_side(cxk_pool *p, const char *out, const char *in, int firs
                           uint64_t *sent, struct cxk_ring_wake_stats *got) {
     cxk_ring *tx = NULL, *rx = NULL;
     if (first) CHECK_EQ(cxk_ring_create(p, out, 128, 4, CXK_RING_PRODUCER, &tx), 0);
-    while (cxk_ring_open(p, in, CXK_RING_CONSUMER, &rx) != 0) msleep(1);
+    int waited = 0;  /* the peer creates its ring within a few seconds, or has failed */
+    while (cxk_ring_open(p, in, CXK_RING_CONSUMER, &rx) != 0) {
+        CHECK(++waited < 30000);
+        msleep(1);
+    }
     if (!first) CHECK_EQ(cxk_ring_create(p, out, 128, 4, CXK_RING_PRODUCER, &tx), 0);
     for (int i = 0; i < kRounds; ++i) {
         int v = i;
