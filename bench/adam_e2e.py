@@ -218,12 +218,18 @@ def summary(paths: list[str]) -> None:
                                                   else ", no THP move")
                     key = (pol, d["params"], d["threads"], d["model"])
                     rows.setdefault(key, []).append(d)
+    for ds in rows.values():
+        for d in ds:  # the baselines against the same bound: how far below it they left room
+            for base in ("torch_fused", "deepspeed"):
+                if d["ms"].get(base) and d["ms"].get("bound"):
+                    d[f"{base}_pct_of_bound"] = 100.0 * d["ms"]["bound"] / d["ms"][base]
     cols = ["cxlkit_gbs", "pct_of_bound", "vs_torch_fused", "vs_deepspeed", "vs_cxlkit_pinned",
             "best_pct_of_bound", "best_vs_torch_fused", "best_vs_deepspeed"]
     print("| OpenMP | params | threads | model | cxlkit GB/s | % of bound | vs torch fused "
           "| vs DeepSpeed | vs pinned team | best: % of bound | best: vs torch | best: vs DS "
-          "| % of bound per run | vs torch per run | vs DS per run | % of stream bound |")
-    print("|" + "---|" * 16)
+          "| % of bound per run | vs torch per run | vs DS per run | % of stream bound "
+          "| torch fused: % of bound (per run) | DeepSpeed: % of bound (per run) |")
+    print("|" + "---|" * 18)
     for key in sorted(rows, key=lambda k: (not k[0].startswith("default"), k[0], k[1], k[2],
                                            k[3] != "fp32")):
         ds = rows[key]
@@ -236,7 +242,9 @@ def summary(paths: list[str]) -> None:
         print(f"| {key[0]} | {ds[0]['size']} | {key[2]} | {key[3]} | "
               + " | ".join(med(c) for c in cols)
               + f" | {per('pct_of_bound')} | {per('vs_torch_fused')} | {per('vs_deepspeed')}"
-              + f" | {med('pct_of_stream')} |")
+              + f" | {med('pct_of_stream')}"
+              + f" | {med('torch_fused_pct_of_bound')} ({per('torch_fused_pct_of_bound')})"
+              + f" | {med('deepspeed_pct_of_bound')} ({per('deepspeed_pct_of_bound')}) |")
 
 
 def main() -> None:
