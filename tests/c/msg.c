@@ -372,6 +372,7 @@ int main(int argc, char **argv) {
     for (coherence = 0; coherence < 2; ++coherence) {
         if (argc > 1 && atoi(argv[1]) != coherence) continue;
         snprintf(path, sizeof path, "/dev/shm/cxk-test-msg-%d", (int)getpid());
+        test_pool_remove_at_exit(path);
         unlink(path);
         cxk_pool *p = open_host(5, CXK_POOL_CREATE | CXK_POOL_EXCL);
         CHECK(p != NULL);

@@ -75,6 +75,7 @@ static int receiver(cxk_comm *c) {
 
 int main(void) {
     snprintf(path, sizeof path, "/dev/shm/cxk-test-msgctx-%d", (int)getpid());
+    test_pool_remove_at_exit(path);
     unlink(path);
     cxk_pool *p0 = open_host(0, CXK_POOL_CREATE | CXK_POOL_EXCL);
     CHECK(p0 != NULL);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "pool_open.h"
 #include "cxlkit.h"
 
 static char path[256];
@@ -298,6 +299,7 @@ static int rank_main(int rank) {
 int main(void) {
     for (coherence = 0; coherence < 2; ++coherence) {
         snprintf(path, sizeof path, "/dev/shm/cxk-test-rma-%d", (int)getpid());
+        test_pool_remove_at_exit(path);
         unlink(path);
         struct cxk_pool_opts o;
         cxk_pool_opts_init(&o);

@@ -4,7 +4,9 @@
 #define CXK_TEST_POOL_OPEN_H
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cxlkit.h"
 
@@ -21,5 +23,17 @@ static inline cxk_pool *test_pool_open(const char *path, int host, unsigned flag
     int r = cxk_pool_open(path, &o, &p);
     if (r) fprintf(stderr, "open %s as host %d: %s\n", path, host, strerror(-r));
     return p;
+}
+/* A failed CHECK exits wherever it is: the pool file goes too, but only the process that
+ * named it removes it (a forked child's exit must not pull it from under its parent). */
+static const char *test_pool_rm_path;
+static pid_t test_pool_rm_pid;
+static inline void test_pool_rm(void) {
+    if (test_pool_rm_path && getpid() == test_pool_rm_pid) unlink(test_pool_rm_path);
+}
+static inline void test_pool_remove_at_exit(const char *path) {
+    if (!test_pool_rm_path) atexit(test_pool_rm);
+    test_pool_rm_path = path;
+    test_pool_rm_pid = getpid();
 }
 #endif

@@ -212,6 +212,7 @@ static void stream(int coherence) {
 
 int main(void) {
     snprintf(path, sizeof path, "/dev/shm/cxk-test-ring-%d", (int)getpid());
+    test_pool_remove_at_exit(path);
     unlink(path);
     for (int coh = 0; coh < 2; ++coh) {
         cxk_pool *p = open_host(0, coh, CXK_POOL_CREATE);

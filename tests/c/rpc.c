@@ -192,6 +192,7 @@ int main(void) {
     simdir_make("rpc");
     for (coherence = 0; coherence <= CXK_COHERENCE_SIM; ++coherence) {
         snprintf(path, sizeof path, "/dev/shm/cxk-test-rpc-%d", (int)getpid());
+        test_pool_remove_at_exit(path);
         unlink(path);
         cxk_pool *p = open_host(0, CXK_POOL_CREATE | CXK_POOL_EXCL);
         CHECK(p != NULL);

@@ -300,6 +300,7 @@ static void off(void) {
 
 int main(void) {
     snprintf(path, sizeof path, "/dev/shm/cxk-test-wake-%d", (int)getpid());
+    test_pool_remove_at_exit(path);
     unlink(path);
     setenv("CXLKIT_MSG_WAKE_US", "1000000", 1);  /* 1 s: a timeout means a lost wake-up */
     prompt();
