@@ -221,8 +221,9 @@ def summary(paths: list[str]) -> None:
     for ds in rows.values():
         for d in ds:  # the baselines against the same bound: how far below it they left room
             for base in ("torch_fused", "deepspeed"):
-                if d["ms"].get(base) and d["ms"].get("bound"):
-                    d[f"{base}_pct_of_bound"] = 100.0 * d["ms"]["bound"] / d["ms"][base]
+                ms = d.get("ms") or {}
+                if ms.get(base) and ms.get("bound"):
+                    d[f"{base}_pct_of_bound"] = 100.0 * ms["bound"] / ms[base]
     cols = ["cxlkit_gbs", "pct_of_bound", "vs_torch_fused", "vs_deepspeed", "vs_cxlkit_pinned",
             "best_pct_of_bound", "best_vs_torch_fused", "best_vs_deepspeed"]
     print("| OpenMP | params | threads | model | cxlkit GB/s | % of bound | vs torch fused "

@@ -76,6 +76,33 @@ def test_adam_e2e_summary_best_of_rounds(tmp_path, capsys):
     cells = [c.strip() for c in row[0].strip("|").split("|")]
     assert cells[:4] == ["default", "1M", "1", "fp32"]
     assert cells[9:12] == ["85.00", "1.30", "0.90"]  # medians: (80, 90), (1.2, 1.4), (0.9)
+    assert cells[16:18] == ["- (-, -)", "- (-, -)"]  # no "ms": no baseline % of the bound
+
+
+def test_adam_e2e_summary_gives_each_baselines_own_share_of_the_bound(tmp_path, capsys):
+    # bound 10 ms: torch fused at 12.5 ms ran at 80 % of it, then at 10 ms at 100 %;
+    # DeepSpeed 20 ms = 50 %, and absent from the second run
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("adam_e2e", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    base = {"size": "1M", "params": 10**6, "threads": 2, "model": "fp32",
+            "omp_wait_policy": "PASSIVE", "cxlkit_gbs": 5.0, "pct_of_bound": 100.0,
+            "vs_torch_fused": 1.0, "vs_deepspeed": 2.0}
+    runs = [dict(base, ms={"cxlkit": 10, "bound": 10, "torch_fused": 12.5, "deepspeed": 20}),
+            dict(base, ms={"cxlkit": 10, "bound": 10, "torch_fused": 10.0})]
+    for d in runs:
+        d["ms_spread"] = {k: [v, v] for k, v in d["ms"].items()}
+    paths = []
+    for i, d in enumerate(runs):
+        paths.append(tmp_path / f"r{i}.jsonl")
+        paths[-1].write_text(json.dumps(d) + "\n")
+    mod.summary([str(p) for p in paths])
+    out = capsys.readouterr().out.splitlines()
+    assert "torch fused: % of bound (per run)" in out[0]
+    cells = [c.strip() for c in out[2].strip("|").split("|")]
+    assert cells[16] == "90.00 (80.00, 100.00)"
+    assert cells[17] == "50.00 (50.00, -)"
 
 
 def test_adam_e2e_bench_reports_a_failed_configuration_and_goes_on():
