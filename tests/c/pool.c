@@ -154,10 +154,11 @@ static void nozero(void) {
     cxk_pool_close(p);
 }
 
-/* fork just after an open, while the heartbeat thread may still be starting or beating: the
- * child opens the pool again (starting a heartbeat thread of its own), closes it and the
- * handle it inherited. A lock the parent's heartbeat held at the fork (an allocator's, a
- * pool's) hung such a child: ctest wake under AddressSanitizer, about 1 run in 10. */
+/* fork just after an open: the child opens the pool again (starting a heartbeat thread of its
+ * own), closes it and the handle it inherited. Before heart_start waited for its thread to
+ * park, the parent's heartbeat thread could still be in its start-up, holding the sanitizer
+ * allocator's lock, at the fork: the child then hung starting its own thread (ctest wake
+ * under AddressSanitizer, about 1 run in 10; this test 1 run in 5-6). */
 static void fork_after_open(void) {
     for (int round = 0; round < 300; ++round) {
         cxk_pool *p = open_host(0, CXK_POOL_CREATE);
