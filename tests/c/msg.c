@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "child.h"
 #include "pool_open.h"
 #include "cxlkit.h"
 
@@ -58,7 +59,7 @@ static void spawn(const char *job, int n, int host0, rank_fn fn, pid_t *pids) {
 static void expect_exit(pid_t *pids, int n, const int *codes) {
     for (int r = 0; r < n; ++r) {
         int st;
-        CHECK_EQ(waitpid(pids[r], &st, 0), pids[r]);
+        st = child_wait(pids[r], 120);
         if (!WIFEXITED(st) || WEXITSTATUS(st) != (codes ? codes[r] : 0)) {
             fprintf(stderr, "rank %d: %s %d\n", r, WIFEXITED(st) ? "exit" : "signal",
                     WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
@@ -307,7 +308,7 @@ static void dead_peer(void) {
     pid_t pids[3];
     spawn("dead", 3, 0, dying, pids);
     int st;
-    CHECK_EQ(waitpid(pids[2], &st, 0), pids[2]);
+    st = child_wait(pids[2], 120);
     CHECK(WIFSIGNALED(st));
     int codes[2] = {0, 0};
     /* rank 0/1 finalize fails (barrier with a dead rank): exit 98 */
@@ -397,7 +398,7 @@ int main(int argc, char **argv) {
         spawn("again", 2, 0, crash_midway, cr);
         for (int r = 0; r < 2; ++r) {
             int st;
-            CHECK_EQ(waitpid(cr[r], &st, 0), cr[r]);
+            st = child_wait(cr[r], 120);
             CHECK(WIFSIGNALED(st));
         }
         run("again", 2, pingpong);

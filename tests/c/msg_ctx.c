@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "child.h"
 #include "cxlkit.h"
 #include "pool_open.h"
 
@@ -101,7 +102,7 @@ int main(void) {
     }
     for (int r = 0; r < 2; ++r) {
         int st;
-        CHECK_EQ(waitpid(pids[r], &st, 0), pids[r]);
+        st = child_wait(pids[r], 120);
         if (!WIFEXITED(st) || WEXITSTATUS(st)) fprintf(stderr, "rank %d: status %d\n", r, st);
         CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     }

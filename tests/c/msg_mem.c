@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "child.h"
 #include "cxlkit.h"
 #include "pool_open.h"
 
@@ -56,7 +57,7 @@ static void spawn(const char *job, int n, rank_fn fn, long arg, int fin_ok, pid_
 static void expect(pid_t *pids, int n, const int *codes) {
     for (int r = 0; r < n; ++r) {
         int st;
-        CHECK_EQ(waitpid(pids[r], &st, 0), pids[r]);
+        st = child_wait(pids[r], 120);
         int want = codes ? codes[r] : 0;
         if (want < 0 ? !(WIFSIGNALED(st) && WTERMSIG(st) == -want)
                      : !(WIFEXITED(st) && WEXITSTATUS(st) == want)) {

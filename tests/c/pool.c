@@ -136,7 +136,7 @@ static void nozero(void) {
         _exit(9); /* dies before writing or publishing */
     }
     int status = 0;
-    waitpid(pid, &status, 0);
+    status = child_wait(pid, 120);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 9);
     cxk_pool *q = open_host(1, 0); /* another host never reads it */
     CHECK(q != NULL);
@@ -194,7 +194,7 @@ static void crash_at(const char *point) {
         _exit(0);
     }
     int status = 0;
-    waitpid(pid, &status, 0);
+    status = child_wait(pid, 120);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 137);
     cxk_pool *p = open_host(0, 0);
     CHECK(p != NULL);
@@ -236,7 +236,7 @@ static void crash_in_takeover(void) {
         _exit(0);
     }
     int status = 0;
-    waitpid(pid, &status, 0);
+    status = child_wait(pid, 120);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 137);
     cxk_pool *q = open_host(1, 0);
     CHECK(q != NULL);

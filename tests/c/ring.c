@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "child.h"
 #include "pool_open.h"
 #include "cxlkit.h"
 #include "simdir.h"
@@ -203,7 +204,7 @@ static void stream(int coherence) {
     }
     cxk_ring_close(pr);
     int st;
-    CHECK_EQ(waitpid(child, &st, 0), child);
+    st = child_wait(child, 120);
     CHECK(WIFEXITED(st));
     CHECK_EQ(WEXITSTATUS(st), 0);
     CHECK_EQ(cxk_obj_destroy(p, "s.ring"), 0);
