@@ -50,13 +50,28 @@ def test_adam_e2e_bench_rejects_an_unknown_wait_policy():
     assert r.returncode != 0 and "turbo" in r.stderr
 
 
-def test_adam_e2e_summary_best_of_rounds(tmp_path, capsys):
-    # the best-of-rounds columns come from ms_spread's minima: bound 8 / cxlkit 10 = 80 %,
-    # torch 12 / 10 = 1.2x, DeepSpeed 9 / 10 = 0.9x; medians over the two runs
+def load_bench():
+    """bench/adam_e2e.py as a module (it is a script, not a package)."""
     import importlib.util
     spec = importlib.util.spec_from_file_location("adam_e2e", BENCH)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def write_runs(tmp_path, runs: list[dict]) -> list[str]:
+    """One JSONL file per run, each with a non-JSON line first (as the bench's logs have)."""
+    paths = []
+    for i, d in enumerate(runs):
+        paths.append(tmp_path / f"r{i}.jsonl")
+        paths[-1].write_text("[noise line]\n" + json.dumps(d) + "\n")
+    return [str(p) for p in paths]
+
+
+def test_adam_e2e_summary_best_of_rounds(tmp_path, capsys):
+    # the best-of-rounds columns come from ms_spread's minima: bound 8 / cxlkit 10 = 80 %,
+    # torch 12 / 10 = 1.2x, DeepSpeed 9 / 10 = 0.9x; medians over the two runs
+    mod = load_bench()
     base = {"size": "1M", "params": 10**6, "threads": 1, "model": "fp32",
             "omp_wait_policy": "default", "cxlkit_gbs": 5.0, "pct_of_bound": 90.0,
             "vs_torch_fused": 1.1, "vs_deepspeed": 1.0}
@@ -66,11 +81,7 @@ def test_adam_e2e_summary_best_of_rounds(tmp_path, capsys):
     assert mod.best_of_rounds(a) == pytest.approx(
         {"best_pct_of_bound": 80.0, "best_vs_torch_fused": 1.2, "best_vs_deepspeed": 0.9})
     assert "best_vs_deepspeed" not in mod.best_of_rounds(b)
-    paths = []
-    for i, d in enumerate((a, b)):
-        paths.append(tmp_path / f"r{i}.jsonl")
-        paths[-1].write_text("[noise line]\n" + json.dumps(d) + "\n")
-    mod.summary([str(p) for p in paths])
+    mod.summary(write_runs(tmp_path, [a, b]))
     row = [x for x in capsys.readouterr().out.splitlines() if x.startswith("| default")]
     assert len(row) == 1
     cells = [c.strip() for c in row[0].strip("|").split("|")]
@@ -82,10 +93,7 @@ def test_adam_e2e_summary_best_of_rounds(tmp_path, capsys):
 def test_adam_e2e_summary_gives_each_baselines_own_share_of_the_bound(tmp_path, capsys):
     # bound 10 ms: torch fused at 12.5 ms ran at 80 % of it, then at 10 ms at 100 %;
     # DeepSpeed 20 ms = 50 %, and absent from the second run
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("adam_e2e", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_bench()
     base = {"size": "1M", "params": 10**6, "threads": 2, "model": "fp32",
             "omp_wait_policy": "PASSIVE", "cxlkit_gbs": 5.0, "pct_of_bound": 100.0,
             "vs_torch_fused": 1.0, "vs_deepspeed": 2.0}
@@ -93,11 +101,7 @@ def test_adam_e2e_summary_gives_each_baselines_own_share_of_the_bound(tmp_path, 
             dict(base, ms={"cxlkit": 10, "bound": 10, "torch_fused": 10.0})]
     for d in runs:
         d["ms_spread"] = {k: [v, v] for k, v in d["ms"].items()}
-    paths = []
-    for i, d in enumerate(runs):
-        paths.append(tmp_path / f"r{i}.jsonl")
-        paths[-1].write_text(json.dumps(d) + "\n")
-    mod.summary([str(p) for p in paths])
+    mod.summary(write_runs(tmp_path, runs))
     out = capsys.readouterr().out.splitlines()
     assert "torch fused: % of bound (per run)" in out[0]
     cells = [c.strip() for c in out[2].strip("|").split("|")]
