@@ -122,6 +122,15 @@ struct MsgComm {
 // Pool-resident memory of a comm (cxk_msg_alloc_mem), lent through the buffer protocol: a
 // send from it above the eager limit travels in one copy. Its views are counted here and in
 // the comm, so neither free nor the comm's close unmaps under a live view.
+// Run fn() with the comm's mutex held and the GIL released: a thread must never
+// wait for that mutex while holding the GIL, since a blocking call that holds the mutex takes
+// the GIL in its interrupt hook (py_interrupt) — that would deadlock the two threads.
+template <class Fn> int locked(MsgComm &m, Fn fn) {
+    nb::gil_scoped_release unlock;
+    std::lock_guard<std::mutex> g(m.mu);
+    return fn();
+}
+
 struct MsgMemory {
     void *ptr = nullptr;
     uint64_t nbytes = 0;
@@ -134,9 +143,10 @@ struct MsgMemory {
         if (!ptr || !comm.is_valid()) return;
         MsgComm &s = owner();
         if (!s.c) return;
-        nb::gil_scoped_release unlock;  // see locked(): never wait for the mutex holding the GIL
-        std::lock_guard<std::mutex> g(s.mu);
-        cxk_msg_free_mem(s.c, ptr);
+        locked(s, [&] {
+            cxk_msg_free_mem(s.c, ptr);
+            return 0;
+        });
     }
 };
 
@@ -184,15 +194,6 @@ int py_interrupt(void *) {
     return raised != 0;
 }
 
-// Run fn() with the comm's mutex held and the GIL released: a thread must never
-// wait for that mutex while holding the GIL, since a blocking call that holds the mutex takes
-// the GIL in its interrupt hook (py_interrupt) — that would deadlock the two threads.
-template <class Fn> int locked(MsgComm &m, Fn fn) {
-    nb::gil_scoped_release unlock;
-    std::lock_guard<std::mutex> g(m.mu);
-    return fn();
-}
-
 // Set for the scope of one blocking call (the hook is per thread in the library).
 struct Interruptible {
     Interruptible() { cxk_msg_set_interrupt(py_interrupt, nullptr); }
@@ -210,13 +211,10 @@ void raise_if_interrupted() {
 // (a signal handler's exception when one ended the wait).
 template <class Fn> int call(MsgComm &m, const std::string &what, Fn fn) {
     cxk_comm *c = m.get();
-    int r;
-    {
-        nb::gil_scoped_release unlock;
-        std::lock_guard<std::mutex> g(m.mu);
+    const int r = locked(m, [&] {
         Interruptible intr;
-        r = fn(c);
-    }
+        return fn(c);
+    });
     if (r < 0) {
         raise_if_interrupted();
         check(r, what);
@@ -302,12 +300,7 @@ void bind_comm(nb::module_ &m) {
             if (s.mem_views)
                 throw nb::buffer_error("pool memory of this communicator is still viewed: "
                                        "release the views first");
-            int r;
-            {
-                nb::gil_scoped_release unlock;
-                std::lock_guard<std::mutex> g(s.mu);
-                r = s.shut();
-            }
+            const int r = locked(s, [&] { return s.shut(); });
             if (r < 0) check(r, s.label);
         })
         .def_prop_ro("closed", [](const MsgComm &s) { return s.c == nullptr; })
@@ -352,13 +345,10 @@ void bind_comm(nb::module_ &m) {
             View v(buf, true);
             cxk_msg_status st{};
             cxk_comm *c = s.get();
-            int r;
-            {
-                nb::gil_scoped_release unlock;
-                std::lock_guard<std::mutex> g(s.mu);
+            const int r = locked(s, [&] {
                 Interruptible intr;
-                r = cxk_msg_recv(c, v.ptr(), v.len(), source, tag, &st);
-            }
+                return cxk_msg_recv(c, v.ptr(), v.len(), source, tag, &st);
+            });
             if (r == -EMSGSIZE) return nb::make_tuple(st.source, st.tag, st.count, true);
             if (r < 0) raise_if_interrupted(), check(r, s.label + " recv");
             return nb::make_tuple(st.source, st.tag, st.count, false);
@@ -368,14 +358,11 @@ void bind_comm(nb::module_ &m) {
             auto *q = new MsgRequest;
             q->comm = nb::borrow(self);
             q->view = View(buf, false);
-            int r;
-            {
-                cxk_comm *c = s.get();
-                nb::gil_scoped_release unlock;  // see locked()
-                std::lock_guard<std::mutex> g(s.mu);
-                r = cxk_msg_isend(c, q->view.ptr(), q->view.len(), dest, tag,
-                                  sync ? CXK_MSG_SYNC : 0, &q->r);
-            }
+            cxk_comm *c = s.get();
+            int r = locked(s, [&] {
+                return cxk_msg_isend(c, q->view.ptr(), q->view.len(), dest, tag,
+                                     sync ? CXK_MSG_SYNC : 0, &q->r);
+            });
             if (r) {
                 delete q;
                 check(r, s.label + " isend");
@@ -387,13 +374,10 @@ void bind_comm(nb::module_ &m) {
             auto *q = new MsgRequest;
             q->comm = nb::borrow(self);
             q->view = View(buf, true);
-            int r;
-            {
-                cxk_comm *c = s.get();
-                nb::gil_scoped_release unlock;  // see locked()
-                std::lock_guard<std::mutex> g(s.mu);
-                r = cxk_msg_irecv(c, q->view.ptr(), q->view.len(), source, tag, &q->r);
-            }
+            cxk_comm *c = s.get();
+            int r = locked(s, [&] {
+                return cxk_msg_irecv(c, q->view.ptr(), q->view.len(), source, tag, &q->r);
+            });
             if (r) {
                 delete q;
                 check(r, s.label + " irecv");
@@ -440,13 +424,10 @@ void bind_comm(nb::module_ &m) {
             MsgComm &s = q.owner();
             cxk_msg_status st{};
             cxk_comm *c = s.get();
-            int r;
-            {
-                nb::gil_scoped_release unlock;
-                std::lock_guard<std::mutex> g(s.mu);
+            const int r = locked(s, [&] {
                 Interruptible intr;
-                r = cxk_msg_wait(c, q.r, &st);
-            }
+                return cxk_msg_wait(c, q.r, &st);
+            });
             if (r != -ETIMEDOUT) q.r = nullptr, q.view.release();  // freed by the wait
             if (r == -EMSGSIZE) return nb::make_tuple(st.source, st.tag, st.count, true);
             if (r < 0) raise_if_interrupted(), check(r, s.label + " wait");
@@ -456,13 +437,9 @@ void bind_comm(nb::module_ &m) {
             if (!q.r) throw nb::value_error("request already completed");
             MsgComm &s = q.owner();
             cxk_msg_status st{};
-            int done = 0, r;
-            {
-                cxk_comm *c = s.get();
-                nb::gil_scoped_release unlock;  // see locked()
-                std::lock_guard<std::mutex> g(s.mu);
-                r = cxk_msg_test(c, q.r, &done, &st);
-            }
+            int done = 0;
+            cxk_comm *c = s.get();
+            int r = locked(s, [&] { return cxk_msg_test(c, q.r, &done, &st); });
             if (!done) {
                 if (r < 0) check(r, s.label + " test");
                 return nb::none();
@@ -475,13 +452,8 @@ void bind_comm(nb::module_ &m) {
         .def("cancel", [](MsgRequest &q) {
             if (!q.r) throw nb::value_error("request already completed");
             MsgComm &s = q.owner();
-            int r;
-            {
-                cxk_comm *c = s.get();
-                nb::gil_scoped_release unlock;  // see locked()
-                std::lock_guard<std::mutex> g(s.mu);
-                r = cxk_msg_cancel(c, q.r);
-            }
+            cxk_comm *c = s.get();
+            int r = locked(s, [&] { return cxk_msg_cancel(c, q.r); });
             check(r, s.label + " cancel");
             q.r = nullptr, q.view.release();
         });

@@ -462,18 +462,17 @@ void *heart_main(void *arg) {
     return nullptr;
 }
 
-// heart_start returns only once the new thread has started and waits on heart_cv
-// (heart_ready): a caller that forks right after an open (tests, a launcher) then forks with
-// the thread parked, not inside its start-up. Under AddressSanitizer, whose allocator does not
-// take its locks around fork, a fork during that start-up handed the child an allocator lock
-// held by a thread it does not have: ctest wake's forked child hung about 1 run in 10 starting
-// its own heartbeat thread. (A fork from another thread during a start-up or a beat keeps
-// that window; glibc's malloc is fork-safe, so only sanitizer builds meet it. Taking every
-// heartbeat's heart_mu around fork would close it but can deadlock against the coherence
-// simulator's own fork handler, whose lock a beat may wait for while holding heart_mu.)
-
 // Start the heartbeat thread before attaching, so a thread that cannot start fails the open
 // before it writes anything; it waits for heart_go (or heart_stop) before its first beat.
+// heart_start returns only once the thread has started and parked on heart_cv (heart_ready):
+// a caller that forks right after an open then forks with the thread parked, not in its
+// start-up. Under AddressSanitizer, whose allocator does not take its locks around fork, a
+// fork during that start-up handed the child an allocator lock held by a thread it does not
+// have (ctest wake's forked child hung about 1 run in 10 starting its own heartbeat thread).
+// A fork from another thread during a start-up or a beat keeps that window; glibc's malloc
+// is fork-safe, so only sanitizer builds meet it. (Taking every heartbeat's heart_mu around
+// fork would close it, but a beat may wait for the coherence simulator's lock while holding
+// heart_mu, and the simulator's fork handler holds that lock: a fork could deadlock.)
 int heart_start(cxk_pool *p) {
     if (int e = fault_check(Sys::pthread_create)) return e;
     if (int e = pthread_create(&p->heart, nullptr, heart_main, p)) return -e;

@@ -119,9 +119,11 @@ def _cache_arg(model: Any) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-def _forward(model: Any, ids: torch.Tensor, cache: Any) -> tuple[Any, Any]:
-    """One forward with the cache passed and returned under the model's own name for it."""
-    name = _cache_arg(model)
+def _forward(model: Any, ids: torch.Tensor, cache: Any,
+             name: str | None = None) -> tuple[Any, Any]:
+    """One forward with the cache passed and returned under the model's own name for it
+    (`name`: _cache_arg(model), looked up once by a caller that runs many forwards)."""
+    name = name or _cache_arg(model)
     out = model(input_ids=ids, use_cache=True, **{name: cache})
     return out, getattr(out, name)
 
@@ -136,15 +138,16 @@ def generate(model: Any, prompt_ids: Sequence[int], prefix_cache: PrefixCache | 
     pooled hit of that length uses, so the two agree bit for bit (one forward over the whole
     prompt differs from any chunked prefill in the last bits of fp32 sums)."""
     prompt = [int(t) for t in prompt_ids]
+    name = _cache_arg(model)
     t0 = time.perf_counter()
     cache, n = prefix_cache.load(prompt) if prefix_cache is not None else (None, 0)
     if cache is None:
         cache = DynamicCache()
         if split_at > 0:
-            _forward(model, torch.tensor([prompt[:split_at]]), cache)
+            _forward(model, torch.tensor([prompt[:split_at]]), cache, name)
             n = split_at
     ids = torch.tensor([prompt[n:]], dtype=torch.long)
-    out, cache = _forward(model, ids, cache)
+    out, cache = _forward(model, ids, cache, name)
     logits = out.logits[0, -1].float()
     ttft = time.perf_counter() - t0
     stored = prefix_cache.save(prompt, cache) if (save and prefix_cache is not None) else 0
@@ -154,6 +157,6 @@ def generate(model: Any, prompt_ids: Sequence[int], prefix_cache: PrefixCache | 
         tokens.append(nxt)
         if len(tokens) == max_new_tokens:
             break
-        out, cache = _forward(model, torch.tensor([[nxt]]), cache)
+        out, cache = _forward(model, torch.tensor([[nxt]]), cache, name)
         nxt = int(torch.argmax(out.logits[0, -1]))
     return tokens, GenerateInfo(n, ttft, logits, stored)
