@@ -36,31 +36,43 @@ sysdeps:
 	  else echo "warning: liburing-dev missing (apt-get install liburing-dev as root): native/aio uses its thread pool"; fi; \
 	fi
 
-# One build at a time (flock): several shells may rebuild the same tree.
+# One build at a time (flock): several shells may rebuild the same tree. The development
+# build is a testing build (CXLKIT_TESTING: protocol mutations and crash points, which the
+# suite uses); what users install from the package is a release build without them.
 build: deps
 	@mkdir -p build
-	flock build/.lock $(VPY) -m pip install --no-build-isolation --no-deps -e '.[all]'
+	flock build/.lock $(VPY) -m pip install --no-build-isolation --no-deps \
+	  --config-settings=cmake.define.CXLKIT_TESTING=ON -e '.[all]'
 	touch $(BUILD_STAMP)
 
 # libcxlkit alone, without Python, and its C tests (exit 77 = skip).
 ctest:
 	@mkdir -p build
 	flock build/.lock sh -c 'cmake -S . -B $(CBUILD) -G Ninja -DCXLKIT_PYTHON=OFF \
-	  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null && cmake --build $(CBUILD)'
+	  -DCXLKIT_TESTING=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null && cmake --build $(CBUILD)'
 	ctest --test-dir $(CBUILD) --output-on-failure
 
 # The C tests again under AddressSanitizer + UBSan (the debug job of STYLE.md).
 ctest-asan:
 	@mkdir -p build
 	flock build/.lock sh -c 'cmake -S . -B build/asan -G Ninja -DCXLKIT_PYTHON=OFF \
-	  -DCMAKE_BUILD_TYPE=Debug -DCXLKIT_SANITIZE=address,undefined >/dev/null && cmake --build build/asan'
+	  -DCXLKIT_TESTING=ON -DCMAKE_BUILD_TYPE=Debug -DCXLKIT_SANITIZE=address,undefined >/dev/null && cmake --build build/asan'
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 ctest --test-dir build/asan --output-on-failure
+
+# The release library as users get it: no test machinery in its code, symbols or strings.
+.PHONY: release-check
+release-check: build
+	@mkdir -p build
+	flock build/.lock sh -c 'cmake -S . -B build/release -G Ninja -DCXLKIT_PYTHON=OFF \
+	  -DCXLKIT_TESTS=OFF -DCXLKIT_TESTING=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null && \
+	  cmake --build build/release --target cxlkit'
+	$(VPY) tests/release_check.py build/release/libcxlkit.so
 
 # pytest exit code 5 means "no tests collected": not a failure of the suite.
 pytest: build
 	$(VPY) -m pytest -q $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
-test: build ctest ctest-asan pytest
+test: build ctest ctest-asan release-check pytest
 
 demo: build
 	$(VENV)/bin/cxlkit demo

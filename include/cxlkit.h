@@ -764,17 +764,6 @@ struct cxk_pool_upgrade_info {
  * leaves a valid version 1 pool (run it again) or a valid version 2 pool. */
 CXK_API int cxk_pool_upgrade(const char *path, unsigned flags, struct cxk_pool_upgrade_info *info);
 
-/* Test hook: the nth time (1-based, counted from this call) the pool code reaches crash
- * point `name`, the process exits at once with status 137 as if killed. Points:
- * "create.alloc" (block taken, name not yet entered), "create.entry" (name entered),
- * "publish.header", "destroy.header" (header dead, entry not yet removed),
- * "destroy.free", "locked" (host lock held). nth == 0 disarms; -EINVAL unknown name. */
-CXK_API int cxk_pool_crash_at(const char *name, int nth);
-/* Test hook (issue 18): at each of the next `count` passages of crash point `name` the process
- * stops itself (SIGSTOP) until a SIGCONT, so a test can interleave processes step by step;
- * "slot.x" is a claimer's nonce just written to a slot's x line. count == 0 disarms; -EINVAL
- * unknown name or count < 0. */
-CXK_API int cxk_pool_stop_at(const char *name, int count);
 /* Size and alignment of devdax device `name` ("dax0.0") under sysfs_root ("/sys"). */
 CXK_API int cxk_pool_dax_geometry(const char *sysfs_root, const char *name, uint64_t *size,
                                   uint64_t *align);
@@ -1352,22 +1341,9 @@ CXK_API int cxk_rpc_server_wake_stats(const cxk_rpc_server *s, struct cxk_ring_w
 CXK_API int cxk_rpc_spin_stats(const cxk_rpc_client *c, struct cxk_spin *st);
 CXK_API int cxk_rpc_server_spin_stats(const cxk_rpc_server *s, struct cxk_spin *st);
 
-/* ---- issue 16: the non-coherence simulator (coherence "sim") and protocol mutations ----
- * Test-only. cxk_mutate removes one step of a coherence protocol on purpose, so a test shows
- * that the simulator catches the missing step: "publish_payload_flush", "read_invalidate",
- * "ring_head_flush", "counter_writeback" (CXLKIT_MUTATE=name[,name] at load). on: 1 removes
- * the step, 0 puts it back. -EINVAL for an unknown name. */
-CXK_API int cxk_mutate(const char *name, int on);
-/* The i-th mutation's name, NULL past the last. */
-CXK_API const char *cxk_mutation_name(int i);
-enum cxk_mutation { /* in the order of cxk_mutation_name */
-    CXK_MUT_PUBLISH_PAYLOAD_FLUSH = 0,
-    CXK_MUT_READ_INVALIDATE = 1,
-    CXK_MUT_RING_HEAD_FLUSH = 2,
-    CXK_MUT_COUNTER_WRITEBACK = 3,
-};
-/* 1 when mutation i (enum cxk_mutation) is on, else 0. */
-CXK_API int cxk_mutation_on(int i);
+/* ---- The non-coherence simulator (coherence "sim") ----
+ * Protocol mutations and crash points, the simulator's test companions, are declared in
+ * cxlkit_testing.h and exist only in a testing build (CMake option CXLKIT_TESTING). */
 /* What the simulator did in this process since load: out[0] lines written back to a pool,
  * out[1] lines fetched again, out[2] random evictions, out[3] lines of streaming stores. */
 CXK_API void cxk_sim_counts(uint64_t out[4]);

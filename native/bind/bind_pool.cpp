@@ -18,6 +18,9 @@
 #include <vector>
 
 #include "bind/bind_pool.h"
+#ifdef CXLKIT_TESTING
+#include "cxlkit_testing.h"
+#endif
 
 namespace cxk::py {
 
@@ -67,6 +70,15 @@ void PoolHold::check_range(uint64_t off, uint64_t n, bool to_write) const {
 }
 
 namespace {
+
+// The counter_writeback mutation drops add_u64's write-back (testing builds only).
+bool counter_writeback_mutated() {
+#ifdef CXLKIT_TESTING
+    return cxk_mutation_on(CXK_MUT_COUNTER_WRITEBACK) != 0;
+#else
+    return false;
+#endif
+}
 
 struct PoolObject;
 
@@ -465,8 +477,7 @@ CXK_BIND(pool) {
             use.check_range(o.off + offset, 8, true);
             auto *w = reinterpret_cast<uint64_t *>(use.base() + o.off + offset);
             const uint64_t now = __atomic_add_fetch(w, value, __ATOMIC_RELAXED);
-            if (!cxk_mutation_on(CXK_MUT_COUNTER_WRITEBACK))  // issue 16's mutation tests
-                cxk_pool_flush(use.get(), o.off + offset, 8);
+            if (!counter_writeback_mutated()) cxk_pool_flush(use.get(), o.off + offset, 8);
             return now;
         }, nb::arg("offset"), nb::arg("value"))
         // flush / invalidate for nbytes at each payload offset of a batch (scattered words,
@@ -660,12 +671,14 @@ CXK_BIND(pool) {
             check(r, h.label + " host slot " + std::to_string(slot));
         }, nb::arg("slot"), nb::arg("drop"));
 
+#ifdef CXLKIT_TESTING  // crash points: testing builds only
     m.def("pool_crash_at", [](const std::string &point, int nth) {
         check(cxk_pool_crash_at(point.c_str(), nth), "crash point " + point);
     });
-    m.def("pool_stop_at", [](const std::string &point, int count) {  // issue 18: test hook
+    m.def("pool_stop_at", [](const std::string &point, int count) {
         check(cxk_pool_stop_at(point.c_str(), count), "stop point " + point);
     });
+#endif
     // ---- issue 18: upgrading a version 1 pool in place ----
     m.def("pool_upgrade", [](const std::string &path, bool shared) {
         cxk_pool_upgrade_info x{};

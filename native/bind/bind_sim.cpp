@@ -1,5 +1,5 @@
-// bind_sim.cpp — the non-coherence simulator's test hooks (issue 16): protocol mutations,
-// what the simulator did, and the benchmark of its cost to production.
+// bind_sim.cpp — the non-coherence simulator: what it did, the benchmark of its cost to
+// production, and (testing builds only) the protocol mutations that tests turn on.
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -8,9 +8,19 @@
 
 #include "bind/bind.h"
 #include "cxlkit.h"
+#ifdef CXLKIT_TESTING
+#include "cxlkit_testing.h"
+#endif
+
+#ifdef CXLKIT_TESTING
+constexpr bool CXLKIT_TESTING_BUILD = true;
+#else
+constexpr bool CXLKIT_TESTING_BUILD = false;
+#endif
 
 CXK_BIND(sim) {
     using namespace cxk::py;
+#ifdef CXLKIT_TESTING
     m.def("mutate", [](const std::string &name, bool on) {
         if (cxk_mutate(name.c_str(), on ? 1 : 0) != 0)
             throw nb::value_error(("mutation " + name + ": unknown").c_str());
@@ -20,6 +30,8 @@ CXK_BIND(sim) {
         for (int i = 0; const char *n = cxk_mutation_name(i); ++i) out.emplace_back(n);
         return out;
     });
+#endif
+    m.attr("testing_build") = CXLKIT_TESTING_BUILD;
     m.def("sim_counts", [] {
         uint64_t c[4];
         cxk_sim_counts(c);

@@ -1,6 +1,7 @@
-// mutate.h — private: test-only switches that remove one step of a coherence protocol on
-// purpose (issue 16), so tests show the simulator catches the missing step and coherent
-// memory does not. Off in production: one relaxed load of a flag that stays false.
+// mutate.h — private: switches that remove one step of a coherence protocol on purpose, so
+// tests show the simulator catches the missing step and coherent memory does not. They exist
+// only in a testing build (CXLKIT_TESTING, native/testing/mutate.cpp); in a release build
+// mutated() is a constant false and the compiler drops the branch.
 #pragma once
 #include <atomic>
 
@@ -14,6 +15,7 @@ enum class Mut : int {
     count_
 };
 
+#ifdef CXLKIT_TESTING
 extern std::atomic<bool> g_mut_any;
 extern std::atomic<bool> g_mut[int(Mut::count_)];
 
@@ -22,5 +24,8 @@ inline bool mutated(Mut m) {
     return __builtin_expect(g_mut_any.load(std::memory_order_relaxed), 0) &&
            g_mut[int(m)].load(std::memory_order_relaxed);
 }
+#else
+constexpr bool mutated(Mut) { return false; }
+#endif
 
 }  // namespace cxk

@@ -20,7 +20,6 @@ ENV: dict[str, tuple[str, str]] = {
     "CXLKIT_SIM_SEED": ("1", "seed of the simulator's evictions (coherence sim)"),
     "CXLKIT_SIM_EVICT": ("0.25", "chance per flush/invalidate of one random eviction (sim)"),
     "CXLKIT_SIM_DIR": ("/dev/shm", "where the simulator keeps each host's view of a pool"),
-    "CXLKIT_MUTATE": ("", "name[,...]: remove a protocol step on purpose (tests of the simulator)"),
     # messaging (cxlkit.msg; the native library reads the CXLKIT_MSG_* ones itself)
     "CXLKIT_RANK": ("", "this process's rank in a cxlkit.msg job (else the MPI launcher's)"),
     "CXLKIT_SIZE": ("", "ranks in the job (else the MPI launcher's)"),

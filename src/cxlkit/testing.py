@@ -30,16 +30,23 @@ def syscall_count(name: str) -> int:
     return _native.fault_calls(name)
 
 
-# ---- issue 16: protocol mutations and the non-coherence simulator -------------------------
+# ---- protocol mutations (testing builds only) and the non-coherence simulator ----------
 MUTATIONS = ("publish_payload_flush", "read_invalidate", "ring_head_flush", "counter_writeback")
+# Protocol mutations and crash points are compiled only into a testing build (the Makefile's
+# `make build`: CMake option CXLKIT_TESTING); a release wheel has neither.
+TESTING_BUILD: bool = bool(_native.testing_build)
 
 
 @contextmanager
 def mutate(name: str) -> Iterator[None]:
     """Within the block, one step of a coherence protocol is removed on purpose (MUTATIONS):
-    tests show that coherence="sim" catches the missing step and coherent memory does not."""
+    tests show that coherence="sim" catches the missing step and coherent memory does not.
+    RuntimeError in a release build, which has no mutations."""
     if name not in MUTATIONS:
         raise ValueError(f"mutation {name!r}: expected one of {', '.join(MUTATIONS)}")
+    if not TESTING_BUILD:
+        raise RuntimeError(f"mutation {name!r}: this cxlkit is a release build without "
+                           "protocol mutations; build it with -DCXLKIT_TESTING=ON (make build)")
     _native.mutate(name, True)
     try:
         yield

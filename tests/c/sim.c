@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "cxlkit_testing.h"
 #include "pool_open.h"
 #include "cxlkit.h"
 

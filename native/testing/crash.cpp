@@ -1,7 +1,7 @@
-// crash.cpp — crash points: tests arm one by name (cxk_pool_crash_at) and the process exits
-// at its nth passage, as a SIGKILL would stop it there; or (cxk_pool_stop_at) it stops itself
-// there (SIGSTOP) at each of its next passages, so that a test interleaves processes step by
-// step (the slot claims of issue 18).
+// crash.cpp — testing builds only: crash points. Tests arm one by name (cxk_pool_crash_at)
+// and the process exits at its nth passage, as a SIGKILL would stop it there; or
+// (cxk_pool_stop_at) it stops itself there (SIGSTOP) at each of its next passages, so that a
+// test interleaves processes step by step (the slot claims).
 #include "pool/crash.h"
 
 #include <signal.h>
@@ -11,7 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "cxlkit.h"
+#include "cxlkit_testing.h"
 
 namespace cxk::pool {
 

@@ -1,5 +1,6 @@
-// mutate.cpp — the names of the protocol mutations (mutate.h) and their switches: cxk_mutate,
-// and CXLKIT_MUTATE=name[,name...] read when the library loads (for child processes).
+// mutate.cpp — testing builds only: the names of the protocol mutations (prim/mutate.h) and
+// their switches: cxk_mutate, and CXLKIT_MUTATE=name[,name...] read when the library loads
+// (for child processes).
 #include "prim/mutate.h"
 
 #include <cerrno>
@@ -7,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-#include "cxlkit.h"
+#include "cxlkit_testing.h"
 
 namespace cxk {
 
