@@ -1,6 +1,7 @@
-"""Prefix reuse for Hugging Face transformers on CPU: the KV of a prompt's full 16-token blocks
-goes into the pool as blocks (keyed like vLLM), and a later request with the same prefix rebuilds
-its DynamicCache from the pool and runs only the suffix.
+"""Prefix reuse for Hugging Face transformers: the KV of a prompt's full 16-token blocks goes
+into the pool as blocks (keyed like vLLM), and a later request with the same prefix rebuilds its
+DynamicCache from the pool and runs only the suffix. A model on a GPU works the same way: its KV
+is staged through host memory on the way into the pool and back (the pool is host memory).
 
     pc = PrefixCache("/dev/shm/cxlkit-kv", model, create=True, size=1 << 30)
     tokens, info = generate(model, prompt_ids, pc, max_new_tokens=8)
@@ -46,7 +47,9 @@ class PrefixCache:
 
     def __init__(self, pool: Any, model: Any, *, namespace: str | None = None,
                  dtype: torch.dtype | None = None, **store_kwargs: Any) -> None:
-        self.dtype = dtype or next(model.parameters()).dtype
+        param = next(model.parameters())
+        self.dtype = dtype or param.dtype
+        self.device = param.device  # where load() puts the KV: the model's device
         self.layout = layout_for(model.config, self.dtype)
         self.store = Store(pool, self.layout, namespace=namespace or model_namespace(model),
                            **store_kwargs)
@@ -71,8 +74,9 @@ class PrefixCache:
         n = min(len(keys), cache.get_seq_length() // self.block_tokens)
         if n == 0:
             return 0
-        ks = [layer.keys.contiguous() for layer in cache.layers]
-        vs = [layer.values.contiguous() for layer in cache.layers]
+        # staged in host memory when the model runs on a device (a no-op for CPU tensors)
+        ks = [layer.keys.to("cpu").contiguous() for layer in cache.layers]
+        vs = [layer.values.to("cpu").contiguous() for layer in cache.layers]
         if ks[0].shape[0] != 1:
             raise ValueError("PrefixCache.save: batch size must be 1")
         return self.store.put(keys[:n], self._engine(ks, vs, n), range(n))
@@ -93,6 +97,9 @@ class PrefixCache:
         if got == 0:  # evicted or failed since lookup: a miss
             return None, 0
         ntok = got * lay.block_tokens
+        if self.device.type != "cpu":  # into the model's device memory, in one copy per tensor
+            ks = [k[:, :, :ntok].to(self.device) for k in ks]
+            vs = [v[:, :, :ntok].to(self.device) for v in vs]
         # built from empty views, then handed the loaded tensors: DynamicCache(ddp_cache_data)
         # would torch.cat them onto empty ones, copying the whole prefix once more
         cache = DynamicCache(ddp_cache_data=[(k[:, :, :0], v[:, :, :0]) for k, v in zip(ks, vs)])
@@ -139,14 +146,15 @@ def generate(model: Any, prompt_ids: Sequence[int], prefix_cache: PrefixCache | 
     prompt differs from any chunked prefill in the last bits of fp32 sums)."""
     prompt = [int(t) for t in prompt_ids]
     name = _cache_arg(model)
+    device = next(model.parameters()).device
     t0 = time.perf_counter()
     cache, n = prefix_cache.load(prompt) if prefix_cache is not None else (None, 0)
     if cache is None:
         cache = DynamicCache()
         if split_at > 0:
-            _forward(model, torch.tensor([prompt[:split_at]]), cache, name)
+            _forward(model, torch.tensor([prompt[:split_at]], device=device), cache, name)
             n = split_at
-    ids = torch.tensor([prompt[n:]], dtype=torch.long)
+    ids = torch.tensor([prompt[n:]], dtype=torch.long, device=device)
     out, cache = _forward(model, ids, cache, name)
     logits = out.logits[0, -1].float()
     ttft = time.perf_counter() - t0
@@ -157,6 +165,6 @@ def generate(model: Any, prompt_ids: Sequence[int], prefix_cache: PrefixCache | 
         tokens.append(nxt)
         if len(tokens) == max_new_tokens:
             break
-        out, cache = _forward(model, torch.tensor([[nxt]]), cache, name)
+        out, cache = _forward(model, torch.tensor([[nxt]], device=device), cache, name)
         nxt = int(torch.argmax(out.logits[0, -1]))
     return tokens, GenerateInfo(n, ttft, logits, stored)
