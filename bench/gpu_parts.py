@@ -43,7 +43,7 @@ PRESETS = {
                 staging_blocks=64)),
     "cpu": Sizes(  # `make gpu-check` without a GPU: the CPU halves in well under a minute
         copy_sizes=(64 * KiB, 1 * MiB, 16 * MiB), copy_streams=(1, 2), copy_reps=3,
-        train=dict(vocab=1024, width=128, layers=2, heads=4, batch=2, seq=64, steps=4,
+        train=dict(vocab=512, width=64, layers=2, heads=4, batch=2, seq=32, steps=3,
                    dtypes=("float32", "bfloat16")),
         ttft_tokens=(256, 1024),
         ttft_model=dict(vocab_size=1024, hidden_size=128, intermediate_size=256,
@@ -117,7 +117,6 @@ def _memfd_pool(tag: str, nbytes: int) -> Any:
 
 def run_copy(ctx: Ctx) -> dict:
     from cxlkit import topology
-    from cxlkit.bench import copy as BC
     from cxlkit.integrations.cuda import torch_copier
 
     S = ctx.sizes
@@ -130,71 +129,100 @@ def run_copy(ctx: Ctx) -> dict:
         if ctx.left() <= 0:
             out["stopped"] = f"time budget spent: tiers {[t for t, _ in tiers[i:]]} not run"
             break
-        with _host_memory(name, node, need) as (host, pin, unpin):
+        mem = _HostMemory(node, need)
+        try:
+            mem.open()
+        except (OSError, MemoryError, ValueError) as e:  # a node too full for the sweep
+            ctx.skip(name, f"{need} bytes not placed there: {type(e).__name__}: {e}")
+            continue
+        try:
             for pinned in (True, False):
-                arm = {"tier": name, "node": node, "pinned": pinned}
-                if pinned:
-                    how, why = pin(ctx)
-                    if how is None:
-                        ctx.skip(f"{name} pinned", why)
-                        continue
-                    arm.update(how)
-                sweep = BC.gpu_sweep(backend, host, device=0, sizes=S.copy_sizes,
-                                     streams=S.copy_streams, reps=S.copy_reps,
-                                     deadline=ctx.deadline)
-                if pinned:
-                    unpin()
-                arm.update(sweep)
-                out["tiers"].append(arm)
-                if sweep["stopped"]:
-                    out["stopped"] = f"{name} {'pinned' if pinned else 'pageable'}: " \
-                                     f"{sweep['stopped']}"
+                arm = _sweep_arm(ctx, backend, mem, name, pinned)
+                if arm is not None:
+                    out["tiers"].append(arm)
+                    if arm["stopped"]:
+                        out["stopped"] = f"{name}: {arm['stopped']}"
+        finally:
+            mem.close()
     if ctx.device == "cpu":
         out["note"] = ("device cpu: copies into CPU tensors, 'streams' run one after another; "
                        "figures are memcpy through torch, not host<->GPU")
     return out
 
 
-class _host_memory:
-    """Host memory of one tier for the sweep: a cxlkit.alloc buffer bound to a node (pinned by
-    cxlkit's hook, Buffer.pin) or a pool object (pinned by torch's cudaHostRegister: the hook
-    pins cxlkit.alloc buffers only). Yields (host, pin(ctx) -> (how | None, why), unpin)."""
+def _sweep_arm(ctx: Ctx, backend: Any, mem: _HostMemory, name: str,
+               pinned: bool) -> dict | None:
+    """One tier's sweep, page-locked or pageable; None (and a skip) when it cannot be pinned."""
+    from cxlkit.bench import copy as BC
 
-    def __init__(self, name: str, node: int | None, nbytes: int) -> None:
-        self.name, self.node, self.nbytes = name, node, nbytes
-        self.pool = self.obj = self.buf = None
+    S = ctx.sizes
+    arm: dict = {"tier": name, "node": mem.node, "pinned": pinned}
+    if pinned:
+        how, why = mem.pin(ctx)
+        if how is None:
+            ctx.skip(f"{name} pinned", why)
+            return None
+        arm.update(how)
+    try:
+        arm.update(BC.gpu_sweep(backend, mem.host, device=0, sizes=S.copy_sizes,
+                                streams=S.copy_streams, reps=S.copy_reps,
+                                deadline=ctx.deadline))
+    finally:
+        if pinned:
+            mem.unpin()
+    return arm
+
+
+class _HostMemory:
+    """Host memory of one tier for the sweep: a cxlkit.alloc buffer bound to a node (pinned by
+    cxlkit's hook, Buffer.pin) or, node None, a pool object (pinned by torch's
+    cudaHostRegister: the hook pins cxlkit.alloc buffers only)."""
+
+    def __init__(self, node: int | None, nbytes: int) -> None:
+        self.node, self.nbytes = node, nbytes
+        self.pool = self.host = None
         self.registered: int | None = None
 
-    def __enter__(self) -> tuple[Any, Callable, Callable]:
+    def open(self) -> None:
         from cxlkit import policy as P
 
         if self.node is not None:
-            self.buf = P.alloc(self.nbytes, P.bind(self.node), thp=False)
-            return self.buf, self._pin_buffer, self.buf.unpin
+            self.host = P.alloc(self.nbytes, P.bind(self.node), thp=False)
+            return
         self.pool = _memfd_pool("copy", self.nbytes)
-        self.obj = self.pool.create("copy", self.nbytes)  # zeroed: every page faulted in
-        return self.obj, self._pin_pool, self._unpin_pool
+        self.host = self.pool.create("copy", self.nbytes)  # zeroed: every page faulted in
 
-    def __exit__(self, *exc: object) -> None:
-        if self.buf is not None:
-            self.buf.close()
-        if self.obj is not None:
-            self.obj.close()
+    def close(self) -> None:
+        if self.host is not None:
+            self.host.close()
+        if self.pool is not None:
             self.pool.close()
 
-    def _pin_buffer(self, ctx: Ctx) -> tuple[dict | None, str]:
+    def pin(self, ctx: Ctx) -> tuple[dict | None, str]:
+        return self._pin_buffer() if self.node is not None else self._pin_pool(ctx)
+
+    def unpin(self) -> None:
+        if self.node is not None:
+            self.host.unpin()
+        elif self.registered is not None:
+            import torch
+
+            torch.cuda.cudart().cudaHostUnregister(self.registered)
+            self.registered = None
+
+    def _pin_buffer(self) -> tuple[dict | None, str]:
         from cxlkit.integrations.views import tensor
 
         t0 = time.perf_counter()
         try:
-            self.buf.pin()
+            self.host.pin()
         except OSError as e:
             from cxlkit.bench.copy import no_gpu_reason
 
             return None, f"cxlkit's pinning hook (Buffer.pin): {e}; {no_gpu_reason()}"
         pin_s = time.perf_counter() - t0
         return {"pin": "cxlkit Buffer.pin (cudaHostRegister)", "pin_s": round(pin_s, 4),
-                "torch_sees_pinned": bool(tensor(self.buf).is_pinned())}, ""
+                "torch_sees_pinned": bool(tensor(self.host).is_pinned())}, ""
 
     def _pin_pool(self, ctx: Ctx) -> tuple[dict | None, str]:
         if ctx.device != "cuda":
@@ -206,7 +234,7 @@ class _host_memory:
         reg = getattr(torch.cuda.cudart(), "cudaHostRegister", None)
         if reg is None:
             return None, "this torch exposes no cudaHostRegister (torch.cuda.cudart())"
-        t = tensor(self.obj)
+        t = tensor(self.host)
         ptr = t.data_ptr()
         t0 = time.perf_counter()
         rc = int(reg(ptr, self.nbytes, 0))
@@ -217,13 +245,6 @@ class _host_memory:
         return {"pin": "torch.cuda.cudart().cudaHostRegister (cxlkit's hook pins "
                        "cxlkit.alloc buffers only; a pool object has none)",
                 "pin_s": round(pin_s, 4), "torch_sees_pinned": bool(t.is_pinned())}, ""
-
-    def _unpin_pool(self) -> None:
-        if self.registered is not None:
-            import torch
-
-            torch.cuda.cudart().cudaHostUnregister(self.registered)
-            self.registered = None
 
 
 # ---- a training step: TieredAdamW offload vs torch's CPU-offload pattern ----
@@ -451,7 +472,7 @@ class _Fwd:
 def run_prefix_cache(ctx: Ctx) -> dict:
     import torch
 
-    from cxlkit.integrations.transformers import PrefixCache, generate, layout_for
+    from cxlkit.integrations.transformers import PrefixCache, layout_for
 
     S = ctx.sizes
     model = _llama(ctx)
@@ -472,7 +493,7 @@ def run_prefix_cache(ctx: Ctx) -> dict:
             run, more = _ttft(ctx, fwd, pc, n)
             out["runs"].append(run)
             checks += more
-        checks.append(_generate_check(ctx, model, pc, generate))
+        checks.append(_device_api_check(ctx, fwd, pc))
         pc.store.close()
     finally:
         pool.close()
@@ -531,15 +552,24 @@ def _hit(ctx: Ctx, fwd: _Fwd, pc: Any, prompt: list, ids: Any, parts: dict) -> t
     return logits, cache, n
 
 
-def _generate_check(ctx: Ctx, model: Any, pc: Any, generate: Callable) -> dict:
-    """The library's own generate() with the model on ctx.device."""
-    name = f"cxlkit generate() with the model on {ctx.device}"
+def _device_api_check(ctx: Ctx, fwd: _Fwd, pc: Any) -> dict:
+    """The library's own calls with the model and its cache on ctx.device: PrefixCache.save of
+    the cache a forward left there, then generate() (which loads it)."""
+    import torch
+    from transformers import DynamicCache
+
+    from cxlkit.integrations.transformers import generate
+
+    name = f"PrefixCache.save and generate() with the model and its cache on {ctx.device}"
     prompt = list(range(1, 2 * pc.block_tokens + 3))
+    step = "PrefixCache.save"
     try:
-        generate(model, prompt, pc, max_new_tokens=1)
-        toks, info = generate(model, prompt, pc, max_new_tokens=1)
+        _, cache = fwd(torch.tensor([prompt], device=ctx.device), DynamicCache())
+        pc.save(prompt, cache)
+        step = "generate()"
+        _, info = generate(fwd.model, prompt, pc, max_new_tokens=1)
     except Exception as e:  # noqa: BLE001 - the check reports whatever it raised
-        return check(name, False, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
+        return check(name, False, f"{step}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
     return check(name, info.prefix_tokens == 2 * pc.block_tokens,
                  f"{info.prefix_tokens} pooled tokens")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import time
@@ -16,6 +17,9 @@ import pytest
 
 from cxlkit import _native
 
+# cuBLAS repeats its bits only with a fixed workspace, read when CUDA first uses it (the GPU
+# training test compares two arms' gradients bit for bit); gpu_check.py sets the same
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "bench" / "gpu_check.py"
 sys.path.insert(0, str(REPO / "bench"))
@@ -57,7 +61,7 @@ def test_cpu_mode_runs_every_part_and_writes_one_json_document(cpu_run):
     assert list(doc["parts"]) == list(gpu_check.ORDER)
     for name, part in doc["parts"].items():
         assert part["status"] in ("ok", "skipped"), (name, part)
-        assert part["elapsed_s"] <= part["budget_s"] or part["status"] == "skipped"
+        assert part["budget_s"] == min(gpu_check.BUDGETS[name], 480)
     p = doc["parts"]
     assert all(c["ok"] for name in ("vllm_staging", "train", "prefix_cache")
                for c in p[name]["checks"])
@@ -71,9 +75,8 @@ def test_cpu_mode_runs_every_part_and_writes_one_json_document(cpu_run):
     for t in p["copy"]["tiers"]:
         assert [(x["bytes"], x["streams"]) for x in t["rows"]] == [
             (b, k) for b in G.PRESETS["tiny"].copy_sizes for k in (1, 2)]
-    assert doc["environment"]["device"] == "cpu" and doc["out"] == str(
-        Path(doc["out"]))
-    assert f"JSON: {doc['out']}" in r.stdout
+    assert doc["environment"]["device"] == "cpu" and doc["build"] is None
+    assert r.stdout.rstrip().endswith(f"JSON: {doc['out']}")
 
 
 def test_cpu_mode_names_every_skip_with_its_reason(cpu_run):
@@ -230,5 +233,6 @@ def test_tiered_adamw_offload_from_cuda_matches_torch_cpu_offload_after_a_step()
 @needs_cuda
 def test_prefix_cache_round_trips_cuda_kv_and_gives_the_same_logits():
     res = G.run_prefix_cache(_ctx())
+    # PrefixCache.save and generate() themselves take host tensors only: the check reports that
     kv = [c for c in res["checks"] if "generate()" not in c["name"]]
     assert len(kv) == 4 and all(c["ok"] for c in kv), kv
