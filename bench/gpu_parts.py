@@ -156,7 +156,9 @@ def _sweep_arm(ctx: Ctx, backend: Any, mem: _HostMemory, name: str,
     from cxlkit.bench import copy as BC
 
     S = ctx.sizes
-    arm: dict = {"tier": name, "node": mem.node, "pinned": pinned}
+    arm: dict = {"tier": name, "node": mem.node, "pinned": pinned,
+                 "memory": (f"cxlkit.alloc bound to node {mem.node}" if mem.node is not None
+                            else "an object in a memfd pool (tmpfs pages, as /dev/shm pools)")}
     if pinned:
         how, why = mem.pin(ctx)
         if how is None:
