@@ -158,6 +158,7 @@ def environment(device: str) -> dict:
 def run_all(args: argparse.Namespace, start: float, doc: dict) -> None:
     import torch
 
+    import gpu_models as M
     import gpu_parts as G
 
     has = torch.cuda.is_available()
@@ -172,7 +173,8 @@ def run_all(args: argparse.Namespace, start: float, doc: dict) -> None:
                f"(torch {torch.__version__}, built with CUDA {torch.version.cuda})")
         doc["skipped"].append({"part": "all", "what": "every GPU half (each part runs with "
                                "CPU tensors)", "reason": why})
-    fns = dict(G.PARTS, gpu_tests=run_gpu_tests)
+    fns = {"vllm_staging": G.run_vllm_staging, "train": M.run_train,
+           "prefix_cache": M.run_prefix_cache, "gpu_tests": run_gpu_tests, "copy": G.run_copy}
     for name in args.parts:
         left = args.budget_s - (time.monotonic() - start)
         if left < MIN_PART_S:
@@ -347,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # cuBLAS gives the same bits run to run only with a fixed workspace (read at its first use)
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_parts
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_parts, gpu_models
     doc = new_doc(args)
     problem = cxlkit_problem() if args.build != "always" else "--build always"
     if problem and args.build != "never":

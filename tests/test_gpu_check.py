@@ -23,6 +23,7 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "bench" / "gpu_check.py"
 sys.path.insert(0, str(REPO / "bench"))
+import gpu_models as M  # noqa: E402
 import gpu_parts as G  # noqa: E402
 
 
@@ -225,14 +226,14 @@ def test_connector_staging_copies_round_trip_cuda_blocks_byte_for_byte():
 @pytest.mark.gpu
 @needs_cuda
 def test_tiered_adamw_offload_from_cuda_matches_torch_cpu_offload_after_a_step():
-    res = G.run_train(_ctx())
+    res = M.run_train(_ctx())
     assert not res.get("stopped") and all(c["ok"] for c in res["checks"]), res["checks"]
 
 
 @pytest.mark.gpu
 @needs_cuda
 def test_prefix_cache_round_trips_cuda_kv_and_gives_the_same_logits():
-    res = G.run_prefix_cache(_ctx())
+    res = M.run_prefix_cache(_ctx())
     # PrefixCache.save and generate() themselves take host tensors only: the check reports that
     kv = [c for c in res["checks"] if "generate()" not in c["name"]]
     assert len(kv) == 4 and all(c["ok"] for c in kv), kv
