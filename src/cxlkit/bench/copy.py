@@ -162,14 +162,45 @@ def gpu_matrix(host_nodes: Sequence[int], *, backend: CudaCopier | None = None,
             for target in [[d] for d in devs] + ([devs] if len(devs) > 1 else []):
                 row = {"node": n, "device": target[0] if len(target) == 1 else "all",
                        "pinned": pinned}
-                for direction in ("h2d", "d2h"):
-                    secs = [backend.copy_seconds(host, target, nbytes, direction)
-                            for _ in range(reps)]
-                    row[f"{direction}_gbps"] = nbytes * len(target) / statistics.median(secs) / 1e9
+                row.update(copy_point(backend, host, target, nbytes, reps))
                 rows.append(row)
             if pinned:
                 host.unpin()
     return {"available": True, "devices": devs, "bytes": nbytes, "rows": rows}
+
+
+def copy_point(backend: CudaCopier, host, devs: Sequence[int], nbytes: int,
+               reps: int) -> dict:
+    """{h2d_gbps, d2h_gbps}: the median of reps timed copies of nbytes per listed device (one
+    stream each, all at once), counted over every device's bytes."""
+    out = {}
+    for direction in ("h2d", "d2h"):
+        secs = [backend.copy_seconds(host, devs, nbytes, direction) for _ in range(reps)]
+        out[f"{direction}_gbps"] = nbytes * len(devs) / statistics.median(secs) / 1e9
+    return out
+
+
+def gpu_sweep(backend: CudaCopier, host, *, device: int, sizes: Sequence[int],
+              streams: Sequence[int], reps: int = 3,
+              deadline: float | None = None) -> dict:
+    """The copy matrix of one host buffer and one device over sizes x concurrent streams (k
+    streams copy k disjoint ranges of the buffer at once, so it needs max(sizes) *
+    max(streams) bytes). Points run in order until `deadline` (time.monotonic()); {rows:
+    [{bytes, streams, h2d_gbps, d2h_gbps}], stopped: None or why the rest did not run}."""
+    need = max(sizes) * max(streams)
+    if len(host) < need:
+        raise ValueError(f"host buffer of {len(host)} bytes: the sweep needs {need} "
+                         "(largest size x most streams)")
+    rows: list[dict] = []
+    points = [(b, k) for b in sizes for k in streams]
+    for i, (nbytes, k) in enumerate(points):
+        if deadline is not None and time.monotonic() >= deadline:
+            return {"rows": rows, "stopped": f"time budget spent: {len(points) - i} of "
+                                              f"{len(points)} points not run"}
+        row = {"bytes": nbytes, "streams": k}
+        row.update(copy_point(backend, host, [device] * k, nbytes, reps))
+        rows.append(row)
+    return {"rows": rows, "stopped": None}
 
 
 def _pin(host) -> bool:
