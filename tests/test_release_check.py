@@ -9,7 +9,8 @@ import pytest
 
 import cxlkit._native as native
 from cxlkit import testing
-from release_check import PUBLIC_HEADER, TESTING_HEADER, declared, exported, problems
+from release_check import (PUBLIC_HEADER, PUBLIC_VERSION, TESTING_HEADER, declared, exported,
+                           exported_versions, listed, map_problems, map_text, problems)
 
 LIB = Path(native.__file__).with_name("libcxlkit.so")
 
@@ -37,3 +38,13 @@ def test_mutate_in_a_release_build_raises_RuntimeError_naming_the_mutation(monke
     with pytest.raises(RuntimeError, match="read_invalidate.*release build"):
         with testing.mutate("read_invalidate"):
             pass
+
+
+def test_the_symbol_map_lists_exactly_the_headers_functions():
+    assert map_problems() == []
+    assert listed(map_text()) == declared(PUBLIC_HEADER) | declared(TESTING_HEADER)
+
+
+def test_every_public_function_is_exported_under_the_public_version():
+    versions = exported_versions(LIB)
+    assert {versions[n] for n in declared(PUBLIC_HEADER)} == {PUBLIC_VERSION}
