@@ -538,6 +538,35 @@ CXK_API int cxk_adam_team_step_into_sum(cxk_adam_team *team, const struct cxk_ad
                                         const uint64_t *img_off, struct cxk_sum_parts *in_sum,
                                         struct cxk_sum_parts *out_sum, uint64_t *resynced);
 
+/* ---- One Adam step, every variant: a descriptor that grows by appending fields ----
+ * cxk_adam_run is the step entry point; the cxk_adam_step / _ex / _into / _into_sum and
+ * cxk_adam_team_step* calls above are thin wrappers over it, kept for one release.
+ * struct_size = sizeof(struct cxk_adam_step_desc) as the caller was compiled: a shorter
+ * descriptor (an older caller) reads its missing fields as zero; a longer one (a newer
+ * caller) is accepted when every byte past the fields this library knows is zero, else
+ * -E2BIG. Fields: hparams and tensors[ntensors] as in cxk_adam_step; team NULL = the calling
+ * thread, else that team runs it; out NULL = in place, else out[ntensors] as in
+ * cxk_adam_step_into; img_off with in_sum / out_sum (needs out; NULL: no checksums) as in
+ * cxk_adam_step_into_sum. On return resynced = elements re-read from param_copy (RESYNC).
+ * Errors as the calls above; -EINVAL also for d NULL or struct_size below
+ * CXK_ADAM_STEP_DESC_MIN. */
+struct cxk_adam_step_desc {
+    uint32_t struct_size;
+    uint32_t reserved;                       /* 0 */
+    const struct cxk_adam_hparams *hparams;
+    const struct cxk_adam_tensor *tensors;
+    uint64_t ntensors;
+    cxk_adam_team *team;
+    const struct cxk_adam_out *out;
+    const uint64_t *img_off;
+    struct cxk_sum_parts *in_sum;
+    struct cxk_sum_parts *out_sum;
+    uint64_t resynced;                       /* out */
+};
+/* The smallest descriptor accepted: up to and including ntensors. */
+#define CXK_ADAM_STEP_DESC_MIN 32u
+CXK_API int cxk_adam_run(struct cxk_adam_step_desc *d);
+
 /* ---- Pools: named objects in one memory range shared by processes and hosts ----
  * Shaped like POSIX shm: open a pool, create / open / close / destroy objects by name.
  * Layout and protocol: docs/pool-format.md. Offsets (off) are bytes from the pool base

@@ -4,8 +4,10 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -429,34 +431,59 @@ int team_step_impl(cxk_adam_team *team, const cxk_adam_hparams *h, const cxk_ada
 
 }  // namespace
 
+// The old entry points: thin wrappers over cxk_adam_run, kept for one release. Each keeps
+// its own refusals (step_into without out, a team step without a team).
+namespace {
+int run_desc(cxk_adam_team *team, const cxk_adam_hparams *h, const cxk_adam_tensor *t,
+             const cxk_adam_out *out, size_t nt, const uint64_t *img_off, cxk_sum_parts *in_sum,
+             cxk_sum_parts *out_sum, uint64_t *resynced) {
+    cxk_adam_step_desc d{};
+    d.struct_size = sizeof d;
+    d.hparams = h;
+    d.tensors = t;
+    d.ntensors = nt;
+    d.team = team;
+    d.out = out;
+    d.img_off = img_off;
+    d.in_sum = in_sum;
+    d.out_sum = out_sum;
+    const int r = cxk_adam_run(&d);
+    if (resynced) *resynced = d.resynced;
+    return r;
+}
+}  // namespace
+
 int cxk_adam_step_ex(const cxk_adam_hparams *h, const cxk_adam_tensor *t, size_t nt,
                      uint64_t *resynced) {
-    return step_impl(h, t, nullptr, nt, false, resynced);
+    return run_desc(nullptr, h, t, nullptr, nt, nullptr, nullptr, nullptr, resynced);
 }
 
 int cxk_adam_step_into(const cxk_adam_hparams *h, const cxk_adam_tensor *t,
                        const cxk_adam_out *out, size_t nt, uint64_t *resynced) {
-    return step_impl(h, t, out, nt, true, resynced);
+    if (!out && nt > 0) return -EINVAL;
+    return run_desc(nullptr, h, t, out, nt, nullptr, nullptr, nullptr, resynced);
 }
 
 int cxk_adam_team_step_into(cxk_adam_team *team, const cxk_adam_hparams *h,
                             const cxk_adam_tensor *t, const cxk_adam_out *out, size_t nt,
                             uint64_t *resynced) {
-    return team_step_impl(team, h, t, out, nt, true, resynced);
+    if (!team || (!out && nt > 0)) return -EINVAL;
+    return run_desc(team, h, t, out, nt, nullptr, nullptr, nullptr, resynced);
 }
 
 int cxk_adam_step_into_sum(const cxk_adam_hparams *h, const cxk_adam_tensor *t,
                            const cxk_adam_out *out, size_t nt, const uint64_t *img_off,
                            cxk_sum_parts *in_sum, cxk_sum_parts *out_sum, uint64_t *resynced) {
-    return step_impl(h, t, out, nt, true, resynced, FoldArgs{img_off, in_sum, out_sum});
+    if (!out && nt > 0) return -EINVAL;
+    return run_desc(nullptr, h, t, out, nt, img_off, in_sum, out_sum, resynced);
 }
 
 int cxk_adam_team_step_into_sum(cxk_adam_team *team, const cxk_adam_hparams *h,
                                 const cxk_adam_tensor *t, const cxk_adam_out *out, size_t nt,
                                 const uint64_t *img_off, cxk_sum_parts *in_sum,
                                 cxk_sum_parts *out_sum, uint64_t *resynced) {
-    return team_step_impl(team, h, t, out, nt, true, resynced,
-                          FoldArgs{img_off, in_sum, out_sum});
+    if (!team || (!out && nt > 0)) return -EINVAL;
+    return run_desc(team, h, t, out, nt, img_off, in_sum, out_sum, resynced);
 }
 
 
@@ -564,7 +591,31 @@ int cxk_adam_team_step(cxk_adam_team *team, const cxk_adam_hparams *h, const cxk
 
 int cxk_adam_team_step_ex(cxk_adam_team *team, const cxk_adam_hparams *h,
                           const cxk_adam_tensor *t, size_t nt, uint64_t *resynced) {
-    return team_step_impl(team, h, t, nullptr, nt, false, resynced);
+    if (!team) return -EINVAL;
+    return run_desc(team, h, t, nullptr, nt, nullptr, nullptr, nullptr, resynced);
+}
+
+int cxk_adam_run(cxk_adam_step_desc *d) {
+    if (!d || d->struct_size < CXK_ADAM_STEP_DESC_MIN) return -EINVAL;
+    // copy_struct_from_user's rule: fields a shorter caller lacks read as zero; bytes a
+    // newer caller added past the ones known here must be zero
+    cxk_adam_step_desc x{};
+    std::memcpy(&x, d, std::min<size_t>(d->struct_size, sizeof x));
+    if (d->struct_size > sizeof x) {
+        const auto *tail = reinterpret_cast<const unsigned char *>(d) + sizeof x;
+        for (size_t i = 0; i < d->struct_size - sizeof x; ++i)
+            if (tail[i]) return -E2BIG;
+    }
+    if (x.reserved || ((x.img_off || x.in_sum || x.out_sum) && !x.out)) return -EINVAL;
+    const FoldArgs f{x.img_off, x.in_sum, x.out_sum};
+    const bool into = x.out != nullptr;
+    uint64_t resynced = 0;
+    const int r = x.team ? team_step_impl(x.team, x.hparams, x.tensors, x.out, x.ntensors, into,
+                                          &resynced, f)
+                         : step_impl(x.hparams, x.tensors, x.out, x.ntensors, into, &resynced, f);
+    if (d->struct_size >= offsetof(cxk_adam_step_desc, resynced) + sizeof d->resynced)
+        d->resynced = resynced;
+    return r;
 }
 
 }  // extern "C"

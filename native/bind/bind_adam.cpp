@@ -245,20 +245,28 @@ uint64_t step(const HParams &hp, const std::vector<TensorArgs> &ts,
     bool closed = false;
     {
         nb::gil_scoped_release unlock;  // a step over a large model takes a while
-        if (team) {
+        cxk_adam_step_desc d{};
+        d.struct_size = sizeof d;
+        d.hparams = &h;
+        d.tensors = t.data();
+        d.ntensors = t.size();
+        d.out = os ? op : nullptr;
+        if (offs) {
+            d.img_off = offs;
+            d.in_sum = f.in;
+            d.out_sum = f.out;
+        }
+        if (os && !op && !t.empty()) {
+            r = -EINVAL;
+        } else if (team) {
             std::lock_guard<std::mutex> lk(team->mu);
             closed = team->team == nullptr;  // closed by another thread meanwhile
-            r = closed ? 0
-                : offs ? cxk_adam_team_step_into_sum(team->team, &h, t.data(), op, t.size(), offs,
-                                                     f.in, f.out, &resynced)
-                : os ? cxk_adam_team_step_into(team->team, &h, t.data(), op, t.size(), &resynced)
-                     : cxk_adam_team_step_ex(team->team, &h, t.data(), t.size(), &resynced);
+            d.team = team->team;
+            r = closed ? 0 : cxk_adam_run(&d);
         } else {
-            r = offs ? cxk_adam_step_into_sum(&h, t.data(), op, t.size(), offs, f.in, f.out,
-                                              &resynced)
-                : os ? cxk_adam_step_into(&h, t.data(), op, t.size(), &resynced)
-                     : cxk_adam_step_ex(&h, t.data(), t.size(), &resynced);
+            r = cxk_adam_run(&d);
         }
+        resynced = d.resynced;
     }
     if (closed) team->require_open();
     if (r == -EINVAL && cxk_adam_simd() == -EINVAL) {
