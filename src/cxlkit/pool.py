@@ -648,12 +648,9 @@ def _not_a_pool(path: str) -> str | None:
     except OSError:
         return None
     if _stat.S_ISLNK(st.st_mode):
-        try:
-            target = os.path.realpath(path)
-            what = _not_a_pool(target) or f"{_file_kind(os.stat(target).st_mode)}"
-        except OSError:
-            what = "which does not exist"
-        return f"a symbolic link to {target} ({what}): not a pool; name the pool file itself"
+        target = os.path.realpath(path)
+        inner = _not_a_pool(target)  # None: a pool file or device may be there, or nothing
+        return None if inner is None else f"a symbolic link to {target}: {inner}"
     if _stat.S_ISCHR(st.st_mode) and not os.path.basename(path).startswith("dax"):
         return (f"a character device that is not a devdax device (dax devices present: "
                 f"{_dax_devices()}), not a pool")
@@ -789,7 +786,12 @@ def _probe(path: str) -> dict[str, Any]:
         raise FileNotFoundError(errno.ENOENT, "no pool file there: nothing removed", path) \
             from None
     except OSError as e:
-        if e.errno in (errno.ELOOP, errno.ENODEV):
+        if e.errno == errno.ELOOP:
+            raise PoolFormatError(e.errno, f"a symbolic link to {os.path.realpath(path)}, not a "
+                                  "pool file: nothing removed (a link is never followed); "
+                                  "delete the link with rm(1), or name the pool file", path) \
+                from None
+        if e.errno == errno.ENODEV:
             why = _not_a_pool(path) or "not a regular file"
             raise PoolFormatError(e.errno, f"{why}: nothing removed", path) from None
         raise
