@@ -78,3 +78,12 @@ def test_the_probe_names_the_broken_field_without_opening_the_pool(pool_path):
     cxlkit.Pool(pool_path, size=8 * MiB, host_id=0).close()
     d = P._native.pool_probe(pool_path)
     assert (d["superblock"], d["version"], d["size"]) == (0, 2, 8 * MiB)
+
+
+def test_a_symlink_loop_named_as_a_pool_is_a_typed_error(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    with pytest.raises(cxlkit.PoolFormatError, match="loop") as ei:
+        cxlkit.Pool(str(a), host_id=0)
+    assert str(a) in str(ei.value)

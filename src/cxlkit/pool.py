@@ -649,6 +649,8 @@ def _not_a_pool(path: str) -> str | None:
         return None
     if _stat.S_ISLNK(st.st_mode):
         target = os.path.realpath(path)
+        if os.path.islink(target):
+            return f"a symbolic link that never ends (a loop through {target}): not a pool"
         inner = _not_a_pool(target)  # None: a pool file or device may be there, or nothing
         return None if inner is None else f"a symbolic link to {target}: {inner}"
     if _stat.S_ISCHR(st.st_mode) and not os.path.basename(path).startswith("dax"):
