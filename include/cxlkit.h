@@ -793,6 +793,30 @@ struct cxk_pool_upgrade_info {
  * leaves a valid version 1 pool (run it again) or a valid version 2 pool. */
 CXK_API int cxk_pool_upgrade(const char *path, unsigned flags, struct cxk_pool_upgrade_info *info);
 
+/* ---- Probing a pool file without opening it (`cxlkit pool rm`) ---- */
+struct cxk_pool_probe_info {
+    uint32_t file_type;   /* S_IFMT bits of what is at the path itself (a link is a link) */
+    int32_t superblock;   /* regular files: 0 a whole superblock (magic, checksum and geometry
+                             checked); -EMEDIUMTYPE no pool magic; -EBADMSG a broken checksum
+                             or geometry (why says which); -EPROTONOSUPPORT a version this
+                             library cannot check (version says which); -ENXIO shorter than
+                             the pool its superblock describes */
+    uint32_t version;     /* the word at offset 8 (0: unread) */
+    uint32_t max_hosts;   /* with superblock 0 */
+    uint32_t hosts_live;  /* slots held open by a process of this machine (their user locks),
+                             or of another boot with a heartbeat younger than the lease
+                             timeout, or claimed that recently */
+    uint32_t hosts_dead;  /* attached once and none of the above */
+    uint64_t size;        /* the file's bytes */
+    uint64_t dev, ino;    /* the file probed: remove it only while the path still names it */
+    char why[96];         /* -EBADMSG: the broken field or rule ("data_off is not 64
+                             KiB-aligned"), NUL-terminated */
+};
+/* Read the file at path with pread only (never mapped, never written, a final symbolic link
+ * not followed, a FIFO or device never opened). 0 with *out filled for a regular file (its
+ * superblock field says whether it is a pool); -ELOOP a symbolic link and -ENODEV anything
+ * else that is not a regular file (file_type says what); open's or pread's -errno. */
+CXK_API int cxk_pool_probe(const char *path, struct cxk_pool_probe_info *out);
 /* Size and alignment of devdax device `name` ("dax0.0") under sysfs_root ("/sys"). */
 CXK_API int cxk_pool_dax_geometry(const char *sysfs_root, const char *name, uint64_t *size,
                                   uint64_t *align);

@@ -699,6 +699,22 @@ CXK_BIND(pool) {
         d["errno"] = r < 0 ? -r : 0;  // the caller names the error (it knows the host)
         return d;
     }, nb::arg("path"), nb::arg("shared") = false);
+    m.def("pool_probe", [](const std::string &path) {
+        cxk_pool_probe_info x{};
+        check(cxk_pool_probe(path.c_str(), &x), path);
+        nb::dict d;
+        d["file_type"] = x.file_type;
+        d["superblock"] = -x.superblock;  // an errno (0: a whole superblock)
+        d["version"] = x.version;
+        d["max_hosts"] = x.max_hosts;
+        d["hosts_live"] = x.hosts_live;
+        d["hosts_dead"] = x.hosts_dead;
+        d["size"] = x.size;
+        d["dev"] = x.dev;
+        d["ino"] = x.ino;
+        d["why"] = std::string(x.why, strnlen(x.why, sizeof x.why));
+        return d;
+    }, nb::arg("path"));
     m.def("pool_dax_geometry", [](const std::string &root, const std::string &name) {
         uint64_t size = 0, align = 0;
         check(cxk_pool_dax_geometry(root.c_str(), name.c_str(), &size, &align), name);

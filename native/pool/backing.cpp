@@ -61,6 +61,15 @@ int check_owner(const struct stat &st, unsigned flags) {
     if (st.st_uid != geteuid() || ((st.st_mode & S_IWGRP) && !anonymous)) return -EPERM;
     return 0;
 }
+// The whole of a new pool file reserved: -ENOSPC when the filesystem has no room. One that
+// cannot reserve is checked against its free space instead.
+int reserve_file(int fd, uint64_t size) {
+    const int r = sys_fallocate(fd, 0, (long long)size);
+    if (r != -EOPNOTSUPP) return r;
+    struct statvfs vs;
+    if (int e = sys_fstatvfs(fd, &vs)) return e;
+    return size > uint64_t(vs.f_bavail) * vs.f_frsize ? -ENOSPC : 0;
+}
 }  // namespace
 
 int backing_open(Backing *b, bool create, unsigned flags, uint64_t size, uint32_t mode) {
@@ -91,13 +100,11 @@ int backing_open(Backing *b, bool create, unsigned flags, uint64_t size, uint32_
         // the umask must not widen or narrow what the caller asked for
         if (int r = sys_fchmod(fd, mode)) return r;
         b->size = size;
-        if (!(flags & CXK_POOL_OVERCOMMIT)) {
-            // a file larger than the free space dies of SIGBUS on a later page fault
-            struct statvfs vs;
-            if (int r = sys_fstatvfs(fd, &vs)) return r;
-            if (size > uint64_t(vs.f_bavail) * vs.f_frsize) return -ENOSPC;
-        }
-        return sys_ftruncate(fd, (long long)size);
+        if (int r = sys_ftruncate(fd, (long long)size)) return r;
+        // a page the filesystem cannot back is a SIGBUS at its first touch, whenever that
+        // is: every block is reserved now (overcommit: the metadata only, when formatted,
+        // and each extent when a host claims it; space.h)
+        return (flags & CXK_POOL_OVERCOMMIT) ? 0 : reserve_file(fd, size);
     }
     if (fd < 0) return fd;
     b->fd = fd;
@@ -110,7 +117,10 @@ int backing_open(Backing *b, bool create, unsigned flags, uint64_t size, uint32_
         if (int r = check_owner(st, flags)) return r;
     if (S_ISCHR(st.st_mode)) {
         b->devdax = true;
-        return cxk_pool_dax_geometry("/sys", base_name(b->path).c_str(), &b->size, &b->align);
+        const std::string name = base_name(b->path);
+        const int r = cxk_pool_dax_geometry("/sys", name.c_str(), &b->size, &b->align);
+        // a character device sysfs knows no dax device by (/dev/zero, or a link's name)
+        return r == -ENOENT && name.compare(0, 3, "dax") != 0 ? -ENODEV : r;
     }
     if (!S_ISREG(st.st_mode)) return -ENODEV;
     b->size = uint64_t(st.st_size);

@@ -13,6 +13,7 @@
 
 #include "pool/crash.h"
 #include "pool/hosts.h"
+#include "pool/space.h"
 
 namespace cxk::pool {
 
@@ -260,6 +261,12 @@ int extent_claim(cxk_pool *p, uint64_t need) {
             map_set(p, first, k, kExtFree, kExtFree, false);  // withdraw, then try again
             sched_yield();
             continue;
+        }
+        // the blocks under them exist before anything touches them: a sparse pool file on a
+        // full filesystem fails here with -EDQUOT instead of faulting (SIGBUS) below
+        if (int r = reserve_extents(p, first, k)) {
+            map_set(p, first, k, kExtFree, kExtFree, false);
+            return r;
         }
         // lines of these extents we cached while another host held them are stale: drop
         // them before writing (non-coherent memory; a no-op with coherence "host")

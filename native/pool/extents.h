@@ -17,8 +17,9 @@ void runs_of(const cxk_pool *p, uint32_t h, std::vector<Run> *out);
 uint64_t extents_held(const cxk_pool *p, uint32_t h);
 // Claim extents so that a block of `need` bytes fits one of our runs: extend a run whose end
 // is followed by free extents, else a new run at the first fit. pre: the host lock and the
-// bakery are held. 0, -ENOSPC (no run of free extents that long) or -EBUSY (another host
-// claimed the same extents at once every time: a host the bakery took for dead is alive).
+// bakery are held. 0, -ENOSPC (no run of free extents that long), -EDQUOT (the filesystem
+// under a sparse pool file has no room for them: space.h) or -EBUSY (another host claimed
+// the same extents at once every time: a host the bakery took for dead is alive).
 int extent_claim(cxk_pool *p, uint64_t need);
 // off is a FREE block that ends its run: give the whole extents at its tail back (all but one
 // extent when they are the last we hold). pre: the host lock.

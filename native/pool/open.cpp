@@ -16,6 +16,7 @@
 #include "pool/hosts.h"
 #include "pool/leases.h"
 #include "pool/recovery.h"
+#include "pool/space.h"
 #include "pool/superblock.h"
 #include "pool/upgrade.h"
 #include "prim/policy.h"
@@ -82,6 +83,9 @@ struct Opened {
 int open_backings(const char *const *paths, uint32_t npaths, const cxk_pool_opts &o,
                   bool try_create, uint32_t mode, Opened *ob) {
     ob->bs.assign(npaths, Backing{});
+    // overcommit leaves one file sparse, each extent reserved when claimed (space.h); the
+    // stripes of several files are reserved whole, as extents do not map to one file's range
+    const unsigned flags = npaths > 1 ? o.flags & ~CXK_POOL_OVERCOMMIT : o.flags;
     uint64_t per = 0;
     int r = 0;
     for (uint32_t i = 0; i < npaths && r == 0; ++i) {
@@ -89,10 +93,10 @@ int open_backings(const char *const *paths, uint32_t npaths, const cxk_pool_opts
         b.path = paths[i];
         if (try_create && o.size == 0 && std::strncmp(paths[i], "/dev/dax", 8) != 0) {
             // a file pool is created with a size; without one, only open
-            r = backing_open(&b, false, o.flags, 0, mode);
+            r = backing_open(&b, false, flags, 0, mode);
             if (r == -ENOENT) r = -EINVAL;
         } else {
-            r = backing_open(&b, try_create, o.flags, o.size / npaths, mode);
+            r = backing_open(&b, try_create, flags, o.size / npaths, mode);
         }
         if (r) break;
         (b.created ? ob->made : ob->existing) = true;
@@ -128,6 +132,9 @@ int format_if_new(cxk_pool *p, Opened &ob, const cxk_pool_opts &o, uint32_t npat
     if (!do_format) return 0;
     Superblock sb;
     if (int r = geometry(ob.total, o, npaths, &sb)) return r;
+    // formatting touches the metadata: its blocks exist first (an overcommitted file is sparse)
+    if (ob.made && !ob.memfd && npaths == 1)
+        if (int r = reserve(ob.bs[0].fd, 0, sb.data_off)) return r == -EDQUOT ? -ENOSPC : r;
     if (int r = format(p, sb, ob.devdax)) return r;
     if (ob.memfd || ob.devdax) return 0;
     const int r = backings_link(ob.bs);
@@ -251,14 +258,22 @@ int open_impl(const char *const *paths, uint32_t npaths, const cxk_pool_opts *op
             r = validate(p->base, p->size, npaths, &p->geo);
         }
         if (r) return fail(r);
+        // a host attaching writes its slot, names and leases: on a sparse pool file (made
+        // overcommitted, or by an older cxlkit) their blocks must exist before it touches them
+        const bool one_file = npaths == 1 && !ob.devdax && !ob.memfd && !p->read_only_v1;
+        if (one_file && !ob.made && (r = reserve(ob.bs[0].fd, 0, p->geo.data_off)) != 0)
+            return fail(r == -EDQUOT ? -ENOSPC : r);
         // after the backings: a caller's fault on the nth open names the pool's files, and
         // the boot only matters from attach on; one that exists but cannot be read fails the
         // open (a made-up hash would make this host look rebooted to its running processes)
         if ((r = read_boot_hash(&p->boot)) != 0) return fail(r);
         if ((r = heart_start(p.get())) != 0) return fail(r);
         const int lock_fd = ob.bs[0].fd;
+        const bool one_file_lock = !ob.devdax && !ob.memfd && !p->read_only_v1;
         if ((r = attach_host(p.get(), o, tag, lock_fd)) != 0 ||
-            (r = first_sweeps(p.get(), lock_fd, o.flags & CXK_POOL_REPAIR)) != 0) {
+            (r = first_sweeps(p.get(), lock_fd, o.flags & CXK_POOL_REPAIR)) != 0 ||
+            // held while this handle lives: `pool rm` sees the slot in use (space.h)
+            (one_file_lock && (r = users_lock(lock_fd, p->host)) != 0)) {
             heart_end(p.get());
             return fail(r);
         }

@@ -56,7 +56,7 @@ int geometry(uint64_t total, const cxk_pool_opts &o, uint32_t nbackings, Superbl
     sb->leases_bytes = round_up(lease_slots * sizeof(Lease), 4096);
     sb->extmap_off = sb->leases_off + hosts * sb->leases_bytes;
     sb->extmap_bytes = round_up((total / E + 31) / 32 * 8, kLine);
-    sb->data_off = round_up(sb->extmap_off + hosts * sb->extmap_bytes, 65536);
+    sb->data_off = round_up(sb->extmap_off + hosts * sb->extmap_bytes, kDataAlign);
     if (sb->data_off >= total) return -ERANGE;
     sb->extent_bytes = E;
     sb->nextents = (total - sb->data_off) / E;
@@ -111,24 +111,21 @@ bool sb_whole(const Superblock &sb) {
            sb.checksum == ((1ull << 32) | crc32c(&sb, offsetof(Superblock, checksum)));
 }
 
-// Read-only checks of a mapped superblock against the mapping.
-int validate(const uint8_t *base, uint64_t mapped, uint32_t nbackings, Superblock *out) {
-    Superblock sb;
-    std::memcpy(&sb, base, sizeof sb);
-    if (sb.magic != kMagic) return -EMEDIUMTYPE;
-    if (sb.version != kVersion) return -EPROTONOSUPPORT;  // version 1 included: never misread
-    if (!sb_whole(sb)) {
-        std::memcpy(&sb, base + kSbCopyOff, sizeof sb);
-        if (!sb_whole(sb)) return -EBADMSG;
-    }
-    if (sb.total_bytes > mapped) return -ENXIO;  // the file was cut short (truncated)
-    const uint64_t T = sb.total_bytes, H = sb.max_hosts;
+namespace {
+// One rule of a superblock's geometry and what breaks it, for the caller's message.
+struct Rule {
+    bool ok;
+    const char *why;
+};
+
+// The geometry's rules in order; the first broken one, or nullptr. pre: a whole superblock.
+const char *broken_rule(const Superblock &sb) {
+    const uint64_t T = sb.total_bytes, H = sb.max_hosts, E = sb.extent_bytes;
     // every size is at most the pool before it is multiplied by H (<= 64): no overflow
     const bool small = sb.names_bytes <= T && sb.leases_bytes <= T && sb.extmap_bytes <= T &&
                        sb.claims_off <= T && sb.names_off <= T && sb.leases_off <= T &&
                        sb.extmap_off <= T && sb.data_off <= T && sb.name_slots <= T &&
                        sb.lease_slots <= T;
-    const uint64_t E = sb.extent_bytes;
     const uint64_t slots_end = kSbBytes + H * kHostSlotBytes;
     // a fresh pool: slots, claim lines, names, leases, maps, data; a pool upgraded from v1
     // keeps v1's regions and puts the claim lines and maps after the data (upgrade.cpp)
@@ -141,31 +138,72 @@ int validate(const uint8_t *base, uint64_t mapped, uint32_t nbackings, Superbloc
              : sb.claims_off >= slots_end && sb.names_off >= sb.claims_off + H * kSlotClaimBytes &&
                    sb.extmap_off >= sb.leases_off + H * sb.leases_bytes &&
                    sb.data_off >= sb.extmap_off + H * sb.extmap_bytes;
-    const bool sane = small && ordered && sb.sb_bytes == kSbBytes &&
-                      sb.host_slot_bytes == kHostSlotBytes && H >= 1 && H <= kMaxHosts &&
-                      sb.levels == kLevels && sb.bucket_slots == kBucketSlots &&
-                      sb.host_table_off == kSbBytes && sb.claims_off % kLine == 0 &&
-                      sb.names_bytes >= sb.name_slots * sizeof(NameEntry) &&
-                      sb.leases_off >= sb.names_off + H * sb.names_bytes &&
-                      sb.leases_bytes >= sb.lease_slots * sizeof(Lease) &&
-                      sb.extmap_off % kLine == 0 && sb.extmap_bytes % kLine == 0 &&
-                      E >= kMinExtent && E <= kMaxExtent && (E & (E - 1)) == 0 &&
-                      sb.nextents >= 1 && sb.nextents <= kMaxExtents &&
-                      sb.extmap_bytes >= (sb.nextents + 31) / 32 * 8 &&
-                      sb.data_bytes == sb.nextents * E && sb.data_bytes <= T - sb.data_off &&
-                      sb.data_off % kLine == 0 && sb.lease_timeout_ns > 0;
-    if (!sane) return -EBADMSG;
+    const Rule rules[] = {
+        {sb.sb_bytes == kSbBytes, "sb_bytes is not 4096"},
+        {sb.host_slot_bytes == kHostSlotBytes, "host_slot_bytes is not 4096"},
+        {H >= 1 && H <= kMaxHosts, "max_hosts is not 1..64"},
+        {sb.levels == kLevels && sb.bucket_slots == kBucketSlots,
+         "levels or bucket_slots is not this format's"},
+        {small, "a region offset or size is larger than total_bytes"},
+        {sb.host_table_off == kSbBytes, "host_table_off is not 4096"},
+        {ordered, "the regions (claims, names, leases, extent maps, data) overlap or are out "
+                  "of order"},
+        {sb.claims_off % kLine == 0, "claims_off is not 64-byte aligned"},
+        {sb.names_bytes >= sb.name_slots * sizeof(NameEntry), "names_bytes is below name_slots"},
+        {sb.leases_off >= sb.names_off + H * sb.names_bytes, "leases_off overlaps the names"},
+        {sb.leases_bytes >= sb.lease_slots * sizeof(Lease), "leases_bytes is below lease_slots"},
+        {sb.extmap_off % kLine == 0 && sb.extmap_bytes % kLine == 0,
+         "extmap_off or extmap_bytes is not 64-byte aligned"},
+        {E >= kMinExtent && E <= kMaxExtent && (E & (E - 1)) == 0,
+         "extent_bytes is not a power of two in 64 KiB..64 MiB"},
+        {sb.nextents >= 1 && sb.nextents <= kMaxExtents, "nextents is 0 or too large"},
+        {sb.extmap_bytes >= (sb.nextents + 31) / 32 * 8, "extmap_bytes is below nextents"},
+        {sb.data_bytes == sb.nextents * E, "data_bytes is not nextents x extent_bytes"},
+        {sb.data_bytes <= T - sb.data_off, "the data region ends past total_bytes"},
+        // extents are claimed, reserved and mapped in 64 KiB units from data_off
+        {sb.data_off % kDataAlign == 0, "data_off is not 64 KiB-aligned"},
+        {sb.lease_timeout_ns > 0, "lease_timeout_ns is 0"},
+    };
+    for (const Rule &r : rules)
+        if (!r.ok) return r.why;
     // the name table: every level has buckets (lookups divide by them) and the entries they
     // hold are the table's, which holds max_objects names
     uint64_t buckets = 0;
     for (uint32_t l = 0; l < kLevels; ++l) {
-        if (sb.level_buckets[l] == 0) return -EBADMSG;
+        if (sb.level_buckets[l] == 0) return "a name-table level has no buckets";
         buckets += sb.level_buckets[l];
     }
-    if (sb.name_slots != buckets * kBucketSlots || sb.max_objects == 0 ||
-        sb.max_objects > sb.name_slots)
+    if (sb.name_slots != buckets * kBucketSlots) return "name_slots does not match the buckets";
+    if (sb.max_objects == 0 || sb.max_objects > sb.name_slots)
+        return "max_objects is 0 or above name_slots";
+    return nullptr;
+}
+}  // namespace
+
+// Read-only checks of a mapped superblock against the mapping.
+int validate(const uint8_t *base, uint64_t mapped, uint32_t nbackings, Superblock *out,
+             const char **why) {
+    Superblock sb;
+    std::memcpy(&sb, base, sizeof sb);
+    if (why) *why = nullptr;
+    if (sb.magic != kMagic) return -EMEDIUMTYPE;
+    if (sb.version != kVersion) return -EPROTONOSUPPORT;  // version 1 included: never misread
+    if (!sb_whole(sb)) {
+        std::memcpy(&sb, base + kSbCopyOff, sizeof sb);
+        if (!sb_whole(sb)) {
+            if (why) *why = "checksum does not match its bytes";
+            return -EBADMSG;
+        }
+    }
+    if (sb.total_bytes > mapped) return -ENXIO;  // the file was cut short (truncated)
+    if (const char *w = broken_rule(sb)) {
+        if (why) *why = w;
         return -EBADMSG;
-    if (sb.total_bytes < mapped && sb.nbackings != nbackings) return -EBADMSG;
+    }
+    if (sb.total_bytes < mapped && sb.nbackings != nbackings) {
+        if (why) *why = "nbackings does not match the backings' size";
+        return -EBADMSG;
+    }
     if (sb.nbackings != nbackings) return -EINVAL;  // opened with the wrong backing list
     *out = sb;
     return 0;

@@ -12,7 +12,12 @@ int geometry(uint64_t total, const cxk_pool_opts &o, uint32_t nbackings, Superbl
 // Write the layout (magic last). dirty: the medium may hold old bytes (zero the metadata).
 int format(cxk_pool *p, const Superblock &sb, bool dirty);
 bool all_zero(const uint8_t *b, size_t n);
-// Read-only checks of a mapped superblock against the mapping: 0 with *out filled, or
-// -EMEDIUMTYPE / -EPROTONOSUPPORT / -EBADMSG / -EINVAL.
-int validate(const uint8_t *base, uint64_t mapped, uint32_t nbackings, Superblock *out);
+// data_off's alignment: extents are claimed, reserved and mapped in these units from it.
+constexpr uint64_t kDataAlign = 65536;
+// Read-only checks of a superblock against the bytes behind it (mapped: the mapping's size,
+// or the file's; base must hold kSbBytes): 0 with *out filled, or -EMEDIUMTYPE /
+// -EPROTONOSUPPORT / -EBADMSG / -ENXIO / -EINVAL. With -EBADMSG, *why (when why is given)
+// names the field or rule that is broken, as static text.
+int validate(const uint8_t *base, uint64_t mapped, uint32_t nbackings, Superblock *out,
+             const char **why = nullptr);
 }  // namespace cxk::pool

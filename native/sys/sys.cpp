@@ -35,7 +35,8 @@ const char *const kSysNames[] = {"mbind", "set_mempolicy", "get_mempolicy", "mov
                                  "io_uring_enter",
                                  "fchmod", "fstatvfs", "link", "unlink", "kill", "getrandom",
                                  "read_small",
-                                 "futex"};  // issue 14: sys_futex.cpp
+                                 "futex",  // issue 14: sys_futex.cpp
+                                 "fallocate"};
 static_assert(sizeof(kSysNames) / sizeof(kSysNames[0]) == size_t(Sys::count_), "names");
 
 struct Fault {
@@ -60,6 +61,7 @@ const ErrnoName kErrnoNames[] = {
     {"EEXIST", EEXIST}, {"ENODEV", ENODEV}, {"EINVAL", EINVAL}, {"ENFILE", ENFILE},
     {"EMFILE", EMFILE}, {"EFBIG", EFBIG},   {"ENOSPC", ENOSPC}, {"EROFS", EROFS},
     {"ENOSYS", ENOSYS}, {"EOPNOTSUPP", EOPNOTSUPP}, {"ETIMEDOUT", ETIMEDOUT},
+    {"EDQUOT", EDQUOT},
 };
 
 int parse_errno(const std::string &s) {
@@ -131,6 +133,10 @@ int sys_ftruncate(int fd, long long len) noexcept {
 int sys_fstat(int fd, struct stat *st) noexcept {
     if (int e = fault_check(Sys::fstat)) return e;
     return int(ret(::fstat(fd, st)));
+}
+int sys_lstat(const char *path, struct stat *st) noexcept {
+    if (int e = fault_check(Sys::fstat)) return e;
+    return int(ret(::lstat(path, st)));
 }
 
 int sys_madvise(void *addr, size_t nbytes, int advice) noexcept {
@@ -248,6 +254,23 @@ int sys_ofd_lock(int fd, long long at, int type) noexcept {
     l.l_start = off_t(at);
     l.l_len = 1;
     return int(ret(::fcntl(fd, F_OFD_SETLK, &l)));
+}
+int sys_ofd_held(int fd, long long at, int type) noexcept {
+    if (int e = fault_check(Sys::fcntl)) return e;
+    struct flock l {};
+    l.l_type = short(type);
+    l.l_whence = SEEK_SET;
+    l.l_start = off_t(at);
+    l.l_len = 1;
+    if (::fcntl(fd, F_OFD_GETLK, &l) != 0) return -errno;
+    return l.l_type == F_UNLCK ? 0 : 1;
+}
+int sys_fallocate(int fd, long long off, long long len) noexcept {
+    if (int e = fault_check(Sys::fallocate)) return e;
+    int r;
+    do r = ::fallocate(fd, 0, off_t(off), off_t(len));
+    while (r != 0 && errno == EINTR);
+    return r == 0 ? 0 : -errno;
 }
 int sys_mmap(void *want, size_t n, int prot, int flags, int fd, long long off,
              void **out) noexcept {

@@ -23,6 +23,7 @@ enum class Sys : int {
     fchmod, fstatvfs, link, unlink, kill, getrandom,  // the pool's (issue 10)
     read_small,  // sys_read_small: procfs / sysfs attributes (boot_id, /proc/PID/stat)
     futex,       // sys_futex_*: the rings' same-host wake-up (native/sys/sys_futex.cpp)
+    fallocate,   // sys_fallocate: a pool file's blocks reserved before they are touched
     count_
 };
 
@@ -47,6 +48,8 @@ struct Fd {
 int sys_open(const char *path, int flags, unsigned mode) noexcept;
 int sys_ftruncate(int fd, long long len) noexcept;
 int sys_fstat(int fd, struct stat *st) noexcept;
+// lstat(2) (Sys::fstat's hook): what is at path itself, a symbolic link not followed.
+int sys_lstat(const char *path, struct stat *st) noexcept;
 int sys_madvise(void *addr, size_t nbytes, int advice) noexcept;
 
 // ---- issue 11: the one aligned reservation, affinity, and the one sysfs reader ----------
@@ -80,8 +83,16 @@ int sys_kill(int pid, int sig) noexcept;                  // sig 0: does pid exi
 long sys_timerslack_get() noexcept;
 int sys_timerslack_set(unsigned long ns) noexcept;
 long sys_getrandom(void *buf, size_t n) noexcept;         // bytes or -errno
-// fcntl(F_OFD_SETLK) of one byte: type F_WRLCK or F_UNLCK. 0 or -errno (-EAGAIN: held).
+// fcntl(F_OFD_SETLK) of one byte: type F_WRLCK, F_RDLCK or F_UNLCK. 0 or -errno (-EAGAIN: held).
 int sys_ofd_lock(int fd, long long at, int type) noexcept;
+// fcntl(F_OFD_GETLK) of one byte (Sys::fcntl): would a lock of `type` on it conflict? 1 when
+// some open file description holds a conflicting lock, 0 when none does, or -errno. fd may be
+// read-only (the probe takes no lock).
+int sys_ofd_held(int fd, long long at, int type) noexcept;
+// fallocate(2) mode 0 of [off, off + len): the blocks exist afterwards, so touching them
+// through a mapping cannot fault for want of space. 0 or -errno (-ENOSPC / -EDQUOT: no room,
+// -EOPNOTSUPP: the filesystem cannot reserve).
+int sys_fallocate(int fd, long long off, long long len) noexcept;
 // mmap / munmap as the kernel has them (the caller computes the placement): the address or
 // -errno through *out; 0 or -errno.
 int sys_mmap(void *want, size_t n, int prot, int flags, int fd, long long off, void **out) noexcept;

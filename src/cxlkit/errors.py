@@ -82,6 +82,8 @@ _OBJECT_ERRORS = {
     errno.EILSEQ: (PoolError, "object name is not UTF-8"),
     errno.EMFILE: (PoolError, "this host's lease table is full: close objects, or create the "
                               "pool with more lease_slots"),
+    errno.EDQUOT: (PoolNoSpaceError, "the filesystem under the pool file has no room for the "
+                                     "extents (a sparse pool: made with overcommit=True)"),
 }
 _CREATE_ERRORS = {**_OBJECT_ERRORS,
                   errno.EAGAIN: (PoolError, "too many objects of this host await publishing")}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat as _stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -337,7 +338,7 @@ class Pool:
                 -1 if numa_node is None else numa_node, nbytes, max_hosts or 0, mode,
                 max_objects or 0, lease_slots or 0, lease_timeout_ms or 0)
         except OSError as e:
-            raise _open_error(e, paths, nbytes, slot) from None
+            raise _open_error(e, paths, nbytes, slot, existed) from None
         if any(existed) and not paths[0].startswith("/dev/dax"):
             self._check_geometry(nbytes, max_hosts)
         if gid is not None:
@@ -435,6 +436,8 @@ class Pool:
         except OSError as e:
             if e.errno == errno.ENOSPC:
                 raise self._full_error(e, nbytes) from None
+            if e.errno == errno.EDQUOT:
+                raise _fs_full(self.path, f"the {nbytes} bytes of object {name!r}") from None
             raise _typed(e, _CREATE_ERRORS) from None
         obj = PoolObject(self._h, name, d["offset"], d["nbytes"], d["generation"], d["host"],
                          True)
@@ -617,24 +620,88 @@ def _dax_devices() -> str:
     return ", ".join(devs) if devs else "none"
 
 
-def _open_error(e: OSError, paths: list[str], nbytes: int, slot: int) -> OSError:
+def _fs_full(path: str, what: str) -> PoolNoSpaceError:
+    """The filesystem under a sparse pool file has no room for what it needs next."""
+    where = os.path.dirname(os.path.abspath(path)) or "/"
+    vfs = os.statvfs(where)
+    return PoolNoSpaceError(errno.ENOSPC, f"the filesystem at {where} has no room for {what} "
+                            f"({vfs.f_bavail * vfs.f_frsize} bytes free; the pool file is sparse: "
+                            "made with overcommit=True, or by an older cxlkit); free space there, "
+                            "or make the pool without overcommit", path)
+
+
+def _file_kind(mode: int) -> str:
+    for test, what in ((_stat.S_ISFIFO, "a FIFO"), (_stat.S_ISSOCK, "a socket"),
+                       (_stat.S_ISBLK, "a block device"), (_stat.S_ISCHR, "a character device"),
+                       (_stat.S_ISDIR, "a directory"), (_stat.S_ISLNK, "a symbolic link"),
+                       (_stat.S_ISREG, "a regular file")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def _not_a_pool(path: str) -> str | None:
+    """Why what is at path can be neither a pool file nor a devdax device, or None when it
+    may be one (a regular file, a dax device) or is not there."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if _stat.S_ISLNK(st.st_mode):
+        target = os.path.realpath(path)
+        if os.path.islink(target):
+            return f"a symbolic link that never ends (a loop through {target}): not a pool"
+        inner = _not_a_pool(target)  # None: a pool file or device may be there, or nothing
+        return None if inner is None else f"a symbolic link to {target}: {inner}"
+    if _stat.S_ISCHR(st.st_mode) and not os.path.basename(path).startswith("dax"):
+        return (f"a character device that is not a devdax device (dax devices present: "
+                f"{_dax_devices()}), not a pool")
+    if _stat.S_ISREG(st.st_mode) or _stat.S_ISCHR(st.st_mode):
+        return None
+    return f"{_file_kind(st.st_mode)}, not a pool file or device"
+
+
+def _superblock_why(path: str) -> str:
+    """The broken field of a pool file's superblock, as the probe names it ("" if unknown)."""
+    try:
+        return _native.pool_probe(path)["why"]
+    except OSError:
+        return ""
+
+
+def _open_error(e: OSError, paths: list[str], nbytes: int, slot: int,
+                existed: list[bool] | None = None) -> OSError:
     path = e.filename or paths[0]
+    if e.errno in (errno.ENODEV, errno.ENXIO, errno.ENOENT, errno.ELOOP, errno.EINVAL):
+        why = _not_a_pool(path)
+        if why is not None:
+            return PoolFormatError(e.errno, why, path)
+    if e.errno == errno.EBADMSG:
+        why = _superblock_why(path)
+        if why:
+            return PoolCorruptError(e.errno, f"corrupt pool superblock: {why}; nothing was "
+                                    "written. If its objects are not needed, remove it "
+                                    f"(`cxlkit pool rm --force {path}`)", path)
     if e.errno == errno.EPERM and os.path.isfile(path):
         st = os.stat(path)
         return PoolForeignError(e.errno, f"pool file owned by uid {st.st_uid} (gid {st.st_gid}) "
                                 f"with mode {oct(st.st_mode & 0o7777)}: only a file of this "
                                 f"user (uid {os.geteuid()}) that no other user can write is "
                                 "opened; pass group= to share one with a group", path)
-    if e.errno == errno.ENOSPC:
+    if e.errno in (errno.ENOSPC, errno.EDQUOT) and existed and any(existed):
+        return _fs_full(path, "the blocks of its metadata (host slots, names, leases)")
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
         where = os.path.dirname(os.path.abspath(path)) or "/"
         free = os.statvfs(where).f_bavail * os.statvfs(where).f_frsize
-        return PoolNoSpaceError(e.errno, f"{nbytes} bytes do not fit the filesystem at {where} "
-                                f"({free} bytes free); overcommit=True skips this check", path)
+        return PoolNoSpaceError(errno.ENOSPC, f"{nbytes} bytes do not fit the filesystem at "
+                                f"{where} ({free} bytes free); overcommit=True makes the file "
+                                "sparse and reserves each extent when a host claims it", path)
     if e.errno == errno.ENOENT and path.startswith("/dev/") and not path.startswith("/dev/shm/"):
         return FileNotFoundError(e.errno, f"not a device: a pool under /dev must be an existing "
                                  f"device (dax devices present: {_dax_devices()})", path)
     if e.errno == errno.ENODEV and path.startswith("/dev/"):
-        return PoolError(e.errno, "a regular file where only devices live: not a pool", path)
+        return PoolFormatError(e.errno, "a regular file where only devices live: not a pool",
+                               path)
     if e.errno == errno.EPROTONOSUPPORT:
         found = _format_version(path)
         what = ("version 1 (fixed per-host partitions, made by an older cxlkit)" if found == 1
@@ -648,7 +715,7 @@ def _open_error(e: OSError, paths: list[str], nbytes: int, slot: int) -> OSError
                                 f"{_native.POOL_FORMAT_VERSION} only and left the pool "
                                 "unchanged; read its objects with the cxlkit that made it and "
                                 "copy them into a new pool, or, if they are not needed, remove "
-                                f"it (`cxlkit pool rm {path}`) and it is made anew", path)
+                                f"it (`cxlkit pool rm --force {path}`) and it is made anew", path)
     if e.errno == errno.EBUSY:
         why = (f"host slot {slot} belongs to another host (its name differs)" if slot >= 0
                else "no host slot is free (every slot belongs to another host, or was lost "
@@ -673,13 +740,83 @@ def _format_version(path: str) -> int | None:
     return int.from_bytes(head[8:12], "little") if len(head) == 12 else None
 
 
-def remove(path_or_name: str | os.PathLike[str]) -> None:
-    """Delete a pool file (the shm_unlink of pools); processes that map it keep it until
-    they close. FileNotFoundError if there is none; devices are never removed."""
+@dataclass(frozen=True)
+class RemovedPool:
+    """What remove() deleted: the pool file, its size, its host slots in use and not."""
+    path: str
+    size: int
+    hosts_live: int
+    hosts_dead: int
+    damaged: str | None = None  # why its superblock could not be checked (force=True)
+
+
+def remove(path_or_name: str | os.PathLike[str], *, force: bool = False) -> RemovedPool:
+    """Delete a pool file (the shm_unlink of pools) once it is proven one: a regular file (a
+    symbolic link is not followed) whose superblock has the pool magic and a valid checksum
+    and geometry, read without mapping it. Processes that map it keep it until they close.
+
+    Refused, nothing removed: FileNotFoundError if there is none; PoolFormatError for
+    anything that is not a pool (no magic, a link, a FIFO, a device: devices are never
+    removed, ValueError for memfd and /dev/dax names); PoolError (EBUSY) while a host uses it
+    (a process of this machine holds one of its slots open, or a host of another machine beat
+    within the lease timeout) unless force; PoolCorruptError / PoolVersionError when the
+    magic is there but the checksum or geometry is broken, or the version is unknown, unless
+    force (it cannot be proven a pool; with force it is removed as one)."""
     path = resolve(path_or_name)
     if path.startswith("memfd:") or path.startswith("/dev/dax"):
         raise ValueError(f"pool {path}: only pool files can be removed")
+    d = _probe(path)
+    damaged = _unprovable(path, d, force)
+    if d["hosts_live"] and not force:
+        raise PoolError(errno.EBUSY, f"in use by {d['hosts_live']} live host(s) (see them with "
+                        f"`cxlkit pool hosts {path}`): nothing removed; stop them first, or "
+                        "force it (--force, force=True): their mappings keep the memory, new "
+                        "opens find no pool", path)
+    st = os.lstat(path)
+    if (st.st_dev, st.st_ino) != (d["dev"], d["ino"]):
+        raise PoolError(errno.ESTALE, "replaced while it was being checked: nothing removed; "
+                        "run it again", path)
     os.unlink(path)
+    return RemovedPool(path, d["size"], d["hosts_live"], d["hosts_dead"], damaged)
+
+
+def _probe(path: str) -> dict[str, Any]:
+    """The native probe of path; what is not a regular file is a typed refusal."""
+    try:
+        return _native.pool_probe(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, "no pool file there: nothing removed", path) \
+            from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise PoolFormatError(e.errno, f"a symbolic link to {os.path.realpath(path)}, not a "
+                                  "pool file: nothing removed (a link is never followed); "
+                                  "delete the link with rm(1), or name the pool file", path) \
+                from None
+        if e.errno == errno.ENODEV:
+            why = _not_a_pool(path) or "not a regular file"
+            raise PoolFormatError(e.errno, f"{why}: nothing removed", path) from None
+        raise
+
+
+def _unprovable(path: str, d: dict[str, Any], force: bool) -> str | None:
+    """None for a whole superblock; else why it cannot be proven a pool, which only force
+    accepts (and only with the pool magic in place)."""
+    err = d["superblock"]
+    if err == 0:
+        return None
+    if err == errno.EMEDIUMTYPE:
+        raise PoolFormatError(err, "not a cxlkit pool (no pool superblock): nothing removed",
+                              path)
+    why = {errno.EBADMSG: f"corrupt superblock ({d['why']})",
+           errno.ENXIO: "shorter than the pool its superblock describes (truncated)",
+           errno.EPROTONOSUPPORT: f"format version {d['version']}, which this cxlkit cannot "
+                                  "check"}.get(err, os.strerror(err))
+    if force:
+        return why
+    cls = PoolVersionError if err == errno.EPROTONOSUPPORT else PoolCorruptError
+    raise cls(err, f"pool magic found but {why}: it cannot be proven a pool, nothing removed; "
+              "--force (force=True) removes it anyway", path)
 
 
 # cxlkit's other files in /dev/shm: subgroup manifests and lock files, a pool's temporary

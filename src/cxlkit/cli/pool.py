@@ -154,18 +154,33 @@ def stat_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
 def rm_cmd(pool: str = typer.Argument(..., help="pool name or path"),
            names: list[str] = typer.Argument(None, help="objects to destroy; none: delete "
                                              "the pool file itself"),
+           force: bool = typer.Option(False, "--force", help="delete the pool file even while "
+                                      "hosts use it, or when its superblock is damaged (the "
+                                      "pool magic must still be there: other files are never "
+                                      "deleted)"),
            host_id: Optional[str] = HOST_OPT, coherence: Optional[str] = COHERENCE_OPT,
            as_json: bool = JSON_OPT) -> None:
-    """Destroy objects of this host, or delete a pool file (processes that map it keep it
-    until they close)."""
+    """Destroy objects of this host, or delete a pool file: only a regular file whose
+    superblock proves it a pool (magic, checksum, geometry; read without mapping it, a
+    symbolic link is not followed), and only while no host uses it (a process of this
+    machine holds it open, or another machine's host beat within the lease timeout).
+    --force deletes it anyway while hosts use it (their mappings keep the memory until they
+    close) and deletes a pool whose superblock is damaged or of an unknown version, which
+    cannot be proven a pool. Prints the path, its size and its live / dead hosts."""
     if not names:
         try:
-            P.remove(pool)
+            r = P.remove(pool, force=force)
         except (OSError, ValueError) as e:
             _fail(str(e))
         if as_json:
-            print(json.dumps({"removed": P.resolve(pool)}))
+            print(json.dumps({"removed": r.path, **dataclasses.asdict(r)}))
+        else:
+            note = f"; forced past: {r.damaged}" if r.damaged else ""
+            print(f"removed {r.path}: {r.size} bytes ({_mib(r.size)}), {r.hosts_live} live / "
+                  f"{r.hosts_dead} dead hosts{note}")
         return
+    if force:
+        _fail("--force applies to deleting the pool file, not to destroying objects")
     done, errors = [], {}
     with _open(pool, host_id, coherence) as p:
         for n in names:
