@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -109,6 +110,62 @@ void sweep_pending(cxk_pool *p) {
         // some were freed and more wait outside the list: another round
         if (s->ndead == before || s->ndead <= s->npending) return;
     }
+}
+
+namespace {
+// What a host's counters (slot line 3) say, and what its block chain says they must be.
+struct Counts {
+    uint64_t nlive = 0, ncreating = 0, ndead = 0, used = 0, free = 0, next_gen = 0;
+    bool matches(const Counts &o) const {
+        return nlive == o.nlive && ncreating == o.ncreating && ndead == o.ndead &&
+               used == o.used && free == o.free;
+    }
+    bool same(const Counts &o) const { return matches(o) && next_gen == o.next_gen; }
+};
+
+Counts counters_of(const cxk_pool *p, uint32_t h) {
+    HostSlot *s = slot(p, h);
+    if (h != p->host) sync_in(p, &s->used_bytes, kLine);
+    Counts c;
+    c.nlive = ld(&s->nlive), c.ncreating = ld(&s->ncreating), c.ndead = ld(&s->ndead);
+    c.used = ld(&s->used_bytes), c.free = ld(&s->free_bytes), c.next_gen = ld(&s->next_gen);
+    return c;
+}
+
+// The counts of a walked chain (the walk checked every block_bytes against its run).
+Counts chain_counts(const cxk_pool *p, const std::vector<WalkBlock> &blocks) {
+    Counts c;
+    for (const auto &b : blocks) {
+        const uint64_t bytes = ld(&hdr(p, b.off)->block_bytes);
+        if (b.state == kFree) {
+            c.free += bytes;
+            continue;
+        }
+        c.used += bytes;
+        if (b.state == kLive) c.nlive++;
+        else if (b.state == kCreating) c.ncreating++;
+        else if (b.state == kDead) c.ndead++;
+    }
+    return c;
+}
+}  // namespace
+
+bool counters_impossible(const cxk_pool *p) {
+    const HostSlot *s = slot(p, p->host);
+    const uint64_t names = p->geo.max_objects, data = p->geo.data_bytes;
+    const uint64_t nlive = ldr(&s->nlive), ncreating = ldr(&s->ncreating), ndead = ldr(&s->ndead);
+    const uint64_t used = ldr(&s->used_bytes), free_ = ldr(&s->free_bytes);
+    if (nlive > names || ncreating > names || nlive + ncreating > names) return true;
+    if (ncreating < ldr(&s->ncreating_list) || ndead < ldr(&s->npending)) return true;
+    if (used > data || free_ > data || used + free_ > data) return true;
+    return ndead > data / kMinBlock || nlive + ncreating + ndead > used / kMinBlock;
+}
+
+int counters_heal(cxk_pool *p) {
+    std::vector<WalkBlock> blocks;
+    if (!walk(p, p->host, &blocks)) return -EBADMSG;
+    if (chain_counts(p, blocks).matches(counters_of(p, p->host))) return 0;
+    return recover(p, nullptr);
 }
 
 namespace {
@@ -229,15 +286,13 @@ void rebuild_entries(cxk_pool *p, const std::vector<WalkBlock> &kept, cxk_fsck_r
 }
 }  // namespace
 
-// Rebuild this host's derived state from its block chain (the truth): reset our bakery
-// registers, clear dead processes' leases, then the three phases above.
+// Rebuild this host's derived state from its block chain (the truth): clear dead
+// processes' leases, then the three phases above. The bakery registers are not derived
+// state: the lock clears stale ones (lock_host), and a caller may hold the bakery now.
 int recover(cxk_pool *p, cxk_fsck_report *r) {
     HostSlot *s = slot(p, p->host);
     cxk_fsck_report local{};
     if (!r) r = &local;
-    st(&s->choosing, uint64_t(0));
-    st(&s->number, uint64_t(0));
-    sync_out(p, &s->choosing, kLine);
     r->leases_expired += clean_leases(p);
     extmap_recover(p);  // claims and returns a crash cut short: the runs are whole again
     std::vector<WalkBlock> blocks;
@@ -245,6 +300,7 @@ int recover(cxk_pool *p, cxk_fsck_report *r) {
         r->errors++;
         return -EBADMSG;
     }
+    if (!chain_counts(p, blocks).matches(counters_of(p, p->host))) r->counters_rebuilt++;
     reclaim_unowned(p, blocks, r);
     const std::vector<WalkBlock> kept = rebuild_lists(p, blocks);
     rebuild_entries(p, kept, r);
@@ -294,11 +350,14 @@ bool live_header_ok(const cxk_pool *p, uint32_t h, uint64_t block) {
     return true;
 }
 
+// Walk host h's chain and count what it holds; *counts: what h's counters must say, unset
+// when the chain is broken.
 void fsck_blocks(cxk_pool *p, uint32_t h, cxk_fsck_report *r,
                  std::unordered_map<std::string, int> *seen,
-                 std::unordered_map<uint64_t, uint64_t> *gens) {
+                 std::unordered_map<uint64_t, uint64_t> *gens, std::optional<Counts> *counts) {
     std::vector<WalkBlock> blocks;
     if (!walk(p, h, &blocks)) r->errors++;
+    else *counts = chain_counts(p, blocks);
     for (const auto &b : blocks) {
         ObjHeader *o = hdr(p, b.off);
         switch (b.state) {
@@ -365,6 +424,22 @@ void fsck_entries(cxk_pool *p, uint32_t h, const std::unordered_map<uint64_t, ui
     }
 }
 
+// Host h's counters against its chain. Another host (or another process of ours, without
+// the lock) may change both during the walk: its counters read the same before and after the
+// walk, next_gen included, mean no object changed state meanwhile (a create bumps next_gen,
+// every other change moves a count or the bytes one way), so the chain was theirs.
+void fsck_counters(const cxk_pool *p, uint32_t h, const Counts &before,
+                   const std::optional<Counts> &chain, cxk_fsck_report *r) {
+    if (!chain || !before.same(counters_of(p, h))) return;
+    if (!chain->matches(before)) r->counters_wrong++;
+}
+
+void fsck_registers(const cxk_pool *p, uint32_t h, cxk_fsck_report *r) {
+    HostSlot *s = slot(p, h);
+    if (h != p->host) sync_in(p, &s->choosing, kLine);
+    if (!bakery_registers_legal(ld(&s->choosing), ld(&s->number))) r->registers_bad++;
+}
+
 void fsck_leases(cxk_pool *p, uint32_t h, cxk_fsck_report *r) {
     HostSlot *s = slot(p, h);
     const uint64_t hwm = std::min<uint64_t>(ld(&s->lease_hwm), p->geo.lease_slots);
@@ -401,7 +476,11 @@ int cxk_pool_fsck(cxk_pool *p, unsigned flags, struct cxk_fsck_report *r) {
     for (uint32_t h = 0; h < p->geo.max_hosts; ++h) {
         if (!host_used(p, h)) continue;
         std::unordered_map<uint64_t, uint64_t> gens;  // held block -> gen
-        fsck_blocks(p, h, r, &seen, &gens);
+        const Counts before = counters_of(p, h);
+        std::optional<Counts> chain;
+        fsck_blocks(p, h, r, &seen, &gens, &chain);
+        fsck_counters(p, h, before, chain, r);
+        fsck_registers(p, h, r);
         crash_point(Crash::fsck_entries);  // tests stop here while another host creates
         fsck_entries(p, h, gens, r);
         fsck_leases(p, h, r);
