@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -350,14 +349,11 @@ bool live_header_ok(const cxk_pool *p, uint32_t h, uint64_t block) {
     return true;
 }
 
-// Walk host h's chain and count what it holds; *counts: what h's counters must say, unset
-// when the chain is broken.
 void fsck_blocks(cxk_pool *p, uint32_t h, cxk_fsck_report *r,
                  std::unordered_map<std::string, int> *seen,
-                 std::unordered_map<uint64_t, uint64_t> *gens, std::optional<Counts> *counts) {
+                 std::unordered_map<uint64_t, uint64_t> *gens) {
     std::vector<WalkBlock> blocks;
     if (!walk(p, h, &blocks)) r->errors++;
-    else *counts = chain_counts(p, blocks);
     for (const auto &b : blocks) {
         ObjHeader *o = hdr(p, b.off);
         switch (b.state) {
@@ -424,14 +420,20 @@ void fsck_entries(cxk_pool *p, uint32_t h, const std::unordered_map<uint64_t, ui
     }
 }
 
-// Host h's counters against its chain. Another host (or another process of ours, without
-// the lock) may change both during the walk: its counters read the same before and after the
-// walk, next_gen included, mean no object changed state meanwhile (a create bumps next_gen,
-// every other change moves a count or the bytes one way), so the chain was theirs.
-void fsck_counters(const cxk_pool *p, uint32_t h, const Counts &before,
-                   const std::optional<Counts> &chain, cxk_fsck_report *r) {
-    if (!chain || !before.same(counters_of(p, h))) return;
-    if (!chain->matches(before)) r->counters_wrong++;
+// Host h's counters disagree with its chain. Another host (or another process of ours: fsck
+// holds no lock here) changes both, the counters a moment later (under coherence "none" at
+// its unlock): a walk counts only when the counters read the same before and after it,
+// next_gen included (a create bumps it; every other change moves a count or the bytes one
+// way), and the disagreement only when three such walks in a row find it.
+bool counters_disagree(const cxk_pool *p, uint32_t h) {
+    for (int i = 0; i < 3; ++i) {
+        std::vector<WalkBlock> blocks;
+        const Counts before = counters_of(p, h);
+        if (!walk(p, h, &blocks)) return false;  // a broken chain: counted in errors
+        if (chain_counts(p, blocks).matches(before) || !before.same(counters_of(p, h)))
+            return false;
+    }
+    return true;
 }
 
 void fsck_registers(const cxk_pool *p, uint32_t h, cxk_fsck_report *r) {
@@ -476,10 +478,8 @@ int cxk_pool_fsck(cxk_pool *p, unsigned flags, struct cxk_fsck_report *r) {
     for (uint32_t h = 0; h < p->geo.max_hosts; ++h) {
         if (!host_used(p, h)) continue;
         std::unordered_map<uint64_t, uint64_t> gens;  // held block -> gen
-        const Counts before = counters_of(p, h);
-        std::optional<Counts> chain;
-        fsck_blocks(p, h, r, &seen, &gens, &chain);
-        fsck_counters(p, h, before, chain, r);
+        fsck_blocks(p, h, r, &seen, &gens);
+        if (counters_disagree(p, h)) r->counters_wrong++;
         fsck_registers(p, h, r);
         crash_point(Crash::fsck_entries);  // tests stop here while another host creates
         fsck_entries(p, h, gens, r);
