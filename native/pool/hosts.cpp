@@ -264,13 +264,37 @@ void registers_of(const cxk_pool *p, uint32_t h, uint64_t *c, uint64_t *n) {
     *n = ld(&s->number);
 }
 
+// Live hosts other than us and h whose tickets go before ticket n of host h: h may be
+// queued behind them, its registers unchanged while it waits. *front: the first of them
+// (the one the queue waits for), else h.
+uint32_t tickets_before(const cxk_pool *p, uint32_t h, uint64_t n, uint32_t *front) {
+    uint32_t ahead = 0;
+    uint64_t first = n;
+    *front = h;
+    for (uint32_t k = 0; k < p->geo.max_hosts; ++k) {
+        if (k == p->host || k == h || !host_used(p, k)) continue;
+        uint64_t c, m;
+        registers_of(p, k, &c, &m);
+        if (!bakery_registers_legal(c, m) || m == 0 || !(m < n || (m == n && k < h)) ||
+            !host_alive(p, k))
+            continue;
+        ahead++;
+        if (m < first || (m == first && k < *front)) first = m, *front = k;
+    }
+    return ahead;
+}
+
 // Wait while host h's registers say it goes first (waits(choosing, number)): 0 once they do
 // not, or h is dead, or its registers are no host's; -ETIMEDOUT once they stayed unchanged
-// for longer than a holder holds the bakery.
-template <class Waits> int bakery_wait(cxk_pool *p, uint32_t h, Waits waits) {
+// for longer than a holder holds the bakery, *blame = the host to name. A ticket (queued)
+// may wait one bound more for each live ticket before it, as a host queued behind them
+// would; then the first of those is named.
+template <class Waits>
+int bakery_wait(cxk_pool *p, uint32_t h, bool queued, uint32_t *blame, Waits waits) {
     const int64_t bound = hold_max_ns(p);
     uint64_t last_c = 0, last_n = 0;
     int64_t since = 0;
+    uint32_t extended = 0;
     for (int spin = 0;; ++spin) {
         uint64_t c, n;
         registers_of(p, h, &c, &n);
@@ -279,7 +303,10 @@ template <class Waits> int bakery_wait(cxk_pool *p, uint32_t h, Waits waits) {
             last_c = c, last_n = n;
             since = mono_ns();
         } else if (spin % 64 == 0 && mono_ns() - since > bound) {
-            return -ETIMEDOUT;
+            *blame = h;
+            if (!queued || extended >= tickets_before(p, h, n, blame)) return -ETIMEDOUT;
+            extended++;
+            since = mono_ns();
         }
         if (spin > 64) sched_yield();
     }
@@ -313,15 +340,16 @@ int bakery_lock(cxk_pool *p) {
     sync_out(p, &me->choosing, kLine);  // full fence: our number is out before we read theirs
     for (uint32_t h = 0; h < p->geo.max_hosts; ++h) {
         if (h == p->host || !host_used(p, h)) continue;
-        int r = bakery_wait(p, h, [](uint64_t c, uint64_t) { return c != 0; });
+        uint32_t blame = h;
+        int r = bakery_wait(p, h, false, &blame, [](uint64_t c, uint64_t) { return c != 0; });
         if (!r)
-            r = bakery_wait(p, h, [&](uint64_t, uint64_t n) {
+            r = bakery_wait(p, h, true, &blame, [&](uint64_t, uint64_t n) {
                 return n != 0 && (n < mine || (n == mine && h < p->host));
             });
         if (r) {
             bakery_clear(p);  // nothing of ours stays held: others go on without us
             t_wait_pool = p;
-            t_wait_host = int32_t(h);
+            t_wait_host = int32_t(blame);
             return r;
         }
     }

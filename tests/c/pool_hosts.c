@@ -39,13 +39,13 @@ static int64_t now_ns(void) {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-static cxk_pool *open_pool(const char *path, int host, uint32_t lease_ms) {
+static cxk_pool *open_pool(const char *path, int host, uint32_t lease_ms, uint32_t hosts) {
     struct cxk_pool_opts o;
     cxk_pool_opts_init(&o);
     o.flags = CXK_POOL_CREATE;
     o.size = 8u << 20;
     o.host_id = host;
-    o.max_hosts = 2;
+    o.max_hosts = hosts;
     o.max_objects = kMaxObjects;
     o.lease_timeout_ms = lease_ms;
     cxk_pool *p = NULL;
@@ -54,23 +54,31 @@ static cxk_pool *open_pool(const char *path, int host, uint32_t lease_ms) {
     return p;
 }
 
-/* ---- a live host without cxlkit code: its heartbeat is kept fresh by a thread ---------- */
+/* ---- live hosts without cxlkit code: their heartbeats are kept fresh by a thread ------- */
 static atomic_int beating;
+static uint8_t *fakes[2];
 static void *beat_main(void *arg) {
+    (void)arg;
     struct timespec step = {0, 20 * 1000000};
     while (atomic_load(&beating)) {
-        put(arg, kBeat, (uint64_t)now_ns());
+        for (int i = 0; i < 2; ++i)
+            if (fakes[i]) put(fakes[i], kBeat, (uint64_t)now_ns());
         nanosleep(&step, NULL);
     }
     return NULL;
 }
-static pthread_t fake_host_start(uint8_t *s) {
+static void fake_host(uint8_t *s, int i) {
     memcpy(s, "fake", 5);
     put(s, kBeat, (uint64_t)now_ns());
     put(s, kBoot, 0x8000000000000abcull); /* a boot: used, not fresh */
+    fakes[i] = s;
+}
+static pthread_t fake_host_start(uint8_t *s) {
+    fake_host(s, 0);
+    fakes[1] = NULL;
     atomic_store(&beating, 1);
     pthread_t t;
-    CHECK_EQ(pthread_create(&t, NULL, beat_main, s), 0);
+    CHECK_EQ(pthread_create(&t, NULL, beat_main, NULL), 0);
     return t;
 }
 static void fake_host_stop(pthread_t t) {
@@ -90,7 +98,7 @@ static int create(cxk_pool *p, const char *name) {
  * skipped at once, and fsck names them; so are counters the fake host's (empty) chain
  * contradicts. In a child: a create that spins on them fails the deadline. */
 static void stray_registers_are_skipped(const char *path) {
-    cxk_pool *p = open_pool(path, 0, 1000);
+    cxk_pool *p = open_pool(path, 0, 1000, 2);
     CHECK(p);
     uint8_t *s1 = slot_of(p, 1);
     pthread_t beat = fake_host_start(s1);
@@ -119,7 +127,7 @@ static void stray_registers_are_skipped(const char *path) {
  * pool's lease timeout, 1 s here), our registers and host lock released, and once the fake
  * host's registers move on the next create goes through. */
 static void stuck_registers_time_out(const char *path) {
-    cxk_pool *p = open_pool(path, 0, 1000);
+    cxk_pool *p = open_pool(path, 0, 1000, 2);
     CHECK(p);
     uint8_t *s0 = slot_of(p, 0), *s1 = slot_of(p, 1);
     pthread_t beat = fake_host_start(s1);
@@ -146,6 +154,28 @@ static void stuck_registers_time_out(const char *path) {
     unlink(path);
 }
 
+/* Host 1's ticket (2) is queued behind host 2's (1), both stuck: host 1 may be waiting for
+ * host 2, so the create names host 2, the front of the queue. */
+static void stuck_queue_names_its_front(const char *path) {
+    cxk_pool *p = open_pool(path, 0, 1000, 3);
+    CHECK(p);
+    uint8_t *s1 = slot_of(p, 1), *s2 = slot_of(p, 2);
+    pthread_t beat = fake_host_start(s1);
+    fake_host(s2, 1);
+    put(s1, kNumber, 2);
+    put(s2, kNumber, 1);
+    pid_t c = fork();
+    if (c == 0) {
+        CHECK_EQ(create(p, "queue-a"), -ETIMEDOUT);
+        CHECK_EQ(cxk_pool_wait_host(p), 2);
+        _exit(0);
+    }
+    CHECK_EQ(child_join(c, kDeadline), 0);
+    fake_host_stop(beat);
+    CHECK_EQ(cxk_pool_close(p), 0);
+    unlink(path);
+}
+
 /* A live host running cxlkit that only reads (never creates) clears stray registers and
  * impossible counters in its own slot at its next lock, which its heartbeat takes every
  * lease_timeout / 4: host 1 is a child that opened the pool and waits on a pipe. */
@@ -158,14 +188,14 @@ static int wait_cleared(uint8_t *s, int off) {
     return 0;
 }
 static void live_owner_clears_its_slot(const char *path) {
-    cxk_pool *p = open_pool(path, 0, 1000);
+    cxk_pool *p = open_pool(path, 0, 1000, 2);
     CHECK(p);
     int ready[2], done[2];
     CHECK_EQ(pipe(ready), 0);
     CHECK_EQ(pipe(done), 0);
     pid_t reader = fork();
     if (reader == 0) {
-        cxk_pool *q = open_pool(path, 1, 1000);
+        cxk_pool *q = open_pool(path, 1, 1000, 2);
         char b = q ? 'y' : 'n';
         CHECK_EQ(write(ready[1], &b, 1), 1);
         CHECK_EQ(read(done[0], &b, 1), 1);
@@ -192,7 +222,7 @@ static void live_owner_clears_its_slot(const char *path) {
  * (no O(1) check refutes them), so only the chain does. fsck reports them, a create rebuilds
  * them and goes on (it was refused with -ENOSPC), and fsck --repair rebuilds them too. */
 static void wrong_counters_found_and_rebuilt(const char *path) {
-    cxk_pool *p = open_pool(path, 0, 1000);
+    cxk_pool *p = open_pool(path, 0, 1000, 2);
     CHECK(p);
     uint8_t *s0 = slot_of(p, 0);
     const char *names[] = {"count-a", "count-b", "count-c"};
@@ -229,6 +259,7 @@ int main(void) {
     test_pool_remove_at_exit(path);
     stray_registers_are_skipped(path);
     stuck_registers_time_out(path);
+    stuck_queue_names_its_front(path);
     live_owner_clears_its_slot(path);
     wrong_counters_found_and_rebuilt(path);
     return 0;
