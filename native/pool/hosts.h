@@ -39,7 +39,8 @@ struct HostLock {
 int lock_result(cxk_pool *p, HostSlot *s, int e);
 // Take / release this host's lock (HostLock does both): 0 or a positive errno. A damaged lock
 // (unknown kind, or a lock word naming a thread that is gone) is ENOTRECOVERABLE. Counts out
-// of range are recovered at once; p->needs_recover at release runs recovery before unlocking.
+// of range and counters no chain can give (counters_impossible) are recovered at once, and
+// stale bakery registers cleared; p->needs_recover at release runs recovery before unlocking.
 int lock_host(cxk_pool *p, bool try_only);
 void unlock_host(cxk_pool *p);
 // Re-initialise this host's mutex under the slot's OFD lock (repair of a damaged lock).

@@ -157,6 +157,7 @@ bool counters_impossible(const cxk_pool *p) {
     if (nlive > names || ncreating > names || nlive + ncreating > names) return true;
     if (ncreating < ldr(&s->ncreating_list) || ndead < ldr(&s->npending)) return true;
     if (used > data || free_ > data || used + free_ > data) return true;
+    // every held block has kMinBlock bytes at least (ndead first: a huge one wraps the sum)
     return ndead > data / kMinBlock || nlive + ncreating + ndead > used / kMinBlock;
 }
 
