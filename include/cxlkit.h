@@ -724,6 +724,12 @@ CXK_API void cxk_pool_flush(cxk_pool *p, uint64_t off, uint64_t nbytes);
 CXK_API int cxk_pool_owns(cxk_pool *p, uint64_t off, uint64_t nbytes);
 CXK_API void cxk_pool_invalidate(cxk_pool *p, uint64_t off, uint64_t nbytes);
 
+/* -ETIMEDOUT from cxk_obj_create (and cxk_pool_release): a live host's bakery registers kept
+ * this host waiting, unchanged, for longer than any holder holds them (a stopped process of
+ * that host, or registers no host writes): nothing was created and nothing stays held. This
+ * gives that host's slot (the calling thread's last such error on p), or -1. */
+CXK_API int cxk_pool_wait_host(const cxk_pool *p);
+
 struct cxk_fsck_report {
     uint64_t objects_live, objects_creating, objects_dead, blocks_free;
     uint64_t bytes_used, bytes_free;      /* all hosts */
@@ -735,6 +741,13 @@ struct cxk_fsck_report {
     uint64_t duplicate_names;             /* same name published by two hosts */
     uint64_t errors;                      /* broken block chains, entries without objects
                                              (other hosts) — data that cannot be trusted */
+    uint64_t counters_wrong;              /* hosts whose counters (objects, bytes) disagree
+                                             with their block chain; this host's are rebuilt
+                                             by the repair and counted in counters_rebuilt */
+    uint64_t counters_rebuilt;            /* this host: counters rebuilt from the chain */
+    uint64_t registers_bad;               /* hosts whose bakery registers hold what no host
+                                             writes (skipped by creates; the host's next lock
+                                             or fsck --repair there clears them) */
 };
 #define CXK_FSCK_REPAIR 1u /* repair this host's part (takes its lock) */
 CXK_API int cxk_pool_fsck(cxk_pool *p, unsigned flags, struct cxk_fsck_report *r);

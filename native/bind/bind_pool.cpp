@@ -634,6 +634,9 @@ CXK_BIND(pool) {
             d["leases_expired"] = f.leases_expired;
             d["duplicate_names"] = f.duplicate_names;
             d["errors"] = f.errors;
+            d["counters_wrong"] = f.counters_wrong;
+            d["counters_rebuilt"] = f.counters_rebuilt;
+            d["registers_bad"] = f.registers_bad;
             return d;
         }, nb::arg("repair"))
         // format v2 (issue 18): host slots as a user sees them, and freeing a dead one's
@@ -669,7 +672,12 @@ CXK_BIND(pool) {
                 r = cxk_pool_release(p, slot, drop ? CXK_RELEASE_DROP : 0);
             }
             check(r, h.label + " host slot " + std::to_string(slot));
-        }, nb::arg("slot"), nb::arg("drop"));
+        }, nb::arg("slot"), nb::arg("drop"))
+        // the host slot this thread's last ETIMEDOUT (create, release) waited for, or -1
+        .def("wait_host", [](PoolHandle &h) {
+            PoolHold use = h.hold();
+            return cxk_pool_wait_host(use.get());
+        });
 
 #ifdef CXLKIT_TESTING  // crash points: testing builds only
     m.def("pool_crash_at", [](const std::string &point, int nth) {

@@ -35,6 +35,12 @@ constexpr uint32_t kClasses = 64;      // allocator size classes: floor(log2(blo
 constexpr uint32_t kPendingMax = 128;  // destroyed objects waiting for readers' leases
 constexpr uint32_t kCreatingMax = 288; // objects created but not yet published
 
+// The largest bakery ticket a host can draw: a ticket is max(the others' tickets) + 1, so
+// the largest grows by one per bakery entry at most and only while the bakery never drains;
+// 2^56 entries take over 2000 years at one a microsecond. A larger number is no host's: it
+// is skipped (not waited for, not drawn past), so a stray write cannot wrap tickets to 0.
+constexpr uint64_t kTicketMax = 1ull << 56;
+
 // Host slot boot word: the boot that last used the slot, or one of these.
 constexpr uint64_t kBootFresh = 1;  // formatted: mutex initialised, never used
 constexpr uint64_t kBootBusy = 2;   // a process is re-initialising the slot
@@ -111,7 +117,11 @@ struct alignas(64) HostSlot {
     int64_t heartbeat_ns;          // CLOCK_REALTIME of the last heartbeat
     uint64_t epoch;                // boots seen (incremented at each slot re-initialisation)
     uint64_t lease_hwm;            // lease entries [0, lease_hwm) may be in use
-    // line 1: Lamport's bakery registers for cross-host creation (single-writer registers)
+    // line 1: Lamport's bakery registers for cross-host creation (single-writer registers):
+    // choosing is 0 or 1, number 0 or a ticket <= kTicketMax, and both are 0 whenever no
+    // process of the host is inside bakery_lock..bakery_unlock (the host lock is held there,
+    // so a process that holds it clears what a crash or a stray write left; hosts.cpp).
+    // Other hosts skip registers outside these ranges and wait a bounded time on the rest.
     uint64_t choosing;
     uint64_t number;
     uint64_t opener_pid;           // the process that last attached (for `pool hosts`)
@@ -121,7 +131,9 @@ struct alignas(64) HostSlot {
         pthread_mutex_t mutex;
         uint8_t mutex_bytes[64];
     };
-    // line 3: allocator accounting (under the lock; derived, rebuilt by recovery)
+    // line 3: allocator accounting (under the lock; derived from the block chain, rebuilt by
+    // recovery when they are impossible (lock_host), when a create finds the name table full
+    // by them but not by the chain, and by fsck --repair; fsck compares every host's)
     uint64_t used_bytes;           // blocks not FREE, headers included
     uint64_t free_bytes;
     uint64_t nlive;

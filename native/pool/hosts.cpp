@@ -135,6 +135,16 @@ int64_t mono_ns() {
     return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
 }
 
+// The longest a holder keeps the host lock or the bakery: critical sections of microseconds
+// to milliseconds (recovery of a large chain the longest), bounded by the pool's lease
+// timeout clamped to 1..30 s. A lock word or bakery register unchanged for longer is a
+// stopped process or a stray write, never a holder at work.
+int64_t hold_max_ns(const cxk_pool *p) {
+    return std::clamp<int64_t>(int64_t(std::min<uint64_t>(p->geo.lease_timeout_ns,
+                                                           uint64_t(INT64_MAX))),
+                               1000000000ll, 30000000000ll);
+}
+
 // Lock s's mutex; a lock word naming a thread that no longer exists and that the kernel did
 // not hand over (EOWNERDEAD) was never a real holder: ENOTRECOVERABLE, which `fsck --repair`
 // (CXK_POOL_REPAIR) resets. A live holder is waited for while it makes progress: the host
@@ -148,8 +158,7 @@ int lock_mutex(const cxk_pool *p, HostSlot *s, bool try_only) {
     // timed wait below; EOWNERDEAD comes back from it as from the wait.
     const int t = pthread_mutex_trylock(&s->mutex);
     if (try_only || t != EBUSY) return t;
-    const int64_t held_max = std::clamp<int64_t>(int64_t(std::min<uint64_t>(
-        p->geo.lease_timeout_ns, uint64_t(INT64_MAX))), 1000000000ll, 30000000000ll);
+    const int64_t held_max = hold_max_ns(p);
     int dead_seen = 0, held_by = -1;
     int64_t since = 0;
     for (;;) {
@@ -185,8 +194,11 @@ int lock_host(cxk_pool *p, bool try_only) {
         pthread_mutex_unlock(&s->mutex);
         return EKEYREVOKED;
     }
-    // counts out of range cannot be trusted or iterated: rebuild them from the chain
-    if (ldr(&s->npending) > kPendingMax || ldr(&s->ncreating_list) > kCreatingMax) {
+    bakery_clear_stale(p);  // we hold the host lock: nobody of this host is in the bakery
+    // counts out of range cannot be trusted or iterated, and counters no chain can give
+    // refuse creates: rebuild them from the chain
+    if (ldr(&s->npending) > kPendingMax || ldr(&s->ncreating_list) > kCreatingMax ||
+        counters_impossible(p)) {
         if (int r = recover(p, nullptr)) {
             pthread_mutex_unlock(&s->mutex);
             return -r;
@@ -227,16 +239,99 @@ HostLock::~HostLock() {
 // Lamport's bakery over the host slots: the cross-host lock that keeps names unique. Every
 // register is written by its own host only; dead hosts are skipped. Caller holds the
 // host lock, so one process per host takes part.
-void bakery_lock(cxk_pool *p) {
+//
+// The registers are another host's words, so every wait on them has a bound: a host holds
+// the bakery for one critical section (hold_max_ns at most), and a ticket drawn after ours is
+// larger than ours. Registers that stay unchanged while they keep us waiting for longer than
+// that bound belong to a stopped process or to a stray write: we give up (-ETIMEDOUT naming
+// the host) rather than guess, since skipping a real holder would let two hosts in. Values no
+// host writes (choosing > 1, number > kTicketMax) are proven stray: skipped at once. A host
+// running this code clears its own stray registers at its next lock (its heartbeat takes it
+// every lease_timeout / 4), well within the bound.
+bool bakery_registers_legal(uint64_t choosing, uint64_t number) {
+    return choosing <= 1 && number <= kTicketMax;
+}
+
+namespace {
+thread_local const cxk_pool *t_wait_pool = nullptr;
+thread_local int32_t t_wait_host = -1;
+
+// Host h's registers, read as one line (each a single-writer u64).
+void registers_of(const cxk_pool *p, uint32_t h, uint64_t *c, uint64_t *n) {
+    HostSlot *s = slot(p, h);
+    sync_in(p, &s->choosing, kLine);
+    *c = ld(&s->choosing);
+    *n = ld(&s->number);
+}
+
+// Live hosts other than us and h whose tickets go before ticket n of host h: h may be
+// queued behind them, its registers unchanged while it waits. *front: the first of them
+// (the one the queue waits for), else h.
+uint32_t tickets_before(const cxk_pool *p, uint32_t h, uint64_t n, uint32_t *front) {
+    uint32_t ahead = 0;
+    uint64_t first = n;
+    *front = h;
+    for (uint32_t k = 0; k < p->geo.max_hosts; ++k) {
+        if (k == p->host || k == h || !host_used(p, k)) continue;
+        uint64_t c, m;
+        registers_of(p, k, &c, &m);
+        if (!bakery_registers_legal(c, m) || m == 0 || !(m < n || (m == n && k < h)) ||
+            !host_alive(p, k))
+            continue;
+        ahead++;
+        if (m < first || (m == first && k < *front)) first = m, *front = k;
+    }
+    return ahead;
+}
+
+// Wait while host h's registers say it goes first (waits(choosing, number)): 0 once they do
+// not, or h is dead, or its registers are no host's; -ETIMEDOUT once they stayed unchanged
+// for longer than a holder holds the bakery, *blame = the host to name. A ticket (queued)
+// may wait one bound more for each live ticket before it, as a host queued behind them
+// would; then the first of those is named.
+template <class Waits>
+int bakery_wait(cxk_pool *p, uint32_t h, bool queued, uint32_t *blame, Waits waits) {
+    const int64_t bound = hold_max_ns(p);
+    uint64_t last_c = 0, last_n = 0;
+    int64_t since = 0;
+    uint32_t extended = 0;
+    for (int spin = 0;; ++spin) {
+        uint64_t c, n;
+        registers_of(p, h, &c, &n);
+        if (!bakery_registers_legal(c, n) || !waits(c, n) || !host_alive(p, h)) return 0;
+        if (spin == 0 || c != last_c || n != last_n) {  // moving: a holder at work
+            last_c = c, last_n = n;
+            since = mono_ns();
+        } else if (spin % 64 == 0 && mono_ns() - since > bound) {
+            *blame = h;
+            if (!queued || extended >= tickets_before(p, h, n, blame)) return -ETIMEDOUT;
+            extended++;
+            since = mono_ns();
+        }
+        if (spin > 64) sched_yield();
+    }
+}
+
+void bakery_clear(cxk_pool *p) {
+    HostSlot *me = slot(p, p->host);
+    st(&me->number, uint64_t(0));
+    st(&me->choosing, uint64_t(0));
+    sync_out(p, &me->choosing, kLine);
+}
+}  // namespace
+
+int32_t wait_host(const cxk_pool *p) { return t_wait_pool == p ? t_wait_host : -1; }
+
+int bakery_lock(cxk_pool *p) {
     HostSlot *me = slot(p, p->host);
     st(&me->choosing, uint64_t(1));
     sync_out(p, &me->choosing, kLine);
     uint64_t mx = 0;
     for (uint32_t h = 0; h < p->geo.max_hosts; ++h) {
         if (h == p->host || !host_used(p, h)) continue;
-        HostSlot *s = slot(p, h);
-        sync_in(p, &s->choosing, kLine);
-        mx = std::max(mx, ld(&s->number));
+        uint64_t c, n;
+        registers_of(p, h, &c, &n);
+        if (bakery_registers_legal(c, n)) mx = std::max(mx, n);  // never past kTicketMax
     }
     const uint64_t mine = mx + 1;
     st(&me->number, mine);
@@ -245,25 +340,33 @@ void bakery_lock(cxk_pool *p) {
     sync_out(p, &me->choosing, kLine);  // full fence: our number is out before we read theirs
     for (uint32_t h = 0; h < p->geo.max_hosts; ++h) {
         if (h == p->host || !host_used(p, h)) continue;
-        HostSlot *s = slot(p, h);
-        for (int spin = 0;; ++spin) {
-            sync_in(p, &s->choosing, kLine);
-            if (!ld(&s->choosing) || !host_alive(p, h)) break;
-            if (spin > 64) sched_yield();
-        }
-        for (int spin = 0;; ++spin) {
-            sync_in(p, &s->choosing, kLine);
-            const uint64_t n = ld(&s->number);
-            if (n == 0 || n > mine || (n == mine && h > p->host) || !host_alive(p, h)) break;
-            if (spin > 64) sched_yield();
+        uint32_t blame = h;
+        int r = bakery_wait(p, h, false, &blame, [](uint64_t c, uint64_t) { return c != 0; });
+        if (!r)
+            r = bakery_wait(p, h, true, &blame, [&](uint64_t, uint64_t n) {
+                return n != 0 && (n < mine || (n == mine && h < p->host));
+            });
+        if (r) {
+            bakery_clear(p);  // nothing of ours stays held: others go on without us
+            t_wait_pool = p;
+            t_wait_host = int32_t(blame);
+            return r;
         }
     }
+    return 0;
 }
 
 void bakery_unlock(cxk_pool *p) {
     HostSlot *me = slot(p, p->host);
     st(&me->number, uint64_t(0));
     sync_out(p, &me->choosing, kLine);
+}
+
+bool bakery_clear_stale(cxk_pool *p) {
+    HostSlot *me = slot(p, p->host);
+    if (ldr(&me->choosing) == 0 && ldr(&me->number) == 0) return false;
+    bakery_clear(p);
+    return true;
 }
 
 // ---- claiming a free slot across hosts: Fischer's delay in front of a splitter ----------
@@ -442,6 +545,7 @@ int attach(cxk_pool *p, int lock_fd, const char *tag, bool by_name) {
                 return rr;
             }
         }
+        bakery_clear_stale(p);  // no process of this boot is in the bakery yet
         crash_point(Crash::takeover);
         s->epoch++;
         s->heartbeat_ns = now_ns();
@@ -519,3 +623,7 @@ void heart_loop(cxk_pool *p) {
 }
 
 }  // namespace cxk::pool
+
+extern "C" int cxk_pool_wait_host(const cxk_pool *p) {
+    return p ? cxk::pool::wait_host(p) : -1;
+}

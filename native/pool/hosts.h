@@ -39,16 +39,27 @@ struct HostLock {
 int lock_result(cxk_pool *p, HostSlot *s, int e);
 // Take / release this host's lock (HostLock does both): 0 or a positive errno. A damaged lock
 // (unknown kind, or a lock word naming a thread that is gone) is ENOTRECOVERABLE. Counts out
-// of range are recovered at once; p->needs_recover at release runs recovery before unlocking.
+// of range and counters no chain can give (counters_impossible) are recovered at once, and
+// stale bakery registers cleared; p->needs_recover at release runs recovery before unlocking.
 int lock_host(cxk_pool *p, bool try_only);
 void unlock_host(cxk_pool *p);
 // Re-initialise this host's mutex under the slot's OFD lock (repair of a damaged lock).
 int reset_host_lock(cxk_pool *p, int lock_fd);
 
 // Lamport's bakery over the host slots: the cross-host lock that keeps names unique.
-// pre: the caller holds the host lock.
-void bakery_lock(cxk_pool *p);
+// pre: the caller holds the host lock. 0, or -ETIMEDOUT when a live host's registers kept
+// us waiting, unchanged, for longer than any holder holds the bakery (a stopped process of
+// that host, or registers nobody of it writes): our registers are cleared again and
+// wait_host() names that host. Registers no host writes (bakery_registers_legal) are skipped.
+int bakery_lock(cxk_pool *p);
 void bakery_unlock(cxk_pool *p);
+// choosing 0 or 1 and number at most kTicketMax: what a host can have written.
+bool bakery_registers_legal(uint64_t choosing, uint64_t number);
+// Under the host lock no process of this host is in the bakery: registers that are not 0
+// (a crash inside it, a stray write) are cleared. true when there were any.
+bool bakery_clear_stale(cxk_pool *p);
+// The host slot the calling thread's last -ETIMEDOUT on p waited for, or -1.
+int32_t wait_host(const cxk_pool *p);
 
 // Claim slot h with the splitter on its claim lines (any newcomer may write them): true
 // when we won it (at most one claimer does, whatever the timing). settle (claims by name):

@@ -209,7 +209,10 @@ int cxk_obj_create_ex(cxk_pool *p, const char *name, uint64_t nbytes, unsigned f
         HostSlot *s = slot(p, p->host);
         if (s->ndead && (++s->ops % 16 == 0 || s->npending == kPendingMax)) sweep_pending(p);
         if (s->ncreating_list == kCreatingMax) sweep_creating(p);
-        bakery_lock(p);
+        // full by the counters: rebuilt first when the chain disagrees (they are derived)
+        if (s->nlive + s->ncreating >= p->geo.max_objects && (err = counters_heal(p)) != 0)
+            goto out;
+        if ((err = bakery_lock(p)) != 0) goto out;  // a host holds it past the bound: named
         Found f;
         int64_t idx = -ENOSPC, b = -ENOSPC;
         if (find_any(p, name, len, hash, &f)) {

@@ -112,6 +112,63 @@ void sweep_pending(cxk_pool *p) {
 }
 
 namespace {
+// What a host's counters (slot line 3) say, and what its block chain says they must be.
+struct Counts {
+    uint64_t nlive = 0, ncreating = 0, ndead = 0, used = 0, free = 0, next_gen = 0;
+    bool matches(const Counts &o) const {
+        return nlive == o.nlive && ncreating == o.ncreating && ndead == o.ndead &&
+               used == o.used && free == o.free;
+    }
+    bool same(const Counts &o) const { return matches(o) && next_gen == o.next_gen; }
+};
+
+Counts counters_of(const cxk_pool *p, uint32_t h) {
+    HostSlot *s = slot(p, h);
+    if (h != p->host) sync_in(p, &s->used_bytes, kLine);
+    Counts c;
+    c.nlive = ld(&s->nlive), c.ncreating = ld(&s->ncreating), c.ndead = ld(&s->ndead);
+    c.used = ld(&s->used_bytes), c.free = ld(&s->free_bytes), c.next_gen = ld(&s->next_gen);
+    return c;
+}
+
+// The counts of a walked chain (the walk checked every block_bytes against its run).
+Counts chain_counts(const cxk_pool *p, const std::vector<WalkBlock> &blocks) {
+    Counts c;
+    for (const auto &b : blocks) {
+        const uint64_t bytes = ld(&hdr(p, b.off)->block_bytes);
+        if (b.state == kFree) {
+            c.free += bytes;
+            continue;
+        }
+        c.used += bytes;
+        if (b.state == kLive) c.nlive++;
+        else if (b.state == kCreating) c.ncreating++;
+        else if (b.state == kDead) c.ndead++;
+    }
+    return c;
+}
+}  // namespace
+
+bool counters_impossible(const cxk_pool *p) {
+    const HostSlot *s = slot(p, p->host);
+    const uint64_t names = p->geo.max_objects, data = p->geo.data_bytes;
+    const uint64_t nlive = ldr(&s->nlive), ncreating = ldr(&s->ncreating), ndead = ldr(&s->ndead);
+    const uint64_t used = ldr(&s->used_bytes), free_ = ldr(&s->free_bytes);
+    if (nlive > names || ncreating > names || nlive + ncreating > names) return true;
+    if (ncreating < ldr(&s->ncreating_list) || ndead < ldr(&s->npending)) return true;
+    if (used > data || free_ > data || used + free_ > data) return true;
+    // every held block has kMinBlock bytes at least (ndead first: a huge one wraps the sum)
+    return ndead > data / kMinBlock || nlive + ncreating + ndead > used / kMinBlock;
+}
+
+int counters_heal(cxk_pool *p) {
+    std::vector<WalkBlock> blocks;
+    if (!walk(p, p->host, &blocks)) return -EBADMSG;
+    if (chain_counts(p, blocks).matches(counters_of(p, p->host))) return 0;
+    return recover(p, nullptr);
+}
+
+namespace {
 // recover, phase 1: blocks nobody can own any more become FREE (objects of dead creators,
 // DEAD objects nobody leases).
 void reclaim_unowned(cxk_pool *p, std::vector<WalkBlock> &blocks, cxk_fsck_report *r) {
@@ -229,15 +286,13 @@ void rebuild_entries(cxk_pool *p, const std::vector<WalkBlock> &kept, cxk_fsck_r
 }
 }  // namespace
 
-// Rebuild this host's derived state from its block chain (the truth): reset our bakery
-// registers, clear dead processes' leases, then the three phases above.
+// Rebuild this host's derived state from its block chain (the truth): clear dead
+// processes' leases, then the three phases above. The bakery registers are not derived
+// state: the lock clears stale ones (lock_host), and a caller may hold the bakery now.
 int recover(cxk_pool *p, cxk_fsck_report *r) {
     HostSlot *s = slot(p, p->host);
     cxk_fsck_report local{};
     if (!r) r = &local;
-    st(&s->choosing, uint64_t(0));
-    st(&s->number, uint64_t(0));
-    sync_out(p, &s->choosing, kLine);
     r->leases_expired += clean_leases(p);
     extmap_recover(p);  // claims and returns a crash cut short: the runs are whole again
     std::vector<WalkBlock> blocks;
@@ -245,6 +300,7 @@ int recover(cxk_pool *p, cxk_fsck_report *r) {
         r->errors++;
         return -EBADMSG;
     }
+    if (!chain_counts(p, blocks).matches(counters_of(p, p->host))) r->counters_rebuilt++;
     reclaim_unowned(p, blocks, r);
     const std::vector<WalkBlock> kept = rebuild_lists(p, blocks);
     rebuild_entries(p, kept, r);
@@ -365,6 +421,28 @@ void fsck_entries(cxk_pool *p, uint32_t h, const std::unordered_map<uint64_t, ui
     }
 }
 
+// Host h's counters disagree with its chain. Another host (or another process of ours: fsck
+// holds no lock here) changes both, the counters a moment later (under coherence "none" at
+// its unlock): a walk counts only when the counters read the same before and after it,
+// next_gen included (a create bumps it; every other change moves a count or the bytes one
+// way), and the disagreement only when three such walks in a row find it.
+bool counters_disagree(const cxk_pool *p, uint32_t h) {
+    for (int i = 0; i < 3; ++i) {
+        std::vector<WalkBlock> blocks;
+        const Counts before = counters_of(p, h);
+        if (!walk(p, h, &blocks)) return false;  // a broken chain: counted in errors
+        if (chain_counts(p, blocks).matches(before) || !before.same(counters_of(p, h)))
+            return false;
+    }
+    return true;
+}
+
+void fsck_registers(const cxk_pool *p, uint32_t h, cxk_fsck_report *r) {
+    HostSlot *s = slot(p, h);
+    if (h != p->host) sync_in(p, &s->choosing, kLine);
+    if (!bakery_registers_legal(ld(&s->choosing), ld(&s->number))) r->registers_bad++;
+}
+
 void fsck_leases(cxk_pool *p, uint32_t h, cxk_fsck_report *r) {
     HostSlot *s = slot(p, h);
     const uint64_t hwm = std::min<uint64_t>(ld(&s->lease_hwm), p->geo.lease_slots);
@@ -402,6 +480,8 @@ int cxk_pool_fsck(cxk_pool *p, unsigned flags, struct cxk_fsck_report *r) {
         if (!host_used(p, h)) continue;
         std::unordered_map<uint64_t, uint64_t> gens;  // held block -> gen
         fsck_blocks(p, h, r, &seen, &gens);
+        if (counters_disagree(p, h)) r->counters_wrong++;
+        fsck_registers(p, h, r);
         crash_point(Crash::fsck_entries);  // tests stop here while another host creates
         fsck_entries(p, h, gens, r);
         fsck_leases(p, h, r);

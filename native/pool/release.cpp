@@ -132,7 +132,7 @@ int cxk_pool_release(cxk_pool *p, uint32_t h, unsigned flags) {
     if (h == p->host) return -EINVAL;
     HostLock lk(p);
     if (lk.err) return lk.err;
-    bakery_lock(p);  // no host claims extents while maps change hands
+    if (int e = bakery_lock(p)) return e;  // no host claims extents while maps change hands
     int64_t age;
     const uint32_t state = host_state(p, h, &age);
     int r = 0;

@@ -193,3 +193,14 @@ _RELEASED = (HostReleasedError, "this host's slot was released (`cxlkit pool rel
                                 "reopen the pool to attach again")
 _OBJECT_ERRORS[errno.EKEYREVOKED] = _RELEASED
 _CREATE_ERRORS[errno.EKEYREVOKED] = _RELEASED
+
+
+class PoolHostStuckError(PoolError, TimeoutError):
+    """A live host's bakery registers (the words of the cross-host lock that keeps names
+    unique) kept this host waiting, unchanged, for longer than any holder holds that lock: a
+    stopped process of that host, or words it never wrote. Nothing was created and nothing
+    stays held; `host` names its slot."""
+
+    def __init__(self, host: int, message: str, filename: str | None = None) -> None:
+        super().__init__(errno.ETIMEDOUT, message, filename)
+        self.host = host

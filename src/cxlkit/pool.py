@@ -16,8 +16,8 @@ from . import units as _units
 from ._config import config
 from .errors import (_CREATE_ERRORS, _OBJECT_ERRORS, _OPEN_ERRORS, ObjectNotPublished,  # noqa: F401
                      PoolCorruptError, PoolError, PoolForeignError, PoolFormatError,
-                     PoolFullError, PoolGeometryError, PoolNoSpaceError, PoolTooSmallError,
-                     PoolVersionError, StaleObjectError, _typed)
+                     PoolFullError, PoolGeometryError, PoolHostStuckError, PoolNoSpaceError,
+                     PoolTooSmallError, PoolVersionError, StaleObjectError, _typed)
 from ._views import Views
 from .errors import PoolReadOnlyWarning  # issue 18
 
@@ -185,11 +185,16 @@ class FsckReport:
     leases_expired: int
     duplicate_names: int
     errors: int
+    counters_wrong: int    # hosts whose object/byte counters disagree with their block chain
+    counters_rebuilt: int  # this host's counters, rebuilt from its chain by the repair
+    registers_bad: int     # hosts whose bakery registers hold what no host writes
 
     @property
     def clean(self) -> bool:
-        """Nothing lost or untrustworthy: no broken chains, dangling entries or duplicates."""
-        return self.errors == 0 and self.duplicate_names == 0
+        """Nothing lost or untrustworthy: no broken chains, dangling entries or duplicates,
+        no host counters that contradict their chain, no bakery registers no host writes."""
+        return (self.errors == 0 and self.duplicate_names == 0 and self.counters_wrong == 0
+                and self.registers_bad == 0)
 
 
 class PoolObject(Views, _native.PoolObject):
@@ -438,6 +443,8 @@ class Pool:
                 raise self._full_error(e, nbytes) from None
             if e.errno == errno.EDQUOT:
                 raise _fs_full(self.path, f"the {nbytes} bytes of object {name!r}") from None
+            if e.errno == errno.ETIMEDOUT:
+                raise self._stuck_error(e, f"create of object {name!r}") from None
             raise _typed(e, _CREATE_ERRORS) from None
         obj = PoolObject(self._h, name, d["offset"], d["nbytes"], d["generation"], d["host"],
                          True)
@@ -457,6 +464,22 @@ class Pool:
                 pass  # another process of this host destroyed it: the error is the one above
             raise
         return obj
+
+    def _stuck_error(self, e: OSError, what: str) -> PoolHostStuckError:
+        """PoolHostStuckError naming the host whose bakery registers this thread waited for
+        (the native call recorded it for this thread)."""
+        host = self._h.wait_host()
+        try:
+            name = self.hosts()[host].name if host >= 0 else ""
+        except (OSError, IndexError):
+            name = ""
+        who = f"host slot {host}" + (f" ({name})" if name else "") if host >= 0 else "a host"
+        return PoolHostStuckError(host, f"{what} in pool {self._h.label}: {who} kept its bakery "
+                                  "registers unchanged past the pool's lease timeout while "
+                                  "alive (a stopped process of it, or words it never wrote), "
+                                  "and nothing was created or left held; retry, and if it "
+                                  "persists run `cxlkit pool fsck --repair` as that host, or "
+                                  "stop it and `cxlkit pool release` it", e.filename)
 
     def _full_error(self, e: OSError, nbytes: int) -> PoolFullError:
         """PoolFullError naming the limit a create hit: this host's name table, or the data
@@ -580,6 +603,8 @@ class Pool:
         try:
             self._h.release(slot, drop)
         except OSError as e:
+            if e.errno == errno.ETIMEDOUT:
+                raise self._stuck_error(e, f"release of host slot {slot}") from None
             why = {
                 errno.EBUSY: (f"host slot {slot} ({info.name or 'unnamed'}) is {info.state}"
                               + (": a live reader holds one of its objects" if drop and
