@@ -1351,6 +1351,14 @@ CXK_API int cxk_rpc_server_wake_stats(const cxk_rpc_server *s, struct cxk_ring_w
  * (cxk_rpc_server_wait_idle). -EINVAL for NULL. */
 CXK_API int cxk_rpc_spin_stats(const cxk_rpc_client *c, struct cxk_spin *st);
 CXK_API int cxk_rpc_server_spin_stats(const cxk_rpc_server *s, struct cxk_spin *st);
+/* The client slot k this client holds (0 .. max_clients - 1), to name it in messages;
+ * UINT32_MAX for NULL. Slot k is claimed with "rpc.<name>.<k>.cli" (the holder's pid and
+ * boot), made before its request ring: a slot whose holder ran on this boot and whose process
+ * has ended is taken back by the server and by connecting clients of the holder's host (a
+ * live holder's never is). Calls fail with -EBADMSG when a ring of the client holds what no
+ * correct peer writes (a head or cell outside its range), or the live server dropped the
+ * client for that; -EPIPE only when the server is gone. */
+CXK_API uint32_t cxk_rpc_client_slot(const cxk_rpc_client *c);
 
 /* ---- issue 16: the non-coherence simulator (coherence "sim") and protocol mutations ----
  * Test-only. cxk_mutate removes one step of a coherence protocol on purpose, so a test shows

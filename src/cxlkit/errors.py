@@ -191,3 +191,28 @@ _RELEASED = (HostReleasedError, "this host's slot was released (`cxlkit pool rel
                                 "reopen the pool to attach again")
 _OBJECT_ERRORS[errno.EKEYREVOKED] = _RELEASED
 _CREATE_ERRORS[errno.EKEYREVOKED] = _RELEASED
+
+
+# ---- RPC (cxlkit.rpc): every failure is an RpcError ---------------------------------------
+# The two classes above are re-based here on RpcError, keeping their names, so one
+# `except RpcError` catches every RPC failure and `except RpcServerLostError` still works.
+class RpcServerLostError(RpcServerLostError, RpcError):  # type: ignore[no-redef]  # noqa: F811
+    """The RPC server is gone: closed its service, or its process ended."""
+
+
+class RpcTimeoutError(RpcTimeoutError, RpcError):  # type: ignore[no-redef]  # noqa: F811
+    """No RPC server answered in time (none running, or it is stuck)."""
+
+
+class RpcBusyError(RpcError):
+    """EBUSY: the service has a live server already, or every client slot is held by a live
+    client (slots of clients proven dead are taken back)."""
+
+
+class RpcCorruptError(RpcError):
+    """EBADMSG: a service object or a client's ring holds what no correct peer writes (a head
+    or cell outside its legal range); the message names the service and client slot."""
+
+
+class RpcPoolFullError(RpcError, PoolFullError):
+    """ENOSPC: no room in this host's partition of the pool for the service's objects."""
