@@ -367,6 +367,8 @@ CXK_API int cxk_kv_put(struct cxk_pool *p, const struct cxk_kv_plan *plan, const
 CXK_API int cxk_kv_get(struct cxk_pool *p, const struct cxk_kv_plan *plan, const char *const *names,
                        const uint8_t *keys, const uint8_t *layout, const int64_t *block_ids,
                        size_t n, unsigned flags, int *status);
+/* With CXK_KV_CHECKSUM, a block put without one (checksum 0) stops the get with status
+ * -ENODATA: it cannot be verified, so it is not loaded (nor called corrupt). */
 /* Number of leading names that are published (no lease taken, nothing copied). */
 CXK_API int cxk_kv_lookup(struct cxk_pool *p, const char *const *names, size_t n, size_t *nhits);
 
