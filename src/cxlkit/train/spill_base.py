@@ -77,6 +77,15 @@ def _same_file(fd: int, path: str) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
+def _lock_moved(fd: int, path: str) -> bool:
+    """The lock that counts is another file than fd's: fd's was removed (by a closing store)
+    or replaced. Not when path's directory is gone too: nobody can open a lock there, and
+    the data path reports the loss."""
+    if os.path.exists(path):
+        return not _same_file(fd, path)
+    return os.path.isdir(os.path.dirname(path) or ".")
+
+
 def checksum(buf: Any) -> int:
     arr = np.asarray(buf)
     return int(_native.kv_checksum(arr.ctypes.data, arr.nbytes)) if arr.nbytes else 0
@@ -278,7 +287,7 @@ class SpillPath(abc.ABC):
                     if self._lock_fd < 0:
                         self._lock_fd = self._open_lock(lp)
                     aio.lock_file(self._lock_fd, self.lock_mode, wait=wait, what=self.name)
-                    if _same_file(self._lock_fd, lp):
+                    if not _lock_moved(self._lock_fd, lp):
                         break
                     # a closing store removed the file after we opened it (close): the lock
                     # that counts is the one of the file at the path now
