@@ -82,8 +82,9 @@ def _positive(label: str, v: int, *, power_of_two: bool = False, multiple: int =
 _ERRORS: dict[int, tuple[type[RpcError], str]] = {
     errno.EPIPE: (RpcServerLostError, "the server is gone (closed, or its process ended); "
                                       "start a server and connect again"),
-    errno.EBUSY: (RpcBusyError, "every client slot is held by a live client; close one, or "
-                                "make the server with a larger max_clients"),
+    errno.EBUSY: (RpcBusyError, "every client slot is held by a live client (or one on "
+                                "another machine, whose end this one cannot prove); close "
+                                "one, or make the server with a larger max_clients"),
     errno.EBADMSG: (RpcCorruptError, "the service's objects hold what no correct peer writes "
                                      "(a ring head or cell outside its legal range); close "
                                      "this end and connect again"),
@@ -94,13 +95,14 @@ _ERRORS: dict[int, tuple[type[RpcError], str]] = {
 
 def _rpc_error(e: OSError, what: str, timeout_why: str = "no answer in time") -> OSError:
     """The RpcError subclass for native error e, its message naming `what` (service, pool
-    and, for a client, its slot). ValueError (a closed pool or server) passes as it is."""
+    and, for a client, its slot) and its filename the service. ValueError (a closed pool or
+    server) passes as it is."""
     if isinstance(e, RpcError) or not isinstance(e, OSError):
         return e
     cls, why = _ERRORS.get(e.errno or 0, (RpcError, os.strerror(e.errno or 0)))
     if e.errno == errno.ETIMEDOUT:
         cls, why = RpcTimeoutError, timeout_why
-    return cls(e.errno, f"{what}: {why}", what)
+    return cls(e.errno, f"{what}: {why}", e.filename)
 
 
 # Servers whose serve thread may be running: stopped and joined at interpreter exit, before
