@@ -81,6 +81,23 @@ def test_slots_of_sigkilled_clients_are_taken_back(pool_path, client_host):
             srv.close()
 
 
+def test_slot_of_a_sigkilled_client_is_free_after_a_server_restart(pool_path):
+    # taken back by the first server (it checks its clients' holders) or the next one
+    with cxlkit.Pool(pool_path, size="32M", host_id=1) as pool:
+        srv, entered, release = _serve(pool, max_clients=1, depth=4)
+        try:
+            _kill_mid_call(pool_path, 1, entered, release)
+        finally:
+            release.set()
+            srv.close()
+        srv, _, _ = _serve(pool, max_clients=1, depth=4)
+        try:
+            with rpc.Client(pool, "svc", timeout=10) as c:
+                assert c.call("echo", b"again") == b"again"
+        finally:
+            srv.close()
+
+
 def test_a_live_clients_slot_is_never_taken(pool_path):
     with cxlkit.Pool(pool_path, size="32M", host_id=1) as pool:
         srv, _, _ = _serve(pool, max_clients=1, depth=4)
