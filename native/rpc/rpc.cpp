@@ -28,6 +28,7 @@ struct cxk_rpc_server {
     std::string name;
     uint64_t obj_off = 0;
     uint32_t max_clients = 0, slot_bytes = 0, depth = 0;
+    uint32_t host = 0;                  // our host slot in the pool
     std::vector<cxk_ring *> req, rep;  // per client slot (nullptr: none)
     std::vector<uint64_t> req_off, req_gen;  // the request ring object each slot attached to
     uint32_t holder_k = 0;              // connected slot whose holder is looked at next
@@ -129,7 +130,7 @@ void check_holders(cxk_rpc_server *s) {
             drop_client(s, k);
         } else if (holder_dead(s->pool, s->name, k)) {
             drop_client(s, k);
-            reclaim_if_dead(s->pool, s->name, k);
+            reclaim_if_dead(s->pool, s->name, k, s->host);
         }
         return;
     }
@@ -151,7 +152,7 @@ void scan_clients(cxk_rpc_server *s) {
     }
     if (holder_dead(s->pool, s->name, k)) {
         cxk_ring_close(r);  // left by a client that died: take its slot back
-        reclaim_if_dead(s->pool, s->name, k);
+        reclaim_if_dead(s->pool, s->name, k, s->host);
         return;
     }
     std::string rn = ring_name(s->name, k, "rep");
@@ -182,7 +183,7 @@ int cxk_rpc_server_create(cxk_pool *p, const char *name, uint32_t max_clients,
     if (int rc = cxk_pool_stat(p, &ps)) return rc;
     auto *s = new (std::nothrow) cxk_rpc_server;
     if (!s) return -ENOMEM;
-    s->pool = p, s->name = name, s->max_clients = max_clients;
+    s->pool = p, s->name = name, s->max_clients = max_clients, s->host = ps.host_id;
     s->slot_bytes = slot_bytes, s->depth = depth;
     s->req.assign(max_clients, nullptr), s->rep.assign(max_clients, nullptr);
     s->req_off.assign(max_clients, 0), s->req_gen.assign(max_clients, 0);
@@ -308,14 +309,17 @@ namespace {
 
 // Claim client slot k: our identity "rpc.<svc>.<k>.cli" (taking the slot back first when its
 // holder is provably gone), then our request ring. -EBUSY: held by a live or unprovable
-// holder.
+// holder; -EAGAIN: a dead holder's, being taken back by another process just now.
 int claim_slot(cxk_rpc_client *c, uint32_t k, const SrvHdr &h, uint32_t host) {
     c->stale_gen = 0, c->stale_host = UINT32_MAX;
     std::string cn = ring_name(c->name, k, "cli");
     uint64_t off;
     int rc = cxk_obj_create(c->pool, cn.c_str(), sizeof(CliHdr), &off);
-    if (rc == -EEXIST && reclaim_if_dead(c->pool, c->name, k))
-        rc = cxk_obj_create(c->pool, cn.c_str(), sizeof(CliHdr), &off);
+    if (rc == -EEXIST) {
+        const Reclaim r = reclaim_if_dead(c->pool, c->name, k, host);
+        if (r == Reclaim::contended) return -EAGAIN;
+        if (r == Reclaim::freed) rc = cxk_obj_create(c->pool, cn.c_str(), sizeof(CliHdr), &off);
+    }
     if (rc == -EEXIST) return -EBUSY;
     if (rc) return rc;
     auto *id = reinterpret_cast<CliHdr *>(static_cast<uint8_t *>(cxk_pool_base(c->pool)) + off);
@@ -390,10 +394,13 @@ int connect_once(cxk_rpc_client *c, int64_t deadline) {
     struct cxk_pool_stat ps;
     if ((rc = cxk_pool_stat(c->pool, &ps)) != 0) return rc;
     rc = -EBUSY;  // every client slot taken
-    for (uint32_t k = 0; k < h.max_clients && rc == -EBUSY; ++k) {
+    bool contended = false;  // a dead holder's slot was being taken back by another process
+    for (uint32_t k = 0; k < h.max_clients && (rc == -EBUSY || rc == -EAGAIN); ++k) {
         rc = claim_slot(c, k, h, ps.host_id);
-        if (rc == -EBUSY) drop_identity(c);
+        if (rc == -EBUSY || rc == -EAGAIN) drop_identity(c);
+        contended |= rc == -EAGAIN;
     }
+    if ((rc == -EBUSY || rc == -EAGAIN) && contended) return -EAGAIN;  // try again: it frees
     if (rc) return rc;
     // the server makes our reply ring when it notices us
     while ((rc = open_reply_ring(c)) != 0) {

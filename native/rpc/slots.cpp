@@ -47,21 +47,26 @@ bool holder_dead(cxk_pool *p, const std::string &svc, uint32_t k) {
 // "rpc.<svc>.<k>.lck", an object of this host never published (the pool removes it if we die
 // holding it): the identity judged dead can then change only by its holder (dead) or another
 // reclaimer (locked out), and a new claimer makes its ring only after its own identity, so
-// what is destroyed is what was judged. Destroys reach this host's objects only. True when
-// the slot's identity is gone now.
-bool reclaim_if_dead(cxk_pool *p, const std::string &svc, uint32_t k) {
-    std::string lock = ring_name(svc, k, "lck");
+// what is destroyed is what was judged. A host destroys only its own objects: another host's
+// holder is left to that host (and never judged here: its pid is not this machine's).
+Reclaim reclaim_if_dead(cxk_pool *p, const std::string &svc, uint32_t k, uint32_t host) {
+    std::string cl = ring_name(svc, k, "cli"), lock = ring_name(svc, k, "lck");
+    struct cxk_obj_stat st;
+    if (cxk_obj_stat(p, cl.c_str(), &st) != 0 || st.host != host) return Reclaim::kept;
     uint64_t lock_off;
-    if (cxk_obj_create(p, lock.c_str(), kLine, &lock_off)) return false;  // another reclaims
-    bool freed = false;
+    int rc = cxk_obj_create(p, lock.c_str(), kLine, &lock_off);
+    if (rc == -EEXIST) return Reclaim::contended;
+    if (rc) return Reclaim::kept;
+    Reclaim out = Reclaim::kept;
     if (holder_dead(p, svc, k)) {
-        std::string rq = ring_name(svc, k, "req"), cl = ring_name(svc, k, "cli");
+        std::string rq = ring_name(svc, k, "req");
         const int r1 = cxk_obj_destroy(p, rq.c_str());
-        freed = (r1 == 0 || r1 == -ENOENT) && cxk_obj_destroy(p, cl.c_str()) == 0;
+        if ((r1 == 0 || r1 == -ENOENT) && cxk_obj_destroy(p, cl.c_str()) == 0)
+            out = Reclaim::freed;
     }
     cxk_obj_destroy(p, lock.c_str());
     cxk_obj_close(p, lock_off);
-    return freed;
+    return out;
 }
 
 }  // namespace cxk::rpc
