@@ -367,6 +367,8 @@ CXK_API int cxk_kv_put(struct cxk_pool *p, const struct cxk_kv_plan *plan, const
 CXK_API int cxk_kv_get(struct cxk_pool *p, const struct cxk_kv_plan *plan, const char *const *names,
                        const uint8_t *keys, const uint8_t *layout, const int64_t *block_ids,
                        size_t n, unsigned flags, int *status);
+/* With CXK_KV_CHECKSUM, a block put without one (checksum 0) stops the get with status
+ * -ENODATA: it cannot be verified, so it is not loaded (nor called corrupt). */
 /* Number of leading names that are published (no lease taken, nothing copied). */
 CXK_API int cxk_kv_lookup(struct cxk_pool *p, const char *const *names, size_t n, size_t *nhits);
 
@@ -1406,6 +1408,14 @@ CXK_API int cxk_rpc_server_wake_stats(const cxk_rpc_server *s, struct cxk_ring_w
  * (cxk_rpc_server_wait_idle). -EINVAL for NULL. */
 CXK_API int cxk_rpc_spin_stats(const cxk_rpc_client *c, struct cxk_spin *st);
 CXK_API int cxk_rpc_server_spin_stats(const cxk_rpc_server *s, struct cxk_spin *st);
+/* The client slot k this client holds (0 .. max_clients - 1), to name it in messages;
+ * UINT32_MAX for NULL. Slot k is claimed with "rpc.<name>.<k>.cli" (the holder's pid and
+ * boot), made before its request ring: a slot whose holder ran on this boot and whose process
+ * has ended is taken back by the server and by connecting clients of the holder's host (a
+ * live holder's never is). Calls fail with -EBADMSG when a ring of the client holds what no
+ * correct peer writes (a head or cell outside its range), or the live server dropped the
+ * client for that; -EPIPE only when the server is gone. */
+CXK_API uint32_t cxk_rpc_client_slot(const cxk_rpc_client *c);
 
 /* ---- The non-coherence simulator (coherence "sim") ----
  * Protocol mutations and crash points, the simulator's test companions, are declared in

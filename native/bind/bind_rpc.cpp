@@ -1,8 +1,10 @@
-// bind_rpc.cpp — cxlkit._native's RPC part: RpcServer and RpcClient, each on a pool handle of
-// its own. Waits release the GIL and poll the rings under the library's wait policy (spin,
-// then yield, then sleep: cxk_wait_*; the machine may have fewer cores than processes).
-// Replies are committed deferred and published in batches: when the server runs out of
-// queued requests, or every kBatch replies (one fence for many slots, the Beluga pattern).
+// bind_rpc.cpp — cxlkit._native's RPC part: RpcServer and RpcClient on the caller's pool
+// handle (the one face of a pool: each native call holds the handle as every pool call does,
+// so the pool cannot be unmapped under it). Waits release the GIL and poll the rings under
+// the library's wait policy (spin, then yield, then sleep: cxk_wait_*; the machine may have
+// fewer cores than processes). Replies are committed deferred and published in batches: when
+// the server runs out of queued requests, or every kBatch replies (one fence for many slots,
+// the Beluga pattern).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -15,6 +17,7 @@
 
 #include "bind/bind.h"
 #include "bind/bind_msg.h"
+#include "bind/bind_pool.h"
 #include "cxlkit.h"
 
 namespace cxk::py {
@@ -32,7 +35,7 @@ std::string buf_bytes(nb::handle obj) {
 }
 
 struct RpcServer {
-    cxk_pool *p = nullptr;
+    nb::object h;                       // the caller's PoolHandle (kept alive)
     cxk_rpc_server *s = nullptr;
     std::string name;
     uint32_t payload_max = 0;
@@ -41,28 +44,35 @@ struct RpcServer {
     std::atomic<bool> stopping{false};  // set by stop() from any thread
     std::mutex mu;                      // one native call at a time
 
-    RpcServer(const std::vector<std::string> &paths, int host_id, const std::string &tag,
-              int coherence, const std::string &svc, uint32_t max_clients, uint32_t slot_bytes,
-              uint32_t depth)
-        : name(svc) {
-        p = open_private(paths, host_id, tag, coherence);
+    RpcServer(nb::handle pool, const std::string &svc, uint32_t max_clients,
+              uint32_t slot_bytes, uint32_t depth)
+        : h(pool_handle(pool)), name(svc) {
+        PoolHold use = hold_pool(h);
         int rc;
         {
             nb::gil_scoped_release unlock;
-            rc = cxk_rpc_server_create(p, name.c_str(), max_clients, slot_bytes, depth, &s);
+            rc = cxk_rpc_server_create(use.get(), name.c_str(), max_clients, slot_bytes, depth,
+                                       &s);
         }
-        if (rc) {
-            cxk_pool_close(p);
-            p = nullptr;
-            check(rc, name);
-        }
+        check(rc, name);
         payload_max = (slot_bytes ? slot_bytes : 256) - CXK_RING_CELL_HDR - kSlotHdr;
         cxk_wait_opts_init(&wait);
     }
-    ~RpcServer() { shut(); }
-    void shut() {
-        if (s) cxk_rpc_server_flush(s), cxk_rpc_server_close(s), s = nullptr;
-        if (p) cxk_pool_close(p), p = nullptr;
+    ~RpcServer() { close(); }
+    // GIL held. The pool is held across the native close, which runs under mu without the
+    // GIL (a reply waiting for mu holds the GIL). A pool closed first took our leases and
+    // mapping with it: nothing of ours is left in it, and the handle (process memory) cannot
+    // be freed without touching the unmapped rings, so it is dropped as it is.
+    void close() {
+        stopping = true;
+        try {
+            PoolHold use = hold_pool(h);
+            nb::gil_scoped_release unlock;
+            std::lock_guard<std::mutex> g(mu);
+            if (s) cxk_rpc_server_flush(s), cxk_rpc_server_close(s), s = nullptr;
+        } catch (const nb::builtin_exception &) {
+            s = nullptr;
+        }
     }
     cxk_rpc_server *get() {
         if (!s) throw nb::value_error(("closed RPC server " + name).c_str());
@@ -71,33 +81,35 @@ struct RpcServer {
 };
 
 struct RpcClient {
-    cxk_pool *p = nullptr;
+    nb::object h;                       // the caller's PoolHandle (kept alive)
     cxk_rpc_client *c = nullptr;
     std::string name;
     uint32_t timeout_ms = 10000;
     cxk_wait_opts wait{};               // how call_many waits for replies (set_wait)
     std::mutex mu;
 
-    RpcClient(const std::vector<std::string> &paths, int host_id, const std::string &tag,
-              int coherence, const std::string &svc, uint32_t timeout)
-        : name(svc), timeout_ms(timeout ? timeout : 10000) {
-        p = open_private(paths, host_id, tag, coherence);
+    RpcClient(nb::handle pool, const std::string &svc, uint32_t timeout)
+        : h(pool_handle(pool)), name(svc), timeout_ms(timeout ? timeout : 10000) {
+        PoolHold use = hold_pool(h);
         int rc;
         {
             nb::gil_scoped_release unlock;
-            rc = cxk_rpc_connect(p, name.c_str(), timeout_ms, &c);
+            rc = cxk_rpc_connect(use.get(), name.c_str(), timeout_ms, &c);
         }
         cxk_wait_opts_init(&wait);
-        if (rc) {
-            cxk_pool_close(p);
-            p = nullptr;
-            check(rc, name);
-        }
+        check(rc, name);
     }
-    ~RpcClient() { shut(); }
-    void shut() {
-        if (c) cxk_rpc_close(c), c = nullptr;
-        if (p) cxk_pool_close(p), p = nullptr;
+    ~RpcClient() { close(); }
+    // as RpcServer::close
+    void close() {
+        try {
+            PoolHold use = hold_pool(h);
+            nb::gil_scoped_release unlock;
+            std::lock_guard<std::mutex> g(mu);
+            if (c) cxk_rpc_close(c), c = nullptr;
+        } catch (const nb::builtin_exception &) {
+            c = nullptr;
+        }
     }
     cxk_rpc_client *get() {
         if (!c) throw nb::value_error(("closed RPC client of " + name).c_str());
@@ -111,6 +123,7 @@ nb::object server_next(RpcServer &r, int64_t timeout_ms) {
     cxk_rpc_req q{};
     std::string data;
     int rc;
+    PoolHold use = hold_pool(r.h);  // a close of the pool waits for this call
     {
         nb::gil_scoped_release unlock;
         std::lock_guard<std::mutex> g(r.mu);
@@ -141,6 +154,7 @@ nb::object server_next(RpcServer &r, int64_t timeout_ms) {
 // -EPIPE when that client has gone (nothing to answer).
 int server_reply(RpcServer &r, uint32_t client, uint64_t id, int32_t status, nb::handle data) {
     std::string d = buf_bytes(data);
+    PoolHold use = hold_pool(r.h);
     std::lock_guard<std::mutex> g(r.mu);
     int rc = cxk_rpc_server_reply(r.get(), client, id, status, d.data(), uint32_t(d.size()),
                                   CXK_RPC_DEFER);
@@ -158,6 +172,7 @@ nb::list client_call_many(RpcClient &r, uint32_t method, const std::vector<nb::b
     for (const auto &b : in) reqs.emplace_back(b.c_str(), b.size());
     std::vector<std::pair<int32_t, std::string>> out(reqs.size());
     int rc = 0;
+    PoolHold use = hold_pool(r.h);
     {
         nb::gil_scoped_release unlock;
         std::lock_guard<std::mutex> g(r.mu);
@@ -204,6 +219,7 @@ nb::tuple client_call(RpcClient &r, uint32_t method, nb::handle data) {
     std::string reply;
     int32_t st = 0;
     int rc;
+    PoolHold use = hold_pool(r.h);
     {
         nb::gil_scoped_release unlock;
         std::lock_guard<std::mutex> g(r.mu);
@@ -249,14 +265,8 @@ CXK_BIND(rpc) {
     using namespace cxk::py;
     m.attr("RPC_NAME_MAX") = CXK_RPC_NAME_MAX;
     nb::class_<RpcServer>(m, "RpcServer")
-        .def(nb::init<const std::vector<std::string> &, int, const std::string &, int,
-                      const std::string &, uint32_t, uint32_t, uint32_t>())
-        .def("close", [](RpcServer &r) {
-            r.stopping = true;
-            nb::gil_scoped_release unlock;
-            std::lock_guard<std::mutex> g(r.mu);
-            r.shut();
-        })
+        .def(nb::init<nb::handle, const std::string &, uint32_t, uint32_t, uint32_t>())
+        .def("close", &RpcServer::close)
         .def("stop", [](RpcServer &r) { r.stopping = true; })
         .def("resume", [](RpcServer &r) { r.stopping = false; })
         .def_prop_ro("stopping", [](RpcServer &r) { return r.stopping.load(); })
@@ -283,19 +293,16 @@ CXK_BIND(rpc) {
         .def("next", &server_next)
         .def("reply", &server_reply)
         .def("flush", [](RpcServer &r) {
+            PoolHold use = hold_pool(r.h);
             std::lock_guard<std::mutex> g(r.mu);
             check(cxk_rpc_server_flush(r.get()), r.name);
             r.pending = 0;
         });
     nb::class_<RpcClient>(m, "RpcClient")
-        .def(nb::init<const std::vector<std::string> &, int, const std::string &, int,
-                      const std::string &, uint32_t>())
-        .def("close", [](RpcClient &r) {
-            nb::gil_scoped_release unlock;
-            std::lock_guard<std::mutex> g(r.mu);
-            r.shut();
-        })
+        .def(nb::init<nb::handle, const std::string &, uint32_t>())
+        .def("close", &RpcClient::close)
         .def_prop_ro("closed", [](RpcClient &r) { return r.c == nullptr; })
+        .def_prop_ro("slot", [](RpcClient &r) { return cxk_rpc_client_slot(r.get()); })
         .def_prop_ro("payload_max", [](RpcClient &r) { return cxk_rpc_payload_max(r.get()); })
         .def("set_wait", [](RpcClient &r, uint32_t spin_us, uint32_t yield_us, uint32_t sleep_us) {
             cxk_wait_opts o = wait_opts(spin_us, yield_us, sleep_us, "RPC client of " + r.name);

@@ -322,8 +322,10 @@ int cxk_kv_get(struct cxk_pool *p, const struct cxk_kv_plan *plan, const char *c
         std::memcpy(&h, base + st.off, sizeof h);
         if (st.nbytes != CXK_KV_HDR_BYTES + plan->image_bytes || h.magic != CXK_KV_BLOCK_MAGIC ||
             h.image_bytes != plan->image_bytes || std::memcmp(h.key, keys + 32 * i, 32) != 0 ||
-            std::memcmp(h.layout, layout, 32) != 0 || (verify && h.checksum == 0)) {
+            std::memcmp(h.layout, layout, 32) != 0) {
             r = -EBADMSG;
+        } else if (verify && h.checksum == 0) {
+            r = -ENODATA;  // put without a checksum: nothing to verify it against
         } else {
             const void *imgs[1] = {base + st.off + CXK_KV_HDR_BYTES};
             uint64_t sum = 0;

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -125,10 +126,24 @@ static void open_log(void) {
         cxp_log_fd = 2;
         return;
     }
-    int fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0)
+    /* O_NONBLOCK: a FIFO with no reader (or a device) must not hold the program's start;
+     * then only a regular file is kept: a pipe's writes could block or fail later */
+    int fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0644);
+    if (fd < 0) {
         cxp_warn("CXLKIT_PRELOAD_LOG=%s: %s; logging to stderr", log, strerror(errno));
-    cxp_log_fd = fd < 0 ? 2 : fd;
+        cxp_log_fd = 2;
+        return;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        cxp_warn("CXLKIT_PRELOAD_LOG=%s: not a regular file (a FIFO, socket or device); "
+                 "logging to stderr", log);
+        cxp_log_fd = 2;
+        return;
+    }
+    fcntl(fd, F_SETFL, O_APPEND);  /* a regular file never blocks: O_NONBLOCK off again */
+    cxp_log_fd = fd;
 }
 
 static void setup_malloc(void) {

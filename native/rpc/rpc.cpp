@@ -1,6 +1,7 @@
 // rpc.cpp — the Beluga pattern on cxlkit rings: each client owns a request ring, the server
 // a reply ring per client; fixed-size slots, replies in request order, batched publishes.
 #include "rpc/rpc.h"
+#include "rpc/slots.h"
 
 #include <signal.h>
 #include <time.h>
@@ -27,7 +28,11 @@ struct cxk_rpc_server {
     std::string name;
     uint64_t obj_off = 0;
     uint32_t max_clients = 0, slot_bytes = 0, depth = 0;
+    uint32_t host = 0;                  // our host slot in the pool
     std::vector<cxk_ring *> req, rep;  // per client slot (nullptr: none)
+    std::vector<uint64_t> req_off, req_gen;  // the request ring object each slot attached to
+    uint32_t holder_k = 0;              // connected slot whose holder is looked at next
+    int64_t holder_ms = 0;              // when the next holder is looked at (monotonic ms)
     uint32_t next = 0;                  // client to look at first
     uint32_t scan = 0;                  // next client slot to look for
     uint64_t polls = 0;
@@ -42,7 +47,10 @@ struct cxk_rpc_server {
 struct cxk_rpc_client {
     cxk_pool *pool = nullptr;
     std::string name;
-    uint32_t k = 0;
+    uint32_t k = UINT32_MAX;            // our client slot
+    uint64_t cli_off = 0;               // our identity object (we hold the creator's lease)
+    uint64_t stale_gen = 0;             // the reply ring of slot k before we claimed it
+    uint32_t stale_host = UINT32_MAX;   // (an earlier holder's: never ours)
     cxk_ring *req = nullptr, *rep = nullptr;
     uint64_t srv_off = 0, srv_gen = 0;
     uint64_t next_id = 1;
@@ -67,6 +75,10 @@ int64_t now_ms() {
 
 // How often a blocked call looks at its deadline and whether the server is gone.
 constexpr int64_t kCheckNs = 1000000;
+// A server looks at one connected client's holder (alive? its ring still the one attached?)
+// per this many ms: a check costs an object open and a /proc read (~10 us), so 1 ms bounds
+// it to ~1 % of an idle server and takes back a dead client of 4096 slots within ~4 s.
+constexpr int64_t kHolderCheckMs = 1;
 // Client slots a sleeping server looks at after each sleep (cxk_rpc_server_wait_idle): an
 // empty slot costs a name lookup (~1 us), so 64 bound it to a few % of a 1 ms sleep.
 constexpr uint32_t kScanPerSleep = 64;
@@ -83,10 +95,6 @@ bool good_name(const char *n) {
     return true;
 }
 
-std::string ring_name(const std::string &svc, uint32_t k, const char *what) {
-    return "rpc." + svc + "." + std::to_string(k) + "." + what;
-}
-
 // The server process is gone (same machine only; another machine's server is trusted to
 // close its service, or calls time out).
 bool server_gone(cxk_rpc_client *c) {
@@ -97,6 +105,7 @@ bool server_gone(cxk_rpc_client *c) {
 
 void drop_client(cxk_rpc_server *s, uint32_t k) {
     if (s->req[k]) cxk_ring_close(s->req[k]), s->req[k] = nullptr;
+    s->req_off[k] = s->req_gen[k] = 0;
     if (s->rep[k]) {
         cxk_ring_close(s->rep[k]);
         s->rep[k] = nullptr;
@@ -107,15 +116,43 @@ void drop_client(cxk_rpc_server *s, uint32_t k) {
     s->live_stale = true;
 }
 
+// Every kHolderCheckMs, one connected client: dropped when its request ring was destroyed
+// or replaced, or its holder is provably gone (then its slot is taken back where ours to).
+void check_holders(cxk_rpc_server *s) {
+    if (s->connected == 0) return;
+    const int64_t now = now_ms();
+    if (now < s->holder_ms) return;
+    s->holder_ms = now + kHolderCheckMs;
+    for (uint32_t i = 0; i < s->max_clients; ++i) {
+        uint32_t k = s->holder_k++ % s->max_clients;
+        if (!s->req[k]) continue;
+        if (cxk_obj_validate(s->pool, s->req_off[k], s->req_gen[k]) != 0) {
+            drop_client(s, k);
+        } else if (holder_dead(s->pool, s->name, k)) {
+            drop_client(s, k);
+            reclaim_if_dead(s->pool, s->name, k, s->host);
+        }
+        return;
+    }
+}
+
 // Look for one new client per call: its request ring exists, make its reply ring.
 void scan_clients(cxk_rpc_server *s) {
+    check_holders(s);
     uint32_t k = s->scan++ % s->max_clients;
     if (s->req[k]) return;
     std::string n = ring_name(s->name, k, "req");
     cxk_ring *r = nullptr;
     if (cxk_ring_open(s->pool, n.c_str(), CXK_RING_CONSUMER, &r)) return;
-    if (cxk_ring_payload_max(r) + CXK_RING_CELL_HDR != s->slot_bytes) {
-        cxk_ring_close(r);  // not made for this server's geometry
+    struct cxk_obj_stat st;
+    if (cxk_ring_payload_max(r) + CXK_RING_CELL_HDR != s->slot_bytes ||
+        cxk_obj_stat(s->pool, n.c_str(), &st) != 0 || st.off != cxk_ring_offset(r)) {
+        cxk_ring_close(r);  // not made for this server's geometry, or replaced just now
+        return;
+    }
+    if (holder_dead(s->pool, s->name, k)) {
+        cxk_ring_close(r);  // left by a client that died: take its slot back
+        reclaim_if_dead(s->pool, s->name, k, s->host);
         return;
     }
     std::string rn = ring_name(s->name, k, "rep");
@@ -126,6 +163,7 @@ void scan_clients(cxk_rpc_server *s) {
         return;
     }
     s->req[k] = r, s->rep[k] = rep;
+    s->req_off[k] = st.off, s->req_gen[k] = st.generation;
     ++s->connected;
     s->live_stale = true;
 }
@@ -145,9 +183,10 @@ int cxk_rpc_server_create(cxk_pool *p, const char *name, uint32_t max_clients,
     if (int rc = cxk_pool_stat(p, &ps)) return rc;
     auto *s = new (std::nothrow) cxk_rpc_server;
     if (!s) return -ENOMEM;
-    s->pool = p, s->name = name, s->max_clients = max_clients;
+    s->pool = p, s->name = name, s->max_clients = max_clients, s->host = ps.host_id;
     s->slot_bytes = slot_bytes, s->depth = depth;
     s->req.assign(max_clients, nullptr), s->rep.assign(max_clients, nullptr);
+    s->req_off.assign(max_clients, 0), s->req_gen.assign(max_clients, 0);
     cxk_spin_init(&s->spin);
     std::string srv = "rpc." + s->name + ".srv";
     struct cxk_obj_stat st;
@@ -189,9 +228,11 @@ int cxk_rpc_server_create(cxk_pool *p, const char *name, uint32_t max_clients,
 
 void cxk_rpc_server_close(cxk_rpc_server *s) {
     if (!s) return;
-    for (uint32_t k = 0; k < s->max_clients; ++k) drop_client(s, k);
+    // the service object goes first: a client that sees its reply ring closed then finds
+    // the server gone, not a server that dropped it for a corrupt ring
     std::string srv = "rpc." + s->name + ".srv";
     cxk_obj_destroy(s->pool, srv.c_str());
+    for (uint32_t k = 0; k < s->max_clients; ++k) drop_client(s, k);
     cxk_obj_close(s->pool, s->obj_off);
     delete s;
 }
@@ -241,8 +282,9 @@ int cxk_rpc_server_reply(cxk_rpc_server *s, uint32_t client, uint64_t id, int32_
     if (int rc = cxk_ring_reserve(r, &cell)) {
         // a client keeps at most depth requests outstanding and publishes its head before
         // one could need an unpublished cell (cxk_rpc_submit), so a full reply ring means the
-        // client broke the protocol: forget it rather than stop serving everyone else
-        if (rc != -EAGAIN) return rc;
+        // client broke the protocol: forget it rather than stop serving everyone else. A head
+        // outside its range (-EBADMSG: the client's or a corrupted word) is the same case.
+        if (rc != -EAGAIN && rc != -EBADMSG) return rc;
         drop_client(s, client);
         if (s->cur == int(client)) s->cur = -1;
         return -EPIPE;
@@ -264,6 +306,68 @@ int cxk_rpc_server_flush(cxk_rpc_server *s) {
 }  // extern "C"
 
 namespace {
+
+// Claim client slot k: our identity "rpc.<svc>.<k>.cli" (taking the slot back first when its
+// holder is provably gone), then our request ring. -EBUSY: held by a live or unprovable
+// holder; -EAGAIN: a dead holder's, being taken back by another process just now.
+int claim_slot(cxk_rpc_client *c, uint32_t k, const SrvHdr &h, uint32_t host) {
+    c->stale_gen = 0, c->stale_host = UINT32_MAX;
+    std::string cn = ring_name(c->name, k, "cli");
+    uint64_t off;
+    int rc = cxk_obj_create(c->pool, cn.c_str(), sizeof(CliHdr), &off);
+    if (rc == -EEXIST) {
+        const Reclaim r = reclaim_if_dead(c->pool, c->name, k, host);
+        if (r == Reclaim::contended) return -EAGAIN;
+        if (r == Reclaim::freed) rc = cxk_obj_create(c->pool, cn.c_str(), sizeof(CliHdr), &off);
+    }
+    if (rc == -EEXIST) return -EBUSY;
+    if (rc) return rc;
+    auto *id = reinterpret_cast<CliHdr *>(static_cast<uint8_t *>(cxk_pool_base(c->pool)) + off);
+    *id = CliHdr{kCliMagic, uint64_t(getpid()), boot_hash(), host, {}};
+    rc = cxk_obj_publish(c->pool, off, 0);
+    if (rc) {
+        cxk_obj_destroy(c->pool, cn.c_str()), cxk_obj_close(c->pool, off);
+        return rc;
+    }
+    c->cli_off = off, c->k = k;
+    // the reply ring an earlier holder of k had, until the server drops it, is not ours
+    std::string rn = ring_name(c->name, k, "rep");
+    struct cxk_obj_stat st;
+    if (cxk_obj_stat(c->pool, rn.c_str(), &st) == 0) c->stale_gen = st.generation, c->stale_host = st.host;
+    rn = ring_name(c->name, k, "req");
+    rc = cxk_ring_create(c->pool, rn.c_str(), h.slot_bytes, h.depth, CXK_RING_PRODUCER, &c->req);
+    // a request ring without a live identity: a client of an older library, or one being
+    // taken back; not ours to touch
+    return rc == -EEXIST ? -EBUSY : rc;
+}
+
+// Drop our identity (after our request ring: the order claim_slot makes them in reverse).
+void drop_identity(cxk_rpc_client *c) {
+    if (!c->cli_off) return;
+    std::string cn = ring_name(c->name, c->k, "cli");
+    cxk_obj_destroy(c->pool, cn.c_str());
+    cxk_obj_close(c->pool, c->cli_off);
+    c->cli_off = 0;
+}
+
+// Our reply ring: the one the server made for us, not one an earlier holder of the slot or a
+// dead server left. -EAGAIN: not there yet.
+int open_reply_ring(cxk_rpc_client *c) {
+    std::string rn = ring_name(c->name, c->k, "rep");
+    struct cxk_obj_stat st;
+    int rc = cxk_obj_stat(c->pool, rn.c_str(), &st);
+    if (rc == -ENOENT) return -EAGAIN;
+    if (rc) return rc;
+    if (st.state != CXK_OBJ_LIVE || (st.generation == c->stale_gen && st.host == c->stale_host))
+        return -EAGAIN;
+    rc = cxk_ring_open(c->pool, rn.c_str(), CXK_RING_CONSUMER, &c->rep);
+    if (rc == -ENOENT) return -EAGAIN;
+    if (rc == 0 && cxk_ring_offset(c->rep) != st.off) {  // replaced since the stat
+        cxk_ring_close(c->rep), c->rep = nullptr;
+        return -EAGAIN;
+    }
+    return rc;
+}
 
 // One try at connecting: open the service object, take a client slot, wait for the server to
 // make our reply ring. -EAGAIN: the object found belongs to a server that is gone (a new one
@@ -287,19 +391,20 @@ int connect_once(cxk_rpc_client *c, int64_t deadline) {
         return -EBADMSG;
     if (server_gone(c)) return -EAGAIN;  // a dead server's object, not yet replaced
     c->depth = h.depth;
+    struct cxk_pool_stat ps;
+    if ((rc = cxk_pool_stat(c->pool, &ps)) != 0) return rc;
     rc = -EBUSY;  // every client slot taken
-    for (uint32_t k = 0; k < h.max_clients && rc == -EBUSY; ++k) {
-        std::string rn = ring_name(c->name, k, "req");
-        rc = cxk_ring_create(c->pool, rn.c_str(), h.slot_bytes, h.depth, CXK_RING_PRODUCER,
-                             &c->req);
-        if (rc == -EEXIST) rc = -EBUSY;
-        else c->k = k;
+    bool contended = false;  // a dead holder's slot was being taken back by another process
+    for (uint32_t k = 0; k < h.max_clients && (rc == -EBUSY || rc == -EAGAIN); ++k) {
+        rc = claim_slot(c, k, h, ps.host_id);
+        if (rc == -EBUSY || rc == -EAGAIN) drop_identity(c);
+        contended |= rc == -EAGAIN;
     }
+    if ((rc == -EBUSY || rc == -EAGAIN) && contended) return -EAGAIN;  // try again: it frees
     if (rc) return rc;
-    std::string rn = ring_name(c->name, c->k, "rep");
     // the server makes our reply ring when it notices us
-    while ((rc = cxk_ring_open(c->pool, rn.c_str(), CXK_RING_CONSUMER, &c->rep)) != 0) {
-        if (rc != -ENOENT && rc != -EAGAIN) return rc;
+    while ((rc = open_reply_ring(c)) != 0) {
+        if (rc != -EAGAIN) return rc;
         if (now_ms() > deadline) return -ETIMEDOUT;
         if (server_gone(c)) return -EAGAIN;
         usleep(200);
@@ -316,6 +421,7 @@ void disconnect(cxk_rpc_client *c) {
         std::string rn = ring_name(c->name, c->k, "req");
         cxk_obj_destroy(c->pool, rn.c_str());
     }
+    drop_identity(c);
     if (c->srv_off) cxk_obj_close(c->pool, c->srv_off), c->srv_off = 0;
 }
 
@@ -355,6 +461,8 @@ void cxk_rpc_close(cxk_rpc_client *c) {
     disconnect(c);  // the server sees -EPIPE on our request ring and drops us
     delete c;
 }
+
+uint32_t cxk_rpc_client_slot(const cxk_rpc_client *c) { return c ? c->k : UINT32_MAX; }
 
 uint32_t cxk_rpc_payload_max(const cxk_rpc_client *c) {
     return c ? cxk_ring_payload_max(c->req) - uint32_t(sizeof(SlotHdr)) : 0;
@@ -424,6 +532,10 @@ int cxk_rpc_poll(cxk_rpc_client *c, uint64_t *id, int32_t *status, void *buf, ui
         rc = cxk_ring_peek(c->rep, &pl, &n, &kind);
         if (rc == -EAGAIN) return -EPIPE;
     }
+    // our reply ring closed by a server still there: it dropped us for what it read in our
+    // rings (a head outside its range, cells no correct client writes); the server closes
+    // its service object before its rings when it leaves
+    if (rc == -EPIPE && !server_gone(c)) return -EBADMSG;
     if (rc) return rc;
     SlotHdr h;
     if (n < sizeof h) return -EBADMSG;

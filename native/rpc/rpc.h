@@ -20,6 +20,20 @@ struct SrvHdr {
 };
 static_assert(sizeof(SrvHdr) == kLine, "one line");
 
+constexpr uint64_t kCliMagic = 0x31494c4343505243ull;  // "CRPCCLI1"
+
+// "rpc.<name>.<k>.cli": who holds client slot k, written by that client before it makes its
+// request ring, immutable afterwards; destroyed after the ring. A slot whose holder ran on
+// this boot and whose process has ended is taken back (by the server or a new client).
+struct CliHdr {
+    uint64_t magic;
+    uint64_t pid;
+    uint64_t boot;       // hash of the boot id: pid means something only on that machine
+    uint32_t host;
+    uint8_t pad[36];
+};
+static_assert(sizeof(CliHdr) == kLine, "one line");
+
 // The first bytes of every request and reply slot (ring payload).
 struct SlotHdr {
     uint64_t id;

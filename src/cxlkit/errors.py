@@ -137,14 +137,15 @@ class WindowRangeError(MsgError):
 
 
 class RpcError(MsgError):
-    """An RPC server answered a request with an error (its message says which)."""
+    """Every RPC failure: a server's error answer to a request (its message says which), or
+    one of the subclasses below."""
 
 
-class RpcServerLostError(MsgError, ConnectionError):
+class RpcServerLostError(RpcError, ConnectionError):
     """The RPC server is gone: closed its service, or its process ended."""
 
 
-class RpcTimeoutError(MsgError, TimeoutError):
+class RpcTimeoutError(RpcError, TimeoutError):
     """No RPC server answered in time (none running, or it is stuck)."""
 
 
@@ -204,3 +205,18 @@ class PoolHostStuckError(PoolError, TimeoutError):
     def __init__(self, host: int, message: str, filename: str | None = None) -> None:
         super().__init__(errno.ETIMEDOUT, message, filename)
         self.host = host
+
+
+# ---- RPC (cxlkit.rpc): every failure is an RpcError ---------------------------------------
+class RpcBusyError(RpcError):
+    """EBUSY: the service has a live server already, or every client slot is held by a live
+    client (slots of clients proven dead are taken back)."""
+
+
+class RpcCorruptError(RpcError):
+    """EBADMSG: a service object or a client's ring holds what no correct peer writes (a head
+    or cell outside its legal range); the message names the service and client slot."""
+
+
+class RpcPoolFullError(RpcError, PoolFullError):
+    """ENOSPC: no room in this host's partition of the pool for the service's objects."""

@@ -16,23 +16,31 @@ A method is named by a string (its number on the wire is the CRC-32 of the name)
 number (to talk to C servers). A handler takes the request bytes and returns a bytes-like
 object or None; an exception in it reaches the caller as RpcError with its text. Requests and
 replies are limited to `payload_max` bytes (slot_bytes less 32).
+
+Server and Client work on the caller's `pool` (its host id and handle): close them before
+the pool. Every failure is an RpcError (errors.py) naming the service, its pool and, for a
+client, its slot: RpcServerLostError, RpcTimeoutError, RpcBusyError, RpcCorruptError (a ring
+or service object holds what no correct peer writes), RpcPoolFullError. Serve threads still
+running at interpreter exit are stopped and joined there.
 """
 from __future__ import annotations
 
+import atexit
 import errno
 import hashlib
 import os
 import struct
 import threading
 import time
+import weakref
 import zlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import _native
-from .errors import MsgError, PeerLostError, RpcError, RpcServerLostError, RpcTimeoutError
+from .errors import (PeerLostError, RpcBusyError, RpcCorruptError, RpcError, RpcPoolFullError,
+                     RpcServerLostError, RpcTimeoutError)
 from ._waitpolicy import WaitPolicy, policy_arg
-from .msg import _private_pool_args
 from .pool import Pool, machine_tag
 
 __all__ = ["Client", "Server", "method_id"]
@@ -71,22 +79,55 @@ def _positive(label: str, v: int, *, power_of_two: bool = False, multiple: int =
     return v
 
 
-def _connect_error(e: OSError, name: str, what: str) -> OSError:
+_ERRORS: dict[int, tuple[type[RpcError], str]] = {
+    errno.EPIPE: (RpcServerLostError, "the server is gone (closed, or its process ended); "
+                                      "start a server and connect again"),
+    errno.EBUSY: (RpcBusyError, "every client slot is held by a live client (or one on "
+                                "another machine, whose end this one cannot prove); close "
+                                "one, or make the server with a larger max_clients"),
+    errno.EBADMSG: (RpcCorruptError, "the service's objects hold what no correct peer writes "
+                                     "(a ring head or cell outside its legal range); close "
+                                     "this end and connect again"),
+    errno.ENOSPC: (RpcPoolFullError, "no room in this host's partition of the pool for the "
+                                     "service's rings; close objects or use a larger pool"),
+}
+
+
+def _rpc_error(e: OSError, what: str, timeout_why: str = "no answer in time") -> OSError:
+    """The RpcError subclass for native error e, its message naming `what` (service, pool
+    and, for a client, its slot) and its filename the service. ValueError (a closed pool or
+    server) passes as it is."""
+    if isinstance(e, RpcError) or not isinstance(e, OSError):
+        return e
+    cls, why = _ERRORS.get(e.errno or 0, (RpcError, os.strerror(e.errno or 0)))
     if e.errno == errno.ETIMEDOUT:
-        return RpcTimeoutError(errno.ETIMEDOUT, f"service {name}: {what}", name)
-    if e.errno == errno.EPIPE:
-        return RpcServerLostError(errno.EPIPE, f"service {name}: the server is gone "
-                                               f"(closed, or its process ended)", name)
-    if e.errno == errno.EBADMSG:
-        return MsgError(errno.EBADMSG, f"service {name}: its server object is corrupt", name)
-    return e
+        cls, why = RpcTimeoutError, timeout_why
+    return cls(e.errno, f"{what}: {why}", e.filename)
+
+
+# Servers whose serve thread may be running: stopped and joined at interpreter exit, before
+# daemon threads are frozen (a thread that takes the GIL back from a native wait after that
+# is unwound through C++ frames, which aborts the process).
+_SERVING: weakref.WeakSet[Server] = weakref.WeakSet()
+_EXIT_JOIN_S = 5.0  # a serve loop sees stop() within one 100 ms wait slice or one handler
+
+
+@atexit.register
+def _stop_serving() -> None:
+    servers = list(_SERVING)
+    for srv in servers:
+        srv._s.stop()
+    for srv in servers:
+        t = srv._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(_EXIT_JOIN_S)
 
 
 class Server:
     """The server of service `name` on `pool`. Up to max_clients clients at once, each with
     depth requests in flight; slot_bytes (a multiple of 64, >= 128) bounds one request or
     reply. An earlier server of the same name on this host whose process is gone is
-    replaced; a live one makes this raise MsgError (EBUSY). One thread serves at a time.
+    replaced; a live one makes this raise RpcBusyError (EBUSY). One thread serves at a time.
     Waiting for requests polls under `wait` (a WaitPolicy; default WaitPolicy.default()):
     an idle server ends up sleeping between polls."""
 
@@ -101,15 +142,18 @@ class Server:
         if slot_bytes < 128:
             raise ValueError(f"slot_bytes {slot_bytes}: at least 128")
         _positive("depth", depth, power_of_two=True)
-        paths, host, tag, coh = _private_pool_args(pool)
+        if not isinstance(pool, Pool):
+            raise TypeError(f"pool {pool!r}: expected a cxlkit.Pool")
+        self.pool = pool
+        self._what = f"service {name} on pool {pool.path}"
         try:
-            self._s = _native.RpcServer(paths, host, tag, coh, name, max_clients, slot_bytes,
-                                        depth)
+            self._s = _native.RpcServer(pool, name, max_clients, slot_bytes, depth)
         except OSError as e:
             if e.errno in (errno.EBUSY, errno.EEXIST):
-                raise MsgError(errno.EBUSY, f"service {name}: a server is running (a live "
-                                            f"process, or one of another host)", name) from None
-            raise
+                raise RpcBusyError(errno.EBUSY, f"{self._what}: a server is running (a live "
+                                                f"process, or one of another host); stop it "
+                                                f"or use another name", name) from None
+            raise _rpc_error(e, self._what) from None
         self._s.set_wait(*wait_args)
         self._handlers: dict[int, tuple[str, Handler]] = {}
         self._thread: threading.Thread | None = None
@@ -167,7 +211,10 @@ class Server:
                         f"{self.payload_max}").encode()
             except Exception as e:  # the caller gets it; the server goes on
                 status, out = -errno.EREMOTEIO, f"{entry[0]}: {type(e).__name__}: {e}".encode()
-        self._s.reply(client, rid, status, out[:self.payload_max])  # -EPIPE: the client left
+        try:  # -EPIPE: the client left, or its ring was corrupt and it was dropped
+            self._s.reply(client, rid, status, out[:self.payload_max])
+        except OSError as e:
+            raise _rpc_error(e, f"{self._what} client slot {client}") from None
         self.handled += 1
 
     def serve(self, *, timeout: float | None = None, max_requests: int | None = None) -> int:
@@ -181,7 +228,10 @@ class Server:
         while max_requests is None or n < max_requests:
             # wait in slices so that signals (KeyboardInterrupt) are seen
             wait = 100 if idle_ms is None else min(100, idle_ms)
-            q = self._s.next(wait)
+            try:
+                q = self._s.next(wait)
+            except OSError as e:
+                raise _rpc_error(e, self._what) from None
             if q is None:
                 if self._s.stopping:
                     break
@@ -194,7 +244,10 @@ class Server:
             self._answer(*q)
             n += 1
         if not self._s.closed:
-            self._s.flush()
+            try:
+                self._s.flush()
+            except OSError as e:
+                raise _rpc_error(e, self._what) from None
         return n
 
     def serve_in_thread(self) -> threading.Thread:
@@ -203,6 +256,7 @@ class Server:
             raise RuntimeError(f"service {self.name}: already served by a thread")
         self._s.resume()
         self._thread = threading.Thread(target=self.serve, name=f"rpc-{self.name}", daemon=True)
+        _SERVING.add(self)
         self._thread.start()
         return self._thread
 
@@ -212,6 +266,7 @@ class Server:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
             self._thread = None
+            _SERVING.discard(self)
 
     def close(self) -> None:
         """Stop serving and remove the service's objects; clients' calls then fail with
@@ -242,14 +297,15 @@ class Client:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or \
                 not 0 < timeout <= 86400:
             raise ValueError(f"timeout {timeout!r}: expected seconds in (0, 86400]")
-        paths, host, tag, coh = _private_pool_args(pool)
+        if not isinstance(pool, Pool):
+            raise TypeError(f"pool {pool!r}: expected a cxlkit.Pool")
+        self.pool = pool
+        self._what = f"service {name} on pool {pool.path}"
         try:
-            self._c = _native.RpcClient(paths, host, tag, coh, name, max(1, int(timeout * 1000)))
+            self._c = _native.RpcClient(pool, name, max(1, int(timeout * 1000)))
         except OSError as e:
-            if e.errno == errno.EBUSY:
-                raise MsgError(errno.EBUSY, f"service {name}: every client slot is taken",
-                               name) from None
-            raise _connect_error(e, name, f"no server answered within {timeout} s") from None
+            raise _rpc_error(e, self._what, f"no server answered within {timeout} s") from None
+        self._what += f" client slot {self._c.slot}"
         self._c.set_wait(*wait_args)
 
     @property
@@ -271,14 +327,14 @@ class Client:
     def _result(self, method: str | int, status: int, reply: bytes) -> bytes:
         if status < 0:
             text = reply.decode(errors="replace") or "error"
-            raise RpcError(-status, f"service {self.name} method {method!r}: {text}", self.name)
+            raise RpcError(-status, f"{self._what} method {method!r}: {text}", self.name)
         return reply
 
     def _native_call(self, fn: Callable[..., Any], *args: Any) -> Any:
         try:
             return fn(*args)
         except OSError as e:
-            raise _connect_error(e, self.name, "no reply in time") from None
+            raise _rpc_error(e, self._what, "no reply in time") from None
 
     def wake_stats(self) -> dict[str, int | bool]:
         """The same-host wake-up's counters of this client's reply ring (as
@@ -352,9 +408,8 @@ def arrival_rank(pool: Pool, job: str, size: int, wait_s: float) -> tuple[int, S
     while True:
         try:
             return 0, _serve_ranks(pool, name, job, size)
-        except MsgError as e:
-            if e.errno != errno.EBUSY:
-                raise
+        except RpcBusyError:
+            pass
         left = deadline - time.monotonic()
         try:  # another process serves: ask it
             with Client(pool, name, timeout=max(0.05, left)) as c:

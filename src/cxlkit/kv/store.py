@@ -30,7 +30,7 @@ COHERENCE = {"host": 0, "none": 1, "sim": 2}
 HDR_BYTES = 128  # CXK_KV_HDR_BYTES: the block header before the image
 NT_MIN_BLOCK_BYTES = 64 << 10  # auto streaming stores from this block image size on
 STAT_FIELDS = ("lookups", "hits", "misses", "puts", "put_skipped", "bytes_in", "bytes_out",
-               "evictions", "load_errors", "put_errors")
+               "evictions", "load_errors", "put_errors", "unverifiable")
 _STATS_PREFIX = "kv.stats.h"
 COUNTERS_WAIT_S = 1.0  # how long a store waits for another process of its host to publish them
 
@@ -47,6 +47,7 @@ class KVStats:
     evictions: int = 0
     load_errors: int = 0  # get: a block that was found but failed to load (stale/corrupt)
     put_errors: int = 0   # put: blocks not stored for lack of room or another error
+    unverifiable: int = 0  # get with checksum=True: a block put without one (not loaded)
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -107,6 +108,23 @@ def _counters(pool: Pool, name: str, nbytes: int) -> PoolObject:
     raise PoolError(errno.EBUSY, "other processes kept creating and removing it", name)
 
 
+# How a get stopped: every key loaded, or the first key not loaded and why.
+_STOPS = {-errno.ENOENT: "miss", -errno.EAGAIN: "miss", -errno.ESTALE: "stale",
+          -errno.EBADMSG: "corrupt", -errno.ENODATA: "unverifiable"}
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What Store.load did: `loaded` leading blocks are in the engine; `stop` says why the
+    next one is not: "complete" (none left), "miss" (absent or not yet published), "stale"
+    (replaced while copied), "corrupt" (header or checksum mismatch), "unverifiable" (this
+    store verifies checksums and the block was put without one), or "error"; `key` is
+    that block's key (None when complete)."""
+    loaded: int
+    stop: str
+    key: bytes | None = None
+
+
 class Store:
     """KV blocks of one model (layout + namespace) in a pool.
 
@@ -115,7 +133,10 @@ class Store:
     create/size (bytes or "64M")/host_id/coherence open it;
     host_id None means CXLKIT_HOST_ID, else this machine's slot (DESIGN: derived id).
     checksum: record a checksum with every block and verify it on every get (costs one pass
-    over the image on put; on get it is folded into the copy)."""
+    over the image on put; on get it is folded into the copy). A block put by a store
+    without checksum has none to verify: a checksum=True store does not load it, counts it
+    in stats.unverifiable, logs it, and load() says "unverifiable" (open every store of a
+    namespace with the same checksum setting)."""
 
     def __init__(self, pool: Any, layout: BlockLayout, *, namespace: str = "default",
                  checksum: bool = False, capacity_bytes: int | None = None,
@@ -249,19 +270,33 @@ class Store:
 
     def get(self, keys: Sequence[bytes], dest: EngineTensors, block_ids: Sequence[int]) -> int:
         """Load the leading blocks keys[0..k) into dest's block_ids; returns k. Blocks after k
-        (a miss, or one that failed validation) are untouched or garbage: recompute them."""
+        (a miss, or one that failed validation) are untouched or garbage: recompute them.
+        load() says why block k was not loaded."""
+        return self.load(keys, dest, block_ids).loaded
+
+    def load(self, keys: Sequence[bytes], dest: EngineTensors,
+             block_ids: Sequence[int]) -> LoadResult:
+        """As get, with why the loading stopped (LoadResult)."""
         names, ids = self._check(keys, dest, block_ids)
         flags = (_native.KV_CHECKSUM if self.checksum else 0) | (
             _native.KV_INVALIDATE if self._nc else 0)
         n, status = self._batch(_native.kv_get, dest.plan, names, [bytes(k) for k in keys],
                                 ids, flags)
         self._recency.touch(keys[:n])
-        failed = n < len(names) and status[n] not in (-errno.ENOENT, -errno.EAGAIN)
-        if failed:
+        if n == len(names):
+            self._count(lookups=len(names), hits=n, bytes_out=n * self.layout.nbytes)
+            return LoadResult(n, "complete")
+        stop = _STOPS.get(status[n], "error")
+        if stop == "unverifiable":
+            log.warning("kv get %s: put without a checksum, and this store verifies them "
+                        "(checksum=True): not loaded; open the storing side with "
+                        "checksum=True too", names[n])
+        elif stop != "miss":
             log.warning("kv get %s: %s (treated as a miss)", names[n], os.strerror(-status[n]))
-        self._count(lookups=len(names), hits=n, misses=int(n < len(names)),
-                    bytes_out=n * self.layout.nbytes, load_errors=int(failed))
-        return n
+        self._count(lookups=len(names), hits=n, misses=1, bytes_out=n * self.layout.nbytes,
+                    load_errors=int(stop not in ("miss", "unverifiable")),
+                    unverifiable=int(stop == "unverifiable"))
+        return LoadResult(n, stop, bytes(keys[n]))
 
     def lookup(self, keys: Sequence[bytes]) -> int:
         """Number of leading keys whose blocks are in the pool now (they may be evicted later:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import abc
 import errno
+import os
 import resource
 import struct
 import time
@@ -65,6 +66,24 @@ def typed(e: OSError, path: str, subgroup: int | None) -> SubgroupError:
            errno.ENOENT: PathVanishedError, errno.ESTALE: PathVanishedError}.get(
         e.errno or 0, PathIOError)
     return cls(e.errno or errno.EIO, e.strerror or str(e), path, subgroup)
+
+
+def _same_file(fd: int, path: str) -> bool:
+    """fd is the file at path now (not one removed or replaced since it was opened)."""
+    try:
+        a, b = os.fstat(fd), os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _lock_moved(fd: int, path: str) -> bool:
+    """The lock that counts is another file than fd's: fd's was removed (by a closing store)
+    or replaced. Not when path's directory is gone too: nobody can open a lock there, and
+    the data path reports the loss."""
+    if os.path.exists(path):
+        return not _same_file(fd, path)
+    return os.path.isdir(os.path.dirname(path) or ".")
 
 
 def checksum(buf: Any) -> int:
@@ -259,18 +278,21 @@ class SpillPath(abc.ABC):
         if self.lock_mode == "off":
             return True
         if self._lock_depth == 0:
-            if self._lock_fd < 0:
-                lp = self._lock_path()
-                if lp is None:
-                    return True
-                try:
-                    self._lock_fd, _ = aio.open_file(lp, write=True, create=True,
-                                                     direct=False)
-                except OSError as e:
-                    raise typed(e, lp, None) from None
+            lp = self._lock_path()
+            if lp is None:
+                return True
             t0 = time.perf_counter()
             try:
-                aio.lock_file(self._lock_fd, self.lock_mode, wait=wait, what=self.name)
+                while True:
+                    if self._lock_fd < 0:
+                        self._lock_fd = self._open_lock(lp)
+                    aio.lock_file(self._lock_fd, self.lock_mode, wait=wait, what=self.name)
+                    if not _lock_moved(self._lock_fd, lp):
+                        break
+                    # a closing store removed the file after we opened it (close): the lock
+                    # that counts is the one of the file at the path now
+                    aio.close_file(self._lock_fd)
+                    self._lock_fd = -1
             except BlockingIOError:
                 return False
             finally:
@@ -278,6 +300,30 @@ class SpillPath(abc.ABC):
             self.lock_acquired += 1
         self._lock_depth += 1
         return True
+
+    def _open_lock(self, lp: str) -> int:
+        try:
+            return aio.open_file(lp, write=True, create=True, direct=False)[0]
+        except OSError as e:
+            raise typed(e, lp, None) from None
+
+    def _drop_lock_file(self) -> None:
+        """Remove the lock file when no other process holds its lock: taken exclusive without
+        waiting, it is unlinked while held, so a store that opened it before then finds (once
+        it holds the lock) that it is no longer the file at the path and opens that one
+        (acquire). A lock another process holds is left as it is."""
+        lp = self._lock_path()
+        if lp is None or self.lock_mode == "off":
+            return
+        try:
+            aio.lock_file(self._lock_fd, "exclusive", wait=False, what=self.name)
+        except BlockingIOError:
+            return
+        if _same_file(self._lock_fd, lp):
+            try:
+                os.unlink(lp)
+            except FileNotFoundError:
+                pass
 
     def _unlock(self) -> None:
         if self.lock_mode == "off" or self._lock_depth == 0:
@@ -365,8 +411,11 @@ class SpillPath(abc.ABC):
 
     def close(self) -> None:
         if self._lock_fd >= 0:
-            aio.close_file(self._lock_fd)
-            self._lock_fd = -1
+            try:
+                self._drop_lock_file()
+            finally:
+                aio.close_file(self._lock_fd)  # releases the lock
+                self._lock_fd = -1
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
