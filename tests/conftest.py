@@ -56,6 +56,16 @@ def pool_path(tmp_path):
         p.unlink(missing_ok=True)
 
 
+@pytest.fixture(scope="session")
+def wchan():
+    """Skips a test that watches another process's thread fall asleep (tests/sleepers.py)
+    where the kernel does not name the futex wait in /proc/<pid>/task/<tid>/wchan."""
+    from sleepers import futex_sleeps_visible
+
+    if not futex_sleeps_visible():
+        pytest.skip("/proc/<pid>/task/<tid>/wchan does not name a futex wait on this kernel")
+
+
 @pytest.fixture
 def memory_nodes() -> list[int]:
     return topology.memory_nodes()

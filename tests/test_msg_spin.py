@@ -3,8 +3,8 @@ same-host wake-up: a rank blocked in a receive on coherence "host" sleeps in a f
 its peers' rings and is woken by the send. The sender sends only once it sees the receiver's
 thread asleep (/proc/<pid>/task/<pid>/wchan: in the futex, or on the timer for coherence
 "none"), so every round has a sleep for the send to end: each such sleep must end woken,
-where a lost wake-up would leave it to the futex safety net (set to 1 s, its maximum). Both ranks
-pinned to one CPU (os.sched_setaffinity) finish their round trips with their spins yielding
+where a lost wake-up would leave it to the futex safety net (set to 1 s, its maximum). Both
+ranks pinned to one CPU (os.sched_setaffinity) finish their round trips with their spins yielding
 (the time they take is bench/osu/spin_ab.sh's to show)."""
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from functools import partial
 import pytest
 
 from msg_ranks import make_pool, run_ranks
+from sleepers import FUTEX, TIMED, wait_asleep
 
 ROUNDS = 20
 
@@ -24,50 +25,6 @@ ROUNDS = 20
 def safety_net(monkeypatch):
     # read by the library at each futex sleep; the forked ranks inherit it
     monkeypatch.setenv("CXLKIT_MSG_WAKE_US", "1000000")
-
-
-def _sleeping_in(tid: int, pid: int) -> str:
-    """The kernel function a sleeping thread waits in ("" while it runs)."""
-    with open(f"/proc/{pid}/task/{tid}/stat") as f:
-        state = f.read().rsplit(")", 1)[1].split()[0]
-    if state != "S":
-        return ""
-    with open(f"/proc/{pid}/task/{tid}/wchan") as f:
-        return f.read()
-
-
-def wait_asleep(pid: int, where: str, bound_s: float = 30.0) -> None:
-    """Until pid's main thread sleeps in a kernel function named with `where` ("futex",
-    "sleep"); AssertionError after bound_s (it never went to sleep there)."""
-    deadline = time.monotonic() + bound_s
-    while where not in _sleeping_in(pid, pid):
-        assert time.monotonic() < deadline, f"pid {pid} not asleep in {where} after {bound_s} s"
-        time.sleep(0.0002)  # a poll interval: the receiver's sleep lasts until our send
-
-
-def wchan_shows_futex_sleeps() -> bool:
-    """Whether this kernel names a futex wait in /proc/.../wchan (it may hide it: "0")."""
-    import threading
-
-    ev = threading.Event()
-    t = threading.Thread(target=ev.wait)
-    t.start()
-    try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if "futex" in _sleeping_in(t.native_id, os.getpid()):
-                return True
-            time.sleep(0.001)
-        return False
-    finally:
-        ev.set()
-        t.join()
-
-
-@pytest.fixture(scope="module")
-def wchan():
-    if not wchan_shows_futex_sleeps():
-        pytest.skip("/proc/<pid>/task/<tid>/wchan does not name the futex wait here")
 
 
 def swap_pids(comm) -> int:
@@ -83,7 +40,7 @@ def swap_pids(comm) -> int:
     return struct.unpack("<q", buf)[0]
 
 
-def _after_silence(comm, where: str):
+def _after_silence(comm, where: tuple[str, ...]):
     peer_pid = swap_pids(comm)
     peer = 1 - comm.rank
     buf = bytearray(8)
@@ -109,7 +66,7 @@ def delta(after: dict, before: dict) -> dict:
 def test_a_receive_after_silence_sleeps_in_the_futex_and_is_woken_by_the_send(
         pool_path, safety_net, wchan):
     make_pool(pool_path, 2, "host")
-    (s0, w0), (s1, w1) = run_ranks(pool_path, 2, partial(_after_silence, where="futex"),
+    (s0, w0), (s1, w1) = run_ranks(pool_path, 2, partial(_after_silence, where=FUTEX),
                                    coherence="host", timeout=120)
     assert w0["enabled"] and w1["enabled"]
     # rank 1 was seen asleep in a futex wait before each send, and each send woke it: a
@@ -126,7 +83,7 @@ def test_a_receive_after_silence_sleeps_in_the_futex_and_is_woken_by_the_send(
 
 def test_a_comm_on_coherence_none_keeps_timed_sleeps(pool_path, wchan):
     make_pool(pool_path, 2, "none")
-    (s0, w0), (s1, w1) = run_ranks(pool_path, 2, partial(_after_silence, where="sleep"),
+    (s0, w0), (s1, w1) = run_ranks(pool_path, 2, partial(_after_silence, where=TIMED),
                                    coherence="none", timeout=120)
     assert not w0["enabled"] and not w1["enabled"]
     assert w1["futex_waits"] == 0 and w0["wakes_sent"] == 0
@@ -169,7 +126,7 @@ def _barrier_after_silence(comm):
     before = comm.wake_stats()
     for _ in range(ROUNDS):
         if comm.rank == 1:
-            wait_asleep(peer_pid, "futex")  # rank 0 waits in the barrier past its spin, asleep
+            wait_asleep(peer_pid, FUTEX)  # rank 0 waits in the barrier past its spin, asleep
         comm.barrier()
     after = comm.wake_stats()
     return {k: after[k] - before[k] for k in ("futex_waits", "woken", "timeouts")}
