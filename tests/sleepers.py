@@ -12,6 +12,7 @@ import time
 FUTEX = ("futex",)
 TIMED = ("sleep",)  # nanosleep's hrtimer wait
 ANY_SLEEP = ("futex", "sleep")  # a futex wait or a timed sleep (nanosleep's hrtimer)
+LOCK_WAIT = ("setlk", "lock_inode_wait")  # a blocking fcntl lock (by kernel version)
 
 
 def sleeping_in(pid: int, tid: int | None = None) -> str:
