@@ -8,6 +8,7 @@ import contextlib
 import io
 import runpy
 import sys
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -34,7 +35,8 @@ def load(script: str) -> ModuleType:
 
 def run(script: str, *args: str) -> Result:
     """`python bench/<script> args...` in this process: the exit status as the interpreter
-    gives it (sys.exit("why"): 1 with "why" on stderr), torch's thread count restored."""
+    gives it (sys.exit("why") or an uncaught exception: 1 with the why or the traceback on
+    stderr), torch's thread count restored."""
     torch = sys.modules.get("torch")
     threads = torch.get_num_threads() if torch else None
     out, err = io.StringIO(), io.StringIO()
@@ -51,6 +53,9 @@ def run(script: str, *args: str) -> Result:
                     rc = 1
                 else:
                     rc = e.code or 0
+            except Exception:  # as the interpreter ends on one: the traceback, status 1
+                traceback.print_exc()
+                rc = 1
     finally:
         sys.argv = argv
         torch = sys.modules.get("torch")
