@@ -37,7 +37,10 @@ def run(script: str, *args: str) -> Result:
     """`python bench/<script> args...` in this process: the exit status as the interpreter
     gives it (sys.exit("why") or an uncaught exception: 1 with the why or the traceback on
     stderr), torch's thread count restored."""
-    torch = sys.modules.get("torch")
+    try:  # loaded first, so that the thread count the script may change is known
+        import torch
+    except ImportError:
+        torch = None
     threads = torch.get_num_threads() if torch else None
     out, err = io.StringIO(), io.StringIO()
     argv = sys.argv
@@ -58,7 +61,6 @@ def run(script: str, *args: str) -> Result:
                 rc = 1
     finally:
         sys.argv = argv
-        torch = sys.modules.get("torch")
-        if torch is not None and threads is not None:
+        if torch is not None:
             torch.set_num_threads(threads)
     return Result(rc, out.getvalue(), err.getvalue())
