@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 BUILD_DEPS := 'scikit-build-core>=0.10' 'nanobind>=2.4' ninja 'cmake>=3.18'
 RUN_DEPS := numpy typer rich matplotlib pytest hypothesis torch==2.13.0 transformers accelerate
 
-.PHONY: all venv deps build ctest ctest-asan pytest test demo clean test-vm test-engines
+.PHONY: all venv deps build ctest ctest-asan pytest test demo clean test-vm test-engines bench
 all: build
 
 $(VPY):
@@ -74,6 +74,12 @@ pytest: build
 
 test: build ctest ctest-asan release-check pytest
 
+# The benchmark scripts' full runs and every performance claim (ratios, rates, times): the
+# bench-marked tests, out of `make test` (whose suite runs each script on tiny inputs). Their
+# figures depend on the machine and its load: run it on a quiet machine.
+bench: build
+	$(VPY) -m pytest -q -m bench $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
 demo: build
 	$(VENV)/bin/cxlkit demo
 
@@ -103,6 +109,6 @@ SIM_TESTS ?= tests/test_pool.py tests/test_kv_store.py tests/test_msg_ring.py te
 SIM_DESELECT ?= --deselect tests/test_msg.py::test_ranks_by_arrival_through_the_bootstrap_rpc_service
 test-sim: build
 	for s in $(SIM_SEEDS); do $(VPY) -m pytest -q --coherence-sim --sim-seed $$s $(SIM_TESTS) $(SIM_DESELECT) \
-	  || exit 1; done
+	  || [ $$? -eq 5 ] || exit 1; done
 
 test: test-sim

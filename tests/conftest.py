@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 
 
+
 @pytest.fixture
 def shm_dir():
     """A private directory on tmpfs at /dev/shm (the mapped spill path's filesystem), removed
@@ -55,6 +56,16 @@ def pool_path(tmp_path):
         p.unlink(missing_ok=True)
 
 
+@pytest.fixture(scope="session")
+def wchan():
+    """Skips a test that watches another process's thread fall asleep (tests/sleepers.py)
+    where the kernel does not name the futex wait in /proc/<pid>/task/<tid>/wchan."""
+    from sleepers import futex_sleeps_visible
+
+    if not futex_sleeps_visible():
+        pytest.skip("/proc/<pid>/task/<tid>/wchan does not name a futex wait on this kernel")
+
+
 @pytest.fixture
 def memory_nodes() -> list[int]:
     return topology.memory_nodes()
@@ -80,6 +91,27 @@ def make_sysfs(root: Path, *, nodes: str = "0-1", weights: dict[int, int] | None
     return root
 
 
+# ---- Hypothesis profiles -----------------------------------------------------------------
+# "ci" (the default): the same examples on every run (derandomize: a failure reproduces on
+# the next run and on every machine), 50 examples for a test that names no max_examples,
+# no deadline (an example slowed by a loaded machine is not a failure) and no example
+# database (nothing written into the tree). "dev": fresh random examples each run, 500 for a
+# test that names no max_examples, the database kept for replaying failures:
+#     HYPOTHESIS_PROFILE=dev .venv/bin/python -m pytest tests/test_policy.py
+# A test's own @settings(max_examples=...) holds under both profiles. Loaded at configure
+# time, before the test modules' @settings take their defaults from it; skipped where
+# Hypothesis is absent or its plugin is off (the DeepSpeed environment, the vm guests).
+def _load_hypothesis_profile(config) -> None:
+    if not config.pluginmanager.has_plugin("hypothesispytest"):
+        return
+    from hypothesis import settings
+
+    settings.register_profile("ci", derandomize=True, max_examples=50, deadline=None,
+                              database=None, print_blob=True)
+    settings.register_profile("dev", max_examples=500, deadline=None, print_blob=True)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
 # ---- issue 16: run the suite under the non-coherence simulator ---------------------------
 # `pytest --coherence-sim [--sim-seed N]` (or CXLKIT_TEST_COHERENCE=sim) opens every pool whose
 # test does not name a coherence with coherence="sim": each host id on a simulated cache of its
@@ -91,6 +123,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    _load_hypothesis_profile(config)
     if config.getoption("--coherence-sim") or os.environ.get("CXLKIT_TEST_COHERENCE") == "sim":
         import tempfile
 

@@ -1,6 +1,8 @@
-"""bench/adam_e2e.py runs end to end (tiny sizes, one round): one JSON line per configuration
-with the step times of every implementation, the paired ratios and the bound; without
-DeepSpeed in the environment the line says why its column is missing."""
+"""bench/adam_e2e.py: in the default suite, tiny runs in this process (a configuration's
+child at 2K params and one round, the parent's loop over configurations with the children
+stood in for, the summary); one JSON line per configuration with the step times of every
+implementation, the paired ratios and the bound; without DeepSpeed in the environment the
+line says why its column is missing. Its full runs, children and all, are bench-marked."""
 from __future__ import annotations
 
 import json
@@ -10,9 +12,67 @@ import sys
 
 import pytest
 
+import bench_inproc
+
 BENCH = pathlib.Path(__file__).parent.parent / "bench" / "adam_e2e.py"
 
 
+def check_line(d: dict, params: int, threads: int, model: str) -> None:
+    """A configuration's line: its keys and what they say, not its figures."""
+    assert (d["params"], d["threads"], d["model"]) == (params, threads, model)
+    assert d["bytes_per_param"] == (30 if model == "bf16" else 28)
+    assert {"cxlkit", "torch_fused", "bound", "stream", "bound_mul"} <= set(d["ms"])
+    assert set(d["ms_spread"]) == set(d["ms"])
+    assert ("cxlkit_pinned" in d["ms"]) == (threads > 1)
+    for k in ("vs_torch_fused", "pct_of_bound", "bound_gbs", "pct_of_stream", "cxlkit_gbs"):
+        assert isinstance(d[k], float), k
+    assert "deepspeed" in d["ms"] or "deepspeed_error" in d
+
+
+def child_line(*args: str) -> dict:
+    r = bench_inproc.run("adam_e2e.py", "--child", "--reps", "1", *args)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (d,) = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    return d
+
+
+@pytest.mark.parametrize("model, threads", [("fp32", "1"), ("bf16", "2")])
+def test_adam_e2e_child_prints_its_configurations_line(model, threads, tmp_path):
+    d = child_line("--size", "2K", "--threads", threads, "--model", model)
+    check_line(d, 2000, int(threads), model)
+    assert d["omp_wait_policy"] == "default" and d["reps"] == 1 and d["thp_move"] is True
+    path = tmp_path / "run.jsonl"
+    path.write_text(json.dumps(d) + "\n")
+    table = bench_inproc.run("adam_e2e.py", "--summary", str(path), str(path))
+    assert table.returncode == 0, table.stderr
+    (row,) = [x for x in table.stdout.splitlines() if x.startswith("| default")]
+    assert row.split(" | ")[:4] == ["| default", "2K", threads, model]
+    assert f"{d['pct_of_bound']:.2f}, {d['pct_of_bound']:.2f}" in row
+
+
+def test_adam_e2e_runs_a_child_per_configuration_in_order(monkeypatch):
+    # the children stood in for: each records its argv and OpenMP wait policy
+    mod = bench_inproc.load("adam_e2e.py")
+    seen = []
+
+    def child(cmd, env):
+        i = cmd.index
+        seen.append((env.get("OMP_WAIT_POLICY", "default"), cmd[i("--size") + 1],
+                     cmd[i("--threads") + 1], cmd[i("--model") + 1],
+                     "--no-pinned" in cmd, "--no-thp-move" in cmd))
+        assert cmd[:3] == [sys.executable, mod.__file__, "--child"]
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(mod.subprocess, "run", child)
+    monkeypatch.setattr(sys, "argv", [str(BENCH), "--sizes", "1K,2K", "--threads", "2",
+                                      "--models", "fp32,bf16", "--omp", "default,passive",
+                                      "--no-pinned"])
+    mod.main()
+    assert seen == [(w, s, "2", m, True, False) for w in ("default", "PASSIVE")
+                    for s in ("1K", "2K") for m in ("fp32", "bf16")]
+
+
+@pytest.mark.bench
 @pytest.mark.slow  # a child process per configuration, each importing torch
 def test_adam_e2e_bench_prints_one_line_per_configuration(tmp_path):
     r = subprocess.run([sys.executable, str(BENCH), "--sizes", "200K", "--threads", "2",
@@ -24,13 +84,9 @@ def test_adam_e2e_bench_prints_one_line_per_configuration(tmp_path):
     assert [(d["omp_wait_policy"], d["threads"], d["model"]) for d in lines] == [
         (w, 2, m) for w in ("default", "PASSIVE") for m in ("fp32", "bf16")]
     for d in lines:
-        assert d["params"] == 200_000 and d["bytes_per_param"] == (30 if d["model"] == "bf16"
-                                                                  else 28)
-        assert {"cxlkit", "torch_fused", "bound"} <= set(d["ms"])
-        assert ("cxlkit_pinned" in d["ms"]) == (d["threads"] > 1)
+        check_line(d, 200_000, 2, d["model"])
         assert d["vs_torch_fused"] > 0 and d["pct_of_bound"] > 0 and d["bound_gbs"] > 0
-        assert d["pct_of_stream"] > 0 and {"stream", "bound_mul"} <= set(d["ms"])
-        assert "deepspeed" in d["ms"] or "deepspeed_error" in d
+        assert d["pct_of_stream"] > 0
     runs = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
     for path in runs:
         path.write_text(r.stdout)
@@ -45,18 +101,13 @@ def test_adam_e2e_bench_prints_one_line_per_configuration(tmp_path):
 
 
 def test_adam_e2e_bench_rejects_an_unknown_wait_policy():
-    r = subprocess.run([sys.executable, str(BENCH), "--omp", "turbo", "--sizes", "1K"],
-                       capture_output=True, text=True, timeout=60)
+    r = bench_inproc.run("adam_e2e.py", "--omp", "turbo", "--sizes", "1K")
     assert r.returncode != 0 and "turbo" in r.stderr
 
 
 def load_bench():
     """bench/adam_e2e.py as a module (it is a script, not a package)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("adam_e2e", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_inproc.load("adam_e2e.py")
 
 
 def write_runs(tmp_path, runs: list[dict]) -> list[str]:
@@ -122,21 +173,56 @@ def test_adam_e2e_bench_reports_a_failed_configuration_and_goes_on():
 PHASES = BENCH.parent / "adam_phases.py"
 
 
-@pytest.mark.parametrize("team", ["auto", "2"])
-def test_adam_phases_bench_splits_the_step_into_native_and_python(team):
-    r = subprocess.run([sys.executable, str(PHASES), "--size", "50K", "--threads", "2",
-                        "--reps", "2", "--tensors", "3", "--team", team],
-                       capture_output=True, text=True, timeout=300)
+@pytest.mark.parametrize("team, fwd", [("auto", "--no-fwd"), ("2", "")])
+def test_adam_phases_bench_splits_the_step_into_native_and_python(team, fwd, monkeypatch):
+    from cxlkit.train import adam as A
+    monkeypatch.setattr(A, "step_raw", A.step_raw)  # the script wraps it with a timer
+    r = bench_inproc.run("adam_phases.py", "--size", "20K", "--threads", "2", "--reps", "1",
+                         "--tensors", "3", "--team", team, *filter(None, [fwd]))
     assert r.returncode == 0, r.stderr[-2000:]
     d = json.loads(r.stdout.strip().splitlines()[-1])
-    assert (d["params"], d["tensors"], d["team"]) == (50_000, 3, team)
+    assert (d["params"], d["tensors"], d["team"], d["fwd"]) == (20_000, 3, team, not fwd)
     ms = d["ms"]
     assert set(ms) == {"cxlkit", "cxlkit_native", "cxlkit_python", "torch_fused",
                        "cxlkit_tiny", "torch_fused_tiny"}
+    # the native call is timed inside the step it belongs to: never longer than the step
     assert 0 < ms["cxlkit_native"] <= ms["cxlkit"] and ms["cxlkit_python"] >= 0
+    assert isinstance(d["vs_torch_fused"], float) and isinstance(d["cxlkit_gbs"], float)
+
+
+def test_adam_phases_bench_names_a_bad_team():
+    r = bench_inproc.run("adam_phases.py", "--team", "many")
+    assert r.returncode == 2 and "many" in r.stderr
+
+
+@pytest.mark.bench
+def test_adam_phases_bench_full_run_reports_positive_rates():
+    r = subprocess.run([sys.executable, str(PHASES), "--size", "50K", "--threads", "2",
+                        "--reps", "2", "--tensors", "3"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout.strip().splitlines()[-1])
     assert d["vs_torch_fused"] > 0 and d["cxlkit_gbs"] > 0
 
 
+@pytest.mark.parametrize("thp_move", [True, False])
+def test_adam_e2e_thp_move_both_ways(thp_move, monkeypatch, tmp_path):
+    # TieredAdamW's fp32 param (3M params, 12 MB: past THP_MOVE_BYTES) moves into its huge-page
+    # buffer by default and stays in torch's pages with --no-thp-move; the line says which,
+    # and the summary keeps the two apart
+    import cxlkit.integrations.torch as cxt
+    monkeypatch.setattr(cxt, "THP_MOVE_BYTES", cxt.THP_MOVE_BYTES)  # --no-thp-move sets it
+    d = child_line("--size", "3M", "--threads", "1", "--model", "fp32", "--no-pinned",
+                   *([] if thp_move else ["--no-thp-move"]))
+    assert (d["thp_move"], d["cxlkit_param_moved"]) == (thp_move, thp_move)
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps(d) + "\n")
+    table = bench_inproc.run("adam_e2e.py", "--summary", str(path)).stdout
+    assert [x.split(" | ")[0] for x in table.splitlines() if x.startswith("| default")] == [
+        "| default" if thp_move else "| default, no THP move"]
+
+
+@pytest.mark.bench
 @pytest.mark.slow  # two children, each importing torch
 def test_adam_e2e_bench_thp_move_both_ways(tmp_path):
     # TieredAdamW's fp32 param (3M params, 12 MB: past THP_MOVE_BYTES) moves into its huge-page

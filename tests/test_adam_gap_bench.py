@@ -1,4 +1,5 @@
-"""bench/adam_gap.py runs (tiny size, two rounds): the step, the kernel call it makes and the
+"""bench/adam_gap.py runs (in this process at a tiny size and one round; bench-marked: its own
+process at 200K params, two rounds, the rates): the step, the kernel call it makes and the
 same on the calling thread, each beside its bound, with and without the forward/backward
 before it and with the user's arrays in huge pages; one JSON line; bad task names are named."""
 from __future__ import annotations
@@ -10,26 +11,38 @@ import sys
 
 import pytest
 
+import bench_inproc
+
 BENCH = pathlib.Path(__file__).parent.parent / "bench" / "adam_gap.py"
+NAMES = {"kern", "traf", "kern0", "traf0", "step", "tstep"}
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(BENCH), "--size", "200K", "--rounds", "2", *args],
-                          capture_output=True, text=True, timeout=300)
+def check_line(d: dict, model: str, params: int) -> None:
+    assert d["model"] == model and d["params"] == params and d["thp_user"] is True
+    assert set(d["ms"]) == set(d["gbs"]) == NAMES | {"fb:" + k for k in NAMES}
+    assert set(d["pct"]) == {"kern", "kern0", "step", "fb:kern", "fb:kern0", "fb:step"}
 
 
 @pytest.mark.parametrize("model", ["fp32", "bf16"])
 def test_adam_gap_pairs_every_task_with_its_bound(model):
-    r = run("--model", model, "--thp-user")
+    r = bench_inproc.run("adam_gap.py", "--size", "4K", "--rounds", "1", "--model", model,
+                         "--thp-user")
     assert r.returncode == 0, r.stderr[-2000:]
-    d = json.loads(r.stdout.splitlines()[-1])
-    assert d["model"] == model and d["params"] == 200_000 and d["thp_user"] is True
-    names = {"kern", "traf", "kern0", "traf0", "step", "tstep"}
-    assert set(d["ms"]) == names | {"fb:" + k for k in names}
-    assert set(d["pct"]) == {"kern", "kern0", "step", "fb:kern", "fb:kern0", "fb:step"}
-    assert all(v > 0 for v in d["pct"].values()) and all(v > 0 for v in d["gbs"].values())
+    check_line(json.loads(r.stdout.splitlines()[-1]), model, 4000)
 
 
 def test_adam_gap_names_an_unknown_task():
-    r = run("--tasks", "kern,warp")
+    r = bench_inproc.run("adam_gap.py", "--size", "4K", "--rounds", "1", "--tasks", "kern,warp")
     assert r.returncode != 0 and "warp" in r.stderr
+
+
+@pytest.mark.bench
+@pytest.mark.parametrize("model", ["fp32", "bf16"])
+def test_adam_gap_full_run_reports_positive_shares_and_rates(model):
+    r = subprocess.run([sys.executable, str(BENCH), "--size", "200K", "--rounds", "2",
+                        "--model", model, "--thp-user"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout.splitlines()[-1])
+    check_line(d, model, 200_000)
+    assert all(v > 0 for v in d["pct"].values()) and all(v > 0 for v in d["gbs"].values())

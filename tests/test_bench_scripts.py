@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+import bench_inproc
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -19,18 +21,63 @@ def run(script: str, *args: str, timeout: int = 300) -> list[dict]:
     return [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
 
 
+VARIANTS = {"fp32", "bf16_grads", "fp32+bf16_copy", "bf16_grads+bf16_copy"}
+
+
+def test_adam_bench_worker_reports_every_variant_against_torch_and_the_bound(monkeypatch):
+    # the worker in this process; the labels it prints come from the environment its parent
+    # gives it (below)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    r = bench_inproc.run("adam.py", "--worker", "--sizes", "4K", "--threads", "1", "--reps",
+                         "1", "--no-deepspeed")
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    ours = {r["variant"]: r for r in rows if r.get("impl") == "cxlkit"}
+    assert set(ours) == VARIANTS
+    for r in ours.values():
+        assert r["params"] == 4000 and {"gbps", "pct_of_bound_paired"} <= set(r)
+        assert r["thp"] == "on" and r["omp_wait_policy"] == "PASSIVE"
+        assert r["bytes_per_param"] in (26, 28, 30)
+        assert set(r["copy_gbps"]) >= {"cxlkit_copy", "torch_copy", "torch_inplace_mul"}
+    assert {r["variant"] for r in rows if r.get("impl") == "torch_fused"} == set(ours)
+
+
+@pytest.mark.parametrize("policy, thp, want", [
+    ("passive", "on", {"OMP_WAIT_POLICY": "PASSIVE", "THP_MEM_ALLOC_ENABLE": "1"}),
+    ("default", "off", {"OMP_WAIT_POLICY": None, "THP_MEM_ALLOC_ENABLE": None})])
+def test_adam_bench_runs_a_worker_per_thread_count_with_its_environment(monkeypatch, policy,
+                                                                        thp, want):
+    mod = bench_inproc.load("adam.py")
+    seen = []
+
+    def worker(cmd, env, timeout):
+        seen.append((cmd, env))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(mod.subprocess, "run", worker)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
+    argv = ["--sizes", "1K", "--threads", "1,2", "--omp-wait-policy", policy, "--thp", thp]
+    monkeypatch.setattr(sys, "argv", [mod.__file__, *argv])
+    mod.main()
+    assert [cmd for cmd, _ in seen] == [[sys.executable, mod.__file__, "--worker", *argv]] * 2
+    assert [env["OMP_NUM_THREADS"] for _, env in seen] == ["1", "2"]
+    for _, env in seen:
+        assert {k: env.get(k) for k in want} == want
+
+
+@pytest.mark.bench
 @pytest.mark.slow
 def test_adam_bench_reports_every_variant_against_torch_and_the_bound():
     rows = run("adam.py", "--sizes", "200K", "--threads", "1", "--reps", "2",
                "--no-deepspeed")
     ours = {r["variant"]: r for r in rows if r.get("impl") == "cxlkit"}
-    assert set(ours) == {"fp32", "bf16_grads", "fp32+bf16_copy", "bf16_grads+bf16_copy"}
+    assert set(ours) == VARIANTS
     for r in ours.values():
         assert r["params"] == 200_000 and r["gbps"] > 0 and r["pct_of_bound_paired"] > 0
         assert r["thp"] == "on" and r["omp_wait_policy"] == "PASSIVE"
-        assert r["bytes_per_param"] in (26, 28, 30)
-        assert set(r["copy_gbps"]) >= {"cxlkit_copy", "torch_copy", "torch_inplace_mul"}
-    assert {r["variant"] for r in rows if r.get("impl") == "torch_fused"} == set(ours)
 
 
 def test_adam_summary_takes_medians_over_saved_runs(tmp_path):
@@ -58,22 +105,32 @@ def test_the_committed_adam_results_summarize():
     assert len([x for x in r.stdout.splitlines() if x.startswith("| ")]) == 1 + 24  # header, rows
 
 
-@pytest.mark.slow
 def test_pool_bench_runs_over_the_public_pool_face():
-    rows = run("pool.py", "--ops", "200", "--repeat", "1", "--copy-mib", "4",
-               "--lookup-max", "1000")
+    rows = run("pool.py", "--ops", "20", "--repeat", "1", "--copy-mib", "1",
+               "--lookup-max", "1000", "--fill-mib", "16")
     lookups = [r for r in rows if r["bench"] == "pool.lookup"]
     assert lookups and lookups[0]["native_hit_median_ns"] > 0
     assert any(r["bench"] != "pool.lookup" for r in rows)
 
 
+def kv_rows(pool_path: str, blocks: int, tiny: int) -> list[dict]:
+    return run("kv.py", "--blocks", str(blocks), "--reps", "1", "--tiny", str(tiny), "--ttft",
+               "", "--no-mooncake", "--pool", pool_path)
+
+
+def test_kv_bench_reports_fractions_of_memcpy(pool_path):
+    rows = kv_rows(pool_path, 1, 2)
+    puts = [r for r in rows if r.get("op") == "put"]
+    assert puts and all("fraction_of_memcpy" in r for r in puts if r.get("layout"))
+    assert any(r.get("op") == "memcpy_into_pool_pages" for r in rows)
+
+
+@pytest.mark.bench
 @pytest.mark.slow
-def test_kv_bench_reports_fractions_of_memcpy():
-    rows = run("kv.py", "--blocks", "2", "--reps", "1", "--tiny", "8", "--ttft", "",
-               "--no-mooncake")
+def test_kv_bench_fractions_of_memcpy_are_positive(pool_path):
+    rows = kv_rows(pool_path, 2, 8)
     puts = [r for r in rows if r.get("op") == "put"]
     assert puts and all(r["fraction_of_memcpy"] > 0 for r in puts if "fraction_of_memcpy" in r)
-    assert any(r.get("op") == "memcpy_into_pool_pages" for r in rows)
 
 
 def test_the_pool_lookup_benchmark_times_names_in_C(tmp_path):

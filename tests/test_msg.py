@@ -14,6 +14,7 @@ from cxlkit import msg
 from cxlkit.errors import MsgError, PeerLostError, TruncationError
 
 from msg_ranks import coherences, make_pool, run_ranks
+from sleepers import ANY_SLEEP, wait_asleep
 
 
 @pytest.fixture
@@ -341,15 +342,13 @@ with cxlkit.Pool(sys.argv[1], host_id=0) as pool, msg.Comm(pool, rank=0, size=1,
 """
 
 
-def test_ctrl_c_ends_a_blocking_receive_and_the_comm_goes_on(pool2):
+def test_ctrl_c_ends_a_blocking_receive_and_the_comm_goes_on(pool2, wchan):
     # Found trying it as a user: Python runs its SIGINT handler only between bytecodes, and a
     # receive waiting in the library with the GIL released never returned to it, so Ctrl-C
     # did nothing until a message came (the library now calls a hook every ~20 ms that runs
     # pending handlers and ends the wait when one raised).
     import subprocess
     import sys
-    import time
-
     import threading
 
     p = subprocess.Popen([sys.executable, "-c", _CTRL_C_CHILD, pool2], stdout=subprocess.PIPE,
@@ -359,7 +358,8 @@ def test_ctrl_c_ends_a_blocking_receive_and_the_comm_goes_on(pool2):
     try:
         for _ in range(2):
             assert p.stdout.readline().strip() == "waiting"
-            time.sleep(0.3)  # into the wait
+            # in the wait: a signal before it would interrupt the child outside its try
+            wait_asleep(p.pid, ANY_SLEEP)
             p.send_signal(signal.SIGINT)
             assert p.stdout.readline().strip() == "went on", p.stderr.read()[-2000:]
         assert p.wait(20) == 0, p.stderr.read()[-2000:]
@@ -371,15 +371,17 @@ def test_ctrl_c_ends_a_blocking_receive_and_the_comm_goes_on(pool2):
 
 
 _TWO_THREADS_CHILD = """
-import sys, threading, time
+import os, sys, threading
 import cxlkit
 from cxlkit import msg
 from cxlkit.errors import PeerLostError
+sys.path.insert(0, sys.argv[2])
+from sleepers import ANY_SLEEP, wait_asleep
 with cxlkit.Pool(sys.argv[1], host_id=0) as pool, \\
         msg.Comm(pool, rank=0, size=1, job="twothreads", timeout_ms=1500) as c:
     got = []
     def other():
-        time.sleep(0.2)  # main is in its blocking receive, holding the comm
+        wait_asleep(os.getpid(), ANY_SLEEP)  # main is in its blocking receive, holding the comm
         got.append(c.spin_stats())  # waits for the comm
     t = threading.Thread(target=other)
     t.start()
@@ -394,13 +396,13 @@ print("done", flush=True)
 """
 
 
-def test_a_thread_waiting_for_the_comm_does_not_deadlock_a_blocking_receive(pool2):
+def test_a_thread_waiting_for_the_comm_does_not_deadlock_a_blocking_receive(pool2, wchan):
     # The Ctrl-C hook takes the GIL inside the wait, with the comm's mutex held; a binding that
     # waited for that mutex holding the GIL (spin_stats, isend, test, ... did) would deadlock
     # the two threads. Each now releases the GIL first.
     import subprocess
     import sys
 
-    r = subprocess.run([sys.executable, "-c", _TWO_THREADS_CHILD, pool2], capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-c", _TWO_THREADS_CHILD, pool2,
+                        os.path.dirname(__file__)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "done" in r.stdout, r.stderr[-2000:]

@@ -63,6 +63,9 @@ def _start(path: str, coherence: str | None = None, slow: bool = False) -> mp.Pr
     p = ctx.Process(target=_serve, args=(path, coherence, ready, slow))
     p.start()
     assert ready.wait(30)
+    # set again by the 'sleep' handler on entry: a test knows the server is inside it
+    ready.clear()
+    p.entered = ready
     return p
 
 
@@ -104,11 +107,11 @@ def test_killed_server_fails_calls_cleanly_and_a_new_server_takes_over(pool_path
     srv = _start(pool_path, slow=True)
     with cxlkit.Pool(pool_path, host_id=0) as pool:
         c = rpc.Client(pool, "svc", timeout=20)
-        t0 = time.monotonic()
         os.kill(srv.pid, 0)
 
         def killer() -> None:
-            time.sleep(0.3)  # the server is inside its 'sleep' handler by then
+            # once the server is inside the 'sleep' handler: the call is its to answer
+            assert srv.entered.wait(30), "the server never entered its 'sleep' handler"
             os.kill(srv.pid, signal.SIGKILL)
 
         th = threading.Thread(target=killer)
@@ -116,8 +119,8 @@ def test_killed_server_fails_calls_cleanly_and_a_new_server_takes_over(pool_path
         with pytest.raises(RpcServerLostError) as ei:
             c.call("sleep")
         th.join()
+        # EPIPE, not the 20 s timeout's RpcTimeoutError: the death was noticed
         assert ei.value.errno == errno.EPIPE and "svc" in str(ei.value)
-        assert time.monotonic() - t0 < 15  # not the 20 s timeout: the death was noticed
         srv.join(5)
         c.close()
         # the dead server's objects do not block the next one
@@ -177,10 +180,8 @@ def test_bad_input_gives_typed_errors(pool_path):
             with pytest.raises(ValueError, match="method"):
                 rpc.method_id(m)  # type: ignore[arg-type]
         assert rpc.method_id("echo") == rpc.method_id("echo") != rpc.method_id("echo2")
-        t0 = time.monotonic()
         with pytest.raises(RpcTimeoutError, match="service nobody"):
             rpc.Client(pool, "nobody", timeout=0.1)
-        assert time.monotonic() - t0 < 5
         with pytest.raises(ValueError, match="timeout"):
             rpc.Client(pool, "s", timeout=0)
         with rpc.Server(pool, "s") as srv:
@@ -203,10 +204,8 @@ def test_bad_input_gives_typed_errors(pool_path):
         c = rpc.Client(pool, "t", timeout=30)
         assert c.call_many("missing", []) == []
         srv.close()
-        t0 = time.monotonic()
-        with pytest.raises(RpcServerLostError):
+        with pytest.raises(RpcServerLostError):  # not the 30 s timeout's RpcTimeoutError
             c.call("a")
-        assert time.monotonic() - t0 < 25
         c.close()
 
 

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -23,6 +22,8 @@ from cxlkit.train.spill_paths import (DirPath, MemoryPath, PathFullError, PathIO
                                       PathVanishedError,
                                       PoolPath, SubgroupCorruptError)
 from cxlkit.train.subgroups import SubgroupStore
+
+from sleepers import LOCK_WAIT, wait_asleep
 
 BF16 = A.DTYPES["bfloat16"]
 SIZES = [[1000, 3000, 17], [2500]]
@@ -365,7 +366,7 @@ sys.exit(3)  # granted: the holder let go, which the test does not do
 
 @pytest.mark.parametrize("sig, rc", [(signal.SIGINT, 99), (signal.SIGTERM, 128 + 15)],
                          ids=["ctrl-c", "sigterm"])
-def test_a_process_waiting_for_a_held_path_lock_stops_on_a_signal(tmp_path, sig, rc):
+def test_a_process_waiting_for_a_held_path_lock_stops_on_a_signal(tmp_path, sig, rc, wchan):
     # Found by the bench's SIGTERM test hanging under load: the wait retried fcntl on EINTR
     # inside native code, so Python's handlers never ran and neither Ctrl-C nor SIGTERM
     # stopped a process waiting for another process's lock.
@@ -376,7 +377,7 @@ def test_a_process_waiting_for_a_held_path_lock_stops_on_a_signal(tmp_path, sig,
                          text=True)
     try:
         assert p.stdout.readline().strip() == "waiting"
-        time.sleep(0.3)  # into the blocking fcntl
+        wait_asleep(p.pid, LOCK_WAIT)  # in the blocking fcntl
         p.send_signal(sig)
         assert p.wait(20) == rc
     finally:
