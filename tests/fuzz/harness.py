@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import multiprocessing as mp
 import os
+import time
 from pathlib import Path
 
 
@@ -46,6 +47,54 @@ def in_child(fn, *args, timeout: float = 60.0):
         return "signal", p.exitcode
     p.join(timeout)
     return kind, val
+
+
+def in_child_steps(fn, *args, timeout: float = 60.0) -> dict:
+    """Run fn(step, *args) in a forked child; fn calls step(name) before each operation, so
+    a hang or a crash names the operation it happened in. Returns {"kind": "ok" | "err" |
+    "hang" | "signal", "value": fn's result, "step": the last step named, "err": {"type",
+    "module", "errno", "message"} for an exception, "code": the exit code of a signal}."""
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def body():
+        try:
+            out = fn(lambda name: send.send(("step", name)), *args)
+            send.send(("ok", out))
+        except BaseException as e:  # the caller classifies the type and message
+            send.send(("err", error_record(e)))
+        os._exit(0)
+
+    p = ctx.Process(target=body)
+    p.start()
+    send.close()
+    res: dict = {"kind": "hang", "step": None}
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not recv.poll(left):
+            p.kill()
+            break
+        try:
+            kind, val = recv.recv()
+        except EOFError:
+            p.join(timeout)
+            res.update(kind="signal", code=p.exitcode)
+            break
+        if kind == "step":
+            res["step"] = val
+            continue
+        res.update(kind=kind, **({"value": val} if kind == "ok" else {"err": val}))
+        break
+    p.join()
+    recv.close()
+    return res
+
+
+def error_record(e: BaseException) -> dict:
+    """What a classifier needs of an exception: its type (and module), errno and message."""
+    return {"type": type(e).__name__, "module": type(e).__module__,
+            "errno": getattr(e, "errno", None), "message": str(e)[:300]}
 
 
 def payload(name: str, n: int) -> bytes:
