@@ -32,7 +32,7 @@ from collections import Counter, defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import layout as L  # noqa: E402
-from harness import crc32c, error_record, in_child_steps, payload  # noqa: E402
+from harness import Recorder, crc32c, error_record, payload, run_children, typed  # noqa: E402,F401
 
 MiB = 1 << 20
 JOB = "fz"
@@ -40,7 +40,7 @@ SERVICE = "fz"
 KV_NS = "fz"
 NBLOCKS = 4
 SEVERITY = ["crash", "hang", "wrong", "lost", "untyped", "false_full", "bad_superblock",
-            "typed", "ok"]
+            "typed", "garbled", "ok"]  # garbled: a message's bytes changed in flight (no checksum)
 FAILURES = set(SEVERITY[:7])
 
 
@@ -318,11 +318,13 @@ def _values(rng: random.Random, fmt: str, cur, t: dict) -> list[int]:
         rng.getrandbits(12), cur ^ (1 << rng.randrange(bits)))]
 
 
-def mutate(path: str, t: dict, rng: random.Random, structure: str | None = None) -> dict:
-    """One mutation of the copy at path; returns what it did (structure, instance, field,
-    mode, value)."""
+def mutate(path: str, t: dict, rng: random.Random, structure: str | None = None,
+           instances: list | None = None) -> dict:
+    """One mutation of the copy at path (of one of instances, [(offset, label)], default the
+    template's); returns what it did (structure, instance, field, mode, value)."""
     structure = structure or rng.choice(sorted(t["at"]))
-    off, label = rng.choice(t["at"][structure])
+    instances = instances or t["at"][structure]
+    off, label = rng.choice(instances)
     fields = structure_fields(structure)
     field = rng.choice(sorted(fields))
     foff, fmt = fields[field]
@@ -338,10 +340,12 @@ def mutate(path: str, t: dict, rng: random.Random, structure: str | None = None)
     mode = rng.choice(["value", "value", "value", "bitflip", "bytes", "swap"])
     if fmt.endswith("s"):
         mode = rng.choice(["bytes", "zero", "swap"])
-    new = _new_value(path, t, rng, structure, foff, fmt, cur, mode)
-    with open(path, "r+b") as f:
-        f.seek(at)
-        f.write(new if isinstance(new, bytes) else struct.pack(fmt, _signed(fmt, new)))
+    new = _new_value(path, t, rng, [o for o, _ in instances], foff, fmt, cur, mode)
+    fd = os.open(path, os.O_WRONLY)  # one store, as a writer on another host makes it
+    try:
+        os.pwrite(fd, new if isinstance(new, bytes) else struct.pack(fmt, _signed(fmt, new)), at)
+    finally:
+        os.close(fd)
     resigned = False
     if base == "superblock" and field != "checksum" and rng.random() < 0.85:
         _resign(path)
@@ -352,14 +356,13 @@ def mutate(path: str, t: dict, rng: random.Random, structure: str | None = None)
             else cur, "resigned": resigned}
 
 
-def _new_value(path, t, rng, structure, foff, fmt, cur, mode):
+def _new_value(path, t, rng, others, foff, fmt, cur, mode):
     n = struct.calcsize(fmt)
     if mode == "bytes":
         return rng.randbytes(n)
     if mode == "zero":
         return bytes(n)
     if mode == "swap":
-        others = [o for o, _ in t["at"][structure]]
         other = rng.choice(others)
         with open(path, "rb") as f:
             f.seek(other + foff)
@@ -388,43 +391,6 @@ def _resign(path: str) -> None:
 
 
 # ---- what a user does, recorded per operation ------------------------------------------------
-def typed(e: BaseException, op: str) -> bool:
-    """A typed outcome: a cxlkit error class, KeyError / ValueError (a name or argument the
-    pool refuses), or the OSError subclasses an operation documents (create: FileExistsError,
-    destroy: PermissionError)."""
-    from cxlkit import errors
-
-    if isinstance(e, (errors.PoolError, errors.MsgError, errors.InsufficientMemoryError,
-                      KeyError, ValueError)):
-        return True
-    return (op.startswith("create") and isinstance(e, FileExistsError)
-            or op.startswith("destroy") and isinstance(e, PermissionError))
-
-
-class Recorder:
-    """Runs operations, recording each refusal as {"op", "outcome", "err"}."""
-
-    def __init__(self, step, who: str) -> None:
-        self.step, self.who, self.events = step, who, []
-
-    def op(self, name: str, fn, *args, **kwargs):
-        self.step(f"{self.who}:{name}")
-        try:
-            return True, fn(*args, **kwargs)
-        except Exception as e:
-            outcome = "typed" if typed(e, name) else "untyped"
-            self.note(name, outcome, error=error_record(e))
-            return False, None
-
-    def note(self, op: str, outcome: str, detail: str = "", error: dict | None = None) -> None:
-        ev = {"who": self.who, "op": op, "outcome": outcome}
-        if detail:
-            ev["detail"] = detail
-        if error:
-            ev["err"] = error
-        self.events.append(ev)
-
-
 def _read_whole(rec: Recorder, p, t: dict, names: list[str], op: str) -> set[str]:
     """Open, read, stat and verify each name; the template's checksummed objects whose bytes
     came back right (a wrong one is recorded)."""
@@ -611,32 +577,38 @@ def _calls(rec: Recorder, path: str) -> None:
                     rec.note("rpc.call", "wrong", f"reply {i} differs")
 
 
-def run_children(jobs: list[tuple], timeout: float) -> list[dict]:
-    """Each (fn, *args) in its own forked child at once (threads wait for them); their events,
-    plus one per child that hung or died."""
-    import threading
+LIVE = ["ring_header@msg", "ring_head@msg", "ring_prod@msg", "ring_cell@msg", "msg_hdr",
+        "msg_rdv", "msg_rank", "slot_bakery", "ring_header@rpc", "ring_head@rpc",
+        "ring_prod@rpc", "ring_cell@rpc", "rpc_slot", "rpc_srv"]
 
-    results: list = [None] * len(jobs)
 
-    def one(i):
-        results[i] = in_child_steps(jobs[i][0], *jobs[i][1:], timeout=timeout)
+def live_trial(path: str, structure: str, rng: random.Random, timeout: float):
+    """A live job (live.py) whose structure is mutated while data is in flight: (mutation,
+    events)."""
+    import live as LV
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(jobs))]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    events = []
-    for r in results:
-        if r["kind"] == "ok":
-            events += r["value"]
-        elif r["kind"] == "err":  # an exception outside any recorded operation
-            events.append({"who": "child", "op": r["step"], "outcome": "untyped",
-                           "err": r["err"]})
-        else:
-            events.append({"who": "child", "op": r["step"], "outcome": {
-                "hang": "hang", "signal": "crash"}[r["kind"]], "detail": str(r.get("code"))})
-    return events
+    base = structure.removeprefix("live:")
+    scenario = LV.live_rpc if base.endswith("@rpc") or base.startswith("rpc") else LV.live_msg
+    LV.make_pool(path)
+
+    def attack(p: str) -> dict:
+        at = LV.where(p, base)
+        if not at:
+            return {"structure": structure, "instance": "none in flight", "field": "-",
+                    "offset": -1, "mode": "none", "value": None}
+        geo = {**_geometry(p), "at": {}}
+        m = mutate(p, geo, rng, base, [(o, f"{base}@{o}") for o in at])
+        if rng.random() < 0.4:  # written again and again while the parties go on
+            fmt = structure_fields(base)[m["field"]][1]
+            with open(p, "rb") as f:
+                f.seek(m["offset"])
+                m["persist"] = [m["offset"], f.read(struct.calcsize(fmt)).hex()]
+        return m
+
+    events, m = scenario(path, attack, timeout, neighbour=base.startswith("slot_"))
+    m = dict(m or {"structure": base, "field": "-", "mode": "none"})
+    m["structure"] = structure
+    return m, events
 
 
 def exercise(path: str, mutation: dict, t: dict, timeout: float) -> list[dict]:
@@ -678,7 +650,7 @@ KNOWN = {
 
 def known_finding(m: dict, ev: dict) -> str | None:
     """The known defect an event of a failed trial is, or None (a new finding)."""
-    s, f, out, op = m["structure"], m["field"], ev["outcome"], ev.get("op") or ""
+    s, f, out, op = m["structure"].removeprefix("live:"), m["field"], ev["outcome"], ev.get("op") or ""
     err = _err(ev)
     if out == "hang" and s == "slot_bakery" and f in ("choosing", "number"):
         return "bakery-garbage-hang"
@@ -722,22 +694,31 @@ def run(trials: int, seed: int, *, timeout: float = 20.0, workdir: str = "/dev/s
     trial = os.path.join(workdir, f"cxlkit-fuzz2-trial-{os.getpid()}")
     try:
         t = make_template(tmpl)
-        order = sorted(t["at"])
+        order = sorted(t["at"]) + [f"live:{s}" for s in LIVE]
         out, per_struct, known = Counter(), defaultdict(Counter), Counter()
-        new, t0 = [], time.monotonic()
+        new, t0, examples = [], time.monotonic(), {}
         for i in range(trials) if only is None else [only]:
             rng = trial_rng(seed, i)
             pool = structures or order
             structure = pool[i % len(pool)]  # spread over every structure, then at random
-            shutil.copyfile(tmpl, trial)
-            os.chmod(trial, 0o600)
-            m = mutate(trial, t, rng, structure)
-            events = exercise(trial, m, t, timeout)
+            if structure.startswith("live:"):
+                m, events = live_trial(trial, structure, rng, 2 * timeout)
+            else:
+                shutil.copyfile(tmpl, trial)
+                os.chmod(trial, 0o600)
+                m = mutate(trial, t, rng, structure)
+                events = exercise(trial, m, t, timeout)
             j = judge(m, events)
             out[j["outcome"]] += 1
             per_struct[structure][j["outcome"]] += 1
             for k in j["known"]:
                 known[k] += 1
+                if len(examples.setdefault(k, [])) < 3:
+                    examples[k].append({"trial": i, "mutation": m, "events": [
+                        ev for ev in events if ev["outcome"] in FAILURES][:2]})
+            key = f"{structure} {j['outcome']}"
+            if j["outcome"] != "ok" and key not in examples:
+                examples[key] = [{"trial": i, "mutation": m, "events": events[:3]}]
             if j["new"]:
                 new.append({"seed": seed, "trial": i, "mutation": m, "events": j["new"][:3],
                             "replay": f"tests/fuzz/fuzz_v2.py --seed {seed} --trial {i}"})
@@ -752,7 +733,7 @@ def run(trials: int, seed: int, *, timeout: float = 20.0, workdir: str = "/dev/s
         return {"trials": sum(out.values()), "seed": seed, "outcomes": dict(out),
                 "per_structure": {k: dict(v) for k, v in sorted(per_struct.items())},
                 "known_findings": dict(known), "new_findings": len(new),
-                "new": new[:50], "seconds": round(time.monotonic() - t0, 1)}
+                "new": new[:50], "examples": examples, "seconds": round(time.monotonic() - t0, 1)}
     finally:
         for p in (tmpl, trial):
             if os.path.exists(p):
