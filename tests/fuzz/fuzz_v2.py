@@ -103,9 +103,12 @@ def _dead_rank(path: str, rank: int) -> None:
     mem.view[:8] = b"memtest!"
     c.window(4096)
     c.barrier()
-    c.isend(payload("m-left", 200), peer, tag=3)        # left in the ring
-    c.isend(payload("m-left-rdv", 90_000), peer, tag=4)  # an RTS and its buffer, left
+    # left in the ring: eager cells, an RTS and its buffer (the requests are held: a dropped
+    # one would wait for its receiver)
+    held = [c.isend(payload("m-left", 200), peer, tag=3),
+            c.isend(payload("m-left-rdv", 90_000), peer, tag=4)]
     c.barrier()
+    assert held
     os._exit(0)  # before the comm's finaliser could remove its objects
 
 
@@ -689,7 +692,9 @@ def trial_rng(seed: int, i: int) -> random.Random:
 
 def run(trials: int, seed: int, *, timeout: float = 20.0, workdir: str = "/dev/shm",
         only: int | None = None, structures: list[str] | None = None,
-        log=None) -> dict:
+        log=None, checkpoint=None) -> dict:
+    """trials trials of seed (or trial `only` alone), spread over structures (default all);
+    checkpoint(summary) every 100 trials."""
     tmpl = os.path.join(workdir, f"cxlkit-fuzz2-tmpl-{os.getpid()}")
     trial = os.path.join(workdir, f"cxlkit-fuzz2-trial-{os.getpid()}")
     try:
@@ -697,6 +702,13 @@ def run(trials: int, seed: int, *, timeout: float = 20.0, workdir: str = "/dev/s
         order = sorted(t["at"]) + [f"live:{s}" for s in LIVE]
         out, per_struct, known = Counter(), defaultdict(Counter), Counter()
         new, t0, examples = [], time.monotonic(), {}
+
+        def summary() -> dict:
+            return {"trials": sum(out.values()), "seed": seed, "outcomes": dict(out),
+                    "per_structure": {k: dict(v) for k, v in sorted(per_struct.items())},
+                    "known_findings": dict(known), "new_findings": len(new), "new": new[:50],
+                    "examples": examples, "seconds": round(time.monotonic() - t0, 1)}
+
         for i in range(trials) if only is None else [only]:
             rng = trial_rng(seed, i)
             pool = structures or order
@@ -727,13 +739,11 @@ def run(trials: int, seed: int, *, timeout: float = 20.0, workdir: str = "/dev/s
                         f"{json.dumps(new[-1])}")
             if only is not None and log:
                 log(json.dumps({"mutation": m, "judge": j, "events": events}, indent=1))
-            for stale in (trial,):
-                if os.path.exists(stale):
-                    os.unlink(stale)
-        return {"trials": sum(out.values()), "seed": seed, "outcomes": dict(out),
-                "per_structure": {k: dict(v) for k, v in sorted(per_struct.items())},
-                "known_findings": dict(known), "new_findings": len(new),
-                "new": new[:50], "examples": examples, "seconds": round(time.monotonic() - t0, 1)}
+            if os.path.exists(trial):
+                os.unlink(trial)
+            if checkpoint and (i + 1) % 100 == 0:
+                checkpoint(summary())
+        return summary()
     finally:
         for p in (tmpl, trial):
             if os.path.exists(p):
@@ -749,11 +759,16 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=20.0, help="seconds per child")
     ap.add_argument("--out", default="build/fuzz_v2.json", help="the summary (JSON)")
     a = ap.parse_args()
-    r = run(a.trials, a.seed, timeout=a.timeout, only=a.trial, structures=a.structure,
-            log=lambda s: print(s, file=sys.stderr, flush=True))
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
-    with open(a.out, "w") as f:
-        json.dump(r, f, indent=1)
+
+    def save(r: dict) -> None:
+        with open(a.out + ".tmp", "w") as f:
+            json.dump(r, f, indent=1)
+        os.replace(a.out + ".tmp", a.out)
+
+    r = run(a.trials, a.seed, timeout=a.timeout, only=a.trial, structures=a.structure,
+            log=lambda s: print(s, file=sys.stderr, flush=True), checkpoint=save)
+    save(r)
     print(json.dumps({k: r[k] for k in ("trials", "seed", "outcomes", "known_findings",
                                         "new_findings", "seconds")}))
     for s, c in r["per_structure"].items():
