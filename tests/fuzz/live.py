@@ -22,6 +22,7 @@ JOB = "live"
 SERVICE = "live"
 PAUSE_S = 15.0  # how long a party waits for the attacker (bounded; the attack takes ms)
 SB_HOST_TABLE = 112
+KIND_EAGER, KIND_RTS = 1, 3  # native/msg/msg.h Kind
 
 
 def make_pool(path: str) -> None:
@@ -87,8 +88,11 @@ def where(path: str, structure: str) -> list[int]:
     rings = [objs[n][0] for n in rings if n in objs]
     if base in ("ring_header", "ring_head", "ring_prod"):
         return rings
-    if base in ("ring_cell", "msg_hdr", "rpc_slot"):
-        return [c for r in rings for c in pending_cells(path, r)] or rings[:0]
+    if base in ("ring_cell", "rpc_slot"):
+        return [c for r in rings for c in pending_cells(path, r)]
+    if base == "msg_hdr":  # cells that start a message (eager, RTS): not continuations
+        return [c for r in rings for c in pending_cells(path, r)
+                if read(path, c + 12, "<I") in (KIND_EAGER, KIND_RTS)]
     prefix = {"msg_rank": f"msg.{JOB}.", "msg_rdv": f"msg.{JOB}.0.rdv.",
               "msg_mem": f"msg.{JOB}.0.mem.", "msg_win": f"msg.{JOB}.",
               "rpc_srv": f"rpc.{SERVICE}.srv"}[base]
@@ -98,17 +102,17 @@ def where(path: str, structure: str) -> list[int]:
 
 
 # ---- the messaging job ------------------------------------------------------------------------
-def _rank(step, path: str, rank: int, sent, attacked) -> list[dict]:
+def _rank(step, path: str, rank: int, sent, attacked, parked) -> list[dict]:
     rec = Recorder(step, f"rank{rank}")
     try:
-        _rank_body(rec, path, rank, sent, attacked)
+        _rank_body(rec, path, rank, sent, attacked, parked)
     finally:
         if rank == 0:
             sent.set()  # never leave the attacker waiting
     return rec.events
 
 
-def _rank_body(rec: Recorder, path: str, rank: int, sent, attacked) -> None:
+def _rank_body(rec: Recorder, path: str, rank: int, sent, attacked, parked) -> None:
     import cxlkit
     from cxlkit import msg
 
@@ -121,10 +125,10 @@ def _rank_body(rec: Recorder, path: str, rank: int, sent, attacked) -> None:
         if not ok:
             return
         with c:
-            _talk(rec, p, c, rank, sent, attacked)
+            _talk(rec, p, c, rank, sent, attacked, parked)
 
 
-def _talk(rec: Recorder, p, c, rank: int, sent, attacked) -> None:
+def _talk(rec: Recorder, p, c, rank: int, sent, attacked, parked) -> None:
     peer = 1 - rank
     if rank == 0:  # warm-up: rings and a rendezvous buffer exist on both sides
         for tag, n in ((1, 100), (2, 100_000)):
@@ -137,6 +141,10 @@ def _talk(rec: Recorder, p, c, rank: int, sent, attacked) -> None:
     if not rec.op("msg.barrier", c.barrier)[0]:
         return
     reqs = []
+    if rank == 1:
+        parked.set()  # out of the library: what rank 0 sends now stays in the ring
+    else:
+        parked.wait(PAUSE_S)
     if rank == 0:  # in flight while the attacker writes: eager cells, an RTS and its buffer
         for tag, n in ((3, 200), (4, 90_000)):
             ok, r = rec.op("msg.isend", c.isend, payload(f"l{tag}", n), 1, tag)
@@ -168,7 +176,7 @@ def live_msg(path: str, attack, timeout: float = 40.0,
     """The job with attack(path) called while data is in flight; (every party's events,
     what attack returned)."""
     ctx = mp.get_context("fork")
-    sent, attacked = ctx.Event(), ctx.Event()
+    sent, attacked, parked = ctx.Event(), ctx.Event(), ctx.Event()
     box: dict = {}
 
     def attacker(stop):
@@ -179,7 +187,7 @@ def live_msg(path: str, attack, timeout: float = 40.0,
             attacked.set()
         keep_writing(path, box.get("what"), stop)
 
-    jobs = [(_rank, path, 0, sent, attacked), (_rank, path, 1, sent, attacked)]
+    jobs = [(_rank, path, 0, sent, attacked, parked), (_rank, path, 1, sent, attacked, parked)]
     events = _with_attacker(jobs, attacker, timeout, neighbour)
     return events, box.get("what")
 
