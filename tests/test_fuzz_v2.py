@@ -5,7 +5,6 @@ hang, wrong bytes, lost object or untyped error other than the known defects. Th
 from __future__ import annotations
 
 import os
-import random
 import re
 import shutil
 import struct
@@ -138,7 +137,12 @@ def _ev(outcome, op, etype=None, module="builtins"):
      "rpc-head-server-gone"),
     ({"structure": "live:ring_cell@msg", "field": "kind"},
      _ev("untyped", "rank0:msg.isend.wait", "FileExistsError"), "untyped-msg-rpc"),
+    ({"structure": "live:ring_prod@rpc", "field": "closed"},
+     _ev("misreported", "client:rpc.call", "RpcServerLostError", "cxlkit.errors"),
+     "rpc-dropped-client-told-server-gone"),
     # not known: other structures, outcomes or error types stay new findings
+    ({"structure": "live:msg_rank", "field": "beat"},
+     _ev("misreported", "client:rpc.call", "RpcServerLostError", "cxlkit.errors"), None),
     ({"structure": "slot_bakery", "field": "choosing"}, _ev("crash", "create"), None),
     ({"structure": "slot_counters", "field": "nlive"}, _ev("hang", "create"), None),
     ({"structure": "name_entry", "field": "block"}, _ev("untyped", "read.open", "OSError"),
@@ -150,6 +154,15 @@ def _ev(outcome, op, etype=None, module="builtins"):
 ])
 def test_known_defect_classifier_is_precise(m, ev, want):
     assert fuzz_v2.known_finding(m, ev) == want
+
+
+def test_judge_marks_server_gone_as_misreported_only_while_the_server_had_no_error():
+    m = {"structure": "live:rpc_slot", "field": "id"}
+    lost = _ev("typed", "client:rpc.call", "RpcServerLostError", "cxlkit.errors")
+    assert fuzz_v2.judge(m, [dict(lost)])["outcome"] == "misreported"
+    server = {"who": "server", "op": "rpc.serve", "outcome": "typed",
+              "err": {"type": "MsgError", "module": "cxlkit.errors", "errno": 74, "message": ""}}
+    assert fuzz_v2.judge(m, [dict(lost), server])["outcome"] == "typed"
 
 
 def test_judge_counts_only_failures_as_findings():

@@ -11,6 +11,7 @@ still fails the test, and it passes once the defect is fixed."""
 from __future__ import annotations
 
 import os
+import struct
 import sys
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def _attack(structure: str, field: str, value, *, which: int = 0, persist: bool 
         assert at, f"no live {structure} to attack"
         foff, fmt = fields[field]
         off = at[min(which, len(at) - 1)] + foff
-        raw = value if isinstance(value, bytes) else __import__("struct").pack(fmt, value)
+        raw = value if isinstance(value, bytes) else struct.pack(fmt, value)
         live.write(path, off, fmt, raw)
         m = {"structure": "live:" + structure, "field": field, "offset": off}
         if persist:

@@ -14,10 +14,13 @@ repair is gone after it), misreported (an RPC client told "server gone" while it
 was serving), garbled (a message's bytes changed in flight: not a failure, messages carry
 no checksum), false_full (a create refused for room while fsck says clean and
 the pool is nearly empty), bad_superblock (a superblock off the format's geometry opened).
-Failures matching a known defect (KNOWN) are counted as known findings.
+Failures matching a known defect (KNOWN, or REPORTED: found by this fuzzer) are counted as
+known findings; any other is a new finding, printed with the command that replays it.
 
   .venv/bin/python tests/fuzz/fuzz_v2.py --trials 5000 --seed 1   # summary: build/fuzz_v2.json
-  .venv/bin/python tests/fuzz/fuzz_v2.py --seed 1 --trial 17      # one trial alone, verbose
+  .venv/bin/python tests/fuzz/fuzz_v2.py --seed 1 --trial 17 --structure lease  # one trial
+(a trial's mutation follows from seed, trial and structure alone; a live trial's outcome may
+also depend on timing.)
 """
 from __future__ import annotations
 
@@ -42,7 +45,7 @@ SERVICE = "fz"
 KV_NS = "fz"
 NBLOCKS = 4
 SEVERITY = ["crash", "hang", "wrong", "lost", "untyped", "misreported", "false_full",
-            "bad_superblock", "typed", "garbled", "ok"]  # garbled: a message's bytes changed in flight (no checksum)
+            "bad_superblock", "typed", "garbled", "ok"]
 FAILURES = set(SEVERITY[:8])
 
 
@@ -65,8 +68,10 @@ def kv_engine():
 
 
 def kv_content(ts) -> None:
+    import numpy as np
+
     for i, t in enumerate(ts):
-        t[...] = (i + 1) * 1000 + __import__("numpy").arange(t.size, dtype="f4").reshape(t.shape)
+        t[...] = (i + 1) * 1000 + np.arange(t.size, dtype="f4").reshape(t.shape)
 
 
 def kv_keys() -> list[bytes]:
@@ -664,7 +669,8 @@ ALL_KNOWN = {**KNOWN, **REPORTED}
 
 def known_finding(m: dict, ev: dict) -> str | None:
     """The known defect an event of a failed trial is, or None (a new finding)."""
-    s, f, out, op = m["structure"].removeprefix("live:"), m["field"], ev["outcome"], ev.get("op") or ""
+    s, f = m["structure"].removeprefix("live:"), m["field"]
+    out, op = ev["outcome"], ev.get("op") or ""
     err = _err(ev)
     if out == "hang" and s == "slot_bakery" and f in ("choosing", "number"):
         return "bakery-garbage-hang"
@@ -754,7 +760,8 @@ def run(trials: int, seed: int, *, timeout: float = 20.0, workdir: str = "/dev/s
                 examples[key] = [{"trial": i, "mutation": m, "events": events[:3]}]
             if j["new"]:
                 new.append({"seed": seed, "trial": i, "mutation": m, "events": j["new"][:3],
-                            "replay": f"tests/fuzz/fuzz_v2.py --seed {seed} --trial {i}"})
+                            "replay": f"tests/fuzz/fuzz_v2.py --seed {seed} --trial {i} "
+                                      f"--structure {structure}"})
                 if log:
                     log(f"NEW FINDING seed={seed} trial={i} structure={structure}: "
                         f"{json.dumps(new[-1])}")
