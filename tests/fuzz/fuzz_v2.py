@@ -323,7 +323,8 @@ def _values(rng: random.Random, fmt: str, cur, t: dict) -> list[int]:
            t["max_hosts"], t["data_bytes"], t["extmap_off"], t["names_off"]]
     g = rng.choice(geo)
     return [v & mask for v in (
-        0, 1, mask, mask >> 1, 1 << (bits - 1), cur + 1, cur - 1, cur + 64, cur * 2, g, g + 1,
+        0, 1, mask, mask >> 1, 1 << (bits - 1), cur + 1, cur - 1, cur + 64, cur - 64,
+        cur - 4096, cur * 2, g, g + 1,
         g - 1, g + 64, 2, 3, 63, 64, 320, 4096, 65536, 1 << 40, rng.getrandbits(bits),
         rng.getrandbits(12), cur ^ (1 << rng.randrange(bits)))]
 
