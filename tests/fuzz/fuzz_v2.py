@@ -664,6 +664,9 @@ REPORTED = {
     "rpc-dropped-client-told-server-gone":
         "an RPC client whose request ring the server found corrupt and dropped is told 'the "
         "server is gone' (RpcServerLostError) while the server is alive and serving",
+    "verify-untyped-einval":
+        "PoolObject.verify raises a bare OSError (EINVAL) for an object whose block its "
+        "host's extent map no longer holds (e.g. another host's map claims the extent)",
 }
 ALL_KNOWN = {**KNOWN, **REPORTED}
 
@@ -689,6 +692,9 @@ def known_finding(m: dict, ev: dict) -> str | None:
     if out == "misreported" and (s.endswith("@rpc") or s == "rpc_slot") and \
             err.get("type") == "RpcServerLostError":
         return "rpc-dropped-client-told-server-gone"
+    if out == "untyped" and op.endswith(".verify") and err.get("type") == "OSError" and \
+            err.get("errno") == 22:
+        return "verify-untyped-einval"
     if out == "untyped" and (op.split(":")[-1].startswith(("msg.", "rpc."))) and \
             err.get("type") in BARE_OSERRORS and err.get("module") == "builtins":
         return "untyped-msg-rpc"
