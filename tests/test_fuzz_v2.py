@@ -235,3 +235,48 @@ def test_verify_of_an_object_in_an_extent_another_host_claims_is_typed(template)
                     raise UntypedError(f"{op.__name__}: {type(exc).__name__}: {exc}") from exc
     finally:
         Path(copy).unlink(missing_ok=True)
+
+
+class KnownDefect(AssertionError):
+    """Every failure of the case is the known defect it is marked with."""
+
+
+def _set_field(path: str, off: int, fmt: str, value: int, *, resign: bool = False) -> None:
+    with open(path, "r+b") as f:
+        f.seek(off)
+        f.write(struct.pack(fmt, value))
+    if resign:
+        fuzz_v2._resign(path)
+
+
+@pytest.mark.parametrize("structure, field, at, value, defect", [
+    pytest.param("superblock", "data_off", lambda t: 0, lambda cur: cur - 64,
+                 "sb-data-off-unaligned", id="superblock.data_off-64"),
+    pytest.param("slot_counters", "nlive", lambda t: t["host_table_off"], lambda cur: 257,
+                 "derived-counters-refuse", id="host0.nlive=257"),
+    pytest.param("slot_counters", "ncreating", lambda t: t["host_table_off"] + 4096,
+                 lambda cur: 300, "derived-counters-refuse", id="host1.ncreating=300"),
+])
+@pytest.mark.xfail(raises=KnownDefect, strict=False, reason="known defects: "
+                   + "; ".join(fuzz_v2.KNOWN[k] for k in ("sb-data-off-unaligned",
+                                                          "derived-counters-refuse")))
+def test_known_pool_defects_replayed_exactly(template, structure, field, at, value, defect):
+    """One field set as a trial of the fuzzer would, every user operation run on the copy:
+    no failure, or only the named known defect."""
+    path, t = template
+    copy = f"{path}-known"
+    shutil.copyfile(path, copy)
+    try:
+        foff, fmt = layout.STRUCTS[structure][field]
+        off = at(t) + foff
+        _set_field(copy, off, fmt, value(fuzz_v2.u(copy, off, fmt)),
+                   resign=structure == "superblock")
+        m = {"structure": structure, "field": field}
+        j = fuzz_v2.judge(m, fuzz_v2.exercise(copy, m, t, timeout=20))
+        if j["new"]:
+            raise AssertionError(f"new finding: {j['new']}")
+        if j["known"]:
+            assert j["known"] == [defect], j
+            raise KnownDefect(fuzz_v2.KNOWN[defect])
+    finally:
+        Path(copy).unlink(missing_ok=True)
