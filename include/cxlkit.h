@@ -716,7 +716,8 @@ CXK_API int cxk_obj_read(cxk_pool *p, uint64_t off, uint64_t generation, uint64_
                          void *dst, size_t nbytes);
 /* 0 while the object at off is published with `generation`, else -ESTALE. */
 CXK_API int cxk_obj_validate(cxk_pool *p, uint64_t off, uint64_t generation);
-/* Recompute the payload checksum: -EBADMSG on mismatch, -ENODATA if none was recorded. */
+/* Recompute the payload checksum: -EBADMSG on mismatch, -ENODATA if none was recorded,
+ * -ESTALE when off no longer leads to an object (destroyed, or its extent claimed since). */
 CXK_API int cxk_obj_verify(cxk_pool *p, uint64_t off);
 /* Make [off, off+nbytes) written by this process visible to other hosts / drop stale
  * cached copies before reading; no-ops (fences only) under CXK_COHERENCE_HOST. */

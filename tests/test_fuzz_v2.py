@@ -204,9 +204,6 @@ class UntypedError(AssertionError):
     """A user operation raised an error outside cxlkit's typed classes."""
 
 
-@pytest.mark.xfail(raises=UntypedError, strict=False,
-                   reason="new finding of the fuzzer: PoolObject.verify raises a bare OSError "
-                          "(EINVAL) for an object whose extent another host's map claims")
 def test_verify_of_an_object_in_an_extent_another_host_claims_is_typed(template):
     """fuzz_v2 --seed 1 --trial 894 --structure extmap: host 0's extent map marks the extent
     holding host 1's h1-o3 as the start of a run of its own."""

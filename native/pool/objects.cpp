@@ -568,12 +568,14 @@ int cxk_obj_verify(cxk_pool *p, uint64_t off) {
     uint32_t h;
     uint64_t end;
     if (!p) return -EINVAL;
+    // an offset that no longer leads to an object (destroyed, or another host's extent map
+    // now claims its extent) is the -ESTALE of a read, not a caller's error
     ObjHeader *o = header_at(p, off, &h, &end, kLine);
     if (!o || !header_fits(off - kObjHeaderBytes, end, o) || ld(&o->state) == kFree)
-        return -EINVAL;
+        return -ESTALE;
     const uint64_t want = o->checksum, size = ldr(&o->nbytes);
     if (int r = checksum_state(o)) return r;
-    if (size > end - off) return -EINVAL;  // changed since the check
+    if (size > end - off) return -ESTALE;  // changed since the check
     if (h != p->host) sync_in(p, p->base + off, size);
     return ((1ull << 32) | crc32c(p->base + off, size)) == want ? 0 : -EBADMSG;
 }
