@@ -12,6 +12,7 @@ from rich.table import Table
 
 from .._config import config
 from .main import app, fail, one_line
+from .poolopen import GROUP_OPT, shared_gid
 
 kv_app = typer.Typer(no_args_is_help=True, help="The KV-cache pool: blocks and statistics.")
 app.add_typer(kv_app, name="kv")
@@ -24,12 +25,18 @@ def _pool_path(pool: str | None) -> str:
 
 
 def collect(path: str, *, host_id: int | str | None = None,
-            coherence: str | None = None) -> dict:
+            coherence: str | None = None, group: int | None = None) -> dict:
+    """What `kv stats` shows; group: the gid of a group-shared pool (opened shared)."""
     from ..kv.recency import is_table
     from ..kv.store import _STATS_PREFIX, _open_pool, host_stats
+    from ..pool import Pool
 
-    pool, _ = _open_pool(path, create=False, size=0, host_id=host_id, coherence=coherence,
-                         max_hosts=0, lease_timeout_ms=0)
+    src = path if group is None else Pool(path, host_id=host_id, coherence=coherence,
+                                          create=False, group=group)
+    mine = group is None  # else src is open already, as this host and coherence
+    pool, _ = _open_pool(src, create=False, size=0, host_id=host_id if mine else None,
+                         coherence=coherence if mine else None, max_hosts=0,
+                         lease_timeout_ms=0)
     with pool:
         groups: dict[tuple[str, int], dict] = {}
         tables = []
@@ -63,6 +70,7 @@ def stats(pool: Optional[str] = typer.Argument(
                                                 "machine id"),
           coherence: Optional[str] = typer.Option(None, "--coherence", help="host or none; "
                                                   "default: CXLKIT_COHERENCE, else host"),
+          group: Optional[str] = GROUP_OPT,
           as_json: bool = typer.Option(False, "--json", help="one JSON object")) -> None:
     """KV blocks per namespace and host, and each host's counters (shared by its processes)."""
     if pool is not None and pool_opt is not None and pool != pool_opt:
@@ -70,7 +78,7 @@ def stats(pool: Optional[str] = typer.Argument(
     path = _pool_path(pool or pool_opt)
     try:
         info = collect(path, host_id=int(host_id) if host_id and host_id.isdigit() else host_id,
-                       coherence=coherence)
+                       coherence=coherence, group=shared_gid(path, group))
     except FileNotFoundError:
         fail(f"no pool at {path} (create one with a KV store, or name one: "
              "cxlkit kv stats POOL)")

@@ -10,14 +10,15 @@ import multiprocessing as mp
 import sys
 import time
 from struct import error as struct_error
-from typing import Optional
+from typing import NoReturn, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from .. import pool as P
-from .main import app
+from .main import app, fail, one_line
+from .poolopen import GROUP_OPT, shared_gid
 
 pool_app = typer.Typer(no_args_is_help=True, help="Shared memory pools of named objects.")
 app.add_typer(pool_app, name="pool")
@@ -31,9 +32,8 @@ COHERENCE_OPT = typer.Option(None, "--coherence", help="host (one coherence doma
                              "(hosts behind a CXL switch); default: CXLKIT_COHERENCE, else host")
 
 
-def _fail(msg: str, code: int = 2) -> None:
-    Console(stderr=True).print(f"[red]cxlkit: {msg}[/red]")
-    raise typer.Exit(code)
+def _fail(msg: str, code: int = 2) -> NoReturn:
+    fail(msg, code)  # one line on stderr
 
 
 def _host(host_id: Optional[str]) -> int | str | None:
@@ -43,19 +43,19 @@ def _host(host_id: Optional[str]) -> int | str | None:
 
 
 def _open(pool: Optional[str], host_id: Optional[str], coherence: Optional[str] = None,
-          **kw) -> P.Pool:
+          group: Optional[str] = None, **kw) -> P.Pool:
     import warnings
 
     try:
+        gid = shared_gid(P.resolve(pool), group)
         with warnings.catch_warnings(record=True) as notes:
             warnings.simplefilter("always", P.PoolReadOnlyWarning)
-            p = P.Pool(pool, host_id=_host(host_id), coherence=coherence, **kw)
+            p = P.Pool(pool, host_id=_host(host_id), coherence=coherence, group=gid, **kw)
         for n in notes:  # a version 1 pool: read-only, one line naming `cxlkit pool upgrade`
             Console(stderr=True).print(f"[yellow]cxlkit: {n.message}[/yellow]")
         return p
     except (OSError, ValueError, TypeError) as e:
-        _fail(str(e))
-        raise  # unreachable: _fail exits
+        _fail(one_line(e))
 
 
 def _mib(n: int) -> str:
@@ -94,7 +94,8 @@ def create_cmd(
                                             help="host slots (hosts share the data region, "
                                             "claimed in extents on demand); default 4"),
     max_objects: Optional[int] = typer.Option(None, "--max-objects", help="names per host"),
-    group: Optional[str] = typer.Option(None, "--group", help="group that may open it (0660)"),
+    group: Optional[str] = typer.Option(None, "--group", help="group that may open it (mode "
+                                        "0660); an existing group-shared pool is opened"),
     numa_node: Optional[int] = typer.Option(None, "--numa-node", help="bind its memory here"),
     force: bool = typer.Option(False, "--force", help="devices: format over foreign data"),
     overcommit: bool = typer.Option(False, "--overcommit",
@@ -117,7 +118,8 @@ def create_cmd(
 @pool_app.command("ls")
 def ls_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
            pools: bool = typer.Option(False, "--pools", help="list pool files in /dev/shm"),
-           coherence: Optional[str] = COHERENCE_OPT, as_json: bool = JSON_OPT) -> None:
+           coherence: Optional[str] = COHERENCE_OPT, group: Optional[str] = GROUP_OPT,
+           as_json: bool = JSON_OPT) -> None:
     """List the objects of a pool (every host's), or with --pools the embedded pool files."""
     if pools:
         files = [str(f) for f in P.embedded_pools()]
@@ -127,7 +129,7 @@ def ls_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
             for f in files:
                 print(f)
         return
-    with _open(pool, host_id, coherence) as p:
+    with _open(pool, host_id, coherence, group) as p:
         objs = p.list()
     if as_json:
         print(json.dumps([dataclasses.asdict(o) for o in objs]))
@@ -144,9 +146,10 @@ def ls_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
 
 @pool_app.command("stat")
 def stat_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
-             coherence: Optional[str] = COHERENCE_OPT, as_json: bool = JSON_OPT) -> None:
+             coherence: Optional[str] = COHERENCE_OPT, group: Optional[str] = GROUP_OPT,
+             as_json: bool = JSON_OPT) -> None:
     """Geometry and usage of a pool."""
-    with _open(pool, host_id, coherence) as p:
+    with _open(pool, host_id, coherence, group) as p:
         _print_stat(p.stat(), as_json)
 
 
@@ -187,9 +190,10 @@ def rm_cmd(pool: str = typer.Argument(..., help="pool name or path"),
 def fsck_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
              repair: bool = typer.Option(True, "--repair/--no-repair",
                                          help="rebuild this host's part first"),
-             coherence: Optional[str] = COHERENCE_OPT, as_json: bool = JSON_OPT) -> None:
+             coherence: Optional[str] = COHERENCE_OPT, group: Optional[str] = GROUP_OPT,
+             as_json: bool = JSON_OPT) -> None:
     """Check every host's part of a pool (exit 1 if anything cannot be trusted)."""
-    with _open(pool, host_id, coherence, repair=repair) as p:
+    with _open(pool, host_id, coherence, group, repair=repair) as p:
         try:
             rep = p.fsck(repair=repair)
         except OSError as e:
@@ -262,13 +266,15 @@ def _hosts_from_file(path: str) -> list[P.HostInfo]:
 
 @pool_app.command("hosts")
 def hosts_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
-              coherence: Optional[str] = COHERENCE_OPT, as_json: bool = JSON_OPT) -> None:
+              coherence: Optional[str] = COHERENCE_OPT, group: Optional[str] = GROUP_OPT,
+              as_json: bool = JSON_OPT) -> None:
     """Every host slot: name, last process, heartbeat age, alive or dead, the extents, bytes
     and objects it holds (a dead host is freed with `cxlkit pool release`). When no slot is
     free for this host, a pool file is read without attaching."""
     path = P.resolve(pool)
     try:
-        with P.Pool(path, host_id=_host(host_id), coherence=coherence) as p:
+        gid = shared_gid(path, group)
+        with P.Pool(path, host_id=_host(host_id), coherence=coherence, group=gid) as p:
             rows, me, st = p.hosts(), p.host_id, p.stat()
         title = (f"hosts of {st.path}: {st.extents_free} of {st.nextents} extents of "
                  f"{st.extent_bytes >> 10} KiB free ({_mib(st.extents_free * st.extent_bytes)})")
@@ -302,11 +308,11 @@ def release_cmd(pool: str = typer.Argument(..., help="pool name or path"),
                 drop: bool = typer.Option(False, "--drop", help="drop its published objects "
                                           "instead of adopting them"),
                 host_id: Optional[str] = HOST_OPT, coherence: Optional[str] = COHERENCE_OPT,
-                as_json: bool = JSON_OPT) -> None:
+                group: Optional[str] = GROUP_OPT, as_json: bool = JSON_OPT) -> None:
     """Free a dead host's slot: its published objects stay readable (adopted by this host)
     or are dropped with --drop; refused for a live host."""
     target = int(host) if host.isdigit() else host
-    with _open(pool, host_id, coherence) as p:
+    with _open(pool, host_id, coherence, group) as p:
         try:
             p.release(target, drop=drop)
         except (KeyError, OSError, ValueError) as e:
@@ -325,15 +331,17 @@ def release_cmd(pool: str = typer.Argument(..., help="pool name or path"),
 @pool_app.command("upgrade")
 def upgrade_cmd(pool: str = typer.Argument(..., help="pool name or path (a version 1 pool)"),
                 group: bool = typer.Option(False, "--group", help="accept a pool shared with "
-                                           "a group (another owner, group-writable)"),
+                                           "a group (another owner, group-writable); a "
+                                           "group-shared pool of this user or of one of "
+                                           "its groups is accepted without it"),
                 as_json: bool = JSON_OPT) -> None:
     """Upgrade a version 1 pool (fixed per-host partitions) to version 2 in place: every
     object stays where it is and readable by name; refused while a v1 host is alive; safe
     to interrupt (a crash leaves version 1, run it again, or version 2)."""
     from ..pool_upgrade import upgrade
-    from .main import fail, one_line
     try:
-        r = upgrade(pool, group=group)
+        shared = group or shared_gid(P.resolve(pool), None) is not None
+        r = upgrade(pool, group=shared)
     except (OSError, ValueError) as e:
         fail(one_line(e))  # `cxlkit: error: PATH: why`, one line, exit 2
     if as_json:
