@@ -99,3 +99,28 @@ def test_pool_upgrade_of_a_bad_path_is_one_line_exit_2(capsys, tmp_path, what):
     assert ("not a cxlkit pool" if what == "not a pool" else "no such pool") in line
     if what == "not a pool":
         assert path.read_bytes() == b"x" * 8192
+
+
+# ---- output paths: checked before any work, folders never created silently -------------------
+@pytest.mark.parametrize("cmd", ["memory", "copy"])
+@pytest.mark.parametrize("flag,bad,why", [
+    ("-o", "/proc/cxlkit-r.json", "cannot write in /proc"),
+    ("-o", "{tmp}/no/such/r.json", "does not exist"),
+    ("--plots", "/proc/cxlkit-plots", "cannot write in /proc"),
+    ("--plots", "{tmp}/no/such/plots", "does not exist")])
+def test_bench_unwritable_or_missing_folders_are_refused_naming_the_flag(capsys, tmp_path, cmd,
+                                                                         flag, bad, why):
+    bad = bad.format(tmp=tmp_path)
+    code, _, err = cli(capsys, "bench", cmd, "--quick", flag, bad)
+    assert code == 2
+    line = one_error_line(err)
+    assert why in line and bad in line
+    assert ("--out" if flag == "-o" else flag) in line
+    assert not (tmp_path / "no").exists()  # nothing created
+
+
+def test_run_stripe_log_in_a_missing_folder_is_refused_before_the_command(capsys, tmp_path):
+    log = tmp_path / "no" / "log.txt"
+    code, _, err = cli(capsys, "run", "--stripe", "0:1", "--log", str(log), "--", "true")
+    assert code == 2
+    assert "--log" in one_error_line(err) and "does not exist" in err

@@ -20,7 +20,7 @@ def _title(doc: dict, what: str) -> str:
 
 
 def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(exist_ok=True)  # the plots folder; its parent must exist
     fig.savefig(path, dpi=110)
     return path
 

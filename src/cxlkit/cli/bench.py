@@ -13,6 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .main import app, fail, one_line
+from .outpath import check_dir, check_file
 
 bench_app = typer.Typer(no_args_is_help=True,
                         help="Measure the tiers: latency, bandwidth, loaded latency, copy paths.")
@@ -57,28 +58,15 @@ def _run_with_bar(con: Console, quiet: bool, fn):
 def _check_outputs(out: Optional[Path], plots: Optional[Path]) -> None:
     """Fail now (one line, exit 2) when --out or --plots cannot be written: a measurement
     takes minutes, and its result must not be lost at the end for a mistyped path."""
-    for path, what, is_dir in ((out, "--out", False), (plots, "--plots", True)):
-        if path is None:
-            continue
-        if is_dir and path.exists() and not path.is_dir():
-            _fail(f"{what} {path}: exists and is not a directory")
-        if not is_dir and path.is_dir():
-            _fail(f"{what} {path}: is a directory (give a file name, e.g. {path}/result.json)")
-        if not is_dir and path.exists() and not os.access(path, os.W_OK):
-            _fail(f"{what} {path}: not writable")
-        anc = path if is_dir else path.parent
-        while not anc.exists() and anc != anc.parent:  # the folders _write would create
-            anc = anc.parent
-        if not anc.is_dir():
-            _fail(f"{what} {path}: {anc} is not a directory")
-        if not os.access(anc, os.W_OK | os.X_OK):
-            _fail(f"{what} {path}: {anc} is not writable")
+    if out is not None:
+        check_file(out, "--out")
+    if plots is not None:
+        check_dir(plots, "--plots")
 
 
 def _write(doc: dict, out: Optional[Path], as_json: bool, con: Console) -> None:
     text = json.dumps(doc, indent=1)
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text + "\n")
         if not as_json:
             con.print(f"result: {out}")
@@ -190,7 +178,8 @@ def memory_cmd(
     nodes: Optional[str] = typer.Option(None, "--nodes", help="memory nodes to measure, e.g. 0,1"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="write the JSON result here"),
     as_json: bool = typer.Option(False, "--json", help="print the JSON result, no tables"),
-    plots: Optional[Path] = typer.Option(None, "--plots", help="write PNG plots to this directory"),
+    plots: Optional[Path] = typer.Option(None, "--plots", help="write PNG plots to this folder "
+                                         "(made if its parent exists)"),
     hugepages: bool = typer.Option(True, "--hugepages/--no-hugepages",
                                    help="ask for transparent huge pages (madvise) on buffers"),
     threads: Optional[str] = typer.Option(None, "--threads",
@@ -257,7 +246,8 @@ def copy_cmd(
     cpu: Optional[int] = typer.Option(None, "--cpu", help="CPU of the copying thread"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="write the JSON result here"),
     as_json: bool = typer.Option(False, "--json", help="print the JSON result, no tables"),
-    plots: Optional[Path] = typer.Option(None, "--plots", help="write PNG plots to this directory"),
+    plots: Optional[Path] = typer.Option(None, "--plots", help="write PNG plots to this folder "
+                                         "(made if its parent exists)"),
     gpu: bool = typer.Option(True, "--gpu/--no-gpu", help="the GPU copy matrix (needs CUDA)"),
 ) -> None:
     """memcpy, non-temporal, copy+flush and invalidate+copy per node pair and size; GPU copies."""

@@ -21,6 +21,12 @@ def stripe_env(spec: str, chunk: str, min_size: str, log: str | None,
                quiet: bool) -> dict[str, str]:
     """The variables to exec with (LD_PRELOAD and the library's configuration), after the
     checks the library would make: one line and exit 2 when the stripe cannot be placed."""
+    if log is not None and log != "stderr":
+        from pathlib import Path
+
+        from .outpath import check_file
+
+        check_file(Path(log), "--log")  # before CMD runs: its log must not be lost
     try:
         cfg = PL.parse_stripe(spec, chunk=chunk, min_size=min_size)
         have = topology.memory_nodes()
