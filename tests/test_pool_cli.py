@@ -78,6 +78,23 @@ def test_run_demo_shares_an_object_between_two_processes(name, monkeypatch):
     assert "clean" in text and "failed" not in text
     with cxlkit.Pool(name) as p:
         assert p.list() == []
+    assert f"the pool /dev/shm/{name} (made by this demo) stays" in text
+    assert f"cxlkit pool rm /dev/shm/{name}" in text
+
+
+def test_run_demo_interrupted_removes_the_pool_it_made(name, monkeypatch):
+    from cxlkit.cli import pool as cli_pool
+
+    monkeypatch.setenv("CXLKIT_POOL", name)
+
+    def interrupted(console, path):
+        cxlkit.Pool(path, size="4M").close()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_pool, "_pool_demo", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_demo(Console(record=True))
+    assert not Path(f"/dev/shm/{name}").exists()
 
 
 # ---- issue 11: paths under /dev, sizes, geometry of an existing pool ------------------------

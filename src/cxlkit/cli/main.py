@@ -51,6 +51,17 @@ def fail(msg: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def _interrupted(e: BaseException) -> bool:
+    seen: BaseException | None = e
+    for _ in range(8):  # SystemExit <- click Exit <- KeyboardInterrupt: a short chain
+        if seen is None:
+            return False
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI on argv (default sys.argv[1:]); returns the exit code. An exception a
     command lets out becomes one line and code 2, never a traceback."""
@@ -58,6 +69,9 @@ def run(argv: list[str] | None = None) -> int:
     try:
         app(args=argv, prog_name="cxlkit")
     except SystemExit as e:
+        if _interrupted(e):  # typer turns Ctrl-C into exit 130 silently: say so
+            typer.echo("cxlkit: interrupted", err=True)
+            return 130
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     except KeyboardInterrupt:
         typer.echo("cxlkit: interrupted", err=True)

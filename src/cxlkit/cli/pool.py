@@ -380,10 +380,23 @@ def _demo_reader(path: str, name: str, results, done) -> None:
 
 def run_demo(console: Console) -> None:
     """Create the embedded pool, publish an array from this process, read and verify it from a
-    second process with another host id, read its reply, clean up and fsck."""
+    second process with another host id, read its reply, clean up and fsck. The pool stays
+    (and the demo says so) unless the demo made it and was interrupted."""
+    path = P.resolve(None)
+    made = not os.path.exists(path)
+    try:
+        _pool_demo(console, path)
+    except BaseException:
+        if made and os.path.exists(path):
+            P.remove(path)
+        raise
+    console.print(f"the pool {path} ({'made' if made else 'used'} by this demo) stays for the "
+                  f"next run; remove it with `cxlkit pool rm {path}`")
+
+
+def _pool_demo(console: Console, path: str) -> None:
     import numpy as np
 
-    path = P.resolve(None)
     name = "demo/matrix"
     with P.Pool(path, size=64 << 20, create=True) as pool:
         if name in pool and pool.info(name).host == pool.host_id:
