@@ -10,8 +10,8 @@ from typing import NoReturn, Optional
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
+from . import tables as T
 from .main import app, fail, one_line
 from .outpath import check_dir, check_file
 
@@ -94,10 +94,14 @@ def memory_tables(con: Console, doc: dict) -> None:
     from ..bench.memory import KINDS
     from ..bench.weights import weights_from
 
-    t = Table(title=f"memory per node — {doc['machine']['cpu']}, Linux {doc['kernel']}")
-    for c in ("node", "kind", "CPUs", "idle latency ns", *(f"{k} GB/s" for k in KINDS),
-              "weight"):
-        t.add_column(c, justify="right" if c not in ("kind", "CPUs") else "left")
+    con.print(f"memory per node — {doc['machine']['cpu']}, Linux {doc['kernel']}",
+              highlight=False)
+    t = T.table(caption="idle: latency ns; read..nt_write: peak GB/s", caption_justify="left")
+    T.num(t, "node")
+    t.add_column("kind", no_wrap=True)
+    T.text(t, "CPUs")
+    for c in ("idle", *KINDS, "weight"):
+        T.num(t, c)
     nodes = doc["figures"]["nodes"]
     try:
         w = weights_from(doc)
@@ -116,16 +120,17 @@ def memory_tables(con: Console, doc: dict) -> None:
                       f"{_f(h['write_bandwidth_mbps'], '{}')} MB/s")
 
     for n, e in nodes.items():
-        t = Table(title=f"node {n}: latency")
-        t.add_column("buffer")
-        t.add_column("ns/load", justify="right")
+        t = T.table(f"node {n}: latency")
+        T.num(t, "buffer")
+        T.num(t, "ns/load")
         for p in e["latency"]:
             t.add_row(_size(p["bytes"]), _f(p["ns"]))
         con.print(t)
-        t = Table(title=f"node {n}: bandwidth GB/s by threads, median (on-CPU estimate)")
-        t.add_column("threads", justify="right")
+        t = T.table(f"node {n}: bandwidth GB/s by threads", caption="median (on-CPU "
+                    "estimate)", caption_justify="left")
+        T.num(t, "threads")
         for k in KINDS:
-            t.add_column(k, justify="right")
+            T.num(t, k)
         counts = sorted({p["threads"] for k in KINDS for p in e["bandwidth"][k]})
         for c in counts:
             row = [str(c)]
@@ -136,9 +141,9 @@ def memory_tables(con: Console, doc: dict) -> None:
             t.add_row(*row)
         con.print(t)
         if e.get("loaded_latency"):
-            t = Table(title=f"node {n}: loaded latency ({doc['parameters']['loaded_kind']} load)")
+            t = T.table(f"node {n}: loaded latency ({doc['parameters']['loaded_kind']} load)")
             for c in ("target GB/s", "reached GB/s", "ns/load"):
-                t.add_column(c, justify="right")
+                T.num(t, c)
             for p in e["loaded_latency"]:
                 tgt = "none" if p["target_gbps"] == 0 else (
                     "max" if p["target_gbps"] is None else _f(p["target_gbps"]))
@@ -153,10 +158,10 @@ def memory_tables(con: Console, doc: dict) -> None:
                   f"{r['oncpu_ratio']:.2f}, same run)")
     m = doc["figures"].get("matrix")
     if m:
-        t = Table(title="CPU node x memory node: latency ns / read GB/s")
-        t.add_column("CPUs of")
+        t = T.table("CPU node x memory node: latency ns / read GB/s")
+        t.add_column("CPUs of", no_wrap=True)
         for mn in m["mem_nodes"]:
-            t.add_column(f"mem {mn}", justify="right")
+            T.num(t, f"mem {mn}")
         for i, cn in enumerate(m["cpu_nodes"]):
             t.add_row(f"node {cn}", *(f"{_f(m['latency_ns'][i][j])} / {_f(m['read_gbps'][i][j])}"
                                       for j in range(len(m["mem_nodes"]))))
@@ -212,12 +217,13 @@ def memory_cmd(
 
 def copy_tables(con: Console, doc: dict) -> None:
     for p in doc["figures"]["pairs"]:
-        t = Table(title=f"copy node {p['src']} -> node {p['dst']} (CPU "
-                        f"{doc['parameters']['cpu']}): GB/s (ns per copy)")
-        t.add_column("size", justify="right")
+        t = T.table(f"copy node {p['src']} -> node {p['dst']} (CPU "
+                    f"{doc['parameters']['cpu']})", caption="GB/s (ns per copy)",
+                    caption_justify="left")
+        T.num(t, "size")
         methods = [m for m, pts in p["methods"].items() if pts]
         for m in methods:
-            t.add_column(m, justify="right")
+            T.num(t, m)
         for i, pt in enumerate(p["methods"][methods[0]]):
             t.add_row(_size(pt["bytes"]), *(
                 f"{p['methods'][m][i]['gbps']:.2f} ({p['methods'][m][i]['ns_per_copy']:.0f})"
@@ -229,9 +235,9 @@ def copy_tables(con: Console, doc: dict) -> None:
     if not g["available"]:
         con.print(f"GPU copies: {g['reason']}")
         return
-    t = Table(title=f"GPU copies, {_size(g['bytes'])} per device (GB/s)")
+    t = T.table(f"GPU copies, {_size(g['bytes'])} per device (GB/s)")
     for c in ("host node", "device", "pinned", "host->device", "device->host"):
-        t.add_column(c, justify="right")
+        T.num(t, c)
     for r in g["rows"]:
         t.add_row(str(r["node"]), str(r["device"]), "yes" if r["pinned"] else "no",
                   _f(r["h2d_gbps"]), _f(r["d2h_gbps"]))
@@ -289,9 +295,9 @@ def run_demo(console: Console) -> None:
     from ..bench import memory as BM
     from ..bench.weights import weights_from
 
-    t = Table(title="memory per node (quick: 64 MiB chase, read with every initiator CPU)")
+    t = T.table("memory per node (quick: 64 MiB chase, read with every initiator CPU)")
     for c in ("node", "kind", "CPUs", "latency ns", "read GB/s"):
-        t.add_column(c, justify="right")
+        T.num(t, c)
     bws = {}
     for f in BM.M.nodes():
         cpus = list(f.initiator_cpus)

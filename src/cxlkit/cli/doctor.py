@@ -428,20 +428,21 @@ _STYLE = {"ok": "green", "info": "cyan", "missing": "yellow", "warn": "magenta",
 
 
 def render(findings: list[Finding]) -> Table:
-    """Area headings, one line per finding, its fix on the line under it."""
-    t = Table(title="cxlkit doctor", box=None, show_header=False, pad_edge=False)
-    t.add_column("status", no_wrap=True)
-    t.add_column("item", no_wrap=True)
-    t.add_column("detail", overflow="fold")
+    """Area headings, one line per finding ('item: detail', wrapped at spaces beside its
+    status, so a path is cut only when it is longer than the line), its fix under it."""
+    t = Table.grid(padding=(0, 1))
+    t.title = "cxlkit doctor"
+    t.add_column("status", no_wrap=True, min_width=9)
+    t.add_column("finding", overflow="fold")
     area = None
     for f in findings:
         if f.area != area:
             area = f.area
-            t.add_row(f"[bold]{area}[/bold]", "", "")
+            t.add_row(f"[bold]{area}[/bold]", "")
         s = _STYLE[f.status]
-        t.add_row(f"  [{s}]{f.status}[/{s}]", f.item, f.detail)
+        t.add_row(f"  [{s}]{f.status}[/{s}]", f"{f.item}: {f.detail}")
         if f.fix:
-            t.add_row("", "", f"[dim]fix: {f.fix}[/dim]")
+            t.add_row("", f"[dim]fix: {f.fix}[/dim]")
     return t
 
 

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .._config import config
+from . import tables as T
 from .main import app, fail, one_line
 from .poolopen import GROUP_OPT, shared_gid
 
@@ -88,27 +89,43 @@ def stats(pool: Optional[str] = typer.Argument(
         typer.echo(json.dumps(info))
         return
     con = Console()
-    t = Table(title=f"KV blocks in {path}")
-    for col in ("namespace", "host", "blocks", "MiB"):
-        t.add_column(col)
+    t = T.table(f"KV blocks in {path}")
+    T.text(t, "namespace")
+    for col in ("host", "blocks", "size"):
+        T.num(t, col)
     for b in info["blocks"]:
-        t.add_row(b["namespace"], str(b["host"]), str(b["blocks"]), f"{b['bytes'] / 2**20:.1f}")
+        t.add_row(b["namespace"], str(b["host"]), str(b["blocks"]), T.size(b["bytes"]))
     con.print(t)
-    r = Table(title="recency tables (last use of each block by each host)")
-    for col in ("namespace", "host", "KiB"):
-        r.add_column(col)
+    r = T.table("recency tables")
+    T.text(r, "namespace")
+    for col in ("host", "size"):
+        T.num(r, col)
     for tb in info["recency_tables"]:
-        r.add_row(tb["namespace"], str(tb["host"]), f"{tb['bytes'] / 2**10:.1f}")
+        r.add_row(tb["namespace"], str(tb["host"]), T.size(tb["bytes"]))
     con.print(r)
-    c = Table(title="counters per host")
-    fields = ("lookups", "hits", "misses", "puts", "put_skipped", "bytes_in", "bytes_out",
-              "evictions", "load_errors", "put_errors")
-    c.add_column("host")
-    for f in fields:
-        c.add_column(f)
-    for h, vals in info["hosts"].items():
-        c.add_row(h, *(str(vals[f]) for f in fields))
-    con.print(c)
+    con.print("(a recency table: the last use of each block by each host)")
+    _print_counters(con, info["hosts"])
+
+
+COUNTERS = ("lookups", "hits", "misses", "puts", "put_skipped", "bytes_in", "bytes_out",
+            "evictions", "load_errors", "put_errors")
+_HOSTS_PER_TABLE = 5  # a counter name and five hosts fit 80 columns
+
+
+def _print_counters(con: Console, hosts: dict[str, dict]) -> None:
+    """One row per counter, one column per host (hosts are few, counters many: this way round
+    the headers are never cut), in tables of at most five hosts."""
+    names = list(hosts)
+    for i in range(0, max(len(names), 1), _HOSTS_PER_TABLE):
+        part = names[i:i + _HOSTS_PER_TABLE]
+        c = T.table("counters per host" if i == 0 else None)
+        c.add_column("counter", no_wrap=True)
+        for h in part:
+            T.num(c, f"host {h}")
+        for f in COUNTERS:
+            c.add_row(f, *(str(hosts[h][f]) for h in part))
+        con.print(c)
+    con.print("(each host's counters are shared by its processes; bytes_in/out in bytes)")
 
 
 # ---- demo ------------------------------------------------------------------------------------

@@ -29,6 +29,20 @@ def _load() -> None:
 
     for name in _COMMAND_MODULES:
         importlib.import_module(name)
+    _one_line_summaries(app)
+
+
+def _one_line_summaries(t: typer.Typer) -> None:
+    """A command's line in its group's list: the first paragraph of its docstring as one
+    line (typer keeps the docstring's own line breaks there, cutting sentences at 80
+    columns)."""
+    for info in t.registered_commands:
+        doc = info.help or (info.callback.__doc__ if info.callback else None)
+        if info.short_help is None and doc:
+            info.short_help = " ".join(doc.split("\n\n")[0].split())
+    for g in t.registered_groups:
+        if g.typer_instance is not None:
+            _one_line_summaries(g.typer_instance)
 
 
 def main() -> None:

@@ -12,7 +12,8 @@ from rich.table import Table
 from .main import app, fail
 
 plan_app = typer.Typer(no_args_is_help=True,
-                       help="Size a vector database or a KV cache against this machine's tiers.")
+                       help="Size a vector database, a KV cache or CPU-offloaded training "
+                       "against this machine's tiers.")
 app.add_typer(plan_app, name="plan")
 
 

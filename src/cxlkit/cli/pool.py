@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import pool as P
+from . import tables as T
 from .main import app, fail, one_line
 from .poolopen import GROUP_OPT, shared_gid
 
@@ -59,7 +60,7 @@ def _open(pool: Optional[str], host_id: Optional[str], coherence: Optional[str] 
 
 
 def _mib(n: int) -> str:
-    return f"{n / (1 << 20):.1f} MiB"
+    return T.size(n)  # a unit that fits: 4 KiB, 64 MiB, 1 GiB
 
 
 def _stat_table(st: P.PoolStat) -> Table:
@@ -134,13 +135,19 @@ def ls_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
     if as_json:
         print(json.dumps([dataclasses.asdict(o) for o in objs]))
         return
-    t = Table(title=f"{len(objs)} object(s)")
-    for col in ("name", "bytes", "host", "state", "generation", "offset", "crc32c", "created"):
-        t.add_column(col)
+    t = T.table(f"{len(objs)} object(s)")
+    T.text(t, "name")
+    T.num(t, "bytes")
+    T.num(t, "host")
+    t.add_column("state", no_wrap=True)
+    for col in ("gen", "offset"):
+        T.num(t, col)
+    for col in ("crc32c", "created"):
+        t.add_column(col, no_wrap=True)
     for o in objs:
         t.add_row(o.name, str(o.nbytes), str(o.host), o.state, str(o.generation),
                   f"{o.offset:#x}", f"{o.checksum:08x}" if o.checksum is not None else "-",
-                  time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(o.created)))
+                  time.strftime("%m-%d %H:%M:%S", time.localtime(o.created)))
     Console().print(t)
 
 
@@ -213,7 +220,7 @@ def fsck_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
 # ---- host slots (format v2, issue 18) --------------------------------------------------------
 
 def _age(s: float | None) -> str:
-    return "-" if s is None else f"{s:.1f} s"
+    return "-" if s is None else f"{s:.1f}"
 
 
 def _hosts_from_file(path: str) -> list[P.HostInfo]:
@@ -291,15 +298,21 @@ def hosts_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
     if as_json:
         print(json.dumps([dataclasses.asdict(h) for h in rows]))
         return
-    t = Table(title=title)
-    for col in ("slot", "name", "state", "pid", "heartbeat", "extents", "held", "used",
-                "objects"):
-        t.add_column(col)
+    t = T.table()
+    T.num(t, "slot")
+    T.text(t, "name", max_width=24)
+    t.add_column("state", no_wrap=True)
+    for col in ("pid", "beat", "ext", "held", "used", "objs"):
+        T.num(t, col)
     for h in rows:
-        t.add_row(f"{h.slot}{' (this)' if h.slot == me else ''}", h.name or "-", h.state,
+        t.add_row(f"{h.slot}{'*' if h.slot == me else ''}", h.name or "-", h.state,
                   str(h.pid or "-"), _age(h.heartbeat_age_s), str(h.extents),
-                  _mib(h.held_bytes), _mib(h.used_bytes), str(h.objects))
-    Console().print(t)
+                  T.size(h.held_bytes), T.size(h.used_bytes), str(h.objects))
+    con = Console()
+    con.print(title, highlight=False)  # a line of its own: a title would wrap to the table
+    con.print(t)
+    Console().print("(* this host; beat: seconds since its last heartbeat; ext: extents it "
+                    "holds; objs: its live objects)")
 
 
 @pool_app.command("release")
