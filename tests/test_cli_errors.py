@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +22,8 @@ def cli(capsys, *args) -> tuple[int, str, str]:
 def one_error_line(err: str) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
-    assert lines[0].startswith("cxlkit: error: "), err
+    assert lines[0].startswith("Error: "), err
+    assert "[Errno" not in err and "Traceback" not in err
     return lines[0]
 
 
@@ -37,7 +39,7 @@ def test_kv_stats_of_a_file_that_is_not_a_pool_is_one_line_exit_2(capsys, spelli
 def test_kv_stats_without_a_pool_is_one_line_exit_2(capsys):
     code, _, err = cli(capsys, "kv", "stats", "/dev/shm/cxlkit-test-cli-errors-none")
     assert code == 2
-    assert "no pool at /dev/shm/cxlkit-test-cli-errors-none" in one_error_line(err)
+    assert "pool /dev/shm/cxlkit-test-cli-errors-none: no such pool" in one_error_line(err)
 
 
 @pytest.mark.parametrize("cmd", ["memory", "copy"])
@@ -69,7 +71,7 @@ def test_an_exception_a_command_lets_out_becomes_one_line(capsys, monkeypatch):
     monkeypatch.setattr(kv, "collect", boom)
     code, _, err = cli(capsys, "kv", "stats", "x")
     assert code == 2
-    assert one_error_line(err) == "cxlkit: error: a bad thing happened"
+    assert one_error_line(err) == "Error: a bad thing happened"
 
 
 def test_one_line_names_the_path_of_an_OSError():
@@ -124,3 +126,73 @@ def test_run_stripe_log_in_a_missing_folder_is_refused_before_the_command(capsys
     code, _, err = cli(capsys, "run", "--stripe", "0:1", "--log", str(log), "--", "true")
     assert code == 2
     assert "--log" in one_error_line(err) and "does not exist" in err
+
+
+# ---- one voice: every command's bad input is `Error: ...`, one line, exit 2 ------------------
+BAD_INPUT = [
+    ["pool", "create", "{pool}", "--size", "4K"],
+    ["pool", "create", "{pool}", "--size", "1x"],
+    ["pool", "create", "{pool}", "--size", "100T"],
+    ["pool", "create", "{pool}", "--numa-node", "7"],
+    ["pool", "create", "{pool}", "--max-hosts", "0"],
+    ["pool", "create", "{pool}", "--max-hosts", "y"],
+    ["pool", "stat", "{pool}"], ["pool", "ls", "{pool}"], ["pool", "hosts", "{pool}"],
+    ["pool", "fsck", "{pool}"], ["pool", "release", "{pool}", "1"],
+    ["pool", "upgrade", "{pool}"], ["pool", "stat", "{pool}", "--group", "no-such-group-x"],
+    ["pool", "stat", "/etc/passwd"],
+    ["kv", "stats", "{pool}"], ["kv", "stats", "/etc/passwd"],
+    ["bench", "memory", "--quick", "--threads", "x"],
+    ["bench", "memory", "--quick", "--nodes", "99"],
+    ["bench", "memory", "--quick", "--load-kind", "bogus"],
+    ["bench", "memory", "--quick", "-o", "/proc/cxlkit-r.json"],
+    ["bench", "copy", "--quick", "--cpu", "4095"],
+    ["plan", "vectordb", "--vectors", "x", "--dim", "8"], ["plan", "kv", "--bogus"],
+    ["plan", "train", "--params", "x"],
+    ["tiers", "--sysfs-root", "/nonexistent-sysfs"],
+    ["policy", "weights", "--from-bench", "/nonexistent.json"],
+    ["audit", "999999999"], ["run", "--bind", "99", "--", "true"],
+    ["train", "demo", "--steps", "x"], ["demo", "--only", "bogus"], ["doctor", "--bogus"],
+    ["no-such-command"],
+]
+
+
+@pytest.mark.parametrize("args", BAD_INPUT, ids=lambda a: " ".join(a))
+def test_every_command_says_bad_input_in_one_voice(capsys, args):
+    pool = "/dev/shm/cxlkit-test-cli-errors-none"
+    code, _, err = cli(capsys, *[a.format(pool=pool) for a in args])
+    assert code == 2, err
+    line = one_error_line(err)
+    assert "=True" not in line and "max_hosts" not in line  # CLI flags, not Python arguments
+    assert not Path(pool).exists()
+
+
+def test_a_missing_pool_reads_the_same_in_every_command(capsys):
+    pool = "/dev/shm/cxlkit-test-cli-errors-none"
+    for args in (["pool", "stat"], ["pool", "ls"], ["pool", "hosts"], ["pool", "fsck"],
+                 ["pool", "upgrade"], ["kv", "stats"]):
+        code, _, err = cli(capsys, *args, pool)
+        assert code == 2 and f"pool {pool}: no such pool;" in one_error_line(err), args
+
+
+def test_pool_create_of_an_existing_pool_without_size_opens_it(capsys, monkeypatch):
+    import json
+    import uuid
+
+    monkeypatch.setenv("CXLKIT_HOST_ID", "0")
+    pool = f"/dev/shm/cxlkit-test-cli-errors-{uuid.uuid4().hex[:8]}"
+    try:
+        assert cli(capsys, "pool", "create", pool, "--size", "128M")[0] == 0
+        code, out, err = cli(capsys, "pool", "create", pool, "--json")
+        assert code == 0, err
+        assert json.loads(out)["size"] == 128 << 20
+        code, out, _ = cli(capsys, "pool", "stat", pool)
+        assert "128 MiB" in out  # a unit that fits
+    finally:
+        Path(pool).unlink(missing_ok=True)
+
+
+def test_sizes_are_printed_with_a_unit_that_fits():
+    from cxlkit.cli.tables import size
+
+    assert [size(n) for n in (0, 4096, 1536, 64 << 20, 1 << 30, (3 << 29))] == \
+        ["0 B", "4 KiB", "1.5 KiB", "64 MiB", "1 GiB", "1.5 GiB"]

@@ -134,7 +134,7 @@ def test_existing_pool_opened_with_another_size_or_max_hosts_is_refused(name):
     r = run("create", name, "--size", "32M")
     assert r.exit_code == 2 and "16.0 MiB" in r.output and "32.0 MiB" in r.output
     r = run("create", name, "--size", "16M", "--max-hosts", "4")
-    assert r.exit_code == 2 and "max_hosts 2" in r.output
+    assert r.exit_code == 2 and "--max-hosts 2" in r.output
     with pytest.raises(cxlkit.PoolGeometryError, match="max_hosts"):
         cxlkit.Pool(name, size="16M", max_hosts=3)
     with cxlkit.Pool(name, size="16M", max_hosts=2) as p:  # the same geometry: opened

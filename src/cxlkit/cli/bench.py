@@ -20,7 +20,16 @@ bench_app = typer.Typer(no_args_is_help=True,
 app.add_typer(bench_app, name="bench")
 
 
+# The measurement's messages name its settings; on the command line they are flags.
+_FLAGS = (("loaded_kind ", "--load-kind "), ("thread_counts ", "--threads "),
+          ("reps ", "--reps "), ("cpu ", "--cpu "), ("node ", "--nodes: node "))
+
+
 def _fail(msg: str) -> NoReturn:
+    for py, flag in _FLAGS:
+        if msg.startswith(py):
+            msg = flag + msg[len(py):]
+            break
     fail(msg)  # one line on stderr, exit 2
 
 
@@ -209,7 +218,7 @@ def memory_cmd(
         doc = _run_with_bar(con, as_json, lambda cb: BM.run(
             _nodes(nodes), config=cfg, progress=cb, matrix=matrix))
     except (ValueError, KeyError) as e:
-        _fail(str(e))
+        _fail(one_line(e))
     except OSError as e:
         _fail(f"measurement failed: {one_line(e)}")
     _report(con, doc, as_json, out, plots, memory_tables, "plot_memory")
@@ -268,7 +277,7 @@ def copy_cmd(
         doc = _run_with_bar(con, as_json, lambda cb: BC.run(
             pairs, quick=quick, cpu=cpu, progress=cb, gpu=gpu, gpu_backend=backend))
     except (ValueError, KeyError) as e:
-        _fail(str(e))
+        _fail(one_line(e))
     except OSError as e:
         _fail(f"measurement failed: {one_line(e)}")
     _report(con, doc, as_json, out, plots, copy_tables, "plot_copy")

@@ -75,16 +75,18 @@ def stats(pool: Optional[str] = typer.Argument(
           as_json: bool = typer.Option(False, "--json", help="one JSON object")) -> None:
     """KV blocks per namespace and host, and each host's counters (shared by its processes)."""
     if pool is not None and pool_opt is not None and pool != pool_opt:
-        fail(f"two pools given: {pool} and --pool {pool_opt}")
+        fail(f"two pools given: {pool} and --pool {pool_opt}; name one")
     path = _pool_path(pool or pool_opt)
     try:
         info = collect(path, host_id=int(host_id) if host_id and host_id.isdigit() else host_id,
                        coherence=coherence, group=shared_gid(path, group))
     except FileNotFoundError:
-        fail(f"no pool at {path} (create one with a KV store, or name one: "
-             "cxlkit kv stats POOL)")
+        fail(f"pool {path}: no such pool; a KV store creates it, or name one: `cxlkit kv "
+             "stats POOL` (`cxlkit pool ls --pools` lists them)")
     except (OSError, ValueError) as e:
-        fail(f"pool {path}: {one_line(e)}")
+        from .pool import pool_error
+
+        fail(pool_error(path, e))
     if as_json:
         typer.echo(json.dumps(info))
         return

@@ -37,6 +37,43 @@ def _fail(msg: str, code: int = 2) -> NoReturn:
     fail(msg, code)  # one line on stderr
 
 
+DEFAULT_SIZE = 64 << 20  # `pool create` of a new pool without --size
+# The library's messages name Python arguments; on the command line they are flags.
+_FLAGS = (("overcommit=True", "--overcommit"), ("pass group=", "pass --group GROUP"),
+          ("max_hosts", "--max-hosts"), ("max_objects", "--max-objects"),
+          ("numa_node", "--numa-node"), ("host_id", "--host-id"),
+          ("open it without them", "open it without --size and --max-hosts"))
+
+
+def pool_error(path: str, e: BaseException) -> str:
+    """A pool's open error as `pool PATH: why; what to do`, naming CLI flags."""
+    device = path.startswith("/dev/") and not path.startswith("/dev/shm/")
+    if isinstance(e, FileNotFoundError) and not device and not os.path.exists(path):
+        base = os.path.basename(path)
+        name = base[len("cxlkit-"):] if path == P.resolve(base[len("cxlkit-"):] or base) \
+            else path
+        return (f"pool {path}: no such pool; create it with `cxlkit pool create {name}` or "
+                "list the pools with `cxlkit pool ls --pools`")
+    msg = one_line(e)
+    for py, flag in _FLAGS:
+        msg = msg.replace(py, flag)
+    if "too small for a pool" in msg:
+        msg += "; give a larger --size, e.g. 64M"
+    return msg if msg.startswith(path) or path in msg else f"pool {path}: {msg}"
+
+
+def _check_node(node: Optional[int]) -> None:
+    """--numa-node names a node with memory (the library would only see a failed bind)."""
+    if node is None:
+        return
+    from .. import topology
+
+    have = topology.memory_nodes()
+    if node not in have:
+        _fail(f"--numa-node {node}: no memory node {node} on this machine (nodes with memory: "
+              f"{','.join(map(str, have))}); pass one of them or leave it out")
+
+
 def _host(host_id: Optional[str]) -> int | str | None:
     if host_id is None:
         return None
@@ -49,6 +86,8 @@ def _open(pool: Optional[str], host_id: Optional[str], coherence: Optional[str] 
 
     try:
         gid = shared_gid(P.resolve(pool), group)
+        if kw.get("size", 0) is None:
+            del kw["size"]  # an existing pool, opened at its own size
         with warnings.catch_warnings(record=True) as notes:
             warnings.simplefilter("always", P.PoolReadOnlyWarning)
             p = P.Pool(pool, host_id=_host(host_id), coherence=coherence, group=gid, **kw)
@@ -56,7 +95,7 @@ def _open(pool: Optional[str], host_id: Optional[str], coherence: Optional[str] 
             Console(stderr=True).print(f"[yellow]cxlkit: {n.message}[/yellow]")
         return p
     except (OSError, ValueError, TypeError) as e:
-        _fail(one_line(e))
+        _fail(pool_error(P.resolve(pool), e))
 
 
 def _mib(n: int) -> str:
@@ -90,7 +129,9 @@ def _print_stat(st: P.PoolStat, as_json: bool) -> None:
 @pool_app.command("create")
 def create_cmd(
     pool: Optional[str] = POOL_ARG,
-    size: str = typer.Option("64M", "--size", help="total bytes (files and memfd), e.g. 1G"),
+    size: Optional[str] = typer.Option(None, "--size", help="total bytes (files and memfd), "
+                                       "e.g. 1G; default: 64M for a new pool, an existing "
+                                       "pool's own size"),
     max_hosts: Optional[int] = typer.Option(None, "--max-hosts",
                                             help="host slots (hosts share the data region, "
                                             "claimed in extents on demand); default 4"),
@@ -106,10 +147,13 @@ def create_cmd(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Create (format) a pool; an existing pool is opened when its geometry matches."""
+    path = P.resolve(pool)
     try:
-        nbytes = P.parse_size(size)
+        nbytes = P.parse_size(size) if size is not None else (
+            None if os.path.exists(path) or path.startswith("/dev/") else DEFAULT_SIZE)
     except (TypeError, ValueError) as e:
-        _fail(str(e))
+        _fail(f"--size {size}: {one_line(e)}; give bytes with a unit, e.g. 64M or 1G")
+    _check_node(numa_node)
     with _open(pool, host_id, coherence, size=nbytes, max_hosts=max_hosts,
                max_objects=max_objects, group=group, numa_node=numa_node, force=force,
                create=True, overcommit=overcommit) as p:
@@ -204,7 +248,7 @@ def fsck_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
         try:
             rep = p.fsck(repair=repair)
         except OSError as e:
-            _fail(str(e))
+            _fail(pool_error(p.path, e))
     if as_json:
         print(json.dumps({**dataclasses.asdict(rep), "clean": rep.clean}))
     else:
@@ -287,14 +331,14 @@ def hosts_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
                  f"{st.extent_bytes >> 10} KiB free ({_mib(st.extents_free * st.extent_bytes)})")
     except P.PoolError as e:
         if e.errno != errno.EBUSY or not os.path.isfile(path):
-            _fail(str(e))
+            _fail(pool_error(path, e))
         try:
             rows, me = _hosts_from_file(path), -1
         except (OSError, ValueError, struct_error) as e2:
-            _fail(f"{path}: {e2}")
+            _fail(pool_error(path, e2))
         title = f"hosts of {path} (read without attaching: no slot is free for this host)"
     except (OSError, ValueError, TypeError) as e:
-        _fail(str(e))
+        _fail(pool_error(path, e))
     if as_json:
         print(json.dumps([dataclasses.asdict(h) for h in rows]))
         return
@@ -329,7 +373,7 @@ def release_cmd(pool: str = typer.Argument(..., help="pool name or path"),
         try:
             p.release(target, drop=drop)
         except (KeyError, OSError, ValueError) as e:
-            _fail(str(e.args[0] if isinstance(e, KeyError) else e))
+            _fail(pool_error(p.path, e))
         me = p.host_id
     if as_json:
         print(json.dumps({"released": target, "dropped": drop, "adopted_by": None if drop
@@ -356,7 +400,7 @@ def upgrade_cmd(pool: str = typer.Argument(..., help="pool name or path (a versi
         shared = group or shared_gid(P.resolve(pool), None) is not None
         r = upgrade(pool, group=shared)
     except (OSError, ValueError) as e:
-        fail(one_line(e))  # `cxlkit: error: PATH: why`, one line, exit 2
+        fail(pool_error(P.resolve(pool), e))
     if as_json:
         print(json.dumps(dataclasses.asdict(r)))
     elif r.from_version == r.version:

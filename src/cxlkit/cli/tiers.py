@@ -12,7 +12,7 @@ from rich import box
 from rich.table import Table
 
 from .. import topology as T
-from .main import app
+from .main import app, fail, one_line
 
 _KIND_STYLE = {"dram": "green", "cxl": "cyan", "hbm": "magenta", "pmem": "yellow"}
 
@@ -181,8 +181,7 @@ def tiers(
     try:
         topo = T.discover(sysfs_root)
     except (FileNotFoundError, NotADirectoryError) as e:
-        Console(stderr=True).print(f"[red]cxlkit tiers: {e}[/red]")
-        raise typer.Exit(2)
+        fail(f"--sysfs-root {one_line(e)}; name the root of a sysfs tree (default /sys)")
     # ---- issue 19: the kernel's own tiering (NUMA-balancing promotion, demotion) ----
     from .. import tiering as TG
 
