@@ -196,3 +196,30 @@ def test_sizes_are_printed_with_a_unit_that_fits():
 
     assert [size(n) for n in (0, 4096, 1536, 64 << 20, 1 << 30, (3 << 29))] == \
         ["0 B", "4 KiB", "1.5 KiB", "64 MiB", "1 GiB", "1.5 GiB"]
+
+
+def test_threads_beyond_the_cpus_warn_naming_the_flag(capsys, tmp_path):
+    import os
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    too_many = len(os.sched_getaffinity(0)) + 1
+    code, _, err = cli(capsys, "bench", "memory", "--quick", "--threads", f"1,{too_many}",
+                       "-o", str(blocker / "r.json"))  # refused before measuring
+    assert code == 2
+    assert f"Warning: --threads {too_many}: more than the" in err
+
+
+def test_an_empty_pool_says_what_is_unclaimed(capsys, monkeypatch):
+    import uuid
+
+    monkeypatch.setenv("CXLKIT_HOST_ID", "0")
+    monkeypatch.setenv("COLUMNS", "120")
+    pool = f"/dev/shm/cxlkit-test-cli-errors-{uuid.uuid4().hex[:8]}"
+    try:
+        code, out, err = cli(capsys, "pool", "create", pool, "--size", "64M")
+        assert code == 0, err
+        line = next(x for x in out.splitlines() if "unclaimed" in x)
+        assert "MiB" in line and " 0 B" not in line
+    finally:
+        Path(pool).unlink(missing_ok=True)

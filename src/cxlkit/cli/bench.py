@@ -51,6 +51,24 @@ def _threads(spec: str) -> tuple[int, ...]:
     return counts
 
 
+def _thread_counts(spec: Optional[str]) -> Optional[tuple[int, ...]]:
+    """--threads parsed, with a warning for counts this process has no CPUs for (the sweep
+    skips a count above a node's CPUs: the figure would not be what was asked)."""
+    if spec is None:
+        return None
+    try:
+        counts = _threads(spec)
+    except ValueError as e:
+        _fail(f"--{one_line(e)}")
+    ncpus = len(os.sched_getaffinity(0))
+    over = [c for c in counts if c > ncpus]
+    if over:
+        typer.echo(f"Warning: --threads {','.join(map(str, over))}: more than the {ncpus} "
+                   "CPUs this process may run on; those counts are skipped (a node's sweep "
+                   "stops at its CPUs)", err=True)
+    return counts
+
+
 def _run_with_bar(con: Console, quiet: bool, fn):
     """fn(progress_callback) under a rich progress bar (none when quiet)."""
     if quiet:
@@ -206,12 +224,13 @@ def memory_cmd(
     """Latency, bandwidth (thread sweep), loaded latency per node, and the cross-node matrix."""
     from ..bench import memory as BM
 
+    counts = _thread_counts(threads)
     _check_outputs(out, plots)  # before the measurement, not after it
     con = Console(stderr=as_json)
     try:
         over: dict = {"hugepages": hugepages, "loaded_kind": load_kind}
-        if threads is not None:
-            over["thread_counts"] = _threads(threads)
+        if counts is not None:
+            over["thread_counts"] = counts
         if reps is not None:
             over["reps"] = reps
         cfg = BM.settings(quick, **over)

@@ -110,7 +110,9 @@ def _stat_table(st: P.PoolStat) -> Table:
             ("data region (one host may fill it)", _mib(st.partition_bytes)),
             ("extents (size / this host / free)",
              f"{_mib(st.extent_bytes)} / {st.extents_held} / {st.extents_free} of {st.nextents}"),
-            ("this host used / free", f"{_mib(st.used_bytes)} / {_mib(st.free_bytes)}"),
+            ("this host used / free in its extents",
+             f"{_mib(st.used_bytes)} / {_mib(st.free_bytes)}"),
+            ("unclaimed (any host may claim it)", _mib(st.extents_free * st.extent_bytes)),
             ("objects (all hosts / this host)", f"{st.objects} / {st.objects_host}"),
             ("names per host", str(st.max_objects)), ("backings", str(st.nbackings)),
             ("alignment", f"{st.align} B"), ("lease timeout", f"{st.lease_timeout_s:g} s")]
