@@ -139,3 +139,19 @@ def test_existing_pool_opened_with_another_size_or_max_hosts_is_refused(name):
         cxlkit.Pool(name, size="16M", max_hosts=3)
     with cxlkit.Pool(name, size="16M", max_hosts=2) as p:  # the same geometry: opened
         assert p.stat().size == 16 << 20
+
+
+def test_hosts_shows_a_host_whose_process_exited_as_exited_not_live(name):
+    import subprocess
+    import sys
+
+    assert run("create", name, "--size", "16M").exit_code == 0
+    prog = (f"import os, cxlkit; p = cxlkit.Pool({name!r}, host_id=1); "
+            "print(os.getpid(), flush=True); os._exit(0)")
+    r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=60)
+    pid = int(r.stdout)
+    rows = json.loads(run("hosts", name, "--host-id", "0", "--json").stdout)
+    (gone,) = [h for h in rows if h["slot"] == 1]
+    assert gone["pid"] == pid and gone["state"] == "exited"
+    (me,) = [h for h in rows if h["slot"] == 0]
+    assert me["state"] == "live"

@@ -317,11 +317,39 @@ def _hosts_from_file(path: str) -> list[P.HostInfo]:
     return rows
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    return True
+
+
+def _exited(path: str, rows: list[P.HostInfo], me: int) -> list[P.HostInfo]:
+    """Rows whose heartbeat is still young but whose process is gone are 'exited': the test
+    the pool itself makes (a slot of this boot, as this host's slot says, and kill(pid, 0)
+    failing with ESRCH). Only pool files are read; other rows are returned unchanged."""
+    if me < 0 or not os.path.isfile(path):
+        return rows
+    with open(path, "rb") as f:
+        def boot(h: int) -> bytes:
+            f.seek(4096 + h * 4096 + 32)  # HostSlot.boot (docs/pool-format.md)
+            return f.read(8)
+
+        mine = boot(me)
+        return [dataclasses.replace(h, state="exited")
+                if h.state == "live" and h.slot != me and h.pid and boot(h.slot) == mine
+                and not _pid_alive(h.pid) else h for h in rows]
+
+
 @pool_app.command("hosts")
 def hosts_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
               coherence: Optional[str] = COHERENCE_OPT, group: Optional[str] = GROUP_OPT,
               as_json: bool = JSON_OPT) -> None:
-    """Every host slot: name, last process, heartbeat age, alive or dead, the extents, bytes
+    """Every host slot: name, last process, heartbeat age, alive or dead (or exited: its
+    process on this machine is gone though its heartbeat is young), the extents, bytes
     and objects it holds (a dead host is freed with `cxlkit pool release`). When no slot is
     free for this host, a pool file is read without attaching."""
     path = P.resolve(pool)
@@ -329,6 +357,7 @@ def hosts_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
         gid = shared_gid(path, group)
         with P.Pool(path, host_id=_host(host_id), coherence=coherence, group=gid) as p:
             rows, me, st = p.hosts(), p.host_id, p.stat()
+            rows = _exited(path, rows, me)
         title = (f"hosts of {st.path}: {st.extents_free} of {st.nextents} extents of "
                  f"{st.extent_bytes >> 10} KiB free ({_mib(st.extents_free * st.extent_bytes)})")
     except P.PoolError as e:
