@@ -16,7 +16,11 @@ def _figure(w: float = 7.0, h: float = 4.5):
 
 
 def _title(doc: dict, what: str) -> str:
-    return f"{what} — {doc['machine']['cpu']}, Linux {doc['kernel']}, {doc['date'][:10]}"
+    ld = doc.get("load")  # how busy the machine was: figures on a busy one read low
+    busy = "" if not ld else (f"\nload avg {ld['loadavg_after']:.2f}, other processes "
+                              f"{ld['others_share']:.0%} of the CPU time"
+                              + (" (BUSY: figures may read low)" if ld["busy"] else ""))
+    return f"{what} — {doc['machine']['cpu']}, Linux {doc['kernel']}, {doc['date'][:10]}{busy}"
 
 
 def _save(fig, path: Path) -> Path:

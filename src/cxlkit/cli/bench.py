@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ..bench.load import BUSY_SHARE, Load, LoadMeter
 from . import tables as T
 from .main import app, fail, one_line
 from .outpath import check_dir, check_file
@@ -102,15 +103,33 @@ def _write(doc: dict, out: Optional[Path], as_json: bool, con: Console) -> None:
 
 
 def _report(con: Console, doc: dict, as_json: bool, out, plots, tables, plotter: str) -> None:
-    """Tables (unless --json), the result file or JSON on stdout, then the plots."""
+    """Tables (unless --json), the result file or JSON on stdout, then the plots; a warning
+    on stderr when the machine was too busy for the figures to be trusted."""
     if not as_json:
         tables(con, doc)
+        load_line(con, doc)
+    _warn_busy(doc)
     _write(doc, out, as_json, con)
     if plots is not None:
         from ..bench import plot  # matplotlib only when plots are asked for
 
         for p in getattr(plot, plotter)(doc, plots):
             con.print(f"plot: {p}")
+
+
+def load_line(con: Console, doc: dict) -> None:
+    ld = doc.get("load")
+    if ld:
+        con.print(f"machine during the run: {Load(**ld).describe()}", highlight=False)
+
+
+def _warn_busy(doc: dict) -> None:
+    ld = doc.get("load")
+    if ld and ld["busy"]:
+        typer.echo(f"Warning: the machine was busy: other processes used "
+                   f"{ld['others_share']:.0%} of its CPU time during the measurement (over "
+                   f"{BUSY_SHARE:.0%}); figures may read low: rerun on a quiet machine",
+                   err=True)
 
 
 def _f(x, fmt: str = "{:.1f}") -> str:
@@ -234,8 +253,10 @@ def memory_cmd(
         if reps is not None:
             over["reps"] = reps
         cfg = BM.settings(quick, **over)
-        doc = _run_with_bar(con, as_json, lambda cb: BM.run(
-            _nodes(nodes), config=cfg, progress=cb, matrix=matrix))
+        with LoadMeter() as lm:
+            doc = _run_with_bar(con, as_json, lambda cb: BM.run(
+                _nodes(nodes), config=cfg, progress=cb, matrix=matrix))
+        doc["load"] = lm.load.to_dict()
     except (ValueError, KeyError) as e:
         _fail(one_line(e))
     except OSError as e:
@@ -293,8 +314,10 @@ def copy_cmd(
         ns = _nodes(nodes)
         pairs = None if ns is None else [(s, d) for s in ns for d in ns]
         backend = _cuda_copier() if gpu else None
-        doc = _run_with_bar(con, as_json, lambda cb: BC.run(
-            pairs, quick=quick, cpu=cpu, progress=cb, gpu=gpu, gpu_backend=backend))
+        with LoadMeter() as lm:
+            doc = _run_with_bar(con, as_json, lambda cb: BC.run(
+                pairs, quick=quick, cpu=cpu, progress=cb, gpu=gpu, gpu_backend=backend))
+        doc["load"] = lm.load.to_dict()
     except (ValueError, KeyError) as e:
         _fail(one_line(e))
     except OSError as e:
