@@ -92,7 +92,7 @@ def _open(pool: Optional[str], host_id: Optional[str], coherence: Optional[str] 
             warnings.simplefilter("always", P.PoolReadOnlyWarning)
             p = P.Pool(pool, host_id=_host(host_id), coherence=coherence, group=gid, **kw)
         for n in notes:  # a version 1 pool: read-only, one line naming `cxlkit pool upgrade`
-            Console(stderr=True).print(f"[yellow]cxlkit: {n.message}[/yellow]")
+            typer.echo(f"Warning: {' '.join(str(n.message).split())}", err=True)
         return p
     except (OSError, ValueError, TypeError) as e:
         _fail(pool_error(P.resolve(pool), e))
