@@ -155,3 +155,30 @@ def test_hosts_shows_a_host_whose_process_exited_as_exited_not_live(name):
     assert gone["pid"] == pid and gone["state"] == "exited"
     (me,) = [h for h in rows if h["slot"] == 0]
     assert me["state"] == "live"
+
+
+def test_run_demo_interrupted_in_an_existing_pool_leaves_no_object(name, monkeypatch):
+    from cxlkit.cli import pool as cli_pool
+
+    monkeypatch.setenv("CXLKIT_POOL", name)
+    cxlkit.Pool(name, size="64M").close()
+
+    def interrupted(console, pool, path, obj_name):
+        pool.create(obj_name, 4096).close()  # made, not yet published
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_pool, "_share", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_demo(Console(record=True))
+    with cxlkit.Pool(name) as p:
+        assert p.list() == []
+
+
+def test_run_demo_is_not_stopped_by_another_hosts_demo_object(name, monkeypatch):
+    monkeypatch.setenv("CXLKIT_POOL", name)
+    with cxlkit.Pool(name, size="64M", host_id=3) as other:
+        other.create("demo/matrix", data=b"x").close()
+        other.create(f"demo/matrix.h{other.host_id}", data=b"x").close()
+        con = Console(record=True, width=200)
+        run_demo(con)
+    assert "open + verify + sum in a second process" in con.export_text()

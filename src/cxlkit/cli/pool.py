@@ -485,42 +485,54 @@ def run_demo(console: Console) -> None:
 def _pool_demo(console: Console, path: str) -> None:
     import numpy as np
 
-    name = "demo/matrix"
     with P.Pool(path, size=64 << 20, create=True) as pool:
-        if name in pool and pool.info(name).host == pool.host_id:
-            pool.destroy(name)  # left by an interrupted run
-        a = np.arange(256 * 1024, dtype=np.float32)  # [262144] f32 = 1 MiB
-        obj = pool.create(name, a.nbytes)
-        obj.numpy(np.float32)[:] = a
-        obj.publish(checksum=True)
-        ctx = mp.get_context("spawn")
-        results, done = ctx.Queue(), ctx.Event()
-        child = ctx.Process(target=_demo_reader, args=(path, name, results, done))
-        child.start()
-        status, host, total, open_ms = results.get(timeout=120)
-        obj.close()
-        if status != "ok":
-            child.join(60)
-            console.print(f"[red]pool demo: the reader failed: {host}[/red]")
-            return
-        with pool.open(name + ".reply") as r:
-            echoed = float(np.frombuffer(r.read(), np.float64)[0])
-        done.set()
+        name = f"demo/matrix.h{pool.host_id}"  # per host: demos of other hosts may run too
+        if name in pool:
+            pool.destroy(name)  # left by a run killed before it could clean up
+        try:
+            _share(console, pool, path, name)
+        except BaseException:
+            if name in pool:
+                pool.destroy(name)
+            raise
+
+
+def _share(console: Console, pool: P.Pool, path: str, name: str) -> None:
+    """Publish `name` here, read it in a second process (another host), show the result."""
+    import numpy as np
+
+    a = np.arange(256 * 1024, dtype=np.float32)  # [262144] f32 = 1 MiB
+    obj = pool.create(name, a.nbytes)
+    obj.numpy(np.float32)[:] = a
+    obj.publish(checksum=True)
+    ctx = mp.get_context("spawn")
+    results, done = ctx.Queue(), ctx.Event()
+    child = ctx.Process(target=_demo_reader, args=(path, name, results, done))
+    child.start()
+    status, host, total, open_ms = results.get(timeout=120)
+    obj.close()
+    if status != "ok":
         child.join(60)
-        st = pool.stat()
-        t = Table(title=f"pool demo: {path} ({st.kind}, {_mib(st.size)}, "
-                        f"coherence {st.coherence})")
-        for col in ("step", "host", "result"):
-            t.add_column(col)
-        t.add_row(f"publish {name} (1 MiB f32, crc32c)", str(pool.host_id), "published")
-        t.add_row("open + verify + sum in a second process", str(host),
-                  f"sum {total:.0f} (expected {float(a.sum(dtype=np.float64)):.0f}), "
-                  f"open {open_ms:.2f} ms")
-        t.add_row("reply read back", str(pool.host_id), f"{echoed:.0f}")
-        pool.destroy(name)
-        rep = pool.fsck()
-        t.add_row("fsck", str(pool.host_id),
-                  ("clean" if rep.clean else "PROBLEMS") + f", {rep.objects_live} objects live, "
-                  f"{rep.leases_expired} expired leases")
-        console.print(t)
+        console.print(f"[red]pool demo: the reader failed: {host}[/red]")
+        return
+    with pool.open(name + ".reply") as r:
+        echoed = float(np.frombuffer(r.read(), np.float64)[0])
+    done.set()
+    child.join(60)
+    st = pool.stat()
+    t = Table(title=f"pool demo: {path} ({st.kind}, {_mib(st.size)}, "
+                    f"coherence {st.coherence})")
+    for col in ("step", "host", "result"):
+        t.add_column(col)
+    t.add_row(f"publish {name} (1 MiB f32, crc32c)", str(pool.host_id), "published")
+    t.add_row("open + verify + sum in a second process", str(host),
+              f"sum {total:.0f} (expected {float(a.sum(dtype=np.float64)):.0f}), "
+              f"open {open_ms:.2f} ms")
+    t.add_row("reply read back", str(pool.host_id), f"{echoed:.0f}")
+    pool.destroy(name)
+    rep = pool.fsck()
+    t.add_row("fsck", str(pool.host_id),
+              ("clean" if rep.clean else "PROBLEMS") + f", {rep.objects_live} objects live, "
+              f"{rep.leases_expired} expired leases")
+    console.print(t)
 
