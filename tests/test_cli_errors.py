@@ -187,6 +187,10 @@ def test_pool_create_of_an_existing_pool_without_size_opens_it(capsys, monkeypat
         assert json.loads(out)["size"] == 128 << 20
         code, out, _ = cli(capsys, "pool", "stat", pool)
         assert "128 MiB" in out  # a unit that fits
+        code, _, err = cli(capsys, "pool", "create", pool, "--size", "4K")
+        assert code == 2
+        line = one_error_line(err)
+        assert "--size 4 KiB" in line and "exists with size 128 MiB" in line
     finally:
         Path(pool).unlink(missing_ok=True)
 

@@ -62,6 +62,17 @@ def pool_error(path: str, e: BaseException) -> str:
     return msg if msg.startswith(path) or path in msg else f"pool {path}: {msg}"
 
 
+def _check_size(path: str, nbytes: Optional[int]) -> None:
+    """--size against an existing pool file's size, in units that fit (the library would say
+    'not 0.0 MiB' for --size 4K)."""
+    if nbytes is None or not os.path.isfile(path):
+        return
+    have = os.path.getsize(path)
+    if have != nbytes:
+        _fail(f"--size {T.size(nbytes)}: the pool {path} exists with size {T.size(have)}; "
+              f"leave --size out to open it, or remove it first (`cxlkit pool rm {path}`)")
+
+
 def _check_node(node: Optional[int]) -> None:
     """--numa-node names a node with memory (the library would only see a failed bind)."""
     if node is None:
@@ -156,6 +167,7 @@ def create_cmd(
     except (TypeError, ValueError) as e:
         _fail(f"--size {size}: {one_line(e)}; give bytes with a unit, e.g. 64M or 1G")
     _check_node(numa_node)
+    _check_size(path, nbytes)
     with _open(pool, host_id, coherence, size=nbytes, max_hosts=max_hosts,
                max_objects=max_objects, group=group, numa_node=numa_node, force=force,
                create=True, overcommit=overcommit) as p:
