@@ -1,6 +1,6 @@
-"""Every CLI error is one line on stderr and exit code 2, and output paths are checked before a
-measurement starts (issue 11, defect 6: `kv stats --pool /etc/passwd` printed a 52-line
-traceback; `bench memory -o /bad/r.json` failed only after the whole measurement)."""
+"""Every CLI error is one line on stderr, `Error: <what> <which thing>: <why>; <what to do>`,
+naming CLI flags, exit code 2, never a traceback; output paths are checked before a
+measurement starts."""
 from __future__ import annotations
 
 import subprocess
@@ -87,7 +87,7 @@ def test_the_installed_entry_point_prints_one_line_and_exits_2():
     assert len(r.stderr.strip().splitlines()) == 1 and "/etc/passwd" in r.stderr
 
 
-# ---- issue 18: cxlkit pool upgrade ----------------------------------------------------
+# ---- cxlkit pool upgrade ----------------------------------------------------------------
 @pytest.mark.parametrize("what", ["not a pool", "missing"])
 def test_pool_upgrade_of_a_bad_path_is_one_line_exit_2(capsys, tmp_path, what):
     path = tmp_path / "p"

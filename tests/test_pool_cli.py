@@ -97,7 +97,7 @@ def test_run_demo_interrupted_removes_the_pool_it_made(name, monkeypatch):
     assert not Path(f"/dev/shm/{name}").exists()
 
 
-# ---- issue 11: paths under /dev, sizes, geometry of an existing pool ------------------------
+# ---- paths under /dev, sizes, geometry of an existing pool ----------------------------------
 
 def test_create_of_a_missing_dax_device_is_an_error_listing_those_present():
     dev = Path("/dev/dax97.3")

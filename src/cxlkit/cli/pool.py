@@ -275,7 +275,7 @@ def fsck_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
         raise typer.Exit(1)
 
 
-# ---- host slots (format v2, issue 18) --------------------------------------------------------
+# ---- host slots ------------------------------------------------------------------------------
 
 def _age(s: float | None) -> str:
     return "-" if s is None else f"{s:.1f}"
@@ -426,8 +426,6 @@ def release_cmd(pool: str = typer.Argument(..., help="pool name or path"),
                         + ("dropped" if drop else f"adopted by host {me}"))
 
 
-# ---- demo ----------------------------------------------------------------------------------
-
 @pool_app.command("upgrade")
 def upgrade_cmd(pool: str = typer.Argument(..., help="pool name or path (a version 1 pool)"),
                 group: bool = typer.Option(False, "--group", help="accept a pool shared with "
@@ -453,6 +451,8 @@ def upgrade_cmd(pool: str = typer.Argument(..., help="pool name or path (a versi
                         f"{r.objects} objects kept in place, {r.nextents} extents of "
                         f"{_mib(r.extent_bytes)}")
 
+
+# ---- demo ----------------------------------------------------------------------------------
 
 def _demo_reader(path: str, name: str, results, done) -> None:
     """The second process: another host id over the same pool file. Its reply is its own

@@ -182,7 +182,7 @@ def tiers(
         topo = T.discover(sysfs_root)
     except (FileNotFoundError, NotADirectoryError) as e:
         fail(f"--sysfs-root {one_line(e)}; name the root of a sysfs tree (default /sys)")
-    # ---- issue 19: the kernel's own tiering (NUMA-balancing promotion, demotion) ----
+    # ---- the kernel's own tiering (NUMA-balancing promotion, demotion) ----
     from .. import tiering as TG
 
     try:

@@ -108,7 +108,7 @@ def train_cmd(
     except (ValueError, OSError) as e:
         fail(one_line(e))
     spilled = None
-    if spill:  # ---- spill (issue 15): cli/train_spill.py ----
+    if spill:  # ---- spill: cli/train_spill.py ----
         from .train_spill import pool_options, spill_section
         spilled = spill_section(con, fp.params, spill, host_cache, sub_group_size, as_json,
                                 pool_options(host_id, coherence))
