@@ -77,11 +77,11 @@ def test_bench_memory_json_is_the_document(app):
 
 @pytest.mark.parametrize("args, match", [
     (("--nodes", "99"), "node 99"),
-    (("--load-kind", "sideways"), "loaded_kind"),
+    (("--load-kind", "sideways"), "--load-kind 'sideways'"),
     (("--reps", "0"), "reps"),
     (("--nodes", "x"), "nodes 'x'"),
     (("--threads", "many"), "threads 'many'"),
-    (("--threads", "0"), "thread_counts"),
+    (("--threads", "0"), "--threads"),
 ])
 def test_bench_memory_bad_input_exits_2_naming_it(app, args, match):
     r = invoke(app, "bench", "memory", "--quick", *args)
@@ -150,3 +150,45 @@ def test_memory_tables_show_hmat_matrix_and_why_loaded_latency_is_missing():
     assert "node 1 HMAT (firmware): read latency 240 ns, read bandwidth 32000 MB/s" in text
     assert "needs 2 CPUs near node 1" in text
     assert "100.0 / 40.0" in text and "250.0 / 20.0" in text
+
+
+# ---- how busy the machine was during a measurement --------------------------------------------
+def _stat(path, busy_ticks: int) -> None:
+    # cpu user nice system idle iowait irq softirq steal guest guest_nice
+    path.write_text(f"cpu  {busy_ticks} 0 0 1000000 0 0 0 0 0 0\ncpu0 0 0 0 0 0 0 0 0 0 0\n")
+
+
+@pytest.mark.parametrize("others_ticks, busy", [(0, False), (10**9, True)])
+def test_load_meter_counts_the_cpu_time_of_other_processes(tmp_path, others_ticks, busy):
+    from cxlkit.bench.load import LoadMeter
+
+    _stat(tmp_path / "stat", 1000)
+    with LoadMeter(procfs=tmp_path) as m:
+        _stat(tmp_path / "stat", 1000 + others_ticks)  # what the rest of the machine ran
+    ld = m.load
+    assert ld.busy is busy
+    assert (ld.others_cpu_s > 0) is busy and 0.0 <= ld.others_share <= 1.0
+    assert "other processes used" in ld.describe()
+
+
+def test_a_busy_measurement_is_in_the_table_json_plot_and_warned(tmp_path, capsys):
+    from cxlkit.bench.load import Load
+    from cxlkit.cli.bench import _report, load_line
+
+    ld = Load(wall_s=10.0, cpus=2, loadavg_before=1.5, loadavg_after=2.5, others_cpu_s=8.0,
+              others_share=0.4, busy=True)
+    doc = {"machine": {"cpu": "test cpu"}, "kernel": "6.x", "date": "2026-01-01T00:00:00",
+           "figures": {"pairs": [{"src": 0, "dst": 0, "methods": {
+               "memcpy": [{"bytes": 64, "gbps": 1.0, "ns_per_copy": 64.0}]}}]},
+           "parameters": {"cpu": 0}, "load": ld.to_dict()}
+    con = Console(record=True, width=120)
+    out = tmp_path / "c.json"
+    _report(con, doc, False, out, tmp_path / "png", lambda c, d: load_line(c, d), "plot_copy")
+    assert "other processes used 8.0 CPU-s of 20.0 (40%)" in con.export_text()
+    assert json.loads(out.read_text())["load"]["busy"] is True
+    err = capsys.readouterr().err
+    assert err.startswith("Warning: the machine was busy") and "40%" in err
+    from cxlkit.bench.plot import _title
+
+    assert "BUSY" in _title(doc, "copy") and "40%" in _title(doc, "copy")
+    assert (tmp_path / "png" / "copy_0_to_0.png").read_bytes().startswith(PNG)

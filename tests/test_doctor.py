@@ -211,3 +211,64 @@ def test_cxlkit_manifests_and_lock_files_in_shm_are_not_pools(tmp_path):
     v = _verdicts(m)
     assert [item for area, item in v if area == "pools"] == ["cxlkit-real"]
     assert "1 pool file(s)" in v["shm", str(tmp_path / "shm")].detail
+
+
+def _findings_as(uid: int, m: D.Machine) -> list[dict]:
+    """diagnose()'s pool findings computed by a forked child running as uid (a second user)."""
+    import pickle
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop to uid, report through the pipe, never return into pytest
+        code = 1
+        try:
+            os.close(r)
+            os.setgid(uid)
+            os.setgroups([])
+            os.setuid(uid)
+            out = [f.__dict__ for f in D._shm(m) + D._pools(m, check=True)]
+            with os.fdopen(w, "wb") as f:
+                pickle.dump(out, f)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return pickle.loads(data)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running as a second user needs root")
+def test_another_users_private_pool_is_skipped_not_a_failure(tmp_path):
+    import tempfile
+
+    shm = Path(tempfile.mkdtemp(prefix="cxlkit-test-doctor-", dir="/dev/shm"))
+    try:
+        shm.chmod(0o1777)
+        with cxlkit.Pool(str(shm / "cxlkit-default"), size="4M", host_id=0):
+            pass
+        m = _machine(tmp_path, "one-node", shm=shm)
+        v = {f["item"]: f for f in _findings_as(65534, m)}
+        f = v["cxlkit-default"]
+        assert f["status"] == "info" and "another user's pool" in f["detail"], f
+        assert not [x for x in v.values() if x["status"] == "fail"]
+        # for its owner the same pool is checked as before
+        assert _verdicts(m)["pools", "cxlkit-default"].status == "ok"
+    finally:
+        for p in shm.iterdir():
+            p.unlink()
+        shm.rmdir()
+
+
+def test_engine_fixes_name_make_targets_that_exist():
+    import re
+
+    root = Path(__file__).resolve().parent.parent
+    targets = set()
+    for mk in [root / "Makefile", *sorted((root / "mk").glob("*.mk"))]:
+        targets |= set(re.findall(r"^([A-Za-z][\w.-]*):", mk.read_text(), re.M))
+    for fix in D._ENGINE_FIX.values():
+        for t in re.findall(r"make ([\w.-]+)", fix):
+            assert t in targets, fix

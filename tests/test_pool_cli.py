@@ -78,9 +78,26 @@ def test_run_demo_shares_an_object_between_two_processes(name, monkeypatch):
     assert "clean" in text and "failed" not in text
     with cxlkit.Pool(name) as p:
         assert p.list() == []
+    assert f"the pool /dev/shm/{name} (made by this demo) stays" in text
+    assert f"cxlkit pool rm /dev/shm/{name}" in text
 
 
-# ---- issue 11: paths under /dev, sizes, geometry of an existing pool ------------------------
+def test_run_demo_interrupted_removes_the_pool_it_made(name, monkeypatch):
+    from cxlkit.cli import pool as cli_pool
+
+    monkeypatch.setenv("CXLKIT_POOL", name)
+
+    def interrupted(console, path):
+        cxlkit.Pool(path, size="4M").close()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_pool, "_pool_demo", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_demo(Console(record=True))
+    assert not Path(f"/dev/shm/{name}").exists()
+
+
+# ---- paths under /dev, sizes, geometry of an existing pool ----------------------------------
 
 def test_create_of_a_missing_dax_device_is_an_error_listing_those_present():
     dev = Path("/dev/dax97.3")
@@ -115,10 +132,53 @@ def test_create_with_size_0_names_the_size(name):
 def test_existing_pool_opened_with_another_size_or_max_hosts_is_refused(name):
     assert run("create", name, "--size", "16M", "--max-hosts", "2").exit_code == 0
     r = run("create", name, "--size", "32M")
-    assert r.exit_code == 2 and "16.0 MiB" in r.output and "32.0 MiB" in r.output
+    assert r.exit_code == 2 and "16 MiB" in r.output and "--size 32 MiB" in r.output
     r = run("create", name, "--size", "16M", "--max-hosts", "4")
-    assert r.exit_code == 2 and "max_hosts 2" in r.output
+    assert r.exit_code == 2 and "--max-hosts 2" in r.output
     with pytest.raises(cxlkit.PoolGeometryError, match="max_hosts"):
         cxlkit.Pool(name, size="16M", max_hosts=3)
     with cxlkit.Pool(name, size="16M", max_hosts=2) as p:  # the same geometry: opened
         assert p.stat().size == 16 << 20
+
+
+def test_hosts_shows_a_host_whose_process_exited_as_exited_not_live(name):
+    import subprocess
+    import sys
+
+    assert run("create", name, "--size", "16M").exit_code == 0
+    prog = (f"import os, cxlkit; p = cxlkit.Pool({name!r}, host_id=1); "
+            "print(os.getpid(), flush=True); os._exit(0)")
+    r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=60)
+    pid = int(r.stdout)
+    rows = json.loads(run("hosts", name, "--host-id", "0", "--json").stdout)
+    (gone,) = [h for h in rows if h["slot"] == 1]
+    assert gone["pid"] == pid and gone["state"] == "exited"
+    (me,) = [h for h in rows if h["slot"] == 0]
+    assert me["state"] == "live"
+
+
+def test_run_demo_interrupted_in_an_existing_pool_leaves_no_object(name, monkeypatch):
+    from cxlkit.cli import pool as cli_pool
+
+    monkeypatch.setenv("CXLKIT_POOL", name)
+    cxlkit.Pool(name, size="64M").close()
+
+    def interrupted(console, pool, path, obj_name):
+        pool.create(obj_name, 4096).close()  # made, not yet published
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_pool, "_share", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_demo(Console(record=True))
+    with cxlkit.Pool(name) as p:
+        assert p.list() == []
+
+
+def test_run_demo_is_not_stopped_by_another_hosts_demo_object(name, monkeypatch):
+    monkeypatch.setenv("CXLKIT_POOL", name)
+    with cxlkit.Pool(name, size="64M", host_id=3) as other:
+        other.create("demo/matrix", data=b"x").close()
+        other.create(f"demo/matrix.h{other.host_id}", data=b"x").close()
+        con = Console(record=True, width=200)
+        run_demo(con)
+    assert "open + verify + sum in a second process" in con.export_text()

@@ -16,11 +16,15 @@ def _figure(w: float = 7.0, h: float = 4.5):
 
 
 def _title(doc: dict, what: str) -> str:
-    return f"{what} — {doc['machine']['cpu']}, Linux {doc['kernel']}, {doc['date'][:10]}"
+    ld = doc.get("load")  # how busy the machine was: figures on a busy one read low
+    busy = "" if not ld else (f"\nload avg {ld['loadavg_after']:.2f}, other processes "
+                              f"{ld['others_share']:.0%} of the CPU time"
+                              + (" (BUSY: figures may read low)" if ld["busy"] else ""))
+    return f"{what} — {doc['machine']['cpu']}, Linux {doc['kernel']}, {doc['date'][:10]}{busy}"
 
 
 def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(exist_ok=True)  # the plots folder; its parent must exist
     fig.savefig(path, dpi=110)
     return path
 

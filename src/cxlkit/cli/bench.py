@@ -10,16 +10,27 @@ from typing import NoReturn, Optional
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
+from ..bench.load import BUSY_SHARE, Load, LoadMeter
+from . import tables as T
 from .main import app, fail, one_line
+from .outpath import check_dir, check_file
 
 bench_app = typer.Typer(no_args_is_help=True,
                         help="Measure the tiers: latency, bandwidth, loaded latency, copy paths.")
 app.add_typer(bench_app, name="bench")
 
 
+# The measurement's messages name its settings; on the command line they are flags.
+_FLAGS = (("loaded_kind ", "--load-kind "), ("thread_counts ", "--threads "),
+          ("reps ", "--reps "), ("cpu ", "--cpu "), ("node ", "--nodes: node "))
+
+
 def _fail(msg: str) -> NoReturn:
+    for py, flag in _FLAGS:
+        if msg.startswith(py):
+            msg = flag + msg[len(py):]
+            break
     fail(msg)  # one line on stderr, exit 2
 
 
@@ -41,6 +52,24 @@ def _threads(spec: str) -> tuple[int, ...]:
     return counts
 
 
+def _thread_counts(spec: Optional[str]) -> Optional[tuple[int, ...]]:
+    """--threads parsed, with a warning for counts this process has no CPUs for (the sweep
+    skips a count above a node's CPUs: the figure would not be what was asked)."""
+    if spec is None:
+        return None
+    try:
+        counts = _threads(spec)
+    except ValueError as e:
+        _fail(f"--{one_line(e)}")
+    ncpus = len(os.sched_getaffinity(0))
+    over = [c for c in counts if c > ncpus]
+    if over:
+        typer.echo(f"Warning: --threads {','.join(map(str, over))}: more than the {ncpus} "
+                   "CPUs this process may run on; those counts are skipped (a node's sweep "
+                   "stops at its CPUs)", err=True)
+    return counts
+
+
 def _run_with_bar(con: Console, quiet: bool, fn):
     """fn(progress_callback) under a rich progress bar (none when quiet)."""
     if quiet:
@@ -57,28 +86,15 @@ def _run_with_bar(con: Console, quiet: bool, fn):
 def _check_outputs(out: Optional[Path], plots: Optional[Path]) -> None:
     """Fail now (one line, exit 2) when --out or --plots cannot be written: a measurement
     takes minutes, and its result must not be lost at the end for a mistyped path."""
-    for path, what, is_dir in ((out, "--out", False), (plots, "--plots", True)):
-        if path is None:
-            continue
-        if is_dir and path.exists() and not path.is_dir():
-            _fail(f"{what} {path}: exists and is not a directory")
-        if not is_dir and path.is_dir():
-            _fail(f"{what} {path}: is a directory (give a file name, e.g. {path}/result.json)")
-        if not is_dir and path.exists() and not os.access(path, os.W_OK):
-            _fail(f"{what} {path}: not writable")
-        anc = path if is_dir else path.parent
-        while not anc.exists() and anc != anc.parent:  # the folders _write would create
-            anc = anc.parent
-        if not anc.is_dir():
-            _fail(f"{what} {path}: {anc} is not a directory")
-        if not os.access(anc, os.W_OK | os.X_OK):
-            _fail(f"{what} {path}: {anc} is not writable")
+    if out is not None:
+        check_file(out, "--out")
+    if plots is not None:
+        check_dir(plots, "--plots")
 
 
 def _write(doc: dict, out: Optional[Path], as_json: bool, con: Console) -> None:
     text = json.dumps(doc, indent=1)
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text + "\n")
         if not as_json:
             con.print(f"result: {out}")
@@ -87,15 +103,33 @@ def _write(doc: dict, out: Optional[Path], as_json: bool, con: Console) -> None:
 
 
 def _report(con: Console, doc: dict, as_json: bool, out, plots, tables, plotter: str) -> None:
-    """Tables (unless --json), the result file or JSON on stdout, then the plots."""
+    """Tables (unless --json), the result file or JSON on stdout, then the plots; a warning
+    on stderr when the machine was too busy for the figures to be trusted."""
     if not as_json:
         tables(con, doc)
+        load_line(con, doc)
+    _warn_busy(doc)
     _write(doc, out, as_json, con)
     if plots is not None:
         from ..bench import plot  # matplotlib only when plots are asked for
 
         for p in getattr(plot, plotter)(doc, plots):
             con.print(f"plot: {p}")
+
+
+def load_line(con: Console, doc: dict) -> None:
+    ld = doc.get("load")
+    if ld:
+        con.print(f"machine during the run: {Load(**ld).describe()}", highlight=False)
+
+
+def _warn_busy(doc: dict) -> None:
+    ld = doc.get("load")
+    if ld and ld["busy"]:
+        typer.echo(f"Warning: the machine was busy: other processes used "
+                   f"{ld['others_share']:.0%} of its CPU time during the measurement (over "
+                   f"{BUSY_SHARE:.0%}); figures may read low: rerun on a quiet machine",
+                   err=True)
 
 
 def _f(x, fmt: str = "{:.1f}") -> str:
@@ -106,10 +140,14 @@ def memory_tables(con: Console, doc: dict) -> None:
     from ..bench.memory import KINDS
     from ..bench.weights import weights_from
 
-    t = Table(title=f"memory per node — {doc['machine']['cpu']}, Linux {doc['kernel']}")
-    for c in ("node", "kind", "CPUs", "idle latency ns", *(f"{k} GB/s" for k in KINDS),
-              "weight"):
-        t.add_column(c, justify="right" if c not in ("kind", "CPUs") else "left")
+    con.print(f"memory per node — {doc['machine']['cpu']}, Linux {doc['kernel']}",
+              highlight=False)
+    t = T.table(caption="idle: latency ns; read..nt_write: peak GB/s", caption_justify="left")
+    T.num(t, "node")
+    t.add_column("kind", no_wrap=True)
+    T.text(t, "CPUs")
+    for c in ("idle", *KINDS, "weight"):
+        T.num(t, c)
     nodes = doc["figures"]["nodes"]
     try:
         w = weights_from(doc)
@@ -128,16 +166,17 @@ def memory_tables(con: Console, doc: dict) -> None:
                       f"{_f(h['write_bandwidth_mbps'], '{}')} MB/s")
 
     for n, e in nodes.items():
-        t = Table(title=f"node {n}: latency")
-        t.add_column("buffer")
-        t.add_column("ns/load", justify="right")
+        t = T.table(f"node {n}: latency")
+        T.num(t, "buffer")
+        T.num(t, "ns/load")
         for p in e["latency"]:
             t.add_row(_size(p["bytes"]), _f(p["ns"]))
         con.print(t)
-        t = Table(title=f"node {n}: bandwidth GB/s by threads, median (on-CPU estimate)")
-        t.add_column("threads", justify="right")
+        t = T.table(f"node {n}: bandwidth GB/s by threads", caption="median (on-CPU "
+                    "estimate)", caption_justify="left")
+        T.num(t, "threads")
         for k in KINDS:
-            t.add_column(k, justify="right")
+            T.num(t, k)
         counts = sorted({p["threads"] for k in KINDS for p in e["bandwidth"][k]})
         for c in counts:
             row = [str(c)]
@@ -148,9 +187,9 @@ def memory_tables(con: Console, doc: dict) -> None:
             t.add_row(*row)
         con.print(t)
         if e.get("loaded_latency"):
-            t = Table(title=f"node {n}: loaded latency ({doc['parameters']['loaded_kind']} load)")
+            t = T.table(f"node {n}: loaded latency ({doc['parameters']['loaded_kind']} load)")
             for c in ("target GB/s", "reached GB/s", "ns/load"):
-                t.add_column(c, justify="right")
+                T.num(t, c)
             for p in e["loaded_latency"]:
                 tgt = "none" if p["target_gbps"] == 0 else (
                     "max" if p["target_gbps"] is None else _f(p["target_gbps"]))
@@ -165,10 +204,10 @@ def memory_tables(con: Console, doc: dict) -> None:
                   f"{r['oncpu_ratio']:.2f}, same run)")
     m = doc["figures"].get("matrix")
     if m:
-        t = Table(title="CPU node x memory node: latency ns / read GB/s")
-        t.add_column("CPUs of")
+        t = T.table("CPU node x memory node: latency ns / read GB/s")
+        t.add_column("CPUs of", no_wrap=True)
         for mn in m["mem_nodes"]:
-            t.add_column(f"mem {mn}", justify="right")
+            T.num(t, f"mem {mn}")
         for i, cn in enumerate(m["cpu_nodes"]):
             t.add_row(f"node {cn}", *(f"{_f(m['latency_ns'][i][j])} / {_f(m['read_gbps'][i][j])}"
                                       for j in range(len(m["mem_nodes"]))))
@@ -190,7 +229,8 @@ def memory_cmd(
     nodes: Optional[str] = typer.Option(None, "--nodes", help="memory nodes to measure, e.g. 0,1"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="write the JSON result here"),
     as_json: bool = typer.Option(False, "--json", help="print the JSON result, no tables"),
-    plots: Optional[Path] = typer.Option(None, "--plots", help="write PNG plots to this directory"),
+    plots: Optional[Path] = typer.Option(None, "--plots", help="write PNG plots to this folder "
+                                         "(made if its parent exists)"),
     hugepages: bool = typer.Option(True, "--hugepages/--no-hugepages",
                                    help="ask for transparent huge pages (madvise) on buffers"),
     threads: Optional[str] = typer.Option(None, "--threads",
@@ -203,19 +243,22 @@ def memory_cmd(
     """Latency, bandwidth (thread sweep), loaded latency per node, and the cross-node matrix."""
     from ..bench import memory as BM
 
+    counts = _thread_counts(threads)
     _check_outputs(out, plots)  # before the measurement, not after it
     con = Console(stderr=as_json)
     try:
         over: dict = {"hugepages": hugepages, "loaded_kind": load_kind}
-        if threads is not None:
-            over["thread_counts"] = _threads(threads)
+        if counts is not None:
+            over["thread_counts"] = counts
         if reps is not None:
             over["reps"] = reps
         cfg = BM.settings(quick, **over)
-        doc = _run_with_bar(con, as_json, lambda cb: BM.run(
-            _nodes(nodes), config=cfg, progress=cb, matrix=matrix))
+        with LoadMeter() as lm:
+            doc = _run_with_bar(con, as_json, lambda cb: BM.run(
+                _nodes(nodes), config=cfg, progress=cb, matrix=matrix))
+        doc["load"] = lm.load.to_dict()
     except (ValueError, KeyError) as e:
-        _fail(str(e))
+        _fail(one_line(e))
     except OSError as e:
         _fail(f"measurement failed: {one_line(e)}")
     _report(con, doc, as_json, out, plots, memory_tables, "plot_memory")
@@ -223,12 +266,13 @@ def memory_cmd(
 
 def copy_tables(con: Console, doc: dict) -> None:
     for p in doc["figures"]["pairs"]:
-        t = Table(title=f"copy node {p['src']} -> node {p['dst']} (CPU "
-                        f"{doc['parameters']['cpu']}): GB/s (ns per copy)")
-        t.add_column("size", justify="right")
+        t = T.table(f"copy node {p['src']} -> node {p['dst']} (CPU "
+                    f"{doc['parameters']['cpu']})", caption="GB/s (ns per copy)",
+                    caption_justify="left")
+        T.num(t, "size")
         methods = [m for m, pts in p["methods"].items() if pts]
         for m in methods:
-            t.add_column(m, justify="right")
+            T.num(t, m)
         for i, pt in enumerate(p["methods"][methods[0]]):
             t.add_row(_size(pt["bytes"]), *(
                 f"{p['methods'][m][i]['gbps']:.2f} ({p['methods'][m][i]['ns_per_copy']:.0f})"
@@ -240,9 +284,9 @@ def copy_tables(con: Console, doc: dict) -> None:
     if not g["available"]:
         con.print(f"GPU copies: {g['reason']}")
         return
-    t = Table(title=f"GPU copies, {_size(g['bytes'])} per device (GB/s)")
+    t = T.table(f"GPU copies, {_size(g['bytes'])} per device (GB/s)")
     for c in ("host node", "device", "pinned", "host->device", "device->host"):
-        t.add_column(c, justify="right")
+        T.num(t, c)
     for r in g["rows"]:
         t.add_row(str(r["node"]), str(r["device"]), "yes" if r["pinned"] else "no",
                   _f(r["h2d_gbps"]), _f(r["d2h_gbps"]))
@@ -257,7 +301,8 @@ def copy_cmd(
     cpu: Optional[int] = typer.Option(None, "--cpu", help="CPU of the copying thread"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="write the JSON result here"),
     as_json: bool = typer.Option(False, "--json", help="print the JSON result, no tables"),
-    plots: Optional[Path] = typer.Option(None, "--plots", help="write PNG plots to this directory"),
+    plots: Optional[Path] = typer.Option(None, "--plots", help="write PNG plots to this folder "
+                                         "(made if its parent exists)"),
     gpu: bool = typer.Option(True, "--gpu/--no-gpu", help="the GPU copy matrix (needs CUDA)"),
 ) -> None:
     """memcpy, non-temporal, copy+flush and invalidate+copy per node pair and size; GPU copies."""
@@ -269,10 +314,12 @@ def copy_cmd(
         ns = _nodes(nodes)
         pairs = None if ns is None else [(s, d) for s in ns for d in ns]
         backend = _cuda_copier() if gpu else None
-        doc = _run_with_bar(con, as_json, lambda cb: BC.run(
-            pairs, quick=quick, cpu=cpu, progress=cb, gpu=gpu, gpu_backend=backend))
+        with LoadMeter() as lm:
+            doc = _run_with_bar(con, as_json, lambda cb: BC.run(
+                pairs, quick=quick, cpu=cpu, progress=cb, gpu=gpu, gpu_backend=backend))
+        doc["load"] = lm.load.to_dict()
     except (ValueError, KeyError) as e:
-        _fail(str(e))
+        _fail(one_line(e))
     except OSError as e:
         _fail(f"measurement failed: {one_line(e)}")
     _report(con, doc, as_json, out, plots, copy_tables, "plot_copy")
@@ -299,9 +346,9 @@ def run_demo(console: Console) -> None:
     from ..bench import memory as BM
     from ..bench.weights import weights_from
 
-    t = Table(title="memory per node (quick: 64 MiB chase, read with every initiator CPU)")
+    t = T.table("memory per node (quick: 64 MiB chase, read with every initiator CPU)")
     for c in ("node", "kind", "CPUs", "latency ns", "read GB/s"):
-        t.add_column(c, justify="right")
+        T.num(t, c)
     bws = {}
     for f in BM.M.nodes():
         cpus = list(f.initiator_cpus)

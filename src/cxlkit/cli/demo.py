@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import time
+from typing import Optional
 
 import typer
 from rich.console import Console
@@ -11,7 +12,8 @@ from rich.table import Table
 
 from .. import policy as P
 from .. import topology
-from .main import app
+from .interrupt import shielded_children
+from .main import app, fail
 
 # Workload sections, in order: (title, module, function taking the console).
 SECTIONS: tuple[tuple[str, str, str], ...] = (
@@ -54,16 +56,34 @@ def placement_section(con: Console, nbytes: int = 64 << 20) -> bool:
     return all_ok
 
 
+def _sections(only: Optional[str]) -> list[tuple[str, str, str]]:
+    if only is None:
+        return list(SECTIONS)
+    names = {s[1].rsplit(".", 1)[1]: s for s in SECTIONS}
+    want = [w.strip() for w in only.split(",") if w.strip()]
+    bad = [w for w in want if w not in names]
+    if bad or not want:
+        fail(f"demo section {','.join(bad) or only!r} (--only): no such section; choose from "
+             f"{', '.join(names)}")
+    return [names[w] for w in want]
+
+
 @app.command()
-def demo() -> None:
+def demo(only: Optional[str] = typer.Option(
+        None, "--only", help="run only these workload sections, e.g. pool,kv (bench, pool, "
+        "train, kv); tiers and placement are skipped too")) -> None:
     """Run the main job here: tiers, placement with audit, and each workload's demo."""
+    sections = _sections(only)
     con = Console()
     con.rule("[bold]cxlkit demo")
-    tiers = importlib.import_module("cxlkit.cli.tiers")
-    tiers.print_tiers(con, topology.discover())
-    ok = placement_section(con)
-    for title, module, func in SECTIONS:
-        con.rule(f"[bold]{title}")
-        getattr(importlib.import_module(module), func)(con)
+    ok = True
+    with shielded_children():  # Ctrl-C: one line, exit 130, the children ended
+        if only is None:
+            tiers = importlib.import_module("cxlkit.cli.tiers")
+            tiers.print_tiers(con, topology.discover())
+            ok = placement_section(con)
+        for title, module, func in sections:
+            con.rule(f"[bold]{title}")
+            getattr(importlib.import_module(module), func)(con)
     if not ok:
         raise typer.Exit(1)

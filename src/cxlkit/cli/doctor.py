@@ -25,9 +25,10 @@ from .. import topology as T
 from .._config import config
 from .main import app
 
-# ok: works; missing: an optional feature is absent (cxlkit runs without it); warn: present
-# but not as cxlkit needs it for some use; fail: blocks use of cxlkit on this machine.
-STATUSES = ("ok", "missing", "warn", "fail")
+# ok: works; info: noted, not this user's to check (another user's pool); missing: an optional
+# feature is absent (cxlkit runs without it); warn: present but not as cxlkit needs it for some
+# use; fail: blocks use of cxlkit on this machine.
+STATUSES = ("ok", "info", "missing", "warn", "fail")
 WEIGHTED_INTERLEAVE_KERNEL = (6, 9)
 NUMA_BALANCING = {0: "off", 1: "on (NUMA locality)", 2: "memory tiering (promotion)",
                   3: "NUMA locality and memory tiering"}
@@ -327,9 +328,19 @@ def _pools(m: Machine, *, check: bool) -> list[Finding]:
 
 def _pool_health(path: Path) -> Finding:
     from .. import pool as P
+    from .poolopen import group_shared, my_groups
 
     try:
-        with P.Pool(str(path), create=False) as p:
+        st = path.stat()
+    except OSError as e:
+        return Finding("pools", path.name, "warn", f"cannot stat: {e.strerror}", "")
+    shared = group_shared(st) and (st.st_uid == os.geteuid() or st.st_gid in my_groups())
+    if st.st_uid != os.geteuid() and not shared:
+        # cxlkit opens only its user's pools (or its groups'): this one is not ours to check
+        return Finding("pools", path.name, "info", f"another user's pool ({_owner(st)}, "
+                       f"{_size(st.st_size)}), skipped")
+    try:
+        with P.Pool(str(path), create=False, group=st.st_gid if shared else None) as p:
             st = p.stat()
             rep = p.fsck(repair=False)
     except (OSError, ValueError) as e:
@@ -377,8 +388,8 @@ def _engines(*, load: bool) -> list[Finding]:
 
 
 _ENGINE_FIX = {"torch": "pip install torch (cxlkit[torch])",
-               "vllm": "make .venv-vllm (its own environment; docs/kv.md)",
-               "deepspeed": "make .venv-ds (its own environment; docs/train.md)"}
+               "vllm": "make vllm-venv (its own environment, .venv-vllm; docs/kv.md)",
+               "deepspeed": "make deepspeed-env (its own environment, .venv-ds; docs/train.md)"}
 
 
 def _cxlkit() -> list[Finding]:
@@ -413,24 +424,25 @@ def blocking(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if f.status == "fail"]
 
 
-_STYLE = {"ok": "green", "missing": "yellow", "warn": "magenta", "fail": "bold red"}
+_STYLE = {"ok": "green", "info": "cyan", "missing": "yellow", "warn": "magenta", "fail": "bold red"}
 
 
 def render(findings: list[Finding]) -> Table:
-    """Area headings, one line per finding, its fix on the line under it."""
-    t = Table(title="cxlkit doctor", box=None, show_header=False, pad_edge=False)
-    t.add_column("status", no_wrap=True)
-    t.add_column("item", no_wrap=True)
-    t.add_column("detail", overflow="fold")
+    """Area headings, one line per finding ('item: detail', wrapped at spaces beside its
+    status, so a path is cut only when it is longer than the line), its fix under it."""
+    t = Table.grid(padding=(0, 1))
+    t.title = "cxlkit doctor"
+    t.add_column("status", no_wrap=True, min_width=9)
+    t.add_column("finding", overflow="fold")
     area = None
     for f in findings:
         if f.area != area:
             area = f.area
-            t.add_row(f"[bold]{area}[/bold]", "", "")
+            t.add_row(f"[bold]{area}[/bold]", "")
         s = _STYLE[f.status]
-        t.add_row(f"  [{s}]{f.status}[/{s}]", f.item, f.detail)
+        t.add_row(f"  [{s}]{f.status}[/{s}]", f"{f.item}: {f.detail}")
         if f.fix:
-            t.add_row("", "", f"[dim]fix: {f.fix}[/dim]")
+            t.add_row("", f"[dim]fix: {f.fix}[/dim]")
     return t
 
 

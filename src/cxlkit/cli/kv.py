@@ -11,7 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from .._config import config
+from . import tables as T
 from .main import app, fail, one_line
+from .poolopen import GROUP_OPT, shared_gid
 
 kv_app = typer.Typer(no_args_is_help=True, help="The KV-cache pool: blocks and statistics.")
 app.add_typer(kv_app, name="kv")
@@ -24,12 +26,18 @@ def _pool_path(pool: str | None) -> str:
 
 
 def collect(path: str, *, host_id: int | str | None = None,
-            coherence: str | None = None) -> dict:
+            coherence: str | None = None, group: int | None = None) -> dict:
+    """What `kv stats` shows; group: the gid of a group-shared pool (opened shared)."""
     from ..kv.recency import is_table
     from ..kv.store import _STATS_PREFIX, _open_pool, host_stats
+    from ..pool import Pool
 
-    pool, _ = _open_pool(path, create=False, size=0, host_id=host_id, coherence=coherence,
-                         max_hosts=0, lease_timeout_ms=0)
+    src = path if group is None else Pool(path, host_id=host_id, coherence=coherence,
+                                          create=False, group=group)
+    mine = group is None  # else src is open already, as this host and coherence
+    pool, _ = _open_pool(src, create=False, size=0, host_id=host_id if mine else None,
+                         coherence=coherence if mine else None, max_hosts=0,
+                         lease_timeout_ms=0)
     with pool:
         groups: dict[tuple[str, int], dict] = {}
         tables = []
@@ -63,44 +71,63 @@ def stats(pool: Optional[str] = typer.Argument(
                                                 "machine id"),
           coherence: Optional[str] = typer.Option(None, "--coherence", help="host or none; "
                                                   "default: CXLKIT_COHERENCE, else host"),
+          group: Optional[str] = GROUP_OPT,
           as_json: bool = typer.Option(False, "--json", help="one JSON object")) -> None:
     """KV blocks per namespace and host, and each host's counters (shared by its processes)."""
     if pool is not None and pool_opt is not None and pool != pool_opt:
-        fail(f"two pools given: {pool} and --pool {pool_opt}")
+        fail(f"two pools given: {pool} and --pool {pool_opt}; name one")
     path = _pool_path(pool or pool_opt)
     try:
         info = collect(path, host_id=int(host_id) if host_id and host_id.isdigit() else host_id,
-                       coherence=coherence)
+                       coherence=coherence, group=shared_gid(path, group))
     except FileNotFoundError:
-        fail(f"no pool at {path} (create one with a KV store, or name one: "
-             "cxlkit kv stats POOL)")
+        fail(f"pool {path}: no such pool; a KV store creates it, or name one: `cxlkit kv "
+             "stats POOL` (`cxlkit pool ls --pools` lists them)")
     except (OSError, ValueError) as e:
-        fail(f"pool {path}: {one_line(e)}")
+        from .pool import pool_error
+
+        fail(pool_error(path, e))
     if as_json:
         typer.echo(json.dumps(info))
         return
     con = Console()
-    t = Table(title=f"KV blocks in {path}")
-    for col in ("namespace", "host", "blocks", "MiB"):
-        t.add_column(col)
+    t = T.table(f"KV blocks in {path}")
+    T.text(t, "namespace")
+    for col in ("host", "blocks", "size"):
+        T.num(t, col)
     for b in info["blocks"]:
-        t.add_row(b["namespace"], str(b["host"]), str(b["blocks"]), f"{b['bytes'] / 2**20:.1f}")
+        t.add_row(b["namespace"], str(b["host"]), str(b["blocks"]), T.size(b["bytes"]))
     con.print(t)
-    r = Table(title="recency tables (last use of each block by each host)")
-    for col in ("namespace", "host", "KiB"):
-        r.add_column(col)
+    r = T.table("recency tables")
+    T.text(r, "namespace")
+    for col in ("host", "size"):
+        T.num(r, col)
     for tb in info["recency_tables"]:
-        r.add_row(tb["namespace"], str(tb["host"]), f"{tb['bytes'] / 2**10:.1f}")
+        r.add_row(tb["namespace"], str(tb["host"]), T.size(tb["bytes"]))
     con.print(r)
-    c = Table(title="counters per host")
-    fields = ("lookups", "hits", "misses", "puts", "put_skipped", "bytes_in", "bytes_out",
-              "evictions", "load_errors", "put_errors")
-    c.add_column("host")
-    for f in fields:
-        c.add_column(f)
-    for h, vals in info["hosts"].items():
-        c.add_row(h, *(str(vals[f]) for f in fields))
-    con.print(c)
+    con.print("(a recency table: the last use of each block by each host)")
+    _print_counters(con, info["hosts"])
+
+
+COUNTERS = ("lookups", "hits", "misses", "puts", "put_skipped", "bytes_in", "bytes_out",
+            "evictions", "load_errors", "put_errors")
+_HOSTS_PER_TABLE = 5  # a counter name and five hosts fit 80 columns
+
+
+def _print_counters(con: Console, hosts: dict[str, dict]) -> None:
+    """One row per counter, one column per host (hosts are few, counters many: this way round
+    the headers are never cut), in tables of at most five hosts."""
+    names = list(hosts)
+    for i in range(0, max(len(names), 1), _HOSTS_PER_TABLE):
+        part = names[i:i + _HOSTS_PER_TABLE]
+        c = T.table("counters per host" if i == 0 else None)
+        c.add_column("counter", no_wrap=True)
+        for h in part:
+            T.num(c, f"host {h}")
+        for f in COUNTERS:
+            c.add_row(f, *(str(hosts[h][f]) for h in part))
+        con.print(c)
+    con.print("(each host's counters are shared by its processes; bytes_in/out in bytes)")
 
 
 # ---- demo ------------------------------------------------------------------------------------

@@ -73,7 +73,7 @@ def run(
         kw = P.validate(pol)
         P.set_task_policy(pol, thp=thp)
     except (ValueError, OSError) as e:
-        _fail(str(e))
+        _fail(one_line(e))
     if not quiet:
         note = ""
         if pol.mode == "weighted" and kw:
@@ -113,7 +113,7 @@ def audit(
         pp = _audit.audit_pid(pid)
         extras = audit_extras(pid, interval)
     except (ValueError, OSError) as e:
-        _fail(str(e))
+        _fail(one_line(e))
     totals = pp.totals()
     if as_json:
         doc = {**extras,
@@ -179,8 +179,10 @@ def weights_cmd(
             for n in proposed:
                 if n not in have:
                     raise ValueError(f"node {n} has no memory on this machine")
-    except (ValueError, OSError) as e:
-        _fail(str(e))
+    except OSError as e:  # only --from-bench reads a file here
+        _fail(f"--from-bench {one_line(e)}; give the JSON of `cxlkit bench memory -o FILE`")
+    except ValueError as e:
+        _fail(one_line(e))
     before, undo = current, None
     if apply:
         if proposed is None and not auto:

@@ -9,10 +9,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .main import app, fail
+from .main import app, fail, one_line
 
 plan_app = typer.Typer(no_args_is_help=True,
-                       help="Size a vector database or a KV cache against this machine's tiers.")
+                       help="Size a vector database, a KV cache or CPU-offloaded training "
+                       "against this machine's tiers.")
 app.add_typer(plan_app, name="plan")
 
 
@@ -66,7 +67,7 @@ def vectordb_cmd(
     try:
         p = PL.vectordb(vectors, dim, dtype, overhead, nodes=_nodes(nodes))
     except (ValueError, KeyError, TypeError) as e:
-        _fail(str(e.args[0]) if isinstance(e, KeyError) else str(e))
+        _fail(one_line(e))
     d = p.detail
     _show(p, as_json, f"vector database: {d['vectors']:,} x {dim} {dtype} = "
                       f"{_gib(d['raw_bytes'])} raw, x{overhead:g} overhead")
@@ -88,7 +89,7 @@ def kv_cmd(
     try:
         p = PL.kv(layers, kv_heads, head_dim, tokens, dtype, nodes=_nodes(nodes))
     except (ValueError, KeyError, TypeError) as e:
-        _fail(str(e.args[0]) if isinstance(e, KeyError) else str(e))
+        _fail(one_line(e))
     d = p.detail
     _show(p, as_json, f"KV cache: {d['bytes_per_token']:,} bytes per token "
                       f"(2 x {layers} layers x {kv_heads} kv heads x {head_dim} x {dtype}) "

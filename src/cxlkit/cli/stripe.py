@@ -21,6 +21,12 @@ def stripe_env(spec: str, chunk: str, min_size: str, log: str | None,
                quiet: bool) -> dict[str, str]:
     """The variables to exec with (LD_PRELOAD and the library's configuration), after the
     checks the library would make: one line and exit 2 when the stripe cannot be placed."""
+    if log is not None and log != "stderr":
+        from pathlib import Path
+
+        from .outpath import check_file
+
+        check_file(Path(log), "--log")  # before CMD runs: its log must not be lost
     try:
         cfg = PL.parse_stripe(spec, chunk=chunk, min_size=min_size)
         have = topology.memory_nodes()
@@ -67,8 +73,20 @@ def audit_extras(pid: int, interval: float | None) -> dict:
     if interval is None:
         tiering = {"state": TG.tiering_state().to_dict()}
     else:
-        tiering = TG.observe(interval, pid).to_dict()
+        tiering = _observe(interval, pid)
     return {"stripe": _stripe_doc(sa), "tiering": tiering}
+
+
+def _observe(interval: float, pid: int) -> dict:
+    """TG.observe with a status line on stderr while it waits: a spinner on a terminal, one
+    line otherwise (a pipe or a log shows why nothing comes for `interval` seconds)."""
+    err = Console(stderr=True)
+    what = f"watching the kernel's tiering and pid {pid}'s pages for {interval:g} s"
+    if not err.is_terminal:
+        err.print(f"cxlkit audit: {what} ...", soft_wrap=True, highlight=False)
+        return TG.observe(interval, pid).to_dict()
+    with err.status(what + " (Ctrl-C stops)"):
+        return TG.observe(interval, pid).to_dict()
 
 
 def print_audit_extras(con: Console, extras: dict) -> None:

@@ -8,10 +8,11 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich import box
 from rich.table import Table
 
 from .. import topology as T
-from .main import app
+from .main import app, fail, one_line
 
 _KIND_STYLE = {"dram": "green", "cxl": "cyan", "hbm": "magenta", "pmem": "yellow"}
 
@@ -32,7 +33,17 @@ def _opt(v) -> str:
 def _perf(lat: int | None, bw: int | None) -> str:
     if lat is None and bw is None:
         return "-"
-    return f"{_opt(lat)} ns\n{_opt(bw)} MB/s"
+    gbps = "-" if bw is None else f"{bw / 1000:.0f}" if bw >= 10_000 else f"{bw / 1000:.1f}"
+    return f"{_opt(lat)} ns\n{gbps} GB/s"
+
+
+def _perf_rw(a) -> str:
+    """HMAT read/write as two lines: 'R/W ns' and 'R/W GB/s' (one column fits 80)."""
+    r = _perf(a.read_latency_ns, a.read_bandwidth_mbps).split("\n")
+    w = _perf(a.write_latency_ns, a.write_bandwidth_mbps).split("\n")
+    if r == ["-"] or w == ["-"]:
+        return "\n".join(r if w == ["-"] else w)
+    return "\n".join(f"{x.split()[0]}/{y}" for x, y in zip(r, w))
 
 
 def _hugepages(n: T.Node) -> str:
@@ -46,23 +57,24 @@ def _hugepages(n: T.Node) -> str:
 EVIDENCE_IN_TABLE_MIN_WIDTH = 140
 
 
-def node_table(topo: T.Topology, *, evidence: bool = True) -> Table:
+def node_table(topo: T.Topology, *, evidence: bool = True, huge_pages: bool = True) -> Table:
     # Columns with nothing to say on this machine (no HMAT, no huge pages, no weighted
     # interleave) are left out.
     hmat = any(n.hmat for n in topo.nodes)
-    huge = any(h.total for n in topo.nodes for h in n.hugepages)
+    huge = huge_pages and any(h.total for n in topo.nodes for h in n.hugepages)
     cols: list[tuple[str, dict]] = [("node", {"no_wrap": True}), ("kind", {"no_wrap": True}),
-                                    ("CPUs", {}), ("total", {"no_wrap": True}),
+                                    ("CPUs", {"min_width": 5}), ("total", {"no_wrap": True}),
                                     ("free", {"no_wrap": True}), ("tier", {"no_wrap": True})]
     if hmat:
-        cols += [("HMAT read", {}), ("HMAT write", {})]
+        cols += [("HMAT read/write", {"no_wrap": True})]
     if topo.weighted_interleave:
         cols.append(("WI", {"no_wrap": True}))
     if huge:
-        cols.append(("huge pages", {}))
+        cols.append(("huge pages", {"min_width": 10}))
     if evidence:
         cols.append(("evidence", {}))
-    t = Table(title=f"memory tiers (sysfs: {topo.root})", show_lines=True)
+    t = Table(title=f"memory tiers (sysfs: {topo.root})", show_lines=True,
+              box=box.SIMPLE_HEAD)
     for name, kw in cols:
         t.add_column(name, overflow="fold", **kw)
     for n in topo.nodes:
@@ -74,8 +86,7 @@ def node_table(topo: T.Topology, *, evidence: bool = True) -> Table:
         row = [str(n.id), kind, "?" if n.cpus is None else (T.format_cpulist(n.cpus) or "none"),
                _size(n.mem_total_bytes), _size(n.mem_free_bytes), _opt(n.memory_tier)]
         if hmat:
-            row += [_perf(a.read_latency_ns, a.read_bandwidth_mbps) if a else "-",
-                    _perf(a.write_latency_ns, a.write_bandwidth_mbps) if a else "-"]
+            row.append(_perf_rw(a) if a else "-")
         if topo.weighted_interleave:
             row.append(_opt(n.wi_weight))
         if huge:
@@ -87,10 +98,11 @@ def node_table(topo: T.Topology, *, evidence: bool = True) -> Table:
 
 
 def region_table(topo: T.Topology) -> Table:
-    t = Table(title="CXL regions")
-    for col in ("region", "mode", "size", "ways x granularity", "memdevs", "dax", "node",
-                "read (access0)", "committed"):
-        t.add_column(col, overflow="fold")
+    t = Table(title="CXL regions (ways x granularity in bytes; read: HMAT access class 0; "
+              "ok: committed)", box=box.SIMPLE_HEAD)
+    for col in ("region", "mode", "size", "ways", "memdevs", "dax", "node", "read", "ok"):
+        t.add_column(col, no_wrap=col in ("size", "ways", "node", "read"), overflow="fold",
+                     min_width=len(col))  # a header is never cut
     for r in topo.cxl_regions:
         a = next((x for x in r.access if x.access == 0), None)
         t.add_row(r.name, _opt(r.mode), _size(r.size_bytes),
@@ -103,9 +115,9 @@ def region_table(topo: T.Topology) -> Table:
 
 
 def memdev_table(topo: T.Topology) -> Table:
-    t = Table(title="CXL memory devices")
-    for col in ("memdev", "ram", "pmem", "serial", "PCI device", "device node", "regions"):
-        t.add_column(col, overflow="fold")
+    t = Table(title="CXL memory devices", box=box.SIMPLE_HEAD)
+    for col in ("memdev", "ram", "pmem", "serial", "PCI device", "node", "regions"):
+        t.add_column(col, overflow="fold", no_wrap=col in ("ram", "pmem", "node"))
     for m in topo.cxl_memdevs:
         t.add_row(m.name, _size(m.ram_bytes), _size(m.pmem_bytes), _opt(m.serial),
                   _opt(m.host), _opt(m.numa_node), ",".join(m.regions) or "-")
@@ -113,9 +125,9 @@ def memdev_table(topo: T.Topology) -> Table:
 
 
 def dax_table(topo: T.Topology) -> Table:
-    t = Table(title="dax devices")
-    for col in ("device", "mode", "size", "align", "target node", "source", "region"):
-        t.add_column(col, no_wrap=True)
+    t = Table(title="dax devices (node: the node it is onlined as)", box=box.SIMPLE_HEAD)
+    for col in ("device", "mode", "size", "align", "node", "source", "region"):
+        t.add_column(col, no_wrap=col not in ("device", "region"), overflow="fold")
     for d in topo.dax_devices:
         t.add_row(d.path, d.mode or "[red]no driver[/red]", _size(d.size_bytes),
                   _size(d.align), _opt(d.target_node), _opt(d.source), _opt(d.region))
@@ -137,10 +149,14 @@ def wi_line(topo: T.Topology) -> str:
 
 def print_tiers(con: Console, topo: T.Topology) -> None:
     wide = con.size.width >= EVIDENCE_IN_TABLE_MIN_WIDTH
-    con.print(node_table(topo, evidence=wide))
-    if not wide:
+    con.print(node_table(topo, evidence=wide, huge_pages=wide))
+    if not wide:  # under the table, one line per node: columns would be cut at 80
         for n in topo.nodes:
             con.print(f"node {n.id} is {n.kind}: " + "; ".join(n.evidence), highlight=False)
+        for n in topo.nodes:
+            if any(h.total for h in n.hugepages):
+                con.print(f"node {n.id} huge pages: " + _hugepages(n).replace("\n", ", "),
+                          highlight=False)
     if topo.cxl_regions:
         con.print(region_table(topo))
     if topo.cxl_memdevs:
@@ -165,9 +181,8 @@ def tiers(
     try:
         topo = T.discover(sysfs_root)
     except (FileNotFoundError, NotADirectoryError) as e:
-        Console(stderr=True).print(f"[red]cxlkit tiers: {e}[/red]")
-        raise typer.Exit(2)
-    # ---- issue 19: the kernel's own tiering (NUMA-balancing promotion, demotion) ----
+        fail(f"--sysfs-root {one_line(e)}; name the root of a sysfs tree (default /sys)")
+    # ---- the kernel's own tiering (NUMA-balancing promotion, demotion) ----
     from .. import tiering as TG
 
     try:

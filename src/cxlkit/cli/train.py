@@ -11,6 +11,7 @@ from rich.table import Table
 
 from ..train import plan as TP
 from ..units import parse_count
+from .main import fail, one_line
 from .plan import plan_app
 from .pool import COHERENCE_OPT, HOST_OPT
 
@@ -105,10 +106,9 @@ def train_cmd(
         modes = list(TP.MODES) if mode == "all" else [mode]
         plans = [TP.plan_training(fp, tiers, mode=m) for m in modes]
     except (ValueError, OSError) as e:
-        Console(stderr=True).print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2)
+        fail(one_line(e))
     spilled = None
-    if spill:  # ---- spill (issue 15): cli/train_spill.py ----
+    if spill:  # ---- spill: cli/train_spill.py ----
         from .train_spill import pool_options, spill_section
         spilled = spill_section(con, fp.params, spill, host_cache, sub_group_size, as_json,
                                 pool_options(host_id, coherence))

@@ -8,13 +8,13 @@ import contextlib
 import json
 import os
 import tempfile
-from typing import Optional
+from typing import NoReturn, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from .main import app
+from .main import app, fail, one_line
 from .pool import COHERENCE_OPT, HOST_OPT, _host
 
 train_app = typer.Typer(no_args_is_help=True, help="Training offload demos.")
@@ -27,9 +27,8 @@ def pool_options(host_id: Optional[str], coherence: Optional[str]) -> dict[str, 
     return {"host_id": _host(host_id), "coherence": coherence}
 
 
-def _fail(msg: str) -> None:
-    Console(stderr=True).print(f"[red]error:[/red] {msg}")
-    raise typer.Exit(2)
+def _fail(msg: str) -> NoReturn:
+    fail(msg)  # one line on stderr, exit 2
 
 
 def _default_spill(stack: contextlib.ExitStack) -> list[str]:
@@ -70,7 +69,7 @@ def demo_cmd(
                                   measure_nbytes=8 << 20, split="eq1",  # every path
                                   pool_options=pool_options(host_id, coherence))
         except (ValueError, OSError) as e:
-            _fail(str(e))
+            _fail(one_line(e))
 
         def show_plan(nparams: int) -> None:
             if as_json:
@@ -116,7 +115,7 @@ def spill_section(con: Console, params: int, spill: str, host_cache: str,
         p = SP.plan_spill(params, figs, host_cache_bytes=parse_size(host_cache),
                           subgroup_params=sub_group_size)
     except (ValueError, OSError) as e:
-        _fail(str(e))
+        _fail(one_line(e))
     if as_json:
         return p.to_dict()
     t = Table(title=f"optimizer subgroups: {p.subgroups} of {p.subgroup_params:,} params, "
