@@ -42,7 +42,7 @@ def test_create_stat_ls_rm_fsck_json(name):
     rep = json.loads(run("fsck", name, "--json").stdout)
     assert rep["clean"] and rep["objects_live"] == 1
     r = run("rm", name, "a", "ghost", "--json")
-    assert r.exit_code == 1
+    assert r.exit_code == 2
     out = json.loads(r.stdout)
     assert out["destroyed"] == ["a"] and "ghost" in out["errors"]
     assert json.loads(run("ls", "--pools", "--json").stdout).count(f"/dev/shm/{name}") == 1

@@ -795,8 +795,8 @@ def remove(path_or_name: str | os.PathLike[str], *, force: bool = False) -> Remo
     if d["hosts_live"] and not force:
         raise PoolError(errno.EBUSY, f"in use by {d['hosts_live']} live host(s) (see them with "
                         f"`cxlkit pool hosts {path}`): nothing removed; stop them first, or "
-                        "force it (--force, force=True): their mappings keep the memory, new "
-                        "opens find no pool", path)
+                        "force it (`cxlkit pool rm --force`, or force=True): their mappings "
+                        "keep the memory, new opens find no pool", path)
     st = os.lstat(path)
     if (st.st_dev, st.st_ino) != (d["dev"], d["ino"]):
         raise PoolError(errno.ESTALE, "replaced while it was being checked: nothing removed; "

@@ -40,6 +40,7 @@ def _fail(msg: str, code: int = 2) -> NoReturn:
 DEFAULT_SIZE = 64 << 20  # `pool create` of a new pool without --size
 # The library's messages name Python arguments; on the command line they are flags.
 _FLAGS = (("overcommit=True", "--overcommit"), ("pass group=", "pass --group GROUP"),
+          ("`cxlkit pool rm --force`, or force=True", "--force"),
           ("max_hosts", "--max-hosts"), ("max_objects", "--max-objects"),
           ("numa_node", "--numa-node"), ("host_id", "--host-id"),
           ("open it without them", "open it without --size and --max-hosts"))
@@ -239,12 +240,12 @@ def rm_cmd(pool: str = typer.Argument(..., help="pool name or path"),
         try:
             r = P.remove(pool, force=force)
         except (OSError, ValueError) as e:
-            _fail(str(e))
+            _fail(pool_error(P.resolve(pool), e))
         if as_json:
             print(json.dumps({"removed": r.path, **dataclasses.asdict(r)}))
         else:
             note = f"; forced past: {r.damaged}" if r.damaged else ""
-            print(f"removed {r.path}: {r.size} bytes ({_mib(r.size)}), {r.hosts_live} live / "
+            print(f"removed {r.path}: {T.size(r.size)}, {r.hosts_live} live / "
                   f"{r.hosts_dead} dead hosts{note}")
         return
     if force:
@@ -256,14 +257,14 @@ def rm_cmd(pool: str = typer.Argument(..., help="pool name or path"),
                 p.destroy(n)
                 done.append(n)
             except (KeyError, OSError, ValueError) as e:
-                errors[n] = str(e.args[0] if isinstance(e, KeyError) else e)
+                errors[n] = one_line(e)
     if as_json:
         print(json.dumps({"destroyed": done, "errors": errors}))
     else:
-        for n, msg in errors.items():
-            Console(stderr=True).print(f"[red]cxlkit: {msg}[/red]")
+        for n, msg in errors.items():  # one line per object, in the CLI's one voice
+            print(f"Error: object {n} in pool {p.path}: {msg}", file=sys.stderr)
     if errors:
-        raise typer.Exit(1)
+        raise typer.Exit(2)
 
 
 @pool_app.command("fsck")
