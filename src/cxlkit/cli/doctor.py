@@ -344,8 +344,11 @@ def _pool_health(path: Path) -> Finding:
             st = p.stat()
             rep = p.fsck(repair=False)
     except (OSError, ValueError) as e:
+        # a pool that does not open has a damaged superblock or lock: `pool rm` removes it
+        # only with --force, since it cannot be proven a pool
         return Finding("pools", path.name, "fail", f"cannot open: {e}",
-                       f"`cxlkit pool fsck {path}` or remove it (`cxlkit pool rm {path}`)")
+                       f"`cxlkit pool fsck {path}`, or remove it (`cxlkit pool rm --force "
+                       f"{path}`)")
     what = (f"{_size(st.size)}, {st.objects} objects, hosts {st.hosts_active}/{st.max_hosts}, "
             f"coherence {st.coherence}")
     if rep.clean:
