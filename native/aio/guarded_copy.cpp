@@ -7,7 +7,7 @@
 // default action), so a real crash stays a crash. The handler is installed once, on the first
 // copy: a handler installed after it (faulthandler.enable() called later) runs first and
 // would take a guarded fault for a crash.
-// Guarded ranges (issue 15): the AdamW kernel updates a subgroup where it lies in a mapped
+// Guarded ranges: the AdamW kernel updates a subgroup where it lies in a mapped
 // file, on this thread or on a team's, so no one thread's jump target can cover it. A fault
 // at an address inside a range registered by cxk_aio_guard_range, on any thread, maps a
 // private zero page over the faulting page and counts the fault; the instruction runs again

@@ -1,4 +1,4 @@
-// sim_branch.cpp — what the non-coherence simulator (issue 16) costs production: cxk_flush and
+// sim_branch.cpp — what the non-coherence simulator costs production: cxk_flush and
 // cxk_sfence (the check of the simulator's flag, then the instruction) against the same
 // instructions without the check, timed alternately in one run.
 #include <algorithm>

@@ -169,7 +169,7 @@ CXK_BIND(aio) {
             return sum;
         },
         nb::arg("dst"), nb::arg("src"), nb::arg("what") = "aio copy");
-    // issue 15: the in-place kernel's SIGBUS guard (a range, any thread)
+    // the in-place kernel's SIGBUS guard (a range, any thread)
     m.def(
         "aio_guard_range",
         [](Bytes area, const std::string &what) {

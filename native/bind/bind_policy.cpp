@@ -129,7 +129,7 @@ void apply_to(void *addr, size_t nbytes, const PolicyTuple &pol, bool migrate, b
 
 CXK_BIND(policy) {
     using namespace cxk::py;
-    // Nothing prints at exit (issue 11, defect 4): objects a script keeps in module globals
+    // Nothing prints at exit: objects a script keeps in module globals
     // (a Buffer, Pool, Store, TieredAdamW) are not collected when the interpreter finalizes,
     // so nanobind's leak report named them (and their types and methods) on every such
     // exit. They are not leaks of ours: the process ends and the kernel takes the mappings

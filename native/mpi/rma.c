@@ -1,4 +1,4 @@
-/* rma.c — MPI one-sided windows through the pool (issue 17 on issue 14's cxk_win_*).
+/* rma.c — MPI one-sided windows through the pool (the PMPI side of the cxk_win_* windows).
  *
  * Which windows: MPI_Win_allocate on a routed communicator that holds every world rank (any
  * order) becomes a pool window (cxk_win_create is collective over the engine's whole job, so

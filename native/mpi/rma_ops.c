@@ -1,6 +1,6 @@
 /* rma_ops.c — the communication calls of routed windows (put, get, accumulate,
  * get_accumulate, fetch_and_op, compare_and_swap and their request forms) and every
- * synchronisation call, on issue 14's pool windows; windows MPI keeps go to PMPI.
+ * synchronisation call, on the pool windows; windows MPI keeps go to PMPI.
  *
  * Completion: the engine copies an origin buffer before a put or accumulate returns (into
  * the target's memory, or a cell of the target's ring) and a get reads the target's memory

@@ -378,7 +378,7 @@ bool bakery_clear_stale(cxk_pool *p) {
 // most one claimer win whatever the timing, but with contention all may lose, and a slot lost
 // by all keeps its door closed. Two claimers in lockstep — A writes x, B writes x, A closes
 // the door and finds B's x, B finds the door closed — lost every free slot that way and both
-// got EBUSY (issue 18: about 1 round in 300 under --coherence-sim, where the flushes keep
+// got EBUSY (about 1 round in 300 under --coherence-sim, where the flushes keep
 // them in step; every time with tests/test_pool_claims.py's step-by-step claimers).
 //
 // So a claim by name first runs Fischer's timed arbitration (settle): only a claimer that

@@ -193,7 +193,7 @@ int cxk_obj_create(cxk_pool *p, const char *name, uint64_t nbytes, uint64_t *off
 
 int cxk_obj_create_ex(cxk_pool *p, const char *name, uint64_t nbytes, unsigned flags,
                       uint64_t *off) {
-    if (p && p->read_only_v1) return -EROFS;  // a version 1 pool (issue 18)
+    if (p && p->read_only_v1) return -EROFS;  // a version 1 pool
     size_t len;
     if (!p || !off || (flags & ~CXK_OBJ_NOZERO)) return -EINVAL;
     if (int r = check_name(name, &len)) return r;
@@ -254,7 +254,7 @@ int cxk_obj_create_ex(cxk_pool *p, const char *name, uint64_t nbytes, unsigned f
             std::memcpy(o->name, name, len);
             // Non-coherent readers fetch the header line by line: the name's lines reach the
             // pool (write-back, fence) before line 0 may say CREATING, else a reader on another
-            // host takes a new state with an old name (issue 16's simulator found it). Line 0
+            // host takes a new state with an old name (the simulator found it). Line 0
             // evicted early still says FREE, which readers refuse.
             sync_out(p, reinterpret_cast<uint8_t *>(o) + kLine, kObjHeaderBytes - kLine);
             // release: the fields above are in place before the state says CREATING
@@ -289,7 +289,7 @@ out:
 
 
 int cxk_obj_publish(cxk_pool *p, uint64_t off, unsigned flags) {
-    if (p && p->read_only_v1) return -EROFS;  // a version 1 pool (issue 18)
+    if (p && p->read_only_v1) return -EROFS;  // a version 1 pool
     if (p && !slot_ours(p)) return -EKEYREVOKED;  // the release fence, before the run checks
     uint32_t h;
     uint64_t end;
@@ -401,7 +401,7 @@ int cxk_obj_close(cxk_pool *p, uint64_t off) {
 }
 
 int cxk_obj_destroy(cxk_pool *p, const char *name) {
-    if (p && p->read_only_v1) return -EROFS;  // a version 1 pool (issue 18)
+    if (p && p->read_only_v1) return -EROFS;  // a version 1 pool
     size_t len;
     if (!p) return -EINVAL;
     if (int r = check_name(name, &len)) return r;
@@ -481,7 +481,7 @@ bool snapshot_header(const cxk_pool *p, uint32_t h, uint64_t block, ObjHeader *o
     std::memcpy(static_cast<void *>(out), o, sizeof *out);
     __atomic_thread_fence(__ATOMIC_ACQUIRE);  // pairs with create's release fence after gen
     // non-coherent: the re-check reads the pool again, not the copy fetched above (which
-    // would always agree with itself: issue 16's simulator found a torn name listed)
+    // would always agree with itself: the simulator found a torn name listed)
     if (h != p->host) sync_in(p, o, kLine);
     if (ldr(&o->state) != s1 || ldr(&o->gen) != g1) return false;
     out->state = s1;

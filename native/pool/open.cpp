@@ -141,7 +141,7 @@ int format_if_new(cxk_pool *p, Opened &ob, const cxk_pool_opts &o, uint32_t npat
     return r == -EEXIST && !(o.flags & CXK_POOL_EXCL) ? kCreatedByAnother : r;
 }
 
-// ---- coherence "sim" (issue 16): from the slot on, this handle runs on slot's view ----
+// ---- coherence "sim": from the slot on, this handle runs on slot's view ----
 int sim_enter(cxk_pool *p) {
     char key[16];
     std::snprintf(key, sizeof key, "host%u", p->host);

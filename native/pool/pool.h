@@ -26,7 +26,7 @@ struct cxk_pool {
     bool nc = false;               // coherence "none" (or "sim")
     bool read_only_v1 = false;     // a private view of a version 1 pool: writes -EROFS
     uint64_t epoch = 0;            // our slot's epoch since attach: a release bumps it (fence)
-    // coherence "sim" (issue 16): base is this host's simulated view; the pool's own mapping
+    // coherence "sim": base is this host's simulated view; the pool's own mapping
     cxk::sim::Map *sim = nullptr;
     uint8_t *sim_pool = nullptr;
     uint32_t host = 0;

@@ -127,7 +127,7 @@ int cxk_pool_host_info(cxk_pool *p, uint32_t h, struct cxk_pool_host *out) {
 
 int cxk_pool_release(cxk_pool *p, uint32_t h, unsigned flags) {
     if (!p || (flags & ~CXK_RELEASE_DROP)) return -EINVAL;
-    if (p->read_only_v1) return -EROFS;  // a private view of a version 1 pool (issue 18)
+    if (p->read_only_v1) return -EROFS;  // a private view of a version 1 pool
     if (h >= p->geo.max_hosts) return -EDOM;
     if (h == p->host) return -EINVAL;
     HostLock lk(p);

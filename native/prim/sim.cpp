@@ -1,4 +1,4 @@
-// sim.cpp — the non-coherence simulator (coherence "sim", issue 16): per-host views of a pool,
+// sim.cpp — the non-coherence simulator (coherence "sim"): per-host views of a pool,
 // 64-byte line transfers between a view and the pool under cross-process line locks, and
 // seeded random evictions. Costs here are the simulator's: production only tests g_on.
 #include "prim/sim.h"

@@ -1,4 +1,4 @@
-// sim.h — private: the non-coherence simulator behind coherence "sim" (issue 16). Each host
+// sim.h — private: the non-coherence simulator behind coherence "sim". Each host
 // sees a pool through a view of its own (a file shared by the host's processes: one coherence
 // domain) beside a shadow of what that host last exchanged with the pool; the primitives of
 // memops.cpp act on them for addresses inside a registered view (docs/pool-format.md).

@@ -8,7 +8,7 @@
 namespace cxk::ring {
 
 constexpr uint64_t kMagic = 0x31474e49524b5843ull;  // "CXKRING1" little-endian
-// 2: the wake-up words (HeadLine::sleeping, ProdLine::wake; issue 14). A version-1 ring is
+// 2: the wake-up words (HeadLine::sleeping, ProdLine::wake). A version-1 ring is
 // refused (-EBADMSG), as is a version-2 ring by a version-1 library: a peer that never
 // wakes a sleeping consumer would cost it a safety-net timeout per message.
 constexpr uint32_t kVersion = 2;

@@ -76,7 +76,7 @@ int64_t sleep_ns(int64_t el, uint32_t sleep_us) {
 
 void timed_sleep(void *, int64_t ns) { cxk::wait::sleep_precise(ns); }
 
-// The futex sleep's safety net (issue 14): a publish wakes the sleeper, so this bounds only
+// The futex sleep's safety net: a publish wakes the sleeper, so this bounds only
 // a lost wake-up (a peer that is not what the pool's coherence says) and how often a blocked
 // call looks at its deadline and its peer's liveness (every 1 ms, kCheckNs in rpc.cpp).
 constexpr uint32_t kWakeUs = 1000;

@@ -1,4 +1,4 @@
-// wake.cpp — the same-host wake-up of rings (issue 14): a consumer in the sleep phase of its
+// wake.cpp — the same-host wake-up of rings: a consumer in the sleep phase of its
 // wait sleeps in FUTEX_WAIT on its producer's futex word instead of on the timer, and the
 // producer's publish wakes it at once, as the kernel wakes a socket's reader.
 //

@@ -584,7 +584,7 @@ int cxk_rpc_call(cxk_rpc_client *c, uint32_t method, const void *req, uint32_t n
 
 }  // extern "C"
 
-// ---- waits that a publish ends (issue 14: the same-host wake-up, native/ring/wake.cpp) ----
+// ---- waits that a publish ends (the same-host wake-up, native/ring/wake.cpp) ----
 extern "C" {
 
 int64_t cxk_rpc_wait_idle(cxk_rpc_client *c, cxk_wait *w) {

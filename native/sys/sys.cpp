@@ -35,7 +35,7 @@ const char *const kSysNames[] = {"mbind", "set_mempolicy", "get_mempolicy", "mov
                                  "io_uring_enter",
                                  "fchmod", "fstatvfs", "link", "unlink", "kill", "getrandom",
                                  "read_small",
-                                 "futex",  // issue 14: sys_futex.cpp
+                                 "futex",  // sys_futex.cpp
                                  "fallocate"};
 static_assert(sizeof(kSysNames) / sizeof(kSysNames[0]) == size_t(Sys::count_), "names");
 
@@ -144,7 +144,7 @@ int sys_madvise(void *addr, size_t nbytes, int advice) noexcept {
     return int(ret(::madvise(addr, nbytes, advice)));
 }
 
-// ---- issue 11: the one aligned reservation, affinity, and the one sysfs reader ----------
+// ---- the one aligned reservation, affinity, and the one sysfs reader ----------
 int sys_map_aligned(size_t nbytes, size_t align, int prot, void **out) noexcept {
     const size_t ps = cxk_page_size();
     if (!out || nbytes == 0 || align < ps || (align & (align - 1)) != 0) return -EINVAL;
@@ -211,7 +211,7 @@ int sys_read_sysfs(const char *rel, std::string *out) noexcept {
         return -ENOMEM;
     }
 }
-// ---- the pool's syscalls (issue 10) ------------------------------------------------------
+// ---- the pool's syscalls ------------------------------------------------------
 int sys_fchmod(int fd, unsigned mode) noexcept {
     if (int e = fault_check(Sys::fchmod)) return e;
     return int(ret(::fchmod(fd, mode_t(mode))));
@@ -299,7 +299,7 @@ long sys_read_small(const char *path, char *buf, size_t cap) noexcept {
     return long(n);
 }
 
-// ---- issue 15: the AdamW kernel's SIGBUS guard over a range -------------------------------
+// ---- the AdamW kernel's SIGBUS guard over a range -------------------------------
 int sys_map_zero_in_handler(void *page, size_t n) noexcept {
     const int saved = errno;  // a signal handler leaves the interrupted code's errno alone
     void *p = ::mmap(page, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,

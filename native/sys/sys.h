@@ -20,7 +20,7 @@ enum class Sys : int {
     sched_setaffinity, sched_getaffinity,
     // ---- aio (native/sys/sys_aio.cpp) ----
     pread, pwrite, fdatasync, io_uring_setup, io_uring_enter,
-    fchmod, fstatvfs, link, unlink, kill, getrandom,  // the pool's (issue 10)
+    fchmod, fstatvfs, link, unlink, kill, getrandom,  // the pool's
     read_small,  // sys_read_small: procfs / sysfs attributes (boot_id, /proc/PID/stat)
     futex,       // sys_futex_*: the rings' same-host wake-up (native/sys/sys_futex.cpp)
     fallocate,   // sys_fallocate: a pool file's blocks reserved before they are touched
@@ -52,7 +52,7 @@ int sys_fstat(int fd, struct stat *st) noexcept;
 int sys_lstat(const char *path, struct stat *st) noexcept;
 int sys_madvise(void *addr, size_t nbytes, int advice) noexcept;
 
-// ---- issue 11: the one aligned reservation, affinity, and the one sysfs reader ----------
+// ---- the one aligned reservation, affinity, and the one sysfs reader ----------
 // An anonymous private mapping of nbytes (page-rounded) whose start is a multiple of align (a
 // power of two >= the page size): align more bytes are mapped (one Sys::mmap), the slop before
 // and after is unmapped. prot PROT_NONE reserves address space for a MAP_FIXED mapping to
@@ -72,7 +72,7 @@ int sys_setaffinity_thread(pthread_t t, size_t setsize, const cpu_set_t *set) no
 int sys_read_sysfs(const char *rel, std::string *out) noexcept;
 // The sysfs root itself (no trailing slash): what sys_read_sysfs prefixes.
 std::string sysfs_root();
-// ---- the pool's syscalls (issue 10): each 0 (or a count) or -errno, through the hook ----
+// ---- the pool's syscalls: each 0 (or a count) or -errno, through the hook ----
 int sys_fchmod(int fd, unsigned mode) noexcept;
 int sys_fstatvfs(int fd, struct statvfs *st) noexcept;
 int sys_link(const char *from, const char *to) noexcept;
@@ -102,7 +102,7 @@ int sys_close(int fd) noexcept;
 // at most cap - 1 bytes into buf, NUL-terminated. The byte count or -errno (-ENOENT: absent).
 long sys_read_small(const char *path, char *buf, size_t cap) noexcept;
 
-// ---- issue 14: the rings' same-host wake-up (native/sys/sys_futex.cpp) -------------------
+// ---- the rings' same-host wake-up (native/sys/sys_futex.cpp) -------------------
 // Shared futexes (no FUTEX_PRIVATE_FLAG: the word is in a MAP_SHARED pool mapping that other
 // processes map too), each call through the fault hook (Sys::futex). timeout_ns > 0 always:
 // a word in pool memory is untrusted, so no wait may last for ever.
@@ -117,7 +117,7 @@ int sys_futex_waitv(const uint32_t *const *words, const uint32_t *vals, unsigned
                     int64_t timeout_ns) noexcept;
 constexpr unsigned kFutexWaitvMax = 128;
 
-// ---- issue 15: the AdamW kernel's SIGBUS guard over a range (native/aio/guarded_copy.cpp) --
+// ---- the AdamW kernel's SIGBUS guard over a range (native/aio/guarded_copy.cpp) --
 // Map private zero-filled anonymous memory at [page, page + n) in place of what was mapped
 // there (MAP_FIXED): the SIGBUS handler's answer to a fault in a guarded file mapping whose
 // file was truncated under it. Async-signal-safe (one mmap system call, errno kept); no

@@ -1,4 +1,4 @@
-// sys_futex.cpp — shared futexes for the rings' same-host wake-up (issue 14): wait on one
+// sys_futex.cpp — shared futexes for the rings' same-host wake-up: wait on one
 // word, wait on many (futex_waitv), wake. Each through the fault hook (Sys::futex), so tests
 // reach the callers' fallbacks (timed sleeps) with an injected -ENOSYS or -EINTR.
 #include "sys/sys.h"

@@ -6,9 +6,9 @@ from .policy import (Buffer, Policy, PlacementAudit, Residency, WeightedInterlea
 from .topology import Topology, discover
 from .errors import (ObjectNotPublished, PoolCorruptError, PoolError, PoolFormatError,
                      PoolFullError, PoolTooSmallError, PoolVersionError, StaleObjectError)
-from .errors import PoolForeignError, PoolGeometryError, PoolNoSpaceError  # issue 10
+from .errors import PoolForeignError, PoolGeometryError, PoolNoSpaceError
 from .pool import Pool, PoolObject
-# ---- issue 11: the typed records of the pool face, the memory error, the one size parser
+# ---- the typed records of the pool face, the memory error, the one size parser
 from .errors import InsufficientMemoryError
 from .pool import FsckReport, ObjectInfo, PoolStat
 from .units import parse_count, parse_size
@@ -21,18 +21,17 @@ __all__ = [
     "residency", "stripe", "weighted", "Topology", "discover", "__version__",
     "Pool", "PoolObject", "PoolError", "PoolFormatError", "PoolCorruptError", "PoolVersionError",
     "PoolTooSmallError", "PoolFullError", "ObjectNotPublished", "StaleObjectError",
-    # issue 11
     "InsufficientMemoryError", "ObjectInfo", "PoolStat", "FsckReport", "parse_size",
     "parse_count",
     "PoolForeignError", "PoolGeometryError", "PoolNoSpaceError",
 ]
 
-# ---- pool format v2 (issue 18): host slots as a user sees them ----
+# ---- pool format v2: host slots as a user sees them ----
 from .pool import HostInfo  # noqa: E402
 
 __all__ += ["HostInfo"]
 
-# ---- issue 18: upgrading a version 1 pool, reading one, the release fence ----
+# ---- upgrading a version 1 pool, reading one, the release fence ----
 from .errors import HostReleasedError, PoolInUseError, PoolReadOnlyError  # noqa: E402
 from .pool_upgrade import UpgradeReport  # noqa: E402
 from .pool_upgrade import upgrade as upgrade_pool  # noqa: E402

@@ -16,7 +16,7 @@ ENV: dict[str, tuple[str, str]] = {
     "CXLKIT_COHERENCE": ("host", "how pools are opened: host (one coherence domain) or none "
                                  "(hosts that do not share caches: flush and invalidate), or "
                                  "sim (none, on a simulated cache per host id: tests)"),
-    # ---- issue 16: the non-coherence simulator (read by the native library) ----
+    # ---- the non-coherence simulator (read by the native library) ----
     "CXLKIT_SIM_SEED": ("1", "seed of the simulator's evictions (coherence sim)"),
     "CXLKIT_SIM_EVICT": ("0.25", "chance per flush/invalidate of one random eviction (sim)"),
     "CXLKIT_SIM_DIR": ("/dev/shm", "where the simulator keeps each host's view of a pool"),
@@ -36,7 +36,7 @@ ENV: dict[str, tuple[str, str]] = {
                                 "(default 0; forever: never sleeps)"),
     "CXLKIT_MSG_SLEEP_US": ("", "then sleeps between polls, each sleep 1/16 of the time waited, "
                                 "at most this long (default 50; 0: keeps yielding)"),
-    # ---- issue 19: libcxlkit_preload.so reads these itself (cxlkit.preload names them) ----
+    # ---- libcxlkit_preload.so reads these itself (cxlkit.preload names them) ----
     "CXLKIT_STRIPE": ("", "node:weight[,...]: stripes of a program's large mappings (preload)"),
     "CXLKIT_STRIPE_CHUNK": ("2097152", "stripe chunk in bytes (preload)"),
     "CXLKIT_MIN_SIZE": ("2097152", "smallest mapping or malloc block placed (preload)"),

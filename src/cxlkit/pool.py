@@ -19,12 +19,11 @@ from .errors import (_CREATE_ERRORS, _OBJECT_ERRORS, _OPEN_ERRORS, ObjectNotPubl
                      PoolFullError, PoolGeometryError, PoolHostStuckError, PoolNoSpaceError,
                      PoolTooSmallError, PoolVersionError, StaleObjectError, _typed)
 from ._views import Views
-from .errors import PoolReadOnlyWarning  # issue 18
-
+from .errors import PoolReadOnlyWarning
 MiB = 1 << 20
 _SHM = Path("/dev/shm")
 _STATES = {1: "creating", 2: "live", 3: "dead"}
-_COHERENCE = {"host": 0, "none": 1, "sim": 2}  # sim: issue 16, the non-coherence simulator
+_COHERENCE = {"host": 0, "none": 1, "sim": 2}  # sim: the non-coherence simulator
 _COHERENCE_NAMES = {v: k for k, v in _COHERENCE.items()}
 # fsck: the object errors of its walk and repair, and a truncated pool file (ENXIO)
 _FSCK_ERRORS = {**_OBJECT_ERRORS, errno.ENXIO: _OPEN_ERRORS[errno.ENXIO]}
@@ -238,7 +237,7 @@ class PoolObject(Views, _native.PoolObject):
             raise _typed(e, _OBJECT_ERRORS) from None
         return bytes(out)
 
-    # ---- issue 11: every call maps its errno through errors.py (the binding raises OSError)
+    # ---- every call maps its errno through errors.py (the binding raises OSError)
     def write(self, pos: int, data: Any) -> None:
         """Copy bytes into the payload at pos (writable objects of this host only)."""
         try:
@@ -333,7 +332,7 @@ class Pool:
                  | (_native.POOL_SHARED if gid is not None else 0)
                  | (_native.POOL_OVERCOMMIT if overcommit else 0)
                  | (_native.POOL_REPAIR if repair else 0)
-                 | _native.POOL_READ_V1)  # issue 18: a version 1 pool opens read-only
+                 | _native.POOL_READ_V1)  # a version 1 pool opens read-only
         existed = [os.path.exists(p) for p in paths]
         if gid is not None:
             _check_group(paths, gid)
@@ -353,7 +352,7 @@ class Pool:
         self.paths = paths
         self.path = paths[0]
         self.coherence = coherence
-        # issue 18: a version 1 pool is a read-only view (list/stat/open/read); say so once
+        # a version 1 pool is a read-only view (list/stat/open/read); say so once
         self.read_only = self._h.version == 1  # learnt at open: no extra call
         if self.read_only:
             import warnings

@@ -10,7 +10,7 @@ from . import _native
 SYSCALLS = ("mbind", "set_mempolicy", "get_mempolicy", "move_pages", "migrate_pages",
             "memfd_create", "mmap", "munmap", "madvise", "open", "ftruncate", "fstat", "prctl",
             "fcntl", "pthread_create",
-            "futex")  # issue 14: the rings' same-host wake-up
+            "futex")  # the rings' same-host wake-up
 
 
 @contextmanager

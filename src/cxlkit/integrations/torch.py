@@ -336,7 +336,7 @@ class TieredAdamW(torch.optim.Optimizer):
         without either, the step skips that wrapper: right after forward/backward (or the
         previous step) streamed the caches out, its record_function, hook lookups and
         _optimizer_step_code cost about 0.2 ms cold, 3 % of a 10M-param bf16 step
-        (docs/train.md, round 10)."""
+        (bench/adam_phases.py measures it)."""
         if (_global_step_hooks() or self._optimizer_step_pre_hooks
                 or self._optimizer_step_post_hooks or _profiling()) \
                 and type(self).step is TieredAdamW.step:  # a subclass's own step: torch
@@ -586,7 +586,7 @@ class TieredAdamW(torch.optim.Optimizer):
             self._team = None
             self._team_spec = None
 
-    # ---- spill (issue 15): TieredAdamW(..., spill=SubgroupStore(...)) builds a SpilledAdamW
+    # ---- spill: TieredAdamW(..., spill=SubgroupStore(...)) builds a SpilledAdamW
     # (cxlkit.integrations.torch_spill), whose state lives on the store's paths ----
     def __new__(cls, *args: Any, spill: Any = None, **kwargs: Any) -> TieredAdamW:
         if spill is not None and cls is TieredAdamW:

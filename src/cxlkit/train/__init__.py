@@ -4,7 +4,7 @@ from .adam import AdamConfig, AdamTeam, AdamTensor, adam_step, simd_level, step_
 from .plan import (BudgetExceeded, ClassPlacement, Footprint, PlanError, Tier, TrainPlan,
                    machine_tiers, plan_training)
 
-# ---- spilled optimizer subgroups (issue 15) ----
+# ---- spilled optimizer subgroups ----
 from .aio import AioConfig, AioEngine
 from .spill_paths import (DirPath, MemoryPath, PathFullError, PathIOError, PathVanishedError,
                           PoolPath, SpillPath, SubgroupCorruptError, SubgroupError)
