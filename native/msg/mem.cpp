@@ -49,8 +49,8 @@ int mem_send_start(cxk_comm *c, Peer &p, cxk_msg_req *r, int k, uint64_t off) {
     return 0;
 }
 
-int mem_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index, uint64_t off,
-             void *dst, uint64_t cap) {
+int mem_span(cxk_comm *c, int src, uint32_t index, uint64_t off, uint64_t len,
+             const uint8_t **data) {
     RdvView *v;
     if (int rc = mem_view(c, src, index, &v)) {
         // a sender that died took its object with it: that is a lost peer, not garbage
@@ -68,7 +68,14 @@ int mem_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index
     const uint64_t nbytes = __atomic_load_n(&h->nbytes, __ATOMIC_RELAXED);
     if (magic != kMemMagic || nbytes > room || off > nbytes || len > nbytes - off)
         return -EBADMSG;
-    const uint8_t *data = c->base + v->off + sizeof(MemHdr) + off;
+    if (data) *data = c->base + v->off + sizeof(MemHdr) + off;
+    return 0;
+}
+
+int mem_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index, uint64_t off,
+             void *dst, uint64_t cap) {
+    const uint8_t *data;
+    if (int rc = mem_span(c, src, index, off, len, &data)) return rc;
     uint64_t want = len < cap ? len : cap;
     if (want) {
         // the sender flushed these bytes and fenced before its RTS (coherence "none")

@@ -309,6 +309,9 @@ int rdv_pick(cxk_comm *c, uint64_t len);
 int peer_view(cxk_comm *c, int src, const char *what, std::vector<RdvView> &views,
               uint64_t min_bytes, uint32_t index, RdvView **out);
 int rdv_view(cxk_comm *c, int src, uint32_t index, RdvView **out);  // peer_view of "rdv"
+// 0 when a message of len bytes fits src's rendezvous buffer `index` (opened as rdv_view);
+// -EBADMSG when it does not (an untrusted RTS), -ETIMEDOUT when src is gone with its buffer.
+int rdv_fits(cxk_comm *c, int src, uint32_t index, uint64_t len);
 // A kDrop cell from src: close my view of the buffer it names.
 int rdv_drop_view(cxk_comm *c, int src, const void *pl, uint32_t n);
 
@@ -319,6 +322,10 @@ int mem_find(const cxk_comm *c, const void *buf, uint64_t len, uint64_t *off);
 // Send side: r's bytes lie in my memory object k at off; write its RTS (kInPool) to peer p.
 // No copy: the receiver copies out and answers FIN (r->mem = k until then).
 int mem_send_start(cxk_comm *c, Peer &p, cxk_msg_req *r, int k, uint64_t off);
+// [off, off + len) of src's memory object `index` (both untrusted): 0 and *data (may be NULL)
+// when the bytes lie in the object, -EBADMSG when not, -ETIMEDOUT when src is gone with it.
+int mem_span(cxk_comm *c, int src, uint32_t index, uint64_t off, uint64_t len,
+             const uint8_t **data);
 // Receive side of a send from pool memory: copy min(len, cap) bytes out of src's memory
 // object `index` at `off` (both untrusted: -EBADMSG unless they lie in the object), then
 // queue FIN.

@@ -141,15 +141,24 @@ int on_message(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) 
     // 0 user, 1 collectives, 2 windows, CXK_MSG_CTX_FIRST.. a layer above's communicators
     if ((h.ctx > 2 && h.ctx < CXK_MSG_CTX_FIRST) || h.tag < 0) return -EBADMSG;
     if (kind == kEager) {
+        // at most half the ring (cxk_msg_init's cap), checked before cells_for can overflow
+        const uint64_t most = first_cap(pmax) + pmax * (cxk_ring_ncells(p.in) / 2 - 1);
         uint64_t first = h.len < first_cap(pmax) ? h.len : first_cap(pmax);
-        if (h.ncells != cells_for(h.len, pmax) || h.ncells > cxk_ring_ncells(p.in) / 2 ||
-            n != sizeof h + first)
+        if (h.len > most || h.ncells != cells_for(h.len, pmax) ||
+            h.ncells > cxk_ring_ncells(p.in) / 2 || n != sizeof h + first)
             return -EBADMSG;
     } else if (n != sizeof h || h.len == 0) {
         return -EBADMSG;
     }
     if (h.flags & ~(kSync | kInPool) || ((h.flags & kInPool) && kind != kRts)) return -EBADMSG;
     const bool inpool = h.flags & kInPool;
+    // an RTS's length is checked against the sender's buffer before a probe reports it (a
+    // receiver sizes its buffer from that) or a receive copies by it
+    if (kind == kRts) {
+        int rc = inpool ? mem_span(c, src, h.rdv_index, h.rdv_off, h.len, nullptr)
+                        : rdv_fits(c, src, h.rdv_index, h.len);
+        if (rc) return rc;
+    }
     cxk_msg_req *r = take_posted(c, src, h.tag, h.ctx);
     Unexpected u;
     void *dst;
