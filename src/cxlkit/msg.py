@@ -102,10 +102,13 @@ class Comm:
     """This process as one rank of a job on a pool. rank/size default to CXLKIT_RANK and
     CXLKIT_SIZE or the MPI launcher's variables (Open MPI, MPICH/PMI, PMIx); job to
     CXLKIT_JOB. With the size known but no rank, ranks go by arrival: the job's first
-    process is rank 0 and hands out the others over the RPC service msgboot-<job>. The comm opens a pool handle of its own (same paths and host id), so closing
-    `pool` first is safe. One thread at a time per comm; blocking calls release the GIL
-    and poll under `wait` (a WaitPolicy; default WaitPolicy.default()). Calls waiting on a
-    rank that is gone raise PeerLostError naming it."""
+    process is rank 0 and hands out the others over the RPC service msgboot-<job>. The comm
+    runs on `pool`'s own handle (its host, its memory): pool.close() raises BufferError
+    until the comm is closed. A comm dropped without close() leaves the job at once, without
+    the closing barrier (its peers see it gone), and warns ResourceWarning. One thread at a
+    time per comm; blocking calls release the GIL and poll under `wait` (a WaitPolicy;
+    default WaitPolicy.default()). Calls waiting on a rank that is gone raise PeerLostError
+    naming it; every error is a cxlkit.errors.MsgError naming job, rank and pool."""
 
     def __init__(self, pool: Pool, *, rank: int | None = None, size: int | None = None,
                  job: str | None = None, cell_bytes: int | None = None,
