@@ -1124,6 +1124,15 @@ CXK_API int cxk_msg_finalize_ex(cxk_comm *comm, int *failed_rank);
  * naming it), as if its process had ended. For a comm its owner drops without finalizing
  * (a destructor); -EINVAL for NULL. */
 CXK_API int cxk_msg_abandon(cxk_comm *comm);
+/* Checksum mode (on = 1; 0 off, the default; else -EINVAL): every message this rank sends
+ * from now on carries a crc32c of its header fields and bytes, and every message it receives
+ * must carry one. A message that carries one is verified by any receiver: a mismatch fails
+ * the receive (and the peer's later messages) with -EBADMSG, cxk_msg_failed_rank naming the
+ * sender, after the bytes were copied (the buffer then holds what arrived, unverified). Set
+ * it right after cxk_msg_init on every rank of the job, or on none: a rank in checksum mode
+ * refuses messages without one. Covers two-sided messages and collectives, not one-sided
+ * window operations. */
+CXK_API int cxk_msg_set_checksum(cxk_comm *comm, int on);
 CXK_API int cxk_msg_rank(const cxk_comm *comm);
 CXK_API int cxk_msg_size(const cxk_comm *comm);
 /* The rank whose silence made the last call fail with -ETIMEDOUT, or -1. */

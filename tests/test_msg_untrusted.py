@@ -15,6 +15,7 @@ import pytest
 
 import cxlkit
 from cxlkit import msg
+from msg_ranks import coherences, make_pool, run_ranks
 from cxlkit.errors import (
     MsgClosedError,
     MsgCorruptError,
@@ -239,3 +240,95 @@ def test_comm_errors_name_job_rank_and_pool(pool_path):
         assert isinstance(ei.value, ValueError) and "job geo rank 0" in str(ei.value)
         with pytest.raises(PeerLostError, match=f"job late rank 0 on pool {pool_path}"):
             msg.Comm(pool, rank=0, size=2, job="late", join_ms=200)
+
+
+# ---- checksum mode -----------------------------------------------------------------------
+
+def _checksummed_pingpong(comm: msg.Comm) -> list[int]:
+    sizes = [0, 1, 3000, 4032, 8000, 9000, 70000, 1 << 20]
+    for n in sizes:
+        payload = bytes((i * 13 + n) & 0xFF for i in range(n))
+        if comm.rank == 0:
+            comm.send(payload, dest=1, tag=1)
+            comm.send(payload, dest=1, tag=2)
+            mem = comm.alloc_mem(max(n, 1))
+            mem.view[:n] = payload
+            comm.send(memoryview(mem.view)[:n], dest=1, tag=3)
+            mem.free()
+        else:
+            assert comm.recv(source=0, tag=1)[0] == payload
+            short = bytearray(n // 2)  # truncated: the checksum still covers every byte
+            if n >= 2:
+                with pytest.raises(cxlkit.errors.TruncationError):
+                    comm.recv_into(short, source=0, tag=2)
+                assert bytes(short) == payload[:n // 2]
+            else:
+                comm.recv(source=0, tag=2)
+            assert comm.recv(source=0, tag=3)[0] == payload
+    comm.barrier()
+    return sizes
+
+
+@pytest.mark.parametrize("coherence", coherences())
+def test_checksum_mode_passes_intact_messages_of_every_path(pool_path, coherence):
+    make_pool(pool_path, 2, coherence)
+    res = run_ranks(pool_path, 2, _checksummed_pingpong, coherence=coherence, checksum=True,
+                    cell_bytes=1024, ncells=16, eager_bytes=8000)
+    assert res[0] == res[1]
+
+
+def _corrupt(pool: cxlkit.Pool, name: str, pos: int) -> None:
+    with pool.open(name, writable=True) as obj:
+        obj.write(pos, bytes([obj.read(pos, 1)[0] ^ 0x5A]))
+
+
+def test_checksum_mode_catches_a_flipped_byte_in_a_ring_cell(pool_path):
+    with cxlkit.Pool(pool_path, size="32M", host_id=0) as pool:
+        comm = msg.Comm(pool, rank=0, size=1, job="ck", checksum=True, cell_bytes=1024,
+                        ncells=16, eager_bytes=3000)
+        for k in range(4):
+            comm.send(bytes([k]) * 2500, dest=0, tag=k)  # three cells each
+        obj, cell0 = _first_cell(pool, "msg.ck.0.ring.0")
+        obj.close()
+        _corrupt(pool, "msg.ck.0.ring.0", cell0 + 4 * 1024 + 200)  # message 1's second cell
+        assert comm.recv(0, 0)[0] == bytes([0]) * 2500
+        with pytest.raises(MsgCorruptError, match="rank 0 wrote") as ei:
+            comm.recv(0, 1)
+        assert ei.value.rank == 0
+        try:
+            comm.close()
+        except MsgError:
+            pass
+
+
+@pytest.mark.parametrize("from_pool_memory", [False, True])
+def test_checksum_mode_catches_a_flipped_byte_of_a_rendezvous(pool_path, from_pool_memory):
+    with cxlkit.Pool(pool_path, size="32M", host_id=0) as pool:
+        comm = msg.Comm(pool, rank=0, size=1, job="ckr", checksum=True)
+        data = bytes(range(256)) * 400
+        mem = comm.alloc_mem(len(data)) if from_pool_memory else None
+        if mem is not None:
+            mem.view[:] = data
+        req = comm.isend(mem if mem is not None else data, dest=0, tag=7)
+        name = "msg.ckr.0.mem.0" if from_pool_memory else "msg.ckr.0.rdv.0"
+        _corrupt(pool, name, 64 + 5000)  # past the buffer's header line
+        with pytest.raises(MsgCorruptError, match="rank 0"):
+            comm.recv(0, 7)
+        del req, mem  # its FIN came back on the broken ring (a rank sending to itself)
+        try:
+            comm.close()
+        except MsgError:
+            pass
+
+
+def test_checksum_mode_refuses_a_message_without_a_checksum(pool_path):
+    with cxlkit.Pool(pool_path, size="16M", host_id=0) as pool:
+        comm = msg.Comm(pool, rank=0, size=1, job="mixed")
+        comm.send(b"unchecked", dest=0)
+        comm._c.set_checksum(True)  # as a peer in checksum mode would receive it
+        with pytest.raises(MsgCorruptError):
+            comm.recv(0)
+        try:
+            comm.close()
+        except MsgError:
+            pass

@@ -372,6 +372,10 @@ void bind_comm(nb::module_ &m) {
             check(locked(s, [&] { return cxk_msg_wake_stats(c, &w); }), s.label);
             return wake_dict(w);
         })
+        .def("set_checksum", [](MsgComm &s, bool on) {
+            cxk_comm *c = s.get();
+            check(locked(s, [&] { return cxk_msg_set_checksum(c, on ? 1 : 0); }), s.label);
+        })
         .def("get_wait", [](MsgComm &s) {
             cxk_wait_opts o{};
             cxk_comm *c = s.get();

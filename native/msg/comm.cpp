@@ -443,6 +443,12 @@ int cxk_msg_abandon(cxk_comm *c) {
     return 0;
 }
 
+int cxk_msg_set_checksum(cxk_comm *c, int on) {
+    if (!c || (on != 0 && on != 1)) return -EINVAL;
+    c->crc = on;
+    return 0;
+}
+
 int cxk_msg_set_wait(cxk_comm *c, const cxk_wait_opts *o) {
     if (!c) return -EINVAL;
     if (!o) return cxk_wait_opts_init(&c->wait), 0;

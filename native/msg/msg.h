@@ -92,6 +92,10 @@ constexpr uint32_t kSync = 1;  // MsgHdr.flags: answer kAck when matched
 // ("msg.<job>.<sender>.mem.<k>") at byte rdv_off of its user bytes (one copy: the receiver
 // copies straight out of it; untrusted: checked against the object before use)
 constexpr uint32_t kInPool = 2;
+// MsgHdr.flags: `reserved` holds the message's checksum: crc32c of its ctx, tag and length
+// (hdr_crc), continued over its bytes. Sent by a comm in checksum mode (cxk_msg_set_checksum);
+// verified by every receiver, and required by one in checksum mode.
+constexpr uint32_t kCrc = 4;
 constexpr uint64_t kDropMem = 1;  // kDrop's value: the cookie names a memory object, not a
                                   // rendezvous buffer
 struct MsgHdr {
@@ -170,7 +174,14 @@ struct Unexpected {
     bool rts;                     // data still in the sender's rendezvous buffer
     uint32_t rdv_index;
     uint64_t rdv_off;             // kInPool: the data's offset in memory object rdv_index
+    uint32_t crc;                 // kCrc: the checksum the sender wrote
     std::vector<uint8_t> data;    // eager: the whole message
+};
+
+// A message's checksum to verify (kCrc): the sender's, and the header's part of it.
+struct CrcWant {
+    uint32_t seed;                // hdr_crc of the header as received
+    uint32_t want;                // MsgHdr.reserved
 };
 
 struct RmaWait {                  // an RMA request of mine awaiting its reply
@@ -247,6 +258,7 @@ struct cxk_comm {
     std::vector<cxk_win *> wins;              // by window id (nullptr once freed)
     std::vector<cxk::msg::RmaWait *> rma_waits;  // my RMA requests awaiting a reply
     int failed_rank = -1;
+    bool crc = false;                         // checksum mode (cxk_msg_set_checksum)
     pthread_t heart{};
     bool heart_started = false;
     std::atomic<bool> heart_stop{false};
@@ -288,6 +300,16 @@ struct Waiter {
 };
 
 // p2p.cpp
+// The header's part of a message checksum (kCrc): crc32c of ctx, tag and len.
+uint32_t hdr_crc(uint32_t ctx, int32_t tag, uint64_t len);
+// crc32c continued over n bytes at p (invalidated first under coherence "none").
+uint32_t crc_more(const cxk_comm *c, uint32_t crc, const void *p, uint64_t n);
+// Bytes [pos, pos + n) of a message at src: the part that fits copied into dst (capacity
+// cap); *crc (NULL: none) continued over the bytes as delivered, then the rest at src.
+void copy_part(void *dst, uint64_t cap, uint64_t pos, const void *src, uint64_t n,
+               uint32_t *crc = nullptr);
+// Checksum mode: set kCrc and the checksum of r's bytes in its header m (sender side).
+void seal(const cxk_comm *c, MsgHdr &m, const cxk_msg_req *r);
 int progress(cxk_comm *c);
 int ensure_out(cxk_comm *c, int peer);   // my ring to peer exists
 void free_req(cxk_msg_req *r);
@@ -328,9 +350,9 @@ int mem_span(cxk_comm *c, int src, uint32_t index, uint64_t off, uint64_t len,
              const uint8_t **data);
 // Receive side of a send from pool memory: copy min(len, cap) bytes out of src's memory
 // object `index` at `off` (both untrusted: -EBADMSG unless they lie in the object), then
-// queue FIN.
+// queue FIN; with crc, -EBADMSG (after the FIN) when the bytes fail their checksum.
 int mem_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index, uint64_t off,
-             void *dst, uint64_t cap);
+             void *dst, uint64_t cap, const CrcWant *crc);
 // A kDrop cell naming a memory object (value kDropMem): close my view of it.
 void mem_drop_view(cxk_comm *c, int src, uint64_t index);
 // finalize: my views of peers' objects closed, my objects removed.

@@ -108,14 +108,20 @@ class Comm:
     the closing barrier (its peers see it gone), and warns ResourceWarning. One thread at a
     time per comm; blocking calls release the GIL and poll under `wait` (a WaitPolicy;
     default WaitPolicy.default()). Calls waiting on a rank that is gone raise PeerLostError
-    naming it; every error is a cxlkit.errors.MsgError naming job, rank and pool."""
+    naming it; every error is a cxlkit.errors.MsgError naming job, rank and pool. With
+    checksum=True (on every rank of the job, or none) each message carries a crc32c of its
+    header and bytes and a receive whose bytes fail it raises MsgCorruptError naming the
+    sender (docs/msg.md, "What a rank trusts")."""
 
     def __init__(self, pool: Pool, *, rank: int | None = None, size: int | None = None,
                  job: str | None = None, cell_bytes: int | None = None,
                  ncells: int | None = None, eager_bytes: int | None = None,
                  timeout_ms: int | None = None, dead_ms: int | None = None,
-                 join_ms: int | None = None, wait: WaitPolicy | None = None) -> None:
+                 join_ms: int | None = None, wait: WaitPolicy | None = None,
+                 checksum: bool = False) -> None:
         wait_args = policy_arg(wait)  # bad CXLKIT_MSG_SPIN_US & co fail before the join
+        if not isinstance(checksum, bool):
+            raise ValueError(f"checksum {checksum!r}: expected True or False")
         lr, ls = _launcher_rank_size()
         rank = lr if rank is None else rank
         size = ls if size is None else size
@@ -152,6 +158,8 @@ class Comm:
             if boot is not None:
                 boot.close()  # every rank has joined (or the join failed): no more arrivals
         self._c.set_wait(*wait_args)
+        if checksum:
+            self._c.set_checksum(True)
 
     @classmethod
     def from_mpi4py(cls, mpi_comm: Any, pool: Pool, *, job: str | None = None,
@@ -310,10 +318,10 @@ class Comm:
             r = self._c.failed_rank
             who = f"rank {r}" if r >= 0 else "a rank"
             return MsgCorruptError(r, f"{where}: {who} wrote what no correct rank writes (a "
-                                      "corrupt ring or message, a rendezvous length outside "
-                                      "its buffer, or a request-to-send naming pool memory "
-                                      f"outside its block) ({e.filename}); restart the job",
-                                   e.filename)
+                                      "corrupt ring or message, bytes failing their checksum, "
+                                      "a rendezvous length outside its buffer, or a "
+                                      "request-to-send naming pool memory outside its block) "
+                                      f"({e.filename}); restart the job", e.filename)
         return _msg_typed(e, where, _MSG_COMM_ERRORS)
 
     # -- two-sided
