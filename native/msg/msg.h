@@ -62,7 +62,10 @@ struct RdvHdr {
     uint64_t magic;
     uint64_t cookie;       // the message the data belongs to (written before any data)
     uint64_t ready;        // bytes of data written so far (written after them)
-    uint8_t pad[40];
+    uint32_t crc;          // kCrc: the message's checksum, written before ready reaches its
+                           // length (computed chunk by chunk as the data goes in)
+    uint32_t reserved;
+    uint8_t pad[32];
 };
 static_assert(sizeof(RdvHdr) == kLine, "one line");
 
@@ -93,7 +96,7 @@ constexpr uint32_t kSync = 1;  // MsgHdr.flags: answer kAck when matched
 // copies straight out of it; untrusted: checked against the object before use)
 constexpr uint32_t kInPool = 2;
 // MsgHdr.flags: `reserved` holds the message's checksum: crc32c of its ctx, tag and length
-// (hdr_crc), continued over its bytes. Sent by a comm in checksum mode (cxk_msg_set_checksum);
+// (hdr_crc), continued over its bytes (a rendezvous: RdvHdr.crc holds it instead). Sent by a comm in checksum mode (cxk_msg_set_checksum);
 // verified by every receiver, and required by one in checksum mode.
 constexpr uint32_t kCrc = 4;
 constexpr uint64_t kDropMem = 1;  // kDrop's value: the cookie names a memory object, not a

@@ -111,9 +111,12 @@ int rdv_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index
         }
         done = ready;
     }
+    // the acquire of the last ready count orders this read after the sender's store of crc
+    if (crc && c->nc) cxk_invalidate(h, kLine);
+    const CrcWant sent{0, crc ? __atomic_load_n(&h->crc, __ATOMIC_RELAXED) : 0};
     c->peers[size_t(src)].ctlq.push_back(Ctl{kFin, cookie, 0});
     if (int rc = send_ctl(c, src)) return rc;
-    return crc_verdict(crc, got);
+    return crc_verdict(crc ? &sent : nullptr, got);
 }
 
 int on_control(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) {
@@ -287,7 +290,7 @@ int start_rdv(cxk_comm *c, Peer &p, cxk_msg_req *r) {
     h->ready = 0;
     if (c->nc) cxk_flush(h, kLine);
     MsgHdr m{r->ctx, r->tag, r->count, r->cookie, r->flags, 1, b.off, uint32_t(k), 0};
-    seal(c, m, r);
+    if (c->crc) m.flags |= kCrc;  // its checksum goes into the buffer's header, below
     std::memcpy(cell, &m, sizeof m);
     // commit's fence orders the header above before the RTS that sends the receiver here
     if (int rc = cxk_ring_commit(p.out, sizeof m, kRts)) return rc;
@@ -295,11 +298,16 @@ int start_rdv(cxk_comm *c, Peer &p, cxk_msg_req *r) {
     r->rdv = k;
     const auto *src = static_cast<const uint8_t *>(r->sbuf);
     const uint64_t chunk = c->rdv_chunk;
+    uint32_t crc = hdr_crc(m.ctx, m.tag, m.len);
     for (uint64_t pos = 0; pos < r->count; pos += chunk) {
         uint64_t n = r->count - pos < chunk ? r->count - pos : chunk;
         if (c->nc) cxk_copy_flush(data + pos, src + pos, n);
         else if (c->rdv_nt) cxk_nt_copy(data + pos, src + pos, n);
         else std::memcpy(data + pos, src + pos, n);
+        if (c->crc) {  // over the chunk just read (in cache), while the receiver copies out
+            crc = pool::crc32c(src + pos, n, crc);
+            if (pos + n == r->count) h->crc = crc;  // flushed with ready's line below
+        }
         // release pairs with the receiver's acquire of ready in rdv_recv
         __atomic_store_n(&h->ready, pos + n, __ATOMIC_RELEASE);
         if (c->nc) cxk_flush(&h->ready, 8), cxk_sfence();
