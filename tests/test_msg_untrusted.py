@@ -138,7 +138,7 @@ def test_pool_refuses_to_close_under_a_comm_and_closes_after_it(pool_path):
     assert pool.closed
 
 
-# ---- lengths read from the pool ----------------------------------------------------------
+# ---- lengths read from the pool (every wait bounded: timeout_ms) ------------------------
 
 def _first_cell(pool: cxlkit.Pool, ring: str) -> tuple[cxlkit.pool.PoolObject, int]:
     """The ring object (writable) and the payload offset of its cell 0 (the first message)."""
@@ -152,7 +152,7 @@ def _first_cell(pool: cxlkit.Pool, ring: str) -> tuple[cxlkit.pool.PoolObject, i
 def test_rewritten_rendezvous_length_raises_MsgCorruptError_before_any_buffer(
         pool_path, bad_len, from_pool_memory):
     with cxlkit.Pool(pool_path, size="32M", host_id=0) as pool:
-        comm = msg.Comm(pool, rank=0, size=1, job="rts")
+        comm = msg.Comm(pool, rank=0, size=1, job="rts", timeout_ms=20000)
         data = b"r" * 100000  # above the eager limit: a request-to-send in the ring
         mem = comm.alloc_mem(len(data)) if from_pool_memory else None
         if mem is not None:
@@ -181,7 +181,8 @@ def test_rewritten_eager_length_raises_MsgCorruptError_not_a_crash(pool_path):
         from cxlkit import msg
         from cxlkit.errors import MsgCorruptError
         with cxlkit.Pool({pool_path!r}, size="32M", host_id=0) as pool:
-            comm = msg.Comm(pool, rank=0, size=1, job="eager", cell_bytes=4096)
+            comm = msg.Comm(pool, rank=0, size=1, job="eager", cell_bytes=4096,
+                                timeout_ms=20000)
             comm.send(b"e" * (4096 - 16 - 48), dest=0)  # fills the first cell exactly
             obj = pool.open("msg.eager.0.ring.0", writable=True)
             cells = struct.unpack_from("<Q", obj.read({CELLS_OFF_AT}, 8))[0]
@@ -285,7 +286,7 @@ def _corrupt(pool: cxlkit.Pool, name: str, pos: int) -> None:
 def test_checksum_mode_catches_a_flipped_byte_in_a_ring_cell(pool_path):
     with cxlkit.Pool(pool_path, size="32M", host_id=0) as pool:
         comm = msg.Comm(pool, rank=0, size=1, job="ck", checksum=True, cell_bytes=1024,
-                        ncells=16, eager_bytes=3000)
+                        ncells=16, eager_bytes=3000, timeout_ms=20000)
         for k in range(4):
             comm.send(bytes([k]) * 2500, dest=0, tag=k)  # three cells each
         obj, cell0 = _first_cell(pool, "msg.ck.0.ring.0")
@@ -304,7 +305,7 @@ def test_checksum_mode_catches_a_flipped_byte_in_a_ring_cell(pool_path):
 @pytest.mark.parametrize("from_pool_memory", [False, True])
 def test_checksum_mode_catches_a_flipped_byte_of_a_rendezvous(pool_path, from_pool_memory):
     with cxlkit.Pool(pool_path, size="32M", host_id=0) as pool:
-        comm = msg.Comm(pool, rank=0, size=1, job="ckr", checksum=True)
+        comm = msg.Comm(pool, rank=0, size=1, job="ckr", checksum=True, timeout_ms=20000)
         data = bytes(range(256)) * 400
         mem = comm.alloc_mem(len(data)) if from_pool_memory else None
         if mem is not None:
@@ -323,7 +324,7 @@ def test_checksum_mode_catches_a_flipped_byte_of_a_rendezvous(pool_path, from_po
 
 def test_checksum_mode_refuses_a_message_without_a_checksum(pool_path):
     with cxlkit.Pool(pool_path, size="16M", host_id=0) as pool:
-        comm = msg.Comm(pool, rank=0, size=1, job="mixed")
+        comm = msg.Comm(pool, rank=0, size=1, job="mixed", timeout_ms=20000)
         comm.send(b"unchecked", dest=0)
         comm._c.set_checksum(True)  # as a peer in checksum mode would receive it
         with pytest.raises(MsgCorruptError):

@@ -106,7 +106,8 @@ int rdv_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index
         }
         if (crc) {  // the bytes as delivered, then those past the buffer where they lie
             const uint64_t lo = done > want ? done : want;
-            if (want > done) got = pool::crc32c(static_cast<uint8_t *>(dst) + done, want - done, got);
+            auto *d = static_cast<uint8_t *>(dst);
+            if (want > done) got = pool::crc32c(d + done, want - done, got);
             if (ready > lo) got = crc_more(c, got, data + lo, ready - lo);
         }
         done = ready;
