@@ -1168,7 +1168,8 @@ struct cxk_msg_status {
 /* Join job `job` as rank of nranks over p (opened by the caller, kept open until
  * cxk_msg_finalize). Waits (join_ms) until every rank has joined. Objects left by a crashed
  * earlier run of the same job and rank on this host are removed first; -EBUSY when that rank
- * is held by a live process. opts NULL = defaults. */
+ * is held by a live process, -EEXIST when an object of that rank belongs to another host (an
+ * earlier run placed the rank there: not this host's to remove). opts NULL = defaults. */
 CXK_API int cxk_msg_init(cxk_pool *p, const char *job, int rank, int nranks,
                          const struct cxk_msg_opts *opts, cxk_comm **out);
 /* Barrier with every rank (failing like any wait when a peer is gone), then remove this
@@ -1176,6 +1177,20 @@ CXK_API int cxk_msg_init(cxk_pool *p, const char *job, int rank, int nranks,
 CXK_API int cxk_msg_finalize(cxk_comm *comm);
 /* cxk_msg_finalize; *failed_rank (may be NULL) gets the rank that made it fail, or -1. */
 CXK_API int cxk_msg_finalize_ex(cxk_comm *comm, int *failed_rank);
+/* Leave the job at once, without finalize's barrier (waits on no peer): stop this rank's
+ * heartbeat, remove its objects and free comm. Peers waiting on it see it gone (-ETIMEDOUT
+ * naming it), as if its process had ended. For a comm its owner drops without finalizing
+ * (a destructor); -EINVAL for NULL. */
+CXK_API int cxk_msg_abandon(cxk_comm *comm);
+/* Checksum mode (on = 1; 0 off, the default; else -EINVAL): every message this rank sends
+ * from now on carries a crc32c of its header fields and bytes, and every message it receives
+ * must carry one. A message that carries one is verified by any receiver: a mismatch fails
+ * the receive (and the peer's later messages) with -EBADMSG, cxk_msg_failed_rank naming the
+ * sender, after the bytes were copied (the buffer then holds what arrived, unverified). Set
+ * it right after cxk_msg_init on every rank of the job, or on none: a rank in checksum mode
+ * refuses messages without one. Covers two-sided messages and collectives, not one-sided
+ * window operations. */
+CXK_API int cxk_msg_set_checksum(cxk_comm *comm, int on);
 CXK_API int cxk_msg_rank(const cxk_comm *comm);
 CXK_API int cxk_msg_size(const cxk_comm *comm);
 /* The rank whose silence made the last call fail with -ETIMEDOUT, or -1. */

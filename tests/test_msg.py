@@ -3,6 +3,7 @@ host): eager and rendezvous sizes, MPI matching, truncation, non-blocking reques
 errors for bad input, a killed rank naming itself, and a comm outliving its Pool object."""
 from __future__ import annotations
 
+import gc
 import os
 import signal
 
@@ -207,7 +208,8 @@ def test_rank_and_size_come_from_the_environment(pool2, monkeypatch):
 def test_comm_outlives_the_pool_object_it_was_made_from(pool2):
     pool = cxlkit.Pool(pool2, host_id=0)
     comm = msg.Comm(pool, rank=0, size=1, job="solo")
-    pool.close()  # the comm has a pool handle of its own
+    del pool  # the comm keeps the pool's handle, and with it the mapping
+    gc.collect()
     comm.send(b"still here", 0)
     assert comm.recv()[0] == b"still here"
     comm.close()

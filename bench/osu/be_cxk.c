@@ -117,9 +117,12 @@ int be_init(int *argc, char ***argv) {
     bind_rank(rank_);
     const char *job = getenv("CXLKIT_JOB");
     ok(cxk_msg_init(pool, job ? job : "osu", rank_, size_, NULL, &comm), "cxk_msg_init");
-    snprintf(name_, sizeof name_, "cxlkit %s (cxk_msg_*, pool coherence %s, eager %llu B)",
+    /* CXLKIT_OSU_CHECKSUM=1: every rank in checksum mode (per-message crc32c), for its cost */
+    const int crc = env_int("CXLKIT_OSU_CHECKSUM", 0) != 0;
+    if (crc) ok(cxk_msg_set_checksum(comm, 1), "cxk_msg_set_checksum");
+    snprintf(name_, sizeof name_, "cxlkit %s (cxk_msg_*, pool coherence %s, eager %llu B%s)",
              cxk_version(), coherence() == CXK_COHERENCE_NONE ? "none" : "host",
-             (unsigned long long)cxk_msg_eager_bytes(comm));
+             (unsigned long long)cxk_msg_eager_bytes(comm), crc ? ", checksum" : "");
     return rank_;
 }
 

@@ -1,5 +1,5 @@
-// bind_msg.cpp — cxlkit._native's messaging part: MsgComm (a rank of a job, on a pool handle
-// of its own so that closing the caller's Pool never unmaps under it), MsgRequest (holds the
+// bind_msg.cpp — cxlkit._native's messaging part: MsgComm (a rank of a job, on the caller's
+// pool handle, which refuses to close while the comm uses it), MsgRequest (holds the
 // Python buffer of a non-blocking call until it completes), MsgWindow (one-sided windows,
 // the local window lent through the buffer protocol) and Ring (a bare ring end, for tests
 // and tools). Blocking calls release the GIL; one native call per comm at a time (a mutex).
@@ -8,12 +8,14 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "bind/bind.h"
 #include "bind/bind_msg.h"
+#include "bind/bind_pool.h"
 #include "cxlkit.h"
 
 namespace cxk::py {
@@ -77,40 +79,84 @@ nb::tuple status_tuple(const cxk_msg_status &s) {
     return nb::make_tuple(s.source, s.tag, s.count);
 }
 
+// The caller's pool for the life of a comm or ring: a reference to its handle and a hold
+// of its mapping, counted as attached so that the pool's close refuses (BufferError naming
+// the pool) instead of unmapping under us or waiting for us. Take it with the GIL held.
+struct PoolUse {
+    nb::object handle;
+    std::unique_ptr<PoolHold> hold;
+    explicit PoolUse(nb::handle pool) : handle(pool_handle(pool)) {
+        hold.reset(new PoolHold(hold_pool(handle)));
+        hold->gate().attached.fetch_add(1);
+    }
+    ~PoolUse() { release(); }
+    PoolUse(const PoolUse &) = delete;
+    PoolUse &operator=(const PoolUse &) = delete;
+    cxk_pool *get() const { return hold ? hold->get() : nullptr; }
+    // no GIL needed: atomics only (the handle's reference goes with the object)
+    void release() {
+        if (!hold) return;
+        hold->gate().attached.fetch_sub(1);
+        hold.reset();
+    }
+};
+
+// A warning from a destructor: shown (or, turned into an error by the filters, reported as
+// unraisable), never raised out of it.
+void warn_unclosed(const std::string &what) {
+#if PY_VERSION_HEX >= 0x030D0000
+    if (Py_IsFinalizing()) return;
+#else
+    if (_Py_IsFinalizing()) return;
+#endif
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (PyErr_WarnEx(PyExc_ResourceWarning, what.c_str(), 1) < 0) PyErr_WriteUnraisable(nullptr);
+    PyErr_Restore(type, value, tb);
+}
+
 struct MsgComm {
-    cxk_pool *p = nullptr;
+    PoolUse pool;
     cxk_comm *c = nullptr;
     std::mutex mu;
     std::string label;
     Py_ssize_t mem_views = 0;  // live views of its pool memory (MsgMemory): close refuses
 
-    MsgComm(const std::vector<std::string> &paths, int host_id, const std::string &tag,
-            int coherence, const std::string &job, int rank, int size, uint32_t cell_bytes,
+    MsgComm(nb::handle pool_obj, const std::string &job, int rank, int size, uint32_t cell_bytes,
             uint32_t ncells, uint64_t eager_bytes, uint32_t timeout_ms, uint32_t dead_ms,
-            uint32_t join_ms) {
+            uint32_t join_ms)
+        : pool(pool_obj) {
         label = "job " + job + " rank " + std::to_string(rank);
-        p = open_private(paths, host_id, tag, coherence);
         cxk_msg_opts o;
         cxk_msg_opts_init(&o);
         o.cell_bytes = cell_bytes, o.ncells = ncells, o.eager_bytes = eager_bytes;
         o.timeout_ms = timeout_ms, o.dead_ms = dead_ms, o.join_ms = join_ms;
+        cxk_pool *p = pool.get();
         int r;
         {
             nb::gil_scoped_release unlock;
             r = cxk_msg_init(p, job.c_str(), rank, size, &o, &c);
         }
-        if (r) {
-            cxk_pool_close(p);
-            p = nullptr;
-            check(r, label);
-        }
+        if (r) check(r, label);
     }
-    ~MsgComm() { shut(); }
+    // Dropped without close(): leave the job without finalize's barrier (a destructor must
+    // not wait on peers; they see this rank gone), GIL released, and say so.
+    ~MsgComm() {
+        if (!c) return;
+        warn_unclosed("cxlkit.msg communicator " + label + " was not closed: it left the job "
+                      "without the closing barrier (its peers see it gone); call close()");
+        cxk_comm *x = c;
+        c = nullptr;
+        nb::gil_scoped_release unlock;
+        std::lock_guard<std::mutex> g(mu);
+        cxk_msg_abandon(x);
+        pool.release();
+    }
     int failed = -1;  // the rank that made finalize fail
     int shut() {
         int r = 0;
         if (c) r = cxk_msg_finalize_ex(c, &failed), c = nullptr;
-        if (p) cxk_pool_close(p), p = nullptr;
+        pool.release();
         return r;
     }
     cxk_comm *get() {
@@ -264,26 +310,24 @@ PyType_Slot memory_slots[] = {
     {0, nullptr}};
 
 struct Ring {
-    cxk_pool *p = nullptr;
+    PoolUse pool;
     cxk_ring *r = nullptr;
     std::string name;
-    Ring(const std::vector<std::string> &paths, int host_id, const std::string &tag,
-         int coherence, const std::string &ring_name, int role, uint32_t cell_bytes,
-         uint32_t ncells, bool create) {
-        name = ring_name;
-        p = open_private(paths, host_id, tag, coherence);
+    Ring(nb::handle pool_obj, const std::string &ring_name, int role, uint32_t cell_bytes,
+         uint32_t ncells, bool create)
+        : pool(pool_obj), name(ring_name) {
+        cxk_pool *p = pool.get();
         int rc = create ? cxk_ring_create(p, name.c_str(), cell_bytes, ncells, role, &r)
                         : cxk_ring_open(p, name.c_str(), role, &r);
-        if (rc) {
-            cxk_pool_close(p);
-            p = nullptr;
-            check(rc, name);
-        }
+        if (rc) check(rc, name);
     }
-    ~Ring() { shut(); }
+    ~Ring() {
+        if (r) warn_unclosed("cxlkit.msg ring " + name + " was not closed; call close()");
+        shut();
+    }
     void shut() {
         if (r) cxk_ring_close(r), r = nullptr;
-        if (p) cxk_pool_close(p), p = nullptr;
+        pool.release();
     }
     cxk_ring *get() {
         if (!r) throw nb::value_error(("closed ring " + name).c_str());
@@ -293,9 +337,8 @@ struct Ring {
 
 void bind_comm(nb::module_ &m) {
     nb::class_<MsgComm>(m, "MsgComm")
-        .def(nb::init<const std::vector<std::string> &, int, const std::string &, int,
-                      const std::string &, int, int, uint32_t, uint32_t, uint64_t, uint32_t,
-                      uint32_t, uint32_t>())
+        .def(nb::init<nb::handle, const std::string &, int, int, uint32_t, uint32_t, uint64_t,
+                      uint32_t, uint32_t, uint32_t>())
         .def("close", [](MsgComm &s) {
             if (s.mem_views)
                 throw nb::buffer_error("pool memory of this communicator is still viewed: "
@@ -328,6 +371,10 @@ void bind_comm(nb::module_ &m) {
             cxk_comm *c = s.get();
             check(locked(s, [&] { return cxk_msg_wake_stats(c, &w); }), s.label);
             return wake_dict(w);
+        })
+        .def("set_checksum", [](MsgComm &s, bool on) {
+            cxk_comm *c = s.get();
+            check(locked(s, [&] { return cxk_msg_set_checksum(c, on ? 1 : 0); }), s.label);
         })
         .def("get_wait", [](MsgComm &s) {
             cxk_wait_opts o{};
@@ -593,8 +640,7 @@ void bind_ring(nb::module_ &m) {
     });
     m.attr("WAIT_FOREVER") = CXK_WAIT_FOREVER;
     nb::class_<Ring>(m, "Ring")
-        .def(nb::init<const std::vector<std::string> &, int, const std::string &, int,
-                      const std::string &, int, uint32_t, uint32_t, bool>())
+        .def(nb::init<nb::handle, const std::string &, int, uint32_t, uint32_t, bool>())
         .def("close", &Ring::shut)
         .def_prop_ro("payload_max", [](Ring &r) { return cxk_ring_payload_max(r.get()); })
         .def_prop_ro("ncells", [](Ring &r) { return cxk_ring_ncells(r.get()); })

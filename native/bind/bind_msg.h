@@ -8,8 +8,8 @@
 
 namespace cxk::py {
 
-// A pool handle of the binding's own on the same backing paths, as the same host (so that
-// closing the caller's Pool never unmaps under a comm, ring or RPC end). Raises OSError.
+// A pool handle of the binding's own on the same backing paths, as the same host (the RPC
+// ends' pool; a comm and a ring use the caller's handle). Raises OSError.
 cxk_pool *open_private(const std::vector<std::string> &paths, int host_id,
                        const std::string &tag, int coherence);
 

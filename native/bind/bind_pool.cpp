@@ -226,6 +226,10 @@ void PoolHandle::close() {
         if (o->exports > 0)
             throw nb::buffer_error(("pool " + label + " is closed while views of object " +
                                     o->name + " exist; drop them first").c_str());
+    if (const int n = gate.attached.load())
+        throw nb::buffer_error(("pool " + label + " is closed while " + std::to_string(n) +
+                                " messaging communicator(s) or ring(s) use it; close them "
+                                "first").c_str());
     gate.closing.store(true);  // new calls fail from here (they check it with the GIL)
     {
         // calls in flight need the GIL to finish: wait without it

@@ -19,6 +19,9 @@ struct PoolGate {
     std::atomic<int64_t> inflight{0};
     std::atomic<bool> closing{false};
     bool closed = false;  // under mu: close() finished (a second closer waits for it)
+    // long-lived users holding the mapping across calls (a messaging comm or ring, each with
+    // a PoolHold for its life): close() refuses while any is attached rather than wait for it
+    std::atomic<int> attached{0};
     std::mutex mu;
     std::condition_variable cv;
 };
@@ -44,6 +47,7 @@ class PoolHold {
     PoolHold(const PoolHold &) = delete;
     PoolHold &operator=(const PoolHold &) = delete;
     cxk_pool *get() const { return p_; }
+    PoolGate &gate() const { return *gate_; }
     char *base() const { return static_cast<char *>(cxk_pool_base(p_)); }
     const PoolGeometry &geometry() const { return *geo_; }
     // [off, off + n) lies in the pool's data region (to_write: in this host's own partition,

@@ -87,7 +87,8 @@ void *heartbeat(void *arg) {
 }
 
 // Remove every object this rank of this job left on this host (a crashed earlier run).
-// -EBUSY when its rank object names a live process of this machine.
+// -EBUSY when its rank object names a live process of this machine or is another host's,
+// -EEXIST when another of its objects is another host's.
 int clear_stale(cxk_comm *c) {
     std::string rank_name = obj_name(c, c->rank, "rank");
     struct cxk_obj_stat st;
@@ -106,8 +107,14 @@ int clear_stale(cxk_comm *c) {
     std::vector<struct cxk_obj_stat> all(n + 16);
     if ((rc = cxk_obj_list(c->pool, all.data(), all.size(), &n))) return rc;
     std::string prefix = "msg." + c->job + "." + std::to_string(c->rank) + ".";
-    for (size_t i = 0; i < n && i < all.size(); ++i)
-        if (all[i].host == c->host && std::strncmp(all[i].name, prefix.c_str(), prefix.size()) == 0)
+    n = std::min(n, all.size());
+    // names of this rank are written by it only: another host's (an earlier run placed the
+    // rank there) would make a create fail mid-job; refuse now, before any traffic
+    for (size_t i = 0; i < n; ++i)
+        if (all[i].host != c->host && std::strncmp(all[i].name, prefix.c_str(), prefix.size()) == 0)
+            return -EEXIST;
+    for (size_t i = 0; i < n; ++i)
+        if (std::strncmp(all[i].name, prefix.c_str(), prefix.size()) == 0)
             cxk_obj_destroy(c->pool, all[i].name);
     return 0;
 }
@@ -406,19 +413,40 @@ int cxk_msg_init(cxk_pool *p, const char *job, int rank, int nranks, const cxk_m
 
 int cxk_msg_finalize(cxk_comm *c) { return cxk_msg_finalize_ex(c, nullptr); }
 
+namespace {
+
+// Stop the heartbeat, remove this rank's objects, free c: its peers see it gone.
+void leave(cxk_comm *c) {
+    if (c->heart_started) {
+        c->heart_stop.store(true, std::memory_order_release);
+        pthread_join(c->heart, nullptr);
+    }
+    release_all(c);
+    delete c;
+}
+
+}  // namespace
+
 int cxk_msg_finalize_ex(cxk_comm *c, int *failed_rank) {
     if (failed_rank) *failed_rank = -1;
     if (!c) return -EINVAL;
     // peers may still be busy for long: only a gone peer (or timeout_ms) ends the wait
     int rc = cxk_msg_barrier(c);
-    if (c->heart_started) {
-        c->heart_stop.store(true, std::memory_order_release);
-        pthread_join(c->heart, nullptr);
-    }
     if (failed_rank && rc) *failed_rank = c->failed_rank;
-    release_all(c);
-    delete c;
+    leave(c);
     return rc;
+}
+
+int cxk_msg_abandon(cxk_comm *c) {
+    if (!c) return -EINVAL;
+    leave(c);
+    return 0;
+}
+
+int cxk_msg_set_checksum(cxk_comm *c, int on) {
+    if (!c || (on != 0 && on != 1)) return -EINVAL;
+    c->crc = on;
+    return 0;
 }
 
 int cxk_msg_set_wait(cxk_comm *c, const cxk_wait_opts *o) {

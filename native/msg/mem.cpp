@@ -42,6 +42,7 @@ int mem_send_start(cxk_comm *c, Peer &p, cxk_msg_req *r, int k, uint64_t off) {
     // there (coherence "none"; commit's fence orders them)
     if (c->nc) cxk_flush(r->sbuf, r->count);
     MsgHdr m{r->ctx, r->tag, r->count, r->cookie, r->flags | kInPool, 1, off, uint32_t(k), 0};
+    seal(c, m, r);
     std::memcpy(cell, &m, sizeof m);
     if (int rc = cxk_ring_commit(p.out, sizeof m, kRts)) return rc;
     ++c->mem[size_t(k)].sends;
@@ -49,8 +50,8 @@ int mem_send_start(cxk_comm *c, Peer &p, cxk_msg_req *r, int k, uint64_t off) {
     return 0;
 }
 
-int mem_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index, uint64_t off,
-             void *dst, uint64_t cap) {
+int mem_span(cxk_comm *c, int src, uint32_t index, uint64_t off, uint64_t len,
+             const uint8_t **data) {
     RdvView *v;
     if (int rc = mem_view(c, src, index, &v)) {
         // a sender that died took its object with it: that is a lost peer, not garbage
@@ -68,15 +69,23 @@ int mem_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index
     const uint64_t nbytes = __atomic_load_n(&h->nbytes, __ATOMIC_RELAXED);
     if (magic != kMemMagic || nbytes > room || off > nbytes || len > nbytes - off)
         return -EBADMSG;
-    const uint8_t *data = c->base + v->off + sizeof(MemHdr) + off;
+    if (data) *data = c->base + v->off + sizeof(MemHdr) + off;
+    return 0;
+}
+
+int mem_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index, uint64_t off,
+             void *dst, uint64_t cap, const CrcWant *crc) {
+    const uint8_t *data;
+    if (int rc = mem_span(c, src, index, off, len, &data)) return rc;
     uint64_t want = len < cap ? len : cap;
-    if (want) {
-        // the sender flushed these bytes and fenced before its RTS (coherence "none")
-        if (c->nc) cxk_invalidate(data, want);
-        std::memcpy(dst, data, want);
-    }
+    // the sender flushed these bytes and fenced before its RTS (coherence "none")
+    const uint64_t read = crc ? len : want;  // a checksum reads the bytes past cap too
+    if (read && c->nc) cxk_invalidate(data, read);
+    uint32_t got = crc ? crc->seed : 0;
+    copy_part(dst, cap, 0, data, len, crc ? &got : nullptr);
     c->peers[size_t(src)].ctlq.push_back(Ctl{kFin, cookie, 0});
-    return send_ctl(c, src);
+    if (int rc = send_ctl(c, src)) return rc;
+    return crc && got != crc->want ? -EBADMSG : 0;
 }
 
 void mem_drop_view(cxk_comm *c, int src, uint64_t index) {

@@ -62,7 +62,10 @@ struct RdvHdr {
     uint64_t magic;
     uint64_t cookie;       // the message the data belongs to (written before any data)
     uint64_t ready;        // bytes of data written so far (written after them)
-    uint8_t pad[40];
+    uint32_t crc;          // kCrc: the message's checksum, written before ready reaches its
+                           // length (computed chunk by chunk as the data goes in)
+    uint32_t reserved;
+    uint8_t pad[32];
 };
 static_assert(sizeof(RdvHdr) == kLine, "one line");
 
@@ -92,6 +95,10 @@ constexpr uint32_t kSync = 1;  // MsgHdr.flags: answer kAck when matched
 // ("msg.<job>.<sender>.mem.<k>") at byte rdv_off of its user bytes (one copy: the receiver
 // copies straight out of it; untrusted: checked against the object before use)
 constexpr uint32_t kInPool = 2;
+// MsgHdr.flags: `reserved` holds the message's checksum: crc32c of its ctx, tag and length
+// (hdr_crc), continued over its bytes (a rendezvous: RdvHdr.crc holds it instead). Sent by a comm in checksum mode (cxk_msg_set_checksum);
+// verified by every receiver, and required by one in checksum mode.
+constexpr uint32_t kCrc = 4;
 constexpr uint64_t kDropMem = 1;  // kDrop's value: the cookie names a memory object, not a
                                   // rendezvous buffer
 struct MsgHdr {
@@ -170,7 +177,14 @@ struct Unexpected {
     bool rts;                     // data still in the sender's rendezvous buffer
     uint32_t rdv_index;
     uint64_t rdv_off;             // kInPool: the data's offset in memory object rdv_index
+    uint32_t crc;                 // kCrc: the checksum the sender wrote
     std::vector<uint8_t> data;    // eager: the whole message
+};
+
+// A message's checksum to verify (kCrc): the sender's, and the header's part of it.
+struct CrcWant {
+    uint32_t seed;                // hdr_crc of the header as received
+    uint32_t want;                // MsgHdr.reserved
 };
 
 struct RmaWait {                  // an RMA request of mine awaiting its reply
@@ -247,6 +261,7 @@ struct cxk_comm {
     std::vector<cxk_win *> wins;              // by window id (nullptr once freed)
     std::vector<cxk::msg::RmaWait *> rma_waits;  // my RMA requests awaiting a reply
     int failed_rank = -1;
+    bool crc = false;                         // checksum mode (cxk_msg_set_checksum)
     pthread_t heart{};
     bool heart_started = false;
     std::atomic<bool> heart_stop{false};
@@ -288,6 +303,16 @@ struct Waiter {
 };
 
 // p2p.cpp
+// The header's part of a message checksum (kCrc): crc32c of ctx, tag and len.
+uint32_t hdr_crc(uint32_t ctx, int32_t tag, uint64_t len);
+// crc32c continued over n bytes at p (invalidated first under coherence "none").
+uint32_t crc_more(const cxk_comm *c, uint32_t crc, const void *p, uint64_t n);
+// Bytes [pos, pos + n) of a message at src: the part that fits copied into dst (capacity
+// cap); *crc (NULL: none) continued over the bytes as delivered, then the rest at src.
+void copy_part(void *dst, uint64_t cap, uint64_t pos, const void *src, uint64_t n,
+               uint32_t *crc = nullptr);
+// Checksum mode: set kCrc and the checksum of r's bytes in its header m (sender side).
+void seal(const cxk_comm *c, MsgHdr &m, const cxk_msg_req *r);
 int progress(cxk_comm *c);
 int ensure_out(cxk_comm *c, int peer);   // my ring to peer exists
 void free_req(cxk_msg_req *r);
@@ -309,6 +334,9 @@ int rdv_pick(cxk_comm *c, uint64_t len);
 int peer_view(cxk_comm *c, int src, const char *what, std::vector<RdvView> &views,
               uint64_t min_bytes, uint32_t index, RdvView **out);
 int rdv_view(cxk_comm *c, int src, uint32_t index, RdvView **out);  // peer_view of "rdv"
+// 0 when a message of len bytes fits src's rendezvous buffer `index` (opened as rdv_view);
+// -EBADMSG when it does not (an untrusted RTS), -ETIMEDOUT when src is gone with its buffer.
+int rdv_fits(cxk_comm *c, int src, uint32_t index, uint64_t len);
 // A kDrop cell from src: close my view of the buffer it names.
 int rdv_drop_view(cxk_comm *c, int src, const void *pl, uint32_t n);
 
@@ -319,11 +347,15 @@ int mem_find(const cxk_comm *c, const void *buf, uint64_t len, uint64_t *off);
 // Send side: r's bytes lie in my memory object k at off; write its RTS (kInPool) to peer p.
 // No copy: the receiver copies out and answers FIN (r->mem = k until then).
 int mem_send_start(cxk_comm *c, Peer &p, cxk_msg_req *r, int k, uint64_t off);
+// [off, off + len) of src's memory object `index` (both untrusted): 0 and *data (may be NULL)
+// when the bytes lie in the object, -EBADMSG when not, -ETIMEDOUT when src is gone with it.
+int mem_span(cxk_comm *c, int src, uint32_t index, uint64_t off, uint64_t len,
+             const uint8_t **data);
 // Receive side of a send from pool memory: copy min(len, cap) bytes out of src's memory
 // object `index` at `off` (both untrusted: -EBADMSG unless they lie in the object), then
-// queue FIN.
+// queue FIN; with crc, -EBADMSG (after the FIN) when the bytes fail their checksum.
 int mem_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index, uint64_t off,
-             void *dst, uint64_t cap);
+             void *dst, uint64_t cap, const CrcWant *crc);
 // A kDrop cell naming a memory object (value kDropMem): close my view of it.
 void mem_drop_view(cxk_comm *c, int src, uint64_t index);
 // finalize: my views of peers' objects closed, my objects removed.

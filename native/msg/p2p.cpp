@@ -6,6 +6,7 @@
 #include <new>
 
 #include "msg/msg.h"
+#include "pool/checksum.h"
 
 namespace cxk::msg {
 namespace {
@@ -41,12 +42,9 @@ void complete_recv(cxk_msg_req *r, int src, int tag, uint64_t len) {
     r->state = cxk_msg_req::kDone;
 }
 
-// Copy into dst (capacity cap) the part of bytes [pos, pos + n) of a message that fits.
-void copy_part(void *dst, uint64_t cap, uint64_t pos, const void *src, uint64_t n) {
-    if (pos >= cap) return;
-    uint64_t m = n < cap - pos ? n : cap - pos;
-    std::memcpy(static_cast<uint8_t *>(dst) + pos, src, m);
-}
+// A message's checksum against what its sender wrote (a receiver in checksum mode requires
+// one); -EBADMSG when they differ.
+int crc_verdict(const CrcWant *w, uint32_t got) { return w && got != w->want ? -EBADMSG : 0; }
 
 // Wait for the next cell of a message already begun (its sender wrote them back to back).
 int next_cell(cxk_comm *c, int src, const void **pl, uint32_t *n, uint32_t *kind) {
@@ -59,7 +57,8 @@ int next_cell(cxk_comm *c, int src, const void **pl, uint32_t *n, uint32_t *kind
 }
 
 // The rest of an eager message: cells 2..ncells, each pmax bytes but the last.
-int eager_rest(cxk_comm *c, int src, const MsgHdr &h, uint64_t pmax, void *dst, uint64_t cap) {
+int eager_rest(cxk_comm *c, int src, const MsgHdr &h, uint64_t pmax, void *dst, uint64_t cap,
+               uint32_t *crc) {
     uint64_t pos = first_cap(pmax);
     for (uint32_t i = 1; i < h.ncells; ++i) {
         const void *pl;
@@ -67,7 +66,7 @@ int eager_rest(cxk_comm *c, int src, const MsgHdr &h, uint64_t pmax, void *dst, 
         if (int rc = next_cell(c, src, &pl, &n, &kind)) return rc;
         uint64_t want = h.len - pos < pmax ? h.len - pos : pmax;
         if (kind != kCont || n != want) return -EBADMSG;
-        copy_part(dst, cap, pos, pl, n);
+        copy_part(dst, cap, pos, pl, n, crc);
         pos += n;
         cxk_ring_release(c->peers[size_t(src)].in);
     }
@@ -77,7 +76,7 @@ int eager_rest(cxk_comm *c, int src, const MsgHdr &h, uint64_t pmax, void *dst, 
 // Receive side of a rendezvous: copy the message out of the sender's buffer as its ready
 // count grows (the sender may still be copying in), then queue FIN.
 int rdv_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index, void *dst,
-             uint64_t cap) {
+             uint64_t cap, const CrcWant *crc) {
     RdvView *v;
     if (int rc = rdv_view(c, src, index, &v)) return rc;
     if (len > v->nbytes - sizeof(RdvHdr)) return -EBADMSG;
@@ -89,6 +88,7 @@ int rdv_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index
         return -EBADMSG;
     Waiter w(c, src);
     uint64_t done = 0;
+    uint32_t got = crc ? crc->seed : 0;
     while (done < len) {
         if (c->nc) cxk_invalidate(h, kLine);
         // acquire pairs with the sender's release of ready: the bytes it counts are there
@@ -104,10 +104,20 @@ int rdv_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index
             if (c->nc) cxk_invalidate(data + done, want - done);
             std::memcpy(static_cast<uint8_t *>(dst) + done, data + done, want - done);
         }
+        if (crc) {  // the bytes as delivered, then those past the buffer where they lie
+            const uint64_t lo = done > want ? done : want;
+            auto *d = static_cast<uint8_t *>(dst);
+            if (want > done) got = pool::crc32c(d + done, want - done, got);
+            if (ready > lo) got = crc_more(c, got, data + lo, ready - lo);
+        }
         done = ready;
     }
+    // the acquire of the last ready count orders this read after the sender's store of crc
+    if (crc && c->nc) cxk_invalidate(h, kLine);
+    const CrcWant sent{0, crc ? __atomic_load_n(&h->crc, __ATOMIC_RELAXED) : 0};
     c->peers[size_t(src)].ctlq.push_back(Ctl{kFin, cookie, 0});
-    return send_ctl(c, src);
+    if (int rc = send_ctl(c, src)) return rc;
+    return crc_verdict(crc ? &sent : nullptr, got);
 }
 
 int on_control(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) {
@@ -141,15 +151,28 @@ int on_message(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) 
     // 0 user, 1 collectives, 2 windows, CXK_MSG_CTX_FIRST.. a layer above's communicators
     if ((h.ctx > 2 && h.ctx < CXK_MSG_CTX_FIRST) || h.tag < 0) return -EBADMSG;
     if (kind == kEager) {
+        // at most half the ring (cxk_msg_init's cap), checked before cells_for can overflow
+        const uint64_t most = first_cap(pmax) + pmax * (cxk_ring_ncells(p.in) / 2 - 1);
         uint64_t first = h.len < first_cap(pmax) ? h.len : first_cap(pmax);
-        if (h.ncells != cells_for(h.len, pmax) || h.ncells > cxk_ring_ncells(p.in) / 2 ||
-            n != sizeof h + first)
+        if (h.len > most || h.ncells != cells_for(h.len, pmax) ||
+            h.ncells > cxk_ring_ncells(p.in) / 2 || n != sizeof h + first)
             return -EBADMSG;
     } else if (n != sizeof h || h.len == 0) {
         return -EBADMSG;
     }
-    if (h.flags & ~(kSync | kInPool) || ((h.flags & kInPool) && kind != kRts)) return -EBADMSG;
+    if (h.flags & ~(kSync | kInPool | kCrc) || ((h.flags & kInPool) && kind != kRts) ||
+        (c->crc && !(h.flags & kCrc)))
+        return -EBADMSG;
     const bool inpool = h.flags & kInPool;
+    const CrcWant want{hdr_crc(h.ctx, h.tag, h.len), h.reserved};
+    const CrcWant *crc = h.flags & kCrc ? &want : nullptr;
+    // an RTS's length is checked against the sender's buffer before a probe reports it (a
+    // receiver sizes its buffer from that) or a receive copies by it
+    if (kind == kRts) {
+        int rc = inpool ? mem_span(c, src, h.rdv_index, h.rdv_off, h.len, nullptr)
+                        : rdv_fits(c, src, h.rdv_index, h.len);
+        if (rc) return rc;
+    }
     cxk_msg_req *r = take_posted(c, src, h.tag, h.ctx);
     Unexpected u;
     void *dst;
@@ -157,8 +180,8 @@ int on_message(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) 
     if (r) {
         dst = r->rbuf, cap = r->count;
     } else {
-        u = Unexpected{src,      h.tag,       h.ctx,     h.len, h.flags, h.cookie,
-                       kind == kRts, h.rdv_index, h.rdv_off, {}};
+        u = Unexpected{src,         h.tag,       h.ctx,     h.len,      h.flags,
+                       h.cookie,    kind == kRts, h.rdv_index, h.rdv_off, h.reserved, {}};
         if (kind == kEager) {
             try {
                 u.data.resize(h.len);
@@ -170,17 +193,22 @@ int on_message(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) 
     }
     int rc = 0;
     if (kind == kEager) {
-        copy_part(dst, cap, 0, static_cast<const uint8_t *>(pl) + sizeof h, n - sizeof h);
+        uint32_t got = want.seed;
+        copy_part(dst, cap, 0, static_cast<const uint8_t *>(pl) + sizeof h, n - sizeof h,
+                  crc ? &got : nullptr);
         cxk_ring_release(p.in);
-        rc = eager_rest(c, src, h, pmax, dst, cap);
+        rc = eager_rest(c, src, h, pmax, dst, cap, crc ? &got : nullptr);
+        if (!rc) rc = crc_verdict(crc, got);
         if (!rc && r && (h.flags & kSync)) {
             p.ctlq.push_back(Ctl{kAck, h.cookie, 0});
             rc = send_ctl(c, src);
         }
     } else {
         cxk_ring_release(p.in);
-        if (r && inpool) rc = mem_recv(c, src, h.len, h.cookie, h.rdv_index, h.rdv_off, dst, cap);
-        else if (r) rc = rdv_recv(c, src, h.len, h.cookie, h.rdv_index, dst, cap);
+        if (r && inpool)
+            rc = mem_recv(c, src, h.len, h.cookie, h.rdv_index, h.rdv_off, dst, cap, crc);
+        else if (r)
+            rc = rdv_recv(c, src, h.len, h.cookie, h.rdv_index, dst, cap, crc);
     }
     if (rc) {
         if (r) r->status.error = rc, r->status.source = src, r->state = cxk_msg_req::kDone;
@@ -263,6 +291,7 @@ int start_rdv(cxk_comm *c, Peer &p, cxk_msg_req *r) {
     h->ready = 0;
     if (c->nc) cxk_flush(h, kLine);
     MsgHdr m{r->ctx, r->tag, r->count, r->cookie, r->flags, 1, b.off, uint32_t(k), 0};
+    if (c->crc) m.flags |= kCrc;  // its checksum goes into the buffer's header, below
     std::memcpy(cell, &m, sizeof m);
     // commit's fence orders the header above before the RTS that sends the receiver here
     if (int rc = cxk_ring_commit(p.out, sizeof m, kRts)) return rc;
@@ -270,11 +299,16 @@ int start_rdv(cxk_comm *c, Peer &p, cxk_msg_req *r) {
     r->rdv = k;
     const auto *src = static_cast<const uint8_t *>(r->sbuf);
     const uint64_t chunk = c->rdv_chunk;
+    uint32_t crc = hdr_crc(m.ctx, m.tag, m.len);
     for (uint64_t pos = 0; pos < r->count; pos += chunk) {
         uint64_t n = r->count - pos < chunk ? r->count - pos : chunk;
         if (c->nc) cxk_copy_flush(data + pos, src + pos, n);
         else if (c->rdv_nt) cxk_nt_copy(data + pos, src + pos, n);
         else std::memcpy(data + pos, src + pos, n);
+        if (c->crc) {  // over the chunk just read (in cache), while the receiver copies out
+            crc = pool::crc32c(src + pos, n, crc);
+            if (pos + n == r->count) h->crc = crc;  // flushed with ready's line below
+        }
         // release pairs with the receiver's acquire of ready in rdv_recv
         __atomic_store_n(&h->ready, pos + n, __ATOMIC_RELEASE);
         if (c->nc) cxk_flush(&h->ready, 8), cxk_sfence();
@@ -282,7 +316,7 @@ int start_rdv(cxk_comm *c, Peer &p, cxk_msg_req *r) {
     return 0;
 }
 
-int start_eager(cxk_comm *, Peer &p, cxk_msg_req *r) {
+int start_eager(cxk_comm *c, Peer &p, cxk_msg_req *r) {
     const uint64_t pmax = cxk_ring_payload_max(p.out);
     const uint64_t ncells = cells_for(r->count, pmax);
     if (ncells > 1) {
@@ -294,6 +328,7 @@ int start_eager(cxk_comm *, Peer &p, cxk_msg_req *r) {
     void *cell;
     if (int rc = cxk_ring_reserve(p.out, &cell)) return rc;
     MsgHdr m{r->ctx, r->tag, r->count, r->cookie, r->flags, uint32_t(ncells), 0, 0, 0};
+    seal(c, m, r);
     std::memcpy(cell, &m, sizeof m);
     uint64_t first = r->count < first_cap(pmax) ? r->count : first_cap(pmax);
     if (first) std::memcpy(static_cast<uint8_t *>(cell) + sizeof m, src, first);
@@ -336,6 +371,36 @@ int start_sends(cxk_comm *c, int dest) {
 }
 
 }  // namespace
+
+uint32_t hdr_crc(uint32_t ctx, int32_t tag, uint64_t len) {
+    struct {
+        uint32_t ctx;
+        int32_t tag;
+        uint64_t len;
+    } k{ctx, tag, len};
+    return pool::crc32c(&k, sizeof k);
+}
+
+uint32_t crc_more(const cxk_comm *c, uint32_t crc, const void *p, uint64_t n) {
+    if (c->nc) cxk_invalidate(p, n);
+    return pool::crc32c(p, n, crc);
+}
+
+void copy_part(void *dst, uint64_t cap, uint64_t pos, const void *src, uint64_t n,
+               uint32_t *crc) {
+    const uint64_t m = pos >= cap ? 0 : (n < cap - pos ? n : cap - pos);
+    if (m) std::memcpy(static_cast<uint8_t *>(dst) + pos, src, m);
+    if (!crc) return;
+    // the delivered copy, not the ring: a byte rewritten after the copy is not the one checked
+    if (m) *crc = pool::crc32c(static_cast<uint8_t *>(dst) + pos, m, *crc);
+    if (n > m) *crc = pool::crc32c(static_cast<const uint8_t *>(src) + m, n - m, *crc);
+}
+
+void seal(const cxk_comm *c, MsgHdr &m, const cxk_msg_req *r) {
+    if (!c->crc) return;
+    m.flags |= kCrc;
+    m.reserved = pool::crc32c(r->sbuf, r->count, hdr_crc(m.ctx, m.tag, m.len));
+}
 
 int ensure_out(cxk_comm *c, int peer) {
     Peer &p = c->peers[size_t(peer)];
@@ -428,10 +493,12 @@ int irecv_ctx(cxk_comm *c, void *buf, uint64_t count, int source, int tag, uint3
         Unexpected u = std::move(*it);
         c->unexpected.erase(it);
         int rc = 0;
+        const CrcWant want{hdr_crc(u.ctx, u.tag, u.len), u.crc};
+        const CrcWant *crc = u.flags & kCrc ? &want : nullptr;  // eager: checked at arrival
         if (u.rts && (u.flags & kInPool)) {
-            rc = mem_recv(c, u.src, u.len, u.cookie, u.rdv_index, u.rdv_off, buf, count);
+            rc = mem_recv(c, u.src, u.len, u.cookie, u.rdv_index, u.rdv_off, buf, count, crc);
         } else if (u.rts) {
-            rc = rdv_recv(c, u.src, u.len, u.cookie, u.rdv_index, buf, count);
+            rc = rdv_recv(c, u.src, u.len, u.cookie, u.rdv_index, buf, count, crc);
         } else {
             copy_part(buf, count, 0, u.data.data(), u.len);
             if (u.flags & kSync) {

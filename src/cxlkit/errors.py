@@ -220,3 +220,79 @@ class RpcCorruptError(RpcError):
 
 class RpcPoolFullError(RpcError, PoolFullError):
     """ENOSPC: no room in this host's partition of the pool for the service's objects."""
+
+
+# ---- messaging: every error of cxlkit.msg is a MsgError (and the matching builtin) --------
+class MsgCorruptError(MsgError):
+    """A peer wrote what no correct rank writes (a ring cell, a message header, a rendezvous
+    length outside the sender's buffer); `rank` names it (-1 when no one rank is known)."""
+
+    def __init__(self, rank: int, message: str, filename: str | None = None) -> None:
+        super().__init__(errno.EBADMSG, message, filename)
+        self.rank = rank
+
+
+class MsgExistsError(MsgError, FileExistsError):
+    """An object the job needs is in the pool already and is not this rank's to remove (an
+    earlier run's, damaged, or another host's)."""
+
+
+class MsgNotFoundError(MsgError, FileNotFoundError):
+    """An object of the job or a ring is not in the pool."""
+
+
+class MsgPermissionError(MsgError, PermissionError):
+    """The pool refused the access (another host's object, a read-only pool)."""
+
+
+class MsgClosedError(MsgError, BrokenPipeError):
+    """The ring's producer closed it and every cell was read."""
+
+
+class MsgMemoryError(MsgError, MemoryError):
+    """This process could not allocate what a message needs."""
+
+
+class MsgValueError(MsgError, ValueError):
+    """The library refused an argument (a ring geometry, an eager size, a wait policy)."""
+
+
+class MsgPoolFullError(MsgError, PoolFullError):
+    """No room in this host's partition for the job's rings, buffers or memory."""
+
+
+# cxlkit.msg's table: _MSG_ERRORS, every class a MsgError
+_MSG_COMM_ERRORS = {
+    **_MSG_ERRORS,
+    errno.EBADMSG: (MsgCorruptError, _MSG_ERRORS[errno.EBADMSG][1]),
+    errno.ENOSPC: (MsgPoolFullError, _MSG_ERRORS[errno.ENOSPC][1]),
+    errno.ETIMEDOUT: (PeerLostError, "a rank is gone or did not answer in time"),
+}
+
+# errnos whose class does not depend on the call, for messaging errors no table names
+_MSG_BUILTIN = {
+    errno.EEXIST: MsgExistsError, errno.ENOENT: MsgNotFoundError,
+    errno.EPERM: MsgPermissionError, errno.EACCES: MsgPermissionError,
+    errno.EROFS: MsgPermissionError, errno.EPIPE: MsgClosedError,
+    errno.ENOMEM: MsgMemoryError, errno.EINVAL: MsgValueError,
+}
+
+
+def _msg_typed(e: OSError, where: str, table: dict[int, tuple[type, str]] | None = None) -> OSError:
+    """A MsgError for a native OSError of messaging: the table's class and reason, else the
+    class of its errno (MsgError for the rest), the message naming `where` (job, rank, pool,
+    ring) and the native call's subject."""
+    from os import strerror as _strerror
+
+    subject = f" ({e.filename})" if e.filename and e.filename not in where else ""
+    if table and e.errno in table:
+        cls, why = table[e.errno]
+    else:
+        cls, why = _MSG_BUILTIN.get(e.errno, MsgError), e.strerror or _strerror(e.errno or 0)
+    if cls is PeerLostError:
+        return PeerLostError(-1, f"{where}{subject}: {why}")
+    if cls is MsgCorruptError:
+        return MsgCorruptError(-1, f"{where}{subject}: {why}")
+    if not (isinstance(cls, type) and issubclass(cls, MsgError)):
+        cls = MsgError
+    return cls(e.errno, f"{where}{subject}: {why}")

@@ -17,7 +17,16 @@ from typing import Any
 from . import _native
 from ._config import ENV
 from ._waitpolicy import WaitPolicy, policy_arg
-from .errors import _MSG_ERRORS, MsgError, PeerLostError, TruncationError, _typed
+from .errors import (
+    _MSG_COMM_ERRORS,
+    MsgCorruptError,
+    MsgError,
+    MsgExistsError,
+    MsgValueError,
+    PeerLostError,
+    TruncationError,
+    _msg_typed,
+)
 from .pool import Pool, _check_name, machine_tag
 
 ANY_SOURCE = _native.ANY_SOURCE
@@ -29,6 +38,11 @@ _TYPES = {"int32": (0, "i"), "int64": (1, "q"), "uint32": (2, "I"), "uint64": (3
           "float32": (4, "f"), "float64": (5, "d")}
 _OPS = {"sum": 0, "min": 1, "max": 2, "replace": 3, "no_op": 4}
 _COHERENCE = {"host": 0, "none": 1, "sim": 2}  # as cxlkit.pool's ("sim": issue 16)
+# a bare ring's errors: EBADMSG at open is a foreign object (not a ring), later a bad cell
+_RING_ERRORS = {errno.EBADMSG: (MsgCorruptError, "not a ring (bad geometry), or a cell no "
+                                                 "correct producer writes"),
+                errno.EPROTO: (MsgError, "the other end's call: a producer pushes, a consumer "
+                                         "pops")}
 
 __all__ = ["ANY_SOURCE", "ANY_TAG", "Comm", "PoolMemory", "Request", "Ring", "Status", "WaitPolicy",
            "Window"]
@@ -88,17 +102,26 @@ class Comm:
     """This process as one rank of a job on a pool. rank/size default to CXLKIT_RANK and
     CXLKIT_SIZE or the MPI launcher's variables (Open MPI, MPICH/PMI, PMIx); job to
     CXLKIT_JOB. With the size known but no rank, ranks go by arrival: the job's first
-    process is rank 0 and hands out the others over the RPC service msgboot-<job>. The comm opens a pool handle of its own (same paths and host id), so closing
-    `pool` first is safe. One thread at a time per comm; blocking calls release the GIL
-    and poll under `wait` (a WaitPolicy; default WaitPolicy.default()). Calls waiting on a
-    rank that is gone raise PeerLostError naming it."""
+    process is rank 0 and hands out the others over the RPC service msgboot-<job>. The comm
+    runs on `pool`'s own handle (its host, its memory): pool.close() raises BufferError
+    until the comm is closed. A comm dropped without close() leaves the job at once, without
+    the closing barrier (its peers see it gone), and warns ResourceWarning. One thread at a
+    time per comm; blocking calls release the GIL and poll under `wait` (a WaitPolicy;
+    default WaitPolicy.default()). Calls waiting on a rank that is gone raise PeerLostError
+    naming it; every error is a cxlkit.errors.MsgError naming job, rank and pool. With
+    checksum=True (on every rank of the job, or none) each message carries a crc32c of its
+    header and bytes and a receive whose bytes fail it raises MsgCorruptError naming the
+    sender (docs/msg.md, "What a rank trusts")."""
 
     def __init__(self, pool: Pool, *, rank: int | None = None, size: int | None = None,
                  job: str | None = None, cell_bytes: int | None = None,
                  ncells: int | None = None, eager_bytes: int | None = None,
                  timeout_ms: int | None = None, dead_ms: int | None = None,
-                 join_ms: int | None = None, wait: WaitPolicy | None = None) -> None:
+                 join_ms: int | None = None, wait: WaitPolicy | None = None,
+                 checksum: bool = False) -> None:
         wait_args = policy_arg(wait)  # bad CXLKIT_MSG_SPIN_US & co fail before the join
+        if not isinstance(checksum, bool):
+            raise ValueError(f"checksum {checksum!r}: expected True or False")
         lr, ls = _launcher_rank_size()
         rank = lr if rank is None else rank
         size = ls if size is None else size
@@ -115,21 +138,28 @@ class Comm:
             raise ValueError(f"rank {rank!r}: expected 0..{size - 1}")
         if len(job) > 64 or not all(ch.isascii() and (ch.isalnum() or ch in "_-") for ch in job):
             raise ValueError(f"job {job!r}: expected 1..64 of [A-Za-z0-9_-]")
-        paths, host, tag, coh = _private_pool_args(pool)
+        if not isinstance(pool, Pool):
+            raise TypeError(f"pool {pool!r}: expected a cxlkit.Pool")
         self.job = job
+        self.pool_path = pool.path
+        self._pool = pool
+        self._my_rank: int | str = "by arrival" if rank is None else rank
         boot = None
         if rank is None:
             from .rpc import arrival_rank
 
             rank, boot = arrival_rank(pool, job, size,
                                       (_positive("join_ms", join_ms) or 60000) / 1000)
+            self._my_rank = rank
         try:
-            self._join(paths, host, tag, coh, job, rank, size, cell_bytes, ncells, eager_bytes,
-                       timeout_ms, dead_ms, join_ms)
+            self._join(pool, job, rank, size, cell_bytes, ncells, eager_bytes, timeout_ms,
+                       dead_ms, join_ms)
         finally:
             if boot is not None:
                 boot.close()  # every rank has joined (or the join failed): no more arrivals
         self._c.set_wait(*wait_args)
+        if checksum:
+            self._c.set_checksum(True)
 
     @classmethod
     def from_mpi4py(cls, mpi_comm: Any, pool: Pool, *, job: str | None = None,
@@ -166,24 +196,43 @@ class Comm:
                                 root=0)
         return cls(pool, rank=rank, size=size, job=agreed, **kwargs)
 
-    def _join(self, paths: list[str], host: int, tag: str, coh: int, job: str, rank: int,
-              size: int, cell_bytes: int | None, ncells: int | None, eager_bytes: int | None,
-              timeout_ms: int | None, dead_ms: int | None, join_ms: int | None) -> None:
+    def _join(self, pool: Pool, job: str, rank: int, size: int, cell_bytes: int | None,
+              ncells: int | None, eager_bytes: int | None, timeout_ms: int | None,
+              dead_ms: int | None, join_ms: int | None) -> None:
         try:
             self._c = _native.MsgComm(
-                paths, host, tag, coh, job, rank, size, _positive("cell_bytes", cell_bytes),
+                pool, job, rank, size, _positive("cell_bytes", cell_bytes),
                 _positive("ncells", ncells), _positive("eager_bytes", eager_bytes),
                 _positive("timeout_ms", timeout_ms), _positive("dead_ms", dead_ms),
                 _positive("join_ms", join_ms))
         except OSError as e:
-            if e.errno == errno.ETIMEDOUT:
-                raise PeerLostError(-1, f"job {job}: not every one of {size} ranks joined "
-                                        f"in time") from None
-            if e.errno == errno.EINVAL:
-                raise ValueError(f"job {job}: bad ring geometry or eager size "
-                                 f"(cell_bytes a multiple of 64 >= 128, ncells a power of "
-                                 f"two >= 4, eager_bytes <= half a ring)") from None
-            raise _typed(e, _MSG_ERRORS) from None
+            raise self._join_error(e, job, rank, size) from None
+
+    def _join_error(self, e: OSError, job: str, rank: int, size: int) -> OSError:
+        where = f"job {job} rank {rank} on pool {self.pool_path}"
+        if e.errno == errno.ETIMEDOUT:
+            return PeerLostError(-1, f"{where}: not every one of {size} ranks joined in time; "
+                                     f"start them all, or raise join_ms")
+        if e.errno == errno.EINVAL:
+            return MsgValueError(e.errno, f"{where}: bad ring geometry or eager size "
+                                          f"(cell_bytes a multiple of 64 >= 128, ncells a power "
+                                          f"of two >= 4, eager_bytes <= half a ring)")
+        if e.errno == errno.EEXIST:
+            return MsgExistsError(e.errno, f"{where}: {self._foreign_objects(job, rank)} of an "
+                                           f"earlier run belong to another host and are not this "
+                                           f"host's to remove; destroy them from that host (or "
+                                           f"`cxlkit pool release` it if it is gone), or use "
+                                           f"another job name")
+        return _msg_typed(e, where, _MSG_COMM_ERRORS)
+
+    def _foreign_objects(self, job: str, rank: int) -> str:
+        prefix = f"msg.{job}.{rank}."
+        try:
+            names = [f"{o.name} (host {o.host})" for o in self._pool.list()
+                     if o.name.startswith(prefix) and o.host != self._pool.host_id]
+        except OSError:
+            names = []
+        return "objects " + ", ".join(names) if names else f"objects {prefix}*"
 
     # -- lifetime
     def close(self) -> None:
@@ -259,17 +308,21 @@ class Comm:
             raise self._error(e) from None
 
     def _error(self, e: OSError) -> OSError:
+        where = f"job {self.job} rank {self._my_rank} on pool {self.pool_path}"
         if e.errno == errno.ETIMEDOUT:
             r = self._c.failed_rank
             who = f"rank {r}" if r >= 0 else "a rank"
-            return PeerLostError(r, f"job {self.job}: {who} is gone or did not answer in time "
+            return PeerLostError(r, f"{where}: {who} is gone or did not answer in time "
                                     f"({e.filename})")
-        if e.errno == errno.EBADMSG and self._c.failed_rank >= 0:
+        if e.errno == errno.EBADMSG:
             r = self._c.failed_rank
-            return MsgError(e.errno, f"job {self.job}: rank {r} wrote what no correct rank "
-                                     "writes (a corrupt ring or message, or a request-to-send "
-                                     "naming pool memory outside its block)", e.filename)
-        return _typed(e, _MSG_ERRORS)
+            who = f"rank {r}" if r >= 0 else "a rank"
+            return MsgCorruptError(r, f"{where}: {who} wrote what no correct rank writes (a "
+                                      "corrupt ring or message, bytes failing their checksum, "
+                                      "a rendezvous length outside its buffer, or a "
+                                      "request-to-send naming pool memory outside its block) "
+                                      f"({e.filename}); restart the job", e.filename)
+        return _msg_typed(e, where, _MSG_COMM_ERRORS)
 
     # -- two-sided
     def send(self, data: Any, dest: int, tag: int = 0, *, sync: bool = False) -> None:
@@ -425,7 +478,7 @@ class Window:
         return memoryview(self._w)
 
     def size_of(self, rank: int) -> int:
-        return self._w.size_of(self._comm._rank("rank", rank))
+        return self._call(self._w.size_of, self._comm._rank("rank", rank))
 
     def _call(self, fn: Any, *args: Any) -> Any:
         return self._comm._call(fn, *args)
@@ -513,8 +566,8 @@ class Ring:
     transport under Comm and the RPC channel). Ring.create makes the object; Ring.open
     attaches to one. push returns False when full; pop returns (payload, kind) or None."""
 
-    def __init__(self, native: Any, name: str) -> None:
-        self._r, self.name = native, name
+    def __init__(self, native: Any, name: str, where: str) -> None:
+        self._r, self.name, self._where = native, name, where
 
     @classmethod
     def create(cls, pool: Pool, name: str, *, cell_bytes: int = 256, ncells: int = 64,
@@ -534,14 +587,20 @@ class Ring:
         roles = {"producer": _native.RING_PRODUCER, "consumer": _native.RING_CONSUMER}
         if role not in roles:
             raise ValueError(f"role {role!r}: expected 'producer' or 'consumer'")
-        paths, host, tag, coh = _private_pool_args(pool)
+        if not isinstance(pool, Pool):
+            raise TypeError(f"pool {pool!r}: expected a cxlkit.Pool")
+        where = f"ring {name} in pool {pool.path}"
         try:
-            return cls(_native.Ring(paths, host, tag, coh, _check_name(name), roles[role],
-                                    cell_bytes, ncells, create), name)
+            return cls(_native.Ring(pool, _check_name(name), roles[role], cell_bytes, ncells,
+                                    create), name, where)
         except OSError as e:
-            if e.errno == errno.EBADMSG:
-                raise _typed(e, {errno.EBADMSG: (OSError, "not a ring (bad geometry)")}) from None
-            raise
+            raise _msg_typed(e, where, _RING_ERRORS) from None
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except OSError as e:
+            raise _msg_typed(e, self._where, _RING_ERRORS) from None
 
     @property
     def payload_max(self) -> int:
@@ -554,24 +613,25 @@ class Ring:
     def push(self, data: bytes, kind: int = 0) -> bool:
         if len(data) > self.payload_max:
             raise ValueError(f"ring {self.name}: {len(data)} bytes, a cell holds {self.payload_max}")
-        return self._r.push(bytes(data), kind)
+        return self._call(self._r.push, bytes(data), kind)
 
     def pop(self) -> tuple[bytes, int] | None:
-        return self._r.pop()
+        return self._call(self._r.pop)
 
     def space(self) -> int:
-        return self._r.space()
+        return self._call(self._r.space)
 
     def wait(self, timeout: float | None = None, *, policy: WaitPolicy | None = None) -> bool:
         """Block until there is something to do: a consumer until pop() would return a cell,
         a producer until push() has room. False once `timeout` seconds passed (None: no
-        limit); BrokenPipeError when the producer closed the ring and it is drained."""
+        limit); MsgClosedError (a BrokenPipeError) when the producer closed the ring and it
+        is drained."""
         if timeout is not None and (isinstance(timeout, bool) or
                                     not isinstance(timeout, (int, float)) or
                                     not 0 < timeout <= 86400):
             raise ValueError(f"timeout {timeout!r}: expected seconds in (0, 86400] or None")
         ms = 0 if timeout is None else max(1, int(timeout * 1000))
-        return self._r.wait(*policy_arg(policy), ms)
+        return self._call(self._r.wait, *policy_arg(policy), ms)
 
     def close(self) -> None:
         self._r.close()
