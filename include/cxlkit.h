@@ -486,7 +486,7 @@ CXK_API int cxk_adam_team_info(const cxk_adam_team *team, uint32_t cap, int32_t 
                                uint32_t *threads, int32_t *cpus, uint64_t *chunks,
                                uint32_t *nteams);
 
-/* ---- Out-of-place steps (zc15): the update read from one set of arrays, written to another ----
+/* ---- Out-of-place steps: the update read from one set of arrays, written to another ----
  * cxk_adam_step_into reads param / exp_avg / exp_avg_sq of t[i] and writes the updated values
  * to out[i]'s arrays (param_copy, grad and the flags as in cxk_adam_step); the inputs are not
  * written. Each output array is either exactly its input array (that array updated in place:
@@ -508,7 +508,7 @@ CXK_API int cxk_adam_team_step_into(cxk_adam_team *team, const struct cxk_adam_h
                                     const struct cxk_adam_tensor *t,
                                     const struct cxk_adam_out *out, size_t ntensors,
                                     uint64_t *resynced);
-/* The payload checksum (cxk_kv_checksum) of an image as parts that add (zc15): over the
+/* The payload checksum (cxk_kv_checksum) of an image as parts that add: over the
  * image's 64-bit little-endian words i, lane l = i % 4, a[l] = sum of w_i and c[l] = sum of
  * (i/4 + 1) * w_i, mod 2^64, so byte ranges fold in any order and by any thread.
  * cxk_adam_sum_add folds the image bytes [img_off, img_off + nbytes) held at p (-EINVAL for
@@ -592,7 +592,7 @@ typedef struct cxk_pool cxk_pool;
 enum cxk_coherence {
     CXK_COHERENCE_HOST = 0, /* one coherence domain: flushes are no-ops, ordering kept */
     CXK_COHERENCE_NONE = 1, /* hosts without coherence: flush on publish, invalidate on read */
-    /* ---- issue 16: the non-coherence simulator ---- */
+    /* ---- the non-coherence simulator ---- */
     CXK_COHERENCE_SIM = 2,  /* as NONE, on a simulated cache per host id (docs/pool-format.md):
                                tests only; $CXLKIT_SIM_SEED, $CXLKIT_SIM_EVICT, $CXLKIT_SIM_DIR */
 };
@@ -600,7 +600,7 @@ enum cxk_coherence {
 #define CXK_POOL_CREATE 1u /* format the pool if it does not exist (files: atomically) */
 #define CXK_POOL_EXCL 2u   /* with CREATE: -EEXIST if it exists */
 #define CXK_POOL_FORCE 4u  /* with CREATE on a device: format over foreign data */
-/* ---- pool open flags (issue 10: pool reliability) ---- */
+/* ---- pool open flags (pool reliability) ---- */
 #define CXK_POOL_SHARED 8u      /* accept a pool file of another owner, or group-writable (a
                                    group-shared pool); world-writable files are always -EPERM */
 #define CXK_POOL_OVERCOMMIT 16u /* CREATE: skip the free-space check of the filesystem */
@@ -660,7 +660,7 @@ struct cxk_pool_stat {
     uint32_t version, max_hosts, host_id, hosts_active, coherence, nbackings;
     uint8_t uuid[16];
     char kind[16];            /* "file", "devdax", "memfd", "striped" */
-    /* format v2 (issue 18): hosts claim extents of the data region on demand */
+    /* format v2: hosts claim extents of the data region on demand */
     uint64_t extent_bytes, nextents;
     uint64_t extents_held;    /* this host */
     uint64_t extents_free;    /* held by no host */
@@ -755,7 +755,7 @@ struct cxk_fsck_report {
 #define CXK_FSCK_REPAIR 1u /* repair this host's part (takes its lock) */
 CXK_API int cxk_pool_fsck(cxk_pool *p, unsigned flags, struct cxk_fsck_report *r);
 
-/* ---- Host slots (format v2, issue 18): who holds what, and freeing a dead host's ---- */
+/* ---- Host slots (format v2): who holds what, and freeing a dead host's ---- */
 #define CXK_POOL_FORMAT_VERSION 2 /* the on-media version this library reads and writes */
 enum cxk_host_state {
     CXK_HOST_FREE = 0,    /* never claimed (or released) */
@@ -787,7 +787,7 @@ CXK_API int cxk_pool_host_info(cxk_pool *p, uint32_t slot, struct cxk_pool_host 
  * -EKEYREVOKED instead of writing, and its heartbeat stops; reopen to attach again. */
 CXK_API int cxk_pool_release(cxk_pool *p, uint32_t slot, unsigned flags);
 
-/* ---- Upgrading a version 1 pool in place (issue 18) ---- */
+/* ---- Upgrading a version 1 pool in place ---- */
 struct cxk_pool_upgrade_info {
     uint32_t from_version;     /* 1: upgraded now; 2: already version 2 (nothing to do) */
     uint32_t busy_host;        /* -EBUSY: the live v1 host's slot; -ENOSPC: the slot whose
@@ -837,7 +837,7 @@ CXK_API int cxk_pool_probe(const char *path, struct cxk_pool_probe_info *out);
 CXK_API int cxk_pool_dax_geometry(const char *sysfs_root, const char *name, uint64_t *size,
                                   uint64_t *align);
 
-/* ---- Benchmarks over a pool (issue 11: moved out of the binding) -------------------
+/* ---- Benchmarks over a pool -------------------
  * Median nanoseconds of one cxk_obj_stat per name, timed around each call (CLOCK_MONOTONIC):
  * the name-table lookup cost as the pool fills; names may be present or absent (a miss probes
  * every host's table). *median_ns = 0 for n == 0. Returns 0 or -errno (-EINVAL for a NULL
@@ -918,7 +918,7 @@ CXK_API int cxk_aio_copy(void *dst, const void *src, uint64_t nbytes);
  * mapping without a second read of the bytes. *sum is set only when it returns 0. -EINVAL
  * for a NULL sum or buffer; nbytes == 0 gives the empty image's sum. */
 CXK_API int cxk_aio_copy_sum(void *dst, const void *src, uint64_t nbytes, uint64_t *sum);
-/* ---- issue 15: a SIGBUS guard over a range, for work on any thread (the AdamW kernel
+/* ---- a SIGBUS guard over a range, for work on any thread (the AdamW kernel
  * updating a subgroup where it lies in a mapped file, on a team of threads) ----
  * While [addr, addr + nbytes) is guarded, a SIGBUS fault at an address inside it, on any
  * thread of the process (a shared file mapping whose file was truncated under it), maps a
@@ -932,7 +932,7 @@ CXK_API int cxk_aio_guard_range(void *addr, uint64_t nbytes, int *id);
  * that is not guarding. */
 CXK_API int cxk_aio_unguard_range(int id, uint64_t *faults);
 
-/* ==== Rings: single-producer / single-consumer cells in a pool object (issue 14) ====
+/* ==== Rings: single-producer / single-consumer cells in a pool object ====
  * A ring is CXK_RING_HDR_BYTES of header lines then ncells cells of cell_bytes. Line 0
  * (geometry) is written once by the creator; line 1 (head, cells consumed) by the consumer
  * only; line 2 (closed flag) by the producer only; a cell by the producer only, its stamp
@@ -1043,7 +1043,7 @@ CXK_API int64_t cxk_wait_idle(struct cxk_wait *w);
  * producer closed it (-EPIPE), a producer until a cell can be reserved (0). -ETIMEDOUT once
  * timeout_ms passed (0: none). o NULL: the defaults. -EBADMSG as cxk_ring_peek. */
 CXK_API int cxk_ring_wait(cxk_ring *r, const struct cxk_wait_opts *o, uint32_t timeout_ms);
-/* ---- Same-host wake-up (issue 14) ----
+/* ---- Same-host wake-up ----
  * On a pool of coherence "host" (every party a process of one machine) a consumer that
  * reaches the sleep phase of its wait sleeps in FUTEX_WAIT on a word of the ring's producer
  * line instead of a timed sleep, and a publish wakes it at once: the consumer sets its
@@ -1071,7 +1071,7 @@ struct cxk_ring_wake_stats {
 };
 /* The handle's wake-up counters (since attach). -EINVAL for NULL. */
 CXK_API int cxk_ring_wake_stats(const cxk_ring *r, struct cxk_ring_wake_stats *st);
-/* ---- Adaptive spin (issue 14) ----
+/* ---- Adaptive spin ----
  * One per waiting party (an RPC client, an RPC server, a comm), driven by its waits; the
  * spin of each wait (at most opts.spin_us, the cap: CXLKIT_MSG_SPIN_US) follows three rules
  * (docs/msg.md, "Adaptive spin", has the convergence argument):
@@ -1120,7 +1120,7 @@ CXK_API void cxk_spin_end(struct cxk_spin *s, int64_t end_ns);
  * 1, 0, or -errno (sched_getaffinity's). */
 CXK_API int cxk_spin_overcommitted(void);
 
-/* ==== Messaging: MPI-style ranks over one pool (issue 14) =========================
+/* ==== Messaging: MPI-style ranks over one pool =========================
  * A job of nranks ranks (each a process, usually each with its own pool host id) on one
  * pool. Objects are named "msg.<job>.<rank>.<what>" and created by that rank only: its rank
  * object (identity, heartbeat, barrier sequence, a directory of the rings it writes), the
@@ -1207,7 +1207,7 @@ CXK_API uint64_t cxk_msg_eager_bytes(const cxk_comm *comm);
  * with): how its blocking calls poll. -EINVAL for a bad o (cxk_wait_opts_check). */
 CXK_API int cxk_msg_set_wait(cxk_comm *comm, const struct cxk_wait_opts *o);
 CXK_API int cxk_msg_get_wait(const cxk_comm *comm, struct cxk_wait_opts *o);
-/* issue 14: the adaptive spin (cxk_spin) of the comm's waits, and the same-host wake-up's
+/* the adaptive spin (cxk_spin) of the comm's waits, and the same-host wake-up's
  * counters summed over its rings (consumer counters from the rings peers write to us,
  * wakes_sent from ours). A wait for an incoming cell (recv, wait, waitany, probe, the rest of
  * an eager message, an RMA reply, a rendezvous's FIN) sleeps on the futexes of every peer's
@@ -1271,7 +1271,7 @@ CXK_API int cxk_msg_allreduce(cxk_comm *comm, const void *sendbuf, void *recvbuf
 /* Bytes of one element of type, 0 for an unknown type. */
 CXK_API size_t cxk_msg_type_size(int type);
 
-/* ---- issue 17: contexts for a layer above (the PMPI shim gives each communicator one) ----
+/* ---- contexts for a layer above (the PMPI shim gives each communicator one) ----
  * A message sent on context ctx matches only receives and probes on ctx. Context 0 is the one
  * of cxk_msg_isend / irecv / iprobe / probe; 1..CXK_MSG_CTX_FIRST-1 are the library's own
  * (-EINVAL); CXK_MSG_CTX_FIRST..0xffffffff are the caller's. Otherwise as the calls above. */
@@ -1285,7 +1285,7 @@ CXK_API int cxk_msg_iprobe_ctx(cxk_comm *comm, int source, int tag, uint32_t ctx
 CXK_API int cxk_msg_probe_ctx(cxk_comm *comm, int source, int tag, uint32_t ctx,
                               struct cxk_msg_status *st);
 
-/* issue 14, one copy through the pool: memory a rank gets from its comm lives in its own pool
+/* one copy through the pool: memory a rank gets from its comm lives in its own pool
  * partition ("msg.<job>.<rank>.mem.<k>"). A send above the eager limit whose whole buffer
  * lies in one such block is not copied by the sender: its request-to-send names the block and
  * the offset, the receiver copies straight out of it and answers FIN, and the send completes
@@ -1341,14 +1341,14 @@ CXK_API int cxk_win_post(cxk_win *win, const int *ranks, int n);
 CXK_API int cxk_win_start(cxk_win *win, const int *ranks, int n);
 CXK_API int cxk_win_complete(cxk_win *win);
 CXK_API int cxk_win_wait(cxk_win *win);
-/* issue 17: wait without blocking: *flag 1 once every origin of the post has completed (the
+/* wait without blocking: *flag 1 once every origin of the post has completed (the
  * exposure epoch then ends, as after cxk_win_wait), else 0. */
 CXK_API int cxk_win_test(cxk_win *win, int *flag);
 /* Passive target: the target grants locks in arrival order (shared ones together). */
 CXK_API int cxk_win_lock(cxk_win *win, int type, int target);
 CXK_API int cxk_win_unlock(cxk_win *win, int target);
 
-/* ==== RPC: fixed-size request and reply slots over rings (issue 14) ===============
+/* ==== RPC: fixed-size request and reply slots over rings ===============
  * A service "name" has one server and up to max_clients clients on one pool. Client k owns
  * the ring "rpc.<name>.<k>.req" (its requests), the server "rpc.<name>.<k>.rep" (replies)
  * and "rpc.<name>.srv" (geometry). A slot (ring cell) holds a 16-byte header and up to

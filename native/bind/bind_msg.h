@@ -18,7 +18,7 @@ cxk_pool *open_private(const std::vector<std::string> &paths, int host_id,
 cxk_wait_opts wait_opts(uint32_t spin_us, uint32_t yield_us, uint32_t sleep_us,
                         const std::string &what);
 
-// issue 14: the same-host wake-up's counters and the adaptive spin's state as dicts.
+// the same-host wake-up's counters and the adaptive spin's state as dicts.
 nb::dict wake_dict(const struct cxk_ring_wake_stats &w);
 nb::dict spin_dict(const struct cxk_spin &s);
 

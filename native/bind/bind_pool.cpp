@@ -327,7 +327,7 @@ CXK_BIND(pool) {
     m.attr("POOL_SHARED") = CXK_POOL_SHARED;
     m.attr("POOL_OVERCOMMIT") = CXK_POOL_OVERCOMMIT;
     m.attr("POOL_REPAIR") = CXK_POOL_REPAIR;
-    m.attr("POOL_READ_V1") = CXK_POOL_READ_V1;  // issue 18: a version 1 pool opens read-only
+    m.attr("POOL_READ_V1") = CXK_POOL_READ_V1;  // a version 1 pool opens read-only
     m.attr("POOL_LEASE_TIMEOUT_MIN_MS") = CXK_POOL_LEASE_TIMEOUT_MIN_MS;
     m.attr("POOL_LEASE_TIMEOUT_MAX_MS") = CXK_POOL_LEASE_TIMEOUT_MAX_MS;
     m.attr("POOL_NAME_MAX") = CXK_POOL_NAME_MAX;
@@ -465,7 +465,7 @@ CXK_BIND(pool) {
                                          __ATOMIC_RELAXED);
             return nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>(out, {n}, owner);
         }, nb::arg("offsets"))
-        // ---- one face (issue 11): a bounded counter add, for the KV store's shared counters
+        // ---- one face: a bounded counter add, for the KV store's shared counters
         // One u64 of the payload at an aligned offset inside the object (never past its end,
         // whatever the object's size), added to atomically: processes of one host are one
         // coherence domain, so a relaxed add is exact among them; other hosts only read it.
@@ -643,7 +643,7 @@ CXK_BIND(pool) {
             d["registers_bad"] = f.registers_bad;
             return d;
         }, nb::arg("repair"))
-        // format v2 (issue 18): host slots as a user sees them, and freeing a dead one's
+        // format v2: host slots as a user sees them, and freeing a dead one's
         .def("hosts", [](PoolHandle &h) {
             PoolHold use = h.hold();
             cxk_pool *p = use.get();
@@ -691,7 +691,7 @@ CXK_BIND(pool) {
         check(cxk_pool_stop_at(point.c_str(), count), "stop point " + point);
     });
 #endif
-    // ---- issue 18: upgrading a version 1 pool in place ----
+    // ---- upgrading a version 1 pool in place ----
     m.def("pool_upgrade", [](const std::string &path, bool shared) {
         cxk_pool_upgrade_info x{};
         int r;

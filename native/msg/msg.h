@@ -40,7 +40,7 @@ struct RankLive {          // line 1: the rank's heartbeat thread
 };
 struct RankSeq {           // line 2: the rank's barrier entries so far
     uint64_t barrier;
-    // issue 14, same-host wake-up of the barrier (coll.cpp; zero in a rank object of an
+    // same-host wake-up of the barrier (coll.cpp; zero in a rank object of an
     // older library: its peers then sleep to their futex timeout, 1 ms): both written by
     // this rank only. bwake: futex word, bumped after an entry that found a peer's bsleep
     // set; bsleep: 1 while this rank sleeps in a barrier on a peer's bwake.

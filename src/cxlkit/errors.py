@@ -40,7 +40,7 @@ class StaleObjectError(PoolError):
     """The object was destroyed or replaced while it was being read."""
 
 
-# ---- issue 10: pool reliability ----------------------------------------------------------
+# ---- pool reliability ----------------------------------------------------------
 class PoolForeignError(PoolError):
     """The pool file belongs to another user or every user can write it (pass group= to
     share a pool with a group)."""
@@ -96,7 +96,7 @@ def _typed(e: OSError, table: dict[int, tuple[type, str]]) -> OSError:
     return e
 
 
-# ---- memory placement (issue 11) ------------------------------------------------------------
+# ---- memory placement ------------------------------------------------------------
 class InsufficientMemoryError(MemoryError):
     """An allocation cannot fit in the memory its policy allows (would run into the OOM killer).
     nbytes: asked for; nodes: the nodes the policy may use; available: bytes they can give."""
@@ -162,7 +162,7 @@ _MSG_ERRORS = {
 }
 
 
-# ---- upgrading a version 1 pool (issue 18) --------------------------------------------
+# ---- upgrading a version 1 pool --------------------------------------------
 class PoolInUseError(PoolError):
     """The pool is in use by a live host (heartbeat younger than the lease timeout), so it
     cannot be upgraded now; `host` names the slot and its name."""

@@ -37,7 +37,7 @@ TAG_MAX = 0x7FFFFFFF
 _TYPES = {"int32": (0, "i"), "int64": (1, "q"), "uint32": (2, "I"), "uint64": (3, "Q"),
           "float32": (4, "f"), "float64": (5, "d")}
 _OPS = {"sum": 0, "min": 1, "max": 2, "replace": 3, "no_op": 4}
-_COHERENCE = {"host": 0, "none": 1, "sim": 2}  # as cxlkit.pool's ("sim": issue 16)
+_COHERENCE = {"host": 0, "none": 1, "sim": 2}  # as cxlkit.pool's
 # a bare ring's errors: EBADMSG at open is a foreign object (not a ring), later a bad cell
 _RING_ERRORS = {errno.EBADMSG: (MsgCorruptError, "not a ring (bad geometry), or a cell no "
                                                  "correct producer writes"),

@@ -1,0 +1,35 @@
+"""Project history (issue numbers, measurement rounds, who did what) belongs in git log and
+CHANGELOG.md, not in the code, the public headers or what the CLI prints: this walks include/,
+native/ and src/ and fails on any such reference, naming the file and line."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HISTORY = re.compile(r"\bissue \d+|\bround \d+\b|\bsprint\b|\bintegrator\b|\(zc\d+\)|"
+                     r"\bdefect \d+\b", re.I)
+SOURCES = ("*.py", "*.h", "*.c", "*.cpp", "*.map")
+
+
+def history_lines() -> list[str]:
+    found = []
+    for top in ("include", "native", "src"):
+        for pattern in SOURCES:
+            for path in sorted((ROOT / top).rglob(pattern)):
+                for no, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                    if HISTORY.search(line):
+                        found.append(f"{path.relative_to(ROOT)}:{no}: {line.strip()}")
+    return found
+
+
+def test_code_headers_and_cli_name_no_project_history():
+    assert history_lines() == []
+
+
+def test_the_pattern_catches_the_forms_history_takes():
+    for text in ("see issue 14", "(docs/train.md, round 10)", "the sprint", "(zc15)",
+                 "Nothing prints at exit (issue 11, defect 4)"):
+        assert HISTORY.search(text), text
+    for text in ("an issue with the ring", "rounded to bf16", "around 10 steps"):
+        assert not HISTORY.search(text), text
