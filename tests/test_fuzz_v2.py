@@ -182,8 +182,8 @@ SHORT = 40
 
 
 def test_short_fuzz_run_finds_no_new_crash_hang_wrong_bytes_or_untyped_error():
-    """Every static structure, and a few live ones (the bakery's live case hangs until the
-    child's bound, known: left to the long run)."""
+    """Every static structure, and a few live ones (the bakery's live case waits out the
+    bakery's bound, seconds a trial: left to the long run and the hostile-neighbour test)."""
     live = ["live:msg_hdr", "live:ring_cell@msg", "live:msg_rdv", "live:rpc_slot",
             "live:ring_head@rpc", "live:rpc_srv", "live:ring_head@msg"]
     static = ["superblock", "slot_identity", "slot_bakery", "slot_mutex", "slot_counters",
@@ -196,6 +196,7 @@ def test_short_fuzz_run_finds_no_new_crash_hang_wrong_bytes_or_untyped_error():
     r = fuzz_v2.run(SHORT, seed=20261128, timeout=10.0, structures=static + live)
     assert r["trials"] == SHORT
     assert r["new_findings"] == 0, r["new"]
+    assert not r["known_findings"], r["known_findings"]  # every known defect is fixed
     assert set(r["per_structure"]) == set(static + live)
     assert r["outcomes"].get("ok", 0) + r["outcomes"].get("typed", 0) > SHORT // 2, r
 
@@ -234,10 +235,6 @@ def test_verify_of_an_object_in_an_extent_another_host_claims_is_typed(template)
         Path(copy).unlink(missing_ok=True)
 
 
-class KnownDefect(AssertionError):
-    """Every failure of the case is the known defect it is marked with."""
-
-
 def _set_field(path: str, off: int, fmt: str, value: int, *, resign: bool = False) -> None:
     with open(path, "r+b") as f:
         f.seek(off)
@@ -254,12 +251,10 @@ def _set_field(path: str, off: int, fmt: str, value: int, *, resign: bool = Fals
     pytest.param("slot_counters", "ncreating", lambda t: t["host_table_off"] + 4096,
                  lambda cur: 300, "derived-counters-refuse", id="host1.ncreating=300"),
 ])
-@pytest.mark.xfail(raises=KnownDefect, strict=False, reason="known defects: "
-                   + "; ".join(fuzz_v2.KNOWN[k] for k in ("sb-data-off-unaligned",
-                                                          "derived-counters-refuse")))
-def test_known_pool_defects_replayed_exactly(template, structure, field, at, value, defect):
+def test_fixed_pool_defects_replayed_exactly_stay_fixed(template, structure, field, at,
+                                                       value, defect):
     """One field set as a trial of the fuzzer would, every user operation run on the copy:
-    no failure, or only the named known defect."""
+    no failure, and never the defect this case once showed."""
     path, t = template
     copy = f"{path}-known"
     shutil.copyfile(path, copy)
@@ -270,10 +265,7 @@ def test_known_pool_defects_replayed_exactly(template, structure, field, at, val
                    resign=structure == "superblock")
         m = {"structure": structure, "field": field}
         j = fuzz_v2.judge(m, fuzz_v2.exercise(copy, m, t, timeout=20))
-        if j["new"]:
-            raise AssertionError(f"new finding: {j['new']}")
-        if j["known"]:
-            assert j["known"] == [defect], j
-            raise KnownDefect(fuzz_v2.KNOWN[defect])
+        assert not j["new"], f"new finding: {j['new']}"
+        assert not j["known"], f"{fuzz_v2.KNOWN[defect]} is back: {j}"
     finally:
         Path(copy).unlink(missing_ok=True)

@@ -107,15 +107,9 @@ RPC_CASES = [
     ("rpc_slot", "id", HUGE, {"which": 1}),
     ("rpc_slot", "method", 0xFFFFFFFF, {"which": 1}),
 ]
-# cases known defects break on this branch (fuzz_v2.KNOWN), by (structure, field, which)
-# (the last: found by this test, fuzz_v2.REPORTED)
-KNOWN_CASES: dict[tuple, set[str]] = {
-    ("msg_hdr", "len", 1, 1 << 40): {"rdv-length-sizing"},
-    ("ring_head@rpc", "head", 1, HUGE): {"untyped-msg-rpc", "rpc-head-server-gone"},
-    ("ring_prod@rpc", "closed", 0, 1): {"rpc-dropped-client-told-server-gone"},
-    ("ring_cell@rpc", "nbytes", 1, 0xFFFFFFFF): {"rpc-dropped-client-told-server-gone"},
-    ("ring_cell@rpc", "stamp", 1, 7): {"rpc-dropped-client-told-server-gone"},
-}
+# cases a known defect breaks (fuzz_v2.KNOWN), by (structure, field, which, value): none
+# since their fixes; a case listed here is expected to fail only with that defect
+KNOWN_CASES: dict[tuple, set[str]] = {}
 
 
 def _key(s: str, f: str, v, kw: dict) -> tuple:
@@ -152,7 +146,6 @@ def test_garbage_in_a_live_rpc_service_gives_typed_errors_never_a_hang(live_pool
 
 
 @pytest.mark.slow
-@known({"bakery-garbage-hang"})
 @pytest.mark.parametrize("field, value", [("choosing", 1), ("number", 1)])
 def test_a_live_host_lying_in_its_bakery_registers_does_not_hang_creates(live_pool, field,
                                                                          value):
