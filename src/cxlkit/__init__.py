@@ -38,3 +38,17 @@ from .pool_upgrade import upgrade as upgrade_pool  # noqa: E402
 
 __all__ += ["HostReleasedError", "PoolInUseError", "PoolReadOnlyError", "UpgradeReport",
             "upgrade_pool"]
+
+# ---- untrusted pools: a stuck host, removal, messaging and RPC errors ----
+from .errors import (MsgClosedError, MsgCorruptError, MsgError, MsgExistsError,  # noqa: E402
+                     MsgMemoryError, MsgNotFoundError, MsgPermissionError, MsgPoolFullError,
+                     MsgValueError, PeerLostError, PoolHostStuckError, RpcBusyError,
+                     RpcCorruptError, RpcError, RpcPoolFullError, RpcServerLostError,
+                     RpcTimeoutError)
+from .pool import RemovedPool  # noqa: E402
+
+__all__ += ["PoolHostStuckError", "RemovedPool", "MsgError", "MsgCorruptError",
+            "MsgExistsError", "MsgNotFoundError", "MsgPermissionError", "MsgClosedError",
+            "MsgMemoryError", "MsgValueError", "MsgPoolFullError", "PeerLostError", "RpcError",
+            "RpcBusyError", "RpcCorruptError", "RpcPoolFullError", "RpcServerLostError",
+            "RpcTimeoutError"]
