@@ -24,11 +24,15 @@ $(DEPS_STAMP): pyproject.toml Makefile | $(VPY)
 
 deps: sysdeps $(DEPS_STAMP)
 
-# ---- sysdeps (issue 15): liburing-dev for native/aio's io_uring backend. Installed only when
-# missing, with apt-get where it exists and we are root; without it the build still works
-# (native/aio falls back to its thread pool), so a failure here only warns. ----
+# ---- sysdeps: liburing-dev for native/aio's io_uring backend, tmux for the terminal-width
+# tests. Installed only when missing, with apt-get where it exists and we are root; without
+# them the build still works (native/aio falls back to its thread pool, those tests skip), so
+# a failure here only warns. ----
 .PHONY: sysdeps
 sysdeps:
+	@if ! command -v tmux >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && \
+	  [ "$$(id -u)" = 0 ]; then (apt-get update && apt-get install -y tmux) || \
+	  echo "warning: tmux not installed: the terminal-width tests skip"; fi
 	@if ! dpkg -s liburing-dev >/dev/null 2>&1; then \
 	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
 	    (apt-get update && apt-get install -y liburing-dev) || \

@@ -29,10 +29,10 @@ def at_80(capsys, monkeypatch, *args) -> str:
     return out.out
 
 
-def fits(text: str) -> None:
+def fits(text: str, width: int = 80) -> None:
     assert "…" not in text, text
     for line in text.splitlines():
-        assert len(line) <= 80, line
+        assert len(line) <= width, line
 
 
 def whole(text: str, *numbers: str) -> None:
@@ -122,14 +122,15 @@ def test_help_summaries_are_not_cut_at_the_docstrings_line_breaks(capsys, monkey
     assert not re.search(r"keep it\s*│\s*$", out, re.M), out
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
-def test_tiers_in_an_80_column_terminal(tmp_path):
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (make sysdeps)")
+@pytest.mark.parametrize("columns", [80, 120])
+def test_tiers_in_a_real_terminal_of_80_and_120_columns(tmp_path, columns):
     sock, chan = f"cxlkit-test-{uuid.uuid4().hex[:8]}", "cxlkit-done"
     cmd = (f"{sys.executable} -c 'from cxlkit.cli.main import main; main()' tiers --sysfs-root "
            f"{FIXTURES / 'cxl-hmat'}; tmux -L {sock} wait-for -S {chan}; sleep 60")
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     tm = ["tmux", "-L", sock, "-f", "/dev/null"]
-    subprocess.run([*tm, "new-session", "-d", "-x", "80", "-y", "60", cmd], check=True,
+    subprocess.run([*tm, "new-session", "-d", "-x", str(columns), "-y", "60", cmd], check=True,
                    env=env, timeout=30)
     try:
         subprocess.run([*tm, "wait-for", chan], check=True, timeout=60)  # the command is done
@@ -137,5 +138,5 @@ def test_tiers_in_an_80_column_terminal(tmp_path):
                              capture_output=True, text=True, timeout=30).stdout
     finally:
         subprocess.run([*tm, "kill-server"], timeout=30)
-    fits(out)
+    fits(out, columns)
     whole(out, "80/80 ns", "102/102 GB/s", "region0")
