@@ -100,7 +100,7 @@ ENGINE_TESTS :=
 include $(wildcard mk/*.mk)
 test-engines: $(ENGINE_TESTS)
 
-# ---- issue 16: pool, KV, ring, RPC and messaging suites again under the non-coherence simulator
+# ---- pool, KV, ring, RPC and messaging suites again under the non-coherence simulator
 # (docs/pool-format.md): every pool a test opens without naming a coherence is simulated,
 # once per seed (more: make test-sim SIM_SEEDS="1 2 3"
 # SIM_TESTS="tests/test_pool*.py tests/test_kv_*.py tests/test_msg*.py tests/test_rpc.py").

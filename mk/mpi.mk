@@ -19,7 +19,7 @@ MPI4PY_VERSION := 4.1.2
 mpi-deps:
 	@if ! command -v mpicc.mpich >/dev/null 2>&1 || ! command -v mpicc.openmpi >/dev/null 2>&1; then \
 	  apt-get update && apt-get install -y mpich libmpich-dev openmpi-bin libopenmpi-dev; fi
-	@# issue 17's programs under the shim: Fortran (each MPI's mpif90 needs gfortran), NetPIPE
+	@# real programs under the shim: Fortran (each MPI's mpif90 needs gfortran), NetPIPE
 	@if ! command -v gfortran >/dev/null 2>&1 || ! command -v NPmpich2 >/dev/null 2>&1 || \
 	  ! command -v NPopenmpi >/dev/null 2>&1; then \
 	  apt-get update && apt-get install -y gfortran netpipe-mpich2 netpipe-openmpi; fi
@@ -63,7 +63,7 @@ bench-osu: osu-build
 
 ENGINE_TESTS += test-mpi
 
-# ---- issue 17: the PMPI shim, one build per MPI (their mpi.h differ: MPICH's handles are
+# ---- the PMPI shim, one build per MPI (their mpi.h differ: MPICH's handles are
 # ints, Open MPI's pointers), next to libcxlkit.so (found through $ORIGIN):
 #   LD_PRELOAD=$(CBUILD)/libcxlkit_mpi_mpich.so mpiexec.mpich -n N ./app
 # test-mpi-shim runs tests/mpi/p2p_check.c under both MPIs with and without the shim (the
