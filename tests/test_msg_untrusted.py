@@ -138,6 +138,22 @@ def test_pool_refuses_to_close_under_a_comm_and_closes_after_it(pool_path):
     assert pool.closed
 
 
+def test_an_error_leaving_a_pool_block_is_not_hidden_by_the_comm_still_using_the_pool(
+        pool_path):
+    # a failed step leaves the block with the comm still open: the step's error is the one
+    # raised, not the pool's refusal to close under the comm (which a clean exit still gets)
+    with pytest.raises(msg.MsgError, match="nobody"):
+        with cxlkit.Pool(pool_path, size="16M", host_id=0) as pool:
+            comm = msg.Comm(pool, rank=0, size=1, job="failing")
+            raise msg.MsgError(0, "a step failed: nobody answered")
+    comm.close()
+    with pytest.raises(BufferError, match="messaging"):
+        with cxlkit.Pool(pool_path, host_id=0) as pool:
+            comm = msg.Comm(pool, rank=0, size=1, job="clean")
+    comm.close()
+    pool.close()
+
+
 # ---- lengths read from the pool (every wait bounded: timeout_ms) ------------------------
 
 def _first_cell(pool: cxlkit.Pool, ring: str) -> tuple[cxlkit.pool.PoolObject, int]:

@@ -390,8 +390,15 @@ class Pool:
     def __enter__(self) -> Pool:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        try:
+            self.close()
+        except BufferError:
+            # views or communicators still use the pool: with an error already on its way out
+            # of the block, that error is the one to report (the pool is unmapped once the
+            # last user is dropped); without one, the refusal is the error
+            if exc_type is None:
+                raise
 
     def __repr__(self) -> str:
         return f"<Pool {self._h.label} host={self._h.host_id}{' closed' if self.closed else ''}>"

@@ -498,33 +498,39 @@ def msg_rank(step, path: str, rank: int) -> list[dict]:
     if not ok:
         return rec.events
     with p:
-        ok, c = rec.op("msg.join", msg.Comm, p, rank=rank, size=2, job=JOB, join_ms=5000,
-                       timeout_ms=5000)
-        if not ok:
-            return rec.events
-        peer = 1 - rank
-        for tag, n in ((1, 100), (2, 100_000)):  # rank 0 sends first: rendezvous sends block
-            for turn in ((rank, peer) if rank == 0 else (peer, rank)):
-                if turn == rank and not rec.op("msg.send", c.send,
-                                               payload(f"restart-{rank}-{tag}", n), peer, tag)[0]:
-                    return rec.events
-                if turn == peer:
-                    ok, got = rec.op("msg.recv", c.recv, peer, tag)
-                    if not ok:
-                        return rec.events
-                    if got[0] != payload(f"restart-{peer}-{tag}", n):
-                        rec.note("msg.recv", "wrong", f"tag {tag}: {len(got[0])} bytes differ")
-        ok, w = rec.op("msg.window", c.window, 4096)
-        if ok:
-            w.local[:4] = bytes([rank] * 4)
-            rec.op("msg.barrier", c.barrier)
-            ok, got = rec.op("msg.get", w.get, 4, peer)
-            if ok and got != bytes([peer] * 4):
-                rec.note("msg.get", "wrong", f"window bytes {got!r}")
-            rec.op("msg.barrier", c.barrier)
-            rec.op("msg.win_free", w.free)
-        rec.op("msg.close", c.close)
+        # the comm lives in the body alone: a failed step returns from it, and the comm it
+        # drops (left without close(), as a failed rank is) detaches before the pool closes
+        _msg_rank_body(rec, p, rank, msg)
     return rec.events
+
+
+def _msg_rank_body(rec: Recorder, p, rank: int, msg) -> None:
+    ok, c = rec.op("msg.join", msg.Comm, p, rank=rank, size=2, job=JOB, join_ms=5000,
+                   timeout_ms=5000)
+    if not ok:
+        return
+    peer = 1 - rank
+    for tag, n in ((1, 100), (2, 100_000)):  # rank 0 sends first: rendezvous sends block
+        for turn in ((rank, peer) if rank == 0 else (peer, rank)):
+            if turn == rank and not rec.op("msg.send", c.send,
+                                           payload(f"restart-{rank}-{tag}", n), peer, tag)[0]:
+                return
+            if turn == peer:
+                ok, got = rec.op("msg.recv", c.recv, peer, tag)
+                if not ok:
+                    return
+                if got[0] != payload(f"restart-{peer}-{tag}", n):
+                    rec.note("msg.recv", "wrong", f"tag {tag}: {len(got[0])} bytes differ")
+    ok, w = rec.op("msg.window", c.window, 4096)
+    if ok:
+        w.local[:4] = bytes([rank] * 4)
+        rec.op("msg.barrier", c.barrier)
+        ok, got = rec.op("msg.get", w.get, 4, peer)
+        if ok and got != bytes([peer] * 4):
+            rec.note("msg.get", "wrong", f"window bytes {got!r}")
+        rec.op("msg.barrier", c.barrier)
+        rec.op("msg.win_free", w.free)
+    rec.op("msg.close", c.close)
 
 
 def rpc_server(step, path: str, ready, done) -> list[dict]:
