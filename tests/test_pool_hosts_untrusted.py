@@ -19,7 +19,7 @@ import cxlkit
 CHILD_TIMEOUT_S = 60
 
 PRELUDE = textwrap.dedent("""
-    import errno, mmap, os, struct, sys, threading, time
+    import ctypes, errno, mmap, os, struct, sys, threading, time
     import cxlkit
     from cxlkit.errors import PoolHostStuckError
 
@@ -33,7 +33,9 @@ PRELUDE = textwrap.dedent("""
     table = struct.unpack_from("<Q", m, 112)[0]
 
     def put(h, off, v):
-        struct.pack_into("<Q", m, table + 4096 * h + off, v)
+        # one 8-byte store, as a host writes its words: struct.pack_into writes byte by byte,
+        # and a reader that catches a torn heartbeat takes the host for dead
+        ctypes.c_uint64.from_buffer(m, table + 4096 * h + off).value = v
 
     def get(h, off):
         return struct.unpack_from("<Q", m, table + 4096 * h + off)[0]
