@@ -80,8 +80,10 @@ def plot_memory(doc: dict, outdir: str | Path, prefix: str = "memory") -> list[P
         fig = _figure()
         ax = fig.add_subplot()
         for n, pts in loaded.items():
+            pts = sorted(pts, key=lambda p: p["gbps"])  # a line through rising bandwidth
             ax.plot([p["gbps"] for p in pts], [p["ns"] for p in pts], marker="o",
                     label=f"node {n}")
+        ax.set_ylim(bottom=0)  # from zero: a few ns of noise must not look like a knee
         written.append(_finish(fig, ax, doc, "loaded latency",
                                "bandwidth of the load generators (GB/s)",
                                "ns per dependent load", out / f"{prefix}_loaded_latency.png"))
