@@ -246,22 +246,24 @@ int sys_timerslack_set(unsigned long ns) noexcept {
     if (int e = fault_check(Sys::prctl)) return e;
     return int(ret(prctl(PR_SET_TIMERSLACK, ns, 0, 0, 0)));
 }
-int sys_ofd_lock(int fd, long long at, int type) noexcept {
-    if (int e = fault_check(Sys::fcntl)) return e;
+
+// One byte at `at`, locked (or asked about) as `type`: the lock records of the two OFD calls.
+static struct flock ofd_byte(long long at, int type) noexcept {
     struct flock l {};
     l.l_type = short(type);
     l.l_whence = SEEK_SET;
     l.l_start = off_t(at);
     l.l_len = 1;
+    return l;
+}
+int sys_ofd_lock(int fd, long long at, int type) noexcept {
+    if (int e = fault_check(Sys::fcntl)) return e;
+    struct flock l = ofd_byte(at, type);
     return int(ret(::fcntl(fd, F_OFD_SETLK, &l)));
 }
 int sys_ofd_held(int fd, long long at, int type) noexcept {
     if (int e = fault_check(Sys::fcntl)) return e;
-    struct flock l {};
-    l.l_type = short(type);
-    l.l_whence = SEEK_SET;
-    l.l_start = off_t(at);
-    l.l_len = 1;
+    struct flock l = ofd_byte(at, type);
     if (::fcntl(fd, F_OFD_GETLK, &l) != 0) return -errno;
     return l.l_type == F_UNLCK ? 0 : 1;
 }
