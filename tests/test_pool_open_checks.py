@@ -87,3 +87,23 @@ def test_a_symlink_loop_named_as_a_pool_is_a_typed_error(tmp_path):
     with pytest.raises(cxlkit.PoolFormatError, match="loop") as ei:
         cxlkit.Pool(str(a), host_id=0)
     assert str(a) in str(ei.value)
+
+
+MAX_OBJECTS = 96  # superblock field (tests/fuzz/layout.py)
+
+
+def test_a_host_holding_more_names_than_a_rewritten_max_objects_allows_is_not_clean(pool_path):
+    with cxlkit.Pool(pool_path, size=8 * MiB, host_id=0) as p:
+        for i in range(5):
+            p.create(f"o{i}", data=b"x" * 100).close()
+    with open(pool_path, "r+b") as f:
+        sb = bytearray(f.read(248))
+        struct.pack_into("<Q", sb, MAX_OBJECTS, 3)  # fewer than host 0 holds, validly sealed
+        _reseal(sb)
+        f.seek(0)
+        f.write(sb)
+    with cxlkit.Pool(pool_path, host_id=0) as p:
+        with pytest.raises(cxlkit.PoolFullError):  # the superblock's word is the rule
+            p.create("o5", data=b"y")
+        rep = p.fsck()
+        assert rep.errors >= 1 and not rep.clean  # and fsck says the two disagree

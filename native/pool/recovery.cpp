@@ -479,7 +479,11 @@ int cxk_pool_fsck(cxk_pool *p, unsigned flags, struct cxk_fsck_report *r) {
     for (uint32_t h = 0; h < p->geo.max_hosts; ++h) {
         if (!host_used(p, h)) continue;
         std::unordered_map<uint64_t, uint64_t> gens;  // held block -> gen
+        const uint64_t named = r->objects_live + r->objects_creating;
         fsck_blocks(p, h, r, &seen, &gens);
+        // more names than the superblock lets a host hold: the superblock and the tables
+        // disagree (one was rewritten), and creates are refused as full
+        if (r->objects_live + r->objects_creating - named > p->geo.max_objects) r->errors++;
         if (counters_disagree(p, h)) r->counters_wrong++;
         fsck_registers(p, h, r);
         crash_point(Crash::fsck_entries);  // tests stop here while another host creates
