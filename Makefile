@@ -45,8 +45,8 @@ sysdeps:
 # suite uses); what users install from the package is a release build without them.
 build: deps
 	@mkdir -p build
-	@echo "building cxlkit's C++ core and Python module (about 2 minutes the first time on 2 cores;"
-	@echo "pip says 'still running...' meanwhile; later builds recompile only what changed)"
+	@echo "building cxlkit's C++ core and Python module: about 2 minutes the first time"
+	@echo "on 2 cores (pip says 'still running...'); later builds redo only what changed"
 	flock build/.lock $(VPY) -m pip install --no-build-isolation --no-deps \
 	  --config-settings=cmake.define.CXLKIT_TESTING=ON -e '.[all]'
 	touch $(BUILD_STAMP)
