@@ -349,3 +349,17 @@ def test_checksum_mode_refuses_a_message_without_a_checksum(pool_path):
             comm.close()
         except MsgError:
             pass
+
+
+def test_a_closed_comm_or_ring_raises_a_MsgError_that_is_still_a_ValueError(pool_path):
+    with cxlkit.Pool(pool_path, size="16M", host_id=0) as pool:
+        comm = msg.Comm(pool, rank=0, size=1, job="shut")
+        comm.close()
+        with pytest.raises(msg.MsgError, match="job shut rank 0 .*communicator is closed") as ei:
+            comm.send(b"x", 0)
+        assert isinstance(ei.value, ValueError)
+        ring = msg.Ring.create(pool, "shut-ring", cell_bytes=128, ncells=4)
+        ring.close()
+        with pytest.raises(msg.MsgError, match="ring is closed") as ei:
+            ring.push(b"x")
+        assert isinstance(ei.value, ValueError)

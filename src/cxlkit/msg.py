@@ -253,11 +253,11 @@ class Comm:
 
     @property
     def rank(self) -> int:
-        return self._c.rank
+        return self._call(lambda: self._c.rank)
 
     @property
     def size(self) -> int:
-        return self._c.size
+        return self._call(lambda: self._c.size)
 
     @property
     def wait(self) -> WaitPolicy:
@@ -306,6 +306,12 @@ class Comm:
             return fn(*args)
         except OSError as e:
             raise self._error(e) from None
+        except ValueError:
+            if self._c.closed:  # the binding's refusal of a closed communicator
+                raise MsgValueError(errno.EBADF, f"job {self.job} rank {self._my_rank} on pool "
+                                                 f"{self.pool_path}: the communicator is "
+                                                 "closed; make a new Comm") from None
+            raise
 
     def _error(self, e: OSError) -> OSError:
         where = f"job {self.job} rank {self._my_rank} on pool {self.pool_path}"
@@ -601,10 +607,15 @@ class Ring:
             return fn(*args)
         except OSError as e:
             raise _msg_typed(e, self._where, _RING_ERRORS) from None
+        except ValueError as e:
+            if str(e).startswith("closed ring"):  # the binding's refusal of a closed ring
+                raise MsgValueError(errno.EBADF, f"{self._where}: the ring is closed; open it "
+                                                 "again") from None
+            raise
 
     @property
     def payload_max(self) -> int:
-        return self._r.payload_max
+        return self._call(lambda: self._r.payload_max)
 
     @property
     def ncells(self) -> int:
