@@ -847,7 +847,7 @@ def _unprovable(path: str, d: dict[str, Any], force: bool) -> str | None:
         return why
     cls = PoolVersionError if err == errno.EPROTONOSUPPORT else PoolCorruptError
     raise cls(err, f"pool magic found but {why}: it cannot be proven a pool, nothing removed; "
-              "--force (force=True) removes it anyway", path)
+              "remove it anyway with `cxlkit pool rm --force`, or force=True", path)
 
 
 # cxlkit's other files in /dev/shm: subgroup manifests and lock files, a pool's temporary
