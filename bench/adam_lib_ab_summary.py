@@ -3,7 +3,7 @@
 table per (params, model): medians over runs of each run's paired figures, per-run values
 beside them.
 
-  .venv/bin/python bench/adam_lib_ab_summary.py docs/results/adam_e2e/run11/lib_ab_*.jsonl
+  .venv/bin/python bench/adam_lib_ab_summary.py build/adam_e2e/lib_ab_*.jsonl
 """
 from __future__ import annotations
 

@@ -1,10 +1,15 @@
 """Project history (issue numbers, measurement rounds, who did what) belongs in git log and
-CHANGELOG.md, not in the code, the public headers or what the CLI prints: this walks include/,
-native/ and src/ and fails on any such reference, naming the file and line."""
+CHANGELOG.md, not in the code, the public headers, what the CLI prints or the docs: this walks
+include/, native/, src/, docs/ and README.md and fails on any such reference, naming the file
+and line; and raw benchmark results stay out of the tree (under build/)."""
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 HISTORY = re.compile(r"\bissue \d+|\bround \d+\b|\bsprint\b|\bintegrator\b|\(zc\d+\)|"
@@ -23,8 +28,29 @@ def history_lines() -> list[str]:
     return found
 
 
+DOC_HISTORY = re.compile(r"\bissue \d+|\bsprint\b|\bintegrator\b|\bengineers?\b", re.I)
+
+
+def doc_history_lines() -> list[str]:
+    docs = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+    return [f"{p.relative_to(ROOT)}:{no}: {line.strip()}" for p in docs
+            for no, line in enumerate(p.read_text().splitlines(), 1) if DOC_HISTORY.search(line)]
+
+
 def test_code_headers_and_cli_name_no_project_history():
     assert history_lines() == []
+
+
+def test_the_docs_name_no_project_history():
+    assert doc_history_lines() == []
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(),
+                    reason="needs a git checkout")
+def test_no_raw_results_are_tracked_in_docs():
+    out = subprocess.run(["git", "-C", str(ROOT), "ls-files", "docs/results"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out == ""
 
 
 def test_the_pattern_catches_the_forms_history_takes():
