@@ -97,14 +97,6 @@ def test_adam_summary_takes_medians_over_saved_runs(tmp_path):
                     "1.10, 1.30, 0.90 |"]
 
 
-def test_the_committed_adam_results_summarize():
-    runs = sorted(str(p) for p in (ROOT / "docs" / "results" / "adam").glob("run*.jsonl"))
-    assert len(runs) == 3
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "adam.py"), "--summary", *runs],
-                       capture_output=True, text=True, timeout=60, check=True)
-    assert len([x for x in r.stdout.splitlines() if x.startswith("| ")]) == 1 + 24  # header, rows
-
-
 def test_pool_bench_runs_over_the_public_pool_face():
     rows = run("pool.py", "--ops", "20", "--repeat", "1", "--copy-mib", "1",
                "--lookup-max", "1000", "--fill-mib", "16")
