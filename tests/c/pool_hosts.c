@@ -48,10 +48,7 @@ static cxk_pool *open_pool(const char *path, int host, uint32_t lease_ms, uint32
     o.max_hosts = hosts;
     o.max_objects = kMaxObjects;
     o.lease_timeout_ms = lease_ms;
-    cxk_pool *p = NULL;
-    int r = cxk_pool_open(path, &o, &p);
-    if (r) fprintf(stderr, "open %s as host %d: %s\n", path, host, strerror(-r));
-    return p;
+    return test_pool_open_opts(path, &o);
 }
 
 /* ---- live hosts without cxlkit code: their heartbeats are kept fresh by a thread ------- */

@@ -10,6 +10,13 @@
 
 #include "cxlkit.h"
 
+/* Open with options the caller filled (cxk_pool_opts_init first). */
+static inline cxk_pool *test_pool_open_opts(const char *path, const struct cxk_pool_opts *o) {
+    cxk_pool *p = NULL;
+    int r = cxk_pool_open(path, o, &p);
+    if (r) fprintf(stderr, "open %s as host %d: %s\n", path, (int)o->host_id, strerror(-r));
+    return p;
+}
 static inline cxk_pool *test_pool_open(const char *path, int host, unsigned flags, uint64_t size,
                                        uint32_t max_hosts, int coherence) {
     struct cxk_pool_opts o;
@@ -19,10 +26,7 @@ static inline cxk_pool *test_pool_open(const char *path, int host, unsigned flag
     o.host_id = host;
     o.max_hosts = max_hosts;
     o.coherence = coherence;
-    cxk_pool *p = NULL;
-    int r = cxk_pool_open(path, &o, &p);
-    if (r) fprintf(stderr, "open %s as host %d: %s\n", path, host, strerror(-r));
-    return p;
+    return test_pool_open_opts(path, &o);
 }
 /* A failed CHECK exits wherever it is: the pool file goes too, but only the process that
  * named it removes it (a forked child's exit must not pull it from under its parent). */
