@@ -56,10 +56,10 @@ import tempfile
 import numpy as np
 
 from cxlkit.train import adam as A
-from cxlkit.train import spill_split as S
-from cxlkit.train.spill_mapped import MEMORY_FS, fs_type
-from cxlkit.train.spill_paths import parse_path
-from cxlkit.train.subgroups import SubgroupStore
+from cxlkit.train.spill import split as S
+from cxlkit.train.spill.path_mapped import MEMORY_FS, fs_type
+from cxlkit.train.spill.paths import parse_path
+from cxlkit.train.spill.store import SubgroupStore
 
 BF16 = A.DTYPES["bfloat16"]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -510,8 +510,8 @@ def bench_pool(spec: str, shm: str, params: int, subgroup: int) -> str | None:
     if spec != "auto":
         return f"pool:{spec}"
     from cxlkit import Pool
-    from cxlkit.train import subgroup_layout as L
-    from cxlkit.train.spill_paths import HEADER_NBYTES
+    from cxlkit.train.spill import layout as L
+    from cxlkit.train.spill.paths import HEADER_NBYTES
     slot = HEADER_NBYTES + L.pad(12 * subgroup)
     nbytes = 2 * (2 * (params // subgroup) + 2) * (slot + (1 << 20)) + (64 << 20)
     path = os.path.join(shm, "pool")
@@ -563,8 +563,8 @@ def main() -> None:
     if not 0 <= a.capacity <= 1:
         ap.error(f"--capacity {a.capacity}: expected a fraction of the state in 0..1")
     # bytes for floor(capacity * M) subgroups of two slots each on a memory path
-    from cxlkit.train import subgroup_layout as L
-    from cxlkit.train.spill_paths import HEADER_NBYTES
+    from cxlkit.train.spill import layout as L
+    from cxlkit.train.spill.paths import HEADER_NBYTES
     a.cap_bytes = int(a.capacity * (params // subgroup)) * 2 * (HEADER_NBYTES +
                                                                 L.pad(12 * subgroup))
     tmp = [tempfile.mkdtemp(prefix="cxlkit-sgbench-", dir=d) for d in (a.disk, a.tmpfs)]

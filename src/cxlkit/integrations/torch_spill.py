@@ -9,8 +9,7 @@ from typing import Any
 
 import torch
 
-from ..train.spill_config import OffloadConfig, from_config
-from ..train.subgroups import SubgroupStore
+from ..train.spill import OffloadConfig, SubgroupStore, from_config
 from .torch_adamw import TieredAdamW
 from .torch_common import (_CODES, _SUPPORTED, _closure_loss, _np, check_saved_groups,
                            take_saved_hyperparams)
