@@ -674,3 +674,47 @@ def test_corrupt_pool_object_raises_SubgroupCorruptError_from_its_check(pool_pat
         obj[slot * st.slot_nbytes + L.ALIGN + 100] ^= 0xFF
         del obj  # a view of the pool's mapping: the pool closes only without views
         check_state(st, ref)  # the buffer it was read into was given back: nothing lost
+
+
+def test_store_options_build_a_spill_config_and_an_unknown_one_raises_TypeError_naming_it():
+    from cxlkit.train import SpillConfig
+    st = SubgroupStore(["mem"], subgroup_params=300, cache_subgroups=5, bandwidths=[1])
+    try:
+        assert st.config == SpillConfig(subgroup_params=300, cache_subgroups=5,
+                                        bandwidths=(1,))
+        assert st.cache_subgroups == 5 and st.lock == "exclusive"  # options read as before
+    finally:
+        st.close()
+    with SubgroupStore(["mem"], SpillConfig(subgroup_params=300, bandwidths=[1])) as st:
+        st.bind([[600]])
+        assert len(st.subgroups) == 2
+    with pytest.raises(TypeError, match="cache_subgroup .*known: .*cache_subgroups"):
+        SubgroupStore(["mem"], cache_subgroup=5)
+    with pytest.raises(TypeError, match="not both"):
+        SubgroupStore(["mem"], SpillConfig(), verify=False)
+    with pytest.raises(ValueError, match="cache_subgroups 2"):
+        SpillConfig(cache_subgroups=2)
+
+
+OLD_PATHS = {"spill_base": "path_base", "spill_paths": "paths", "spill_copy": "path_copy",
+             "spill_mapped": "path_mapped", "subgroup_layout": "layout", "spill_split": "split",
+             "spill_plan": "planner", "spill_config": "offload_config", "subgroups": "store"}
+
+
+def test_old_module_paths_import_the_moved_modules_with_a_DeprecationWarning():
+    code = ("import importlib, json, warnings\n"
+            f"old = {OLD_PATHS!r}\n"
+            "out = {}\n"
+            "for o, n in old.items():\n"
+            "    with warnings.catch_warnings(record=True) as w:\n"
+            "        warnings.simplefilter('always')\n"
+            "        a = importlib.import_module('cxlkit.train.' + o)\n"
+            "    b = importlib.import_module('cxlkit.train.spill.' + n)\n"
+            "    out[o] = [a is b, any(issubclass(x.category, DeprecationWarning)\n"
+            "                          and n in str(x.message) for x in w)]\n"
+            "print(json.dumps(out))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    import json
+    assert json.loads(r.stdout) == {o: [True, True] for o in OLD_PATHS}
+    from cxlkit.train.spill.store import DEFAULT_SUBGROUP_PARAMS, busy_seconds  # noqa: F401

@@ -16,6 +16,7 @@ from torch.optim import optimizer as _torch_optimizer
 from .. import policy as P
 from ..train import adam as A
 from ..train.plan import TrainPlan
+from .torch_params import ParamCopies, StepCounts
 from .torch_common import (_CODES, _SUPPORTED, _closure_loss, _default_team, _flat_f32, _np,
                            check_saved_groups, take_saved_hyperparams)
 
@@ -114,21 +115,14 @@ class TieredAdamW(torch.optim.Optimizer):
         self._buffers: list[tuple[str, P.Buffer]] = []
         self._views: dict[int, tuple[Any, Any, Any]] = {}  # id(param) -> numpy (master, m, v)
         self._grad_views: dict[int, torch.Tensor] = {}
-        self._copies: dict[int, tuple[int, Any]] = {}  # id(param) -> (data_ptr, numpy view)
         # id(param) -> the placed fp32 view a param that is its own master lives in, or None
         self._own: dict[int, torch.Tensor | None] = {}
-        # id(param) -> (alias of the param's storage, its version) when last synced, for
-        # params off the CPU: their staged copy is refilled when either changed
-        self._seen: dict[int, tuple[torch.Tensor, int]] = {}
-        self._stage: dict[int, torch.Tensor] = {}  # id(param) -> its staged CPU copy
+        self._copies = ParamCopies()  # what the kernel writes params that are not masters to
         self._warned_grads = False
         self._warned_resync = False
-        self._reread = 0  # elements re-read by _reread_if_changed, for this step's warning
         self._cfgs: dict[int, tuple[tuple, A.AdamConfig]] = {}  # id(group) -> (key, config)
         self._ncount = (-1, 0)  # (len(param_groups), params in them) for _nparams
-        # id(param) -> (its state["step"], a 0-d view of slot i of its group's count array,
-        # that array as numpy, i): step() advances counts with numpy, not a torch op
-        self._counts: dict[int, tuple[torch.Tensor, Any, int]] = {}
+        self._counts = StepCounts()
         if nt_copy != "auto" and not isinstance(nt_copy, bool):
             raise ValueError(f"nt_copy {nt_copy!r}: expected True, False or 'auto'")
         if isinstance(team, str) and team not in ("auto", "openmp"):
@@ -206,8 +200,7 @@ class TieredAdamW(torch.optim.Optimizer):
                                                   for p, o in zip(params, own) if not o))
             praw = torch.frombuffer(pbuf, dtype=torch.uint8)
         off = moff = boff = poff = 0
-        counts = torch.zeros(len(params))  # every param's step count, one slot each
-        counts_np = counts.numpy()
+        counts = self._counts.add_group(params)
         for i, (p, is_own) in enumerate(zip(params, own)):
             k = p.numel()
             if is_own and not moved[i]:
@@ -224,7 +217,6 @@ class TieredAdamW(torch.optim.Optimizer):
                 if is_own:  # the param moves into the placed master buffer (one copy, now)
                     p.data = mv
                     self._own[id(p)] = mv
-            self._counts[id(p)] = (counts[i], counts_np, i)
             self.state[p] = {"step": counts[i], "exp_avg": m_all[off:off + k].view(p.shape),
                              "exp_avg_sq": v_all[off:off + k].view(p.shape), "master": mv}
             self._views[id(p)] = (mv.numpy(), m_all[off:off + k].numpy(),
@@ -241,7 +233,7 @@ class TieredAdamW(torch.optim.Optimizer):
                 self._grad_views[id(p)] = g
                 p.grad = g
             if not is_own:  # the master holds the param as of now (resync=False compares)
-                self._seen[id(p)] = (p.detach(), p._version)
+                self._copies.mark(p)
             off += k
             boff += nb
 
@@ -341,19 +333,19 @@ class TieredAdamW(torch.optim.Optimizer):
             low |= args[5] is not None and p.dtype != torch.float32
             todo.append(args)
             stepped.append(p)
-        for args, s in zip(todo, self._advance(stepped)):
+        for args, s in zip(todo, self._counts.advance(stepped, self.state)):
             by_step.setdefault(s, []).append(args)
         team = self._auto_team()
-        changed, self._reread = self._reread, 0
+        changed, self._copies.reread = self._copies.reread, 0
         for s, args in by_step.items():
             changed += A.step_raw(args, cfg, s, grad_scale=grad_scale, team=team)
         for p, staged in back:
             p.copy_(staged)
-            self._seen[id(p)] = (p.detach(), p._version)
+            self._copies.mark(p)
         if not self._resync:  # our own writes went through numpy: no version bump to forget
             for p in group["params"]:
-                if id(p) not in self._own and id(p) not in self._stage:
-                    self._seen[id(p)] = (p.detach(), p._version)
+                if id(p) not in self._own and id(p) not in self._copies.stage:
+                    self._copies.mark(p)
         if changed and low and not self._warned_resync:
             dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in group["params"]
                              if p.dtype != torch.float32})
@@ -362,32 +354,6 @@ class TieredAdamW(torch.optim.Optimizer):
                         "fp32 masters were re-read from the %s params, so the low bits the old "
                         "masters held are gone (logged once)", changed, "/".join(dtypes))
             self._warned_resync = True
-
-    def _advance(self, params: list[torch.Tensor]) -> list[int]:
-        """Each param's step count plus one, returned as ints. A group's counts live in one
-        float32 array (state["step"] is a 0-d view of its slot, so in-place writes to it are
-        seen) advanced with one numpy op: torch ops (_foreach_add_, then .item() per count)
-        cost about 150 us with the caches cold after forward/backward, 2 % of a 10M-param
-        bf16 step. A step tensor replaced from outside advances the torch way."""
-        arrays: dict[int, tuple[Any, list[int]]] = {}
-        where: list[tuple[Any, int] | int] = []
-        for p in params:
-            st = self.state[p]["step"]
-            c = self._counts.get(id(p))
-            if c is not None and c[0] is st:
-                arrays.setdefault(id(c[1]), (c[1], []))[1].append(c[2])
-                where.append((c[1], c[2]))
-            else:
-                st.add_(1)
-                where.append(int(st.item()))
-        values = {}
-        for key, (arr, idx) in arrays.items():
-            if len(idx) == len(arr):
-                arr += 1
-            else:
-                arr[idx] += 1
-            values[key] = arr.tolist()
-        return [w if isinstance(w, int) else int(values[id(w[0])][w[1]]) for w in where]
 
     def traffic_step(self) -> None:
         """Benchmarks: the memory traffic of step() without its arithmetic, on this
@@ -433,11 +399,11 @@ class TieredAdamW(torch.optim.Optimizer):
         if id(p) in self._own:
             mst, copy = self._own_view(p), None
         elif p.device.type == "cpu" and p.is_contiguous():
-            copy = self._copy_view(p)
+            copy = self._copies.view(p)
             if not self._resync:
-                self._reread_if_changed(p)
+                self._copies.reread_if_changed(p, self.state[p]["master"])
         else:
-            staged = self._staged(p)
+            staged = self._copies.staged(p)
             copy = _np(staged)
         code = _CODES[p.dtype] if copy is not None else A.DTYPES_NONE
         return (mst, m, v, _np(g.detach()), _CODES[g.dtype], copy, code), staged
@@ -468,39 +434,6 @@ class TieredAdamW(torch.optim.Optimizer):
             self._views[id(p)] = (p.detach().numpy(), m, v)
         return self._views[id(p)][0]
 
-    def _reread_if_changed(self, p: torch.Tensor) -> None:
-        """resync=False: the whole master from the param when the param's version counter or
-        storage changed since the last step (or since construction)."""
-        seen = self._seen.get(id(p))
-        if seen is not None and seen[0].data_ptr() == p.data_ptr() and seen[1] == p._version:
-            return
-        with torch.no_grad():
-            self.state[p]["master"].copy_(p.detach().float())
-        self._reread += p.numel()
-
-    def _staged(self, p: torch.Tensor) -> torch.Tensor:
-        """The CPU copy of a param off the CPU (or not contiguous) that the kernel writes and
-        step copies back; refilled from the param when the param changed since (its version
-        counter or its storage), so the kernel's re-read sees what the user wrote."""
-        staged = self._stage.get(id(p))  # not in self.state: no checkpoint should hold it
-        if staged is None or staged.dtype != p.dtype or staged.shape != p.shape:
-            staged = self._stage[id(p)] = torch.empty(p.shape, dtype=p.dtype)
-            self._seen.pop(id(p), None)
-        seen = self._seen.get(id(p))
-        if seen is None or seen[0].data_ptr() != p.data_ptr() or seen[1] != p._version:
-            staged.copy_(p.detach())
-        return staged
-
-    def _copy_view(self, p: torch.Tensor) -> Any:
-        # numpy views cross into the kernel four times faster than DLPack; cached per param
-        # and rebuilt when the param's storage moved (p.data = ...).
-        ptr = p.data_ptr()
-        hit = self._copies.get(id(p))
-        if hit is None or hit[0] != ptr:
-            hit = (ptr, _np(p.detach()))
-            self._copies[id(p)] = hit
-        return hit[1]
-
     # ---- state ----
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -530,14 +463,9 @@ class TieredAdamW(torch.optim.Optimizer):
                 st["master"].copy_(v["master"].to(torch.float32))
             else:
                 st["master"].copy_(p.detach().to("cpu", torch.float32))
-            if id(p) not in self._own and id(p) not in self._stage:
-                self._seen[id(p)] = (p.detach(), p._version)
-            c = self._counts.get(id(p))
-            if c is not None:  # back into its slot of the group's count array
-                c[0].fill_(float(v["step"]))
-                st["step"] = c[0]
-            else:
-                st["step"] = torch.tensor(float(v["step"]))
+            if id(p) not in self._own and id(p) not in self._copies.stage:
+                self._copies.mark(p)
+            st["step"] = self._counts.load(p, float(v["step"]))
         take_saved_hyperparams(saved, self.param_groups)
 
     def close(self) -> None:
