@@ -8,6 +8,7 @@ import errno
 import multiprocessing as mp
 import signal
 import struct
+from typing import Any
 
 import numpy as np
 import pytest
@@ -96,7 +97,7 @@ def test_free_and_close_refuse_while_the_memory_is_viewed(pool_path):
     assert run_ranks(pool_path, 1, _lifetime) == ["ok"]
 
 
-def _forged(comm: msg.Comm, path: str) -> str:
+def _forged(comm: msg.Comm, path: str, seen: Any) -> str:
     mem = comm.alloc_mem(BIG)
     if comm.rank == 0:
         comm.send(b"x", dest=1, tag=0)  # the ring to rank 1 exists
@@ -108,6 +109,11 @@ def _forged(comm: msg.Comm, path: str) -> str:
             assert ring.push(hdr, kind=3)
             ring.close()
         comm.barrier()
+        # my comm's producer still stands where the forged cell is: anything it sends (the
+        # drop that free queues, finalize's traffic) would overwrite that cell, so wait until
+        # rank 1 has read it. Not a barrier: a rank whose barriers fail (rank 1's ring from me
+        # is broken) still counts its entries, and two of them would look like garbage.
+        assert seen.wait(60), "rank 1 never reported the forged request"
         mem.free()
         return "forged"
     assert comm.recv(0, 0)[0] == b"x"
@@ -115,6 +121,7 @@ def _forged(comm: msg.Comm, path: str) -> str:
         comm.barrier()
         comm.recv_into(bytearray(BIG), 0, 9)
     assert e.value.errno == errno.EBADMSG and "rank 0" in str(e.value)
+    seen.set()
     try:  # the broken peer stays broken: finalize may report it again (as the C test allows)
         comm.close()
     except MsgError as e2:
@@ -124,9 +131,10 @@ def _forged(comm: msg.Comm, path: str) -> str:
 
 def test_forged_request_to_send_outside_the_block_raises_naming_the_sender(pool_path):
     make_pool(pool_path, 2)
+    seen = mp.get_context("fork").Event()  # the ranks are forked: both hold it
 
     def fn(comm: msg.Comm) -> str:
-        return _forged(comm, pool_path)
+        return _forged(comm, pool_path, seen)
 
     assert run_ranks(pool_path, 2, fn, job="forge") == ["forged", "refused"]
 
