@@ -39,6 +39,9 @@ class _CopyPath(SpillPath):
         return self.name
 
     def _submit(self, idx: int, slot: int, buf: Any, write: bool, hook: Any = None) -> Pending:
+        # one function on purpose: its closures share `views`, which the request clears when
+        # it ends so that no frame of a failed request's traceback keeps a view of the area
+        # (the pool would not close); split into methods, more frames would hold them
         area = self._area(idx, create=write)
         lo = slot * self.slot_nbytes
         dst = area[lo:lo + buf.nbytes]
