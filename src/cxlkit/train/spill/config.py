@@ -39,7 +39,8 @@ class SpillConfig:
     zero_copy: subgroups on memory paths are updated where they lie (update_inplace), never
     copied through the host cache. sum_in_kernel: payload checksums folded into the
     kernel's pass over the state (update_folded); False: a pass of their own each.
-    capacities: per path the most bytes the store keeps there (an int, '64G' or None)."""
+    capacities: per path the most bytes the store keeps there (an int, '64G' or None: no
+    bound), like a path spec's ':cap=SIZE' suffix."""
 
     subgroup_params: int = DEFAULT_SUBGROUP_PARAMS
     cache_subgroups: int = 4

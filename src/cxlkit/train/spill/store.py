@@ -39,14 +39,14 @@ class SubgroupStore:
     """paths: directories, 'mem' / 'mem:NODE' (a memory tier), 'pool:NAME' (a pool's object
     area) or SpillPath objects. config: a SpillConfig, or its fields as keywords
     (SubgroupStore(paths, subgroup_params=..., cache_subgroups=...)); they read as the
-    store's attributes too (store.lock, store.split).
-    capacities: per path the most bytes the store keeps there (an int, '64G' or None: no
-    bound), like a path spec's ':cap=SIZE' suffix; the split then gives a path at most
-    capacity // (its slots' bytes per subgroup) subgroups, the rest going to the others by
-    the model, and CapacityError (a PathFullError naming every path) when they hold fewer
-    than the state has. A migration keeps the committed copy on its old path until the next
-    commit, so a path may briefly hold more than its share."""
+    store's attributes too (store.lock, store.split). With capacities, the split gives a
+    path at most capacity // (its slots' bytes per subgroup) subgroups, the rest going to
+    the others by the model, and CapacityError (a PathFullError naming every path) when they
+    hold fewer than the state has. A migration keeps the committed copy on its old path
+    until the next commit, so a path may briefly hold more than its share.
 
+    Use: bind(group_sizes), init_params(fill), then step(...) per step, commit() for the
+    state a job resumes from (resume() after bind), read_state / write_state, close()."""
 
     def __init__(self, paths: Sequence[Any], config: SpillConfig | None = None,
                  **options: Any) -> None:
@@ -142,8 +142,9 @@ class SubgroupStore:
         return self.placement.capacity_subgroups()
 
     def plan(self) -> list[dict[str, Any]]:
+        """Per path: its subgroups, bandwidth, the figures measured at start, the CPU model
+        and its capacity (Assignment.plan)."""
         return self.placement.plan()
-    plan.__doc__ = Assignment.plan.__doc__
 
     def reassign(self, bandwidths: Sequence[float]) -> list[int]:
         """Take these per-path bandwidths (bytes/s) and split again; subgroups whose path
