@@ -186,3 +186,18 @@ def test_torch_adamw_never_imports_the_spilled_optimizer():
     names = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not any("torch_spill" in n for n in names)
+
+
+def test_tiered_adamw_module_alone_refuses_spill_with_a_TypeError_naming_SpilledAdamW():
+    import subprocess
+    import sys
+    code = ("import torch\n"
+            "from cxlkit.integrations.torch_adamw import TieredAdamW\n"
+            "try:\n"
+            "    TieredAdamW([torch.nn.Parameter(torch.zeros(4))], spill=object())\n"
+            "except TypeError as e:\n"
+            "    print(e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "SpilledAdamW(params, spill=store)" in r.stdout
