@@ -164,7 +164,7 @@ def _arrive(path: str, job: str, host: int, conn) -> None:
 def test_ranks_by_arrival_through_the_bootstrap_rpc_service(pool_path):
     import multiprocessing as mp
 
-    from cxlkit import rpc
+    from cxlkit.msg import rpc
 
     make_pool(pool_path, 4)
     ctx = mp.get_context("fork")

@@ -24,7 +24,7 @@ from cxlkit import _native
 from cxlkit.cli import pool as _pool_cli  # noqa: F401 (registers `cxlkit pool`)
 from cxlkit.cli.main import app
 from cxlkit.errors import PoolInUseError
-from cxlkit.pool_upgrade import upgrade
+from cxlkit.pool.upgrade import upgrade
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fuzz"))
 import v1pool  # noqa: E402

@@ -121,7 +121,7 @@ def _dead_rank(path: str, rank: int) -> None:
 
 def _dead_service(path: str) -> None:
     import cxlkit
-    from cxlkit import rpc
+    from cxlkit.msg import rpc
 
     p = cxlkit.Pool(path, host_id=0)
     s = rpc.Server(p, SERVICE, max_clients=2, slot_bytes=256, depth=4)
@@ -132,7 +132,7 @@ def _dead_service(path: str) -> None:
 
 def _dead_client(path: str) -> None:
     import cxlkit
-    from cxlkit import rpc
+    from cxlkit.msg import rpc
 
     with cxlkit.Pool(path, host_id=1) as p, rpc.Client(p, SERVICE, timeout=10) as c:
         assert c.call("echo", b"hello") == b"hello"
@@ -544,7 +544,7 @@ def rpc_server(step, path: str, ready, done) -> list[dict]:
 
 def _serve(rec: Recorder, path: str, ready, done) -> None:
     import cxlkit
-    from cxlkit import rpc
+    from cxlkit.msg import rpc
 
     ok, p = rec.op("open", cxlkit.Pool, path, host_id=0)
     if not ok:
@@ -576,7 +576,7 @@ def rpc_client(step, path: str, ready, done) -> list[dict]:
 
 def _calls(rec: Recorder, path: str) -> None:
     import cxlkit
-    from cxlkit import rpc
+    from cxlkit.msg import rpc
 
     ok, p = rec.op("open", cxlkit.Pool, path, host_id=1)
     if not ok:

@@ -195,7 +195,7 @@ def live_msg(path: str, attack, timeout: float = 40.0,
 # ---- the RPC service --------------------------------------------------------------------------
 def _server(step, path: str, ready, done, sent, attacked) -> list[dict]:
     import cxlkit
-    from cxlkit import rpc
+    from cxlkit.msg import rpc
 
     rec = Recorder(step, "server")
     try:
@@ -223,7 +223,7 @@ def _server(step, path: str, ready, done, sent, attacked) -> list[dict]:
 
 def _client(step, path: str, ready, done, sent, attacked) -> list[dict]:
     import cxlkit
-    from cxlkit import rpc
+    from cxlkit.msg import rpc
 
     rec = Recorder(step, "client")
     try:

@@ -341,7 +341,7 @@ def exercise_v1(path: str) -> dict:
     import warnings
 
     import cxlkit
-    from cxlkit.pool_upgrade import upgrade
+    from cxlkit.pool.upgrade import upgrade
 
     res = {"wrong": 0, "refused": 0, "read": 0, "changed": 0}
     typed = (cxlkit.PoolError, KeyError, ValueError, OSError)

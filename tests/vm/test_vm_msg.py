@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import cxlkit
-from cxlkit import msg, rpc
+from cxlkit import msg
+from cxlkit.msg import rpc
 
 pytestmark = [pytest.mark.vm, pytest.mark.topology("two-hosts")]
 DAX = "/dev/dax0.0"

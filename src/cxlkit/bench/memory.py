@@ -13,7 +13,7 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 
 from .. import _native
-from .. import policy as P
+from .. import placement as P
 from .. import topology as T
 from . import machine as M
 

@@ -35,7 +35,7 @@ def _fail(msg: str) -> NoReturn:
 
 
 def _nodes(spec: Optional[str]) -> Optional[list[int]]:
-    from ..policy import parse_nodes
+    from ..placement import parse_nodes
 
     return None if spec is None else parse_nodes(spec)
 

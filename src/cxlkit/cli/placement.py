@@ -10,8 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .. import audit as _audit
-from .. import policy as P
+from ..placement import audit as _audit
+from .. import placement as P
 from .. import topology
 from .main import app, fail, one_line
 

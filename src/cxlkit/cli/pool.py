@@ -452,7 +452,7 @@ def upgrade_cmd(pool: str = typer.Argument(..., help="pool name or path (a versi
     """Upgrade a version 1 pool (fixed per-host partitions) to version 2 in place: every
     object stays where it is and readable by name; refused while a v1 host is alive; safe
     to interrupt (a crash leaves version 1, run it again, or version 2)."""
-    from ..pool_upgrade import upgrade
+    from ..pool.upgrade import upgrade
     try:
         shared = group or shared_gid(P.resolve(pool), None) is not None
         r = upgrade(pool, group=shared)

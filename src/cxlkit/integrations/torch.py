@@ -15,7 +15,7 @@ import torch
 from torch.autograd import profiler as _torch_profiler
 from torch.optim import optimizer as _torch_optimizer
 
-from .. import policy as P
+from .. import placement as P
 from .. import topology
 from ..train import adam as A
 from ..train.plan import BudgetExceeded, TrainPlan

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .. import _native
-from ..errors import _OBJECT_ERRORS, ObjectNotPublished, PoolError, _typed
+from ..errors import _OBJECT_ERRORS, ObjectNotPublishedError as ObjectNotPublished, PoolError, _typed
 from ..pool import ObjectInfo, Pool, PoolObject
 from .layout import BlockLayout, EngineTensors
 from .recency import RecencyTables, table_slots

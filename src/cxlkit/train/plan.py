@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import policy as P
+from .. import placement as P
 from .. import topology
+from ..errors import BudgetExceededError, PlanError
 
 GiB = 1 << 30
 MODES = ("tiered", "dram_only", "interleave_all")
@@ -174,12 +175,7 @@ class ClassPlacement:
         return sum(self.nodes.values())
 
 
-class BudgetExceeded(MemoryError):
-    """An allocation would take a class past the bytes its plan placed."""
-
-
-class PlanError(ValueError):
-    """The plan cannot be made (no tiers, a class with nowhere to go in this mode)."""
+BudgetExceeded = BudgetExceededError  # the old name, importable from here for one release
 
 
 def _weights(tiers: list[Tier]) -> dict[int, float]:

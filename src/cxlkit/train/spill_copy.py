@@ -10,7 +10,7 @@ import hashlib
 import time
 from typing import Any
 
-from .. import policy as P
+from .. import placement as P
 from . import aio
 from .spill_base import (HEADER_NBYTES, FetchCheck, FlushHeader, Pending, PathIOError,
                          PathVanishedError, SpillPath, typed)

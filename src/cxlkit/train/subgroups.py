@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import policy as P
+from .. import placement as P
 from . import adam as A
 from . import aio
 from . import spill_split as S
