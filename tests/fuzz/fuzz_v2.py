@@ -98,7 +98,7 @@ def _dead_rank(path: str, rank: int) -> None:
     from cxlkit import msg
 
     p = cxlkit.Pool(path, host_id=rank)
-    c = msg.Comm(p, rank=rank, size=2, job=JOB, join_ms=10000, timeout_ms=10000)
+    c = msg.Comm(p, rank=rank, size=2, job=JOB, join_timeout=10, timeout=10)
     peer = 1 - rank
     for tag, n in ((1, 100), (2, 100_000)):  # rank 0 sends first: rendezvous sends block
         if rank == 0:
@@ -505,8 +505,8 @@ def msg_rank(step, path: str, rank: int) -> list[dict]:
 
 
 def _msg_rank_body(rec: Recorder, p, rank: int, msg) -> None:
-    ok, c = rec.op("msg.join", msg.Comm, p, rank=rank, size=2, job=JOB, join_ms=5000,
-                   timeout_ms=5000)
+    ok, c = rec.op("msg.join", msg.Comm, p, rank=rank, size=2, job=JOB, join_timeout=5,
+                   timeout=5)
     if not ok:
         return
     peer = 1 - rank

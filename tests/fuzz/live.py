@@ -120,8 +120,8 @@ def _rank_body(rec: Recorder, path: str, rank: int, sent, attacked, parked) -> N
     if not ok:
         return
     with p:
-        ok, c = rec.op("msg.join", msg.Comm, p, rank=rank, size=2, job=JOB, join_ms=10000,
-                       timeout_ms=4000, dead_ms=2000)
+        ok, c = rec.op("msg.join", msg.Comm, p, rank=rank, size=2, job=JOB, join_timeout=10,
+                       timeout=4, dead_timeout=2)
         if not ok:
             return
         with c:

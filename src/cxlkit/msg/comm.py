@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import warnings
 from typing import Any
 
 from .. import _native
@@ -49,6 +50,23 @@ def _launcher_rank_size() -> tuple[int | None, int | None]:
     return None, int(s) if s is not None and s.isdigit() else None
 
 
+def _millis(label: str, seconds: float | None, old_label: str, ms: int | None) -> int:
+    """Milliseconds for the C ABI (0: its default) from `label` in seconds, or from the
+    deprecated `old_label` in milliseconds."""
+    if ms is not None:
+        if seconds is not None:
+            raise ValueError(f"{label} and {old_label} both given: pass {label} (seconds) alone")
+        warnings.warn(f"Comm({old_label}=) is deprecated: pass {label} in seconds (e.g. "
+                      f"{label}=2.5)", DeprecationWarning, stacklevel=3)
+        return _positive(old_label, ms)
+    if seconds is None:
+        return 0
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
+            or not 0 < seconds <= 86400:
+        raise ValueError(f"{label} {seconds!r}: expected seconds in (0, 86400]")
+    return max(1, round(seconds * 1000))
+
+
 def _positive(label: str, v: int | None) -> int:
     if v is None:
         return 0
@@ -82,10 +100,14 @@ class Comm:
     def __init__(self, pool: Pool, *, rank: int | None = None, size: int | None = None,
                  job: str | None = None, cell_bytes: int | None = None,
                  ncells: int | None = None, eager_bytes: int | None = None,
-                 timeout_ms: int | None = None, dead_ms: int | None = None,
-                 join_ms: int | None = None, wait: WaitPolicy | None = None,
-                 checksum: bool = False) -> None:
+                 timeout: float | None = None, dead_timeout: float | None = None,
+                 join_timeout: float | None = None, wait: WaitPolicy | None = None,
+                 checksum: bool = False, timeout_ms: int | None = None,
+                 dead_ms: int | None = None, join_ms: int | None = None) -> None:
         wait_args = policy_arg(wait)  # bad CXLKIT_MSG_SPIN_US & co fail before the join
+        timeout_ms = _millis("timeout", timeout, "timeout_ms", timeout_ms)
+        dead_ms = _millis("dead_timeout", dead_timeout, "dead_ms", dead_ms)
+        join_ms = _millis("join_timeout", join_timeout, "join_ms", join_ms)
         if not isinstance(checksum, bool):
             raise ValueError(f"checksum {checksum!r}: expected True or False")
         lr, ls = _launcher_rank_size()
@@ -115,7 +137,7 @@ class Comm:
             from .rpc import arrival_rank
 
             rank, boot = arrival_rank(pool, job, size,
-                                      (_positive("join_ms", join_ms) or 60000) / 1000)
+                                      (join_ms or 60000) / 1000)
             self._my_rank = rank
         try:
             self._join(pool, job, rank, size, cell_bytes, ncells, eager_bytes, timeout_ms,
@@ -163,14 +185,13 @@ class Comm:
         return cls(pool, rank=rank, size=size, job=agreed, **kwargs)
 
     def _join(self, pool: Pool, job: str, rank: int, size: int, cell_bytes: int | None,
-              ncells: int | None, eager_bytes: int | None, timeout_ms: int | None,
-              dead_ms: int | None, join_ms: int | None) -> None:
+              ncells: int | None, eager_bytes: int | None, timeout_ms: int,
+              dead_ms: int, join_ms: int) -> None:
         try:
             self._c = _native.MsgComm(
                 pool, job, rank, size, _positive("cell_bytes", cell_bytes),
                 _positive("ncells", ncells), _positive("eager_bytes", eager_bytes),
-                _positive("timeout_ms", timeout_ms), _positive("dead_ms", dead_ms),
-                _positive("join_ms", join_ms))
+                timeout_ms, dead_ms, join_ms)
         except OSError as e:
             raise self._join_error(e, job, rank, size) from None
 
@@ -178,7 +199,7 @@ class Comm:
         where = f"job {job} rank {rank} on pool {self.pool_path}"
         if e.errno == errno.ETIMEDOUT:
             return PeerLostError(-1, f"{where}: not every one of {size} ranks joined in time; "
-                                     f"start them all, or raise join_ms")
+                                     f"start them all, or raise join_timeout")
         if e.errno == errno.EINVAL:
             return MsgValueError(e.errno, f"{where}: bad ring geometry or eager size "
                                           f"(cell_bytes a multiple of 64 >= 128, ncells a power "
