@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .. import topology
-from ..placement.weights import KERNEL_MAX_WEIGHT, weights_from
+from ..placement import weights as _rule
+from ..placement.weights import KERNEL_MAX_WEIGHT
 BANDWIDTH_KINDS = ("read", "write", "copy", "nt_write")
 
 
@@ -42,7 +43,7 @@ def weights_from(result_or_bandwidths: Mapping, nodes: Sequence[int] | None = No
                 or not 1 <= max_weight <= 255:
             raise ValueError(f"max_weight {max_weight!r}: expected an int in 1..255")
         result_or_bandwidths = node_bandwidths(result_or_bandwidths, kind)
-    return weights_from(result_or_bandwidths, nodes, max_weight=max_weight)
+    return _rule.weights_from(result_or_bandwidths, nodes, max_weight=max_weight)
 
 
 def load_result(path: str | Path) -> dict:

@@ -161,28 +161,7 @@ def weights_cmd(
     (system-wide), shows before -> after and how to undo it."""
     current = topology.weighted_interleave_weights()
     auto_on, auto_file = topology.weighted_interleave_auto()
-    try:
-        given = [x for x in (spec and "node:weight pairs", from_bench and "--from-bench",
-                             auto and "--auto") if x]
-        if len(given) > 1:
-            raise ValueError(f"give one of node:weight pairs, --from-bench or --auto, not "
-                             f"{' and '.join(given)}")
-        proposed: dict[int, int] | None = None
-        if spec is not None:
-            proposed = P.parse_weights(spec)
-        elif from_bench is not None:
-            from ..bench.weights import weights_table  # the bench floor, imported on demand
-
-            proposed, _ = weights_table(from_bench)
-        if proposed is not None:
-            have = topology.memory_nodes()
-            for n in proposed:
-                if n not in have:
-                    raise ValueError(f"node {n} has no memory on this machine")
-    except OSError as e:  # only --from-bench reads a file here
-        _fail(f"--from-bench {one_line(e)}; give the JSON of `cxlkit bench memory -o FILE`")
-    except ValueError as e:
-        _fail(one_line(e))
+    proposed = _proposed_weights(spec, from_bench, auto)
     before, undo = current, None
     if apply:
         if proposed is None and not auto:
@@ -210,6 +189,35 @@ def weights_cmd(
         }))
         return
     _print_weights(before, current, proposed, apply, auto_on, auto_now, undo)
+
+
+def _proposed_weights(spec: Optional[str], from_bench: Optional[str], auto: bool
+                      ) -> dict[int, int] | None:
+    """The weights asked for (node:weight pairs or a bench result), None for none; exits with
+    one line on a bad request."""
+    try:
+        given = [x for x in (spec and "node:weight pairs", from_bench and "--from-bench",
+                             auto and "--auto") if x]
+        if len(given) > 1:
+            raise ValueError(f"give one of node:weight pairs, --from-bench or --auto, not "
+                             f"{' and '.join(given)}")
+        proposed: dict[int, int] | None = None
+        if spec is not None:
+            proposed = P.parse_weights(spec)
+        elif from_bench is not None:
+            from ..bench.weights import weights_table  # the bench floor, imported on demand
+
+            proposed, _ = weights_table(from_bench)
+        if proposed is not None:
+            have = topology.memory_nodes()
+            for n in proposed:
+                if n not in have:
+                    raise ValueError(f"node {n} has no memory on this machine")
+    except OSError as e:  # only --from-bench reads a file here
+        _fail(f"--from-bench {one_line(e)}; give the JSON of `cxlkit bench memory -o FILE`")
+    except ValueError as e:
+        _fail(one_line(e))
+    return proposed
 
 
 def _undo_command(before: dict[int, int] | None, auto_on: bool | None, auto_file,
