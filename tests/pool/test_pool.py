@@ -90,7 +90,7 @@ def test_memoryview_blocks_close_until_released(path):
             obj.valid()
 
 
-def test_open_unpublished_raises_ObjectNotPublished(path):
+def test_open_unpublished_raises_ObjectNotPublishedError(path):
     with cxlkit.Pool(path, size=8 * MiB, host_id=0) as pool:
         pool.create("draft", 100)
         with pytest.raises(cxlkit.ObjectNotPublishedError):

@@ -97,7 +97,7 @@ def test_upgrade_of_a_pool_already_at_version_2_changes_nothing(path):
     v1pool.write_pool(path, 8 * MiB, OBJECTS)
     upgrade(path)
     before = sha(path)
-    r = cxlkit.upgrade_pool(path)  # the package's face of cxlkit.pool_upgrade.upgrade
+    r = cxlkit.upgrade_pool(path)  # the package's face of cxlkit.pool.upgrade.upgrade
     assert isinstance(r, cxlkit.UpgradeReport) and (r.from_version, r.version) == (2, 2)
     assert sha(path) == before
 
