@@ -160,3 +160,16 @@ def test_comm_timeouts_are_in_seconds_and_the_ms_forms_are_deprecated(pool_path)
 def test_the_errors_module_names_its_deprecated_names():
     assert set(errors.DEPRECATED_NAMES) == {"ObjectNotPublished", "WeightedInterleaveUnsupported",
                                             "BudgetExceeded"}
+
+
+def test_object_and_message_sizes_take_unit_strings(pool_path):
+    with cxlkit.Pool(pool_path, size="32M", host_id=0) as pool:
+        with pool.create("sized", "4K") as o:
+            assert o.nbytes == 4096
+        with pytest.raises(ValueError, match="nbytes '4Q'"):
+            pool.create("bad", "4Q")
+        with msg.Comm(pool, rank=0, size=1, job="sizes") as c:
+            with c.alloc_mem("64K") as m:
+                assert m.nbytes == 64 << 10
+            with c.window("4K") as w:
+                assert w.size_of(0) == 4096

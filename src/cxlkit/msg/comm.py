@@ -25,6 +25,7 @@ from ..errors import (
     _msg_typed,
 )
 from ..pool import Pool, machine_tag
+from ..units import parse_size
 from .wait import WaitPolicy, policy_arg
 from .window import PoolMemory, Request, Status, Window, _buf, _op, _type
 
@@ -383,19 +384,21 @@ class Comm:
         self._call(self._c.allreduce, a, out, a.size, code, _op(op, ("sum", "min", "max")))
         return out
 
-    def alloc_mem(self, nbytes: int) -> PoolMemory:
+    def alloc_mem(self, nbytes: int | str) -> PoolMemory:
         """nbytes (zeroed) of this rank's pool partition: a send above the eager limit from
         it travels in one copy (the receiver copies straight out of it)."""
+        nbytes = parse_size(nbytes, "nbytes") if isinstance(nbytes, str) else nbytes
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
-            raise ValueError(f"nbytes {nbytes!r}: expected an int > 0")
+            raise ValueError(f"nbytes {nbytes!r}: expected an int > 0 or a size such as '64K'")
         return PoolMemory(self, self._call(_native.MsgMemory, self._c, nbytes))
 
     def is_pool_mem(self, buf: Any) -> bool:
         """Whether the bytes of buf lie in one block of alloc_mem (a send travels in one copy)."""
         return bool(self._call(self._c.is_pool_mem, _buf(buf)))
 
-    def window(self, nbytes: int) -> Window:
+    def window(self, nbytes: int | str) -> Window:
         """Collective: a one-sided window of nbytes (zeroed) on every rank."""
+        nbytes = parse_size(nbytes, "nbytes") if isinstance(nbytes, str) else nbytes
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
-            raise ValueError(f"nbytes {nbytes!r}: expected an int >= 0")
+            raise ValueError(f"nbytes {nbytes!r}: expected an int >= 0 or a size such as '4K'")
         return Window(self, self._call(_native.MsgWindow, self._c, nbytes), nbytes)

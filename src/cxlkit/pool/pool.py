@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import _native
+from ..units import parse_size
 from .._views import Views
 from ..errors import (_CREATE_ERRORS, _OBJECT_ERRORS, _OPEN_ERRORS, PoolCorruptError,
                       PoolError, PoolFullError, PoolGeometryError, PoolHostStuckError,
@@ -210,17 +211,19 @@ class Pool:
         return self._h.address
 
     # -- objects
-    def create(self, name: str, nbytes: int | None = None, *, data: Any = None,
+    def create(self, name: str, nbytes: int | str | None = None, *, data: Any = None,
                publish: bool | None = None, checksum: bool | None = None,
                zero: bool = True) -> PoolObject:
-        """Reserve name and allocate nbytes in this host's partition; returns the writable,
-        zeroed object. With data (bytes-like), nbytes defaults to its length, the data is
-        copied in and the object published. publish=True publishes at once; otherwise call
+        """Reserve name and allocate nbytes (an int or a size such as "4K") in this host's
+        partition; returns the writable, zeroed object. With data (bytes-like), nbytes
+        defaults to its length, the data is copied in and the object published. publish=True publishes at once; otherwise call
         obj.publish() when the payload is written. zero=False skips zeroing the payload (it
         holds a destroyed object's old bytes): the caller writes every byte before publishing
         (with data, only the bytes past it are zeroed). Nobody else can read the object
         before it is published, and if this process dies first the pool reclaims it."""
         _check_name(name)
+        if isinstance(nbytes, str):
+            nbytes = parse_size(nbytes, "nbytes")
         if data is not None:
             mv = memoryview(data).cast("B")
             if nbytes is None:
