@@ -4,7 +4,6 @@ forwards to where the name lives now. Nothing here imports the new modules until
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import sys
 import types
@@ -45,7 +44,10 @@ class MovedModule(types.ModuleType):
         return sorted({n for t in MOVED[self.__name__] for n in vars(importlib.import_module(t))})
 
 
-class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+class _Finder:
+    """The meta path finder and loader of the old paths (the protocols, not importlib.abc:
+    that module costs `import cxlkit` tens of milliseconds)."""
+
     def find_spec(self, fullname: str, path: object, target: object = None
                   ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in MOVED:
