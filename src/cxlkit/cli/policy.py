@@ -1,16 +1,14 @@
-"""`cxlkit run` (numactl with weighted interleave), `cxlkit audit PID`, `cxlkit policy weights`."""
+"""`cxlkit policy weights`: the kernel's weighted-interleave weights beside proposed ones,
+written on request with the way back."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 from typing import NoReturn, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..placement import audit as _audit
 from .. import placement as P
 from .. import topology
 from .main import app, fail, one_line
@@ -21,129 +19,6 @@ app.add_typer(policy_app, name="policy")
 
 def _fail(msg: str, code: int = 2) -> NoReturn:
     fail(msg, code)  # one line on stderr, exit 2 (127: the command of `run` cannot run)
-
-
-def _run_policy(bind: Optional[str], preferred: Optional[int], interleave: Optional[str],
-                weighted: Optional[str]) -> P.Policy:
-    given = [x for x in (bind, preferred, interleave, weighted) if x is not None]
-    if len(given) != 1:
-        raise ValueError("give exactly one of --bind, --preferred, --interleave, --weighted")
-    if bind is not None:
-        return P.bind(P.parse_nodes(bind))
-    if preferred is not None:
-        return P.preferred(preferred)
-    if interleave is not None:
-        return P.interleave(P.parse_nodes(interleave))
-    assert weighted is not None
-    return P.weighted(P.parse_weights(weighted) if ":" in weighted else P.parse_nodes(weighted))
-
-
-@app.command(context_settings={"allow_interspersed_args": False})
-def run(
-    cmd: list[str] = typer.Argument(..., help="the program and its arguments (after --)"),
-    bind: Optional[str] = typer.Option(None, "--bind", help="nodes, e.g. 1 or 0,1"),
-    preferred: Optional[int] = typer.Option(None, "--preferred", help="one node"),
-    interleave: Optional[str] = typer.Option(None, "--interleave", help="nodes, e.g. 0,1"),
-    weighted: Optional[str] = typer.Option(
-        None, "--weighted", help="kernel weighted interleave: A:w,B:w (must match the kernel's "
-        "system-wide weights) or A,B (the kernel's weights as they are)"),
-    thp: Optional[bool] = typer.Option(
-        None, "--thp/--no-thp", help="allow transparent huge pages (default: not for "
-        "--interleave/--weighted, whose ratio the kernel would apply per 2 MiB folio)"),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="do not print the policy"),
-    stripe: Optional[str] = typer.Option(
-        None, "--stripe", help="software stripes A:w,B:w of CMD's large anonymous mappings and "
-        "malloc blocks (LD_PRELOAD, no root; docs/preload.md); with another policy, that one "
-        "places the rest"),
-    min_size: str = typer.Option("2M", "--min-size", help="--stripe: smallest mapping placed"),
-    chunk: str = typer.Option("2M", "--chunk", help="--stripe: stripe chunk"),
-    log: Optional[str] = typer.Option(None, "--log", help="--stripe: log each decision to "
-                                      "PATH or stderr (CXLKIT_PRELOAD_LOG)"),
-) -> None:
-    """Run CMD with a memory policy (set_mempolicy, then exec): numactl that knows weighted
-    interleave on any numactl version; --stripe adds per-job weighted stripes."""
-    if stripe is not None:
-        from .stripe import stripe_env  # the preload half of `run`
-
-        os.environ.update(stripe_env(stripe, chunk, min_size, log, quiet))
-        if (bind, preferred, interleave, weighted) == (None, None, None, None):
-            _exec(cmd)
-    try:
-        pol = _run_policy(bind, preferred, interleave, weighted)
-        kw = P.validate(pol)
-        P.set_task_policy(pol, thp=thp)
-    except (ValueError, OSError) as e:
-        _fail(one_line(e))
-    if not quiet:
-        note = ""
-        if pol.mode == "weighted" and kw:
-            note = " (kernel weights " + ",".join(f"{n}:{w}" for n, w in kw.items()) + ")"
-        if thp is None and pol.mode in ("interleave", "weighted"):
-            note += " (transparent huge pages off: the ratio holds per page)"
-        Console(stderr=True).print(f"cxlkit run: {pol}{note} -> {' '.join(cmd)}")
-    _exec(cmd)
-
-
-def _exec(cmd: list[str]) -> NoReturn:
-    try:
-        os.execvp(cmd[0], cmd)
-    except OSError as e:
-        _fail(f"cannot run {cmd[0]!r}: {e.strerror}", 127)
-
-
-def _mib(nbytes: int) -> str:
-    return f"{nbytes / (1 << 20):,.1f}"
-
-
-@app.command()
-def audit(
-    pid: int = typer.Argument(..., help="process id"),
-    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
-    all_mappings: bool = typer.Option(False, "--all", help="also mappings with no pages"),
-    interval: Optional[float] = typer.Option(
-        None, "--interval", help="also watch the kernel's tiering for this many seconds: "
-        "promotions/demotions (vmstat) and this process's pages moving between tiers"),
-) -> None:
-    """Where a process's pages are, per mapping and in total (/proc/PID/numa_maps); for a
-    process of `cxlkit run --stripe`, the achieved ratio against the requested one; the
-    kernel's tiering switches, and with --interval what it moved."""
-    from .stripe import audit_extras, print_audit_extras  # stripes and kernel tiering
-
-    try:
-        pp = _audit.audit_pid(pid)
-        extras = audit_extras(pid, interval)
-    except (ValueError, OSError) as e:
-        _fail(one_line(e))
-    totals = pp.totals()
-    if as_json:
-        doc = {**extras,
-            "pid": pid,
-            "totals_bytes": {str(n): b for n, b in totals.items()},
-            "mappings": [
-                {"address": f"0x{m.address:x}", "policy": m.policy, "kind": m.kind,
-                 "page_size_kb": m.page_size_kb,
-                 "pages": {str(n): c for n, c in sorted(m.pages.items())}}
-                for m in pp.mappings if all_mappings or m.pages
-            ],
-        }
-        typer.echo(json.dumps(doc, indent=2))
-        return
-    nodes = sorted({n for m in pp.mappings for n in m.pages})
-    t = Table(title=f"pages per node of pid {pid} (MiB)")
-    t.add_column("address")
-    t.add_column("policy")
-    t.add_column("mapping", overflow="fold")
-    for n in nodes:
-        t.add_column(f"node {n}", justify="right")
-    for m in pp.mappings:
-        if not (all_mappings or m.pages):
-            continue
-        t.add_row(f"{m.address:x}", m.policy, m.kind,
-                  *[_mib(m.pages.get(n, 0) * m.page_size_kb * 1024) for n in nodes])
-    t.add_section()
-    t.add_row("total", "", "", *[_mib(totals.get(n, 0)) for n in nodes], style="bold")
-    Console().print(t)
-    print_audit_extras(Console(), extras)
 
 
 @policy_app.command("weights")
