@@ -28,7 +28,7 @@ KIND_EAGER, KIND_RTS = 1, 3  # native/msg/msg.h Kind
 def make_pool(path: str) -> None:
     import cxlkit
 
-    with cxlkit.Pool(path, size=32 * MiB, host_id=0, max_hosts=3, lease_timeout_ms=1000):
+    with cxlkit.Pool(path, size=32 * MiB, host_id=0, max_hosts=3, lease_timeout=1):
         pass
 
 

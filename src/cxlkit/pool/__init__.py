@@ -1,6 +1,7 @@
 """The shared memory pool: named objects in one memory range that processes and hosts map
 together. pool (Pool, PoolObject), options (paths, host slots, open arguments), records,
 diagnose (why an open failed), remove, upgrade (version 1 to the current format)."""
+from .. import _native  # noqa: F401 (pool._native, as the module had it)
 from ..errors import (ObjectNotPublishedError, PoolCorruptError, PoolError, PoolForeignError,
                       PoolFormatError, PoolFullError, PoolGeometryError, PoolHostStuckError,
                       PoolNoSpaceError, PoolReadOnlyWarning, PoolTooSmallError, PoolVersionError,
