@@ -186,7 +186,7 @@ class _HostMemory:
         self.registered: int | None = None
 
     def open(self) -> None:
-        from cxlkit import policy as P
+        from cxlkit import placement as P
 
         if self.node is not None:
             self.host = P.alloc(self.nbytes, P.bind(self.node), thp=False)

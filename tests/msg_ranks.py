@@ -16,7 +16,7 @@ def _rank_main(fn: Callable[..., Any], path: str, coherence: str | None, job: st
                size: int, conn: Any, kwargs: dict[str, Any]) -> None:
     try:
         with cxlkit.Pool(path, host_id=rank, coherence=coherence) as pool:
-            comm = msg.Comm(pool, rank=rank, size=size, job=job, join_ms=20000, **kwargs)
+            comm = msg.Comm(pool, rank=rank, size=size, job=job, join_timeout=20, **kwargs)
             out = fn(comm)
             comm.close()
         conn.send(("ok", out))

@@ -287,19 +287,17 @@ def _sysfs_two_nodes(root, cpus0: str):
     return root
 
 
-def test_node_facts_from_sysfs_give_a_cpuless_node_the_nearest_cpus(tmp_path, monkeypatch):
+def test_node_facts_give_a_cpuless_node_the_nearest_cpus(tmp_path):
     root = _sysfs_two_nodes(tmp_path, ",".join(map(str, CPUS)))
-    monkeypatch.delattr(topology, "discover", raising=False)
     f = {x.node: x for x in M.nodes(root)}
     assert f[0].kind == "dram" and f[0].initiator_cpus == tuple(CPUS)
-    assert f[1].kind == "cxl" and f[1].cpus == () and f[1].initiator_cpus == tuple(CPUS)
+    assert f[1].cpus == () and f[1].initiator_cpus == tuple(CPUS)
     assert f[1].free_bytes == 3000 * 1024 and f[1].total_bytes == 4000 * 1024
     assert M.cpu_nodes(root) == {0: tuple(CPUS)}
 
 
-def test_node_facts_fall_back_to_the_allowed_cpus_when_no_node_has_any(tmp_path, monkeypatch):
+def test_node_facts_fall_back_to_the_allowed_cpus_when_no_node_has_any(tmp_path):
     root = _sysfs_two_nodes(tmp_path, "")
-    monkeypatch.delattr(topology, "discover", raising=False)
     assert all(x.initiator_cpus == tuple(CPUS) for x in M.nodes(root))
 
 

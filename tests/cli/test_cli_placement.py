@@ -29,7 +29,7 @@ def cli(*args: str, env: dict | None = None, check: bool = True) -> subprocess.C
                                                 ("--weighted", "0", "weighted")])
 def test_run_sets_the_policy_the_program_runs_under(flag, value, mode):
     r = cli("run", flag, value, "--", sys.executable, "-c",
-            "from cxlkit.policy import task_policy; print(task_policy())")
+            "from cxlkit.placement import task_policy; print(task_policy())")
     assert r.stdout.strip() == str((mode, [0]))
     assert f"cxlkit run: {mode}" in r.stderr
 

@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 import cxlkit
-from cxlkit import policy as P
+from cxlkit import placement as P
 from cxlkit.units import parse_count, parse_size
 
 

@@ -115,5 +115,5 @@ def test_from_mpi4py_agrees_on_a_fresh_job_name(pool_path, monkeypatch):
         with msg.Comm.from_mpi4py(_OneRank(), pool) as c:
             assert c.job.startswith("mpi-") and (c.rank, c.size) == (0, 1)
         monkeypatch.setenv("CXLKIT_JOB", "fromenv")
-        with msg.Comm.from_mpi4py(_OneRank(), pool, timeout_ms=5000) as c:
+        with msg.Comm.from_mpi4py(_OneRank(), pool, timeout=5) as c:
             assert c.job == "fromenv"

@@ -28,7 +28,7 @@ KIND_EAGER, KIND_RTS = 1, 3  # native/msg/msg.h Kind
 def make_pool(path: str) -> None:
     import cxlkit
 
-    with cxlkit.Pool(path, size=32 * MiB, host_id=0, max_hosts=3, lease_timeout_ms=1000):
+    with cxlkit.Pool(path, size=32 * MiB, host_id=0, max_hosts=3, lease_timeout=1):
         pass
 
 
@@ -120,8 +120,8 @@ def _rank_body(rec: Recorder, path: str, rank: int, sent, attacked, parked) -> N
     if not ok:
         return
     with p:
-        ok, c = rec.op("msg.join", msg.Comm, p, rank=rank, size=2, job=JOB, join_ms=10000,
-                       timeout_ms=4000, dead_ms=2000)
+        ok, c = rec.op("msg.join", msg.Comm, p, rank=rank, size=2, job=JOB, join_timeout=10,
+                       timeout=4, dead_timeout=2)
         if not ok:
             return
         with c:
@@ -195,7 +195,7 @@ def live_msg(path: str, attack, timeout: float = 40.0,
 # ---- the RPC service --------------------------------------------------------------------------
 def _server(step, path: str, ready, done, sent, attacked) -> list[dict]:
     import cxlkit
-    from cxlkit import rpc
+    from cxlkit.msg import rpc
 
     rec = Recorder(step, "server")
     try:
@@ -223,7 +223,7 @@ def _server(step, path: str, ready, done, sent, attacked) -> list[dict]:
 
 def _client(step, path: str, ready, done, sent, attacked) -> list[dict]:
     import cxlkit
-    from cxlkit import rpc
+    from cxlkit.msg import rpc
 
     rec = Recorder(step, "client")
     try:

@@ -137,16 +137,16 @@ def test_comm_arguments_checked_before_joining(pool2):
         with pytest.raises(ValueError, match="geometry"):
             msg.Comm(pool, rank=0, size=1, job="x", cell_bytes=100)
         with pytest.raises(PeerLostError, match="joined"):
-            msg.Comm(pool, rank=0, size=2, job="alone", join_ms=200)
+            msg.Comm(pool, rank=0, size=2, job="alone", join_timeout=0.2)
         os.environ.pop("CXLKIT_RANK", None)
         os.environ.pop("CXLKIT_SIZE", None)
         with pytest.raises(ValueError, match="CXLKIT_SIZE"):
             msg.Comm(pool, job="x")
-        with pytest.raises(ValueError, match="join_ms"):
-            msg.Comm(pool, size=2, job="x", join_ms=-1)
+        with pytest.raises(ValueError, match="join_timeout"):
+            msg.Comm(pool, size=2, job="x", join_timeout=-1)
         # ranks by arrival: nobody else arrives, the wait ends naming the job
         with pytest.raises(PeerLostError, match="job lonely"):
-            msg.Comm(pool, size=2, job="lonely", join_ms=300)
+            msg.Comm(pool, size=2, job="lonely", join_timeout=0.3)
 
 
 def _arrive(path: str, job: str, host: int, conn) -> None:
@@ -154,7 +154,7 @@ def _arrive(path: str, job: str, host: int, conn) -> None:
         with cxlkit.Pool(path, host_id=host) as pool:
             os.environ["CXLKIT_SIZE"] = "4"
             os.environ.pop("CXLKIT_RANK", None)
-            with msg.Comm(pool, job=job, join_ms=30000) as comm:
+            with msg.Comm(pool, job=job, join_timeout=30) as comm:
                 total = int(comm.allreduce(np.array([comm.rank], dtype=np.int64))[0])
                 conn.send((comm.rank, total))
     except BaseException as e:
@@ -164,7 +164,7 @@ def _arrive(path: str, job: str, host: int, conn) -> None:
 def test_ranks_by_arrival_through_the_bootstrap_rpc_service(pool_path):
     import multiprocessing as mp
 
-    from cxlkit import rpc
+    from cxlkit.msg import rpc
 
     make_pool(pool_path, 4)
     ctx = mp.get_context("fork")
@@ -380,7 +380,7 @@ from cxlkit.errors import PeerLostError
 sys.path.insert(0, sys.argv[2])
 from sleepers import ANY_SLEEP, wait_asleep
 with cxlkit.Pool(sys.argv[1], host_id=0) as pool, \\
-        msg.Comm(pool, rank=0, size=1, job="twothreads", timeout_ms=1500) as c:
+        msg.Comm(pool, rank=0, size=1, job="twothreads", timeout=1.5) as c:
     got = []
     def other():
         wait_asleep(os.getpid(), ANY_SLEEP)  # main is in its blocking receive, holding the comm

@@ -144,7 +144,7 @@ def _killed_rank(path: str, rank: int, conn) -> None:
 
     try:
         pool = cxlkit.Pool(path, host_id=rank)
-        comm = msg.Comm(pool, rank=rank, size=2, job="killmem", join_ms=20000, dead_ms=2000)
+        comm = msg.Comm(pool, rank=rank, size=2, job="killmem", join_timeout=20, dead_timeout=2)
         mem = comm.alloc_mem(BIG)
         if rank == 1:
             comm.barrier()

@@ -47,7 +47,7 @@ def test_two_comms_in_one_process_dropped_without_close_return_and_warn(pool_pat
         pool = cxlkit.Pool({pool_path!r}, size="32M", host_id=0)
         comms = [None, None]
         def join(rank):
-            comms[rank] = msg.Comm(pool, rank=rank, size=2, job="dropped", join_ms=20000)
+            comms[rank] = msg.Comm(pool, rank=rank, size=2, job="dropped", join_timeout=20)
         t = threading.Thread(target=join, args=(1,))
         t.start()
         join(0)
@@ -73,7 +73,7 @@ def test_a_dropped_rank_is_gone_for_its_peer_which_is_not_blocked(pool_path):
         pool = cxlkit.Pool({pool_path!r}, size="32M", host_id=0)
         comms = [None, None]
         def join(rank):
-            comms[rank] = msg.Comm(pool, rank=rank, size=2, job="gone", join_ms=20000)
+            comms[rank] = msg.Comm(pool, rank=rank, size=2, job="gone", join_timeout=20)
         t = threading.Thread(target=join, args=(1,))
         t.start()
         join(0)
@@ -154,7 +154,7 @@ def test_an_error_leaving_a_pool_block_is_not_hidden_by_the_comm_still_using_the
     pool.close()
 
 
-# ---- lengths read from the pool (every wait bounded: timeout_ms) ------------------------
+# ---- lengths read from the pool (every wait bounded: timeout) ------------------------
 
 def _first_cell(pool: cxlkit.Pool, ring: str) -> tuple[cxlkit.pool.PoolObject, int]:
     """The ring object (writable) and the payload offset of its cell 0 (the first message)."""
@@ -168,7 +168,7 @@ def _first_cell(pool: cxlkit.Pool, ring: str) -> tuple[cxlkit.pool.PoolObject, i
 def test_rewritten_rendezvous_length_raises_MsgCorruptError_before_any_buffer(
         pool_path, bad_len, from_pool_memory):
     with cxlkit.Pool(pool_path, size="32M", host_id=0) as pool:
-        comm = msg.Comm(pool, rank=0, size=1, job="rts", timeout_ms=20000)
+        comm = msg.Comm(pool, rank=0, size=1, job="rts", timeout=20)
         data = b"r" * 100000  # above the eager limit: a request-to-send in the ring
         mem = comm.alloc_mem(len(data)) if from_pool_memory else None
         if mem is not None:
@@ -198,7 +198,7 @@ def test_rewritten_eager_length_raises_MsgCorruptError_not_a_crash(pool_path):
         from cxlkit.errors import MsgCorruptError
         with cxlkit.Pool({pool_path!r}, size="32M", host_id=0) as pool:
             comm = msg.Comm(pool, rank=0, size=1, job="eager", cell_bytes=4096,
-                                timeout_ms=20000)
+                                timeout=20)
             comm.send(b"e" * (4096 - 16 - 48), dest=0)  # fills the first cell exactly
             obj = pool.open("msg.eager.0.ring.0", writable=True)
             cells = struct.unpack_from("<Q", obj.read({CELLS_OFF_AT}, 8))[0]
@@ -256,7 +256,7 @@ def test_comm_errors_name_job_rank_and_pool(pool_path):
             msg.Comm(pool, rank=0, size=1, job="geo", cell_bytes=100)
         assert isinstance(ei.value, ValueError) and "job geo rank 0" in str(ei.value)
         with pytest.raises(PeerLostError, match=f"job late rank 0 on pool {pool_path}"):
-            msg.Comm(pool, rank=0, size=2, job="late", join_ms=200)
+            msg.Comm(pool, rank=0, size=2, job="late", join_timeout=0.2)
 
 
 # ---- checksum mode -----------------------------------------------------------------------
@@ -302,7 +302,7 @@ def _corrupt(pool: cxlkit.Pool, name: str, pos: int) -> None:
 def test_checksum_mode_catches_a_flipped_byte_in_a_ring_cell(pool_path):
     with cxlkit.Pool(pool_path, size="32M", host_id=0) as pool:
         comm = msg.Comm(pool, rank=0, size=1, job="ck", checksum=True, cell_bytes=1024,
-                        ncells=16, eager_bytes=3000, timeout_ms=20000)
+                        ncells=16, eager_bytes=3000, timeout=20)
         for k in range(4):
             comm.send(bytes([k]) * 2500, dest=0, tag=k)  # three cells each
         obj, cell0 = _first_cell(pool, "msg.ck.0.ring.0")
@@ -321,7 +321,7 @@ def test_checksum_mode_catches_a_flipped_byte_in_a_ring_cell(pool_path):
 @pytest.mark.parametrize("from_pool_memory", [False, True])
 def test_checksum_mode_catches_a_flipped_byte_of_a_rendezvous(pool_path, from_pool_memory):
     with cxlkit.Pool(pool_path, size="32M", host_id=0) as pool:
-        comm = msg.Comm(pool, rank=0, size=1, job="ckr", checksum=True, timeout_ms=20000)
+        comm = msg.Comm(pool, rank=0, size=1, job="ckr", checksum=True, timeout=20)
         data = bytes(range(256)) * 400
         mem = comm.alloc_mem(len(data)) if from_pool_memory else None
         if mem is not None:
@@ -340,7 +340,7 @@ def test_checksum_mode_catches_a_flipped_byte_of_a_rendezvous(pool_path, from_po
 
 def test_checksum_mode_refuses_a_message_without_a_checksum(pool_path):
     with cxlkit.Pool(pool_path, size="16M", host_id=0) as pool:
-        comm = msg.Comm(pool, rank=0, size=1, job="mixed", timeout_ms=20000)
+        comm = msg.Comm(pool, rank=0, size=1, job="mixed", timeout=20)
         comm.send(b"unchecked", dest=0)
         comm._c.set_checksum(True)  # as a peer in checksum mode would receive it
         with pytest.raises(MsgCorruptError):

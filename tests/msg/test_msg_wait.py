@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 import cxlkit
-from cxlkit import msg, rpc
+from cxlkit import msg
+from cxlkit.msg import rpc
 from cxlkit.msg import WaitPolicy
 
 from msg_ranks import make_pool, run_ranks

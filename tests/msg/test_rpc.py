@@ -15,7 +15,7 @@ import time
 import pytest
 
 import cxlkit
-from cxlkit import rpc
+from cxlkit.msg import rpc
 from cxlkit.errors import MsgError, RpcError, RpcServerLostError, RpcTimeoutError
 
 from msg_ranks import coherences, make_pool

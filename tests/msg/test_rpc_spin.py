@@ -15,7 +15,7 @@ import time
 import pytest
 
 import cxlkit
-from cxlkit import rpc
+from cxlkit.msg import rpc
 
 from msg_ranks import make_pool
 from sleepers import FUTEX, wait_asleep

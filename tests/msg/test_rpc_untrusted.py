@@ -15,7 +15,7 @@ import threading
 import pytest
 
 import cxlkit
-from cxlkit import rpc
+from cxlkit.msg import rpc
 from cxlkit.errors import (MsgError, PoolFullError, RpcBusyError, RpcCorruptError, RpcError,
                            RpcPoolFullError, RpcServerLostError, RpcTimeoutError)
 
@@ -23,7 +23,7 @@ _HEAD = 64  # a ring's head word: its second line (native/ring/ring.h HeadLine)
 
 _HOLDING_CLIENT = r"""
 import sys, cxlkit
-from cxlkit import rpc
+from cxlkit.msg import rpc
 pool = cxlkit.Pool(sys.argv[1], host_id=int(sys.argv[2]))
 c = rpc.Client(pool, "svc", timeout=10)
 c.call("hold")  # SIGKILLed in here
@@ -190,7 +190,7 @@ def test_server_on_a_pool_with_a_named_host_id(pool_path):
 
 _EXITING_SERVER = r"""
 import sys, threading, cxlkit
-from cxlkit import rpc
+from cxlkit.msg import rpc
 pool = cxlkit.Pool(sys.argv[1], size="32M", host_id=1)
 srv = rpc.Server(pool, "svc")
 busy = threading.Event()
@@ -207,7 +207,7 @@ busy.wait(60)
 
 _HAMMER = r"""
 import sys, cxlkit
-from cxlkit import rpc
+from cxlkit.msg import rpc
 from cxlkit.errors import RpcError
 pool = cxlkit.Pool(sys.argv[1], host_id=2)
 c = rpc.Client(pool, "svc", timeout=10)

@@ -13,9 +13,9 @@ import os
 import pytest
 
 import cxlkit
-from cxlkit import rpc
+from cxlkit.msg import rpc
 from cxlkit.testing import inject_fault, syscall_count
-from cxlkit._waitpolicy import WaitPolicy
+from cxlkit.msg import WaitPolicy
 
 from msg_ranks import make_pool
 from sleepers import ANY_SLEEP, FUTEX, wait_asleep

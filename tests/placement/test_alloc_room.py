@@ -5,7 +5,7 @@ import pytest
 
 import cxlkit
 from cxlkit import InsufficientMemoryError, topology
-from cxlkit import policy as P
+from cxlkit import placement as P
 
 
 def test_a_terabyte_bound_to_node_0_is_refused_naming_the_node_and_what_is_free():

@@ -1,11 +1,11 @@
-"""`cxlkit.audit`: numa_maps parsing and per-process page accounting."""
+"""`cxlkit.placement.audit`: numa_maps parsing and per-process page accounting."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from cxlkit import audit as A
+from cxlkit.placement import audit as A
 
 SAMPLE = """\
 7f0000000000 bind:1 anon=512 dirty=512 active=0 N1=512 kernelpagesize_kB=4

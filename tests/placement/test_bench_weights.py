@@ -135,6 +135,6 @@ def test_load_result_errors_name_the_path(tmp_path):
 
 
 def test_policy_reexports_weights_from():
-    import cxlkit.policy as P
+    import cxlkit.placement as P
 
     assert P.weights_from({0: 3, 1: 1}) == {0: 3, 1: 1}

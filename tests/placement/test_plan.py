@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from cxlkit import plan as PL
+from cxlkit import sizing as PL
 from cxlkit import topology
 
 GiB = 1 << 30

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import cxlkit
 from cxlkit import _native
-from cxlkit import policy as P
+from cxlkit import placement as P
 from cxlkit.testing import inject_fault, syscall_count
 
 from conftest import PYTHON, make_sysfs
@@ -207,7 +207,7 @@ def test_weighted_ratio_differing_from_kernel_raises_WeightMismatchError(tmp_pat
 
 def test_weighted_without_kernel_support_says_so_and_suggests_stripe(tmp_path):
     root = make_sysfs(tmp_path, weights=None)
-    with pytest.raises(P.WeightedInterleaveUnsupported, match=r"6\.9.*stripe\(\[0, 1\], \[3, 1\]\)") as e:
+    with pytest.raises(P.WeightedInterleaveUnsupportedError, match=r"6\.9.*stripe\(\[0, 1\], \[3, 1\]\)") as e:
         P.validate(P.weighted({0: 3, 1: 1}), sysfs_root=root)
     assert e.value.errno == errno.EOPNOTSUPP
 
@@ -240,7 +240,7 @@ def _in_child(code: str) -> str:
                                         ("interleave:0", "interleave"),
                                         ("weighted:0", "weighted"), ("default", "default")])
 def test_set_task_policy_is_what_the_kernel_reports(spec, mode):
-    out = _in_child("from cxlkit import policy as P\n"
+    out = _in_child("from cxlkit import placement as P\n"
                     f"P.set_task_policy(P.parse({spec!r}))\nprint(P.task_policy())")
     assert out == str((mode, [] if mode == "default" else [0]))
 
@@ -413,7 +413,7 @@ def test_nohugepage_error_path_raises_OSError():
 
 
 def _thp_disabled_in_child(code: str) -> str:
-    return _in_child("from cxlkit import policy as P\n" + code +
+    return _in_child("from cxlkit import placement as P\n" + code +
                      "\nimport re\nprint(re.search(r'THP_enabled:\\s*(\\d)', "
                      "open('/proc/self/status').read()).group(1))")
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import preload_prog as PP
-from cxlkit import preload as PL
+from cxlkit.placement import preload as PL
 from cxlkit.cli.main import run as cli_run
 
 MiB = 1 << 20

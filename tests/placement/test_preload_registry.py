@@ -10,8 +10,8 @@ import struct
 import pytest
 
 import preload_prog as PP
-from cxlkit import preload as PL
-from cxlkit import preload_registry as R
+from cxlkit.placement import preload as PL
+from cxlkit.placement import preload_registry as R
 
 MiB = 1 << 20
 PAGE = PL.PAGE

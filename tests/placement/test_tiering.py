@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cxlkit import tiering as TG
+from cxlkit.placement import tiering as TG
 from cxlkit.cli.main import run as cli_run
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "sysfs"

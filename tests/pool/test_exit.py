@@ -10,7 +10,7 @@ import pytest
 SCRIPT = textwrap.dedent("""
     import torch
     import cxlkit
-    from cxlkit import policy as P
+    from cxlkit import placement as P
     from cxlkit.kv import BlockLayout, Store
     from cxlkit.integrations.torch import ActivationOffload, TieredAdamW
 

@@ -90,10 +90,10 @@ def test_memoryview_blocks_close_until_released(path):
             obj.valid()
 
 
-def test_open_unpublished_raises_ObjectNotPublished(path):
+def test_open_unpublished_raises_ObjectNotPublishedError(path):
     with cxlkit.Pool(path, size=8 * MiB, host_id=0) as pool:
         pool.create("draft", 100)
-        with pytest.raises(cxlkit.ObjectNotPublished):
+        with pytest.raises(cxlkit.ObjectNotPublishedError):
             pool.open("draft")
         assert "draft" in pool
         assert pool.info("draft").state == "creating"
@@ -105,7 +105,7 @@ def test_create_without_zeroing_keeps_old_bytes_until_written(path):
         pool.destroy("old")  # its block is free again and still holds 0xab
         with pool.create("fresh", 4096, zero=False) as obj:
             assert bytes(memoryview(obj)[:16]) == b"\xab" * 16  # the flag skipped the memset
-            with pytest.raises(cxlkit.ObjectNotPublished):
+            with pytest.raises(cxlkit.ObjectNotPublishedError):
                 pool.open("fresh")  # nobody reads it before publish
             memoryview(obj)[:] = b"\x01" * 4096
             obj.publish()
@@ -261,7 +261,7 @@ def test_host_id_from_environment(path, monkeypatch):
 def test_explicit_slot_with_another_hosts_tag_raises(path, monkeypatch):
     with cxlkit.Pool(path, size=8 * MiB, host_id="alpha") as p:
         slot = p.host_id
-    monkeypatch.setattr(poolmod, "machine_tag", lambda: "some-other-machine")
+    monkeypatch.setattr(poolmod.options, "machine_tag", lambda: "some-other-machine")
     with pytest.raises(cxlkit.PoolError) as ei:
         cxlkit.Pool(path, host_id=slot)
     assert ei.value.errno == errno.EBUSY

@@ -88,12 +88,12 @@ def test_unzeroed_object_of_a_dead_creator_is_never_visible_and_is_reclaimed(pat
     child.start()
     assert ready.wait(30)
     with cxlkit.Pool(path, host_id=1) as other:
-        with pytest.raises(cxlkit.ObjectNotPublished):
+        with pytest.raises(cxlkit.ObjectNotPublishedError):
             other.open("unwritten")  # alive and writing: not readable
         go.set()
         child.join(30)
         assert child.exitcode == 9
-        with pytest.raises(cxlkit.ObjectNotPublished):
+        with pytest.raises(cxlkit.ObjectNotPublishedError):
             other.open("unwritten")  # dead before publish: still not readable
     with cxlkit.Pool(path, host_id=0) as pool:
         # reclaimed by the first opener of host 0 (or by this fsck): nothing left in use

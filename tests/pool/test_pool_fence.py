@@ -26,7 +26,7 @@ def path(pool_path):
 def _stalled_host(path: str, ready, go, out) -> None:
     """Host 'stalled': publishes 'kept', creates 'pending' (unpublished), then waits for go
     (it is stopped meanwhile) and tries to write; reports what each attempt raised."""
-    with cxlkit.Pool(path, host_id="stalled", lease_timeout_ms=TIMEOUT_MS) as p:
+    with cxlkit.Pool(path, host_id="stalled", lease_timeout=TIMEOUT_MS / 1000) as p:
         p.create("kept", data=b"k" * 100_000).close()
         pending = p.create("pending", 4096)
         ready.set()
@@ -46,7 +46,7 @@ def _stalled_host(path: str, ready, go, out) -> None:
 
 
 def test_a_released_host_that_resumes_writes_nothing_and_raises_HostReleasedError(path):
-    with cxlkit.Pool(path, size=16 * MiB, host_id="releaser", lease_timeout_ms=TIMEOUT_MS,
+    with cxlkit.Pool(path, size=16 * MiB, host_id="releaser", lease_timeout=TIMEOUT_MS / 1000,
                      max_hosts=4) as pool:
         ctx = mp.get_context("fork")
         ready, go, out = ctx.Event(), ctx.Event(), ctx.Queue()

@@ -27,7 +27,7 @@ PRELUDE = textwrap.dedent("""
     # format.h: host slots of 4096 bytes from the superblock's host_table_off (offset 112)
     BOOT, BEAT, CHOOSING, NUMBER, USED, FREE, LIVE = 32, 40, 64, 72, 192, 200, 208
     p = cxlkit.Pool(path, size="8M", host_id=0, max_hosts=2, max_objects=256,
-                    lease_timeout_ms=1000)
+                    lease_timeout=1)
     f = open(path, "r+b")
     m = mmap.mmap(f.fileno(), 0)
     table = struct.unpack_from("<Q", m, 112)[0]

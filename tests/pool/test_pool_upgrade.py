@@ -24,7 +24,7 @@ from cxlkit import _native
 from cxlkit.cli import pool as _pool_cli  # noqa: F401 (registers `cxlkit pool`)
 from cxlkit.cli.main import app
 from cxlkit.errors import PoolInUseError
-from cxlkit.pool_upgrade import upgrade
+from cxlkit.pool.upgrade import upgrade
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
 import v1pool  # noqa: E402
@@ -97,7 +97,7 @@ def test_upgrade_of_a_pool_already_at_version_2_changes_nothing(path):
     v1pool.write_pool(path, 8 * MiB, OBJECTS)
     upgrade(path)
     before = sha(path)
-    r = cxlkit.upgrade_pool(path)  # the package's face of cxlkit.pool_upgrade.upgrade
+    r = cxlkit.upgrade_pool(path)  # the package's face of cxlkit.pool.upgrade.upgrade
     assert isinstance(r, cxlkit.UpgradeReport) and (r.from_version, r.version) == (2, 2)
     assert sha(path) == before
 

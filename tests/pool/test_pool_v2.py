@@ -378,7 +378,7 @@ def _attach(path, name, start, out):
 @pytest.mark.parametrize("max_hosts,racers", [(6, 6), (2, 6), (1, 5)])
 def test_hosts_attaching_by_name_at_the_same_instant_never_share_a_slot(path, max_hosts,
                                                                          racers):
-    cxlkit.Pool(path, size=8 * MiB, host_id=0, max_hosts=max_hosts, lease_timeout_ms=1000).close()
+    cxlkit.Pool(path, size=8 * MiB, host_id=0, max_hosts=max_hosts, lease_timeout=1).close()
     Path(path).chmod(0o600)
     # host 0 attached by id above: the racers claim the remaining slots
     for _ in range(3):  # several rounds of racing processes (names differ each round)
@@ -437,7 +437,7 @@ def _dead_host(path, name, objects):
 
 
 def _make_dead_host(path, objects):
-    cxlkit.Pool(path, size=8 * MiB, host_id=0, max_hosts=3, lease_timeout_ms=1000).close()
+    cxlkit.Pool(path, size=8 * MiB, host_id=0, max_hosts=3, lease_timeout=1).close()
     child = mp.get_context("fork").Process(target=_dead_host, args=(path, "gone", objects))
     child.start()
     child.join(60)

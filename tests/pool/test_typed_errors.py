@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import cxlkit
-from cxlkit import ObjectNotPublished, PoolCorruptError, PoolFullError, StaleObjectError
+from cxlkit import ObjectNotPublishedError, PoolCorruptError, PoolFullError, StaleObjectError
 from cxlkit.kv import BlockLayout, EngineTensors, Store, block_hashes
 
 MiB = 1 << 20
@@ -35,7 +35,7 @@ class FailingHandle:
     ("destroy", lambda p: p.destroy("x")),
 ])
 @pytest.mark.parametrize("err,cls", [(errno.ENOSPC, PoolFullError),
-                                     (errno.EAGAIN, ObjectNotPublished),
+                                     (errno.EAGAIN, ObjectNotPublishedError),
                                      (errno.ESTALE, StaleObjectError),
                                      (errno.EBADMSG, PoolCorruptError)])
 def test_pool_calls_raise_the_typed_error_of_their_errno(pool_path, call, run, err, cls):

@@ -6,7 +6,7 @@ import gc
 import pytest
 
 import cxlkit
-from cxlkit import policy as P
+from cxlkit import placement as P
 
 torch = pytest.importorskip("torch")
 from cxlkit.integrations.views import tensor  # noqa: E402

@@ -8,7 +8,7 @@ import pytest
 
 import cxlkit
 from cxlkit import _native
-from cxlkit import policy as P
+from cxlkit import placement as P
 from cxlkit.testing import inject_fault
 from cxlkit.train.adam import AdamTeam
 

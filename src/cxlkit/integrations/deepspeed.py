@@ -20,7 +20,7 @@ from deepspeed.ops.adam import DeepSpeedCPUAdam
 from deepspeed.runtime.zero import utils as _zero_utils
 from deepspeed.runtime.zero.utils import get_mapping_to_flat_buffer
 
-from .. import policy as P
+from .. import placement as P
 from ..train import adam as A
 from ..train.plan import TrainPlan
 from .torch_common import _default_team, _np

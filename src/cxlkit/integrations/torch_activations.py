@@ -8,9 +8,10 @@ from typing import Any
 
 import torch
 
-from .. import policy as P
+from .. import placement as P
 from .. import topology
-from ..train.plan import BudgetExceeded, TrainPlan
+from ..errors import BudgetExceededError
+from ..train.plan import TrainPlan
 
 
 class _Saved:
@@ -59,7 +60,7 @@ class ActivationOffload:
     copied into the buffer and the original freed; backward copies it back (same shape,
     strides, dtype, device), so gradients are bit-identical to running without it. The buffer
     is reused from its start whenever every activation of earlier passes has been released.
-    Past its capacity, packing raises BudgetExceeded."""
+    Past its capacity, packing raises BudgetExceededError."""
 
     def __init__(self, nbytes: int, *, tier: str | int | P.Policy = "dram",
                  plan: TrainPlan | None = None, min_bytes: int = 1024) -> None:
@@ -111,7 +112,7 @@ class ActivationOffload:
         nbytes = t.numel() * t.element_size()
         start = (self._top + 63) & ~63
         if start + nbytes > self.capacity:
-            raise BudgetExceeded(f"activation offload buffer full: {nbytes} more bytes at offset "
+            raise BudgetExceededError(f"activation offload buffer full: {nbytes} more bytes at offset "
                                  f"{start} of {self.capacity} ({self._live} activations live); "
                                  "make it larger or release the previous pass's graph")
         h = _Saved(start, nbytes, t)

@@ -10,13 +10,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
-from torch.autograd import profiler as _torch_profiler
-from torch.optim import optimizer as _torch_optimizer
 
-from .. import policy as P
+from .. import placement as P
 from ..train import adam as A
 from ..train.plan import TrainPlan
 from .torch_params import ParamCopies, StepCounts
+from .torch_step import (_HOOKED_STEP, _global_step_hooks, _grad_on, _plain_step, _profiling,
+                         _set_grad)
 from .torch_common import (_CODES, _SUPPORTED, _closure_loss, _default_team, _flat_f32, _np,
                            check_saved_groups, take_saved_hyperparams)
 
@@ -24,24 +24,6 @@ log = logging.getLogger("cxlkit")
 
 AUTO_TEAM_PARAMS = 1 << 20  # team="auto" starts threads from this many params on
 THP_MOVE_BYTES = 8 << 20  # huge_pages moves own-master fp32 params from 8 MiB (2M params) on
-
-
-# torch's registries of global step hooks (dicts registration fills in place) and the
-# profiler's state, bound once: each attribute walk costs tens of us with the caches cold
-_GLOBAL_PRE_HOOKS = _torch_optimizer._global_optimizer_pre_hooks
-_GLOBAL_POST_HOOKS = _torch_optimizer._global_optimizer_post_hooks
-_profiler_on = torch._C._autograd._profiler_enabled
-_set_grad = torch._C._set_grad_enabled
-_grad_on = torch.is_grad_enabled
-
-
-def _global_step_hooks() -> bool:
-    return bool(_GLOBAL_PRE_HOOKS or _GLOBAL_POST_HOOKS)
-
-
-def _profiling() -> bool:
-    """A torch profiler (autograd's or kineto's) is recording: step keeps its label."""
-    return _torch_profiler._is_profiler_enabled or _profiler_on()
 
 
 class TieredAdamW(torch.optim.Optimizer):
@@ -168,7 +150,7 @@ class TieredAdamW(torch.optim.Optimizer):
                      "of 28 bytes per param)", copied, 4 * copied)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        # one pass lays out the group's three buffers (masters, moments, placed grads and
+        # long: one pass lays out the group's three buffers (masters, moments, placed grads and
         # params) by running offsets: split, the offsets would be shared state between parts
         super().add_param_group(param_group)
         group = self.param_groups[-1]
@@ -492,20 +474,3 @@ class TieredAdamW(torch.optim.Optimizer):
                       "policy=, place_grads= and place_params=)", DeprecationWarning,
                       stacklevel=2)
         return super().__new__(TieredAdamW._spilled_class)
-
-
-def _plain_step(opt: TieredAdamW, closure: Any = None, *, grad_scale: float = 1.0) -> Any:
-    loss = _closure_loss(closure, grad_scale)
-    was = _grad_on()  # torch.no_grad() as two C calls (the context manager: ~60 us cold)
-    _set_grad(False)
-    try:
-        for group in opt.param_groups:
-            opt._step_group(group, grad_scale)
-    finally:
-        _set_grad(was)
-    return loss
-
-
-# torch's own wrapper around the plain step (hooks, record_function), for when hooks are
-# registered or a profiler runs: the same behaviour as any torch optimizer's step then
-_HOOKED_STEP = torch.optim.Optimizer.profile_hook_step(_plain_step)

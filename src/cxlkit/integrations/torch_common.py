@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from .. import policy as P
+from .. import placement as P
 from .. import topology
 from ..train import adam as A
 

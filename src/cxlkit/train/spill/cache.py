@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ... import policy as P
+from ... import placement as P
 from . import layout as L
 from .path_base import HEADER_NBYTES, Pending
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ... import policy as P
+from ... import placement as P
 from .. import aio
 from . import layout as L
 from . import split as S

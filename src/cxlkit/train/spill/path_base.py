@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 
 from ... import _native
-from ... import policy as P
+from ... import placement as P
+from ...errors import (CapacityError, PathFullError, PathIOError,  # noqa: F401 (importable here)
+                       PathVanishedError, SubgroupCorruptError, SubgroupError)
 from .. import aio
 
 HEADER_NBYTES = 4096
@@ -27,36 +29,6 @@ VERSION = 1
 _HDR = struct.Struct("<8sIIQQQQQQ")
 _HDR_CRC = struct.Struct("<I")
 LOCK_MODES = ("exclusive", "shared", "off")
-
-
-class SubgroupError(OSError):
-    """A subgroup could not be moved to or from a path; .path and .subgroup name them."""
-
-    def __init__(self, err: int, why: str, path: str, subgroup: int | None = None) -> None:
-        where = f"subgroup {subgroup} on " if subgroup is not None else ""
-        super().__init__(err, f"{where}{path}: {why}", path)
-        self.path, self.subgroup = path, subgroup
-
-
-class PathFullError(SubgroupError):
-    """ENOSPC: the path has no room for the subgroup."""
-
-
-class CapacityError(PathFullError):
-    """The paths' capacities (capacity_nbytes) hold fewer subgroups than the state has;
-    .path names every path with its capacity."""
-
-
-class PathIOError(SubgroupError):
-    """EIO (or another device error) while reading or writing the subgroup."""
-
-
-class PathVanishedError(SubgroupError):
-    """The directory (or pool object) is gone."""
-
-
-class SubgroupCorruptError(SubgroupError):
-    """The subgroup's header or checksum does not match what the store wrote."""
 
 
 def typed(e: OSError, path: str, subgroup: int | None) -> SubgroupError:

@@ -10,7 +10,7 @@ import hashlib
 import time
 from typing import Any
 
-from ... import policy as P
+from ... import placement as P
 from .. import aio
 from .path_base import (HEADER_NBYTES, FetchCheck, FlushHeader, Pending, PathIOError,
                          PathVanishedError, SpillPath, typed)
@@ -39,7 +39,7 @@ class _CopyPath(SpillPath):
         return self.name
 
     def _submit(self, idx: int, slot: int, buf: Any, write: bool, hook: Any = None) -> Pending:
-        # one function on purpose: its closures share `views`, which the request clears when
+        # long: one function on purpose, its closures share `views`, which the request clears when
         # it ends so that no frame of a failed request's traceback keeps a view of the area
         # (the pool would not close); split into methods, more frames would hold them
         area = self._area(idx, create=write)

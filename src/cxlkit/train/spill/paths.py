@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ... import policy as P
+from ... import placement as P
 from ...units import parse_size
 from .. import aio
 from .path_base import (HEADER_NBYTES, LOCK_MODES, MAGIC, VERSION, CapacityError,  # noqa: F401

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ... import policy as P
+from ... import placement as P
 from .. import adam as A
 from . import layout as L
 from .cache import HostCache

@@ -10,49 +10,30 @@ from __future__ import annotations
 import errno
 import os
 import secrets
-import struct
-from dataclasses import dataclass
+import warnings
 from typing import Any
 
-from . import _native
-from ._config import ENV
-from ._waitpolicy import WaitPolicy, policy_arg
-from .errors import (
+from .. import _native
+from .._config import ENV
+from ..errors import (
     _MSG_COMM_ERRORS,
     MsgCorruptError,
-    MsgError,
     MsgExistsError,
     MsgValueError,
     PeerLostError,
     TruncationError,
     _msg_typed,
 )
-from .pool import Pool, _check_name, machine_tag
+from ..pool import Pool, machine_tag
+from ..units import parse_size
+from .wait import WaitPolicy, policy_arg
+from .window import PoolMemory, Request, Status, Window, _buf, _op, _type
 
 ANY_SOURCE = _native.ANY_SOURCE
 ANY_TAG = _native.ANY_TAG
 TAG_MAX = 0x7FFFFFFF
 
-# element types and reduction ops as the C ABI numbers them (enum cxk_msg_type / cxk_msg_op)
-_TYPES = {"int32": (0, "i"), "int64": (1, "q"), "uint32": (2, "I"), "uint64": (3, "Q"),
-          "float32": (4, "f"), "float64": (5, "d")}
-_OPS = {"sum": 0, "min": 1, "max": 2, "replace": 3, "no_op": 4}
 _COHERENCE = {"host": 0, "none": 1, "sim": 2}  # as cxlkit.pool's
-# a bare ring's errors: EBADMSG at open is a foreign object (not a ring), later a bad cell
-_RING_ERRORS = {errno.EBADMSG: (MsgCorruptError, "not a ring (bad geometry), or a cell no "
-                                                 "correct producer writes"),
-                errno.EPROTO: (MsgError, "the other end's call: a producer pushes, a consumer "
-                                         "pops")}
-
-__all__ = ["ANY_SOURCE", "ANY_TAG", "Comm", "PoolMemory", "Request", "Ring", "Status", "WaitPolicy",
-           "Window"]
-
-
-@dataclass(frozen=True)
-class Status:
-    source: int
-    tag: int
-    count: int  # bytes of the message
 
 
 def _env(name: str) -> str:
@@ -70,25 +51,29 @@ def _launcher_rank_size() -> tuple[int | None, int | None]:
     return None, int(s) if s is not None and s.isdigit() else None
 
 
+def _millis(label: str, seconds: float | None, old_label: str, ms: int | None) -> int:
+    """Milliseconds for the C ABI (0: its default) from `label` in seconds, or from the
+    deprecated `old_label` in milliseconds."""
+    if ms is not None:
+        if seconds is not None:
+            raise ValueError(f"{label} and {old_label} both given: pass {label} (seconds) alone")
+        warnings.warn(f"Comm({old_label}=) is deprecated: pass {label} in seconds (e.g. "
+                      f"{label}=2.5)", DeprecationWarning, stacklevel=3)
+        return _positive(old_label, ms)
+    if seconds is None:
+        return 0
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
+            or not 0 < seconds <= 86400:
+        raise ValueError(f"{label} {seconds!r}: expected seconds in (0, 86400]")
+    return max(1, round(seconds * 1000))
+
+
 def _positive(label: str, v: int | None) -> int:
     if v is None:
         return 0
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
         raise ValueError(f"{label} {v!r}: expected a positive int")
     return v
-
-
-def _type(dtype: Any) -> tuple[int, str]:
-    name = getattr(dtype, "name", None) or str(dtype)
-    if name not in _TYPES:
-        raise ValueError(f"dtype {dtype!r}: expected one of {', '.join(_TYPES)}")
-    return _TYPES[name]
-
-
-def _op(op: str, allowed: tuple[str, ...]) -> int:
-    if op not in allowed:
-        raise ValueError(f"op {op!r}: expected one of {', '.join(allowed)}")
-    return _OPS[op]
 
 
 def _private_pool_args(pool: Pool | str) -> tuple[list[str], int, str, int]:
@@ -116,10 +101,14 @@ class Comm:
     def __init__(self, pool: Pool, *, rank: int | None = None, size: int | None = None,
                  job: str | None = None, cell_bytes: int | None = None,
                  ncells: int | None = None, eager_bytes: int | None = None,
-                 timeout_ms: int | None = None, dead_ms: int | None = None,
-                 join_ms: int | None = None, wait: WaitPolicy | None = None,
-                 checksum: bool = False) -> None:
+                 timeout: float | None = None, dead_timeout: float | None = None,
+                 join_timeout: float | None = None, wait: WaitPolicy | None = None,
+                 checksum: bool = False, timeout_ms: int | None = None,
+                 dead_ms: int | None = None, join_ms: int | None = None) -> None:
         wait_args = policy_arg(wait)  # bad CXLKIT_MSG_SPIN_US & co fail before the join
+        timeout_ms = _millis("timeout", timeout, "timeout_ms", timeout_ms)
+        dead_ms = _millis("dead_timeout", dead_timeout, "dead_ms", dead_ms)
+        join_ms = _millis("join_timeout", join_timeout, "join_ms", join_ms)
         if not isinstance(checksum, bool):
             raise ValueError(f"checksum {checksum!r}: expected True or False")
         lr, ls = _launcher_rank_size()
@@ -149,7 +138,7 @@ class Comm:
             from .rpc import arrival_rank
 
             rank, boot = arrival_rank(pool, job, size,
-                                      (_positive("join_ms", join_ms) or 60000) / 1000)
+                                      (join_ms or 60000) / 1000)
             self._my_rank = rank
         try:
             self._join(pool, job, rank, size, cell_bytes, ncells, eager_bytes, timeout_ms,
@@ -197,14 +186,13 @@ class Comm:
         return cls(pool, rank=rank, size=size, job=agreed, **kwargs)
 
     def _join(self, pool: Pool, job: str, rank: int, size: int, cell_bytes: int | None,
-              ncells: int | None, eager_bytes: int | None, timeout_ms: int | None,
-              dead_ms: int | None, join_ms: int | None) -> None:
+              ncells: int | None, eager_bytes: int | None, timeout_ms: int,
+              dead_ms: int, join_ms: int) -> None:
         try:
             self._c = _native.MsgComm(
                 pool, job, rank, size, _positive("cell_bytes", cell_bytes),
                 _positive("ncells", ncells), _positive("eager_bytes", eager_bytes),
-                _positive("timeout_ms", timeout_ms), _positive("dead_ms", dead_ms),
-                _positive("join_ms", join_ms))
+                timeout_ms, dead_ms, join_ms)
         except OSError as e:
             raise self._join_error(e, job, rank, size) from None
 
@@ -212,7 +200,7 @@ class Comm:
         where = f"job {job} rank {rank} on pool {self.pool_path}"
         if e.errno == errno.ETIMEDOUT:
             return PeerLostError(-1, f"{where}: not every one of {size} ranks joined in time; "
-                                     f"start them all, or raise join_ms")
+                                     f"start them all, or raise join_timeout")
         if e.errno == errno.EINVAL:
             return MsgValueError(e.errno, f"{where}: bad ring geometry or eager size "
                                           f"(cell_bytes a multiple of 64 >= 128, ncells a power "
@@ -396,259 +384,21 @@ class Comm:
         self._call(self._c.allreduce, a, out, a.size, code, _op(op, ("sum", "min", "max")))
         return out
 
-    def alloc_mem(self, nbytes: int) -> PoolMemory:
+    def alloc_mem(self, nbytes: int | str) -> PoolMemory:
         """nbytes (zeroed) of this rank's pool partition: a send above the eager limit from
         it travels in one copy (the receiver copies straight out of it)."""
+        nbytes = parse_size(nbytes, "nbytes") if isinstance(nbytes, str) else nbytes
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
-            raise ValueError(f"nbytes {nbytes!r}: expected an int > 0")
+            raise ValueError(f"nbytes {nbytes!r}: expected an int > 0 or a size such as '64K'")
         return PoolMemory(self, self._call(_native.MsgMemory, self._c, nbytes))
 
     def is_pool_mem(self, buf: Any) -> bool:
         """Whether the bytes of buf lie in one block of alloc_mem (a send travels in one copy)."""
         return bool(self._call(self._c.is_pool_mem, _buf(buf)))
 
-    def window(self, nbytes: int) -> Window:
+    def window(self, nbytes: int | str) -> Window:
         """Collective: a one-sided window of nbytes (zeroed) on every rank."""
+        nbytes = parse_size(nbytes, "nbytes") if isinstance(nbytes, str) else nbytes
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
-            raise ValueError(f"nbytes {nbytes!r}: expected an int >= 0")
+            raise ValueError(f"nbytes {nbytes!r}: expected an int >= 0 or a size such as '4K'")
         return Window(self, self._call(_native.MsgWindow, self._c, nbytes), nbytes)
-
-
-class Request:
-    """A non-blocking send or receive. wait() returns its Status; test() it or None."""
-
-    def __init__(self, comm: Comm, native: Any, buf: Any = None) -> None:
-        self._comm, self._r, self._buf = comm, native, buf
-
-    @property
-    def done(self) -> bool:
-        return self._r.done
-
-    def _status(self, r: tuple[int, int, int, bool]) -> Status:
-        s, t, n, trunc = r
-        if trunc:
-            raise TruncationError(n, memoryview(self._buf).nbytes, s, t)
-        return Status(s, t, n)
-
-    def wait(self) -> Status:
-        return self._status(self._comm._call(self._r.wait))
-
-    def test(self) -> Status | None:
-        r = self._comm._call(self._r.test)
-        return None if r is None else self._status(r)
-
-    def cancel(self) -> None:
-        """Withdraw a receive not yet matched (MsgError if it already was, or is a send)."""
-        self._comm._call(self._r.cancel)
-
-
-class PoolMemory:
-    """Memory of a comm in the pool (Comm.alloc_mem). `view` is a writable memoryview of it
-    (numpy.frombuffer(mem.view) an array); the comm's calls take the object itself or any
-    slice of its view. A send from it above the eager limit is not
-    copied by the sender: the receiver copies straight out, and the send completes at its
-    answer — keep the bytes unchanged until then, as for any isend. free() refuses
-    (BufferError) while views are alive and (MsgError, EBUSY) while a send from it is."""
-
-    def __init__(self, comm: Comm, native: Any) -> None:
-        self._comm, self._m = comm, native
-
-    @property
-    def nbytes(self) -> int:
-        return int(self._m.nbytes)
-
-    @property
-    def view(self) -> memoryview:
-        return memoryview(self._m)
-
-    def free(self) -> None:
-        self._comm._call(self._m.free)
-
-    def __enter__(self) -> PoolMemory:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.free()
-
-
-class Window:
-    """One-sided access to every rank's window of a job. `local` is this rank's window
-    memory (a memoryview); offsets are bytes. Epochs: fence(), post/start/complete/wait, or
-    lock/unlock for passive target (the target applies operations when it calls into cxlkit)."""
-
-    def __init__(self, comm: Comm, native: Any, nbytes: int) -> None:
-        self._comm, self._w, self.nbytes = comm, native, nbytes
-
-    @property
-    def local(self) -> memoryview:
-        return memoryview(self._w)
-
-    def size_of(self, rank: int) -> int:
-        return self._call(self._w.size_of, self._comm._rank("rank", rank))
-
-    def _call(self, fn: Any, *args: Any) -> Any:
-        return self._comm._call(fn, *args)
-
-    def put(self, data: Any, target: int, offset: int = 0) -> None:
-        self._call(self._w.put, data, self._comm._rank("target", target), _off(offset))
-
-    def get(self, nbytes: int, target: int, offset: int = 0) -> bytes:
-        buf = bytearray(_off(nbytes))
-        self._call(self._w.get_into, buf, self._comm._rank("target", target), _off(offset))
-        return bytes(buf)
-
-    def accumulate(self, array: Any, target: int, offset: int = 0, op: str = "sum") -> None:
-        import numpy as np
-
-        a = np.ascontiguousarray(array)
-        code, _ = _type(a.dtype)
-        self._call(self._w.accumulate, a, a.size, code, self._comm._rank("target", target),
-                   _off(offset), _op(op, ("sum", "min", "max", "replace")))
-
-    def fetch_and_op(self, value: int | float | None, target: int, offset: int = 0, *,
-                     dtype: str = "int64", op: str = "sum") -> int | float:
-        code, fmt = _type(dtype)
-        operand = struct.pack(fmt, 0 if value is None else value)
-        old = self._call(self._w.fetch_and_op, operand, code, self._comm._rank("target", target),
-                         _off(offset), _op(op, tuple(_OPS)))
-        return struct.unpack(fmt, old)[0]
-
-    def compare_and_swap(self, compare: int | float, swap: int | float, target: int,
-                         offset: int = 0, *, dtype: str = "int64") -> int | float:
-        code, fmt = _type(dtype)
-        old = self._call(self._w.compare_and_swap, struct.pack(fmt, compare),
-                         struct.pack(fmt, swap), code, self._comm._rank("target", target),
-                         _off(offset))
-        return struct.unpack(fmt, old)[0]
-
-    def flush(self, target: int | None = None) -> None:
-        self._call(self._w.flush, -1 if target is None else self._comm._rank("target", target))
-
-    def fence(self) -> None:
-        self._call(self._w.fence)
-
-    def post(self, ranks: list[int]) -> None:
-        self._call(self._w.post, [self._comm._rank("rank", r) for r in ranks])
-
-    def start(self, ranks: list[int]) -> None:
-        self._call(self._w.start, [self._comm._rank("rank", r) for r in ranks])
-
-    def complete(self) -> None:
-        self._call(self._w.complete)
-
-    def wait(self) -> None:
-        self._call(self._w.wait)
-
-    def lock(self, target: int, *, exclusive: bool = True) -> None:
-        self._call(self._w.lock, 2 if exclusive else 1, self._comm._rank("target", target))
-
-    def unlock(self, target: int) -> None:
-        self._call(self._w.unlock, self._comm._rank("target", target))
-
-    def free(self) -> None:
-        """Collective: remove the window (views of `local` must be released first)."""
-        self._call(self._w.free)
-
-    def __enter__(self) -> Window:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.free()
-
-
-def _buf(x: Any) -> Any:
-    """The buffer the native calls take: a PoolMemory's own, else x."""
-    return x._m if isinstance(x, PoolMemory) else x
-
-
-def _off(v: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise ValueError(f"offset/size {v!r}: expected an int >= 0")
-    return v
-
-
-class Ring:
-    """One end of a bare single-producer/single-consumer ring in a pool object (the
-    transport under Comm and the RPC channel). Ring.create makes the object; Ring.open
-    attaches to one. push returns False when full; pop returns (payload, kind) or None."""
-
-    def __init__(self, native: Any, name: str, where: str) -> None:
-        self._r, self.name, self._where = native, name, where
-
-    @classmethod
-    def create(cls, pool: Pool, name: str, *, cell_bytes: int = 256, ncells: int = 64,
-               role: str = "producer") -> Ring:
-        if _native.ring_bytes(cell_bytes, ncells) == 0:
-            raise ValueError(f"ring {name}: cell_bytes {cell_bytes} (a multiple of 64, 64..1 MiB) "
-                             f"or ncells {ncells} (a power of two, 2..2^20) out of range")
-        return cls._make(pool, name, role, cell_bytes, ncells, True)
-
-    @classmethod
-    def open(cls, pool: Pool, name: str, *, role: str = "consumer") -> Ring:
-        return cls._make(pool, name, role, 0, 0, False)
-
-    @classmethod
-    def _make(cls, pool: Pool, name: str, role: str, cell_bytes: int, ncells: int,
-              create: bool) -> Ring:
-        roles = {"producer": _native.RING_PRODUCER, "consumer": _native.RING_CONSUMER}
-        if role not in roles:
-            raise ValueError(f"role {role!r}: expected 'producer' or 'consumer'")
-        if not isinstance(pool, Pool):
-            raise TypeError(f"pool {pool!r}: expected a cxlkit.Pool")
-        where = f"ring {name} in pool {pool.path}"
-        try:
-            return cls(_native.Ring(pool, _check_name(name), roles[role], cell_bytes, ncells,
-                                    create), name, where)
-        except OSError as e:
-            raise _msg_typed(e, where, _RING_ERRORS) from None
-
-    def _call(self, fn: Any, *args: Any) -> Any:
-        try:
-            return fn(*args)
-        except OSError as e:
-            raise _msg_typed(e, self._where, _RING_ERRORS) from None
-        except ValueError as e:
-            if str(e).startswith("closed ring"):  # the binding's refusal of a closed ring
-                raise MsgValueError(errno.EBADF, f"{self._where}: the ring is closed; open it "
-                                                 "again") from None
-            raise
-
-    @property
-    def payload_max(self) -> int:
-        return self._call(lambda: self._r.payload_max)
-
-    @property
-    def ncells(self) -> int:
-        return self._r.ncells
-
-    def push(self, data: bytes, kind: int = 0) -> bool:
-        if len(data) > self.payload_max:
-            raise ValueError(f"ring {self.name}: {len(data)} bytes, a cell holds {self.payload_max}")
-        return self._call(self._r.push, bytes(data), kind)
-
-    def pop(self) -> tuple[bytes, int] | None:
-        return self._call(self._r.pop)
-
-    def space(self) -> int:
-        return self._call(self._r.space)
-
-    def wait(self, timeout: float | None = None, *, policy: WaitPolicy | None = None) -> bool:
-        """Block until there is something to do: a consumer until pop() would return a cell,
-        a producer until push() has room. False once `timeout` seconds passed (None: no
-        limit); MsgClosedError (a BrokenPipeError) when the producer closed the ring and it
-        is drained."""
-        if timeout is not None and (isinstance(timeout, bool) or
-                                    not isinstance(timeout, (int, float)) or
-                                    not 0 < timeout <= 86400):
-            raise ValueError(f"timeout {timeout!r}: expected seconds in (0, 86400] or None")
-        ms = 0 if timeout is None else max(1, int(timeout * 1000))
-        return self._call(self._r.wait, *policy_arg(policy), ms)
-
-    def close(self) -> None:
-        self._r.close()
-
-    def __enter__(self) -> Ring:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -37,11 +37,11 @@ import zlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import _native
-from .errors import (PeerLostError, RpcBusyError, RpcCorruptError, RpcError, RpcPoolFullError,
+from .. import _native
+from ..errors import (PeerLostError, RpcBusyError, RpcCorruptError, RpcError, RpcPoolFullError,
                      RpcServerLostError, RpcTimeoutError)
-from ._waitpolicy import WaitPolicy, policy_arg
-from .pool import Pool, machine_tag
+from ..pool import Pool, machine_tag
+from .wait import WaitPolicy, policy_arg
 
 __all__ = ["Client", "Server", "method_id"]
 

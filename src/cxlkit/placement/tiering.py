@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import audit as _audit
-from . import topology
-from ._config import config
+from .. import topology
+from .._config import config
 
 NUMA_BALANCING = "sys/kernel/numa_balancing"  # under procfs
 DEMOTION_ENABLED = "kernel/mm/numa/demotion_enabled"  # under sysfs

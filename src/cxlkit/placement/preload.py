@@ -11,8 +11,8 @@ from pathlib import Path
 
 from . import audit as _audit
 from . import preload_registry as _reg
-from ._config import config
-from .units import parse_size
+from .._config import config
+from ..units import parse_size
 
 LIBRARY_NAME = "libcxlkit_preload.so"
 ENV_STRIPE = "CXLKIT_STRIPE"
@@ -108,7 +108,7 @@ def library_path() -> Path:
     if given:
         p = Path(given)
     else:
-        from . import _native
+        from .. import _native
 
         p = Path(_native.__file__).resolve().parent / LIBRARY_NAME
     if not p.is_file():

@@ -5,7 +5,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._config import config
+from .._config import config
 
 _NODE = re.compile(r"^N(\d+)=(\d+)$")
 

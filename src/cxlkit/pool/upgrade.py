@@ -8,10 +8,10 @@ import errno
 import os
 from dataclasses import dataclass
 
-from . import _native
-from .errors import (PoolCorruptError, PoolError, PoolForeignError, PoolFormatError,
+from .. import _native
+from ..errors import (PoolCorruptError, PoolError, PoolForeignError, PoolFormatError,
                      PoolFullError, PoolInUseError, PoolVersionError)
-from .pool import resolve
+from .options import resolve
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""WaitPolicy: how the blocking calls of cxlkit.msg and cxlkit.rpc (and Ring.wait) poll the
+"""WaitPolicy: how the blocking calls of cxlkit.msg (comm, rpc) (and Ring.wait) poll the
 pool — the Python face of the C library's cxk_wait_opts. docs/msg.md, "Waiting", has the
 measurements behind the defaults."""
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from . import _native
-from ._config import ENV
+from .. import _native
+from .._config import ENV
 
 _FOREVER = _native.WAIT_FOREVER  # the C ABI's "never leave this phase"
 _SLEEP_MAX_US = 1_000_000

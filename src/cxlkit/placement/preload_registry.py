@@ -1,7 +1,7 @@
 """The preload library's own record of the ranges it placed (native/preload/registry.c): a
 memfd named "cxlkit-stripes" in the process, found through /proc/PID/fd and read without
 trusting it; and the node of each page of a range of another process (move_pages(2) with no
-target nodes: a query, nothing moves). cxlkit.preload's audit judges each placed range by its
+target nodes: a query, nothing moves). cxlkit.placement.preload's audit judges each placed range by its
 own chunk grid with these, so adjacent placed mappings the kernel merged into one VMA are
 still judged one by one."""
 from __future__ import annotations
@@ -14,6 +14,8 @@ from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import RegistryError
+
 MAGIC = b"CXLKSTR1"
 HEADER = struct.Struct("<8sIIQQQQ16x")  # magic, version, record size, capacity, used, gen,
 #                                         dropped, spare: 64 bytes
@@ -22,10 +24,6 @@ MAX_CAPACITY = 1 << 20  # far above the library's 65536: a larger one is not the
 NAME = "/memfd:cxlkit-stripes"
 SYS_MOVE_PAGES = {"x86_64": 279, "aarch64": 239}
 BATCH = 1 << 16
-
-
-class RegistryError(ValueError):
-    """The registry file is not one the library wrote (names the path and the field)."""
 
 
 @dataclass(frozen=True)
