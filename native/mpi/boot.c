@@ -2,6 +2,10 @@
  * environment, broadcast so every rank decides alike), the pool and the engine's job over
  * PMPI (ranks and size of the world, the job id from PMPI_Bcast, agreement by
  * PMPI_Allreduce), the banner, the counters, and the error helpers. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE  /* dladdr */
+#endif
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,10 +17,16 @@
 
 #if defined(OPEN_MPI)
 #define SHIM_MPI "Open MPI"
+#define SHIM_LIB "libcxlkit_mpi_openmpi.so"
+#define OTHER_MPI "MPICH"
+#define OTHER_LIB "libcxlkit_mpi_mpich.so"
 #elif defined(MPI_ABI_VERSION)
 #define SHIM_MPI "MPI (standard ABI)"
 #elif defined(MPICH)
 #define SHIM_MPI "MPICH"
+#define SHIM_LIB "libcxlkit_mpi_mpich.so"
+#define OTHER_MPI "Open MPI"
+#define OTHER_LIB "libcxlkit_mpi_openmpi.so"
 #else
 #define SHIM_MPI "MPI"
 #endif
@@ -309,27 +319,68 @@ static void boot(int provided) {
                                                  : "derived only (world on " SHIM_MPI ")");
 }
 
+/* The shim was built against one MPI's mpi.h (MPICH's handles are integers, Open MPI's
+ * pointers): preloaded into a program of the other, its first PMPI call would pass handles of
+ * the wrong kind (a segfault in MPI_Init, or "Invalid communicator"), and no call of it can
+ * step aside safely (its Fortran bindings and status layout are the other MPI's). So before
+ * anything reaches the MPI: the library that serves PMPI_Init to this process is Open MPI's
+ * when it defines ompi_mpi_comm_world; on a mismatch one line (from the launcher's rank 0)
+ * says which build to preload, and the process exits with status 1. The standard-ABI build
+ * serves any MPI that implements the ABI: nothing to check. */
+static void check_mpi(void) {
+#if defined(SHIM_LIB)
+    Dl_info di;
+    void *f = dlsym(RTLD_DEFAULT, "PMPI_Init");
+    if (!f || !dladdr(f, &di) || !di.dli_fname) return;
+    void *h = dlopen(di.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    if (!h) return;
+    const int ompi = dlsym(h, "ompi_mpi_comm_world") != NULL;
+    dlclose(h);
+#if defined(OPEN_MPI)
+    if (ompi) return;
+#else
+    if (!ompi) return;
+#endif
+    const char *r = getenv("PMI_RANK");
+    if (!r) r = getenv("OMPI_COMM_WORLD_RANK");
+    if (!r || !strcmp(r, "0"))
+        fprintf(stderr,
+                "cxlkit-mpi: wrong MPI: this is the shim built for " SHIM_MPI " (" SHIM_LIB
+                ") but the program runs " OTHER_MPI " (%s); preload " OTHER_LIB
+                " instead (exiting)\n",
+                di.dli_fname);
+    exit(1);
+#endif
+}
+
 int MPI_Init(int *argc, char ***argv) {
+    check_mpi();
     int rc = PMPI_Init(argc, argv);
     if (rc == MPI_SUCCESS) boot(MPI_THREAD_SINGLE);
     return rc;
 }
 
 int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
+    check_mpi();
     int rc = PMPI_Init_thread(argc, argv, required, provided);
     if (rc == MPI_SUCCESS) boot(*provided);
     return rc;
 }
 
+/* Traffic per route (CXLKIT_MPI_STATS): what a measurement across hosts reads to see that
+ * each route carried what it should. */
 static void print_stats(void) {
     const struct shim_stats *s = &g.st;
     fprintf(stderr,
             "cxlkit-mpi: rank %d: %s: pool %llu sends %llu B, %llu receives %llu B; " SHIM_MPI
-            " (communicators not routed) %llu sends, %llu receives; %llu packed\n",
+            "'s path %llu sends, %llu receives (peers on this host or off the pool, "
+            "communicators not routed); %llu packed; collectives %llu through the pool, %llu "
+            "polled\n",
             g.rank, g.on ? "on" : "off", (unsigned long long)s->pool_sends,
             (unsigned long long)s->pool_send_bytes, (unsigned long long)s->pool_recvs,
             (unsigned long long)s->pool_recv_bytes, (unsigned long long)s->mpi_sends,
-            (unsigned long long)s->mpi_recvs, (unsigned long long)s->packed);
+            (unsigned long long)s->mpi_recvs, (unsigned long long)s->packed,
+            (unsigned long long)s->coll_pool, (unsigned long long)s->coll_mpi);
     fprintf(stderr,
             "cxlkit-mpi: rank %d: pool memory: %llu MPI_Alloc_mem blocks (%llu from the MPI: "
             "partition full), %llu one-copy sends\n",
