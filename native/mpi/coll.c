@@ -19,8 +19,8 @@
  * pair of it takes the pool (one host: every peer on the MPI's own path) the call goes
  * straight to the MPI's blocking form, so a collective never costs more than the MPI's own.
  * On a communicator that is the whole engine job (every rank maps the pool), Barrier, Bcast,
- * Reduce, Allreduce and Allgather of small dense buffers run through the pool (the engine's
- * collectives, which drive its progress while they wait); the rest polled. The prototypes
+ * Reduce, Allreduce and Allgather of small buffers run through the pool (collpool.c, which
+ * drives the engine and the MPI while it waits); the rest polled. The prototypes
  * are the same (const) in MPICH 4, Open MPI 4.1 and the MPI-5 ABI's mpi_abi.h. */
 #include <stdlib.h>
 #include <string.h>
@@ -89,9 +89,10 @@ static int pool_bytes(MPI_Datatype dt, int count, uint64_t *nbytes, int *dense) 
     return *dense >= 0 && *nbytes <= POOL_COLL_MAX;
 }
 
-/* The engine's element type of a predefined MPI type (-1: none) and op (-1: none). Floating
- * sums only between two ranks: the engine folds in rank order, the MPI in its own tree, and
- * a + b == b + a is the only order-free case (results stay bit-identical to the MPI's). */
+/* The reductions the pool takes: predefined integer and floating types (-1: none) with SUM,
+ * MIN, MAX (-1: none). Floating sums only between two ranks: the pool folds in rank order,
+ * the MPI along its own tree, and a + b == b + a is the only order-free case (results stay
+ * bit-identical to the MPI's). */
 static int pool_type(MPI_Datatype dt) {
     if (dt == MPI_INT || dt == MPI_INT32_T) return CXK_MSG_INT32;
     if (dt == MPI_UNSIGNED || dt == MPI_UINT32_T) return CXK_MSG_UINT32;
@@ -111,73 +112,78 @@ static int pool_op(MPI_Op op, int type) {
     return op == MPI_MIN ? CXK_OP_MIN : op == MPI_MAX ? CXK_OP_MAX : -1;
 }
 
+static struct shim_comm *pool_comm(MPI_Comm comm, int *me) {
+    PMPI_Comm_rank(comm, me);
+    return comm == MPI_COMM_WORLD ? &g.world : shim_comm_of(comm);
+}
+
 static int pool_Barrier(MPI_Comm comm, int *rc) {
-    *rc = pool_rc(comm, cxk_msg_barrier(g.eng), "MPI_Barrier");
+    int me;
+    struct shim_comm *sc = pool_comm(comm, &me);
+    *rc = pool_rc(comm, shim_pool_barrier(sc, me), "MPI_Barrier");
     return 1;
 }
 
 static int pool_Bcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm, int *rc) {
     uint64_t n;
-    int dense, me = -1, pos = 0;
-    struct shim_comm *sc = comm == MPI_COMM_WORLD ? &g.world : shim_comm_of(comm);
+    int dense, me, pos = 0;
+    struct shim_comm *sc = pool_comm(comm, &me);
     if (!pool_bytes(dt, count, &n, &dense) || root < 0 || root >= sc->size) return 0;
-    PMPI_Comm_rank(comm, &me);
     void *wire = dense ? buf : scratch;
     if (!dense && me == root) PMPI_Pack(buf, count, dt, scratch, (int)sizeof scratch, &pos, comm);
-    *rc = pool_rc(comm, cxk_msg_bcast(g.eng, wire, (int64_t)n, shim_eng(sc, root)), "MPI_Bcast");
+    *rc = pool_rc(comm, shim_pool_bcast(sc, me, wire, n, root), "MPI_Bcast");
     if (!*rc && !dense && me != root)
         PMPI_Unpack(scratch, (int)n, &pos, buf, count, dt, comm);
     return 1;
 }
 
-static int pool_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
-                          MPI_Comm comm, int *rc) {
-    uint64_t n;
-    int dense;
-    const int type = pool_type(dt), o = type < 0 ? -1 : pool_op(op, type);
-    if (o < 0 || !pool_bytes(dt, count, &n, &dense)) return 0;
-    if (sbuf == MPI_IN_PLACE) sbuf = rbuf;
-    *rc = pool_rc(comm, cxk_msg_allreduce(g.eng, sbuf, rbuf, count, type, o), "MPI_Allreduce");
-    return 1;
-}
-
-/* Reduce as an allreduce (every rank takes the result; a non-root into scratch). MPI gives
- * every rank the same count, datatype and op here, so all choose alike. */
-static int pool_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
+/* Reduce to root through the pool; root -1: then to every rank (Allreduce). MPI gives every
+ * rank the same count, datatype and op here, so all choose alike. */
+static int pool_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
                        int root, MPI_Comm comm, int *rc) {
     uint64_t n;
-    int dense, me = -1;
+    int dense, me;
     const int type = pool_type(dt), o = type < 0 ? -1 : pool_op(op, type);
-    if (o < 0 || !pool_bytes(dt, count, &n, &dense)) return 0;
-    PMPI_Comm_rank(comm, &me);
-    void *out = me == root ? rbuf : scratch;
+    if (o < 0 || !pool_bytes(dt, count, &n, &dense) || !dense) return 0;
+    struct shim_comm *sc = pool_comm(comm, &me);
     if (sbuf == MPI_IN_PLACE) sbuf = rbuf;
-    *rc = pool_rc(comm, cxk_msg_allreduce(g.eng, sbuf, out, count, type, o), "MPI_Reduce");
+    const int to = root < 0 ? 0 : root;
+    int e = shim_pool_reduce(sc, me, sbuf, me == to ? rbuf : scratch, count, dt, op, n, to);
+    if (!e && root < 0) e = shim_pool_bcast(sc, me, rbuf, n, 0);
+    *rc = pool_rc(comm, e, root < 0 ? "MPI_Allreduce" : "MPI_Reduce");
     return 1;
 }
 
-/* Allgather as a sum of 32-bit words in scratch: each rank's block packed where its rank
- * puts it, zeros elsewhere (x + 0 is x exactly, and only one rank writes each word); then
- * unpacked into the receive buffer. */
+static int pool_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
+                          MPI_Comm comm, int *rc) {
+    return pool_reduce(sbuf, rbuf, count, dt, op, -1, comm, rc);
+}
+
+static int pool_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
+                       int root, MPI_Comm comm, int *rc) {
+    int n = 0;
+    PMPI_Comm_size(comm, &n);
+    if (root < 0 || root >= n) return 0;
+    return pool_reduce(sbuf, rbuf, count, dt, op, root, comm, rc);
+}
+
+/* Allgather: each rank's block packed where its rank puts it in scratch, sent to every
+ * other rank, then every block unpacked into the receive buffer. */
 static int pool_Allgather(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
                           int rcount, MPI_Datatype rtype, MPI_Comm comm, int *rc) {
     uint64_t block;
-    int dense, me = -1, pos = 0;
+    int dense, me, pos;
     MPI_Aint lb, ext;
-    struct shim_comm *sc = comm == MPI_COMM_WORLD ? &g.world : shim_comm_of(comm);
-    if (!pool_bytes(rtype, rcount, &block, &dense) || block % 4 ||
-        block * (uint64_t)sc->size > POOL_COLL_MAX || PMPI_Type_get_extent(rtype, &lb, &ext))
+    struct shim_comm *sc = pool_comm(comm, &me);
+    if (!pool_bytes(rtype, rcount, &block, &dense) || block * (uint64_t)sc->size > POOL_COLL_MAX ||
+        PMPI_Type_get_extent(rtype, &lb, &ext))
         return 0;
-    PMPI_Comm_rank(comm, &me);
     const MPI_Aint stride = ext * rcount;
-    memset(scratch, 0, block * (uint64_t)sc->size);
     pos = (int)(block * (uint64_t)me);
     if (sbuf == MPI_IN_PLACE)
         PMPI_Pack((uint8_t *)rbuf + stride * me, rcount, rtype, scratch, (int)sizeof scratch, &pos, comm);
     else PMPI_Pack(sbuf, scount, stype, scratch, (int)sizeof scratch, &pos, comm);
-    const int64_t words = (int64_t)(block * (uint64_t)sc->size / 4);
-    *rc = pool_rc(comm, cxk_msg_allreduce(g.eng, scratch, scratch, words, CXK_MSG_UINT32, CXK_OP_SUM),
-                  "MPI_Allgather");
+    *rc = pool_rc(comm, shim_pool_allgather(sc, me, scratch, block), "MPI_Allgather");
     for (int r = 0; !*rc && r < sc->size; ++r) {
         pos = (int)(block * (uint64_t)r);
         PMPI_Unpack(scratch, (int)sizeof scratch, &pos, (uint8_t *)rbuf + stride * r, rcount, rtype, comm);

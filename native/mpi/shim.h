@@ -178,6 +178,13 @@ int shim_recv_finish(struct slot *s, MPI_Status *st);
  * turn until it completes. MPI error code. */
 int shim_poll_mpi(int rc, MPI_Request *r);
 
+/* ---- collpool.c: collectives through the pool (me: this rank in sc); -errno or 0 ---- */
+int shim_pool_barrier(const struct shim_comm *sc, int me);
+int shim_pool_bcast(const struct shim_comm *sc, int me, void *buf, uint64_t nbytes, int root);
+int shim_pool_reduce(const struct shim_comm *sc, int me, const void *sbuf, void *rbuf, int count,
+                     MPI_Datatype dt, MPI_Op op, uint64_t nbytes, int root);
+int shim_pool_allgather(const struct shim_comm *sc, int me, uint8_t *wire, uint64_t block);
+
 /* ---- rma.c: one-sided windows (rma.h) ---- */
 /* The RMA counters' line of this rank (CXLKIT_MPI_STATS). */
 void shim_rma_print_stats(void);
