@@ -23,6 +23,7 @@ INSTALLED = [m for m, (cc, run) in MPIS.items() if shutil.which(cc) and shutil.w
 if not INSTALLED:
     pytest.skip("needs MPICH or Open MPI with their compilers (make mpi-deps installs both)",
                 allow_module_level=True)
+pytestmark = pytest.mark.slow  # each runs MPI jobs of 4 ranks (4-8 s on a loaded VM)
 COUNTERS = re.compile(r"cxlkit-mpi: rank (\d+): (on|off): pool (\d+) sends \d+ B, (\d+) receives"
                       r" \d+ B; [^;]*'s path (\d+) sends, (\d+) receives .*; collectives (\d+)"
                       r" through the pool, (\d+) polled")
