@@ -70,18 +70,6 @@ static uint64_t host_hash(void) {
     return fnv(1469598103934665603ull, h);
 }
 
-/* This rank's host as the MPI sees it: hostname and boot id (two network namespaces with
- * their own hostnames are two hosts, as they are to the MPI's launcher). */
-static uint64_t real_host(void) {
-    char boot[64] = {0};
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (f) {
-        if (!fgets(boot, sizeof boot, f)) boot[0] = 0;
-        fclose(f);
-    }
-    return fnv(host_hash(), boot);
-}
-
 /* Entry k of a comma-separated list into out ("" past its end). */
 static void list_at(const char *list, int k, char *out, size_t n) {
     const char *p = list;
@@ -109,9 +97,11 @@ static uint64_t my_host(const struct shim_config *c, char *label, size_t n) {
     if (!strcmp(c->hosts, "rank")) snprintf(label, n, "%d", g.rank);
     else if (c->hosts[0]) list_at(c->hosts, g.rank, label, n);
     else {
+        /* the hostname, as the MPI's launchers (Hydra, ORTE) tell nodes apart: two network
+         * namespaces with their own hostnames are two hosts to the MPI and to the shim */
         label[0] = 0;
         gethostname(label, n - 1);
-        return real_host();
+        return host_hash();
     }
     return fnv(1469598103934665603ull ^ 0x5a, label);
 }

@@ -1,5 +1,5 @@
 /* routes.c — the route to each peer, decided once at MPI_Init from the job's topology:
- *  - a peer on this host (same hostname and boot id, as the MPI sees them) stays on the
+ *  - a peer on this host (same hostname, as the MPI's launcher tells nodes apart) stays on the
  *    MPI's own path (its single-copy shared memory);
  *  - a peer on another host that maps the same pool goes through the pool;
  *  - any other peer uses the MPI's network.

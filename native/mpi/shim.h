@@ -65,7 +65,7 @@ struct shim_state {
     uint64_t inflight;       /* engine operations started and not yet completed, and
                                 queued receives (anysrc.c) */
     /* routes.c: the job's topology, the same on every rank */
-    uint64_t *host;          /* [size]: host of each world rank (hostname and boot id) */
+    uint64_t *host;          /* [size]: host of each world rank (its hostname's hash) */
     int *w2e, *e2w;          /* world rank -> engine rank (-1: off the pool) and back */
     int esize;               /* ranks in the engine's job (those that map the pool) */
     struct shim_stats st;
