@@ -24,24 +24,23 @@ int shim_must_queue(const struct shim_comm *sc, int source) {
     return sc->mixed && (source == MPI_ANY_SOURCE || sc->nq > 0);
 }
 
-void shim_queue_add(struct shim_comm *sc, int i) {
+int shim_queue_add(struct shim_comm *sc, int i) {
     if (sc->nq == sc->capq) {
         const int ncap = sc->capq ? 2 * sc->capq : 8;
         int *nq = realloc(sc->q, sizeof *nq * (size_t)ncap);
-        if (!nq) abort();  /* a few ints: no way to keep MPI's order without them */
+        if (!nq) return MPI_ERR_NO_MEM;
         sc->q = nq, sc->capq = ncap;
     }
-    if (!sc->nq) {
-        if (nbusy == capbusy) {
-            const int ncap = capbusy ? 2 * capbusy : 8;
-            struct shim_comm **nb = realloc(busy, sizeof *nb * (size_t)ncap);
-            if (!nb) abort();
-            busy = nb, capbusy = ncap;
-        }
-        busy[nbusy++] = sc;
+    if (!sc->nq && nbusy == capbusy) {
+        const int ncap = capbusy ? 2 * capbusy : 8;
+        struct shim_comm **nb = realloc(busy, sizeof *nb * (size_t)ncap);
+        if (!nb) return MPI_ERR_NO_MEM;
+        busy = nb, capbusy = ncap;
     }
+    if (!sc->nq) busy[nbusy++] = sc;
     sc->q[sc->nq++] = i;
     slot_at(i)->queued = 1;
+    return MPI_SUCCESS;
 }
 
 static void unqueue_at(struct shim_comm *sc, int k) {

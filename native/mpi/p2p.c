@@ -109,8 +109,7 @@ int shim_recv_start(struct slot *s) {
         case RX_QUEUE: {
             const int i = slot_index(s);
             if (i < 0) return MPI_ERR_INTERN;  /* blocking receives queue through Irecv */
-            shim_queue_add(s->sc, i);
-            return MPI_SUCCESS;
+            return shim_queue_add(s->sc, i);
         }
         case RX_MPI:
             s->via_mpi = 1;

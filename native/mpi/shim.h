@@ -96,7 +96,7 @@ void shim_progress(void);
 /* The receive in slot i must wait in the communicator's queue (an ANY_SOURCE receive, or one
  * posted behind such a one): 1. */
 int shim_must_queue(const struct shim_comm *sc, int source);
-void shim_queue_add(struct shim_comm *sc, int i);
+int shim_queue_add(struct shim_comm *sc, int i);  /* MPI error code */
 /* Withdraw a queued slot (cancel): 1 when it was queued. */
 int shim_queue_remove(struct shim_comm *sc, int i);
 /* Probe both routes for a message matching (source, tag) of sc: *flag, *st; MPI error code.
