@@ -175,6 +175,9 @@ def run(mpi: str, n: int, prog: Path, shim: Path | None = None, osc: bool = Fals
     e = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **env)
     if shim:
         e["LD_PRELOAD"] = str(shim)
+        # every rank a host of its own: each peer through the pool (on one real host every
+        # peer would stay on the MPI's own path)
+        e.setdefault("CXLKIT_MPI_HOSTS", "rank")
     return subprocess.run(launch + [str(prog)], env=e, capture_output=True, text=True,
                           timeout=120)
 
