@@ -359,6 +359,11 @@ class SubgroupCorruptError(SubgroupError):
     """The subgroup's header or checksum does not match what the store wrote."""
 
 
+class SpillUsageError(CxlkitError, RuntimeError):
+    """A SubgroupStore called out of order (a step before bind, a second bind), or a host
+    cache too small for the subgroup a step needs next."""
+
+
 # old name -> its ...Error name; importable for one release with a DeprecationWarning
 DEPRECATED_NAMES = {
     "ObjectNotPublished": "ObjectNotPublishedError",
