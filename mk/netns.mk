@@ -13,7 +13,7 @@ NETNS_HOSTS ?= 2
 NETNS_OUT ?= build/netns
 NETNS_ROUNDS ?= 5
 
-.PHONY: netns-up netns-down test-netns test-netns-pods bench-netns
+.PHONY: netns-up netns-down netns-progs test-netns test-netns-pods bench-netns
 netns-up:
 	tests/netns/rig.sh up $(NETNS_HOSTS)
 
@@ -26,6 +26,10 @@ test-netns: mpi-shim osu-build build
 test-netns-pods: mpi-shim osu-build build
 	tests/netns/with_rig.sh 4 env CXLKIT_REQUIRE_NETNS=4 $(VPY) -m pytest -q -rs tests/netns
 
-bench-netns: mpi-shim osu-build
+# the collective and idle-wait program of bench-netns (tests/mpi/netns_coll.c)
+netns-progs: mpi-shim
+	mpicc.mpich $(MPI_CHECK_CFLAGS) -O2 tests/mpi/netns_coll.c -o $(CBUILD)/netns_coll_mpich
+
+bench-netns: mpi-shim osu-build netns-progs
 	@mkdir -p $(NETNS_OUT)
 	tests/netns/with_rig.sh 2 $(VPY) bench/netns.py --out $(NETNS_OUT) --rounds $(NETNS_ROUNDS)

@@ -48,10 +48,10 @@ def need_rig(n: int) -> list[list[str]]:
 
 
 def mpiexec(hosts: list[list[str]], ppn: int, *argv: str, env: dict | None = None):
-    """MPICH's Hydra on host 0, a rank group on every host through tests/netns/launch.sh."""
+    """MPICH's Hydra on the bridge's side, a rank group on every host through launch.sh."""
     addrs = ",".join(h[2] for h in hosts)
-    cmd = [str(RIG), "exec", "0", "mpiexec.mpich", "-launcher", "rsh", "-launcher-exec",
-           str(HERE / "launch.sh"), "-iface", "cxk0", "-hosts", addrs, "-ppn", str(ppn),
+    cmd = [str(RIG), "ctl", "mpiexec.mpich", "-launcher", "rsh", "-launcher-exec",
+           str(HERE / "launch.sh"), "-iface", "br0", "-hosts", addrs, "-ppn", str(ppn),
            "-n", str(ppn * len(hosts)), *argv]
     return subprocess.run(cmd, env=dict(os.environ, **(env or {})), capture_output=True,
                           text=True, timeout=TMO, cwd=ROOT)
