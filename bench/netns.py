@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -36,12 +37,24 @@ def load() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
-def run(cmd: list[str], env: dict, timeout: float) -> str:
-    p = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True,
-                       timeout=timeout, cwd=ROOT)
+def run(cmd: list[str], env: dict, timeout: float) -> str | None:
+    """CMD's stdout, or None (said on stderr) when it failed or ran past timeout: one slow run
+    on a loaded machine must not end the others. The launcher and its ranks are one process
+    group, ended together on a timeout."""
+    p = subprocess.Popen(cmd, env=dict(os.environ, **env), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        print(f"bench/netns.py: {' '.join(cmd[-8:])}: past {timeout} s, left out", file=sys.stderr)
+        return None
     if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:12])}... exited {p.returncode}: {p.stderr[-800:]}")
-    return p.stdout
+        print(f"bench/netns.py: {' '.join(cmd[-8:])} exited {p.returncode}: {err[-800:]}",
+              file=sys.stderr)
+        return None
+    return out
 
 
 def across(ppn: int, argv: list[str]) -> list[str]:
@@ -57,11 +70,9 @@ def shim_env(pool: str | None) -> dict:
     return env
 
 
-def osu_value(out: str, size: int) -> float:
-    m = re.search(rf"^{size}\s+([0-9.]+)\s*$", out, re.M)
-    if not m:
-        raise RuntimeError(f"no row for {size} B in:\n{out[-500:]}")
-    return float(m.group(1))
+def osu_value(out: str | None, size: int) -> float | None:
+    m = re.search(rf"^{size}\s+([0-9.]+)\s*$", out or "", re.M)
+    return float(m.group(1)) if m else None
 
 
 def cross_host(a, rnd: int, emit) -> None:
@@ -78,7 +89,7 @@ def cross_host(a, rnd: int, emit) -> None:
             # one rank per host: with two per host MPICH over UCX's TCP did not come back
             # from MPI_Finalize here (after printing its figures), shim or not
             out = run(across(1, [str(COLL), "coll", str(a.coll_iters)]), env, a.timeout)
-            for op, nbytes, us in re.findall(r"^(\w+) (\d+) ([0-9.]+)$", out, re.M):
+            for op, nbytes, us in re.findall(r"^(\w+) (\d+) ([0-9.]+)$", out or "", re.M):
                 emit(f"{op}{nbytes}_2hosts", name, rnd, float(us), "us")
     finally:
         Path(pool).unlink(missing_ok=True)
@@ -97,25 +108,34 @@ def oversubscribed(a, rnd: int, emit) -> None:
 def idle_cost(a, rnd: int, emit) -> None:
     cmd = ["mpiexec.mpich", "-n", "2", str(COLL), "idle", str(a.idle_s)]
     for name, env in {"mpich_shm": {}, "shim": shim_env(None)}.items():
-        out = run(cmd, env, a.timeout + a.idle_s)
-        waited, cpu = map(float, re.search(r"^idle ([0-9.]+) ([0-9.]+)$", out, re.M).groups())
-        emit("idle_cpu_share", name, rnd, cpu / waited, "CPU s per s")
+        m = re.search(r"^idle ([0-9.]+) ([0-9.]+)$", run(cmd, env, a.timeout + a.idle_s) or "",
+                      re.M)
+        emit("idle_cpu_share", name, rnd, float(m[2]) / float(m[1]) if m else None,
+             "CPU s per s")
 
 
 def summarize(rows: list[dict]) -> dict:
     out: dict = {}
-    for r in rows:
-        out.setdefault(r["what"], {}).setdefault(r["variant"], []).append(r["value"])
+    for r in rows:  # a run left out (None) counts in "left_out", not in the figures
+        out.setdefault(r["what"], {}).setdefault(r["variant"], [])
+        if r["value"] is not None:
+            out[r["what"]][r["variant"]].append(r["value"])
+    left = [f"{r['what']} {r['variant']} round {r['round']}" for r in rows if r["value"] is None]
     summary = {}
     for what, vs in out.items():
+        vs = {v: x for v, x in vs.items() if x}
+        if not vs:
+            continue
         med = {v: statistics.median(x) for v, x in vs.items()}
         base = "tcp" if "tcp" in med else "mpich_shm"
         summary[what] = {"median": med, "min": {v: min(x) for v, x in vs.items()},
-                         "max": {v: max(x) for v, x in vs.items()}, "rounds": len(vs[base]),
+                         "max": {v: max(x) for v, x in vs.items()},
+                         "runs": {v: len(x) for v, x in vs.items()},
                          "ratio_to_" + base: {v: m / med[base] for v, m in med.items()
-                                               if med[base] and v != base}}
+                                               if med.get(base) and v != base}}
     loads = [r["load"] for r in rows]
     summary["load"] = {"min": min(loads), "max": max(loads)} if loads else {}
+    summary["left_out"] = left
     return summary
 
 
