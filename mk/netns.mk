@@ -21,10 +21,10 @@ netns-down:
 	tests/netns/rig.sh down
 
 test-netns: mpi-shim osu-build build
-	tests/netns/with_rig.sh 2 env CXLKIT_REQUIRE_NETNS=2 $(VPY) -m pytest -q -rs tests/netns
+	tests/netns/with_rig.sh 2 env CXLKIT_REQUIRE_NETNS=2 $(VPY) -m pytest -q -rs -rP tests/netns
 
 test-netns-pods: mpi-shim osu-build build
-	tests/netns/with_rig.sh 4 env CXLKIT_REQUIRE_NETNS=4 $(VPY) -m pytest -q -rs tests/netns
+	tests/netns/with_rig.sh 4 env CXLKIT_REQUIRE_NETNS=4 $(VPY) -m pytest -q -rs -rP tests/netns
 
 # the collective and idle-wait program of bench-netns (tests/mpi/netns_coll.c)
 netns-progs: mpi-shim
