@@ -185,12 +185,14 @@ def run_p2p(hosts: list[list[str]], tag: str, mpi: str):
     return counters
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mpi", ["mpich", "openmpi"])
 def test_p2p_check_across_two_hosts_goes_through_the_pool_with_the_same_transcript(mpi):
     counters = run_p2p(need_rig(2), "p2p", mpi)
     assert all(on == "on" and int(sends) > 0 for _, on, sends in counters), counters
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mpi", ["mpich", "openmpi"])
 def test_p2p_check_across_two_pods_gives_the_native_transcript(mpi):
     # which peers go through a pool is the shim's routing (printed above per rank); what
