@@ -8,6 +8,7 @@
 - on this host, oversubscribed 2x (4 ranks, 2 pairs, on the CPUs this process may use when
   that is 2): OSU multi_lat 8 B, plain MPICH shared memory against the shim, and the shim
   as its wait policy was before jobs counted their ranks per host (MPI_LOCALNRANKS unset);
+  with --policies also a shorter spin, yields, an immediate futex sleep, no sleep;
 - the CPU an idle waiting rank costs: rank 0 in MPI_Recv while rank 1 sleeps --idle-s.
 One JSON line per run in OUT/runs.jsonl (what, variant, round, load, value, unit); the
 medians, ratios and loads in OUT/summary.json and on stdout."""
@@ -98,9 +99,19 @@ def cross_host(a, rnd: int, emit) -> None:
 def oversubscribed(a, rnd: int, emit) -> None:
     base = ["mpiexec.mpich", "-n", str(2 * len(os.sched_getaffinity(0)))]
     prog = [str(OSU), "multi_lat", "-n", "8", "-m", "8", "-i", str(a.lat_iters)]
+    uncounted = base + ["env", "-u", "MPI_LOCALNRANKS"] + prog
     runs = {"mpich_shm": (base + prog, {}),
             "shim": (base + prog, shim_env(None)),
-            "shim_uncounted": (base + ["env", "-u", "MPI_LOCALNRANKS"] + prog, shim_env(None))}
+            "shim_uncounted": (uncounted, shim_env(None))}
+    # the other policies the wait variables give, each against the cliff's suspects: a
+    # shorter spin, yields after the spin instead of sleeps, the futex sleep at once, no
+    # sleep at all (each on the policy before the job's ranks were counted)
+    for name, var in (("spin20", {"CXLKIT_MSG_SPIN_US": "20"}),
+                      ("yield_after_spin", {"CXLKIT_MSG_YIELD_US": "forever"}),
+                      ("futex_at_once", {"CXLKIT_MSG_SPIN_US": "0"}),
+                      ("spin_forever", {"CXLKIT_MSG_SPIN_US": "forever"})):
+        if a.policies:
+            runs["shim_uncounted_" + name] = (uncounted, {**shim_env(None), **var})
     for name, (cmd, env) in runs.items():
         emit("lat8_oversub2x", name, rnd, osu_value(run(cmd, env, a.timeout), 8), "us")
 
@@ -149,6 +160,8 @@ def main() -> int:
     ap.add_argument("--idle-s", type=float, default=2.0)
     ap.add_argument("--timeout", type=float, default=120.0)
     ap.add_argument("--only", choices=["hosts", "oversub", "idle"], action="append")
+    ap.add_argument("--policies", action="store_true",
+                    help="oversub: also the wait policies the CXLKIT_MSG_* variables give")
     a = ap.parse_args()
     for f in (OSU, COLL, SHIM):
         if not f.exists():
