@@ -1081,8 +1081,9 @@ CXK_API int cxk_ring_wake_stats(const cxk_ring *r, struct cxk_ring_wake_stats *s
  *  - outcome: a wait whose answer came within 4 x cap of its begin (whether it spun or slept)
  *    restores the full spin; one that slept and lasted longer quarters it (200, 50, 12, 3,
  *    0 us);
- *  - overcommit: while this thread may run on one CPU only (its affinity, looked at every
- *    10 ms at most), a peer may be queued behind it on that CPU: the spin yields the CPU
+ *  - overcommit: while this thread may run on one CPU only, or its job has more ranks on
+ *    this host than the CPUs it may use (cxk_spin_overcommitted, looked at every 10 ms at
+ *    most), a peer may be queued behind it on its CPU: the spin yields the CPU
  *    (sched_yield) between polls after its first 2 us.
  * cap 0: no spin; cap CXK_WAIT_FOREVER: no adaptation. Used by one thread at a time. */
 struct cxk_spin {
@@ -1116,8 +1117,9 @@ CXK_API uint32_t cxk_spin_begin(struct cxk_spin *s, uint32_t cap_us, int64_t sta
 CXK_API void cxk_spin_slept(struct cxk_spin *s);
 /* The wait in progress got its answer at end_ns (nothing when no wait is in progress). */
 CXK_API void cxk_spin_end(struct cxk_spin *s, int64_t end_ns);
-/* Whether the calling thread's spin should yield now: its affinity allows one CPU only.
- * 1, 0, or -errno (sched_getaffinity's). */
+/* Whether the calling thread's spin should yield now: its affinity allows one CPU only, or
+ * the MPI launcher started more of the job's ranks on this host (MPI_LOCALNRANKS,
+ * OMPI_COMM_WORLD_LOCAL_SIZE) than the CPUs it allows. 1, 0, or -errno (sched_getaffinity's). */
 CXK_API int cxk_spin_overcommitted(void);
 
 /* ==== Messaging: MPI-style ranks over one pool =========================
