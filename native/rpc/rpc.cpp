@@ -18,6 +18,7 @@
 #include "ring/liveness.h"
 #include "ring/spin.h"
 #include "ring/wake.h"
+#include "sys/config.h"
 
 using namespace cxk::rpc;
 using cxk::ring::boot_hash;
@@ -431,6 +432,9 @@ extern "C" {
 
 int cxk_rpc_connect(cxk_pool *p, const char *name, uint32_t timeout_ms, cxk_rpc_client **out) {
     if (!p || !name || !out || !good_name(name)) return -EINVAL;
+    using cxk::config::Id;
+    if (int rc = cxk::config::check({Id::MSG_SPIN_US, Id::MSG_YIELD_US, Id::MSG_SLEEP_US}))
+        return rc;  // the wait below reads them where nothing can fail
     const int64_t deadline = now_ms() + (timeout_ms ? timeout_ms : 10000);
     auto *c = new (std::nothrow) cxk_rpc_client;
     if (!c) return -ENOMEM;
@@ -513,7 +517,12 @@ int cxk_rpc_submit(cxk_rpc_client *c, uint32_t method, const void *data, uint32_
 
 int cxk_rpc_set_wait(cxk_rpc_client *c, const cxk_wait_opts *o) {
     if (!c) return -EINVAL;
-    if (!o) return cxk_wait_opts_init(&c->wait), 0;
+    using cxk::config::Id;
+    if (!o) {
+        if (int rc = cxk::config::check({Id::MSG_SPIN_US, Id::MSG_YIELD_US, Id::MSG_SLEEP_US}))
+            return rc;
+        return cxk_wait_opts_init(&c->wait), 0;
+    }
     if (int rc = cxk_wait_opts_check(o)) return rc;
     c->wait = *o;
     return 0;
