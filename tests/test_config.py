@@ -85,13 +85,16 @@ def test_a_malformed_fault_spec_arms_nothing_and_is_reported():
     assert r.stdout.split() == ["False", "True", "armed-nothing"]
 
 
-def test_msg_join_with_a_malformed_cell_count_raises_naming_it(tmp_path, monkeypatch):
+@pytest.mark.parametrize("var,value", [("CXLKIT_MSG_CELLS", "64k"),  # before: 64 cells
+                                       ("CXLKIT_MSG_RDV_CHUNK", "100")])  # before: 4096
+def test_msg_join_with_a_malformed_variable_raises_naming_it(tmp_path, monkeypatch, var, value):
     from cxlkit import Pool
+    from cxlkit.errors import MsgValueError
     from cxlkit.msg import Comm
 
-    monkeypatch.setenv("CXLKIT_MSG_CELLS", "64k")  # before: 64 cells, silently
+    monkeypatch.setenv(var, value)
     with Pool(str(tmp_path / "p"), create=True, size="16M") as pool:
-        with pytest.raises(OSError) as ei:
+        with pytest.raises(MsgValueError) as ei:
             Comm(pool, job="cfg", rank=0, size=1)
     assert ei.value.errno == errno.EINVAL
-    assert "CXLKIT_MSG_CELLS=64k" in str(ei.value)
+    assert f"{var}={value}: expected" in str(ei.value)
