@@ -1163,6 +1163,37 @@ CXK_API void cxk_spin_end(struct cxk_spin *s, int64_t end_ns);
  * 1, 0, or -errno (sched_getaffinity's). */
 CXK_API int cxk_spin_overcommitted(void);
 
+/* ---- Waiters: one waiting party's policy and counters, whatever owns it ----
+ * A comm, an RPC client, an RPC server and a ring handle each own a waiter (valid as long as
+ * its owner): the wait policy of its blocking calls, the adaptive spin of its waits and the
+ * same-host wake-up counters of its rings (summed; consumer counters from the rings it reads,
+ * wakes_sent from those it writes). The per-owner calls of the messaging and RPC sections
+ * (cxk_msg_set_wait, cxk_rpc_spin_stats, ...) are these under other names, kept one release.
+ * Thread-safe as their owner's calls are. */
+typedef struct cxk_waiter cxk_waiter;
+struct cxk_comm;
+struct cxk_rpc_client;
+struct cxk_rpc_server;
+/* The owner's waiter; NULL for NULL. */
+CXK_API cxk_waiter *cxk_msg_waiter(struct cxk_comm *comm);
+CXK_API cxk_waiter *cxk_rpc_waiter(struct cxk_rpc_client *c);
+CXK_API cxk_waiter *cxk_rpc_server_waiter(struct cxk_rpc_server *s);
+CXK_API cxk_waiter *cxk_ring_waiter(cxk_ring *r);
+struct cxk_waiter_stats {
+    uint32_t struct_size;              /* in: sizeof(struct cxk_waiter_stats) as the caller knows it */
+    uint32_t reserved;
+    struct cxk_spin spin;              /* all zero when the owner's waits do not adapt (a ring) */
+    struct cxk_ring_wake_stats wake;
+};
+/* The waiter's policy ("Waits" above); NULL: the defaults (CXLKIT_MSG_SPIN_US & co, -EINVAL
+ * naming a malformed one: cxk_config_error). -EINVAL for a bad o; -ENOTSUP for an owner whose
+ * waits take a policy per call (a ring, an RPC server). */
+CXK_API int cxk_waiter_set_wait(cxk_waiter *w, const struct cxk_wait_opts *o);
+CXK_API int cxk_waiter_get_wait(const cxk_waiter *w, struct cxk_wait_opts *o);
+/* Spin and wake-up counters now. -EINVAL for NULL or a struct_size smaller than this
+ * version's. */
+CXK_API int cxk_waiter_stats(const cxk_waiter *w, struct cxk_waiter_stats *st);
+
 /* ==== Messaging: MPI-style ranks over one pool =========================
  * A job of nranks ranks (each a process, usually each with its own pool host id) on one
  * pool. Objects are named "msg.<job>.<rank>.<what>" and created by that rank only: its rank

@@ -137,14 +137,14 @@ struct PoolHandle {
     bool closed() const { return !p || gate.closing.load(); }
     void close();
 
-    struct cxk_pool_stat stat() {
+    struct cxk_pool_stat pool_stat() {
         struct cxk_pool_stat s;
         PoolHold use = hold();
         check(cxk_pool_stat(use.get(), &s), label);
         return s;
     }
     // format v2: every host slot as a user sees it
-    std::vector<struct cxk_pool_host> hosts() {
+    std::vector<struct cxk_pool_host> host_slots() {
         PoolHold use = hold();
         struct cxk_pool_stat s;
         check(cxk_pool_stat(use.get(), &s), label);
@@ -523,7 +523,7 @@ CXK_BIND(pool) {
             int fd = cxk_pool_fd(use.get());
             return fd >= 0 ? nb::object(nb::int_(fd)) : nb::none();
         })
-        .def("stat", &PoolHandle::stat)
+        .def("stat", &PoolHandle::pool_stat)
         .def("create", [](PoolHandle &h, const std::string &name, uint64_t nbytes,
                           unsigned flags) {
             PoolHold use = h.hold();
@@ -622,7 +622,7 @@ CXK_BIND(pool) {
             return d;
         }, nb::arg("repair"))
         // format v2: host slots as a user sees them, and freeing a dead one's
-        .def("hosts", &PoolHandle::hosts)
+        .def("hosts", &PoolHandle::host_slots)
         .def("release", [](PoolHandle &h, uint32_t slot, bool drop) {
             PoolHold use = h.hold();
             cxk_pool *p = use.get();

@@ -15,6 +15,7 @@
 #include "msg/msg.h"
 #include "ring/liveness.h"
 #include "ring/spin.h"
+#include "ring/waiter.h"
 #include "sys/config.h"
 
 namespace cxk::msg {
@@ -54,6 +55,12 @@ int publish_own(cxk_comm *c, const std::string &name, uint64_t off) {
 }
 
 namespace {
+
+// The waiter's wake-up counters: every peer's ring to us and ours to it.
+void comm_wake(const void *owner, struct cxk_ring_wake_stats *sum) {
+    for (const Peer &p : static_cast<const cxk_comm *>(owner)->peers)
+        for (const cxk_ring *r : {p.in, p.out}) cxk::ring::wake_stats_add(r, sum);
+}
 
 // The options left 0 from the environment (CXLKIT_MSG_*), and the rendezvous switches.
 // 0, or -EINVAL for a malformed variable (cxk_config_error names it).
@@ -385,6 +392,7 @@ int cxk_msg_init(cxk_pool *p, const char *job, int rank, int nranks, const cxk_m
     if (int rc = cxk_pool_stat(p, &ps)) return rc;
     cxk_comm *c = new (std::nothrow) cxk_comm;
     if (!c) return -ENOMEM;
+    c->waiter = {&c->wait, &c->spin, c, comm_wake};
     c->pool = p;
     c->base = static_cast<uint8_t *>(cxk_pool_base(p));
     c->nc = ps.coherence != CXK_COHERENCE_HOST;  // "none" or "sim"
@@ -456,32 +464,20 @@ int cxk_msg_set_checksum(cxk_comm *c, int on) {
     return 0;
 }
 
+cxk_waiter *cxk_msg_waiter(cxk_comm *c) { return c ? &c->waiter : nullptr; }
+
+// kept one release: the waiter's calls (ring/waiter.cpp) under the comm's names
 int cxk_msg_set_wait(cxk_comm *c, const cxk_wait_opts *o) {
-    if (!c) return -EINVAL;
-    if (!o) return cxk_wait_opts_init(&c->wait), 0;
-    if (int rc = cxk_wait_opts_check(o)) return rc;
-    c->wait = *o;
-    return 0;
+    return c ? cxk_waiter_set_wait(&c->waiter, o) : -EINVAL;
 }
-
 int cxk_msg_get_wait(const cxk_comm *c, cxk_wait_opts *o) {
-    if (!c || !o) return -EINVAL;
-    *o = c->wait;
-    return 0;
+    return c ? cxk_waiter_get_wait(&c->waiter, o) : -EINVAL;
 }
-
 int cxk_msg_spin_stats(const cxk_comm *c, struct cxk_spin *st) {
-    if (!c || !st) return -EINVAL;
-    *st = c->spin;
-    return 0;
+    return c ? cxk::ring::waiter_spin(&c->waiter, st) : -EINVAL;
 }
-
 int cxk_msg_wake_stats(const cxk_comm *c, struct cxk_ring_wake_stats *st) {
-    if (!c || !st) return -EINVAL;
-    *st = {};
-    for (const Peer &p : c->peers)
-        for (const cxk_ring *r : {p.in, p.out}) cxk::ring::wake_stats_add(r, st);
-    return 0;
+    return c ? cxk::ring::waiter_wake(&c->waiter, st) : -EINVAL;
 }
 
 int cxk_msg_rank(const cxk_comm *c) { return c ? c->rank : -EINVAL; }
