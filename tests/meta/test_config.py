@@ -16,7 +16,7 @@ from cxlkit._config import ENV, TABLE
 from cxlkit.cli.config import render_markdown
 from cxlkit.cli.main import run
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "config.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "config.md"
 
 
 def test_docs_config_md_is_what_cxlkit_config_markdown_generates():
