@@ -49,6 +49,7 @@ struct shim_config {
     char nopool[256];        /* CXLKIT_MPI_NOPOOL: host labels whose ranks map no pool */
     char pool[256];
     char job[CXK_MSG_JOB_MAX + 1];
+    char refused[192];       /* the first malformed CXLKIT_MPI* value (the table's message) */
 };
 
 static uint64_t env_u64(const char *name, uint64_t dflt) {
@@ -114,8 +115,21 @@ static int hosts_cover(const char *hosts) {
     return e[0] != 0;
 }
 
+/* Every variable of the shim through libcxlkit's table: a malformed one turns the shim off
+ * (one line on rank 0) rather than running on its default. */
+static void check_config(struct shim_config *c) {
+    static const char *const names[] = {"CXLKIT_MPI", "CXLKIT_MPI_COMMS", "CXLKIT_MPI_VERBOSE",
+                                        "CXLKIT_MPI_STATS", "CXLKIT_MPI_COHERENCE",
+                                        "CXLKIT_MPI_EAGER", "CXLKIT_MPI_POOL_MB",
+                                        "CXLKIT_MPI_POOL", "CXLKIT_MPI_RMA"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !c->refused[0]; i++)
+        if (cxk_config_check(names[i], c->refused, sizeof c->refused) != -EINVAL)
+            c->refused[0] = 0;
+}
+
 static void read_config(struct shim_config *c) {
     memset(c, 0, sizeof *c);
+    check_config(c);
     c->enabled = env_u64("CXLKIT_MPI", 1) != 0;
     const char *comms = getenv("CXLKIT_MPI_COMMS");
     c->comms = !comms || !strcmp(comms, "all") ? 3 : !strcmp(comms, "world") ? 1
@@ -123,8 +137,9 @@ static void read_config(struct shim_config *c) {
     c->verbose = env_u64("CXLKIT_MPI_VERBOSE", 0) != 0;
     c->stats = env_u64("CXLKIT_MPI_STATS", 0) != 0;
     const char *coh = getenv("CXLKIT_MPI_COHERENCE");
-    c->coherence = !coh || !*coh ? -1 : !strcmp(coh, "none") ? CXK_COHERENCE_NONE
-                                                              : CXK_COHERENCE_HOST;
+    c->coherence = !coh || !*coh || !strcmp(coh, "auto") ? -1
+                   : !strcmp(coh, "none")                 ? CXK_COHERENCE_NONE
+                                                          : CXK_COHERENCE_HOST;
     c->eager = env_u64("CXLKIT_MPI_EAGER", 0);
     /* rendezvous buffers come out of a rank's part: OSU bw at 4 MiB (64 in flight) ran at
      * ~410 MB/s with 256 MiB a rank (buffers exhausted, sends waiting), 1400-2700 with 1024 */
@@ -243,6 +258,10 @@ static void boot(int provided) {
     g.route_world = (c.comms & 1) != 0, g.route_derived = (c.comms & 2) != 0;
     snprintf(g.job, sizeof g.job, "%s", c.job);
     snprintf(g.pool_path, sizeof g.pool_path, "%s", c.pool);
+    if (c.refused[0]) {
+        off(c.refused, 1);
+        return;
+    }
     if (!c.enabled) {
         off("CXLKIT_MPI=0: every call goes to " SHIM_MPI, 0);
         return;

@@ -206,6 +206,16 @@ def test_thread_multiple_turns_routing_off_and_says_so(built, mpi):
     assert r.stderr.count(": off: pool 0 sends") == 2
 
 
+@pytest.mark.parametrize("mpi", INSTALLED[:1])
+def test_malformed_shim_variable_turns_routing_off_naming_it(built, mpi):
+    # refused, never read as its default (1024 MiB a rank)
+    r = run(mpi, 3, built[mpi]["check"], built[mpi]["shim"], CXLKIT_MPI_POOL_MB="lots")
+    assert r.returncode == 0, r.stderr
+    assert "p2p_check: all passed" in r.stdout
+    assert ("cxlkit-mpi: off: CXLKIT_MPI_POOL_MB=lots: expected decimal digits within "
+            "1..1073741824") in r.stderr
+
+
 @pytest.mark.parametrize("mpi", INSTALLED)
 def test_pool_that_cannot_be_opened_falls_back_to_mpi_loudly(built, mpi, tmp_path):
     bad = tmp_path / "no-such-dir" / "pool"
