@@ -93,6 +93,21 @@ def test_cpu_mode_names_every_skip_with_its_reason(cpu_run):
         assert reason and reason in r.stdout  # the printed summary says each of them
 
 
+def test_the_gpu_tests_part_runs_every_file_that_marks_a_gpu_test(monkeypatch):
+    # the test files live in subsystem folders under tests/: the part finds them there
+    seen = []
+
+    def fake_run(cmd, **kwargs):
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "1 passed", "")
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", fake_run)
+    ctx = type("Ctx", (), {"device": "cuda", "left": lambda self: 60.0})()
+    part = gpu_check.run_gpu_tests(ctx)
+    assert "tests/bench/test_gpu_check.py" in part["files"]
+    assert seen and seen[0][-len(part["files"]):] == part["files"]
+
+
 def test_a_spent_budget_skips_every_part_with_the_reason(tmp_path, capsys):
     out = tmp_path / "doc.json"
     rc = gpu_check.main(["--device", "cpu", "--budget-s", "0", "--build", "never",
