@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import bench_inproc
 from cxlkit import _native
 
 # cuBLAS repeats its bits only with a fixed workspace, read when CUDA first uses it (the GPU
@@ -48,10 +49,10 @@ needs_cuda = pytest.mark.skipif("not _cuda()", reason="needs a CUDA device: make
 
 @pytest.fixture(scope="module")
 def cpu_run(tmp_path_factory):
+    # in this process (torch and transformers loaded once); `make gpu-check` starts it alone
     out = tmp_path_factory.mktemp("gpu-check") / "doc.json"
-    r = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--sizes", "tiny",
-                        "--build", "never", "--out", str(out)],
-                       capture_output=True, text=True, timeout=600, cwd=REPO)
+    r = bench_inproc.run("gpu_check.py", "--device", "cpu", "--sizes", "tiny",
+                         "--build", "never", "--out", str(out))
     return r, json.loads(out.read_text()) if out.exists() else None
 
 
