@@ -26,7 +26,7 @@ def shm_dir():
     after the test; skipped where /dev/shm is not tmpfs."""
     import tempfile
 
-    from cxlkit.train.spill_mapped import fs_type
+    from cxlkit.train.spill.path_mapped import fs_type
 
     if not os.path.isdir("/dev/shm") or fs_type("/dev/shm") != "tmpfs":
         pytest.skip("no tmpfs at /dev/shm on this machine")

@@ -210,7 +210,7 @@ def test_adam_e2e_thp_move_both_ways(thp_move, monkeypatch, tmp_path):
     # TieredAdamW's fp32 param (3M params, 12 MB: past THP_MOVE_BYTES) moves into its huge-page
     # buffer by default and stays in torch's pages with --no-thp-move; the line says which,
     # and the summary keeps the two apart
-    import cxlkit.integrations.torch as cxt
+    import cxlkit.integrations.torch_adamw as cxt
     monkeypatch.setattr(cxt, "THP_MOVE_BYTES", cxt.THP_MOVE_BYTES)  # --no-thp-move sets it
     d = child_line("--size", "3M", "--threads", "1", "--model", "fp32", "--no-pinned",
                    *([] if thp_move else ["--no-thp-move"]))

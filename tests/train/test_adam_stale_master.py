@@ -302,7 +302,7 @@ def test_resync_false_resume_keeps_the_saved_master_bits():
 def test_fp32_params_moved_into_huge_pages_see_every_change(monkeypatch, how):
     # huge_pages moves large fp32 params into the optimizer's THP buffer at construction:
     # every way of changing weights between steps must still be what the next step reads
-    import cxlkit.integrations.torch as cxt
+    import cxlkit.integrations.torch_adamw as cxt
     monkeypatch.setattr(cxt, "THP_MOVE_BYTES", 1)  # the MLP's params are small
     change = CHANGES[how] or loaded(torch.float32)
     mine, ref_model, opt = run_pair(torch.float32, change)

@@ -93,9 +93,9 @@ def test_mapped_file_truncated_after_the_size_check_raises_PathIOError_naming_it
     r = run_child("""
         import os, subprocess, sys
         import numpy as np
-        from cxlkit.train import spill_mapped
-        from cxlkit.train.spill_mapped import MappedDirPath
-        from cxlkit.train.spill_paths import PathIOError
+        from cxlkit.train.spill import path_mapped as spill_mapped
+        from cxlkit.train.spill.path_mapped import MappedDirPath
+        from cxlkit.train.spill.paths import PathIOError
         p = MappedDirPath(sys.argv[1], lock="off")
         p.open(1 << 20)
         p.write(5, 0, np.full(1 << 20, 3, np.uint8)).wait()
@@ -128,8 +128,8 @@ def test_file_truncated_by_another_process_during_a_store_read_never_crashes(shm
     r = run_child("""
         import os, subprocess, sys
         import numpy as np
-        from cxlkit.train.spill_mapped import MappedDirPath
-        from cxlkit.train.spill_paths import PathIOError
+        from cxlkit.train.spill.path_mapped import MappedDirPath
+        from cxlkit.train.spill.paths import PathIOError
         n = 128 << 20
         p = MappedDirPath(sys.argv[1], lock="off")
         p.open(n)

@@ -17,11 +17,11 @@ import cxlkit
 from cxlkit import _native
 from cxlkit.train import adam as A
 from cxlkit.train import aio
-from cxlkit.train import subgroup_layout as L
-from cxlkit.train.spill_paths import (DirPath, MemoryPath, PathFullError, PathIOError,
+from cxlkit.train.spill import layout as L
+from cxlkit.train.spill.paths import (DirPath, MemoryPath, PathFullError, PathIOError,
                                       PathVanishedError,
                                       PoolPath, SubgroupCorruptError)
-from cxlkit.train.subgroups import SubgroupStore
+from cxlkit.train.spill.store import SubgroupStore
 
 from sleepers import LOCK_WAIT, wait_asleep
 
@@ -256,8 +256,8 @@ def test_corrupt_payload_raises_SubgroupCorruptError(dirs):
     with make([dirs[0]], ref) as st:
         run_steps(st, ref, 1)
         st.commit()
-        k = next(k for k in range(len(st.subgroups)) if k not in st._where)
-        pi, slot, _ = st._location(k)
+        k = next(k for k in range(len(st.subgroups)) if k not in st.cache.where)
+        pi, slot, _ = st.pipeline.location(k)
         with open(st.paths[pi].file(k), "r+b") as f:
             f.seek(slot * st.slot_nbytes + L.ALIGN + 100)
             b = f.read(1)
@@ -275,7 +275,7 @@ def test_torn_write_after_commit_leaves_the_committed_generation_to_resume(dirs)
         saved = [tuple(a.copy() for a in s) for s in ref.state]
         run_steps(st, ref, 1)
         # a crash mid-flush: garbage over every non-committed slot
-        for k, (pi, slot, _) in enumerate(st._committed):
+        for k, (pi, slot, _) in enumerate(st.ledger.committed):
             with open(st.paths[pi].file(k), "r+b") as f:
                 f.seek((1 - slot) * st.slot_nbytes)
                 f.write(os.urandom(L.ALIGN + 64))
@@ -425,7 +425,7 @@ def test_path_lock_excludes_another_process_and_a_dead_holder_releases(dirs):
 
 
 def test_busy_seconds_is_the_union_of_request_intervals():
-    from cxlkit.train.subgroups import busy_seconds
+    from cxlkit.train.spill.metrics import busy_seconds
     assert busy_seconds([]) == 0.0
     assert busy_seconds([(0.0, 1.0)]) == 1.0
     # two paths in flight at once count once; a gap does not count; nested spans add nothing
@@ -515,8 +515,8 @@ def test_measuring_a_pool_path_too_small_raises_the_real_error_not_BufferError(t
     # defect (found trying `plan train --spill pool:X`): the probe's buffer was closed while the
     # error's traceback still held views of it, so BufferError replaced PathFullError
     import cxlkit
-    from cxlkit.train import spill_plan as SP
-    from cxlkit.train.spill_paths import PathFullError
+    from cxlkit.train.spill import planner as SP
+    from cxlkit.train.spill.paths import PathFullError
 
     path = str(tmp_path / "small")
     cxlkit.Pool(path, size="16M").close()
@@ -555,10 +555,11 @@ def test_steady_state_read_ahead_is_cache_minus_two(cache):
     st = SubgroupStore([path], subgroup_params=100, cache_subgroups=cache, bandwidths=[1.0],
                        zero_copy=False)
     depth: list[tuple[int, int]] = []
-    update = st._update
-    st._update = lambda bi, sg, *a: (depth.append((sg.idx, path.reads_out)), update(bi, sg, *a))
     try:
         st.bind([[100] * n])
+        update = st.copy.run
+        st.copy.run = lambda bi, sg, inp: (depth.append((sg.idx, path.reads_out)),
+                                           update(bi, sg, inp))
         st.init_params(lambda pid: np.full(100, 0.5, np.float32))
         g = [(np.ones(100, np.uint16), BF16)] * n
         for s in range(1, 4):
@@ -629,7 +630,7 @@ def test_memory_tier_skips_payload_sums_copy_paths_fold_them_dirs_sum_off_the_st
     # with sum_in_kernel=False (the default folds it into the kernel: test_subgroups_fold.py)
     import threading
 
-    from cxlkit.train import spill_base as SP
+    from cxlkit.train.spill import path_base as SP
     calls: list[str] = []
     folded: list[str] = []
     real, real_fold = SP.checksum, aio.copy_sum
@@ -664,8 +665,8 @@ def test_corrupt_pool_object_raises_SubgroupCorruptError_from_its_check(pool_pat
             make([PoolPath(pool, "sgbad")], ref) as st:
         run_steps(st, ref, 1)
         st.commit()
-        k = next(k for k in range(len(st.subgroups)) if k not in st._where)
-        pi, slot, _ = st._location(k)
+        k = next(k for k in range(len(st.subgroups)) if k not in st.cache.where)
+        pi, slot, _ = st.pipeline.location(k)
         obj = st.paths[0]._area(k, create=False)
         obj[slot * st.slot_nbytes + L.ALIGN + 100] ^= 0xFF
         with pytest.raises(SubgroupCorruptError, match=f"subgroup {k}.*payload checksum"):
@@ -673,3 +674,47 @@ def test_corrupt_pool_object_raises_SubgroupCorruptError_from_its_check(pool_pat
         obj[slot * st.slot_nbytes + L.ALIGN + 100] ^= 0xFF
         del obj  # a view of the pool's mapping: the pool closes only without views
         check_state(st, ref)  # the buffer it was read into was given back: nothing lost
+
+
+def test_store_options_build_a_spill_config_and_an_unknown_one_raises_TypeError_naming_it():
+    from cxlkit.train import SpillConfig
+    st = SubgroupStore(["mem"], subgroup_params=300, cache_subgroups=5, bandwidths=[1])
+    try:
+        assert st.config == SpillConfig(subgroup_params=300, cache_subgroups=5,
+                                        bandwidths=(1,))
+        assert st.cache_subgroups == 5 and st.lock == "exclusive"  # options read as before
+    finally:
+        st.close()
+    with SubgroupStore(["mem"], SpillConfig(subgroup_params=300, bandwidths=[1])) as st:
+        st.bind([[600]])
+        assert len(st.subgroups) == 2
+    with pytest.raises(TypeError, match="cache_subgroup .*known: .*cache_subgroups"):
+        SubgroupStore(["mem"], cache_subgroup=5)
+    with pytest.raises(TypeError, match="not both"):
+        SubgroupStore(["mem"], SpillConfig(), verify=False)
+    with pytest.raises(ValueError, match="cache_subgroups 2"):
+        SpillConfig(cache_subgroups=2)
+
+
+OLD_PATHS = {"spill_base": "path_base", "spill_paths": "paths", "spill_copy": "path_copy",
+             "spill_mapped": "path_mapped", "subgroup_layout": "layout", "spill_split": "split",
+             "spill_plan": "planner", "spill_config": "offload_config", "subgroups": "store"}
+
+
+def test_old_module_paths_import_the_moved_modules_with_a_DeprecationWarning():
+    code = ("import importlib, json, warnings\n"
+            f"old = {OLD_PATHS!r}\n"
+            "out = {}\n"
+            "for o, n in old.items():\n"
+            "    with warnings.catch_warnings(record=True) as w:\n"
+            "        warnings.simplefilter('always')\n"
+            "        a = importlib.import_module('cxlkit.train.' + o)\n"
+            "    b = importlib.import_module('cxlkit.train.spill.' + n)\n"
+            "    out[o] = [a is b, any(issubclass(x.category, DeprecationWarning)\n"
+            "                          and n in str(x.message) for x in w)]\n"
+            "print(json.dumps(out))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    import json
+    assert json.loads(r.stdout) == {o: [True, True] for o in OLD_PATHS}
+    from cxlkit.train.spill.store import DEFAULT_SUBGROUP_PARAMS, busy_seconds  # noqa: F401

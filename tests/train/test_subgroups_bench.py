@@ -238,3 +238,26 @@ def test_subgroups_tmpfs_bench_prints_every_way_with_cpu_per_gb(shm_dir):
     assert any(w["way"].startswith("memcpy") for w in ways) and len(ways) >= 6
     assert all(w["GBps"] > 0 and w["cpu_s_per_GB"] >= 0 for w in ways)
     assert not os.listdir(shm_dir)  # its scratch directory is gone
+
+
+def test_a_sigterm_whose_exit_a_finaliser_dropped_still_stops_the_bench_loop(tmp_path):
+    # SIGTERM's handler runs wherever the main thread is; inside a __del__ Python prints the
+    # SystemExit it raises and drops it, and the bench ran on (a minute past SIGTERM in CI)
+    prog = f"""
+import os, signal, sys
+sys.path.insert(0, {str(ROOT / "bench")!r})
+import subgroups as B
+B.exit_on_sigterm()
+
+class Dropped:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, inside __del__
+
+Dropped()
+print("ran on", flush=True)
+B.stop_if_asked()
+print("not stopped", flush=True)
+"""
+    r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=60)
+    assert r.stdout.splitlines() == ["ran on"], r.stdout + r.stderr[-2000:]
+    assert r.returncode == 128 + 15 and "SystemExit" in r.stderr  # the dropped one, printed

@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 
 from cxlkit.train import adam as A
 from cxlkit.train import from_config
-from cxlkit.train import spill_plan as SP
-from cxlkit.train import spill_split as S
-from cxlkit.train.spill_paths import (CapacityError, PathFullError, parse_path,
+from cxlkit.train.spill import planner as SP
+from cxlkit.train.spill import split as S
+from cxlkit.train.spill.paths import (CapacityError, PathFullError, parse_path,
                                       split_capacity)
-from cxlkit.train.subgroups import SubgroupStore
+from cxlkit.train.spill.store import SubgroupStore
 
 GB = 1e9
 BF16 = A.DTYPES["bfloat16"]

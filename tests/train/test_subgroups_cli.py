@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from cxlkit.train import spill_plan as SP
-from cxlkit.train import subgroup_layout as L
+from cxlkit.train.spill import planner as SP
+from cxlkit.train.spill import layout as L
 
 
 def test_plan_spill_splits_by_bandwidth_and_counts_the_cache():

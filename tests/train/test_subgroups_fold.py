@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from cxlkit.train import adam as A
-from cxlkit.train import spill_base as SB
-from cxlkit.train.spill_paths import HEADER_NBYTES, SubgroupCorruptError
-from cxlkit.train.subgroups import SubgroupStore
+from cxlkit.train.spill import path_base as SB
+from cxlkit.train.spill.paths import HEADER_NBYTES, SubgroupCorruptError
+from cxlkit.train.spill.store import SubgroupStore
 
 BF16 = A.DTYPES["bfloat16"]
 SG = 3000
@@ -41,7 +41,7 @@ def _store(paths, **kw) -> SubgroupStore:
 
 def _flip_payload(st, k: int) -> str:
     """Flip a bit of subgroup k's newest payload in its file; the file's path."""
-    pi, slot, _ = st._location(k)
+    pi, slot, _ = st.pipeline.location(k)
     f = st.paths[pi].file(k)
     with open(f, "r+b") as fh:
         fh.seek(slot * st.paths[pi].slot_nbytes + HEADER_NBYTES + 4 * 100)
@@ -105,7 +105,7 @@ def test_a_corrupt_disk_payload_is_caught_before_the_users_copies_are_written(tm
         _train(st, copies, 1, cfg)
         st.commit()
         k = 2  # step 2 runs descending: 7, 6, 5 are cache hits, 2 is fetched from the disk
-        assert k not in st._where
+        assert k not in st.cache.where
         f = _flip_payload(st, k)
         for c in copies:
             c[:] = 0x1234  # sentinel: what the user's params hold before the step
@@ -115,7 +115,7 @@ def test_a_corrupt_disk_payload_is_caught_before_the_users_copies_are_written(tm
         assert "payload checksum" in str(ei.value)
         assert (copies[k] == 0x1234).all()           # never written from the corrupt bytes
         assert not (copies[7] == 0x1234).all()       # updated before it: written
-        assert k not in st._where                    # the buffer computed from it is dropped
+        assert k not in st.cache.where                    # the buffer computed from it is dropped
 
 
 def test_zero_copy_route_a_corrupt_payload_leaves_the_users_copies_of_it_unwritten(tmp_path):
@@ -129,7 +129,7 @@ def test_zero_copy_route_a_corrupt_payload_leaves_the_users_copies_of_it_unwritt
         with _store([f"map:{shm}"]) as st:
             _train(st, copies, 1, cfg)
             k = 2  # updated where it lies (no cache buffer), descending order at step 2
-            assert k not in st._where
+            assert k not in st.cache.where
             f = _flip_payload(st, k)
             for c in copies:
                 c[:] = 0x1234

@@ -16,13 +16,13 @@ from hypothesis import strategies as hst
 
 import cxlkit
 from cxlkit.train import aio
-from cxlkit.train import spill_base as SB
-from cxlkit.train import subgroup_layout as L
-from cxlkit.train.spill_base import (HEADER_NBYTES, FetchCheck, FlushHeader, PathIOError,
+from cxlkit.train.spill import path_base as SB
+from cxlkit.train.spill import layout as L
+from cxlkit.train.spill.path_base import (HEADER_NBYTES, FetchCheck, FlushHeader, PathIOError,
                                      SubgroupCorruptError)
-from cxlkit.train.spill_copy import PoolPath
-from cxlkit.train.spill_mapped import MappedDirPath
-from cxlkit.train.subgroups import SubgroupStore
+from cxlkit.train.spill.path_copy import PoolPath
+from cxlkit.train.spill.path_mapped import MappedDirPath
+from cxlkit.train.spill.store import SubgroupStore
 from test_subgroups import SIZES, Ref, check_state, make, run_steps
 
 
@@ -94,8 +94,8 @@ def test_folded_fetch_catches_a_flipped_payload_byte_and_loses_nothing(copy_path
     with make([copy_path()], ref, zero_copy=False) as st:
         run_steps(st, ref, 1)
         st.commit()
-        k = next(k for k in range(len(st.subgroups)) if k not in st._where)
-        _, slot, _ = st._location(k)
+        k = next(k for k in range(len(st.subgroups)) if k not in st.cache.where)
+        _, slot, _ = st.pipeline.location(k)
         area = slot_bytes(st, k, slot)
         area[HEADER_NBYTES + 100] ^= 0xFF
         with pytest.raises(SubgroupCorruptError, match=f"subgroup {k}.*payload checksum"):
@@ -110,8 +110,8 @@ def test_folded_fetch_rejects_a_foreign_header_before_the_payload_moves(copy_pat
     ref = Ref(43)
     with make([copy_path()], ref, zero_copy=False) as st:
         run_steps(st, ref, 1)
-        k = next(k for k in range(len(st.subgroups)) if k not in st._where)
-        _, slot, _ = st._location(k)
+        k = next(k for k in range(len(st.subgroups)) if k not in st.cache.where)
+        _, slot, _ = st.pipeline.location(k)
         area = slot_bytes(st, k, slot)
         area[20] ^= 0x01  # the subgroup index field: the header's crc fails
         del area
@@ -175,15 +175,15 @@ def test_verify_off_moves_a_copy_paths_payload_by_a_plain_copy_and_still_checks_
         check_state(st, ref)
         st.commit()
         summed.clear()
-        k = next(k for k in range(len(st.subgroups)) if k not in st._where)
-        _, slot, _ = st._location(k)
+        k = next(k for k in range(len(st.subgroups)) if k not in st.cache.where)
+        _, slot, _ = st.pipeline.location(k)
         area = slot_bytes(st, k, slot)
         area[HEADER_NBYTES + 8] ^= 0xFF  # not checked with verify off
         del area
         st.read_state()
         assert summed == []              # fetches: a plain copy
-        k = next(k for k in range(len(st.subgroups)) if k not in st._where)
-        _, slot, _ = st._location(k)
+        k = next(k for k in range(len(st.subgroups)) if k not in st.cache.where)
+        _, slot, _ = st.pipeline.location(k)
         area = slot_bytes(st, k, slot)
         area[40] ^= 0x01                 # the payload length field: the header's crc fails
         del area
@@ -202,7 +202,7 @@ def test_measure_pays_the_same_payload_sum_as_the_stores_requests(tmp_path, shm_
     monkeypatch.setattr(SB, "checksum", lambda buf: (passes.append(1), real(buf))[1])
     monkeypatch.setattr(aio, "copy_sum", lambda d, s, what="": (
         folded.append(1), real_fold(d, s, what))[1])
-    from cxlkit.train.spill_paths import DirPath, MemoryPath
+    from cxlkit.train.spill.paths import DirPath, MemoryPath
     d = DirPath(str(tmp_path), lock="off")
     try:
         r, w = d.measure(1 << 20)

@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 import cxlkit
 from cxlkit.train import adam as A
 from cxlkit.train import aio
-from cxlkit.train import spill_base as SB
-from cxlkit.train import subgroup_inplace as I
-from cxlkit.train.spill_paths import (HEADER_NBYTES, MemoryPath, PathIOError,
+from cxlkit.train.spill import path_base as SB
+from cxlkit.train.spill import update_inplace as I
+from cxlkit.train.spill.paths import (HEADER_NBYTES, MemoryPath, PathIOError,
                                       PathVanishedError, PoolPath, SubgroupCorruptError)
-from cxlkit.train.subgroups import SubgroupStore
+from cxlkit.train.spill.store import SubgroupStore
 from test_subgroups import CFGS, SIZES, Ref, check_state, make, run_steps
 
 BF16 = A.DTYPES["bfloat16"]
@@ -78,7 +78,7 @@ def test_in_place_route_gives_the_kernels_bits_and_copies_no_payload(kind, fold,
                 # each newest slot's header carries kv_checksum of its payload (the fold's
                 # parts finish to it; a separate pass computes it)
                 for k, sg in enumerate(st.subgroups):
-                    pi, slot, _ = st._location(k)
+                    pi, slot, _ = st.pipeline.location(k)
                     area = st.paths[pi]._area(k, create=False)
                     lo = slot * st.paths[pi].slot_nbytes
                     raw = area[lo:lo + HEADER_NBYTES + sg.state_nbytes]
@@ -157,7 +157,7 @@ def test_torn_in_place_update_leaves_the_previous_generation(shm_dir, monkeypatc
 
 
 def _newest_slot_file(st, k):
-    pi, slot, _ = st._location(k)
+    pi, slot, _ = st.pipeline.location(k)
     return st.paths[pi].file(k), slot * st.paths[pi].slot_nbytes
 
 
@@ -266,7 +266,7 @@ def test_torn_update_in_its_own_slot_is_caught_and_the_commit_resumes(shm_dir, m
         st.commit({"at": 0})
         saved = [tuple(a.copy() for a in s) for s in ref.state]
         run_steps(st, ref, 1)  # out of place: into the slot the commit does not hold
-        assert all(st._location(k)[1] != st._committed[k][1] for k in range(len(st.subgroups)))
+        assert all(st.pipeline.location(k)[1] != st.ledger.committed[k][1] for k in range(len(st.subgroups)))
         real = I.pack_header
 
         def torn(*a, **kw):

@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import cxlkit
-from cxlkit.train.spill_copy import PoolPath
-from cxlkit.train.spill_dir import DirPath
+from cxlkit.train.spill.path_copy import PoolPath
+from cxlkit.train.spill.path_dir import DirPath
 
 _HOLDER = r"""
 import fcntl, os, struct, sys

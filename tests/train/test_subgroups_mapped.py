@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from cxlkit.train import aio
-from cxlkit.train.spill_mapped import MappedDirPath, fs_type
-from cxlkit.train.spill_paths import (DirPath, PathFullError, PathIOError, PathVanishedError,
+from cxlkit.train.spill.path_mapped import MappedDirPath, fs_type
+from cxlkit.train.spill.paths import (DirPath, PathFullError, PathIOError, PathVanishedError,
                                       parse_path)
-from cxlkit.train.subgroups import SubgroupStore
+from cxlkit.train.spill.store import SubgroupStore
 from test_subgroups import CFGS, SIZES, BF16, Ref, check_state, make, run_steps
 
 
@@ -112,7 +112,7 @@ def test_truncated_file_raises_PathIOError_not_a_fault(shm_dir):
     ref = Ref(23)
     with make([f"map:{shm_dir}"], ref, cache_subgroups=3) as st:
         run_steps(st, ref, 1)
-        k = next(k for k in range(len(st.subgroups)) if k not in st._where)
+        k = next(k for k in range(len(st.subgroups)) if k not in st.cache.where)
         os.truncate(st.paths[0].file(k), 4096)
         with pytest.raises(PathIOError, match="shrank"):
             st.read_state()

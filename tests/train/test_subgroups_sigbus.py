@@ -22,8 +22,8 @@ CHILD = textwrap.dedent(r"""
     import json, os, subprocess, sys
     import numpy as np
     from cxlkit.train import adam as A
-    from cxlkit.train.spill_paths import PathIOError
-    from cxlkit.train.subgroups import SubgroupStore
+    from cxlkit.train.spill.paths import PathIOError
+    from cxlkit.train.spill.store import SubgroupStore
 
     d, team_n, route = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     sizes = [40_000, 60_000]  # one subgroup; two step counts: the kernel is called twice

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from cxlkit.train import adam as A
-from cxlkit.train import spill_split as S
-from cxlkit.train import subgroup_layout as L
-from cxlkit.train.spill_paths import MemoryPath
-from cxlkit.train.subgroups import SubgroupStore
+from cxlkit.train.spill import split as S
+from cxlkit.train.spill import layout as L
+from cxlkit.train.spill.paths import MemoryPath
+from cxlkit.train.spill.store import SubgroupStore
 
 GB = 1e9
 BF16 = A.DTYPES["bfloat16"]
@@ -171,7 +171,7 @@ def test_store_split_eq1_keeps_every_path_and_bad_split_is_refused():
 
 def test_from_config_takes_split_and_the_map_backend(tmp_path):
     from cxlkit.train import from_config
-    from cxlkit.train.spill_mapped import MappedDirPath
+    from cxlkit.train.spill.path_mapped import MappedDirPath
     cfg = {"zero_optimization": {"sub_group_size": 1000, "offload_optimizer": {
         "device": "nvme", "nvme_path": [str(tmp_path)], "buffer_count": 3}},
         "cxlkit": {"split": "eq1", "backend": "map"}}

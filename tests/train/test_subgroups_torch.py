@@ -1,4 +1,4 @@
-"""TieredAdamW(..., spill=SubgroupStore) against TieredAdamW without spill: same params bit
+"""SpilledAdamW(..., spill=SubgroupStore) against TieredAdamW without spill: same params bit
 for bit, state_dict / load_state_dict through the paths, the DeepSpeed-style config."""
 from __future__ import annotations
 
@@ -47,9 +47,9 @@ def train(m, opt, steps: int, skip_last: bool = False) -> list[float]:
 def test_spilled_params_equal_tiered_adamw_bit_for_bit(tmp_path, dtype):
     m1, m2 = model(dtype), model(dtype)
     o1 = TieredAdamW(m1.parameters(), lr=1e-2, team=None)
-    o2 = TieredAdamW([{"params": list(m2[0].parameters())},
-                      {"params": list(m2[2].parameters())}], lr=1e-2, team=None,
-                     spill=store(tmp_path))
+    o2 = SpilledAdamW([{"params": list(m2[0].parameters())},
+                       {"params": list(m2[2].parameters())}], lr=1e-2, team=None,
+                      spill=store(tmp_path))
     o1b = TieredAdamW([{"params": list(m1[0].parameters())},
                        {"params": list(m1[2].parameters())}], lr=1e-2, team=None)
     del o1
@@ -67,7 +67,7 @@ def test_spilled_params_equal_tiered_adamw_bit_for_bit(tmp_path, dtype):
 def test_state_dict_round_trip_continues_identically(tmp_path):
     m1, m2 = model(), model()
     o1 = TieredAdamW(m1.parameters(), lr=1e-2, team=None)
-    o2 = TieredAdamW(m2.parameters(), lr=1e-2, team=None, spill=store(tmp_path))
+    o2 = SpilledAdamW(m2.parameters(), lr=1e-2, team=None, spill=store(tmp_path))
     try:
         train(m1, o1, 2)
         train(m2, o2, 2)
@@ -77,8 +77,8 @@ def test_state_dict_round_trip_continues_identically(tmp_path):
                 assert torch.equal(st[key], sd2["state"][k][key])
         # a fresh spilled optimizer takes TieredAdamW's state dict and goes on in step
         m3 = copy.deepcopy(m2)
-        o3 = TieredAdamW(m3.parameters(), lr=5e-2, team=None,
-                         spill=SubgroupStore(["mem"], subgroup_params=300, bandwidths=[1]))
+        o3 = SpilledAdamW(m3.parameters(), lr=5e-2, team=None,
+                          spill=SubgroupStore(["mem"], subgroup_params=300, bandwidths=[1]))
         try:
             o3.load_state_dict(sd1)
             assert o3.param_groups[0]["lr"] == 1e-2
@@ -96,12 +96,12 @@ def test_state_dict_round_trip_continues_identically(tmp_path):
 def test_spill_rejects_placement_arguments_and_late_groups(tmp_path):
     m = model()
     with pytest.raises(ValueError, match="place_grads"):
-        TieredAdamW(m.parameters(), spill=SubgroupStore(["mem"], bandwidths=[1]),
-                    place_grads=True)
+        SpilledAdamW(m.parameters(), spill=SubgroupStore(["mem"], bandwidths=[1]),
+                     place_grads=True)
     with pytest.raises(TypeError, match="SubgroupStore"):
-        TieredAdamW(m.parameters(), spill="/tmp")
-    o = TieredAdamW(list(m[0].parameters()), team=None,
-                    spill=SubgroupStore(["mem"], subgroup_params=300, bandwidths=[1]))
+        SpilledAdamW(m.parameters(), spill="/tmp")
+    o = SpilledAdamW(list(m[0].parameters()), team=None,
+                     spill=SubgroupStore(["mem"], subgroup_params=300, bandwidths=[1]))
     try:
         with pytest.raises(ValueError, match="constructor"):
             o.add_param_group({"params": list(m[2].parameters())})
@@ -166,3 +166,38 @@ def test_from_config_reads_the_deepspeed_block(tmp_path):
 def test_from_config_refuses_bad_blocks(bad, match):
     with pytest.raises(ValueError, match=match):
         from_config(bad)
+
+
+def test_tiered_adamw_with_spill_warns_and_builds_a_spilled_adamw(tmp_path):
+    m = model()
+    with pytest.warns(DeprecationWarning, match="SpilledAdamW"):
+        o = TieredAdamW(m.parameters(), team=None,
+                        spill=SubgroupStore(["mem"], subgroup_params=300, bandwidths=[1]))
+    try:
+        assert type(o) is SpilledAdamW
+    finally:
+        o.close()
+
+
+def test_torch_adamw_never_imports_the_spilled_optimizer():
+    import ast
+    import cxlkit.integrations.torch_adamw as base
+    tree = ast.parse(open(base.__file__).read())
+    names = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not any("torch_spill" in n for n in names)
+
+
+def test_tiered_adamw_module_alone_refuses_spill_with_a_TypeError_naming_SpilledAdamW():
+    import subprocess
+    import sys
+    code = ("import torch\n"
+            "from cxlkit.integrations.torch_adamw import TieredAdamW\n"
+            "try:\n"
+            "    TieredAdamW([torch.nn.Parameter(torch.zeros(4))], spill=object())\n"
+            "except TypeError as e:\n"
+            "    print(e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "SpilledAdamW(params, spill=store)" in r.stdout

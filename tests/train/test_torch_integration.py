@@ -413,7 +413,7 @@ def test_run_demo_trains_and_audits_every_class():
 
 
 def test_auto_team_starts_threads_only_for_large_models(monkeypatch):
-    import cxlkit.integrations.torch as T
+    import cxlkit.integrations.torch_adamw as T
 
     m1, m2 = mlp(), mlp()
     x, y = data()
@@ -544,7 +544,7 @@ def test_a_plan_moves_fp32_params_into_its_master_buffer_and_keeps_them_there():
 
 
 def test_auto_team_runs_on_torchs_openmp_threads_on_one_node(monkeypatch, memory_nodes):
-    import cxlkit.integrations.torch as T
+    import cxlkit.integrations.torch_adamw as T
 
     if len(memory_nodes) != 1:
         pytest.skip("several memory nodes: 'auto' picks pinned teams that follow memory")
@@ -763,7 +763,7 @@ def _in(buf, t):
 
 
 def test_large_fp32_params_move_into_a_huge_page_buffer(monkeypatch):
-    import cxlkit.integrations.torch as cxt
+    import cxlkit.integrations.torch_adamw as cxt
     monkeypatch.setattr(cxt, "THP_MOVE_BYTES", 4096)
     big = torch.nn.Parameter(torch.randn(2048))  # 8 KiB: moved
     small = torch.nn.Parameter(torch.randn(100))  # under THP_MOVE_BYTES: stays
@@ -796,7 +796,7 @@ def test_large_fp32_params_move_into_a_huge_page_buffer(monkeypatch):
 
 
 def test_huge_pages_false_leaves_fp32_params_in_place(monkeypatch):
-    import cxlkit.integrations.torch as cxt
+    import cxlkit.integrations.torch_adamw as cxt
     monkeypatch.setattr(cxt, "THP_MOVE_BYTES", 4096)
     p = torch.nn.Parameter(torch.randn(2048))
     ptr = p.data_ptr()
@@ -810,7 +810,7 @@ def test_moved_params_outlive_the_optimizer(monkeypatch):
     # must leave the param's memory mapped and its values as they were
     import gc
 
-    import cxlkit.integrations.torch as cxt
+    import cxlkit.integrations.torch_adamw as cxt
     monkeypatch.setattr(cxt, "THP_MOVE_BYTES", 4096)
     p = torch.nn.Parameter(torch.randn(4096))
     p.grad = torch.randn(4096)
@@ -849,7 +849,7 @@ def test_moved_params_save_and_load_with_transformers(monkeypatch, tmp_path):
     # moved params in huge-page buffers: save_pretrained (safetensors) must keep every one
     # of them, not take them for tied weights
     transformers = pytest.importorskip("transformers")
-    import cxlkit.integrations.torch as cxt
+    import cxlkit.integrations.torch_adamw as cxt
     monkeypatch.setattr(cxt, "THP_MOVE_BYTES", 4096)
     cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
                                    num_hidden_layers=2, num_attention_heads=4,
@@ -871,7 +871,7 @@ def test_torch_save_of_a_moved_param_writes_that_param_only(monkeypatch, tmp_pat
     # each param moved for huge pages has a buffer of its own: in the group's shared buffer,
     # torch.save of one param (or a state_dict) wrote the whole buffer, the bf16 params'
     # masters included (a 2048-param fp32 weight beside 64K bf16 params saved 280 KB, now 9.6 KB)
-    import cxlkit.integrations.torch as cxt
+    import cxlkit.integrations.torch_adamw as cxt
     monkeypatch.setattr(cxt, "THP_MOVE_BYTES", 4096)
     w = torch.nn.Parameter(torch.randn(2048))  # fp32, moved
     u = torch.nn.Parameter(torch.randn(2048))  # fp32, moved

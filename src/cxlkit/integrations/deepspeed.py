@@ -23,7 +23,7 @@ from deepspeed.runtime.zero.utils import get_mapping_to_flat_buffer
 from .. import policy as P
 from ..train import adam as A
 from ..train.plan import TrainPlan
-from .torch import _default_team, _np
+from .torch_common import _default_team, _np
 
 _CODES = {torch.float32: A.DTYPES["float32"], torch.bfloat16: A.DTYPES["bfloat16"],
           torch.float16: A.DTYPES["float16"]}

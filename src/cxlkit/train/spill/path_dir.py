@@ -10,8 +10,8 @@ import os
 import time
 from typing import Any
 
-from . import aio
-from .spill_base import Pending, PathVanishedError, SpillPath, typed
+from .. import aio
+from .path_base import Pending, PathVanishedError, SpillPath, typed
 
 class DirPath(SpillPath):
     """A directory: one file per subgroup (sg-<namespace>-<idx>.cxk, two slots), O_DIRECT
