@@ -385,7 +385,7 @@ class Store:
     def _demote(self, name: str) -> None:
         """Copy an own block about to be evicted to the level below (queued, never waited
         for); skipped when the queue is full or the block went meanwhile."""
-        if self.level2 is None or not self.level2.room():
+        if self.level2 is None or not self.level2.accepts():
             return
         try:
             with self._pool.open(name) as obj:
