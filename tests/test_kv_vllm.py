@@ -7,12 +7,13 @@ staging path, refused layouts. The truth is the real engine: tests/test_kv_vllm_
 import pytest
 import torch
 
-from cxlkit.integrations import vllm as conn
 from cxlkit.integrations import vllm_pages as pages
 from cxlkit.kv import BlockLayout, Store
+from kv_fakes.vllm_base import have_vllm, import_connector
 from kv_fakes.vllm_fake import (FakeEngine, FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec,
                                 Request, cpu_attn_pages, vllm_block_hashes)
 
+conn = import_connector()
 PROMPT = [(11 * i + 5) % 997 for i in range(83)]  # 5 full blocks + 3 tokens
 
 
@@ -27,12 +28,15 @@ STEP_CALLS = ["get_num_new_matched_tokens", "update_state_after_alloc", "build_c
     "wait_for_save", "get_finished", "get_block_ids_with_load_errors", "clear_connector_metadata"]
 
 
-def test_connector_is_a_kv_connector_with_or_without_vllm():
+def test_connector_is_a_kv_connector_that_supports_the_hybrid_manager():
     assert issubclass(conn.CxlkitConnector, conn.KVConnectorBase_V1)
-    if conn.HAVE_VLLM:  # in .venv-vllm: the real base class
-        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
+    assert issubclass(conn.CxlkitConnector, conn.SupportsHMA)  # keeps vLLM's hybrid manager on
+    if have_vllm():  # in .venv-vllm: the real base classes
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1,
+                                                                       supports_hma)
 
         assert conn.KVConnectorBase_V1 is KVConnectorBase_V1
+        assert supports_hma(conn.CxlkitConnector)
 
 
 def test_extra_config_max_hosts_sizes_each_hosts_partition(extra):

@@ -217,7 +217,10 @@ class FakeEngine:
 
     def __init__(self, extra: dict, num_blocks: int = 24, model: ModelConfig | None = None,
                  block_size: int = 16, with_kv_cache_config: bool = True) -> None:
-        from cxlkit.integrations.vllm import CxlkitConnector, KVConnectorRole
+        from kv_fakes.vllm_base import import_connector
+
+        conn = import_connector()
+        CxlkitConnector, KVConnectorRole = conn.CxlkitConnector, conn.KVConnectorRole
 
         self.model = m = model or ModelConfig()
         self.bs = block_size
