@@ -156,6 +156,16 @@ class FullAttentionSpec:  # the fields of vllm.v1.kv_cache_interface.FullAttenti
     head_size_v: int | None = None
 
 
+@dataclass(frozen=True)
+class SlidingWindowSpec:  # vllm.v1.kv_cache_interface.SlidingWindowSpec: blocks outside the
+    block_size: int       # window are freed (the null block takes their place)
+    num_kv_heads: int
+    head_size: int
+    dtype: torch.dtype
+    sliding_window: int
+    head_size_v: int | None = None
+
+
 @dataclass
 class KVCacheGroupSpec:
     layer_names: list[str]

@@ -141,7 +141,13 @@ class CxlkitConnector(KVConnectorBase_V1, SupportsHMA):
         all_names = [n for g in self._groups for n in g.layer_names]
         self._format = page_format(vllm_config, all_names, self._layout, self._extra)
         self._level2 = _level2(self._extra)
-        self._stores = [self._open_store(vllm_config, role, i) for i in range(len(self._groups))]
+        self._stores: list[Store] = []
+        try:
+            for i in range(len(self._groups)):
+                self._stores.append(self._open_store(vllm_config, role, i))
+        except BaseException:
+            self.shutdown()
+            raise
         self._store = self._stores[0]
         self._reqs: dict[str, _Req] = {}
         self._local: dict[str, int] = {}  # request -> locally computed tokens at lookup
