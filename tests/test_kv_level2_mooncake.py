@@ -85,3 +85,55 @@ def test_mooncake_level_2_carries_blocks_between_pods_and_a_killed_master_is_a_m
         lines = [r for r in caplog.records if "level 2" in r.getMessage()]
         assert len(lines) == 1, [r.getMessage() for r in lines]
     lv.close()
+
+
+@pytest.mark.slow  # Mooncake clients in four connectors: a few seconds each
+def test_two_pods_a_prefix_served_in_pod_a_is_a_level_2_hit_in_pod_b_then_a_pool_hit(
+        pool_path, master):
+    """Pod A (its own pool) serves a prompt; pressure on A's pool demotes its blocks to
+    Mooncake; pod B's first host loads them from there (promoted into B's pool) and its second
+    host from B's pool. Connectors driven by the vLLM fake (tests/test_kv_vllm_engine.py runs
+    the real engine)."""
+    from kv_fakes.vllm_fake import FakeEngine, Request
+
+    _, cfg = master
+    prompt = [(13 * i + 1) % 997 for i in range(83)]  # 5 full blocks + 3 tokens
+    block = 128 + 3 * 2 * 16 * 2 * 16 * 4  # the fake model's pool block
+    pods = []
+
+    def pod(path, host_id, create, **kw):
+        extra = {"pool": path, "create": create, "size": 32 << 20, "host_id": host_id,
+                 "checksum": True, "level2": dict(cfg, segment_bytes=0), **kw}
+        e = FakeEngine(extra, num_blocks=16)
+        pods.append(e)
+        for c in (e.sched, e.worker):
+            _ready(c._inner._level2)
+        return e
+
+    try:
+        from cxlkit.integrations.mooncake import open_level2
+
+        # a Mooncake store node: the memory the level's objects live in (the pods lend none)
+        holder = open_level2(dict(cfg, segment_bytes=64 << 20))
+        _ready(holder)
+        a = pod(pool_path, 0, True, capacity_bytes=5 * block)
+        a.step(Request("a", prompt))
+        a.step(Request("a2", [7] + prompt[1:]))  # another prefix: A's first blocks go down
+        lv = a.worker._inner._level2
+        assert lv.flush(30) and a.worker.store.stats.demoted >= 5
+        b0 = pod(pool_path + "-b", 0, True)
+        b0.step(Request("b0", prompt))
+        assert b0.computed_positions["b0"] == [80, 81, 82]  # 5 blocks from level 2
+        assert b0.sched.store.stats.promoted == 5
+        ids = b0.sched._inner._reqs["b0"].block_ids[0]
+        assert all(b0.block_matches_recompute(Request("x", prompt), ids, i) for i in range(5))
+        b1 = pod(pool_path + "-b", 1, False)
+        b1.step(Request("b1", prompt))
+        assert b1.computed_positions["b1"] == [80, 81, 82]
+        assert b1.sched.store.stats.promoted == 0  # pod B's pool had them
+    finally:
+        for e in pods:
+            e.sched.shutdown()
+            e.worker.shutdown()
+        if "holder" in locals():
+            holder.close()

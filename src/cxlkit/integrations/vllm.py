@@ -51,6 +51,7 @@ try:
 except ImportError:  # an older vLLM: no per-tier hit sources
     CacheHitSource = None
 
+SHUTDOWN_FLUSH_S = 5.0  # at most this long for queued demotions at shutdown
 NULL_BLOCK = 0  # vLLM's null block (its block pool's first): stands for freed window blocks
 
 
@@ -417,4 +418,5 @@ class CxlkitConnector(KVConnectorBase_V1, SupportsHMA):
         for st in reversed(self._stores):
             st.close()
         if self._level2 is not None:
+            self._level2.flush(SHUTDOWN_FLUSH_S)  # blocks just evicted still go down
             self._level2.close()
