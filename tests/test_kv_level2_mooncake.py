@@ -50,8 +50,7 @@ def _engine(seed=None):
 
 def _ready(lv):
     """Waits (bounded) until the client connected: the first fetch is the first call."""
-    lv._ready.result(timeout=60)
-    assert not lv.down, "the Mooncake client did not connect"
+    assert lv.wait_connected(60), "the Mooncake client did not connect"
 
 
 @pytest.mark.slow  # ~30 s: a Mooncake client's setup and close take seconds each

@@ -83,6 +83,13 @@ class Level2:
     def down(self) -> bool:
         return self._down
 
+    def wait_connected(self, timeout_s: float) -> bool:
+        """Wait at most timeout_s for the backend's connection attempt; whether it is up."""
+        try:
+            return bool(self._ready.result(timeout=timeout_s)) and not self._down
+        except FutureTimeout:
+            return False
+
     # -- threads ---------------------------------------------------------------------------
     def _serve_calls(self, connect: Callable[[], Backend]) -> None:
         try:
