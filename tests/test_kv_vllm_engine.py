@@ -211,7 +211,8 @@ def test_the_docs_recipe_runs_as_written():
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import docs_blocks as D
 
-    (block,) = [b for b in D.blocks(D.ROOT / "docs" / "kv.md") if "vllm serve" in b.code]
+    (block,) = [b for b in D.blocks(D.ROOT / "docs" / "kv.md")
+                if "external_prefix_cache_hits_total" in b.code]
     assert block.where == "not run" and "test_kv_vllm_engine" in block.detail
     p = run_session(["bash", "-euo", "pipefail", "-c", block.code], 2 * ENGINE_TIMEOUT,
                     cwd=D.ROOT)
