@@ -174,6 +174,7 @@ def _run(paths: list[str], params: int, subgroup: int, steps: int, team: A.AdamT
         st.init_params(lambda pid: np.full(sizes[pid], 0.5, np.float32))
         ms = []
         for s in range(1, steps + 1):
+            stop_if_asked()
             ms.append(st.step([A.AdamConfig()], [(g, BF16) for g in grads],
                               [(c, BF16) for c in copies], [s] * len(sizes), team=team))
         plan = st.plan()
@@ -519,11 +520,25 @@ def bench_pool(spec: str, shm: str, params: int, subgroup: int) -> str | None:
     return f"pool:{path}"
 
 
+_STOPPED: list[int] = []  # the signal SIGTERM's handler saw, for stop_if_asked
+
+
 def exit_on_sigterm() -> None:
     """SIGTERM (`timeout`, as the documented commands run these benches) raises SystemExit,
     so the scripts' finally blocks remove their scratch directories: killed by the default
-    action, a run left gigabytes of subgroup files in /dev/shm."""
-    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+    action, a run left gigabytes of subgroup files in /dev/shm. The handler runs wherever the
+    main thread is; where that is a __del__ or a weakref callback, Python prints the
+    SystemExit and drops it, so the loops call stop_if_asked between steps as well."""
+    def stop(signum: int, _frame: object) -> None:
+        _STOPPED.append(signum)
+        sys.exit(128 + signum)
+    signal.signal(signal.SIGTERM, stop)
+
+
+def stop_if_asked() -> None:
+    """Exit as SIGTERM asked if its handler's SystemExit was dropped (see exit_on_sigterm)."""
+    if _STOPPED:
+        sys.exit(128 + _STOPPED[0])
 
 
 def main() -> None:

@@ -28,8 +28,8 @@ $(MOONCAKE_STAMP): mk/mooncake.mk
 mooncake-venv: build $(MOONCAKE_STAMP)
 
 test-mooncake: mooncake-venv
-	$(MOONCAKE_PY) -m pytest -q -p no:cacheprovider $(MOONCAKE_TEST_ARGS) tests/test_kv_level2.py \
-	  tests/test_kv_level2_mooncake.py
+	$(MOONCAKE_PY) -m pytest -q -p no:cacheprovider $(MOONCAKE_TEST_ARGS) tests/kv/test_kv_level2.py \
+	  tests/engines/test_kv_level2_mooncake.py
 
 vllm-mooncake: vllm-venv
 	$(VLLM_PY) -m pip install -c $(VLLM_PIN) $(MOONCAKE_PKG)

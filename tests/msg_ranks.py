@@ -1,5 +1,5 @@
 """Run a function as every rank of a cxlkit.msg job, each rank a forked process on its own
-pool host; used by tests/test_msg*.py and tests/test_rpc.py. coherence None: Pool's default
+pool host; used by tests/msg/test_msg*.py and tests/msg/test_rpc.py. coherence None: Pool's default
 (CXLKIT_COHERENCE, which `pytest --coherence-sim` sets to "sim"), else "host"."""
 from __future__ import annotations
 

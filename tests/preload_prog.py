@@ -1,4 +1,4 @@
-"""Helpers of the preload tests (tests/test_preload*.py, tests/vm/test_vm_preload.py): build
+"""Helpers of the preload tests (tests/placement/test_preload*.py, tests/vm/test_vm_preload.py): build
 tests/preload/alloc_prog.c, start it under libcxlkit_preload.so, read what it reports."""
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ job of two ranks (hosts 0 and 1) and an RPC server (host 0) with its client (hos
 party a forked child that records what it did (harness.Recorder). Every scenario pauses once
 with data in flight (cells in a ring, a request-to-send and its rendezvous buffer, a request
 in an RPC ring); the attacker, called then, writes what it likes into the pool file, and the
-parties go on. Used by fuzz_v2.py (random fields) and tests/test_hostile_neighbour.py
+parties go on. Used by fuzz_v2.py (random fields) and tests/msg/test_hostile_neighbour.py
 (targeted garbage).
 
 Where things are (where()) is read from the pool through a child's listing: object payloads

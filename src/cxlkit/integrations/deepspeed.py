@@ -175,7 +175,7 @@ class CxlkitCPUAdam(DeepSpeedCPUAdam):
 
 
 # ZeRO refuses optimizer types outside its tested list unless the config says
-# zero_allow_untested_optimizer; CxlkitCPUAdam is tested with ZeRO here (tests/test_deepspeed.py)
+# zero_allow_untested_optimizer; CxlkitCPUAdam is tested with ZeRO here (tests/engines/test_deepspeed.py)
 if CxlkitCPUAdam not in _zero_utils.ZERO_SUPPORTED_OPTIMIZERS:
     _zero_utils.ZERO_SUPPORTED_OPTIMIZERS.append(CxlkitCPUAdam)
 
