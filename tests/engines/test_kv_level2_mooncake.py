@@ -91,7 +91,7 @@ def test_two_pods_a_prefix_served_in_pod_a_is_a_level_2_hit_in_pod_b_then_a_pool
         pool_path, master):
     """Pod A (its own pool) serves a prompt; pressure on A's pool demotes its blocks to
     Mooncake; pod B's first host loads them from there (promoted into B's pool) and its second
-    host from B's pool. Connectors driven by the vLLM fake (tests/test_kv_vllm_engine.py runs
+    host from B's pool. Connectors driven by the vLLM fake (tests/engines/test_kv_pods_engine.py runs
     the real engine)."""
     from kv_fakes.vllm_fake import FakeEngine, Request
 
