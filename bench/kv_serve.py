@@ -111,7 +111,8 @@ def run(label: str, model: Path, work: Path, args) -> None:
             r = bench(model, port, work / f"{label}-{host}.json", args)
             print(json.dumps({
                 "bench": "kv_serve", "connector": label, "server": "AB"[host],
-                "ttft_p50_ms": round(r["p50_ttft_ms"], 1), "ttft_p99_ms": round(r["p99_ttft_ms"], 1),
+                "ttft_p50_ms": round(r["p50_ttft_ms"], 1),
+                "ttft_p99_ms": round(r["p99_ttft_ms"], 1),
                 "req_per_s": round(r["request_throughput"], 3), "completed": r["completed"],
                 "request_rate": args.request_rate, "prefix_len": args.prefix_len,
                 "suffix_len": args.suffix_len, "output_len": args.output_len,

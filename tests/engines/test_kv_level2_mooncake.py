@@ -91,8 +91,8 @@ def test_two_pods_a_prefix_served_in_pod_a_is_a_level_2_hit_in_pod_b_then_a_pool
         pool_path, master):
     """Pod A (its own pool) serves a prompt; pressure on A's pool demotes its blocks to
     Mooncake; pod B's first host loads them from there (promoted into B's pool) and its second
-    host from B's pool. Connectors driven by the vLLM fake (tests/engines/test_kv_pods_engine.py runs
-    the real engine)."""
+    host from B's pool. Connectors driven by the vLLM fake (test_kv_pods_engine.py runs the
+    real engine)."""
     from kv_fakes.vllm_fake import FakeEngine, Request
 
     _, cfg = master
