@@ -41,9 +41,10 @@ vllm-venv: $(VLLM_STAMP)
 	touch $(VLLM_BUILD_STAMP)
 
 # The engine tests start vLLM engines in spawned processes; -p no:cacheprovider as in make test.
-test-vllm: vllm-venv
-	$(VLLM_PY) -m pytest -q $(VLLM_TEST_ARGS) tests/engines/test_kv_vllm_engine.py tests/kv/test_kv_vllm.py \
-	  tests/kv/test_kv_layout.py
+# Mooncake goes into .venv-vllm too (mk/mooncake.mk): the two-pod tests' connectors use it.
+test-vllm: vllm-venv vllm-mooncake
+	$(VLLM_PY) -m pytest -q $(VLLM_TEST_ARGS) tests/engines/test_kv_vllm_engine.py \
+	  tests/kv/test_kv_vllm.py tests/engines/test_kv_pods_engine.py tests/kv/test_kv_layout.py
 
 ENGINE_TESTS += test-vllm
 

@@ -31,13 +31,15 @@ ENGINE_TIMEOUT = 900  # start-up and a few prompts take ~1 min; minutes on a loa
 
 
 def make_tiny_model(path: Path, layers: int = 2, hidden: int = 256, heads: int = 4,
-                    kv_heads: int = 2, vocab: int = 1024) -> Path:
-    """A Llama config; load_format="dummy" gives it (seeded, so reproducible) weights."""
+                    kv_heads: int = 2, vocab: int = 1024, **more: object) -> Path:
+    """A Llama config; load_format="dummy" gives it (seeded, so reproducible) weights. more:
+    further config fields (layer_types and sliding_window make a sliding-window model)."""
     from transformers import LlamaConfig
 
     LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
                 num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                max_position_embeddings=16384, torch_dtype="float32").save_pretrained(path)
+                max_position_embeddings=16384, torch_dtype="float32",
+                **more).save_pretrained(path)
     return path
 
 
@@ -55,7 +57,8 @@ def run_engine(spec: dict) -> dict:
             "kv_connector_extra_config": {"pool": spec["pool"], "create": spec["create"],
                                           "size": 1 << 30, "host_id": spec["host_id"],
                                           "checksum": True,
-                                          "staging": spec.get("staging", False)}}
+                                          "staging": spec.get("staging", False),
+                                          **spec.get("extra", {})}}
     llm = LLM(model=spec["model"], load_format="dummy", skip_tokenizer_init=True,
               dtype="float32", max_model_len=4096, enforce_eager=True,
               kv_cache_memory_bytes=256 << 20, disable_log_stats=False, seed=0, **kw)
@@ -73,7 +76,8 @@ def run_engine(spec: dict) -> dict:
                                  for lp in (c.logprobs or [])]})
     metrics = {m.name: getattr(m, "value", None) for m in llm.get_metrics()
                if m.name.startswith("vllm:") and "prefix_cache" in m.name}
-    return {"runs": out, "metrics": metrics}
+    sc = llm.llm_engine.vllm_config.scheduler_config
+    return {"runs": out, "metrics": metrics, "hma": sc.disable_hybrid_kv_cache_manager is False}
 
 
 def engine(spec: dict) -> dict:
@@ -207,7 +211,8 @@ def test_the_docs_recipe_runs_as_written():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import docs_blocks as D
 
-    (block,) = [b for b in D.blocks(D.ROOT / "docs" / "kv.md") if "vllm serve" in b.code]
+    (block,) = [b for b in D.blocks(D.ROOT / "docs" / "kv.md")
+                if "external_prefix_cache_hits_total" in b.code]
     assert block.where == "not run" and "test_kv_vllm_engine" in block.detail
     p = run_session(["bash", "-euo", "pipefail", "-c", block.code], 2 * ENGINE_TIMEOUT,
                     cwd=D.ROOT)

@@ -7,12 +7,13 @@ staging path, refused layouts. The truth is the real engine: tests/engines/test_
 import pytest
 import torch
 
-from cxlkit.integrations import vllm as conn
 from cxlkit.integrations import vllm_pages as pages
 from cxlkit.kv import BlockLayout, Store
+from kv_fakes.vllm_base import have_vllm, import_connector
 from kv_fakes.vllm_fake import (FakeEngine, FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec,
                                 Request, cpu_attn_pages, vllm_block_hashes)
 
+conn = import_connector()
 PROMPT = [(11 * i + 5) % 997 for i in range(83)]  # 5 full blocks + 3 tokens
 
 
@@ -27,12 +28,15 @@ STEP_CALLS = ["get_num_new_matched_tokens", "update_state_after_alloc", "build_c
     "wait_for_save", "get_finished", "get_block_ids_with_load_errors", "clear_connector_metadata"]
 
 
-def test_connector_is_a_kv_connector_with_or_without_vllm():
+def test_connector_is_a_kv_connector_that_supports_the_hybrid_manager():
     assert issubclass(conn.CxlkitConnector, conn.KVConnectorBase_V1)
-    if conn.HAVE_VLLM:  # in .venv-vllm: the real base class
-        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
+    assert issubclass(conn.CxlkitConnector, conn.SupportsHMA)  # keeps vLLM's hybrid manager on
+    if have_vllm():  # in .venv-vllm: the real base classes
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1,
+                                                                       supports_hma)
 
         assert conn.KVConnectorBase_V1 is KVConnectorBase_V1
+        assert supports_hma(conn.CxlkitConnector)
 
 
 def test_extra_config_max_hosts_sizes_each_hosts_partition(extra):
@@ -236,3 +240,78 @@ def test_page_engine_checks_its_input(pool_path):
         assert eng.load(st, keys + [bytes([9]) * 32], [0, 1, 2]) == 2  # a miss ends the prefix
         assert torch.equal(two[1][0], torch.full((2, 3, 8), 5.0))
         assert not two[1][1].any()
+
+
+def _hybrid(extra, host_id, create):
+    """Scheduler and worker connectors of an engine under vLLM's hybrid KV cache manager:
+    layers 0 and 2 full attention (group 0), layer 1 a 32-token sliding window (group 1)."""
+    from kv_fakes.vllm_fake import (CacheConfig, KVTransferConfig, ModelConfig, ParallelConfig,
+                                    SlidingWindowSpec, VllmConfig)
+
+    m = ModelConfig()
+    cfg = VllmConfig(m, CacheConfig(), ParallelConfig(), KVTransferConfig(
+        kv_connector_extra_config={"attn_backend": "CPU_ATTN", "cpu_attn_isa": "vec",
+                                   **extra, "host_id": host_id, "create": create}))
+    names = [f"model.layers.{i}.self_attn.attn" for i in range(3)]
+    kcc = KVCacheConfig(32, [
+        KVCacheGroupSpec([names[0], names[2]], FullAttentionSpec(16, 2, 16, torch.float32)),
+        KVCacheGroupSpec([names[1]], SlidingWindowSpec(16, 2, 16, torch.float32, 32))])
+    sched = conn.CxlkitConnector(cfg, conn.KVConnectorRole.SCHEDULER, kcc)
+    worker = conn.CxlkitConnector(cfg, conn.KVConnectorRole.WORKER, kcc)
+    kv = dict(zip(names, cpu_attn_pages(3, 32, 2, 16, 16, torch.float32)))
+    worker.register_kv_caches(kv)
+    return sched, worker, kv
+
+
+def _hybrid_step(sched, worker, req, ids, ext):
+    from kv_fakes.vllm_fake import (CachedRequestData, KVCacheBlocks, NewRequestData,
+                                    SchedulerOutput)
+
+    sched.update_state_after_alloc(req, type("B", (), {"get_block_ids": lambda s: ids})(), ext)
+    so = SchedulerOutput([NewRequestData(req.request_id, req.prompt_token_ids, ids, ext)],
+                         CachedRequestData(), {req.request_id: req.num_tokens - ext})
+    meta = sched.build_connector_meta(so)
+    worker.bind_connector_metadata(meta)
+    worker.start_load_kv(None)
+    worker.wait_for_save()
+    worker.clear_connector_metadata()
+    return meta
+
+
+def test_hybrid_model_loads_full_groups_whole_and_sliding_groups_inside_their_window(extra):
+    """Under vLLM's hybrid manager a sliding-window group holds the null block (0) for blocks
+    out of its window: those are neither loaded nor written, the window's are."""
+    sa, wa, kva = _hybrid(extra, 0, True)
+    for t in kva.values():
+        t.copy_(torch.randn(t.shape))
+    full_a, slide_a = list(range(1, 7)), list(range(7, 13))
+    req = Request("a", PROMPT)  # 83 tokens: 5 full blocks
+    assert sa.get_num_new_matched_tokens(req, 0) == (0, False)
+    meta = _hybrid_step(sa, wa, req, (full_a, slide_a), 0)
+    assert sorted((t.group, len(t.keys)) for t in meta.saves) == [(0, 5), (1, 5)]
+    sb, wb, kvb = _hybrid(extra, 1, False)
+    req_b = Request("b", PROMPT)
+    assert sb.get_num_new_matched_tokens(req_b, 0) == (80, False)
+    # 80 tokens computed: the window (32) of the next token reaches back into block 3
+    full_b, slide_b = [11, 12, 13, 14, 15, 16], [0, 0, 0, 20, 21, 22]
+    meta = _hybrid_step(sb, wb, req_b, (full_b, slide_b), 80)
+    assert {(t.group, tuple(t.block_ids)) for t in meta.loads} == {
+        (0, (11, 12, 13, 14, 15)), (1, (20, 21))}
+    names = list(kva)
+    for name in (names[0], names[2]):
+        assert torch.equal(kvb[name][11:16], kva[name][1:6])
+    assert torch.equal(kvb[names[1]][20:22], kva[names[1]][10:12])
+    assert not kvb[names[1]][0].any()  # the null block was never written
+    assert wb.get_block_ids_with_load_errors() == set()
+
+
+def test_hybrid_hit_stops_where_a_sliding_window_block_is_missing(extra):
+    sa, wa, kva = _hybrid(extra, 0, True)
+    req = Request("a", PROMPT)
+    sa.get_num_new_matched_tokens(req, 0)
+    _hybrid_step(sa, wa, req, (list(range(1, 7)), list(range(7, 13))), 0)
+    sliding = wa.stores[1]
+    sliding.pool.destroy(sliding.name(req.block_hashes[4]))  # the window's last block
+    sb, _, _ = _hybrid(extra, 1, False)
+    # 5 blocks would need sliding blocks 3-4; 4 blocks need 2-3, all there
+    assert sb.get_num_new_matched_tokens(Request("b", PROMPT), 0) == (64, False)

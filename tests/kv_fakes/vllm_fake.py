@@ -156,6 +156,16 @@ class FullAttentionSpec:  # the fields of vllm.v1.kv_cache_interface.FullAttenti
     head_size_v: int | None = None
 
 
+@dataclass(frozen=True)
+class SlidingWindowSpec:  # vllm.v1.kv_cache_interface.SlidingWindowSpec: blocks outside the
+    block_size: int       # window are freed (the null block takes their place)
+    num_kv_heads: int
+    head_size: int
+    dtype: torch.dtype
+    sliding_window: int
+    head_size_v: int | None = None
+
+
 @dataclass
 class KVCacheGroupSpec:
     layer_names: list[str]
@@ -217,7 +227,10 @@ class FakeEngine:
 
     def __init__(self, extra: dict, num_blocks: int = 24, model: ModelConfig | None = None,
                  block_size: int = 16, with_kv_cache_config: bool = True) -> None:
-        from cxlkit.integrations.vllm import CxlkitConnector, KVConnectorRole
+        from kv_fakes.vllm_base import import_connector
+
+        conn = import_connector()
+        CxlkitConnector, KVConnectorRole = conn.CxlkitConnector, conn.KVConnectorRole
 
         self.model = m = model or ModelConfig()
         self.bs = block_size

@@ -19,11 +19,14 @@ blocks that fail to load go to vLLM through get_block_ids_with_load_errors, and 
 kv_load_failure_policy "recompute" vLLM recomputes them (its default "fail" fails the request).
 Device (GPU) caches go through a host staging copy (torch copies between device blocks and
 staging buffers; extra_config "staging": true runs the same path on CPU tensors).
-Importable without vLLM: a minimal stand-in base class is used then (tests drive it with a fake).
+With vLLM's hybrid KV cache manager (SupportsHMA: e.g. full-attention and sliding-window
+layers) each KV cache group has its own pool blocks under the same keys; a sliding-window group
+loads and saves only the blocks inside its window. extra_config "level2" adds the level below
+the pool (Mooncake Store: cxlkit.integrations.mooncake): evicted blocks go down to it, pool
+misses come up from it.
 """
 from __future__ import annotations
 
-import enum
 import hashlib
 import logging
 import time
@@ -33,63 +36,23 @@ from typing import Any
 from ..kv import block_hashes
 from ..kv.hashing import HASH_ALGOS
 from ..kv.layout import BlockLayout
+from ..kv.level2 import Level2
 from ..kv.store import Store
-from .vllm_pages import PageEngine, attention_spec, layer_index, page_format
+from .vllm_pages import AttentionGroup, PageEngine, attention_groups, layer_index, page_format
 
 log = logging.getLogger("cxlkit")
 
-try:  # the real base when vLLM is installed
-    from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore
-        KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole)
-    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (  # type: ignore
-        KVConnectorStats)
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore
+    KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole, SupportsHMA)
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats  # type: ignore
 
-    try:
-        from vllm.v1.metrics.cache_hit_source import CacheHitSource  # type: ignore
-    except ImportError:  # an older vLLM: no per-tier hit sources
-        CacheHitSource = None
-    HAVE_VLLM = True
-except ImportError:  # the same surface, for use and tests without vLLM
-    HAVE_VLLM = False
+try:
+    from vllm.v1.metrics.cache_hit_source import CacheHitSource  # type: ignore
+except ImportError:  # an older vLLM: no per-tier hit sources
     CacheHitSource = None
 
-    class KVConnectorRole(enum.Enum):  # type: ignore[no-redef]
-        SCHEDULER = 0
-        WORKER = 1
-
-    class KVConnectorMetadata:  # type: ignore[no-redef]
-        pass
-
-    @dataclass
-    class KVConnectorStats:  # type: ignore[no-redef]
-        data: dict[str, Any] = field(default_factory=dict)
-
-    class KVConnectorBase_V1:  # type: ignore[no-redef]
-        def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
-            if vllm_config.kv_transfer_config is None:
-                raise ValueError("kv_transfer_config must be set for KVConnectorBase_V1")
-            self._connector_metadata = None
-            self._vllm_config = vllm_config
-            self._kv_transfer_config = vllm_config.kv_transfer_config
-            self._kv_cache_config = kv_cache_config
-            self._role = role
-
-        @property
-        def role(self) -> Any:
-            return self._role
-
-        def bind_connector_metadata(self, connector_metadata: Any) -> None:
-            self._connector_metadata = connector_metadata
-
-        def clear_connector_metadata(self) -> None:
-            self._connector_metadata = None
-
-        def _get_connector_metadata(self) -> Any:
-            assert self._connector_metadata is not None
-            return self._connector_metadata
-
-        def has_connector_metadata(self) -> bool:
-            return self._connector_metadata is not None
+SHUTDOWN_FLUSH_S = 5.0  # at most this long for queued demotions at shutdown
+NULL_BLOCK = 0  # vLLM's null block (its block pool's first): stands for freed window blocks
 
 
 @dataclass
@@ -97,6 +60,7 @@ class BlockTransfer:
     req_id: str
     keys: list[bytes]
     block_ids: list[int]
+    group: int = 0  # KV cache group (hybrid models have several)
 
 
 @dataclass
@@ -135,7 +99,7 @@ class CxlkitConnectorStats(KVConnectorStats):
 @dataclass
 class _Req:
     request: Any
-    block_ids: list[int] = field(default_factory=list)
+    block_ids: list[list[int]] = field(default_factory=list)  # per KV cache group
     saved_blocks: int = 0
     load: tuple[int, int] | None = None  # block range to load at the next step
 
@@ -144,7 +108,18 @@ def _tp(vllm_config: Any) -> int:
     return int(getattr(vllm_config.parallel_config, "tensor_parallel_size", 1) or 1)
 
 
-class CxlkitConnector(KVConnectorBase_V1):
+def _level2(extra: dict) -> Level2 | None:
+    cfg = extra.get("level2")
+    if not cfg:
+        return None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"kv_connector_extra_config level2: expected a dict, got {cfg!r}")
+    from .mooncake import open_level2
+
+    return open_level2(cfg)
+
+
+class CxlkitConnector(KVConnectorBase_V1, SupportsHMA):
     if CacheHitSource is not None:
         _cache_hit_source = CacheHitSource.HOST  # pool memory: host DRAM or CXL
 
@@ -152,9 +127,10 @@ class CxlkitConnector(KVConnectorBase_V1):
         super().__init__(vllm_config, role, kv_cache_config)
         ktc = self._kv_transfer_config
         self._extra: dict = dict(getattr(ktc, "kv_connector_extra_config", None) or {})
-        spec, self._layer_names = attention_spec(vllm_config, kv_cache_config)
-        self._layout: BlockLayout = spec
-        self._block_size = spec.block_tokens
+        self._groups: list[AttentionGroup] = attention_groups(vllm_config, kv_cache_config)
+        self._layout: BlockLayout = self._groups[0].layout
+        self._layer_names = self._groups[0].layer_names
+        self._block_size = self._layout.block_tokens
         cc = vllm_config.cache_config
         hash_bs = (getattr(kv_cache_config, "hash_block_size", None)
                    or getattr(cc, "hash_block_size", None) or self._block_size)
@@ -163,43 +139,65 @@ class CxlkitConnector(KVConnectorBase_V1):
                              f"{self._block_size}")
         self._hashes_per_block = self._block_size // hash_bs
         self._hash_algo = getattr(cc, "prefix_caching_hash_algo", "sha256")
-        self._format = page_format(vllm_config, self._layer_names, spec, self._extra)
-        mc = vllm_config.model_config
-        # one namespace per (model, TP shard, page format): rank r stores its own heads, and
-        # engines whose backends encode pages differently never read each other's blocks
-        base_ns = self._extra.get("namespace") or (
-            f"{getattr(mc, 'model', 'model')}|tp{_tp(vllm_config)}|{self._format.name}")
-        rank = 0 if role == KVConnectorRole.SCHEDULER else self._tp_rank()
-        self._store = Store(self._extra.get("pool", "/dev/shm/cxlkit-kv"), self._layout,
-                            namespace=f"{base_ns}|r{rank}",
-                            checksum=bool(self._extra.get("checksum", False)),
-                            create=bool(self._extra.get("create", False)),
-                            size=int(self._extra.get("size", 0)),
-                            host_id=self._extra.get("host_id"),
-                            coherence=self._extra.get("coherence", "host"),
-                            capacity_bytes=self._extra.get("capacity_bytes"),
-                            max_hosts=int(self._extra.get("max_hosts", 0)))
+        all_names = [n for g in self._groups for n in g.layer_names]
+        self._format = page_format(vllm_config, all_names, self._layout, self._extra)
+        self._level2 = _level2(self._extra)
+        self._stores: list[Store] = []
+        try:
+            for i in range(len(self._groups)):
+                self._stores.append(self._open_store(vllm_config, role, i))
+        except BaseException:
+            self.shutdown()
+            raise
+        self._store = self._stores[0]
         self._reqs: dict[str, _Req] = {}
         self._local: dict[str, int] = {}  # request -> locally computed tokens at lookup
-        self._engine: PageEngine | None = None
+        self._engines: list[PageEngine] = []
         self._failed: set[int] = set()
         self._stats = CxlkitConnectorStats()
+
+    def _open_store(self, vllm_config: Any, role: Any, group: int) -> Store:
+        mc, x = vllm_config.model_config, self._extra
+        # one namespace per (model, TP shard, page format, KV cache group): rank r stores its
+        # own heads, and engines whose backends encode pages differently never read each
+        # other's blocks
+        base_ns = x.get("namespace") or (
+            f"{getattr(mc, 'model', 'model')}|tp{_tp(vllm_config)}|{self._format.name}")
+        if len(self._groups) > 1:
+            base_ns += f"|g{group}"
+        rank = 0 if role == KVConnectorRole.SCHEDULER else self._tp_rank()
+        pool: Any = x.get("pool", "/dev/shm/cxlkit-kv")
+        if group:  # later groups share the first store's pool handle
+            pool = self._stores[0].pool
+        return Store(pool, self._groups[group].layout, namespace=f"{base_ns}|r{rank}",
+                     checksum=bool(x.get("checksum", False)),
+                     create=bool(x.get("create", False)) and not group,
+                     size=int(x.get("size", 0)), host_id=x.get("host_id"),
+                     coherence=x.get("coherence", "host"),
+                     capacity_bytes=x.get("capacity_bytes"),
+                     max_hosts=int(x.get("max_hosts", 0)), level2=self._level2)
 
     def _tp_rank(self) -> int:
         if "tp_rank" in self._extra:
             return int(self._extra["tp_rank"])
-        if HAVE_VLLM:
+        try:
             from vllm.distributed import parallel_state as ps
-
-            # a worker's groups exist before its connector; a connector made outside one
-            # (no tensor parallel group) is the only rank
-            if ps.model_parallel_is_initialized():
-                return ps.get_tensor_model_parallel_rank()
+        except ImportError:  # a stand-in vLLM (tests): one rank
+            return 0
+        # a worker's groups exist before its connector; a connector made outside one (no
+        # tensor parallel group) is the only rank
+        if ps.model_parallel_is_initialized():
+            return ps.get_tensor_model_parallel_rank()
         return 0
 
     @property
     def store(self) -> Store:
         return self._store
+
+    @property
+    def stores(self) -> list[Store]:
+        """One store per KV cache group."""
+        return list(self._stores)
 
     @property
     def layout(self) -> BlockLayout:
@@ -227,6 +225,21 @@ class CxlkitConnector(KVConnectorBase_V1):
                             seed=seed)
 
     # ---- scheduler side ------------------------------------------------------------------------
+    def _hits(self, keys: list[bytes], local: int) -> int:
+        """Leading blocks of keys (those after the `local` ones) that every group can load:
+        all of them for full attention, those inside the window for a sliding one."""
+        n = len(keys)
+        for g, st in zip(self._groups, self._stores):
+            if g.window is None:
+                n = min(n, st.lookup(keys[:n]) if n else 0)
+        for g, st in zip(self._groups, self._stores):
+            while g.window is not None and n > 0:
+                first = max(0, g.first_needed_block((local + n) * self._block_size) - local)
+                if st.lookup(keys[first:n]) == n - first:
+                    break
+                n -= 1
+        return n
+
     def get_num_new_matched_tokens(self, request: Any,
                                    num_computed_tokens: int) -> tuple[int | None, bool]:
         prompt_len = len(request.prompt_token_ids or [])
@@ -236,19 +249,41 @@ class CxlkitConnector(KVConnectorBase_V1):
         self._local[request.request_id] = num_computed_tokens
         if usable <= local:
             return 0, False
-        keys = self._keys(request)[local:usable]
-        hits = self._store.lookup(keys) if keys else 0
+        hits = self._hits(self._keys(request)[local:usable], local)
         return (hits * self._block_size, False) if hits else (0, False)
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
         st = self._reqs.setdefault(request.request_id, _Req(request))
         st.request = request
-        st.block_ids = list(blocks.get_block_ids()[0])
+        st.block_ids = [list(ids) for ids in blocks.get_block_ids()]
         local = self._local.pop(request.request_id, 0) // self._block_size
         st.load = None
         if num_external_tokens > 0:
             # the allocation starts with the locally cached blocks, then ours
             st.load = (local, local + num_external_tokens // self._block_size)
+
+    def _transfers(self, rid: str, st: _Req, keys: list[bytes], a: int, b: int,
+                   load: bool) -> list[BlockTransfer]:
+        """Blocks a..b of each group; a sliding-window group's loads start at its window, and
+        window blocks vLLM already freed (the null block) are neither loaded nor saved."""
+        out = []
+        for gi, g in enumerate(self._groups):
+            ids = st.block_ids[gi] if gi < len(st.block_ids) else []
+            lo = max(a, g.first_needed_block(b * self._block_size)) if load else a
+            pairs = [(keys[i], ids[i]) for i in range(lo, min(b, len(ids)))
+                     if g.window is None or ids[i] != NULL_BLOCK]
+            if pairs:
+                out.append(BlockTransfer(rid, [k for k, _ in pairs], [i for _, i in pairs], gi))
+        return out
+
+    def _new_blocks(self, st: _Req, new_ids: Any, resumed: bool) -> None:
+        if resumed:  # after a preemption: the block lists are new
+            st.block_ids = [list(ids) for ids in new_ids] if new_ids else []
+        elif new_ids:
+            while len(st.block_ids) < len(new_ids):
+                st.block_ids.append([])
+            for have, new in zip(st.block_ids, new_ids):
+                have.extend(new)
 
     def build_connector_meta(self, scheduler_output: Any) -> CxlkitConnectorMetadata:
         meta = CxlkitConnectorMetadata()
@@ -257,7 +292,7 @@ class CxlkitConnector(KVConnectorBase_V1):
             st = self._reqs.get(nr.req_id)
             if st is None:
                 continue
-            st.block_ids = list(nr.block_ids[0])
+            st.block_ids = [list(ids) for ids in nr.block_ids]
             steps.append((nr.req_id, nr.num_computed_tokens
                           + scheduler_output.num_scheduled_tokens.get(nr.req_id, 0)))
         cached = scheduler_output.scheduled_cached_reqs
@@ -266,11 +301,7 @@ class CxlkitConnector(KVConnectorBase_V1):
             st = self._reqs.get(rid)
             if st is None:
                 continue
-            new_ids = cached.new_block_ids[i]
-            if rid in resumed:  # after a preemption: the block list is new
-                st.block_ids = list(new_ids[0]) if new_ids else []
-            elif new_ids:
-                st.block_ids.extend(new_ids[0])
+            self._new_blocks(st, cached.new_block_ids[i], rid in resumed)
             steps.append((rid, cached.num_computed_tokens[i]
                           + scheduler_output.num_scheduled_tokens.get(rid, 0)))
         for rid, computed_after in steps:
@@ -278,15 +309,15 @@ class CxlkitConnector(KVConnectorBase_V1):
             keys = self._keys(st.request)
             if st.load is not None:
                 a, b = st.load
-                meta.loads.append(BlockTransfer(rid, keys[a:b], st.block_ids[a:b]))
+                meta.loads += self._transfers(rid, st, keys, a, b, load=True)
                 st.saved_blocks = max(st.saved_blocks, b)  # loaded blocks are in the pool
                 st.load = None
             # full blocks (prompt or generated: keys exist only for known tokens) whose KV
             # exists once this step ran; wait_for_save stores them
-            full = min(computed_after // self._block_size, len(keys), len(st.block_ids))
+            nblocks = min((len(ids) for ids in st.block_ids), default=0)
+            full = min(computed_after // self._block_size, len(keys), nblocks)
             if full > st.saved_blocks:
-                meta.saves.append(BlockTransfer(rid, keys[st.saved_blocks:full],
-                                                st.block_ids[st.saved_blocks:full]))
+                meta.saves += self._transfers(rid, st, keys, st.saved_blocks, full, load=False)
                 st.saved_blocks = full
         return meta
 
@@ -295,36 +326,48 @@ class CxlkitConnector(KVConnectorBase_V1):
         self._local.pop(request.request_id, None)
         return False, None  # saves are synchronous: vLLM may free the blocks now
 
+    def request_finished_all_groups(self, request: Any, block_ids: tuple[list[int], ...]
+                                    ) -> tuple[bool, dict | None]:
+        return self.request_finished(request, list(block_ids[0]) if block_ids else [])
+
     def reset_cache(self) -> bool:
         """vLLM's reset_prefix_cache(reset_connector=True), e.g. after a weight update: this
         host's blocks of this model are stale, so they go."""
-        self._store.clear()
+        for st in self._stores:
+            st.clear()
         return True
 
     # ---- worker side ---------------------------------------------------------------------------
     def register_kv_caches(self, kv_caches: dict[str, Any]) -> None:
-        names = self._layer_names or sorted(kv_caches, key=layer_index)
-        missing = [n for n in names if n not in kv_caches]
-        if missing:
-            raise ValueError(f"register_kv_caches: no KV cache for layers {missing[:4]}")
-        self._engine = PageEngine(self._layout, [kv_caches[n] for n in names], self._format,
-                                  staging=self._extra.get("staging"),
-                                  staging_blocks=int(self._extra.get("staging_blocks", 64)))
+        self._engines = []
+        for g in self._groups:
+            names = g.layer_names or sorted(kv_caches, key=layer_index)
+            missing = [n for n in names if n not in kv_caches]
+            if missing:
+                raise ValueError(f"register_kv_caches: no KV cache for layers {missing[:4]}")
+            self._engines.append(PageEngine(
+                g.layout, [kv_caches[n] for n in names], self._format,
+                staging=self._extra.get("staging"),
+                staging_blocks=int(self._extra.get("staging_blocks", 64))))
 
-    def _engine_or_raise(self) -> PageEngine:
-        if self._engine is None:
+    @property
+    def _engine(self) -> PageEngine | None:
+        return self._engines[0] if self._engines else None
+
+    def _engine_or_raise(self, group: int) -> PageEngine:
+        if not self._engines:
             raise RuntimeError("CxlkitConnector: register_kv_caches was not called")
-        return self._engine
+        return self._engines[group]
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
         if not meta.loads:
             return
-        engine = self._engine_or_raise()
         t0 = time.perf_counter()
         for t in meta.loads:
             try:
-                n = engine.load(self._store, t.keys, t.block_ids)
+                n = self._engine_or_raise(t.group).load(self._stores[t.group], t.keys,
+                                                        t.block_ids)
             except (OSError, ValueError, IndexError) as e:
                 log.warning("kv load of request %s failed: %s (reported to vLLM)", t.req_id, e)
                 n = 0
@@ -344,11 +387,11 @@ class CxlkitConnector(KVConnectorBase_V1):
         meta = self._get_connector_metadata()
         if not meta.saves:
             return
-        engine = self._engine_or_raise()
         t0 = time.perf_counter()
         for t in meta.saves:
             try:
-                self._stats.data["saved_blocks"] += engine.save(self._store, t.keys, t.block_ids)
+                self._stats.data["saved_blocks"] += self._engine_or_raise(t.group).save(
+                    self._stores[t.group], t.keys, t.block_ids)
             except (OSError, ValueError, IndexError) as e:
                 log.warning("kv save of request %s failed: %s", t.req_id, e)
         self._stats.data["save_s"] += time.perf_counter() - t0
@@ -372,4 +415,8 @@ class CxlkitConnector(KVConnectorBase_V1):
         return CxlkitConnectorStats(data=dict(data or {}))
 
     def shutdown(self) -> None:
-        self._store.close()
+        for st in reversed(self._stores):
+            st.close()
+        if self._level2 is not None:
+            self._level2.flush(SHUTDOWN_FLUSH_S)  # blocks just evicted still go down
+            self._level2.close()

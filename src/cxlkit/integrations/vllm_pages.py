@@ -49,16 +49,40 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def attention_spec(vllm_config: Any, kv_cache_config: Any) -> tuple[BlockLayout, list[str]]:
-    """The BlockLayout of one vLLM block and the layer names in layer order, from the engine's
-    KV cache config (both roles get it); from the model config when there is none."""
+@dataclass(frozen=True)
+class AttentionGroup:
+    """One KV cache group of the engine: its block layout, its layers in layer order, and
+    its sliding window in tokens (None: full attention)."""
+    layout: BlockLayout
+    layer_names: list[str]
+    window: int | None = None
+    extra_retained: int = 0
+
+    def first_needed_block(self, num_tokens: int) -> int:
+        """The first block a token after num_tokens attends to (vLLM's skipped tokens of a
+        sliding window, in blocks); 0 for full attention."""
+        if self.window is None:
+            return 0
+        skipped = max(0, num_tokens - self.window + 1 - self.extra_retained)
+        return skipped // self.layout.block_tokens
+
+
+def attention_groups(vllm_config: Any, kv_cache_config: Any) -> list[AttentionGroup]:
+    """The engine's KV cache groups (one, or several under vLLM's hybrid KV cache manager:
+    e.g. full-attention and sliding-window layers), from its KV cache config (both roles get
+    it); one full-attention group from the model config when there is none."""
     groups = list(getattr(kv_cache_config, "kv_cache_groups", None) or [])
     if not groups:
-        return _layout_from_model(vllm_config), []
-    if len(groups) != 1:
-        raise ValueError(f"kv_cache_config: {len(groups)} KV cache groups (a hybrid model); "
-                         "the cxlkit connector handles one full-attention group")
-    group = groups[0]
+        return [AttentionGroup(_layout_from_model(vllm_config), [])]
+    out = [_group(g) for g in groups]
+    sizes = {g.layout.block_tokens for g in out}
+    if len(sizes) != 1:
+        raise ValueError(f"kv_cache_config: KV cache groups with block sizes {sorted(sizes)}; "
+                         "the cxlkit connector keys every group by the same blocks")
+    return out
+
+
+def _group(group: Any) -> AttentionGroup:
     spec = group.kv_cache_spec
     per_layer = getattr(spec, "kv_cache_specs", None)  # UniformTypeKVCacheSpecs
     if per_layer:
@@ -75,13 +99,30 @@ def attention_spec(vllm_config: Any, kv_cache_config: Any) -> tuple[BlockLayout,
             raise ValueError(f"kv cache spec {kind}: packed pages ({attr} set) are not supported")
     if getattr(spec, "tokens_per_state", 1) != 1:
         raise ValueError(f"kv cache spec {kind}: compressed states are not supported")
+    if getattr(spec, "attention_chunk_size", None):
+        raise ValueError(f"kv cache spec {kind}: chunked local attention is not supported")
     hv = getattr(spec, "head_size_v", None) or spec.head_size
     if hv != spec.head_size:
         raise ValueError(f"kv cache spec {kind}: head_size {spec.head_size} != head_size_v {hv}")
     names = sorted(group.layer_names, key=layer_index)
-    return BlockLayout(num_layers=len(names), num_kv_heads=spec.num_kv_heads,
-                       head_dim=spec.head_size, dtype=_dtype_name(spec.dtype),
-                       block_tokens=spec.block_size, kv_parts=2), names
+    layout = BlockLayout(num_layers=len(names), num_kv_heads=spec.num_kv_heads,
+                         head_dim=spec.head_size, dtype=_dtype_name(spec.dtype),
+                         block_tokens=spec.block_size, kv_parts=2)
+    # a window in a SlidingWindowSpec means blocks outside it are freed (vLLM's hybrid
+    # manager); in a FullAttentionSpec it is only how the layer computes: every block is kept
+    window = getattr(spec, "sliding_window", None) if "SlidingWindow" in kind else None
+    return AttentionGroup(layout, names, window,
+                          int(getattr(spec, "extra_retained_tokens", 0) or 0))
+
+
+def attention_spec(vllm_config: Any, kv_cache_config: Any) -> tuple[BlockLayout, list[str]]:
+    """The BlockLayout of one vLLM block and the layer names in layer order, for an engine
+    with one KV cache group (refused otherwise: attention_groups handles several)."""
+    groups = attention_groups(vllm_config, kv_cache_config)
+    if len(groups) != 1:
+        raise ValueError(f"kv_cache_config: {len(groups)} KV cache groups (a hybrid model); "
+                         "use attention_groups")
+    return groups[0].layout, groups[0].layer_names
 
 
 def _layout_from_model(cfg: Any) -> BlockLayout:

@@ -10,6 +10,7 @@ import errno
 import hashlib
 import logging
 import os
+import struct
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -19,9 +20,11 @@ from typing import Any
 import numpy as np
 
 from .. import _native
-from ..errors import _OBJECT_ERRORS, ObjectNotPublishedError as ObjectNotPublished, PoolError, _typed
+from ..errors import _OBJECT_ERRORS, PoolError, PoolFullError, StaleObjectError, _typed
+from ..errors import ObjectNotPublishedError as ObjectNotPublished
 from ..pool import ObjectInfo, Pool, PoolObject
 from .layout import BlockLayout, EngineTensors
+from .level2 import Level2
 from .recency import RecencyTables, table_slots
 
 log = logging.getLogger("cxlkit")
@@ -30,7 +33,8 @@ COHERENCE = {"host": 0, "none": 1, "sim": 2}
 HDR_BYTES = 128  # CXK_KV_HDR_BYTES: the block header before the image
 NT_MIN_BLOCK_BYTES = 64 << 10  # auto streaming stores from this block image size on
 STAT_FIELDS = ("lookups", "hits", "misses", "puts", "put_skipped", "bytes_in", "bytes_out",
-               "evictions", "load_errors", "put_errors", "unverifiable")
+               "evictions", "load_errors", "put_errors", "unverifiable", "demoted",
+               "promoted")
 _STATS_PREFIX = "kv.stats.h"
 COUNTERS_WAIT_S = 1.0  # how long a store waits for another process of its host to publish them
 
@@ -48,6 +52,8 @@ class KVStats:
     load_errors: int = 0  # get: a block that was found but failed to load (stale/corrupt)
     put_errors: int = 0   # put: blocks not stored for lack of room or another error
     unverifiable: int = 0  # get with checksum=True: a block put without one (not loaded)
+    demoted: int = 0      # evicted blocks handed to the level below the pool (level2)
+    promoted: int = 0     # blocks fetched from that level, checked and stored in the pool
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -113,6 +119,30 @@ _STOPS = {-errno.ENOENT: "miss", -errno.EAGAIN: "miss", -errno.ESTALE: "stale",
           -errno.EBADMSG: "corrupt", -errno.ENODATA: "unverifiable"}
 
 
+_HDR = struct.Struct("<Q32s32sQQq")  # struct cxk_kv_block_hdr up to created_ns
+_BLOCK_MAGIC = 0x314B4C4256584B43  # CXK_KV_BLOCK_MAGIC
+
+
+def block_problem(payload: bytes, key: bytes, layout: bytes, image_bytes: int) -> str | None:
+    """Why a block payload from outside the pool (the level below it) is not the block
+    `key` of this layout, or None: the checks cxk_kv_get makes, done before it enters the
+    pool (size, magic, key, layout, and the image checksum when one was recorded)."""
+    if len(payload) != HDR_BYTES + image_bytes:
+        return f"{len(payload)} bytes, expected {HDR_BYTES + image_bytes}"
+    magic, k, lay, nbytes, checksum, _ = _HDR.unpack_from(payload)
+    if magic != _BLOCK_MAGIC or nbytes != image_bytes:
+        return "not a cxlkit KV block header"
+    if k != key:
+        return "header names another key"
+    if lay != layout.ljust(len(lay), b"\0"):
+        return "another block layout"
+    if checksum:
+        img = np.frombuffer(payload, np.uint8)
+        if _native.kv_checksum(img.ctypes.data + HDR_BYTES, image_bytes) != checksum:
+            return "image checksum mismatch"
+    return None
+
+
 @dataclass(frozen=True)
 class LoadResult:
     """What Store.load did: `loaded` leading blocks are in the engine; `stop` says why the
@@ -137,14 +167,16 @@ class Store:
     over the image on put; on get it is folded into the copy). A block put by a store
     without checksum has none to verify: a checksum=True store does not load it, counts it
     in stats.unverifiable, logs it, and load() says "unverifiable" (open every store of a
-    namespace with the same checksum setting)."""
+    namespace with the same checksum setting).
+    level2: the level below the pool (cxlkit.kv.level2.Level2, shared by stores, not closed
+    by them): evicted blocks are demoted to it, lookup/load promote the blocks they miss."""
 
     def __init__(self, pool: Any, layout: BlockLayout, *, namespace: str = "default",
                  checksum: bool = False, capacity_bytes: int | None = None,
                  create: bool | None = None, size: int | str = 0,
                  host_id: int | str | None = None, coherence: str | None = None,
                  max_hosts: int = 0, lease_timeout_ms: int = 0,
-                 nt_stores: bool | None = None) -> None:
+                 nt_stores: bool | None = None, level2: Level2 | None = None) -> None:
         if not isinstance(layout, BlockLayout):
             raise TypeError("layout: expected a BlockLayout")
         if not isinstance(namespace, str) or not namespace:
@@ -162,6 +194,7 @@ class Store:
         self.nt_stores = (layout.nbytes >= NT_MIN_BLOCK_BYTES if nt_stores is None
                           else bool(nt_stores))
         self.capacity_bytes = capacity_bytes
+        self.level2 = level2
         self._pool, self._owns_pool = _open_pool(
             pool, create=create, size=size, host_id=host_id, coherence=coherence,
             max_hosts=max_hosts, lease_timeout_ms=lease_timeout_ms)
@@ -282,8 +315,13 @@ class Store:
         names, ids = self._check(keys, dest, block_ids)
         flags = (_native.KV_CHECKSUM if self.checksum else 0) | (
             _native.KV_INVALIDATE if self._nc else 0)
-        n, status = self._batch(_native.kv_get, dest.plan, names, [bytes(k) for k in keys],
-                                ids, flags)
+        keys = [bytes(k) for k in keys]
+        n, status = self._batch(_native.kv_get, dest.plan, names, keys, ids, flags)
+        if (n < len(names) and _STOPS.get(status[n]) == "miss" and self.level2 is not None
+                and self.promote(keys[n:])):
+            m, rest = self._batch(_native.kv_get, dest.plan, names[n:], keys[n:], ids[n:],
+                                  flags)
+            n, status = n + m, list(status[:n]) + list(rest)
         self._recency.touch(keys[:n])
         if n == len(names):
             self._count(lookups=len(names), hits=n, bytes_out=n * self.layout.nbytes)
@@ -309,7 +347,55 @@ class Store:
         except OSError as e:
             raise _typed(e, _OBJECT_ERRORS) from None
         self._count(lookups=len(names), hits=n)
+        if n < len(names) and self.level2 is not None:
+            n += self.promote(keys[n:])
         return n
+
+    def promote(self, keys: Sequence[bytes]) -> int:
+        """Fetch the leading keys' blocks from the level below the pool (level2), check them
+        as a get would, and store them in this host's partition; returns how many leading
+        blocks are now in the pool. Any failure is a miss (Level2 logs it once)."""
+        if self.level2 is None or not keys:
+            return 0
+        names = self._names(keys)
+        done = 0
+        for nm, key, payload in zip(names, keys, self.level2.fetch(names)):
+            why = block_problem(payload, bytes(key), self._layout_bytes, self.layout.nbytes)
+            if why is not None:
+                log.warning("kv promote %s from %s: %s (treated as a miss)", nm,
+                            self.level2.name, why)
+                break
+            if not self._store_payload(nm, payload):
+                break
+            done += 1
+        self._recency.touch(keys[:done])
+        self._count(promoted=done)
+        return done
+
+    def _store_payload(self, name: str, payload: bytes) -> bool:
+        for attempt in range(2):
+            try:
+                self._pool.create(name, data=payload, checksum=False).close()
+                return True
+            except FileExistsError:
+                return True  # put or promoted meanwhile: equal keys, equal blocks
+            except PoolFullError:
+                if attempt or self._make_room(len(payload)) == 0:
+                    return False
+        return False
+
+    def _demote(self, name: str) -> None:
+        """Copy an own block about to be evicted to the level below (queued, never waited
+        for); skipped when the queue is full or the block went meanwhile."""
+        if self.level2 is None or not self.level2.accepts():
+            return
+        try:
+            with self._pool.open(name) as obj:
+                payload = obj.read()  # a validated copy: the block as published
+        except (KeyError, ObjectNotPublished, StaleObjectError):
+            return
+        if self.level2.demote(name, payload):
+            self._count(demoted=1)
 
     @contextmanager
     def pin(self, keys: Sequence[bytes]) -> Iterator[int]:
@@ -360,6 +446,7 @@ class Store:
         for o in own:
             if freed >= excess:
                 break
+            self._demote(o.name)
             try:
                 self._pool.destroy(o.name)  # readers holding a lease keep the memory
             except KeyError:

@@ -1,0 +1,173 @@
+"""KV level 2 benchmark: demotion (pool eviction -> Mooncake Store) and promotion (Mooncake ->
+checked -> pool) throughput of Llama-3-8B blocks (2 MiB), beside Mooncake's own put and get of
+the same payloads by the same kind of client in the same run. A master and a store node (the
+memory the objects live in, another process) are started here; TCP on loopback.
+
+    .venv-mooncake/bin/python bench/kv_level2.py [--blocks 32] [--reps 5]
+
+One JSON line per measurement; GB/s of block payloads, medians of --reps runs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+from cxlkit.integrations.mooncake import MooncakeBackend, open_level2
+from cxlkit.kv import BlockLayout, EngineTensors, Store, block_hashes
+
+_NODE = """
+import sys
+from cxlkit.integrations.mooncake import open_level2
+lv = open_level2({"master": sys.argv[1], "metadata": sys.argv[2], "segment_bytes": int(sys.argv[3]),
+                  "timeout_s": 60})
+print("ready" if lv.wait_connected(120) else "down", flush=True)
+sys.stdin.read()
+lv.close()
+"""
+
+
+def emit(**kw):
+    print(json.dumps(kw), flush=True)
+
+
+def port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(nbytes):
+    import mooncake
+
+    http, rpc, metrics = port(), port(), port()
+    master = subprocess.Popen([os.path.join(os.path.dirname(mooncake.__file__), "mooncake_master"),
+                               "-enable_http_metadata_server=true",
+                               "-http_metadata_server_host=127.0.0.1",
+                               f"-http_metadata_server_port={http}", "-rpc_address=127.0.0.1",
+                               f"-rpc_port={rpc}", f"-metrics_port={metrics}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cfg = {"master": f"127.0.0.1:{rpc}", "metadata": f"http://127.0.0.1:{http}/metadata"}
+    node = subprocess.Popen([sys.executable, "-c", _NODE, cfg["master"], cfg["metadata"],
+                             str(nbytes)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    if node.stdout.readline().strip() != "ready":
+        raise RuntimeError("the Mooncake store node did not start")
+    return master, node, cfg
+
+
+def timed(fn, setup, reps):
+    ts = []
+    for _ in range(reps + 1):  # the first is a warm-up
+        setup()
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts[1:])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--blocks", type=int, default=32)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--pool", default="/dev/shm/cxlkit-bench-kv-level2")
+    args = ap.parse_args()
+    lay, nb = BlockLayout.llama3_8b(), args.blocks
+    payload_bytes = nb * (128 + lay.nbytes)
+    master, node, cfg = start(4 * payload_bytes + (64 << 20))
+    paths = [f"{args.pool}-{os.getpid()}-{x}" for x in "ab"]
+    try:
+        lv = open_level2(dict(cfg, segment_bytes=0, queue_blocks=nb, timeout_s=60,
+                              buffer_bytes=max(64 << 20, 2 * payload_bytes)))
+        assert lv.wait_connected(120)
+        eng = EngineTensors.per_layer(lay, [torch.randn(2, nb, 16, 8, 128).to(torch.bfloat16)
+                                            for _ in range(32)])
+        keys, ids = block_hashes(list(range(nb * 16))), list(range(nb))
+        size = 4 * payload_bytes + (64 << 20)
+        a = Store(paths[0], lay, create=True, size=size, host_id=0, level2=lv, checksum=True)
+        b = Store(paths[1], lay, create=True, size=size, host_id=0, level2=lv, checksum=True)
+        gb = payload_bytes / 1e9
+        raw = MooncakeBackend(cfg["master"], cfg["metadata"], segment_bytes=0,
+                              buffer_bytes=max(64 << 20, 2 * payload_bytes))
+        names = [a.name(k) for k in keys]
+
+        def put_pool():  # the blocks back in pod A's pool, and not yet in the level
+            for nm in names:
+                raw._st.remove(nm, True)
+            a.put(keys, eng, ids)
+
+        split = []
+
+        def demote():
+            t0 = time.perf_counter()
+            a.clear()  # each block copied out of the pool, queued, destroyed
+            t1 = time.perf_counter()
+            assert lv.flush(120)
+            split.append((t1 - t0, time.perf_counter() - t1))
+
+        def reset_b():
+            b.clear()
+            assert lv.flush(120)
+
+        def promote():
+            assert b.lookup(keys) == nb
+
+        demote_s = timed(demote, put_pool, args.reps)
+        failed = lv.stats.demote_dropped
+        promote_s = timed(promote, reset_b, args.reps)
+        with b.pool.open(b.name(keys[0])) as o:
+            data = [o.read()] * nb  # the same payload bytes for the plain client
+        mk = [f"bench.{i}" for i in range(nb)]
+
+        def raw_put():
+            for k, d in zip(mk, data):
+                raw.put(k, d)
+
+        def raw_clear():
+            for k in mk:
+                raw._st.remove(k, True)
+
+        def raw_get():
+            assert all(raw.get(k) for k in mk)
+
+        put_s = timed(raw_put, raw_clear, args.reps)
+        get_s = timed(raw_get, lambda: None, args.reps)
+        common = dict(bench="kv_level2", blocks=nb, block_bytes=lay.nbytes,
+                      transport="mooncake tcp loopback, objects in another process",
+                      load=os.getloadavg()[0])
+        for op, s, base in (("demote", demote_s, put_s), ("promote", promote_s, get_s)):
+            emit(op=op, GBps=round(gb / s, 3), **common)
+        emit(op="mooncake put", GBps=round(gb / put_s, 3), **common)
+        emit(op="mooncake get", GBps=round(gb / get_s, 3), **common)
+        emit(op="demote split", evict_s=round(statistics.median(x for x, _ in split), 4),
+             drain_s=round(statistics.median(y for _, y in split), 4), **common)
+        emit(op="level2 counters", demoted=lv.stats.demoted, dropped=failed,
+             fetched=lv.stats.fetched, **common)
+        emit(op="ratio", demote_vs_put=round(put_s / demote_s, 3),
+             promote_vs_get=round(get_s / promote_s, 3), **common)
+        raw.close()
+        a.close()
+        b.close()
+        lv.close()
+    finally:
+        node.stdin.close()
+        try:
+            node.wait(60)
+        except subprocess.TimeoutExpired:
+            node.kill()
+        master.kill()
+        master.wait(10)
+        for p in paths:
+            if os.path.exists(p):
+                os.unlink(p)
+
+
+if __name__ == "__main__":
+    main()
