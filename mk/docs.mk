@@ -3,6 +3,7 @@
 # no longer resolves fails; `make test` builds it too. Its packages go into the main .venv
 # (pyproject's `docs` extra). docs-sysdeps installs Chromium, with which
 # tests/test_docs_site.py looks at the built pages (it skips, saying why, without it). ----
+# the same as pyproject's `docs` extra (the package itself is installed by make build)
 DOCS_DEPS := 'mkdocs>=1.6' 'mkdocs-material>=9.5' 'mkdocstrings[python]>=0.26'
 DOCS_STAMP := $(VENV)/.docs-stamp
 
