@@ -31,10 +31,12 @@ def world_of_one(deepspeed) -> None:
 
 class Float64Moments:
     """Adam's second moment of every optimizer param in float64, fed the grads the optimizer
-    steps on (its step is wrapped, so ZeRO calls it as it calls the original)."""
+    steps on (its step is wrapped, so ZeRO calls it as it calls the original). The params are
+    kept as seen at each step: ZeRO-3 puts a sub-group's partition into the param group only
+    for the length of its step."""
 
     def __init__(self, opt) -> None:
-        self.opt, self.v = opt, {}
+        self.opt, self.v, self.params = opt, {}, {}
         step = opt.step
 
         def wrapped(*a, **k):
@@ -51,17 +53,15 @@ class Float64Moments:
                 g = p.grad.detach().double().numpy().ravel()
                 v = self.v.get(id(p), np.zeros_like(g))
                 self.v[id(p)] = beta2 * v + (1.0 - beta2) * g * g
+                self.params[id(p)] = p
 
     def errors(self) -> dict[str, float]:
         rel = []
-        for group in self.opt.param_groups:
-            for p in group["params"]:
-                if id(p) not in self.v:
-                    continue
-                got = self.opt.state[p]["exp_avg_sq"].detach().double().numpy().ravel()
-                ref = self.v[id(p)]
-                keep = ref > 0
-                rel.append(got[keep] / ref[keep] - 1.0)
+        for key, p in self.params.items():
+            got = self.opt.state[p]["exp_avg_sq"].detach().double().numpy().ravel()
+            ref = self.v[key]
+            keep = ref > 0
+            rel.append(got[keep] / ref[keep] - 1.0)
         r = np.concatenate(rel)
         return {"elements": int(r.size), "median_rel": float(np.median(r)),
                 "min_rel": float(r.min()), "max_rel": float(r.max()),
