@@ -75,7 +75,7 @@ def child(a: argparse.Namespace) -> None:
 
     impls = {}
     if not a.thp_move:  # the lever off: own-master params stay in torch's pages
-        import cxlkit.integrations.torch as cxt
+        import cxlkit.integrations.torch_adamw as cxt
         cxt.THP_MOVE_BYTES = float("inf")
     # as a user builds it; a param of its own also for an fp32 model: huge_pages moves an
     # fp32 param into a huge-page buffer, which the baselines must not share

@@ -112,7 +112,7 @@ def _max_diff(a: list, b: list) -> tuple[float, float]:
 
 
 TOL_REASON = ("cxlkit's AdamW kernel and torch.optim.AdamW round differently (about 1e-6 "
-              "relative per step, tests/test_adam.py); compared after the first step, whose "
+              "relative per step, tests/train/test_adam.py); compared after the first step, whose "
               "gradients are checked bit-identical in both arms, so only the optimizer differs")
 
 

@@ -51,7 +51,7 @@ PRESETS = {
         ttft_dtype="float32", ttft_reps=2,
         kv=dict(layers=4, kv_heads=2, head_dim=64, dtype="bfloat16", blocks=32,
                 staging_blocks=8)),
-    "tiny": Sizes(  # tests/test_gpu_check.py
+    "tiny": Sizes(  # tests/bench/test_gpu_check.py
         copy_sizes=(64 * KiB, 256 * KiB), copy_streams=(1, 2), copy_reps=1,
         train=dict(vocab=64, width=32, layers=1, heads=2, batch=1, seq=16, steps=2,
                    dtypes=("float32",)),
@@ -186,7 +186,7 @@ class _HostMemory:
         self.registered: int | None = None
 
     def open(self) -> None:
-        from cxlkit import policy as P
+        from cxlkit import placement as P
 
         if self.node is not None:
             self.host = P.alloc(self.nbytes, P.bind(self.node), thp=False)

@@ -19,7 +19,7 @@ from pathlib import Path
 from cxlkit import _native, topology
 from cxlkit.bench import machine as M
 from cxlkit.bench import memory as BM
-from cxlkit.plan import parse_count
+from cxlkit.units import parse_count
 
 REF = Path(__file__).resolve().parent.parent / "tests" / "c" / "ref_chase.c"
 

@@ -176,7 +176,7 @@ def summary(mix: str, a, spec: str, got_all: dict, ratios: dict, insns: dict, so
 
 
 def environments(a: argparse.Namespace) -> tuple[str, list[tuple[str, dict]]]:
-    from cxlkit import preload as PL
+    from cxlkit.placement import preload as PL
     from cxlkit.cli.stripe import stripe_env
 
     drop = ("LD_PRELOAD", PL.ENV_STRIPE, PL.ENV_LOG, "MALLOC_MMAP_THRESHOLD_",

@@ -56,10 +56,10 @@ import tempfile
 import numpy as np
 
 from cxlkit.train import adam as A
-from cxlkit.train import spill_split as S
-from cxlkit.train.spill_mapped import MEMORY_FS, fs_type
-from cxlkit.train.spill_paths import parse_path
-from cxlkit.train.subgroups import SubgroupStore
+from cxlkit.train.spill import split as S
+from cxlkit.train.spill.path_mapped import MEMORY_FS, fs_type
+from cxlkit.train.spill.paths import parse_path
+from cxlkit.train.spill.store import SubgroupStore
 
 BF16 = A.DTYPES["bfloat16"]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -174,6 +174,7 @@ def _run(paths: list[str], params: int, subgroup: int, steps: int, team: A.AdamT
         st.init_params(lambda pid: np.full(sizes[pid], 0.5, np.float32))
         ms = []
         for s in range(1, steps + 1):
+            stop_if_asked()
             ms.append(st.step([A.AdamConfig()], [(g, BF16) for g in grads],
                               [(c, BF16) for c in copies], [s] * len(sizes), team=team))
         plan = st.plan()
@@ -510,8 +511,8 @@ def bench_pool(spec: str, shm: str, params: int, subgroup: int) -> str | None:
     if spec != "auto":
         return f"pool:{spec}"
     from cxlkit import Pool
-    from cxlkit.train import subgroup_layout as L
-    from cxlkit.train.spill_paths import HEADER_NBYTES
+    from cxlkit.train.spill import layout as L
+    from cxlkit.train.spill.paths import HEADER_NBYTES
     slot = HEADER_NBYTES + L.pad(12 * subgroup)
     nbytes = 2 * (2 * (params // subgroup) + 2) * (slot + (1 << 20)) + (64 << 20)
     path = os.path.join(shm, "pool")
@@ -519,11 +520,25 @@ def bench_pool(spec: str, shm: str, params: int, subgroup: int) -> str | None:
     return f"pool:{path}"
 
 
+_STOPPED: list[int] = []  # the signal SIGTERM's handler saw, for stop_if_asked
+
+
 def exit_on_sigterm() -> None:
     """SIGTERM (`timeout`, as the documented commands run these benches) raises SystemExit,
     so the scripts' finally blocks remove their scratch directories: killed by the default
-    action, a run left gigabytes of subgroup files in /dev/shm."""
-    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+    action, a run left gigabytes of subgroup files in /dev/shm. The handler runs wherever the
+    main thread is; where that is a __del__ or a weakref callback, Python prints the
+    SystemExit and drops it, so the loops call stop_if_asked between steps as well."""
+    def stop(signum: int, _frame: object) -> None:
+        _STOPPED.append(signum)
+        sys.exit(128 + signum)
+    signal.signal(signal.SIGTERM, stop)
+
+
+def stop_if_asked() -> None:
+    """Exit as SIGTERM asked if its handler's SystemExit was dropped (see exit_on_sigterm)."""
+    if _STOPPED:
+        sys.exit(128 + _STOPPED[0])
 
 
 def main() -> None:
@@ -563,8 +578,8 @@ def main() -> None:
     if not 0 <= a.capacity <= 1:
         ap.error(f"--capacity {a.capacity}: expected a fraction of the state in 0..1")
     # bytes for floor(capacity * M) subgroups of two slots each on a memory path
-    from cxlkit.train import subgroup_layout as L
-    from cxlkit.train.spill_paths import HEADER_NBYTES
+    from cxlkit.train.spill import layout as L
+    from cxlkit.train.spill.paths import HEADER_NBYTES
     a.cap_bytes = int(a.capacity * (params // subgroup)) * 2 * (HEADER_NBYTES +
                                                                 L.pad(12 * subgroup))
     tmp = [tempfile.mkdtemp(prefix="cxlkit-sgbench-", dir=d) for d in (a.disk, a.tmpfs)]

@@ -38,8 +38,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import subgroups as B  # noqa: E402  (bench/subgroups.py: parse_count)
 
 from cxlkit.train import adam as A  # noqa: E402
-from cxlkit.train.spill_copy import _CopyPath  # noqa: E402
-from cxlkit.train.subgroups import SubgroupStore  # noqa: E402
+from cxlkit.train.spill.path_copy import _CopyPath  # noqa: E402
+from cxlkit.train.spill.store import SubgroupStore  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 

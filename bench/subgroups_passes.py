@@ -36,12 +36,12 @@ from subgroups import exit_on_sigterm, parse_count  # noqa: E402
 from subgroups_tmpfs import measure  # noqa: E402
 
 from cxlkit import _native  # noqa: E402
-from cxlkit import policy as P  # noqa: E402
+from cxlkit import placement as P  # noqa: E402
 from cxlkit.train import adam as A  # noqa: E402
 from cxlkit.train import aio  # noqa: E402
-from cxlkit.train import spill_paths as SP  # noqa: E402
-from cxlkit.train.spill_base import FetchCheck, FlushHeader, checksum  # noqa: E402
-from cxlkit.train.spill_mapped import MappedDirPath  # noqa: E402
+from cxlkit.train.spill import paths as SP  # noqa: E402
+from cxlkit.train.spill.path_base import FetchCheck, FlushHeader, checksum  # noqa: E402
+from cxlkit.train.spill.path_mapped import MappedDirPath  # noqa: E402
 
 H = SP.HEADER_NBYTES
 

@@ -26,7 +26,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import subgroups as B  # noqa: E402  (bench/subgroups.py: run, parse_count, bench_pool)
 
-from cxlkit.train.spill_paths import parse_path  # noqa: E402
+from cxlkit.train.spill.paths import parse_path  # noqa: E402
 
 
 def own(spec: str, nbytes: int) -> float:

@@ -29,9 +29,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from subgroups import exit_on_sigterm, parse_count  # noqa: E402
 
-from cxlkit import policy as P  # noqa: E402
+from cxlkit import placement as P  # noqa: E402
 from cxlkit.train import aio  # noqa: E402
-from cxlkit.train.spill_paths import checksum  # noqa: E402
+from cxlkit.train.spill.paths import checksum  # noqa: E402
 
 
 def cpu_seconds() -> float:

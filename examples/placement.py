@@ -4,7 +4,7 @@
 import numpy as np
 
 import cxlkit
-from cxlkit import policy as P, topology
+from cxlkit import placement as P, topology
 
 nodes = topology.memory_nodes()
 policies = [P.bind(nodes[-1]), P.interleave(nodes), P.stripe(nodes, [2] + [1] * (len(nodes) - 1))]

@@ -4,7 +4,7 @@
 # compiler (`c++`), Python's headers and ninja: ds-sysdeps installs the first two with apt-get
 # when they are missing (we are root on CI), ninja comes from PyPI into .venv-ds (a DeepSpeed
 # requirement), and test-deepspeed puts .venv-ds/bin first on PATH so torch finds it there.
-# The accelerator is the CPU one (DS_ACCELERATOR=cpu); test-deepspeed runs tests/test_deepspeed.py.
+# The accelerator is the CPU one (DS_ACCELERATOR=cpu); test-deepspeed runs tests/engines/test_deepspeed.py.
 DS_VENV := .venv-ds
 DS_PY := $(DS_VENV)/bin/python
 DS_STAMP := $(DS_VENV)/.ds-stamp
@@ -36,6 +36,6 @@ test-deepspeed: $(DS_STAMP) ds-sysdeps
 	@mkdir -p build
 	flock build/.lock $(DS_PY) -m pip install --no-build-isolation --no-deps -e . \
 	  --config-settings=build-dir=build/ds
-	$(DS_ENV) $(DS_PY) -m pytest -q -rs tests/test_deepspeed.py
+	$(DS_ENV) $(DS_PY) -m pytest -q -rs tests/engines/test_deepspeed.py
 
 ENGINE_TESTS += test-deepspeed

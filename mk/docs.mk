@@ -2,7 +2,7 @@
 # build/site in strict mode, so a broken link, a page left out of the nav or an API name that
 # no longer resolves fails; `make test` builds it too. Its packages go into the main .venv
 # (pyproject's `docs` extra). docs-sysdeps installs Chromium, with which
-# tests/test_docs_site.py looks at the built pages (it skips, saying why, without it). ----
+# tests/meta/test_docs_site.py looks at the built pages (it skips, saying why, without it). ----
 # the same as pyproject's `docs` extra (the package itself is installed by make build)
 DOCS_DEPS := 'mkdocs>=1.6' 'mkdocs-material>=9.5' 'mkdocstrings[python]>=0.26'
 DOCS_STAMP := $(VENV)/.docs-stamp
@@ -17,7 +17,7 @@ docs-deps: $(DOCS_STAMP)
 docs-sysdeps:
 	@if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && \
 	  [ "$$(id -u)" = 0 ]; then (apt-get update && apt-get install -y --no-install-recommends chromium) || \
-	  echo "warning: chromium not installed: tests/test_docs_site.py skips"; fi
+	  echo "warning: chromium not installed: tests/meta/test_docs_site.py skips"; fi
 
 docs: $(DOCS_STAMP)
 	@mkdir -p build

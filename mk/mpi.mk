@@ -5,7 +5,7 @@
 # run fails on any error. bench-osu is the full measurement (REPS rounds, medians, ratios).
 # mpi4py-env puts mpi4py (PyPI's wheel runs on MPICH and Open MPI) in a folder of its own,
 # build/mpi4py, apart from the core dependencies; test-mpi then runs
-# tests/test_msg_mpi4py.py (Comm.from_mpi4py under both launchers) with PYTHONPATH on it. If
+# tests/engines/test_msg_mpi4py.py (Comm.from_mpi4py under both launchers) with PYTHONPATH on it. If
 # pip cannot install it, build/mpi4py.unavailable says why and that test skips saying so.
 OSU_BIN := build/osu
 OSU_SRC := bench/osu/osu.c bench/osu/xcore.c
@@ -55,7 +55,7 @@ test-mpi: osu-build mpi4py-env build
 	REPS=1 OSU_MAX=65536 OSU_ITERS=20 RPC_CALLS=2000 OSU_TIMEOUT=90 \
 	  bench/osu/run.sh $(OSU_BIN)/check
 	$(PY) bench/osu/summary.py $(OSU_BIN)/check --sizes 1,8,65536 --check
-	CXLKIT_REQUIRE_MPI4PY=1 $(VPY) -m pytest -q -rs tests/test_msg_mpi4py.py
+	CXLKIT_REQUIRE_MPI4PY=1 $(VPY) -m pytest -q -rs tests/engines/test_msg_mpi4py.py
 
 bench-osu: osu-build
 	bench/osu/run.sh $(OSU_OUT)
@@ -69,7 +69,7 @@ ENGINE_TESTS += test-mpi
 # test-mpi-shim runs tests/mpi/p2p_check.c under both MPIs with and without the shim (the
 # transcripts must be the same) and every OSU-format benchmark unmodified under the shim,
 # checking from the shim's counters that the pool route was taken; then
-# tests/test_mpi_shim_programs.py: a Fortran program, Debian's NetPIPE and mpi4py, unmodified,
+# tests/engines/test_mpi_shim_programs.py: a Fortran program, Debian's NetPIPE and mpi4py, unmodified,
 # with and without the shim.
 SHIM_SRC := $(wildcard native/mpi/*.c)
 SHIM_CFLAGS := -O2 -g -Wall -Wextra -shared -fPIC -Iinclude -Inative
@@ -96,7 +96,7 @@ mpi-shim: mpi-deps
 # The MPI-5 standard ABI: the mpich 5.x wheel ships libmpi_abi.so and mpi_abi.h (with its own
 # mpiexec); the shim built against mpi_abi.h (a folder where mpi.h is mpi_abi.h) serves any
 # program built for the ABI. If pip cannot install it, build/mpich-abi.unavailable says why
-# and tests/test_mpi_shim_programs.py's ABI test skips saying so.
+# and tests/engines/test_mpi_shim_programs.py's ABI test skips saying so.
 MPICH_ABI_DIR := build/mpich-abi
 MPICH_ABI_VERSION := 5.0.2
 
@@ -120,6 +120,6 @@ mpi-shim-abi: $(MPICH_ABI_DIR)/.stamp
 
 test-mpi-shim: mpi-shim mpi-shim-abi osu-build mpi4py-env build
 	CBUILD=$(CBUILD) OSU_BIN=$(OSU_BIN) tests/mpi/run_shim.sh $(OSU_BIN)/shim-check
-	CXLKIT_REQUIRE_MPI_PROGRAMS=1 $(VPY) -m pytest -q -rs tests/test_mpi_shim_programs.py
+	CXLKIT_REQUIRE_MPI_PROGRAMS=1 $(VPY) -m pytest -q -rs tests/engines/test_mpi_shim_programs.py
 
 ENGINE_TESTS += test-mpi-shim

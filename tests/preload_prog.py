@@ -1,4 +1,4 @@
-"""Helpers of the preload tests (tests/test_preload*.py, tests/vm/test_vm_preload.py): build
+"""Helpers of the preload tests (tests/placement/test_preload*.py, tests/vm/test_vm_preload.py): build
 tests/preload/alloc_prog.c, start it under libcxlkit_preload.so, read what it reports."""
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def start(cmd: list[str], env: dict[str, str], readies: int = 1) -> Started:
 
 def preload_env(stripe: str | None, log: Path | str | None = None, **extra: str) -> dict:
     """os.environ plus the library in LD_PRELOAD and its configuration (stripe None: unset)."""
-    from cxlkit import preload as PL
+    from cxlkit.placement import preload as PL
 
     env = dict(os.environ)
     env.pop("CXLKIT_STRIPE", None)

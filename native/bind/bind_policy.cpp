@@ -133,7 +133,7 @@ CXK_BIND(policy) {
     // (a Buffer, Pool, Store, TieredAdamW) are not collected when the interpreter finalizes,
     // so nanobind's leak report named them (and their types and methods) on every such
     // exit. They are not leaks of ours: the process ends and the kernel takes the mappings
-    // back; the pool's leases expire with the process. tests/test_exit.py runs such a script.
+    // back; the pool's leases expire with the process. tests/pool/test_exit.py runs such a script.
     nb::set_leak_warnings(false);
     m.attr("MAX_POLICY_NODES") = CXK_MAX_POLICY_NODES;
     m.attr("MAX_NODE_ID") = CXK_MAX_NODE_ID;

@@ -379,7 +379,7 @@ bool bakery_clear_stale(cxk_pool *p) {
 // by all keeps its door closed. Two claimers in lockstep — A writes x, B writes x, A closes
 // the door and finds B's x, B finds the door closed — lost every free slot that way and both
 // got EBUSY (about 1 round in 300 under --coherence-sim, where the flushes keep
-// them in step; every time with tests/test_pool_claims.py's step-by-step claimers).
+// them in step; every time with tests/pool/test_pool_claims.py's step-by-step claimers).
 //
 // So a claim by name first runs Fischer's timed arbitration (settle): only a claimer that
 // finds the door open writes x; it waits kClaimSettleNs and goes on only if x is still its

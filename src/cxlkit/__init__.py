@@ -1,54 +1,51 @@
 """cxlkit: CXL and tiered memory for AI and HPC on Linux."""
-from . import _native
-from .policy import (Buffer, Policy, PlacementAudit, Residency, WeightedInterleaveUnsupported,
-                     WeightMismatchError, alloc, bind, default, interleave, place, preferred,
-                     residency, stripe, weighted)
+from . import _moved, _native
+from .errors import (CxlkitError, HostReleasedError, InsufficientMemoryError, MsgClosedError,
+                     MsgCorruptError, MsgError, MsgExistsError, MsgMemoryError, MsgNotFoundError,
+                     MsgPermissionError, MsgPoolFullError, MsgValueError, ObjectNotPublishedError,
+                     PeerLostError, PoolCorruptError, PoolError, PoolForeignError,
+                     PoolFormatError, PoolFullError, PoolGeometryError, PoolHostStuckError,
+                     PoolInUseError, PoolNoSpaceError, PoolReadOnlyError, PoolTooSmallError,
+                     PoolVersionError, RpcBusyError, RpcCorruptError, RpcError, RpcPoolFullError,
+                     RpcServerLostError, RpcTimeoutError, StaleObjectError, TruncationError,
+                     WeightedInterleaveUnsupportedError, WeightMismatchError, WindowRangeError,
+                     deprecated_name)
+from .errors import (BudgetExceededError, CapacityError, PathFullError, PathIOError,
+                     PathVanishedError, PlanError, RegistryError, SubgroupCorruptError,
+                     SubgroupError)
+from .placement import (Buffer, PlacementAudit, Policy, Residency, alloc, bind, default,
+                        interleave, place, preferred, residency, stripe, weighted)
+from .pool import FsckReport, HostInfo, ObjectInfo, Pool, PoolObject, PoolStat, RemovedPool
+from .pool.upgrade import UpgradeReport
+from .pool.upgrade import upgrade as upgrade_pool
 from .topology import Topology, discover
-from .errors import (ObjectNotPublished, PoolCorruptError, PoolError, PoolFormatError,
-                     PoolFullError, PoolTooSmallError, PoolVersionError, StaleObjectError)
-from .errors import PoolForeignError, PoolGeometryError, PoolNoSpaceError
-from .pool import Pool, PoolObject
-# ---- the typed records of the pool face, the memory error, the one size parser
-from .errors import InsufficientMemoryError
-from .pool import FsckReport, ObjectInfo, PoolStat
 from .units import parse_count, parse_size
 
+_moved.install()
 __version__ = _native.version()
 
 __all__ = [
-    "Buffer", "Policy", "PlacementAudit", "Residency", "WeightedInterleaveUnsupported",
-    "WeightMismatchError", "alloc", "bind", "default", "interleave", "place", "preferred",
-    "residency", "stripe", "weighted", "Topology", "discover", "__version__",
-    "Pool", "PoolObject", "PoolError", "PoolFormatError", "PoolCorruptError", "PoolVersionError",
-    "PoolTooSmallError", "PoolFullError", "ObjectNotPublished", "StaleObjectError",
-    "InsufficientMemoryError", "ObjectInfo", "PoolStat", "FsckReport", "parse_size",
-    "parse_count",
-    "PoolForeignError", "PoolGeometryError", "PoolNoSpaceError",
+    "Buffer", "Policy", "PlacementAudit", "Residency", "alloc", "bind", "default", "interleave",
+    "place", "preferred", "residency", "stripe", "weighted", "Topology", "discover",
+    "__version__", "Pool", "PoolObject", "ObjectInfo", "PoolStat", "FsckReport", "HostInfo",
+    "RemovedPool", "UpgradeReport", "upgrade_pool", "parse_size", "parse_count",
+    # every error: one root, each also the builtin it would be without cxlkit
+    "CxlkitError", "InsufficientMemoryError", "WeightedInterleaveUnsupportedError",
+    "WeightMismatchError", "RegistryError",
+    "PoolError", "PoolFormatError", "PoolCorruptError", "PoolVersionError", "PoolTooSmallError",
+    "PoolFullError", "ObjectNotPublishedError", "StaleObjectError", "PoolForeignError",
+    "PoolGeometryError", "PoolNoSpaceError", "HostReleasedError", "PoolInUseError",
+    "PoolReadOnlyError", "PoolHostStuckError",
+    "MsgError", "MsgCorruptError", "MsgExistsError", "MsgNotFoundError", "MsgPermissionError",
+    "MsgClosedError", "MsgMemoryError", "MsgValueError", "MsgPoolFullError", "PeerLostError",
+    "TruncationError", "WindowRangeError",
+    "RpcError", "RpcBusyError", "RpcCorruptError", "RpcPoolFullError", "RpcServerLostError",
+    "RpcTimeoutError",
+    "BudgetExceededError", "PlanError", "SubgroupError", "PathFullError", "CapacityError",
+    "PathIOError", "PathVanishedError", "SubgroupCorruptError",
 ]
 
-# ---- pool format v2: host slots as a user sees them ----
-from .pool import HostInfo  # noqa: E402
 
-__all__ += ["HostInfo"]
-
-# ---- upgrading a version 1 pool, reading one, the release fence ----
-from .errors import HostReleasedError, PoolInUseError, PoolReadOnlyError  # noqa: E402
-from .pool_upgrade import UpgradeReport  # noqa: E402
-from .pool_upgrade import upgrade as upgrade_pool  # noqa: E402
-
-__all__ += ["HostReleasedError", "PoolInUseError", "PoolReadOnlyError", "UpgradeReport",
-            "upgrade_pool"]
-
-# ---- untrusted pools: a stuck host, removal, messaging and RPC errors ----
-from .errors import (MsgClosedError, MsgCorruptError, MsgError, MsgExistsError,  # noqa: E402
-                     MsgMemoryError, MsgNotFoundError, MsgPermissionError, MsgPoolFullError,
-                     MsgValueError, PeerLostError, PoolHostStuckError, RpcBusyError,
-                     RpcCorruptError, RpcError, RpcPoolFullError, RpcServerLostError,
-                     RpcTimeoutError)
-from .pool import RemovedPool  # noqa: E402
-
-__all__ += ["PoolHostStuckError", "RemovedPool", "MsgError", "MsgCorruptError",
-            "MsgExistsError", "MsgNotFoundError", "MsgPermissionError", "MsgClosedError",
-            "MsgMemoryError", "MsgValueError", "MsgPoolFullError", "PeerLostError", "RpcError",
-            "RpcBusyError", "RpcCorruptError", "RpcPoolFullError", "RpcServerLostError",
-            "RpcTimeoutError"]
+def __getattr__(name: str) -> type:
+    """Old error names (ObjectNotPublished, ...) for one release, with a DeprecationWarning."""
+    return deprecated_name(__name__, name)

@@ -1,14 +1,22 @@
 """cxlkit's typed errors, and the one place where a native errno becomes one of them.
 
-Native calls return -errno; the binding raises the matching OSError subclass; the tables here
-turn the errnos whose meaning depends on the call (ENOSPC from a create is a full pool) into
-cxlkit's own classes, keeping errno, message and path."""
+Every class derives from CxlkitError and from the builtin a caller would catch without cxlkit
+(an OSError subclass, KeyError, ValueError, MemoryError). Native calls return -errno; the
+binding raises the matching OSError subclass; the tables here turn the errnos whose meaning
+depends on the call (ENOSPC from a create is a full pool) into cxlkit's own classes, keeping
+errno, message and path."""
 from __future__ import annotations
 
 import errno
+import warnings
 
 
-class PoolError(OSError):
+class CxlkitError(Exception):
+    """The root of every error cxlkit raises on purpose: `except cxlkit.CxlkitError` catches
+    them all; each is also the builtin it would be without cxlkit."""
+
+
+class PoolError(CxlkitError, OSError):
     """A pool could not be used as asked (the subclasses say why)."""
 
 
@@ -32,7 +40,7 @@ class PoolFullError(PoolError):
     """This host's partition or name table has no room for the object."""
 
 
-class ObjectNotPublished(PoolError):
+class ObjectNotPublishedError(PoolError):
     """The name is reserved by a creator that has not published the object yet."""
 
 
@@ -74,7 +82,7 @@ _OPEN_ERRORS = {
 }
 _OBJECT_ERRORS = {
     errno.ENOSPC: (PoolFullError, "no room in this host's partition or name table"),
-    errno.EAGAIN: (ObjectNotPublished, "not published yet"),
+    errno.EAGAIN: (ObjectNotPublishedError, "not published yet"),
     errno.ESTALE: (StaleObjectError, "destroyed or replaced while being read"),
     errno.EBADMSG: (PoolCorruptError, "corrupt object: header fields outside its block, or "
                                       "payload checksum mismatch or dropped"),
@@ -97,7 +105,7 @@ def _typed(e: OSError, table: dict[int, tuple[type, str]]) -> OSError:
 
 
 # ---- memory placement ------------------------------------------------------------
-class InsufficientMemoryError(MemoryError):
+class InsufficientMemoryError(CxlkitError, MemoryError):
     """An allocation cannot fit in the memory its policy allows (would run into the OOM killer).
     nbytes: asked for; nodes: the nodes the policy may use; available: bytes they can give."""
 
@@ -108,8 +116,21 @@ class InsufficientMemoryError(MemoryError):
         self.available = available
 
 
-# ---- messaging (cxlkit.msg, cxlkit.rpc) ------------------------------------------------
-class MsgError(OSError):
+class WeightedInterleaveUnsupportedError(CxlkitError, OSError):
+    """The kernel has no MPOL_WEIGHTED_INTERLEAVE (Linux 6.9+)."""
+
+
+class WeightMismatchError(CxlkitError, ValueError):
+    """weighted() asked for ratios the kernel's system-wide weights do not give."""
+
+
+class RegistryError(CxlkitError, ValueError):
+    """The preload's registry file is not one the library wrote (names the path and the
+    field)."""
+
+
+# ---- messaging (cxlkit.msg: comm, ring, rpc) ------------------------------------------------
+class MsgError(CxlkitError, OSError):
     """A messaging call failed (the subclasses say why)."""
 
 
@@ -207,7 +228,7 @@ class PoolHostStuckError(PoolError, TimeoutError):
         self.host = host
 
 
-# ---- RPC (cxlkit.rpc): every failure is an RpcError ---------------------------------------
+# ---- RPC (cxlkit.msg.rpc): every failure is an RpcError ---------------------------------------
 class RpcBusyError(RpcError):
     """EBUSY: the service has a live server already, or every client slot is held by a live
     client (slots of clients proven dead are taken back)."""
@@ -296,3 +317,65 @@ def _msg_typed(e: OSError, where: str, table: dict[int, tuple[type, str]] | None
     if not (isinstance(cls, type) and issubclass(cls, MsgError)):
         cls = MsgError
     return cls(e.errno, f"{where}{subject}: {why}")
+
+
+# ---- training: the footprint planner and the spilled optimizer subgroups --------------------
+class BudgetExceededError(CxlkitError, MemoryError):
+    """An allocation would take a class past the bytes its plan placed."""
+
+
+class PlanError(CxlkitError, ValueError):
+    """The training footprint cannot be placed (no tiers, a class with nowhere to go in this
+    mode)."""
+
+
+class SubgroupError(CxlkitError, OSError):
+    """A subgroup could not be moved to or from a path; .path and .subgroup name them."""
+
+    def __init__(self, err: int, why: str, path: str, subgroup: int | None = None) -> None:
+        where = f"subgroup {subgroup} on " if subgroup is not None else ""
+        super().__init__(err, f"{where}{path}: {why}", path)
+        self.path, self.subgroup = path, subgroup
+
+
+class PathFullError(SubgroupError):
+    """ENOSPC: the path has no room for the subgroup."""
+
+
+class CapacityError(PathFullError):
+    """The paths' capacities (capacity_nbytes) hold fewer subgroups than the state has;
+    .path names every path with its capacity."""
+
+
+class PathIOError(SubgroupError):
+    """EIO (or another device error) while reading or writing the subgroup."""
+
+
+class PathVanishedError(SubgroupError):
+    """The directory (or pool object) is gone."""
+
+
+class SubgroupCorruptError(SubgroupError):
+    """The subgroup's header or checksum does not match what the store wrote."""
+
+
+# old name -> its ...Error name; importable for one release with a DeprecationWarning
+DEPRECATED_NAMES = {
+    "ObjectNotPublished": "ObjectNotPublishedError",
+    "WeightedInterleaveUnsupported": "WeightedInterleaveUnsupportedError",
+    "BudgetExceeded": "BudgetExceededError",
+}
+
+
+def deprecated_name(module: str, name: str) -> type:
+    """The class an old error name stands for, warning that `module`.`name` is going."""
+    new = DEPRECATED_NAMES.get(name)
+    if new is None:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    warnings.warn(f"{module}.{name} is deprecated: use cxlkit.{new} (the same class)",
+                  DeprecationWarning, stacklevel=3)
+    return globals()[new]
+
+
+def __getattr__(name: str) -> type:
+    return deprecated_name(__name__, name)

@@ -1,12 +1,12 @@
 /* ref_chase.c — an independent pointer chase, the reference cxlkit's latency is checked
- * against (tests/test_bench.py and bench/memory.py build it with cc): its own Sattolo shuffle
+ * against (tests/bench/test_bench.py and bench/memory.py build it with cc): its own Sattolo shuffle
  * (xorshift64), its own loop and timer, no libcxlkit.
  *   ref_chase SIZE LOADS REPS CPU [HUGEPAGES]
  * pins itself to CPU, chases a random cycle over SIZE bytes in 64-byte slots and prints one
  * line per repetition: ns per load from the thread's on-CPU time, then from wall time.
  * Without arguments (as a ctest program) it checks that the cycle visits every slot.
  * Built as a shared library (cc -shared -fPIC), ref_chase_in() lays its cycle into memory the
- * caller owns and chases it on the calling thread: tests/test_bench.py hands it the very buffer
+ * caller owns and chases it on the calling thread: tests/bench/test_bench.py hands it the very buffer
  * cxlkit's chase uses, so both walk the same pages (in a VM a fresh mapping's backing, huge or
  * not on the host, moved a fresh process's figure by up to 1.75x from one run to the next). */
 #define _GNU_SOURCE

@@ -98,7 +98,7 @@ def _dead_rank(path: str, rank: int) -> None:
     from cxlkit import msg
 
     p = cxlkit.Pool(path, host_id=rank)
-    c = msg.Comm(p, rank=rank, size=2, job=JOB, join_ms=10000, timeout_ms=10000)
+    c = msg.Comm(p, rank=rank, size=2, job=JOB, join_timeout=10, timeout=10)
     peer = 1 - rank
     for tag, n in ((1, 100), (2, 100_000)):  # rank 0 sends first: rendezvous sends block
         if rank == 0:
@@ -121,7 +121,7 @@ def _dead_rank(path: str, rank: int) -> None:
 
 def _dead_service(path: str) -> None:
     import cxlkit
-    from cxlkit import rpc
+    from cxlkit.msg import rpc
 
     p = cxlkit.Pool(path, host_id=0)
     s = rpc.Server(p, SERVICE, max_clients=2, slot_bytes=256, depth=4)
@@ -132,7 +132,7 @@ def _dead_service(path: str) -> None:
 
 def _dead_client(path: str) -> None:
     import cxlkit
-    from cxlkit import rpc
+    from cxlkit.msg import rpc
 
     with cxlkit.Pool(path, host_id=1) as p, rpc.Client(p, SERVICE, timeout=10) as c:
         assert c.call("echo", b"hello") == b"hello"
@@ -155,7 +155,7 @@ def make_template(path: str) -> dict:
 
     objs = {}
     with cxlkit.Pool(path, size=16 * MiB, host_id=0, max_hosts=3, max_objects=256,
-                     lease_timeout_ms=1000) as p0, cxlkit.Pool(path, host_id=1) as p1:
+                     lease_timeout=1) as p0, cxlkit.Pool(path, host_id=1) as p1:
         for h, p in ((0, p0), (1, p1)):
             for i, n in enumerate((64, 1000, 5000, 70_000)):
                 name = f"h{h}-o{i}"
@@ -505,8 +505,8 @@ def msg_rank(step, path: str, rank: int) -> list[dict]:
 
 
 def _msg_rank_body(rec: Recorder, p, rank: int, msg) -> None:
-    ok, c = rec.op("msg.join", msg.Comm, p, rank=rank, size=2, job=JOB, join_ms=5000,
-                   timeout_ms=5000)
+    ok, c = rec.op("msg.join", msg.Comm, p, rank=rank, size=2, job=JOB, join_timeout=5,
+                   timeout=5)
     if not ok:
         return
     peer = 1 - rank
@@ -544,7 +544,7 @@ def rpc_server(step, path: str, ready, done) -> list[dict]:
 
 def _serve(rec: Recorder, path: str, ready, done) -> None:
     import cxlkit
-    from cxlkit import rpc
+    from cxlkit.msg import rpc
 
     ok, p = rec.op("open", cxlkit.Pool, path, host_id=0)
     if not ok:
@@ -576,7 +576,7 @@ def rpc_client(step, path: str, ready, done) -> list[dict]:
 
 def _calls(rec: Recorder, path: str) -> None:
     import cxlkit
-    from cxlkit import rpc
+    from cxlkit.msg import rpc
 
     ok, p = rec.op("open", cxlkit.Pool, path, host_id=1)
     if not ok:

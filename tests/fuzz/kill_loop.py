@@ -100,7 +100,7 @@ def run(kills: int, seed: int, workdir: Path) -> dict:
     journals = {h: workdir / f"journal-{h}" for h in HOSTS}
     for j in journals.values():
         j.write_text("")
-    cxlkit.Pool(path, size=48 * MiB, host_id=0, max_hosts=3, lease_timeout_ms=2000).close()
+    cxlkit.Pool(path, size=48 * MiB, host_id=0, max_hosts=3, lease_timeout=2).close()
     ctx = mp.get_context("fork")
     rng = random.Random(seed)
     tot = {"kills": 0, "lost": 0, "extra": 0, "wrong": 0, "leaked_bytes": 0, "unclean_fsck": 0,

@@ -1,7 +1,7 @@
 """Every on-media structure the v2 fuzzer mutates, as one table of fields: name -> (offset,
 struct format) within the structure, mirrored from native/pool/format.h, native/ring/ring.h,
 native/msg/msg.h (and win.cpp's window header), native/rpc/rpc.h, include/cxlkit.h (the KV
-block header) and cxlkit/kv/recency.py. tests/test_fuzz_v2.py compiles the C side of each
+block header) and cxlkit/kv/recency.py. tests/fuzz/test_fuzz_v2.py compiles the C side of each
 entry (CSIDE) and checks offset and size against this table."""
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ job of two ranks (hosts 0 and 1) and an RPC server (host 0) with its client (hos
 party a forked child that records what it did (harness.Recorder). Every scenario pauses once
 with data in flight (cells in a ring, a request-to-send and its rendezvous buffer, a request
 in an RPC ring); the attacker, called then, writes what it likes into the pool file, and the
-parties go on. Used by fuzz_v2.py (random fields) and tests/test_hostile_neighbour.py
+parties go on. Used by fuzz_v2.py (random fields) and tests/msg/test_hostile_neighbour.py
 (targeted garbage).
 
 Where things are (where()) is read from the pool through a child's listing: object payloads
@@ -28,7 +28,7 @@ KIND_EAGER, KIND_RTS = 1, 3  # native/msg/msg.h Kind
 def make_pool(path: str) -> None:
     import cxlkit
 
-    with cxlkit.Pool(path, size=32 * MiB, host_id=0, max_hosts=3, lease_timeout_ms=1000):
+    with cxlkit.Pool(path, size=32 * MiB, host_id=0, max_hosts=3, lease_timeout=1):
         pass
 
 
@@ -120,8 +120,8 @@ def _rank_body(rec: Recorder, path: str, rank: int, sent, attacked, parked) -> N
     if not ok:
         return
     with p:
-        ok, c = rec.op("msg.join", msg.Comm, p, rank=rank, size=2, job=JOB, join_ms=10000,
-                       timeout_ms=4000, dead_ms=2000)
+        ok, c = rec.op("msg.join", msg.Comm, p, rank=rank, size=2, job=JOB, join_timeout=10,
+                       timeout=4, dead_timeout=2)
         if not ok:
             return
         with c:
@@ -195,7 +195,7 @@ def live_msg(path: str, attack, timeout: float = 40.0,
 # ---- the RPC service --------------------------------------------------------------------------
 def _server(step, path: str, ready, done, sent, attacked) -> list[dict]:
     import cxlkit
-    from cxlkit import rpc
+    from cxlkit.msg import rpc
 
     rec = Recorder(step, "server")
     try:
@@ -223,7 +223,7 @@ def _server(step, path: str, ready, done, sent, attacked) -> list[dict]:
 
 def _client(step, path: str, ready, done, sent, attacked) -> list[dict]:
     import cxlkit
-    from cxlkit import rpc
+    from cxlkit.msg import rpc
 
     rec = Recorder(step, "client")
     try:

@@ -61,7 +61,7 @@ def make_template(path: str) -> dict:
 
     objs = {}
     with cxlkit.Pool(path, size=8 * MiB, host_id=0, max_hosts=2, max_objects=256,
-                     lease_timeout_ms=1000) as p0, cxlkit.Pool(path, host_id=1) as p1:
+                     lease_timeout=1) as p0, cxlkit.Pool(path, host_id=1) as p1:
         for h, p in ((0, p0), (1, p1)):
             for i, n in enumerate((64, 1000, 5000, 70_000)):
                 name = f"h{h}-o{i}"
@@ -341,7 +341,7 @@ def exercise_v1(path: str) -> dict:
     import warnings
 
     import cxlkit
-    from cxlkit.pool_upgrade import upgrade
+    from cxlkit.pool.upgrade import upgrade
 
     res = {"wrong": 0, "refused": 0, "read": 0, "changed": 0}
     typed = (cxlkit.PoolError, KeyError, ValueError, OSError)

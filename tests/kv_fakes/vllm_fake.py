@@ -5,7 +5,7 @@ build_connector_meta; worker: bind_connector_metadata, start_load_kv, per layer
 wait_for_layer_load / attention / save_kv_layer, wait_for_save, get_finished,
 get_block_ids_with_load_errors, clear_connector_metadata; request_finished when done).
 Paged caches are shaped as vLLM 0.32 hands them to register_kv_caches (checked against the real
-engine in tests/test_kv_vllm_engine.py): one 4-D view [num_blocks, kv_heads, block_size,
+engine in tests/engines/test_kv_vllm_engine.py): one 4-D view [num_blocks, kv_heads, block_size,
 2 * head_size] per layer, cut out of one flat buffer (layout LBHNC), K and V encoded as CPU_ATTN's
 vec kernel does (per head: K transposed [head_size, block_size], then V [block_size, head_size]). The KV cache config carries a
 FullAttentionSpec-like spec. Request.block_hashes are computed like vLLM's hasher (sha256 of

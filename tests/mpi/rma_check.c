@@ -237,7 +237,7 @@ static void pscw(void) {
     int v = val(rank, 7);
     OK(MPI_Put(&v, 1, MPI_INT, right, 50, 1, MPI_INT, win));
     OK(MPI_Win_complete(win));
-    OK(MPI_Win_wait(win));  /* Win_test: tests/test_mpi_shim.py (MPICH 4.0.2 hung polling it) */
+    OK(MPI_Win_wait(win));  /* Win_test: tests/msg/test_mpi_shim.py (MPICH 4.0.2 hung polling it) */
     CHECK(base[50] == val(left, 7));
     MPI_Group_free(&gl), MPI_Group_free(&gr), MPI_Group_free(&g0), MPI_Group_free(&others);
     MPI_Group_free(&wg);

@@ -1,5 +1,5 @@
 /* cache_prog.c — an ordinary C program (it knows nothing of cxlkit) that frees and reallocates
- * large blocks, for tests/test_preload_cache.py. One scenario per run (argv[1]); each checks
+ * large blocks, for tests/placement/test_preload_cache.py. One scenario per run (argv[1]); each checks
  * the contents it relies on and prints "ok SCENARIO" plus "key value" lines, or "FAIL why"
  * and exits 1. Under libcxlkit_preload.so the blocks go through the library's cache; without
  * it the same checks hold (glibc maps each one afresh). */

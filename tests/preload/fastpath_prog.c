@@ -1,4 +1,4 @@
-/* fastpath_prog.c — an ordinary C program for tests/test_preload_fastpath.py: N rounds of small
+/* fastpath_prog.c — an ordinary C program for tests/placement/test_preload_fastpath.py: N rounds of small
  * calls of every wrapped kind (malloc, calloc, realloc, free, free(NULL), posix_memalign,
  * aligned_alloc, memalign, valloc, mmap/munmap of 64 KiB) while one large block (4 MiB) of each
  * malloc-family kind lives; then the large blocks are freed. For every large block it prints "mmapped NAME B", B the

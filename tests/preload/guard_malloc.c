@@ -1,4 +1,4 @@
-/* guard_malloc.c — a malloc that is not glibc's, for tests/test_preload_fastpath.py, preloaded
+/* guard_malloc.c — a malloc that is not glibc's, for tests/placement/test_preload_fastpath.py, preloaded
  * after libcxlkit_preload.so (LD_PRELOAD="libcxlkit_preload.so guard_malloc.so"). Every block
  * is its own mapping that starts on a page boundary right after a PROT_NONE guard page, so
  * reading the word just below a block (where glibc keeps its chunk header) faults: a library

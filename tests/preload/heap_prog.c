@@ -2,7 +2,7 @@
  * environment it runs in: whether the block is its own mapping (the IS_MMAPPED bit of its
  * chunk header) and whether freeing it trimmed the heap (the program break fell). Tells the
  * malloc settings of libcxlkit_preload.so (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD) apart from
- * glibc's defaults without reading glibc's internals (tests/test_preload.py).
+ * glibc's defaults without reading glibc's internals (tests/placement/test_preload.py).
  * Prints "mmapped M trimmed T". Usage: heap_prog KIB */
 #define _DEFAULT_SOURCE
 #include <stdio.h>

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import cxlkit
-from cxlkit import msg, rpc
+from cxlkit import msg
+from cxlkit.msg import rpc
 
 pytestmark = [pytest.mark.vm, pytest.mark.topology("two-hosts")]
 DAX = "/dev/dax0.0"
@@ -36,10 +37,10 @@ def _pool() -> cxlkit.Pool:
 
 def _comm(pool: cxlkit.Pool) -> msg.Comm:
     rank = 0 if os.environ["CXLKIT_VM_HOST"] == "a" else 1
-    # another machine's rank is dead only after its heartbeat stopped for dead_ms: TCG guests
-    # stall for seconds at a time
-    return msg.Comm(pool, rank=rank, size=2, job="vm2", join_ms=int(WAIT_S * 1000),
-                    dead_ms=60000, timeout_ms=int(WAIT_S * 1000))
+    # another machine's rank is dead only after its heartbeat stopped for dead_timeout: TCG
+    # guests stall for seconds at a time
+    return msg.Comm(pool, rank=rank, size=2, job="vm2", join_timeout=WAIT_S,
+                    dead_timeout=60, timeout=WAIT_S)
 
 
 def test_pingpong_and_rma_across_two_guests_without_shared_caches():

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 import cxlkit
-from cxlkit import policy, topology
+from cxlkit import placement as policy, topology
 
 pytestmark = pytest.mark.vm
 MiB = 1 << 20

@@ -30,7 +30,7 @@ def _until(what: str, fn):
     while True:
         try:
             return fn()
-        except (KeyError, cxlkit.ObjectNotPublished, cxlkit.PoolFormatError):
+        except (KeyError, cxlkit.ObjectNotPublishedError, cxlkit.PoolFormatError):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{what}: nothing after {WAIT_S:.0f} s") from None
             time.sleep(0.1)

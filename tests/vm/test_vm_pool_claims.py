@@ -76,7 +76,7 @@ def _until_other(p: cxlkit.Pool, name: str):
     while True:
         try:
             return p.open(name)
-        except (KeyError, cxlkit.ObjectNotPublished):
+        except (KeyError, cxlkit.ObjectNotPublishedError):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{name}: nothing after {WAIT_S:.0f} s") from None
             time.sleep(0.05)

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 import preload_prog as PP
-from cxlkit import preload as PL
+from cxlkit.placement import preload as PL
 
 pytestmark = pytest.mark.vm
 MiB = 1 << 20

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import preload_prog as PP
-from cxlkit import tiering as TG
+from cxlkit.placement import tiering as TG
 
 pytestmark = pytest.mark.vm
 MiB = 1 << 20

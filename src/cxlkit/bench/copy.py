@@ -57,13 +57,9 @@ def time_copy(dst, src, size: int, method: str, *, cpu: int, target_s: float,
     return [_native.bench_copy(dst, src, size, m, n, cpu) / n for _ in range(reps)]
 
 
-def run(pairs: Sequence[tuple[int, int]] | None = None, *, quick: bool = False,
-        config: CopySettings | None = None, cpu: int | None = None,
-        progress: Progress | None = None, gpu: bool = True,
-        gpu_backend: CudaCopier | None = None) -> dict:
-    """Every (src, dst) pair of memory nodes (or `pairs`); the copying thread runs on `cpu`
-    (default: the first CPU of the first node with CPUs, where an application would run)."""
-    cfg = config or copy_settings(quick)
+def _checked(pairs: Sequence[tuple[int, int]] | None, cpu: int | None
+             ) -> tuple[Sequence[tuple[int, int]], int]:
+    """(pairs, cpu) with their defaults, each node one with memory, the CPU one we may use."""
     have = [f.node for f in M.nodes()]
     if pairs is None:
         pairs = [(s, d) for s in have for d in have]
@@ -77,6 +73,17 @@ def run(pairs: Sequence[tuple[int, int]] | None = None, *, quick: bool = False,
     elif cpu not in M.allowed_cpus():
         raise ValueError(f"cpu {cpu}: not one this process may run on "
                          f"({','.join(map(str, M.allowed_cpus()))})")
+    return pairs, cpu
+
+
+def run(pairs: Sequence[tuple[int, int]] | None = None, *, quick: bool = False,
+        config: CopySettings | None = None, cpu: int | None = None,
+        progress: Progress | None = None, gpu: bool = True,
+        gpu_backend: CudaCopier | None = None) -> dict:
+    """Every (src, dst) pair of memory nodes (or `pairs`); the copying thread runs on `cpu`
+    (default: the first CPU of the first node with CPUs, where an application would run)."""
+    cfg = config or copy_settings(quick)
+    pairs, cpu = _checked(pairs, cpu)
     steps: list[tuple[str, Callable[[], None]]] = []
     out_pairs: list[dict] = []
     for s, d in pairs:

@@ -1,6 +1,6 @@
 """What the benchmarks and the sizing planner run on: the memory nodes with their kind, free
-memory and the CPUs that measure them (topology.discover() when it is there, else sysfs read
-here), and the machine facts every result document records."""
+memory and the CPUs that measure them (from topology.discover()), and the machine facts every
+result document records."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -40,29 +40,6 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _meminfo(path: Path) -> tuple[int | None, int | None]:
-    vals = {m.group(1): int(m.group(2)) * 1024
-            for m in re.finditer(r"Node\s+\d+\s+(\w+):\s+(\d+)\s*kB", _read(path) or "")}
-    return vals.get("MemTotal"), vals.get("MemFree")
-
-
-def _from_sysfs(root: Path) -> list[dict]:
-    """The fallback when topology.discover() is not available: has_memory, cpulist,
-    meminfo and distance per node; a node with CPUs is dram, one without is cxl."""
-    nd = root / "devices/system/node"
-    out = []
-    for n in topology.memory_nodes(root):
-        d = nd / f"node{n}"
-        cpus = tuple(topology.parse_cpulist(_read(d / "cpulist") or ""))
-        total, free = _meminfo(d / "meminfo")
-        dist = [int(x) for x in (_read(d / "distance") or "").split()]
-        online = topology.parse_cpulist(_read(nd / "online") or "") or [n]
-        out.append({"node": n, "kind": "dram" if cpus else "cxl", "cpus": cpus,
-                    "total": total, "free": free, "hmat": None, "hmat_initiators": (),
-                    "distances": dict(zip(online, dist))})
-    return out
-
-
 def _from_discover(root: Path) -> list[dict]:
     topo = topology.discover(root)
     out = []
@@ -89,7 +66,7 @@ def _node_cpus(root: Path, node: int) -> tuple[int, ...]:
 def nodes(root: Path | None = None) -> list[NodeFacts]:
     """Every node with memory, in id order."""
     base = Path(root) if root is not None else config().sysfs_root
-    raw = _from_discover(base) if hasattr(topology, "discover") else _from_sysfs(base)
+    raw = _from_discover(base)
     mine = set(allowed_cpus())
     out = []
     for r in raw:

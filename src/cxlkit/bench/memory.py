@@ -13,7 +13,7 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 
 from .. import _native
-from .. import policy as P
+from .. import placement as P
 from .. import topology as T
 from . import machine as M
 
@@ -317,10 +317,17 @@ def fit(cfg: Settings, node: int, available: int | None = None) -> tuple[Setting
 
 def _plan_node(plan: _Plan, stack: ExitStack, cfg: Settings, n: int, cpus: list[int],
                entry: dict, reference: dict) -> None:
+    """Queue node n's measurements on the plan, in order: latency per buffer size, bandwidth
+    per kind and thread count with the numpy reference, then the loaded latency."""
     cfg, note = fit(cfg, n)
     if note:
         entry["sized_to_fit"] = note
-    chase_cpu = cpus[0]
+    _plan_latency(plan, cfg, n, cpus[0], entry)
+    _plan_bandwidth(plan, stack, cfg, n, cpus, entry, reference)
+    _plan_loaded(plan, cfg, n, cpus, entry)
+
+
+def _plan_latency(plan: _Plan, cfg: Settings, n: int, chase_cpu: int, entry: dict) -> None:
     for size in cfg.latency_sizes:
         def lat(size: int = size) -> None:
             wall: list[float] = []
@@ -334,6 +341,9 @@ def _plan_node(plan: _Plan, stack: ExitStack, cfg: Settings, n: int, cpus: list[
                                      "samples": ns})
         plan.add(f"node {n}: latency {_fmt(size)}", lat)
 
+
+def _plan_bandwidth(plan: _Plan, stack: ExitStack, cfg: Settings, n: int, cpus: list[int],
+                    entry: dict, reference: dict) -> None:
     bufs: dict[str, P.Buffer] = {}
 
     def alloc_bw() -> None:
@@ -368,6 +378,9 @@ def _plan_node(plan: _Plan, stack: ExitStack, cfg: Settings, n: int, cpus: list[
             b.close()
     plan.add(f"node {n}: freeing", free)
 
+
+def _plan_loaded(plan: _Plan, cfg: Settings, n: int, cpus: list[int], entry: dict) -> None:
+    chase_cpu = cpus[0]
     if len(cpus) < 2:
         entry["loaded_latency_note"] = (f"needs 2 CPUs near node {n} (one chases, others load); "
                                         f"has {len(cpus)}")

@@ -1,6 +1,6 @@
 """Weighted-interleave weights from measured bandwidth: the kernel's bandwidth-tiering rule
 (mm/mempolicy.c reduce_interleave_weights, Linux 6.16+) applied to cxlkit's own figures.
-The rule itself is cxlkit.policy.weights_from (placement's floor, below the benchmarks); this
+The rule itself is cxlkit.placement.weights_from (placement's floor, below the benchmarks); this
 module reads it off result documents. `cxlkit policy weights --from-bench` uses weights_table()."""
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .. import policy, topology
-from ..policy import KERNEL_MAX_WEIGHT
+from .. import topology
+from ..placement import weights as _rule
+from ..placement.weights import KERNEL_MAX_WEIGHT
 BANDWIDTH_KINDS = ("read", "write", "copy", "nt_write")
 
 
@@ -35,14 +36,14 @@ def node_bandwidths(result: Mapping, kind: str = "min") -> dict[int, float]:
 
 def weights_from(result_or_bandwidths: Mapping, nodes: Sequence[int] | None = None, *,
                  max_weight: int = KERNEL_MAX_WEIGHT, kind: str = "min") -> dict[int, int]:
-    """cxlkit.policy.weights_from (the kernel's rule) over a `cxlkit bench memory` result
+    """cxlkit.placement.weights_from (the kernel's rule) over a `cxlkit bench memory` result
     (its peak `kind` bandwidth per node, see node_bandwidths) or a {node: bandwidth} mapping."""
     if isinstance(result_or_bandwidths, Mapping) and "figures" in result_or_bandwidths:
         if isinstance(max_weight, bool) or not isinstance(max_weight, int) \
                 or not 1 <= max_weight <= 255:
             raise ValueError(f"max_weight {max_weight!r}: expected an int in 1..255")
         result_or_bandwidths = node_bandwidths(result_or_bandwidths, kind)
-    return policy.weights_from(result_or_bandwidths, nodes, max_weight=max_weight)
+    return _rule.weights_from(result_or_bandwidths, nodes, max_weight=max_weight)
 
 
 def load_result(path: str | Path) -> dict:

@@ -35,7 +35,7 @@ def _fail(msg: str) -> NoReturn:
 
 
 def _nodes(spec: Optional[str]) -> Optional[list[int]]:
-    from ..policy import parse_nodes
+    from ..placement import parse_nodes
 
     return None if spec is None else parse_nodes(spec)
 
@@ -137,6 +137,23 @@ def _f(x, fmt: str = "{:.1f}") -> str:
 
 
 def memory_tables(con: Console, doc: dict) -> None:
+    """A `bench memory` result as tables: the summary per node, each node's latency,
+    bandwidth and loaded-latency curves, the copy reference, the CPU x memory matrix."""
+    _memory_summary(con, doc)
+    for n, e in doc["figures"]["nodes"].items():
+        _node_tables(con, doc, n, e)
+    ref = doc["figures"].get("reference") or {}
+    for n, r in ref.items():
+        # the two medians come from different moments of a shared machine; the ratio is the
+        # median of pairs taken side by side, so it need not be their quotient
+        con.print(f"node {n}: copy, 1 thread {r['copy_1thread_gbps']:.1f} GB/s, numpy copy "
+                  f"{r['numpy_copy_gbps']:.1f} GB/s (medians); side-by-side pairs: cxlkit / "
+                  f"numpy {r['ratio']:.2f}, on-CPU {r['oncpu_ratio']:.2f} (medians of the "
+                  "pairs' ratios)")
+    _matrix_table(con, doc)
+
+
+def _memory_summary(con: Console, doc: dict) -> None:
     from ..bench.memory import KINDS
     from ..bench.weights import weights_from
 
@@ -165,46 +182,44 @@ def memory_tables(con: Console, doc: dict) -> None:
                       f"read bandwidth {_f(h['read_bandwidth_mbps'], '{}')} MB/s, write bandwidth "
                       f"{_f(h['write_bandwidth_mbps'], '{}')} MB/s")
 
-    for n, e in nodes.items():
-        t = T.table(f"node {n}: latency")
-        T.num(t, "buffer")
-        T.num(t, "ns/load")
-        for p in e["latency"]:
-            t.add_row(_size(p["bytes"]), _f(p["ns"]))
-        con.print(t)
-        t = T.table(f"node {n}: bandwidth GB/s by threads", caption="median (on-CPU "
-                    "estimate)", caption_justify="left")
-        T.num(t, "threads")
+
+def _node_tables(con: Console, doc: dict, n: str, e: dict) -> None:
+    from ..bench.memory import KINDS
+
+    t = T.table(f"node {n}: latency")
+    T.num(t, "buffer")
+    T.num(t, "ns/load")
+    for p in e["latency"]:
+        t.add_row(_size(p["bytes"]), _f(p["ns"]))
+    con.print(t)
+    t = T.table(f"node {n}: bandwidth GB/s by threads", caption="median (on-CPU "
+                "estimate)", caption_justify="left")
+    T.num(t, "threads")
+    for k in KINDS:
+        T.num(t, k)
+    counts = sorted({p["threads"] for k in KINDS for p in e["bandwidth"][k]})
+    for c in counts:
+        row = [str(c)]
         for k in KINDS:
-            T.num(t, k)
-        counts = sorted({p["threads"] for k in KINDS for p in e["bandwidth"][k]})
-        for c in counts:
-            row = [str(c)]
-            for k in KINDS:
-                p = next((p for p in e["bandwidth"][k] if p["threads"] == c), None)
-                row.append("-" if p is None else
-                           f"{p['gbps']:.1f} ({_f(p.get('oncpu_gbps'))})")
-            t.add_row(*row)
+            p = next((p for p in e["bandwidth"][k] if p["threads"] == c), None)
+            row.append("-" if p is None else
+                       f"{p['gbps']:.1f} ({_f(p.get('oncpu_gbps'))})")
+        t.add_row(*row)
+    con.print(t)
+    if e.get("loaded_latency"):
+        t = T.table(f"node {n}: loaded latency ({doc['parameters']['loaded_kind']} load)")
+        for c in ("target GB/s", "reached GB/s", "ns/load"):
+            T.num(t, c)
+        for p in e["loaded_latency"]:
+            tgt = "none" if p["target_gbps"] == 0 else (
+                "max" if p["target_gbps"] is None else _f(p["target_gbps"]))
+            t.add_row(tgt, _f(p["gbps"]), _f(p["ns"]))
         con.print(t)
-        if e.get("loaded_latency"):
-            t = T.table(f"node {n}: loaded latency ({doc['parameters']['loaded_kind']} load)")
-            for c in ("target GB/s", "reached GB/s", "ns/load"):
-                T.num(t, c)
-            for p in e["loaded_latency"]:
-                tgt = "none" if p["target_gbps"] == 0 else (
-                    "max" if p["target_gbps"] is None else _f(p["target_gbps"]))
-                t.add_row(tgt, _f(p["gbps"]), _f(p["ns"]))
-            con.print(t)
-        elif e.get("loaded_latency_note"):
-            con.print(f"node {n}: loaded latency not measured: {e['loaded_latency_note']}")
-    ref = doc["figures"].get("reference") or {}
-    for n, r in ref.items():
-        # the two medians come from different moments of a shared machine; the ratio is the
-        # median of pairs taken side by side, so it need not be their quotient
-        con.print(f"node {n}: copy, 1 thread {r['copy_1thread_gbps']:.1f} GB/s, numpy copy "
-                  f"{r['numpy_copy_gbps']:.1f} GB/s (medians); side-by-side pairs: cxlkit / "
-                  f"numpy {r['ratio']:.2f}, on-CPU {r['oncpu_ratio']:.2f} (medians of the "
-                  "pairs' ratios)")
+    elif e.get("loaded_latency_note"):
+        con.print(f"node {n}: loaded latency not measured: {e['loaded_latency_note']}")
+
+
+def _matrix_table(con: Console, doc: dict) -> None:
     m = doc["figures"].get("matrix")
     if m:
         t = T.table("CPU node x memory node: latency ns / read GB/s")

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .. import policy as P
+from .. import placement as P
 from .. import topology
 from .interrupt import shielded_children
 from .main import app, fail

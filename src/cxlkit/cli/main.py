@@ -11,7 +11,9 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 
 # Each module registers its commands on `app` (or adds a sub-typer) when imported.
 _COMMAND_MODULES = (
-    "cxlkit.cli.placement",  # run, audit, policy
+    "cxlkit.cli.run",  # run
+    "cxlkit.cli.audit",  # audit
+    "cxlkit.cli.policy",  # policy weights
     "cxlkit.cli.bench",  # bench memory, bench copy
     "cxlkit.cli.plan",  # plan vectordb, plan kv
     "cxlkit.cli.train",  # plan train

@@ -46,7 +46,7 @@ def _fail(msg: str) -> NoReturn:
 
 
 def _nodes(spec: Optional[str]):
-    from ..policy import parse_nodes
+    from ..placement import parse_nodes
 
     return None if spec is None else parse_nodes(spec)
 
@@ -62,7 +62,7 @@ def vectordb_cmd(
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Memory for a vector database: vectors x dim x dtype x overhead."""
-    from .. import plan as PL
+    from .. import sizing as PL
 
     try:
         p = PL.vectordb(vectors, dim, dtype, overhead, nodes=_nodes(nodes))
@@ -84,7 +84,7 @@ def kv_cmd(
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Memory for a KV cache: 2 x layers x kv_heads x head_dim x bytes per token."""
-    from .. import plan as PL
+    from .. import sizing as PL
 
     try:
         p = PL.kv(layers, kv_heads, head_dim, tokens, dtype, nodes=_nodes(nodes))

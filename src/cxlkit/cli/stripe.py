@@ -7,8 +7,8 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from .. import preload as PL
-from .. import tiering as TG
+from ..placement import preload as PL
+from ..placement import tiering as TG
 from .. import topology
 from .main import fail
 

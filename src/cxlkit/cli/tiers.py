@@ -183,7 +183,7 @@ def tiers(
     except (FileNotFoundError, NotADirectoryError) as e:
         fail(f"--sysfs-root {one_line(e)}; name the root of a sysfs tree (default /sys)")
     # ---- the kernel's own tiering (NUMA-balancing promotion, demotion) ----
-    from .. import tiering as TG
+    from ..placement import tiering as TG
 
     try:
         state, counters = TG.tiering_state(sysfs_root=sysfs_root), TG.vmstat_counters()

@@ -58,7 +58,7 @@ def demo_cmd(
 ) -> None:
     """Train a small random Llama on the CPU with and without spilled optimizer state."""
     from ..integrations.spill_demo import spill_demo
-    from ..train.subgroups import SubgroupStore
+    from ..train.spill.store import SubgroupStore
 
     con = Console()
     equal = True
@@ -108,7 +108,7 @@ def spill_section(con: Console, params: int, spill: str, host_cache: str,
     """`plan train --spill`: the paths learned (measured or given), subgroups per path and
     the expected update time."""
     from ..pool import parse_size
-    from ..train import spill_plan as SP
+    from ..train.spill import planner as SP
 
     try:
         figs = SP.measure_paths(spill.split(","), pool_options=pools)

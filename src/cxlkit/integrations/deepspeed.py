@@ -20,10 +20,10 @@ from deepspeed.ops.adam import DeepSpeedCPUAdam
 from deepspeed.runtime.zero import utils as _zero_utils
 from deepspeed.runtime.zero.utils import get_mapping_to_flat_buffer
 
-from .. import policy as P
+from .. import placement as P
 from ..train import adam as A
 from ..train.plan import TrainPlan
-from .torch import _default_team, _np
+from .torch_common import _default_team, _np
 
 _CODES = {torch.float32: A.DTYPES["float32"], torch.bfloat16: A.DTYPES["bfloat16"],
           torch.float16: A.DTYPES["float16"]}
@@ -175,7 +175,7 @@ class CxlkitCPUAdam(DeepSpeedCPUAdam):
 
 
 # ZeRO refuses optimizer types outside its tested list unless the config says
-# zero_allow_untested_optimizer; CxlkitCPUAdam is tested with ZeRO here (tests/test_deepspeed.py)
+# zero_allow_untested_optimizer; CxlkitCPUAdam is tested with ZeRO here (tests/engines/test_deepspeed.py)
 if CxlkitCPUAdam not in _zero_utils.ZERO_SUPPORTED_OPTIMIZERS:
     _zero_utils.ZERO_SUPPORTED_OPTIMIZERS.append(CxlkitCPUAdam)
 

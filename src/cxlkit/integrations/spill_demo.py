@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from .torch import TieredAdamW
+from .torch import SpilledAdamW, TieredAdamW
 
 
 def llama(layers: int, hidden: int) -> LlamaForCausalLM:
@@ -32,7 +32,7 @@ def spill_demo(store, *, steps: int, layers: int, hidden: int,
     ref_model = llama(layers, hidden)
     model = copy.deepcopy(ref_model)
     ref_opt = TieredAdamW(ref_model.parameters(), lr=3e-3, team=None)
-    opt = TieredAdamW(model.parameters(), lr=3e-3, team=None, spill=store)
+    opt = SpilledAdamW(model.parameters(), lr=3e-3, team=None, spill=store)
     try:
         if on_start is not None:
             on_start(sum(p.numel() for p in model.parameters()))

@@ -1,4 +1,4 @@
-"""TieredAdamW with spill=SubgroupStore(...): the fp32 master params and Adam moments live in
+"""SpilledAdamW(params, spill=SubgroupStore(...)): the fp32 master params and Adam moments live in
 subgroups on the store's paths instead of host buffers; grads stay where the model left them
 (bf16/fp16 upcast in the kernel) and the updated params are written back in the same pass.
 state_dict / load_state_dict stream subgroup by subgroup from the paths."""
@@ -9,9 +9,10 @@ from typing import Any
 
 import torch
 
-from ..train.spill_config import OffloadConfig, from_config
-from ..train.subgroups import SubgroupStore
-from .torch import _CODES, _SUPPORTED, TieredAdamW, _closure_loss, _np
+from ..train.spill import OffloadConfig, SubgroupStore, from_config
+from .torch_adamw import TieredAdamW
+from .torch_common import (_CODES, _SUPPORTED, _closure_loss, _np, check_saved_groups,
+                           take_saved_hyperparams)
 
 
 def _flat(t: torch.Tensor) -> Any:
@@ -19,7 +20,7 @@ def _flat(t: torch.Tensor) -> Any:
 
 
 class SpilledAdamW(TieredAdamW):
-    """What TieredAdamW(..., spill=store) builds. Takes TieredAdamW's arguments except plan,
+    """TieredAdamW whose state lives on a SubgroupStore. Takes TieredAdamW's arguments except plan,
     policy, place_grads and place_params (the state is on the store's paths). Every param
     group must be given at construction (the store cuts them into subgroups once).
     last_metrics: the store's metrics of the last step."""
@@ -115,19 +116,11 @@ class SpilledAdamW(TieredAdamW):
         a torch.optim.AdamW state dict) into the store's subgroups, and the saved
         hyperparameters into the groups."""
         saved = state_dict["param_groups"]
-        if len(saved) != len(self.param_groups):
-            raise ValueError(f"state dict has {len(saved)} param groups, this optimizer "
-                             f"{len(self.param_groups)}")
+        check_saved_groups(saved, self.param_groups)
         ids: dict[Any, int] = {}
         plist = self._flat_params()
         base = 0
-        for i, (g, sg) in enumerate(zip(self.param_groups, saved)):
-            if sg.get("amsgrad"):
-                raise ValueError(f"param group {i}: the state dict is of an amsgrad optimizer; "
-                                 "TieredAdamW has no amsgrad")
-            if len(g["params"]) != len(sg["params"]):
-                raise ValueError(f"param group {i}: state dict has {len(sg['params'])} params, "
-                                 f"this optimizer {len(g['params'])}")
+        for g, sg in zip(self.param_groups, saved):
             ids.update({k: base + j for j, k in enumerate(sg["params"])})
             base += len(g["params"])
         new: dict[int, tuple[Any, Any, Any]] = {}
@@ -148,12 +141,7 @@ class SpilledAdamW(TieredAdamW):
             new[pid] = tuple(arrs)
             self.state[p]["step"] = torch.tensor(float(v["step"]))
         self._spill.write_state(new)
-        for g, sg in zip(self.param_groups, saved):
-            for key, val in sg.items():
-                if key != "params":
-                    g[key] = tuple(val) if key == "betas" else val
-            if "decoupled" not in sg and "decoupled_weight_decay" in sg:
-                g["decoupled"] = bool(sg["decoupled_weight_decay"])
+        take_saved_hyperparams(saved, self.param_groups)
 
     def close(self) -> None:
         """Release the team's threads and the store (commit() it first to keep the state)."""
@@ -173,5 +161,7 @@ def optimizer_from_config(params: Iterable[Any], config: dict[str, Any] | Offloa
         return TieredAdamW(params, **kw)
     return SpilledAdamW(params, spill=store, **kw)
 
+
+TieredAdamW._spilled_class = SpilledAdamW  # the deprecated TieredAdamW(..., spill=store)
 
 __all__ = ["SpilledAdamW", "optimizer_from_config"]

@@ -9,7 +9,7 @@ physical layout (LBHNC, LBNHC, ...), so cxlkit reads them instead of assuming on
 C elements of a row hold is the attention backend's page encoding: FlashAttention and the other
 dense backends keep [K | V] per token, but CPU_ATTN's kernels keep, per head, K transposed
 ([D, N]) and then V ([N, D]), and may pack by ISA (checked against vLLM's own kernel in
-tests/test_kv_vllm_engine.py). So a pool block holds the pages in the backend's encoding, as
+tests/engines/test_kv_vllm_engine.py). So a pool block holds the pages in the backend's encoding, as
 vLLM's own offloading does: each row's first and second halves go to the image's K and V parts
 ([layers][2][tokens][heads][dim]; for dense backends these are K and V), and the page format
 (backend name, and the ISA for CPU_ATTN) is part of the pool namespace, so engines that encode

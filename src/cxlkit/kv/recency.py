@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ObjectNotPublished, PoolFullError
+from ..errors import ObjectNotPublishedError as ObjectNotPublished, PoolFullError
 from ..pool import ObjectInfo, Pool, PoolObject, PoolStat
 
 log = logging.getLogger("cxlkit")

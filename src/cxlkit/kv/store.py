@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .. import _native
-from ..errors import _OBJECT_ERRORS, ObjectNotPublished, PoolError, _typed
+from ..errors import _OBJECT_ERRORS, ObjectNotPublishedError as ObjectNotPublished, PoolError, _typed
 from ..pool import ObjectInfo, Pool, PoolObject
 from .layout import BlockLayout, EngineTensors
 from .recency import RecencyTables, table_slots
@@ -53,7 +53,7 @@ class KVStats:
         return asdict(self)
 
 
-def _open_pool(pool: Any, *, create: bool, size: int | str, host_id: int | str | None,
+def _open_pool(pool: Any, *, create: bool | None, size: int | str, host_id: int | str | None,
                coherence: str | None, max_hosts: int, lease_timeout_ms: int) -> tuple[Pool, bool]:
     """(pool, whether the store owns it): the caller's cxlkit.Pool when it is one (and host_id /
     coherence, if given, agree with it), else one the store opens and closes."""
@@ -72,7 +72,7 @@ def _open_pool(pool: Any, *, create: bool, size: int | str, host_id: int | str |
         raise ValueError(f"host_id: expected an int >= 0 or a host name, got {host_id!r}")
     own = Pool(paths, size or None, host_id=host_id, coherence=coherence,
                create=create, max_hosts=max_hosts or None,
-               lease_timeout_ms=lease_timeout_ms or None)
+               lease_timeout=lease_timeout_ms / 1000 if lease_timeout_ms else None)
     return own, True
 
 
@@ -130,7 +130,8 @@ class Store:
 
     pool: a pool path ("/dev/shm/x"), a bare name (/dev/shm/cxlkit-<name>) or a cxlkit.Pool
     (used as is: one handle; another host_id or coherence opens its backings again).
-    create/size (bytes or "64M")/host_id/coherence open it;
+    create/size (bytes or "64M")/host_id/coherence open it as cxlkit.Pool does: a size creates
+    the pool when it does not exist (create=False refuses to);
     host_id None means CXLKIT_HOST_ID, else this machine's slot (DESIGN: derived id).
     checksum: record a checksum with every block and verify it on every get (costs one pass
     over the image on put; on get it is folded into the copy). A block put by a store
@@ -140,8 +141,9 @@ class Store:
 
     def __init__(self, pool: Any, layout: BlockLayout, *, namespace: str = "default",
                  checksum: bool = False, capacity_bytes: int | None = None,
-                 create: bool = False, size: int | str = 0, host_id: int | str | None = None,
-                 coherence: str | None = None, max_hosts: int = 0, lease_timeout_ms: int = 0,
+                 create: bool | None = None, size: int | str = 0,
+                 host_id: int | str | None = None, coherence: str | None = None,
+                 max_hosts: int = 0, lease_timeout_ms: int = 0,
                  nt_stores: bool | None = None) -> None:
         if not isinstance(layout, BlockLayout):
             raise TypeError("layout: expected a BlockLayout")

@@ -4,12 +4,11 @@ from .adam import AdamConfig, AdamTeam, AdamTensor, adam_step, simd_level, step_
 from .plan import (BudgetExceeded, ClassPlacement, Footprint, PlanError, Tier, TrainPlan,
                    machine_tiers, plan_training)
 
-# ---- spilled optimizer subgroups ----
+# ---- spilled optimizer subgroups (train/spill) ----
 from .aio import AioConfig, AioEngine
-from .spill_paths import (DirPath, MemoryPath, PathFullError, PathIOError, PathVanishedError,
-                          PoolPath, SpillPath, SubgroupCorruptError, SubgroupError)
-from .spill_config import OffloadConfig, from_config
-from .subgroups import SubgroupStore
+from .spill import (DirPath, MemoryPath, OffloadConfig, PathFullError, PathIOError,
+                    PathVanishedError, PoolPath, SpillConfig, SpillPath, SubgroupCorruptError,
+                    SubgroupError, SubgroupStore, from_config)
 
 __all__ = [
     "AdamConfig", "AdamTeam", "AdamTensor", "adam_step", "simd_level", "step_tensors",
@@ -17,5 +16,5 @@ __all__ = [
     "machine_tiers", "plan_training",
     "AioConfig", "AioEngine", "DirPath", "MemoryPath", "PathFullError", "PathIOError",
     "PathVanishedError", "PoolPath", "SpillPath", "SubgroupCorruptError", "SubgroupError",
-    "SubgroupStore", "OffloadConfig", "from_config",
+    "SubgroupStore", "SpillConfig", "OffloadConfig", "from_config",
 ]

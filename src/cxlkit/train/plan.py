@@ -1,7 +1,7 @@
 """Where training state goes: the footprint of CPU-offloaded training per data class, a
 placement of each class on the machine's tiers (DRAM first for latency-sensitive classes,
 CXL for streamed ones, bandwidth-proportional stripes when DRAM runs out), and budgets that
-allocation enforces (BudgetExceeded past a class's placed bytes)."""
+allocation enforces (BudgetExceededError past a class's placed bytes)."""
 from __future__ import annotations
 
 import math
@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import policy as P
+from .. import placement as P
 from .. import topology
+from ..errors import BudgetExceededError, PlanError
 
 GiB = 1 << 30
 MODES = ("tiered", "dram_only", "interleave_all")
@@ -174,12 +175,7 @@ class ClassPlacement:
         return sum(self.nodes.values())
 
 
-class BudgetExceeded(MemoryError):
-    """An allocation would take a class past the bytes its plan placed."""
-
-
-class PlanError(ValueError):
-    """The plan cannot be made (no tiers, a class with nowhere to go in this mode)."""
+BudgetExceeded = BudgetExceededError  # the old name, importable from here for one release
 
 
 def _weights(tiers: list[Tier]) -> dict[int, float]:
@@ -268,7 +264,7 @@ class TrainPlan:
     def policy(self, cls: str) -> P.Policy:
         c = self._get(cls)
         if c.policy is None:
-            raise BudgetExceeded(f"class {cls} has no placement in this plan ({c.nbytes} bytes "
+            raise BudgetExceededError(f"class {cls} has no placement in this plan ({c.nbytes} bytes "
                                  f"wanted, none placed: the tiers are full)")
         return c.policy
 
@@ -279,13 +275,13 @@ class TrainPlan:
         return self.budget(cls) - self.used.get(cls, 0)
 
     def charge(self, cls: str, nbytes: int) -> None:
-        """Count nbytes against cls's budget, or raise BudgetExceeded (nothing counted)."""
+        """Count nbytes against cls's budget, or raise BudgetExceededError (nothing counted)."""
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
             raise ValueError(f"nbytes {nbytes!r}: expected an int >= 0")
         left = self.remaining(cls)
         if nbytes > left:
             c = self._get(cls)
-            raise BudgetExceeded(
+            raise BudgetExceededError(
                 f"class {cls}: allocating {nbytes} bytes would exceed its budget of "
                 f"{c.placed} bytes ({self.used.get(cls, 0)} used) placed on nodes "
                 f"{sorted(c.nodes)} by the {self.mode} plan")
