@@ -90,7 +90,7 @@ def run_gpu_tests(ctx: Any) -> dict:
         import pytest  # noqa: F401
     except ImportError:
         raise Skipped("pytest is not installed here") from None
-    files = [str(p.relative_to(REPO)) for p in sorted((REPO / "tests").glob("test_*.py"))
+    files = [str(p.relative_to(REPO)) for p in sorted((REPO / "tests").rglob("test_*.py"))
              if "mark.gpu" in p.read_text()]
     cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-m", "gpu", "-p", "no:cacheprovider",
            *files]

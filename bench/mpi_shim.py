@@ -59,6 +59,9 @@ def command(mpi: str, config: str, args) -> tuple[list[str], dict]:
     if config.startswith("shim"):
         env["LD_PRELOAD"] = str(ROOT / args.cbuild / f"libcxlkit_mpi_{mpi}.so")
         env["CXLKIT_MPI_STATS"] = "1"
+        # every rank a host of its own: on one machine the shim would leave every peer on
+        # the MPI's own path, and these configs measure the pool
+        env.setdefault("CXLKIT_MPI_HOSTS", os.environ.get("CXLKIT_MPI_HOSTS", "rank"))
     if config == "shim-off":
         env["CXLKIT_MPI"] = "0"
     if config == "shim-mpi":

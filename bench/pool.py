@@ -4,7 +4,8 @@ payload copy bandwidth (seqlocked read out of an object, numpy write into one) a
 a plain numpy copy measured in the same run, and name lookup time as the pool fills from 1 k
 to 1 M objects (the multi-level hash should stay flat), timed in C per lookup and through
 Python (a miss raises there, which dominates), and the share of the data region one host fills
-before PoolFullError (format v2 claims extents on demand; v1 stopped at its partition).
+before PoolFullError (format v2 claims extents on demand; v1 stopped at its partition), and
+the cost of Pool.stat() and Pool.hosts().
 Baseline for latencies: the cost of a trivial native call from Python in the same run. One
 JSON line per measurement.
 
@@ -221,6 +222,28 @@ def fill(args) -> None:
             os.unlink(path)
 
 
+def stat_calls(args) -> None:
+    """Pool.stat() and Pool.hosts() per call (what `cxlkit pool stat` and every monitor pay):
+    the binding's conversion of the C structs dominates beside the native call."""
+    path = f"/dev/shm/cxlkit-bench-{uuid.uuid4().hex[:8]}"
+    try:
+        with cxlkit.Pool(path, size=64 * MiB, host_id=0, max_hosts=8) as pool:
+            for name, f in (("stat", pool.stat), ("hosts", pool.hosts)):
+                runs = []
+                for _ in range(args.repeat):
+                    ts = []
+                    for _ in range(args.ops):
+                        t0 = time.perf_counter_ns()
+                        f()
+                        ts.append(time.perf_counter_ns() - t0)
+                    runs.append(statistics.median(ts))
+                emit(bench=f"pool.{name}", calls=args.ops, repeat=args.repeat, max_hosts=8,
+                     median_us=round(statistics.median(runs) / 1e3, 3),
+                     baseline_native_call_us=round(call_overhead_ns() / 1e3, 3))
+    finally:
+        os.unlink(path)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", type=int, default=5000, help="operations per process per run")
@@ -229,7 +252,7 @@ def main() -> None:
     ap.add_argument("--copy-mib", type=int, default=256, help="object size for bandwidth")
     ap.add_argument("--lookup-max", type=int, default=1_000_000, help="largest object count")
     ap.add_argument("--fill-mib", type=int, default=256, help="pool size for the fill ratio")
-    ap.add_argument("--only", choices=["latency", "copy", "lookup", "fill"], help="one part")
+    ap.add_argument("--only", choices=["latency", "copy", "lookup", "fill", "stat"], help="one part")
     args = ap.parse_args()
     if args.only in (None, "latency"):
         latency(args, 1, True)
@@ -241,6 +264,8 @@ def main() -> None:
         lookup(args)
     if args.only in (None, "fill"):
         fill(args)
+    if args.only in (None, "stat"):
+        stat_calls(args)
 
 
 if __name__ == "__main__":

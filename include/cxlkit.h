@@ -37,6 +37,49 @@ CXK_API void cxk_fault_clear(void);
 /* Calls of `name` made since load (faulted ones included); -EINVAL for an unknown name. */
 CXK_API int64_t cxk_fault_calls(const char *name);
 
+/* ---- Configuration: the CXLKIT_* environment variables, one table ---------------
+ * Every CXLKIT_* variable the native code reads (libcxlkit, the preload library, the PMPI
+ * shim) is an entry of one table. A variable is read by the call that needs it (a process may
+ * change its environment between calls); unset or empty means the default. A malformed or
+ * out-of-range value is refused, never replaced by the default: the call that reads it fails
+ * with -EINVAL and cxk_config_error() gives the one-line message naming the variable. */
+enum cxk_config_type {
+    CXK_CONFIG_STRING = 0,   /* any text */
+    CXK_CONFIG_PATH = 1,     /* a file system path */
+    CXK_CONFIG_UINT = 2,     /* decimal digits within [lo, hi] */
+    CXK_CONFIG_BOOL = 3,     /* 0 or 1 */
+    CXK_CONFIG_CHOICE = 4,   /* one of the words of range */
+    CXK_CONFIG_MICROS = 5,   /* decimal microseconds within [lo, hi], or "forever" */
+    CXK_CONFIG_FRACTION = 6, /* a decimal number within [0, 1] */
+    CXK_CONFIG_SIZE = 7,     /* bytes: digits, then K/M/G (1024^n) optionally followed by iB or B */
+    CXK_CONFIG_FAULTS = 8,   /* name:nth:errno[,...] (the fault-injection section) */
+    CXK_CONFIG_STRIPE = 9,   /* node:weight[,...] (checked by the preload library) */
+};
+struct cxk_config_entry {
+    uint32_t struct_size;      /* in: sizeof(struct cxk_config_entry) as the caller knows it */
+    uint32_t type;             /* enum cxk_config_type */
+    const char *name;          /* "CXLKIT_SIMD" */
+    const char *default_value; /* what unset means, as a user writes it */
+    const char *range;         /* "0..256", "auto|scalar|...", "" when any text goes */
+    const char *reader;        /* "libcxlkit", "preload" or "mpi" */
+    const char *doc;           /* one line */
+    const char *value;         /* the environment's value now, NULL when unset or empty */
+    int32_t valid;             /* 1: unset or well-formed; 0: refused (why says why) */
+    char why[192];             /* when refused: the one-line message */
+};
+/* Entries in the table (> 0). */
+CXK_API int cxk_config_count(void);
+/* Entry i (0-based) with the environment's value now. -ERANGE past the end; -EINVAL for a
+ * NULL out or a struct_size smaller than this version's. The strings are static. */
+CXK_API int cxk_config_entry(int i, struct cxk_config_entry *out);
+/* Is variable `name`'s value now well-formed? 0 yes (or unset); -EINVAL no (why, when not
+ * NULL, receives the message, cut to cap); -ENOENT for a name not in the table. */
+CXK_API int cxk_config_check(const char *name, char *why, size_t cap);
+/* The message of the last value this thread refused, e.g. "CXLKIT_MSG_CELLS=64k: expected
+ * decimal digits within 1..4294967295; unset it or fix it", handed out once: the next call
+ * gives "" until the thread refuses another. Valid until this thread's next call. */
+CXK_API const char *cxk_config_error(void);
+
 /* ---- sys: raw syscalls, cpuid --------------------------------------------------
  * Thin wrappers: same arguments as the kernel's, -errno instead of errno. */
 CXK_API long cxk_mbind(void *addr, unsigned long len, int mode, const unsigned long *nodemask,
@@ -1081,8 +1124,9 @@ CXK_API int cxk_ring_wake_stats(const cxk_ring *r, struct cxk_ring_wake_stats *s
  *  - outcome: a wait whose answer came within 4 x cap of its begin (whether it spun or slept)
  *    restores the full spin; one that slept and lasted longer quarters it (200, 50, 12, 3,
  *    0 us);
- *  - overcommit: while this thread may run on one CPU only (its affinity, looked at every
- *    10 ms at most), a peer may be queued behind it on that CPU: the spin yields the CPU
+ *  - overcommit: while this thread may run on one CPU only, or its job has more ranks on
+ *    this host than the CPUs it may use (cxk_spin_overcommitted, looked at every 10 ms at
+ *    most), a peer may be queued behind it on its CPU: the spin yields the CPU
  *    (sched_yield) between polls after its first 2 us.
  * cap 0: no spin; cap CXK_WAIT_FOREVER: no adaptation. Used by one thread at a time. */
 struct cxk_spin {
@@ -1116,9 +1160,41 @@ CXK_API uint32_t cxk_spin_begin(struct cxk_spin *s, uint32_t cap_us, int64_t sta
 CXK_API void cxk_spin_slept(struct cxk_spin *s);
 /* The wait in progress got its answer at end_ns (nothing when no wait is in progress). */
 CXK_API void cxk_spin_end(struct cxk_spin *s, int64_t end_ns);
-/* Whether the calling thread's spin should yield now: its affinity allows one CPU only.
- * 1, 0, or -errno (sched_getaffinity's). */
+/* Whether the calling thread's spin should yield now: its affinity allows one CPU only, or
+ * the MPI launcher started more of the job's ranks on this host (MPI_LOCALNRANKS,
+ * OMPI_COMM_WORLD_LOCAL_SIZE) than the CPUs it allows. 1, 0, or -errno (sched_getaffinity's). */
 CXK_API int cxk_spin_overcommitted(void);
+
+/* ---- Waiters: one waiting party's policy and counters, whatever owns it ----
+ * A comm, an RPC client, an RPC server and a ring handle each own a waiter (valid as long as
+ * its owner): the wait policy of its blocking calls, the adaptive spin of its waits and the
+ * same-host wake-up counters of its rings (summed; consumer counters from the rings it reads,
+ * wakes_sent from those it writes). The per-owner calls of the messaging and RPC sections
+ * (cxk_msg_set_wait, cxk_rpc_spin_stats, ...) are these under other names, kept one release.
+ * Thread-safe as their owner's calls are. */
+typedef struct cxk_waiter cxk_waiter;
+struct cxk_comm;
+struct cxk_rpc_client;
+struct cxk_rpc_server;
+/* The owner's waiter; NULL for NULL. */
+CXK_API cxk_waiter *cxk_msg_waiter(struct cxk_comm *comm);
+CXK_API cxk_waiter *cxk_rpc_waiter(struct cxk_rpc_client *c);
+CXK_API cxk_waiter *cxk_rpc_server_waiter(struct cxk_rpc_server *s);
+CXK_API cxk_waiter *cxk_ring_waiter(cxk_ring *r);
+struct cxk_waiter_stats {
+    uint32_t struct_size;              /* in: sizeof(struct cxk_waiter_stats) as the caller knows it */
+    uint32_t reserved;
+    struct cxk_spin spin;              /* all zero when the owner's waits do not adapt (a ring) */
+    struct cxk_ring_wake_stats wake;
+};
+/* The waiter's policy ("Waits" above); NULL: the defaults (CXLKIT_MSG_SPIN_US & co, -EINVAL
+ * naming a malformed one: cxk_config_error). -EINVAL for a bad o; -ENOTSUP for an owner whose
+ * waits take a policy per call (a ring, an RPC server). */
+CXK_API int cxk_waiter_set_wait(cxk_waiter *w, const struct cxk_wait_opts *o);
+CXK_API int cxk_waiter_get_wait(const cxk_waiter *w, struct cxk_wait_opts *o);
+/* Spin and wake-up counters now. -EINVAL for NULL or a struct_size smaller than this
+ * version's. */
+CXK_API int cxk_waiter_stats(const cxk_waiter *w, struct cxk_waiter_stats *st);
 
 /* ==== Messaging: MPI-style ranks over one pool =========================
  * A job of nranks ranks (each a process, usually each with its own pool host id) on one

@@ -70,7 +70,8 @@ ENGINE_TESTS += test-mpi
 # transcripts must be the same) and every OSU-format benchmark unmodified under the shim,
 # checking from the shim's counters that the pool route was taken; then
 # tests/engines/test_mpi_shim_programs.py: a Fortran program, Debian's NetPIPE and mpi4py, unmodified,
-# with and without the shim.
+# with and without the shim; and tests/msg/test_mpi_routes.py: routes per peer (one machine as
+# several hosts through CXLKIT_MPI_HOSTS) and the shim of the other MPI refusing to run.
 SHIM_SRC := $(wildcard native/mpi/*.c)
 SHIM_CFLAGS := -O2 -g -Wall -Wextra -shared -fPIC -Iinclude -Inative
 MPI_CHECK_CFLAGS := -O1 -g -Wall -Wextra -Wno-stringop-overflow
@@ -121,5 +122,6 @@ mpi-shim-abi: $(MPICH_ABI_DIR)/.stamp
 test-mpi-shim: mpi-shim mpi-shim-abi osu-build mpi4py-env build
 	CBUILD=$(CBUILD) OSU_BIN=$(OSU_BIN) tests/mpi/run_shim.sh $(OSU_BIN)/shim-check
 	CXLKIT_REQUIRE_MPI_PROGRAMS=1 $(VPY) -m pytest -q -rs tests/engines/test_mpi_shim_programs.py
+	$(VPY) -m pytest -q -rs tests/msg/test_mpi_routes.py
 
 ENGINE_TESTS += test-mpi-shim

@@ -25,6 +25,7 @@
 #include "adam/omp.h"
 #include "cxlkit.h"
 #include "kv/kv.h"
+#include "sys/config.h"
 #include "sys/sys.h"
 
 namespace cxk::adam {
@@ -42,17 +43,17 @@ bool level_available(int level) {
     }
 }
 
-// CXLKIT_SIMD, read once: AUTO when unset/empty/"auto", a level, or -EINVAL.
+// CXLKIT_SIMD, read once: AUTO when unset or "auto", a level, or -EINVAL (read again then, so
+// that every refusal leaves its message for cxk_config_error on the calling thread).
 int env_level() {
+    static constexpr int kLevels[] = {CXK_SIMD_AUTO, CXK_SIMD_SCALAR, CXK_SIMD_AVX2,
+                                      CXK_SIMD_AVX512, CXK_SIMD_AVX512BF16};  // the choices' order
     static const int level = [] {
-        const char *e = std::getenv("CXLKIT_SIMD");
-        if (!e || !*e || !std::strcmp(e, "auto")) return int(CXK_SIMD_AUTO);
-        if (!std::strcmp(e, "scalar")) return int(CXK_SIMD_SCALAR);
-        if (!std::strcmp(e, "avx2")) return int(CXK_SIMD_AVX2);
-        if (!std::strcmp(e, "avx512")) return int(CXK_SIMD_AVX512);
-        if (!std::strcmp(e, "avx512bf16")) return int(CXK_SIMD_AVX512BF16);
-        return -EINVAL;
+        int i = 0;
+        return cxk::config::get_choice(cxk::config::Id::SIMD, &i) == 0 ? kLevels[i] : -EINVAL;
     }();
+    int i = 0;
+    if (level < 0) cxk::config::get_choice(cxk::config::Id::SIMD, &i);
     return level;
 }
 

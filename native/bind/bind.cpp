@@ -14,9 +14,12 @@
 namespace cxk::py {
 
 void raise_errno(int err, const std::string &what) {
+    // A refused CXLKIT_* value is the reason the library gives for an EINVAL: its message
+    // (naming the variable) replaces strerror. Taken on every error so none goes stale.
+    const std::string config = cxk_config_error();
+    const std::string why = err == EINVAL && !config.empty() ? config : std::strerror(err);
     // OSError(errno, strerror, filename) picks the subclass (FileExistsError, ...) itself.
-    PyObject *exc = PyObject_CallFunction(PyExc_OSError, "iss", err, std::strerror(err),
-                                          what.c_str());
+    PyObject *exc = PyObject_CallFunction(PyExc_OSError, "iss", err, why.c_str(), what.c_str());
     if (exc) {
         PyErr_SetObject(reinterpret_cast<PyObject *>(Py_TYPE(exc)), exc);
         Py_DECREF(exc);

@@ -17,6 +17,43 @@ inline long check(long r, const std::string &what) {
     return r;
 }
 
+// A Python object's memory (bytes, bytearray, memoryview, numpy, ...) held for the duration
+// of a native call or of a request that outlives it: PyObject_GetBuffer with flags
+// (PyBUF_SIMPLE, PyBUF_WRITABLE, PyBUF_C_CONTIGUOUS, ...), released by the destructor (with
+// the GIL held: keep it out of GIL-released scopes' ends). Movable, not copyable; an empty
+// Buffer holds nothing.
+class Buffer {
+  public:
+    Buffer() = default;
+    Buffer(nb::handle obj, int flags) {
+        if (PyObject_GetBuffer(obj.ptr(), &b_, flags) != 0) throw nb::python_error();
+        held_ = true;
+    }
+    Buffer(Buffer &&o) noexcept : b_(o.b_), held_(o.held_) { o.held_ = false; }
+    Buffer &operator=(Buffer &&o) noexcept {
+        release();
+        b_ = o.b_, held_ = o.held_, o.held_ = false;
+        return *this;
+    }
+    Buffer(const Buffer &) = delete;
+    Buffer &operator=(const Buffer &) = delete;
+    ~Buffer() { release(); }
+    void release() {
+        if (held_) PyBuffer_Release(&b_), held_ = false;
+    }
+    char *data() const { return static_cast<char *>(b_.buf); }
+    size_t size() const { return size_t(b_.len); }
+    // the object that exported the memory (nullptr when none is held)
+    PyObject *exporter() const { return held_ ? b_.obj : nullptr; }
+    // let go without releasing: the export stays (memory the library may still write into
+    // is never handed back to Python; it leaks instead)
+    void leak() { held_ = false; }
+
+  private:
+    Py_buffer b_{};
+    bool held_ = false;
+};
+
 // The buffer protocol (memoryview / numpy / torch views without copies) for a bound class T
 // that lends one byte range and counts its live views in `Py_ssize_t exports` (so its close
 // can refuse while any exist). T::exported() gives the range now, or `closed` = the message

@@ -269,11 +269,6 @@ uint64_t step(const HParams &hp, const std::vector<TensorArgs> &ts,
         resynced = d.resynced;
     }
     if (closed) team->require_open();
-    if (r == -EINVAL && cxk_adam_simd() == -EINVAL) {
-        const char *e = std::getenv("CXLKIT_SIMD");
-        raise_errno(EINVAL, std::string("CXLKIT_SIMD=") + (e ? e : "") +
-                                " (expected scalar, avx2, avx512, avx512bf16 or auto)");
-    }
     check(r, team ? "adam step (node query)" : "adam step");
     return resynced;  // elements re-read from param_copy (ADAM_RESYNC)
 }

@@ -16,22 +16,13 @@
 namespace cxk::py {
 namespace {
 
-// Holds a Py_buffer for the duration of a call (the memory stays mapped while we run).
-struct View {
-    Py_buffer view{};
-    View(nb::handle obj, bool writable, const char *what) {
-        if (PyObject_GetBuffer(obj.ptr(), &view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) != 0)
-            throw nb::python_error();
-        if (view.len == 0) {
-            PyBuffer_Release(&view);
-            throw nb::value_error((std::string(what) + " is empty").c_str());
-        }
+// A caller's buffer for the duration of a call (its memory stays mapped while we run);
+// ValueError naming `what` when it is empty.
+struct View : Buffer {
+    View(nb::handle obj, bool writable, const char *what)
+        : Buffer(obj, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) {
+        if (size() == 0) throw nb::value_error((std::string(what) + " is empty").c_str());
     }
-    ~View() { PyBuffer_Release(&view); }
-    View(const View &) = delete;
-    View &operator=(const View &) = delete;
-    char *data() const { return static_cast<char *>(view.buf); }
-    size_t size() const { return size_t(view.len); }
 };
 
 }  // namespace

@@ -52,27 +52,11 @@ cxk_wait_opts wait_opts(uint32_t spin_us, uint32_t yield_us, uint32_t sleep_us,
 namespace {
 
 // A Python buffer held for the duration of a native call or a request.
-struct View {
-    Py_buffer b{};
-    bool held = false;
+struct View : Buffer {
     View() = default;
-    View(nb::handle obj, bool writable) {
-        if (PyObject_GetBuffer(obj.ptr(), &b, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) != 0)
-            throw nb::python_error();
-        held = true;
-    }
-    View(View &&o) noexcept : b(o.b), held(o.held) { o.held = false; }
-    View &operator=(View &&o) noexcept {
-        release();
-        b = o.b, held = o.held, o.held = false;
-        return *this;
-    }
-    ~View() { release(); }
-    void release() {
-        if (held) PyBuffer_Release(&b), held = false;
-    }
-    void *ptr() const { return b.buf; }
-    int64_t len() const { return int64_t(b.len); }
+    View(nb::handle obj, bool writable) : Buffer(obj, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) {}
+    void *ptr() const { return data(); }
+    int64_t len() const { return int64_t(size()); }
 };
 
 nb::tuple status_tuple(const cxk_msg_status &s) {
@@ -208,14 +192,14 @@ struct MsgRequest {
         MsgComm &s = owner();
         if (!s.c) return;  // finalize freed it
         const bool pool_mem =  // looked at with the GIL held
-            view.held && view.b.obj && nb::isinstance<MsgMemory>(nb::handle(view.b.obj));
+            view.exporter() && nb::isinstance<MsgMemory>(nb::handle(view.exporter()));
         nb::gil_scoped_release unlock;
         std::lock_guard<std::mutex> g(s.mu);
         if (cxk_msg_cancel(s.c, r) == 0) return;
         // a send that cannot finish (its peer is gone) keeps the buffer: leak, never dangle —
         // unless it is the comm's pool memory, which stays mapped as long as the comm (the
         // view is let go, so close is not refused for it)
-        if (cxk_msg_wait(s.c, r, nullptr) == -ETIMEDOUT && !pool_mem) view.held = false;
+        if (cxk_msg_wait(s.c, r, nullptr) == -ETIMEDOUT && !pool_mem) view.leak();
     }
 };
 

@@ -49,16 +49,6 @@ Span page_span(const void *addr, size_t nbytes) {
     return {reinterpret_cast<void *>(lo), size_t(hi - lo)};
 }
 
-// Holds a Py_buffer for the duration of a call.
-struct BufferView {
-    Py_buffer view{};
-    explicit BufferView(nb::handle obj, bool writable) {
-        if (PyObject_GetBuffer(obj.ptr(), &view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) != 0)
-            throw nb::python_error();
-    }
-    ~BufferView() { PyBuffer_Release(&view); }
-};
-
 struct Mapping {
     void *addr = nullptr;
     size_t nbytes = 0;     // as requested
@@ -182,15 +172,15 @@ CXK_BIND(policy) {
         .def("_unpin", [](Mapping &s) { s.require_open(); check(cxk_unpin(s.addr), "pin"); });
 
     m.def("apply_to_buffer", [](nb::handle obj, const PolicyTuple &pol, bool migrate, bool strict) {
-        BufferView b(obj, false);
-        if (b.view.len == 0) throw nb::value_error("buffer is empty");
-        Span s = page_span(b.view.buf, size_t(b.view.len));
+        Buffer b(obj, PyBUF_SIMPLE);
+        if (b.size() == 0) throw nb::value_error("buffer is empty");
+        Span s = page_span(b.data(), b.size());
         apply_to(s.addr, s.nbytes, pol, migrate, strict);
     });
     m.def("residency_of_buffer", [](nb::handle obj, uint32_t max_nodes) {
-        BufferView b(obj, false);
-        if (b.view.len == 0) throw nb::value_error("buffer is empty");
-        Span s = page_span(b.view.buf, size_t(b.view.len));
+        Buffer b(obj, PyBUF_SIMPLE);
+        if (b.size() == 0) throw nb::value_error("buffer is empty");
+        Span s = page_span(b.data(), b.size());
         return residency_of(s.addr, s.nbytes, max_nodes);
     });
     m.def("set_task_policy", [](const PolicyTuple &pol) {

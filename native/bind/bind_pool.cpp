@@ -136,6 +136,23 @@ struct PoolHandle {
     PoolHold hold() { return PoolHold(gate, p, label, geo); }
     bool closed() const { return !p || gate.closing.load(); }
     void close();
+
+    struct cxk_pool_stat pool_stat() {
+        struct cxk_pool_stat s;
+        PoolHold use = hold();
+        check(cxk_pool_stat(use.get(), &s), label);
+        return s;
+    }
+    // format v2: every host slot as a user sees it
+    std::vector<struct cxk_pool_host> host_slots() {
+        PoolHold use = hold();
+        struct cxk_pool_stat s;
+        check(cxk_pool_stat(use.get(), &s), label);
+        std::vector<struct cxk_pool_host> out(s.max_hosts);
+        for (uint32_t i = 0; i < s.max_hosts; ++i)
+            check(cxk_pool_host_info(use.get(), i, &out[i]), label);
+        return out;
+    }
 };
 
 struct PoolObject {
@@ -390,36 +407,28 @@ CXK_BIND(pool) {
         })
         .def("read_into", [](PoolObject &o, nb::handle dst, uint64_t pos) {
             PoolHold use = o.hold();
-            Py_buffer v;
-            if (PyObject_GetBuffer(dst.ptr(), &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0)
-                throw nb::python_error();
+            Buffer v(dst, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS);
             int r;
             {
                 nb::gil_scoped_release unlock;
-                r = cxk_obj_read(use.get(), o.off, o.generation, pos, v.buf, size_t(v.len));
+                r = cxk_obj_read(use.get(), o.off, o.generation, pos, v.data(), v.size());
             }
-            PyBuffer_Release(&v);
+            v.release();
             check(r, o.what());
         }, nb::arg("dst"), nb::arg("pos"))
         .def("write", [](PoolObject &o, int64_t pos, nb::handle data) {
             // a copy into the payload under a hold: no address outlives the call
             PoolHold use = o.hold();
             if (!o.writable) raise_errno(EACCES, o.what() + " (opened read-only)");
-            Py_buffer v;
-            if (PyObject_GetBuffer(data.ptr(), &v, PyBUF_C_CONTIGUOUS) != 0)
-                throw nb::python_error();
-            struct Release {
-                Py_buffer *v;
-                ~Release() { PyBuffer_Release(v); }
-            } release{&v};
-            auto [at, n] = o.range(pos, int64_t(v.len));
+            Buffer v(data, PyBUF_C_CONTIGUOUS);
+            auto [at, n] = o.range(pos, int64_t(v.size()));
             use.check_range(o.off + at, n, true);  // a forged PoolObject writes nowhere else
             char *dst = use.base() + o.off + at;
             if (n >= (1u << 20)) {
                 nb::gil_scoped_release unlock;
-                std::memmove(dst, v.buf, n);
+                std::memmove(dst, v.data(), n);
             } else {
-                std::memmove(dst, v.buf, n);
+                std::memmove(dst, v.data(), n);
             }
         }, nb::arg("pos"), nb::arg("data"))
         // [offset, offset + nbytes) of the payload (nbytes None: to its end): written lines
@@ -514,38 +523,7 @@ CXK_BIND(pool) {
             int fd = cxk_pool_fd(use.get());
             return fd >= 0 ? nb::object(nb::int_(fd)) : nb::none();
         })
-        .def("stat", [](PoolHandle &h) {
-            struct cxk_pool_stat s;
-            {
-                PoolHold use = h.hold();
-                check(cxk_pool_stat(use.get(), &s), h.label);
-            }
-            nb::dict d;
-            d["size"] = s.size;
-            d["partition_bytes"] = s.partition_bytes;
-            d["used_bytes"] = s.used_bytes;
-            d["free_bytes"] = s.free_bytes;
-            d["objects"] = s.objects;
-            d["objects_host"] = s.objects_host;
-            d["max_objects"] = s.max_objects;
-            d["align"] = s.align;
-            d["lease_timeout_ns"] = s.lease_timeout_ns;
-            d["data_offset"] = s.data_off;
-            d["version"] = s.version;
-            d["max_hosts"] = s.max_hosts;
-            d["host_id"] = s.host_id;
-            d["hosts_active"] = s.hosts_active;
-            d["coherence"] = s.coherence;
-            d["nbackings"] = s.nbackings;
-            d["uuid"] = nb::bytes(reinterpret_cast<const char *>(s.uuid), 16);
-            d["kind"] = std::string(s.kind);
-            d["extent_bytes"] = s.extent_bytes;
-            d["nextents"] = s.nextents;
-            d["extents_held"] = s.extents_held;
-            d["extents_free"] = s.extents_free;
-            d["names_host"] = s.names_host;
-            return d;
-        })
+        .def("stat", &PoolHandle::pool_stat)
         .def("create", [](PoolHandle &h, const std::string &name, uint64_t nbytes,
                           unsigned flags) {
             PoolHold use = h.hold();
@@ -644,29 +622,7 @@ CXK_BIND(pool) {
             return d;
         }, nb::arg("repair"))
         // format v2: host slots as a user sees them, and freeing a dead one's
-        .def("hosts", [](PoolHandle &h) {
-            PoolHold use = h.hold();
-            cxk_pool *p = use.get();
-            struct cxk_pool_stat s;
-            check(cxk_pool_stat(p, &s), h.label);
-            nb::list out;
-            for (uint32_t i = 0; i < s.max_hosts; ++i) {
-                struct cxk_pool_host x;
-                check(cxk_pool_host_info(p, i, &x), h.label);
-                nb::dict d;
-                d["slot"] = x.slot;
-                d["state"] = x.state;
-                d["tag"] = nb::bytes(x.tag, strnlen(x.tag, sizeof x.tag));
-                d["pid"] = x.pid;
-                d["heartbeat_age_ns"] = x.heartbeat_age_ns;
-                d["extents"] = x.extents;
-                d["held_bytes"] = x.held_bytes;
-                d["used_bytes"] = x.used_bytes;
-                d["objects"] = x.objects;
-                out.append(d);
-            }
-            return out;
-        })
+        .def("hosts", &PoolHandle::host_slots)
         .def("release", [](PoolHandle &h, uint32_t slot, bool drop) {
             PoolHold use = h.hold();
             cxk_pool *p = use.get();

@@ -27,11 +27,8 @@ constexpr uint32_t kBatch = 32;       // replies published together at most
 constexpr uint32_t kSlotHdr = 16;     // rpc.h SlotHdr: id, method, status
 
 std::string buf_bytes(nb::handle obj) {
-    Py_buffer b;
-    if (PyObject_GetBuffer(obj.ptr(), &b, PyBUF_SIMPLE) != 0) throw nb::python_error();
-    std::string s(static_cast<const char *>(b.buf), size_t(b.len));
-    PyBuffer_Release(&b);
-    return s;
+    Buffer b(obj, PyBUF_SIMPLE);
+    return std::string(b.data(), b.size());
 }
 
 struct RpcServer {

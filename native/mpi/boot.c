@@ -2,6 +2,10 @@
  * environment, broadcast so every rank decides alike), the pool and the engine's job over
  * PMPI (ranks and size of the world, the job id from PMPI_Bcast, agreement by
  * PMPI_Allreduce), the banner, the counters, and the error helpers. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE  /* dladdr */
+#endif
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,10 +17,16 @@
 
 #if defined(OPEN_MPI)
 #define SHIM_MPI "Open MPI"
+#define SHIM_LIB "libcxlkit_mpi_openmpi.so"
+#define OTHER_MPI "MPICH"
+#define OTHER_LIB "libcxlkit_mpi_mpich.so"
 #elif defined(MPI_ABI_VERSION)
 #define SHIM_MPI "MPI (standard ABI)"
 #elif defined(MPICH)
 #define SHIM_MPI "MPICH"
+#define SHIM_LIB "libcxlkit_mpi_mpich.so"
+#define OTHER_MPI "Open MPI"
+#define OTHER_LIB "libcxlkit_mpi_openmpi.so"
 #else
 #define SHIM_MPI "MPI"
 #endif
@@ -35,8 +45,11 @@ struct shim_config {
     uint64_t eager;          /* CXLKIT_MPI_EAGER bytes; 0 the engine's default */
     uint64_t mib_per_rank;   /* CXLKIT_MPI_POOL_MB: pool bytes per rank (created pools) */
     uint64_t host_hash;      /* rank 0's host */
+    char hosts[1024];        /* CXLKIT_MPI_HOSTS: a host label per world rank, or "rank" */
+    char nopool[256];        /* CXLKIT_MPI_NOPOOL: host labels whose ranks map no pool */
     char pool[256];
     char job[CXK_MSG_JOB_MAX + 1];
+    char refused[192];       /* the first malformed CXLKIT_MPI* value (the table's message) */
 };
 
 static uint64_t env_u64(const char *name, uint64_t dflt) {
@@ -47,16 +60,76 @@ static uint64_t env_u64(const char *name, uint64_t dflt) {
     return *end ? dflt : (uint64_t)x;
 }
 
+static uint64_t fnv(uint64_t x, const char *p) {
+    for (; *p; ++p) x = (x ^ (uint8_t)*p) * 1099511628211ull;  /* FNV-1a */
+    return x;
+}
+
 static uint64_t host_hash(void) {
     char h[256] = {0};
     gethostname(h, sizeof h - 1);
-    uint64_t x = 1469598103934665603ull;  /* FNV-1a */
-    for (const char *p = h; *p; ++p) x = (x ^ (uint8_t)*p) * 1099511628211ull;
-    return x;
+    return fnv(1469598103934665603ull, h);
+}
+
+/* Entry k of a comma-separated list into out ("" past its end). */
+static void list_at(const char *list, int k, char *out, size_t n) {
+    const char *p = list;
+    for (; k > 0 && p; --k) p = (p = strchr(p, ',')) ? p + 1 : NULL;
+    out[0] = 0;
+    if (!p) return;
+    size_t len = strcspn(p, ",");
+    if (len >= n) len = n - 1;
+    memcpy(out, p, len);
+    out[len] = 0;
+}
+
+static int list_has(const char *list, const char *x) {
+    char e[64];
+    for (int k = 0;; ++k) {
+        list_at(list, k, e, sizeof e);
+        if (!e[0]) return 0;
+        if (!strcmp(e, x)) return 1;
+    }
+}
+
+/* This rank's host label (CXLKIT_MPI_HOSTS, which lets one machine stand for several hosts
+ * in tests; "rank": every rank a host of its own) into label; its hash. */
+static uint64_t my_host(const struct shim_config *c, char *label, size_t n) {
+    if (!strcmp(c->hosts, "rank")) snprintf(label, n, "%d", g.rank);
+    else if (c->hosts[0]) list_at(c->hosts, g.rank, label, n);
+    else {
+        /* the hostname, as the MPI's launchers (Hydra, ORTE) tell nodes apart: two network
+         * namespaces with their own hostnames are two hosts to the MPI and to the shim */
+        label[0] = 0;
+        gethostname(label, n - 1);
+        return host_hash();
+    }
+    return fnv(1469598103934665603ull ^ 0x5a, label);
+}
+
+/* The list names a host for every rank (the same answer on every rank). */
+static int hosts_cover(const char *hosts) {
+    char e[64];
+    if (!hosts[0] || !strcmp(hosts, "rank")) return 1;
+    list_at(hosts, g.size - 1, e, sizeof e);
+    return e[0] != 0;
+}
+
+/* Every variable of the shim through libcxlkit's table: a malformed one turns the shim off
+ * (one line on rank 0) rather than running on its default. */
+static void check_config(struct shim_config *c) {
+    static const char *const names[] = {"CXLKIT_MPI", "CXLKIT_MPI_COMMS", "CXLKIT_MPI_VERBOSE",
+                                        "CXLKIT_MPI_STATS", "CXLKIT_MPI_COHERENCE",
+                                        "CXLKIT_MPI_EAGER", "CXLKIT_MPI_POOL_MB",
+                                        "CXLKIT_MPI_POOL", "CXLKIT_MPI_RMA"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !c->refused[0]; i++)
+        if (cxk_config_check(names[i], c->refused, sizeof c->refused) != -EINVAL)
+            c->refused[0] = 0;
 }
 
 static void read_config(struct shim_config *c) {
     memset(c, 0, sizeof *c);
+    check_config(c);
     c->enabled = env_u64("CXLKIT_MPI", 1) != 0;
     const char *comms = getenv("CXLKIT_MPI_COMMS");
     c->comms = !comms || !strcmp(comms, "all") ? 3 : !strcmp(comms, "world") ? 1
@@ -64,13 +137,17 @@ static void read_config(struct shim_config *c) {
     c->verbose = env_u64("CXLKIT_MPI_VERBOSE", 0) != 0;
     c->stats = env_u64("CXLKIT_MPI_STATS", 0) != 0;
     const char *coh = getenv("CXLKIT_MPI_COHERENCE");
-    c->coherence = !coh || !*coh ? -1 : !strcmp(coh, "none") ? CXK_COHERENCE_NONE
-                                                              : CXK_COHERENCE_HOST;
+    c->coherence = !coh || !*coh || !strcmp(coh, "auto") ? -1
+                   : !strcmp(coh, "none")                 ? CXK_COHERENCE_NONE
+                                                          : CXK_COHERENCE_HOST;
     c->eager = env_u64("CXLKIT_MPI_EAGER", 0);
     /* rendezvous buffers come out of a rank's part: OSU bw at 4 MiB (64 in flight) ran at
      * ~410 MB/s with 256 MiB a rank (buffers exhausted, sends waiting), 1400-2700 with 1024 */
     c->mib_per_rank = env_u64("CXLKIT_MPI_POOL_MB", 1024);
     c->host_hash = host_hash();
+    const char *hosts = getenv("CXLKIT_MPI_HOSTS"), *nopool = getenv("CXLKIT_MPI_NOPOOL");
+    snprintf(c->hosts, sizeof c->hosts, "%s", hosts ? hosts : "");
+    snprintf(c->nopool, sizeof c->nopool, "%s", nopool ? nopool : "");
     /* a job id nobody else has: the pid and the clock of rank 0 */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -98,12 +175,12 @@ static int all_ok(int ok) {
     return all;
 }
 
-static int open_pool(const struct shim_config *c, const char *path, int coherence) {
+static int open_pool(const struct shim_config *c, const char *path, int coherence, int create) {
     struct cxk_pool_opts o;
     cxk_pool_opts_init(&o);
     o.host_id = g.rank;
     o.coherence = coherence;
-    if (g.rank == 0) {
+    if (create) {
         o.flags = CXK_POOL_CREATE;
         o.max_hosts = (uint32_t)(g.size < 2 ? 2 : g.size);
         o.size = c->mib_per_rank * o.max_hosts << 20;
@@ -111,37 +188,47 @@ static int open_pool(const struct shim_config *c, const char *path, int coherenc
     return cxk_pool_open(path, &o, &g.pool);
 }
 
-/* Pool, then the engine's job; NULL or a reason (off). */
-static const char *join(const struct shim_config *c, int coherence, char *why, size_t n) {
-    int rc = 0;
+/* The pool: the lowest rank that maps it creates it (or opens the one named), the others
+ * that map it open it then; the ranks that could open it join the engine's job. NULL or a
+ * reason (off). */
+static const char *join(const struct shim_config *c, int coherence, int maps_pool, char *why,
+                        size_t n) {
+    int rc = 0, leader = maps_pool ? g.rank : g.size, lead = g.size;
+    PMPI_Allreduce(&leader, &lead, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     char path[sizeof c->pool];
     snprintf(path, sizeof path, "%s", c->pool);
-    if (g.rank == 0) {  /* creates it: the others wait */
-        rc = open_pool(c, path, coherence);
+    if (g.rank == lead) {  /* creates it: the others wait */
+        rc = open_pool(c, path, coherence, 1);
         if (!rc && !c->explicit_pool)
             snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)getpid(), cxk_pool_fd(g.pool));
     }
-    PMPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    PMPI_Bcast(&rc, 1, MPI_INT, lead, MPI_COMM_WORLD);
     if (rc) {
         snprintf(why, n, "pool %s: %s", c->pool, strerror(-rc));
         return why;
     }
-    PMPI_Bcast(path, (int)sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
-    if (g.rank != 0) rc = open_pool(c, path, coherence);
-    if (!all_ok(rc == 0)) {
+    PMPI_Bcast(path, (int)sizeof path, MPI_CHAR, lead, MPI_COMM_WORLD);
+    if (g.rank != lead && maps_pool) rc = open_pool(c, path, coherence, 0);
+    if (rc && g.verbose)
+        fprintf(stderr, "cxlkit-mpi: rank %d: pool %s: %s: MPI's network to every other host\n",
+                g.rank, path, strerror(-rc));
+    const int erank = shim_engine_ranks(maps_pool && rc == 0);
+    if (!all_ok(g.w2e != NULL) || !shim_pool_pairs()) {
         if (g.pool) cxk_pool_close(g.pool), g.pool = NULL;
-        snprintf(why, n, "pool %s: a rank could not open it%s%s", path, rc ? ": " : "",
-                 rc ? strerror(-rc) : "");
+        snprintf(why, n, "pool %s: no two hosts could open it", path);
         return why;
     }
-    struct cxk_msg_opts mo;
-    cxk_msg_opts_init(&mo);
-    mo.eager_bytes = c->eager;
-    mo.join_ms = 30000;
-    rc = cxk_msg_init(g.pool, c->job, g.rank, g.size, &mo, &g.eng);
+    rc = 0;
+    if (erank >= 0) {
+        struct cxk_msg_opts mo;
+        cxk_msg_opts_init(&mo);
+        mo.eager_bytes = c->eager;
+        mo.join_ms = 30000;
+        rc = cxk_msg_init(g.pool, c->job, erank, g.esize, &mo, &g.eng);
+    }
     if (!all_ok(rc == 0)) {
         if (g.eng) cxk_msg_finalize(g.eng), g.eng = NULL;
-        cxk_pool_close(g.pool), g.pool = NULL;
+        if (g.pool) cxk_pool_close(g.pool), g.pool = NULL;
         snprintf(why, n, "joining job %s on %s failed%s%s", c->job, c->pool, rc ? ": " : "",
                  rc ? strerror(-rc) : "");
         return why;
@@ -151,13 +238,14 @@ static const char *join(const struct shim_config *c, int coherence, char *why, s
 
 static int world_maps(void) {
     g.world.comm = MPI_COMM_WORLD;
+    g.world.held = MPI_COMM_NULL;
     g.world.ctx = 0;
     g.world.size = g.size;
     g.world.to_world = malloc(sizeof(int) * (size_t)g.size);
     g.world.from_world = malloc(sizeof(int) * (size_t)g.size);
     if (!g.world.to_world || !g.world.from_world) return 0;
     for (int i = 0; i < g.size; ++i) g.world.to_world[i] = g.world.from_world[i] = i;
-    return 1;
+    return shim_routes_fill(&g.world);
 }
 
 static void boot(int provided) {
@@ -170,6 +258,10 @@ static void boot(int provided) {
     g.route_world = (c.comms & 1) != 0, g.route_derived = (c.comms & 2) != 0;
     snprintf(g.job, sizeof g.job, "%s", c.job);
     snprintf(g.pool_path, sizeof g.pool_path, "%s", c.pool);
+    if (c.refused[0]) {
+        off(c.refused, 1);
+        return;
+    }
     if (!c.enabled) {
         off("CXLKIT_MPI=0: every call goes to " SHIM_MPI, 0);
         return;
@@ -183,15 +275,30 @@ static void boot(int provided) {
             "to " SHIM_MPI, 1);
         return;
     }
+    if (!hosts_cover(c.hosts)) {
+        off("CXLKIT_MPI_HOSTS names fewer hosts than there are ranks", 1);
+        return;
+    }
+    char label[64];
+    const uint64_t host = my_host(&c, label, sizeof label);
+    const int maps_pool = !list_has(c.nopool, label);
+    if (!shim_topology(host, maps_pool)) {
+        shim_routes_free();
+        off("no two ranks on different hosts share the pool: every peer stays on " SHIM_MPI
+            "'s own path", 0);
+        return;
+    }
     if (g.size > CXK_POOL_MAX_HOSTS) {
         char why[96];
         snprintf(why, sizeof why, "%d ranks: a pool has at most %d hosts", g.size,
                  CXK_POOL_MAX_HOSTS);
+        shim_routes_free();
         off(why, 1);
         return;
     }
     const int one_host = all_ok(host_hash() == c.host_hash);
     if (!one_host && !c.explicit_pool) {
+        shim_routes_free();
         off("ranks on several hosts and CXLKIT_MPI_POOL unset: no pool they share", 1);
         return;
     }
@@ -199,45 +306,90 @@ static void boot(int provided) {
                           : one_host        ? CXK_COHERENCE_HOST
                                             : CXK_COHERENCE_NONE;
     char why[sizeof g.why_off];
-    const char *fail = join(&c, coherence, why, sizeof why);
+    const char *fail = join(&c, coherence, maps_pool, why, sizeof why);
     if (!fail && !all_ok(world_maps())) fail = "out of memory";
     if (fail) {
+        if (g.eng) cxk_msg_finalize(g.eng), g.eng = NULL;
+        if (g.pool) cxk_pool_close(g.pool), g.pool = NULL;
+        shim_routes_free();
         off(fail, 1);
         return;
     }
     g.on = 1;
     if (g.rank == 0 && g.verbose)
         fprintf(stderr,
-                "cxlkit-mpi: on: %s, %d ranks, pool %s (coherence %s), job %s, eager %llu B, "
-                "communicators %s\n",
-                SHIM_MPI, g.size, c.pool, coherence == CXK_COHERENCE_NONE ? "none" : "host",
-                c.job, (unsigned long long)cxk_msg_eager_bytes(g.eng),
+                "cxlkit-mpi: on: %s, %d ranks (%d on the pool), pool %s (coherence %s), job %s, "
+                "eager %llu B, communicators %s\n",
+                SHIM_MPI, g.size, g.esize, c.pool,
+                coherence == CXK_COHERENCE_NONE ? "none" : "host", c.job,
+                (unsigned long long)(g.eng ? cxk_msg_eager_bytes(g.eng) : 0),
                 g.route_world && g.route_derived ? "world and derived"
                 : g.route_world                  ? "world only"
                                                  : "derived only (world on " SHIM_MPI ")");
 }
 
+/* The shim was built against one MPI's mpi.h (MPICH's handles are integers, Open MPI's
+ * pointers): preloaded into a program of the other, its first PMPI call would pass handles of
+ * the wrong kind (a segfault in MPI_Init, or "Invalid communicator"), and no call of it can
+ * step aside safely (its Fortran bindings and status layout are the other MPI's). So before
+ * anything reaches the MPI: the library that serves PMPI_Init to this process is Open MPI's
+ * when it defines ompi_mpi_comm_world; on a mismatch one line (from the launcher's rank 0)
+ * says which build to preload, and the process exits with status 1. The standard-ABI build
+ * serves any MPI that implements the ABI: nothing to check. */
+static void check_mpi(void) {
+#if defined(SHIM_LIB)
+    Dl_info di;
+    void *f = dlsym(RTLD_DEFAULT, "PMPI_Init");
+    if (!f || !dladdr(f, &di) || !di.dli_fname) return;
+    void *h = dlopen(di.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    if (!h) return;
+    const int ompi = dlsym(h, "ompi_mpi_comm_world") != NULL;
+    dlclose(h);
+#if defined(OPEN_MPI)
+    if (ompi) return;
+#else
+    if (!ompi) return;
+#endif
+    const char *r = getenv("PMI_RANK");
+    if (!r) r = getenv("OMPI_COMM_WORLD_RANK");
+    if (!r || !strcmp(r, "0"))
+        fprintf(stderr,
+                "cxlkit-mpi: wrong MPI: this is the shim built for " SHIM_MPI " (" SHIM_LIB
+                ") but the program runs " OTHER_MPI " (%s); preload " OTHER_LIB
+                " instead (exiting)\n",
+                di.dli_fname);
+    exit(1);
+#endif
+}
+
 int MPI_Init(int *argc, char ***argv) {
+    check_mpi();
     int rc = PMPI_Init(argc, argv);
     if (rc == MPI_SUCCESS) boot(MPI_THREAD_SINGLE);
     return rc;
 }
 
 int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
+    check_mpi();
     int rc = PMPI_Init_thread(argc, argv, required, provided);
     if (rc == MPI_SUCCESS) boot(*provided);
     return rc;
 }
 
+/* Traffic per route (CXLKIT_MPI_STATS): what a measurement across hosts reads to see that
+ * each route carried what it should. */
 static void print_stats(void) {
     const struct shim_stats *s = &g.st;
     fprintf(stderr,
             "cxlkit-mpi: rank %d: %s: pool %llu sends %llu B, %llu receives %llu B; " SHIM_MPI
-            " (communicators not routed) %llu sends, %llu receives; %llu packed\n",
+            "'s path %llu sends, %llu receives (peers on this host or off the pool, "
+            "communicators not routed); %llu packed; collectives %llu through the pool, %llu "
+            "polled\n",
             g.rank, g.on ? "on" : "off", (unsigned long long)s->pool_sends,
             (unsigned long long)s->pool_send_bytes, (unsigned long long)s->pool_recvs,
             (unsigned long long)s->pool_recv_bytes, (unsigned long long)s->mpi_sends,
-            (unsigned long long)s->mpi_recvs, (unsigned long long)s->packed);
+            (unsigned long long)s->mpi_recvs, (unsigned long long)s->packed,
+            (unsigned long long)s->coll_pool, (unsigned long long)s->coll_mpi);
     fprintf(stderr,
             "cxlkit-mpi: rank %d: pool memory: %llu MPI_Alloc_mem blocks (%llu from the MPI: "
             "partition full), %llu one-copy sends\n",
@@ -249,14 +401,16 @@ static void print_stats(void) {
 int MPI_Finalize(void) {
     if (g.on) {
         slots_drain_detached(1);
+        shim_mpi_copies_drain(1);
         if (g.stats) print_stats();
-        int rc = cxk_msg_finalize(g.eng);
+        int rc = g.eng ? cxk_msg_finalize(g.eng) : 0;
         if (rc) shim_err(rc, "finalize");
-        cxk_pool_close(g.pool);
+        if (g.pool) cxk_pool_close(g.pool);
         g.eng = NULL, g.pool = NULL, g.on = 0;
         shim_comms_free_all();
-        free(g.world.to_world), free(g.world.from_world);
-        g.world.to_world = g.world.from_world = NULL;
+        free(g.world.to_world), free(g.world.from_world), free(g.world.route), free(g.world.q);
+        g.world.to_world = g.world.from_world = NULL, g.world.route = NULL, g.world.q = NULL;
+        shim_routes_free();
     } else if (g.stats) {
         print_stats();
     }

@@ -38,22 +38,29 @@ int shim_rank_to_world(struct shim_comm *sc, int r) { return sc->to_world[r]; }
  * and their slots still point here, so the entries stay until MPI_Finalize. */
 static struct shim_comm *retired;
 
-static void drop(MPI_Comm comm) {
+/* 1 when the MPI's communicator must outlive the program's free: receives of it wait in
+ * its queue, not yet handed to the MPI (so the MPI holds no reference for them). */
+static int drop(MPI_Comm comm) {
     for (int i = 0; i < ntab; ++i)
         if (tab[i]->comm == comm) {
             struct shim_comm *sc = tab[i];
+            const int hold = sc->nq > 0;
+            if (hold) sc->held = comm;
             if (mru == sc) mru = NULL;
             tab[i] = tab[--ntab];
             sc->comm = MPI_COMM_NULL;
             sc->next = retired;
             retired = sc;
-            return;
+            return hold;
         }
+    return 0;
 }
 
 static void free_comm(struct shim_comm *sc) {
     free(sc->to_world);
     free(sc->from_world);
+    free(sc->route);
+    free(sc->q);
     free(sc);
 }
 
@@ -78,6 +85,7 @@ static void adopt(MPI_Comm newcomm) {
     if (PMPI_Comm_test_inter(newcomm, &inter) != MPI_SUCCESS || inter) return;
     if (PMPI_Comm_size(newcomm, &n) != MPI_SUCCESS) return;
     struct shim_comm *sc = calloc(1, sizeof *sc);
+    if (sc) sc->held = MPI_COMM_NULL;
     int *ids = malloc(sizeof(int) * (size_t)n);
     int ok = sc && ids;
     if (ok) {
@@ -100,6 +108,7 @@ static void adopt(MPI_Comm newcomm) {
             else sc->from_world[w] = i;
         }
     }
+    if (ok) sc->size = n, ok = shim_routes_fill(sc);
     if (ok && ntab == captab) {
         int ncap = captab ? 2 * captab : 16;
         struct shim_comm **nt = realloc(tab, sizeof *nt * (size_t)ncap);
@@ -110,7 +119,7 @@ static void adopt(MPI_Comm newcomm) {
     if (PMPI_Allreduce(v, out, 2, MPI_INT, MPI_MAX, newcomm) != MPI_SUCCESS) out[1] = 1;
     free(ids);
     if (out[1]) {  /* some rank could not: the whole communicator stays on PMPI */
-        if (sc) free(sc->to_world), free(sc->from_world);
+        if (sc) free(sc->to_world), free(sc->from_world), free(sc->route);
         free(sc);
         return;
     }
@@ -171,12 +180,18 @@ int MPI_Cart_sub(MPI_Comm comm, const int remain_dims[], MPI_Comm *newcomm) {
 }
 
 int MPI_Comm_free(MPI_Comm *comm) {
-    if (g.on && comm) drop(*comm);
+    if (g.on && comm && drop(*comm)) {
+        *comm = MPI_COMM_NULL;
+        return MPI_SUCCESS;
+    }
     return PMPI_Comm_free(comm);
 }
 
 int MPI_Comm_disconnect(MPI_Comm *comm) {
-    if (g.on && comm) drop(*comm);
+    if (g.on && comm && drop(*comm)) {
+        *comm = MPI_COMM_NULL;
+        return MPI_SUCCESS;
+    }
     return PMPI_Comm_disconnect(comm);
 }
 

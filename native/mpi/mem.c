@@ -9,7 +9,7 @@
 #include "shim.h"
 
 int MPI_Alloc_mem(MPI_Aint size, MPI_Info info, void *baseptr) {
-    if (!g.on || size <= 0) return PMPI_Alloc_mem(size, info, baseptr);
+    if (!g.eng || size <= 0) return PMPI_Alloc_mem(size, info, baseptr);
     void *p = NULL;
     int rc = cxk_msg_alloc_mem(g.eng, (uint64_t)size, &p);
     if (rc == -ENOSPC || rc == -ENOMEM) {
@@ -24,7 +24,7 @@ int MPI_Alloc_mem(MPI_Aint size, MPI_Info info, void *baseptr) {
 }
 
 int MPI_Free_mem(void *base) {
-    if (!g.on || !base || !cxk_msg_is_pool_mem(g.eng, base, 1)) return PMPI_Free_mem(base);
+    if (!g.eng || !base || !cxk_msg_is_pool_mem(g.eng, base, 1)) return PMPI_Free_mem(base);
     int rc = cxk_msg_free_mem(g.eng, base);
     if (rc == -EINVAL)  /* inside a block, not its start: not what MPI_Alloc_mem gave */
         return shim_fail(MPI_COMM_WORLD, MPI_ERR_ARG);

@@ -4,8 +4,35 @@
  * on a routed communicator is a buffered send (its own copy, nobody waits for it) plus a
  * receive whose request is the call's. On other communicators they go to PMPI. */
 #include <limits.h>
+#include <stdlib.h>
 
 #include "mpi/shim.h"
+
+/* Sends to a peer on the MPI's path from a copy of the shim's, nobody waiting for them: each
+ * copy is freed once the MPI completes its send. */
+struct mpi_copy {
+    MPI_Request r;
+    void *buf;
+};
+static struct mpi_copy *copies;
+static int ncopies;
+#if MPI_VERSION >= 4
+static int capcopies;
+#endif
+
+void shim_mpi_copies_drain(int block) {
+    for (int k = 0; k < ncopies;) {
+        int flag = 0;
+        if (block) PMPI_Wait(&copies[k].r, MPI_STATUS_IGNORE), flag = 1;
+        else PMPI_Test(&copies[k].r, &flag, MPI_STATUS_IGNORE);
+        if (!flag) {
+            ++k;
+            continue;
+        }
+        free(copies[k].buf);
+        copies[k] = copies[--ncopies];
+    }
+}
 
 #if MPI_VERSION >= 4
 
@@ -101,9 +128,36 @@ int MPI_Imrecv_c(void *buf, MPI_Count count, MPI_Datatype dt, MPI_Message *msg,
 
 /* The send half carries its own copy (taken now), so the request need only be the receive's:
  * once it completes, both buffers are the caller's again. */
+static int mpi_copy_send(const void *sbuf, int scount, MPI_Datatype sdt, int dest, int stag,
+                         MPI_Comm comm) {
+    int n = 0, pos = 0;
+    if (scount < 0) return shim_fail(comm, MPI_ERR_COUNT);
+    if (PMPI_Pack_size(scount, sdt, comm, &n) != MPI_SUCCESS) return shim_fail(comm, MPI_ERR_TYPE);
+    if (ncopies == capcopies) {
+        const int ncap = capcopies ? 2 * capcopies : 16;
+        struct mpi_copy *nc = realloc(copies, sizeof *nc * (size_t)ncap);
+        if (!nc) return shim_fail(comm, MPI_ERR_NO_MEM);
+        copies = nc, capcopies = ncap;
+    }
+    void *buf = malloc(n ? (size_t)n : 1);
+    if (!buf) return shim_fail(comm, MPI_ERR_NO_MEM);
+    int rc = PMPI_Pack(sbuf, scount, sdt, buf, n, &pos, comm);
+    if (!rc) rc = PMPI_Isend(buf, pos, MPI_PACKED, dest, stag, comm, &copies[ncopies].r);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    copies[ncopies++].buf = buf;
+    ++g.st.mpi_sends;
+    return MPI_SUCCESS;
+}
+
 static int send_half(const void *sbuf, int scount, MPI_Datatype sdt, int dest, int stag,
                      MPI_Comm comm) {
     if (dest == MPI_PROC_NULL) return MPI_SUCCESS;
+    struct shim_comm *sc = shim_comm_of(comm);
+    if (dest >= 0 && dest < sc->size && !sc->route[dest])  /* the MPI's Ibsend needs a buffer */
+        return mpi_copy_send(sbuf, scount, sdt, dest, stag, comm);
     MPI_Request s;
     int rc = MPI_Ibsend(sbuf, scount, sdt, dest, stag, comm, &s);
     return rc != MPI_SUCCESS ? rc : MPI_Request_free(&s);
@@ -112,7 +166,8 @@ static int send_half(const void *sbuf, int scount, MPI_Datatype sdt, int dest, i
 int MPI_Isendrecv(const void *sbuf, int scount, MPI_Datatype sdt, int dest, int stag, void *rbuf,
                   int rcount, MPI_Datatype rdt, int source, int rtag, MPI_Comm comm,
                   MPI_Request *req) {
-    if (!shim_comm_of(comm))
+    struct shim_comm *sc = shim_comm_of(comm);
+    if (!sc || !sc->npool)
         return PMPI_Isendrecv(sbuf, scount, sdt, dest, stag, rbuf, rcount, rdt, source, rtag,
                               comm, req);
     int rc = send_half(sbuf, scount, sdt, dest, stag, comm);
@@ -121,7 +176,8 @@ int MPI_Isendrecv(const void *sbuf, int scount, MPI_Datatype sdt, int dest, int 
 
 int MPI_Isendrecv_replace(void *buf, int count, MPI_Datatype dt, int dest, int stag, int source,
                           int rtag, MPI_Comm comm, MPI_Request *req) {
-    if (!shim_comm_of(comm))
+    struct shim_comm *sc = shim_comm_of(comm);
+    if (!sc || !sc->npool)
         return PMPI_Isendrecv_replace(buf, count, dt, dest, stag, source, rtag, comm, req);
     int rc = send_half(buf, count, dt, dest, stag, comm);
     return rc != MPI_SUCCESS ? rc : MPI_Irecv(buf, count, dt, source, rtag, comm, req);

@@ -9,6 +9,24 @@
 
 #include "mpi/shim.h"
 
+/* sc when a message to or from comm rank peer goes through the pool, else NULL (the MPI's own
+ * path: a peer on this host or off the pool, a communicator not routed, MPI_PROC_NULL). */
+static struct shim_comm *pool_peer(MPI_Comm comm, int peer) {
+    struct shim_comm *sc = shim_comm_of(comm);
+    if (!sc || !sc->npool || peer == MPI_PROC_NULL) return NULL;
+    if (peer < 0 || peer >= sc->size) return sc;  /* check_args names the bad rank */
+    return sc->route[peer] ? sc : NULL;
+}
+
+/* Where a receive from source goes. */
+enum { RX_MPI, RX_POOL, RX_QUEUE };
+static int recv_route(struct shim_comm *sc, int source) {
+    if (!sc || !sc->npool || source == MPI_PROC_NULL) return RX_MPI;
+    if (shim_must_queue(sc, source)) return RX_QUEUE;
+    if (source == MPI_ANY_SOURCE || source < 0 || source >= sc->size) return RX_POOL;
+    return sc->route[source] ? RX_POOL : RX_MPI;
+}
+
 /* MPI error class of bad arguments, before anything starts. */
 static int check_args(const struct shim_comm *sc, int count, int peer, int tag, int recv) {
     if (count < 0) return MPI_ERR_COUNT;
@@ -51,7 +69,7 @@ int shim_send_start(struct slot *s) {
         if (nbytes) memcpy(s->tmp, s->sbuf, nbytes);
         src = s->tmp;
     }
-    rc = cxk_msg_isend_ctx(g.eng, nbytes ? src : NULL, (int64_t)nbytes, s->sc->to_world[s->peer],
+    rc = cxk_msg_isend_ctx(g.eng, nbytes ? src : NULL, (int64_t)nbytes, shim_eng(s->sc, s->peer),
                            s->tag, s->sc->ctx, s->sync ? CXK_MSG_SYNC : 0, &s->req);
     if (rc) return shim_err(rc, "send");
     ++g.st.pool_sends;
@@ -73,22 +91,46 @@ static int recv_room(struct slot *s, void **dst, uint64_t *cap, int *dense, int 
     return rc;
 }
 
-int shim_recv_start(struct slot *s) {
+int shim_recv_post(struct slot *s, int esrc, int etag) {
     void *dst;
     uint64_t cap;
     int dense, tsize;
     int rc = recv_room(s, &dst, &cap, &dense, &tsize);
     if (rc) return rc;
-    const int src = s->peer == MPI_ANY_SOURCE ? CXK_ANY_SOURCE : s->sc->to_world[s->peer];
-    const int tag = s->tag == MPI_ANY_TAG ? CXK_ANY_TAG : s->tag;
-    rc = cxk_msg_irecv_ctx(g.eng, cap ? dst : NULL, (int64_t)cap, src, tag, s->sc->ctx, &s->req);
+    rc = cxk_msg_irecv_ctx(g.eng, cap ? dst : NULL, (int64_t)cap, esrc, etag, s->sc->ctx, &s->req);
     return rc ? shim_err(rc, "receive") : MPI_SUCCESS;
+}
+
+/* A receive slot's start: queued behind (or as) an ANY_SOURCE receive of a communicator of
+ * both routes, handed to the MPI for a peer on its path, else the engine's. */
+int shim_recv_start(struct slot *s) {
+    s->via_mpi = 0, s->mpi_err = MPI_SUCCESS, s->mreq = MPI_REQUEST_NULL;
+    switch (recv_route(s->sc, s->peer)) {
+        case RX_QUEUE: {
+            const int i = slot_index(s);
+            if (i < 0) return MPI_ERR_INTERN;  /* blocking receives queue through Irecv */
+            return shim_queue_add(s->sc, i);
+        }
+        case RX_MPI:
+            s->via_mpi = 1;
+            return PMPI_Irecv(s->rbuf, s->count, s->dt, s->peer, s->tag, s->comm, &s->mreq);
+        default: break;
+    }
+    const int src = s->peer == MPI_ANY_SOURCE ? CXK_ANY_SOURCE : shim_eng(s->sc, s->peer);
+    const int tag = s->tag == MPI_ANY_TAG ? CXK_ANY_TAG : s->tag;
+    return shim_recv_post(s, src, tag);
 }
 
 int shim_recv_finish(struct slot *s, MPI_Status *st) {
     if (s->cancelled) {
         shim_status_set(st, MPI_ANY_SOURCE, MPI_ANY_TAG, 0, 1);
         return MPI_SUCCESS;
+    }
+    if (s->via_mpi) {  /* the MPI wrote the data; its status, saved at completion */
+        const int src = s->src >= 0 && s->src < g.size ? s->sc->from_world[s->src] : MPI_ANY_SOURCE;
+        shim_status_set(st, src, s->rtag, s->nbytes, 0);
+        ++g.st.mpi_recvs;
+        return s->mpi_err;
     }
     if (s->err && s->err != -EMSGSIZE) return shim_err(s->err, "receive");
     void *dst;
@@ -146,8 +188,8 @@ static int mpi_poll(int rc, MPI_Request *r, MPI_Status *st) {
 }
 
 int MPI_Send(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
-    struct shim_comm *sc = shim_comm_of(comm);
-    if (sc && dest != MPI_PROC_NULL) return send_blocking(buf, count, dt, dest, tag, comm, sc, 0);
+    struct shim_comm *sc = pool_peer(comm, dest);
+    if (sc) return send_blocking(buf, count, dt, dest, tag, comm, sc, 0);
     if (!g.on) return PMPI_Send(buf, count, dt, dest, tag, comm);
     ++g.st.mpi_sends;
     MPI_Request r;
@@ -157,15 +199,15 @@ int MPI_Send(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI
 }
 
 int MPI_Ssend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
-    struct shim_comm *sc = shim_comm_of(comm);
-    if (sc && dest != MPI_PROC_NULL) return send_blocking(buf, count, dt, dest, tag, comm, sc, 1);
+    struct shim_comm *sc = pool_peer(comm, dest);
+    if (sc) return send_blocking(buf, count, dt, dest, tag, comm, sc, 1);
     if (g.on) ++g.st.mpi_sends;
     return PMPI_Ssend(buf, count, dt, dest, tag, comm);
 }
 
 int MPI_Rsend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
-    struct shim_comm *sc = shim_comm_of(comm);
-    if (sc && dest != MPI_PROC_NULL) return send_blocking(buf, count, dt, dest, tag, comm, sc, 0);
+    struct shim_comm *sc = pool_peer(comm, dest);
+    if (sc) return send_blocking(buf, count, dt, dest, tag, comm, sc, 0);
     if (g.on) ++g.st.mpi_sends;
     return PMPI_Rsend(buf, count, dt, dest, tag, comm);
 }
@@ -173,7 +215,13 @@ int MPI_Rsend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MP
 int MPI_Recv(void *buf, int count, MPI_Datatype dt, int source, int tag, MPI_Comm comm,
              MPI_Status *st) {
     struct shim_comm *sc = shim_comm_of(comm);
-    if (!sc || source == MPI_PROC_NULL) {
+    const int rx = recv_route(sc, source);
+    if (rx == RX_QUEUE) {  /* a slot of the table, so the queue can hold it */
+        MPI_Request r;
+        int rc = MPI_Irecv(buf, count, dt, source, tag, comm, &r);
+        return rc ? rc : MPI_Wait(&r, st);
+    }
+    if (rx == RX_MPI) {
         if (!g.on) return PMPI_Recv(buf, count, dt, source, tag, comm, st);
         ++g.st.mpi_recvs;
         MPI_Request r;
@@ -214,8 +262,8 @@ static int new_request(struct shim_comm *sc, MPI_Comm comm, int kind, int mode, 
 #define SEND_CALL(NAME, MODE, PERSISTENT)                                                      \
     int MPI_##NAME(const void *buf, int count, MPI_Datatype dt, int dest, int tag,              \
                    MPI_Comm comm, MPI_Request *req) {                                           \
-        struct shim_comm *sc = shim_comm_of(comm);                                              \
-        if (!sc || dest == MPI_PROC_NULL) {                                                     \
+        struct shim_comm *sc = pool_peer(comm, dest);                                           \
+        if (!sc) {                                                                              \
             if (g.on) ++g.st.mpi_sends;                                                         \
             return PMPI_##NAME(buf, count, dt, dest, tag, comm, req);                           \
         }                                                                                       \
@@ -234,8 +282,8 @@ SEND_CALL(Bsend_init, MODE_BUFFERED, 1)
 /* Buffered: the engine gets a copy and the call returns; the shim drains it later. The
  * user's MPI_Buffer_attach space is not used (nor can it overflow). */
 int MPI_Bsend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
-    struct shim_comm *sc = shim_comm_of(comm);
-    if (!sc || dest == MPI_PROC_NULL) {
+    struct shim_comm *sc = pool_peer(comm, dest);
+    if (!sc) {
         if (g.on) ++g.st.mpi_sends;
         return PMPI_Bsend(buf, count, dt, dest, tag, comm);
     }
@@ -246,7 +294,7 @@ int MPI_Bsend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MP
 int MPI_Irecv(void *buf, int count, MPI_Datatype dt, int source, int tag, MPI_Comm comm,
               MPI_Request *req) {
     struct shim_comm *sc = shim_comm_of(comm);
-    if (!sc || source == MPI_PROC_NULL) {
+    if (recv_route(sc, source) == RX_MPI) {
         if (g.on) ++g.st.mpi_recvs;
         return PMPI_Irecv(buf, count, dt, source, tag, comm, req);
     }
@@ -256,7 +304,8 @@ int MPI_Irecv(void *buf, int count, MPI_Datatype dt, int source, int tag, MPI_Co
 int MPI_Recv_init(void *buf, int count, MPI_Datatype dt, int source, int tag, MPI_Comm comm,
                   MPI_Request *req) {
     struct shim_comm *sc = shim_comm_of(comm);
-    if (!sc || source == MPI_PROC_NULL) {
+    /* on a communicator of both routes each start decides (a queue may be waiting then) */
+    if (recv_route(sc, source) == RX_MPI && !(sc && sc->mixed && source != MPI_PROC_NULL)) {
         if (g.on) ++g.st.mpi_recvs;
         return PMPI_Recv_init(buf, count, dt, source, tag, comm, req);
     }
@@ -292,11 +341,33 @@ static int sendrecv(struct shim_comm *sc, MPI_Comm comm, const void *sbuf, int s
     return rc ? shim_fail(comm, rc) : MPI_SUCCESS;
 }
 
+/* Sendrecv on a communicator of both routes: the shim's own Irecv, Isend and Waitall (each
+ * half on its peer's route, the receive queued when it must be). */
+static int sendrecv_mixed(const void *sbuf, int scount, MPI_Datatype sdt, int dest, int stag,
+                          void *rbuf, int rcount, MPI_Datatype rdt, int source, int rtag,
+                          MPI_Comm comm, MPI_Status *st) {
+    MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    MPI_Status sts[2];
+    int rc = MPI_Irecv(rbuf, rcount, rdt, source, rtag, comm, &r[0]);
+    if (!rc) rc = MPI_Isend(sbuf, scount, sdt, dest, stag, comm, &r[1]);
+    if (rc) {
+        if (r[0] != MPI_REQUEST_NULL) MPI_Cancel(&r[0]), MPI_Wait(&r[0], MPI_STATUS_IGNORE);
+        return rc;
+    }
+    rc = MPI_Waitall(2, r, sts);
+    if (rc == MPI_ERR_IN_STATUS) rc = sts[0].MPI_ERROR ? sts[0].MPI_ERROR : sts[1].MPI_ERROR;
+    if (st != MPI_STATUS_IGNORE) *st = sts[0];
+    return rc;
+}
+
 int MPI_Sendrecv(const void *sbuf, int scount, MPI_Datatype sdt, int dest, int stag, void *rbuf,
                  int rcount, MPI_Datatype rdt, int source, int rtag, MPI_Comm comm,
                  MPI_Status *st) {
     struct shim_comm *sc = shim_comm_of(comm);
-    if (!sc) {
+    if (sc && sc->mixed)
+        return sendrecv_mixed(sbuf, scount, sdt, dest, stag, rbuf, rcount, rdt, source, rtag,
+                              comm, st);
+    if (!sc || !sc->npool) {
         if (g.on) ++g.st.mpi_sends, ++g.st.mpi_recvs;
         return PMPI_Sendrecv(sbuf, scount, sdt, dest, stag, rbuf, rcount, rdt, source, rtag,
                              comm, st);
@@ -305,10 +376,29 @@ int MPI_Sendrecv(const void *sbuf, int scount, MPI_Datatype sdt, int dest, int s
                     st, 0);
 }
 
+/* The same for Sendrecv_replace: the outgoing data packed first (MPI_PACKED matches the
+ * receiver's datatype on either route). */
+static int sendrecv_replace_mixed(void *buf, int count, MPI_Datatype dt, int dest, int stag,
+                                  int source, int rtag, MPI_Comm comm, MPI_Status *st) {
+    int n = 0, pos = 0;
+    if (count < 0) return shim_fail(comm, MPI_ERR_COUNT);
+    if (PMPI_Pack_size(count, dt, comm, &n) != MPI_SUCCESS) return shim_fail(comm, MPI_ERR_TYPE);
+    void *tmp = malloc(n ? (size_t)n : 1);
+    if (!tmp) return shim_fail(comm, MPI_ERR_NO_MEM);
+    int rc = PMPI_Pack(buf, count, dt, tmp, n, &pos, comm);
+    if (!rc)
+        rc = sendrecv_mixed(tmp, pos, MPI_PACKED, dest, stag, buf, count, dt, source, rtag, comm,
+                            st);
+    free(tmp);
+    return rc;
+}
+
 int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype dt, int dest, int stag, int source,
                          int rtag, MPI_Comm comm, MPI_Status *st) {
     struct shim_comm *sc = shim_comm_of(comm);
-    if (!sc) {
+    if (sc && sc->mixed)
+        return sendrecv_replace_mixed(buf, count, dt, dest, stag, source, rtag, comm, st);
+    if (!sc || !sc->npool) {
         if (g.on) ++g.st.mpi_sends, ++g.st.mpi_recvs;
         return PMPI_Sendrecv_replace(buf, count, dt, dest, stag, source, rtag, comm, st);
     }
@@ -318,41 +408,69 @@ int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype dt, int dest, int st
 /* ---- probes ---- */
 static int probe_args(struct shim_comm *sc, int source, int tag, int *src, int *tg) {
     int rc = check_args(sc, 0, source, tag, 1);
-    *src = source == MPI_ANY_SOURCE ? CXK_ANY_SOURCE : rc ? 0 : sc->to_world[source];
+    *src = source == MPI_ANY_SOURCE ? CXK_ANY_SOURCE : rc ? 0 : shim_eng(sc, source);
     *tg = tag == MPI_ANY_TAG ? CXK_ANY_TAG : tag;
     return rc;
 }
 
 static void probe_status(struct shim_comm *sc, const struct cxk_msg_status *cs, MPI_Status *st) {
-    const int src = cs->source >= 0 && cs->source < g.size ? sc->from_world[cs->source] : -1;
-    shim_status_set(st, src, cs->tag, cs->count, 0);
+    shim_status_set(st, shim_comm_rank_of_eng(sc, cs->source), cs->tag, cs->count, 0);
+}
+
+/* Where a probe looks: the MPI alone, the pool alone, or both (ANY_SOURCE on a communicator of
+ * both routes). Queued receives take their messages first: a probe sees what a receive
+ * posted now would get. */
+enum { PR_MPI = 1, PR_POOL = 2, PR_BOTH = 3 };
+static int probe_route(struct shim_comm *sc, int source) {
+    if (!sc || !sc->npool || source == MPI_PROC_NULL) return PR_MPI;
+    if (sc->nq) shim_progress();
+    if (source == MPI_ANY_SOURCE) return sc->mixed ? PR_BOTH : PR_POOL;
+    if (source < 0 || source >= sc->size) return PR_POOL;
+    return sc->route[source] ? PR_POOL : PR_MPI;
+}
+
+/* The engine's part of a probe (source in comm ranks or ANY). */
+static int pool_iprobe(struct shim_comm *sc, int source, int tag, int *flag,
+                       struct cxk_msg_status *cs) {
+    int src, tg, rc = probe_args(sc, source, tag, &src, &tg);
+    if (rc) return rc;
+    if ((rc = cxk_msg_iprobe_ctx(g.eng, src, tg, sc->ctx, flag, cs))) return shim_err(rc, "iprobe");
+    return MPI_SUCCESS;
 }
 
 int MPI_Iprobe(int source, int tag, MPI_Comm comm, int *flag, MPI_Status *st) {
     struct shim_comm *sc = shim_comm_of(comm);
-    if (!sc || source == MPI_PROC_NULL) {
-        if (g.on && g.inflight) cxk_msg_progress(g.eng);
-        return PMPI_Iprobe(source, tag, comm, flag, st);
+    const int pr = probe_route(sc, source);
+    if (pr & PR_MPI) {
+        if (g.on && g.inflight) shim_progress();
+        int rc = PMPI_Iprobe(source, tag, comm, flag, st);
+        if (rc || *flag || pr == PR_MPI) return rc;
     }
-    int src, tg, rc = probe_args(sc, source, tag, &src, &tg);
-    if (rc) return shim_fail(comm, rc);
     struct cxk_msg_status cs;
-    if ((rc = cxk_msg_iprobe_ctx(g.eng, src, tg, sc->ctx, flag, &cs)))
-        return shim_fail(comm, shim_err(rc, "iprobe"));
+    int rc = pool_iprobe(sc, source, tag, flag, &cs);
+    if (rc) return shim_fail(comm, rc);
     if (*flag) probe_status(sc, &cs, st);
     return MPI_SUCCESS;
 }
 
 int MPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status *st) {
     struct shim_comm *sc = shim_comm_of(comm);
-    if (!sc || source == MPI_PROC_NULL) return PMPI_Probe(source, tag, comm, st);
-    int src, tg, rc = probe_args(sc, source, tag, &src, &tg);
-    if (rc) return shim_fail(comm, rc);
-    struct cxk_msg_status cs;
-    if ((rc = cxk_msg_probe_ctx(g.eng, src, tg, sc->ctx, &cs)))
-        return shim_fail(comm, shim_err(rc, "probe"));
-    probe_status(sc, &cs, st);
-    return MPI_SUCCESS;
+    const int pr = probe_route(sc, source);
+    if (pr == PR_MPI && !(g.on && g.inflight)) return PMPI_Probe(source, tag, comm, st);
+    if (pr == PR_POOL) {
+        int src, tg, rc = probe_args(sc, source, tag, &src, &tg);
+        if (rc) return shim_fail(comm, rc);
+        struct cxk_msg_status cs;
+        if ((rc = cxk_msg_probe_ctx(g.eng, src, tg, sc->ctx, &cs)))
+            return shim_fail(comm, shim_err(rc, "probe"));
+        probe_status(sc, &cs, st);
+        return MPI_SUCCESS;
+    }
+    for (int flag = 0;;) {  /* both routes (or the MPI while the engine owes progress) */
+        int rc = MPI_Iprobe(source, tag, comm, &flag, st);
+        if (rc || flag) return rc;
+        shim_progress();
+    }
 }
 
 /* Matched probe: the probed message is received at once into a buffer of the message handle
@@ -367,7 +485,7 @@ static int take_message(struct shim_comm *sc, MPI_Comm comm, const struct cxk_ms
     int rc = grow_tmp(s, cs->count);
     if (!rc) {
         rc = cxk_msg_irecv_ctx(g.eng, cs->count ? s->tmp : NULL, (int64_t)cs->count, cs->source,
-                               cs->tag, sc->ctx, &s->req);
+                               cs->tag, sc->ctx, &s->req);  /* engine ranks both */
         rc = rc ? shim_err(rc, "mprobe") : MPI_SUCCESS;
     }
     if (!rc) {
@@ -386,24 +504,35 @@ static int take_message(struct shim_comm *sc, MPI_Comm comm, const struct cxk_ms
 int MPI_Improbe(int source, int tag, MPI_Comm comm, int *flag, MPI_Message *msg,
                 MPI_Status *st) {
     struct shim_comm *sc = shim_comm_of(comm);
-    if (!sc || source == MPI_PROC_NULL) return PMPI_Improbe(source, tag, comm, flag, msg, st);
-    int src, tg, rc = probe_args(sc, source, tag, &src, &tg);
-    if (rc) return shim_fail(comm, rc);
+    const int pr = probe_route(sc, source);
+    if (pr & PR_MPI) {
+        if (g.on && g.inflight) shim_progress();
+        int rc = PMPI_Improbe(source, tag, comm, flag, msg, st);
+        if (rc || *flag || pr == PR_MPI) return rc;
+    }
     struct cxk_msg_status cs;
-    if ((rc = cxk_msg_iprobe_ctx(g.eng, src, tg, sc->ctx, flag, &cs)))
-        return shim_fail(comm, shim_err(rc, "improbe"));
+    int rc = pool_iprobe(sc, source, tag, flag, &cs);
+    if (rc) return shim_fail(comm, rc);
     return *flag ? take_message(sc, comm, &cs, msg, st) : MPI_SUCCESS;
 }
 
 int MPI_Mprobe(int source, int tag, MPI_Comm comm, MPI_Message *msg, MPI_Status *st) {
     struct shim_comm *sc = shim_comm_of(comm);
-    if (!sc || source == MPI_PROC_NULL) return PMPI_Mprobe(source, tag, comm, msg, st);
-    int src, tg, rc = probe_args(sc, source, tag, &src, &tg);
-    if (rc) return shim_fail(comm, rc);
-    struct cxk_msg_status cs;
-    if ((rc = cxk_msg_probe_ctx(g.eng, src, tg, sc->ctx, &cs)))
-        return shim_fail(comm, shim_err(rc, "mprobe"));
-    return take_message(sc, comm, &cs, msg, st);
+    const int pr = probe_route(sc, source);
+    if (pr == PR_MPI && !(g.on && g.inflight)) return PMPI_Mprobe(source, tag, comm, msg, st);
+    if (pr == PR_POOL) {
+        int src, tg, rc = probe_args(sc, source, tag, &src, &tg);
+        if (rc) return shim_fail(comm, rc);
+        struct cxk_msg_status cs;
+        if ((rc = cxk_msg_probe_ctx(g.eng, src, tg, sc->ctx, &cs)))
+            return shim_fail(comm, shim_err(rc, "mprobe"));
+        return take_message(sc, comm, &cs, msg, st);
+    }
+    for (int flag = 0;;) {
+        int rc = MPI_Improbe(source, tag, comm, &flag, msg, st);
+        if (rc || flag) return rc;
+        shim_progress();
+    }
 }
 
 /* The message's bytes into buf as a completed receive slot (the request of Imrecv). */

@@ -32,6 +32,11 @@ int slot_new(void) {
 
 struct slot *slot_at(int i) { return &slots[i]; }
 
+int slot_index(const struct slot *s) {
+    if (!slots || s < slots || s >= slots + hw) return -1;
+    return (int)(s - slots);
+}
+
 void slot_release(int i) {
     free(slots[i].tmp);
     memset(&slots[i], 0, sizeof slots[i]);
@@ -103,7 +108,38 @@ static void settle(struct slot *s) {
     if (s->counted) s->counted = 0, --g.inflight;
 }
 
+/* A receive handed to the MPI: done once its request is (the status saved for the caller). */
+static int drive_mpi(struct slot *s, int block) {
+    while (s->mreq != MPI_REQUEST_NULL) {
+        int flag = 0, cancelled = 0, n = 0;
+        MPI_Status st;
+        const int rc = PMPI_Test(&s->mreq, &flag, &st);
+        if (rc != MPI_SUCCESS) {
+            s->mpi_err = rc, s->src = -1, s->mreq = MPI_REQUEST_NULL;
+            break;
+        }
+        if (flag) {
+            PMPI_Test_cancelled(&st, &cancelled);
+            PMPI_Get_count(&st, MPI_BYTE, &n);
+            s->cancelled = (uint8_t)cancelled;
+            s->src = st.MPI_SOURCE >= 0 && st.MPI_SOURCE < s->sc->size ? s->sc->to_world[st.MPI_SOURCE]
+                                                                       : -1;
+            s->rtag = st.MPI_TAG, s->nbytes = n == MPI_UNDEFINED ? 0 : (uint64_t)n;
+            break;
+        }
+        if (!block) return 0;
+        shim_progress();
+    }
+    settle(s);
+    return 1;
+}
+
 int slot_drive(struct slot *s, int block) {
+    while (s->queued) {  /* waits in its communicator's queue for a message (anysrc.c) */
+        shim_progress();
+        if (s->queued && !block) return 0;
+    }
+    if (s->via_mpi) return s->done ? 1 : drive_mpi(s, block);
     if (!s->req) return 1;
     struct cxk_msg_status cs = {0};
     int done = 1, rc;
@@ -116,7 +152,8 @@ int slot_drive(struct slot *s, int block) {
         if (s->kind == SLOT_RECV) cxk_msg_cancel(g.eng, s->req);
         s->src = -1;
     } else {
-        s->src = cs.source, s->rtag = cs.tag, s->nbytes = cs.count;
+        s->src = cs.source >= 0 && cs.source < g.esize ? g.e2w[cs.source] : -1;
+        s->rtag = cs.tag, s->nbytes = cs.count;
     }
     s->err = rc;
     settle(s);
@@ -252,7 +289,7 @@ static int mpi_wait_polling(MPI_Request *r, MPI_Status *st) {
          * source 0 and tag 0 where its Wait gives MPI_PROC_NULL and MPI_ANY_TAG */
         int flag = 0, rc = PMPI_Request_get_status(*r, &flag, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS || flag) return PMPI_Wait(r, st);
-        cxk_msg_progress(g.eng);
+        shim_progress();
         slots_drain_detached(0);
     }
 }
@@ -271,7 +308,7 @@ int MPI_Wait(MPI_Request *r, MPI_Status *st) {
 int MPI_Test(MPI_Request *r, int *flag, MPI_Status *st) {
     int i = g.on && r ? slot_of_request(*r) : -1;
     if (i < 0) {
-        if (g.on && g.inflight) cxk_msg_progress(g.eng);
+        if (g.on && g.inflight) shim_progress();
         return PMPI_Test(r, flag, st);
     }
     if (!slot_poll(i, 0)) {
@@ -312,7 +349,7 @@ int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status sts[]) {
             int all = 1, idle;
             for (int k = 0; k < n; ++k) all &= ready(reqs[k], &idle);
             if (all) break;
-            if (!ours) cxk_msg_progress(g.eng);
+            if (!ours) shim_progress();
         }
     }
     return complete_all(n, reqs, sts);
@@ -323,7 +360,7 @@ int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status sts[]) {
     if (!g.on) return PMPI_Testall(n, reqs, flag, sts);
     census(n, reqs, &ours, &mpi, &only);
     if (!ours) {
-        if (g.inflight) cxk_msg_progress(g.eng);
+        if (g.inflight) shim_progress();
         return PMPI_Testall(n, reqs, flag, sts);
     }
     int all = 1, idle;
@@ -370,7 +407,7 @@ int MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *st) {
             shim_status_empty(st);
             return MPI_SUCCESS;
         }
-        if (!ours) cxk_msg_progress(g.eng);
+        if (!ours) shim_progress();
     }
 }
 
@@ -379,7 +416,7 @@ int MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag, MPI_Status *st
     if (!g.on) return PMPI_Testany(n, reqs, index, flag, st);
     census(n, reqs, &ours, &mpi, &only);
     if (!ours) {
-        if (g.inflight) cxk_msg_progress(g.eng);
+        if (g.inflight) shim_progress();
         return PMPI_Testany(n, reqs, index, flag, st);
     }
     int live, k = first_ready(n, reqs, &live);
@@ -422,7 +459,7 @@ int MPI_Waitsome(int n, MPI_Request reqs[], int *out, int idx[], MPI_Status sts[
     for (;;) {
         int rc = some(n, reqs, out, idx, sts);
         if (rc != MPI_SUCCESS || *out != 0) return rc;
-        if (!ours) cxk_msg_progress(g.eng);
+        if (!ours) shim_progress();
     }
 }
 
@@ -431,7 +468,7 @@ int MPI_Testsome(int n, MPI_Request reqs[], int *out, int idx[], MPI_Status sts[
     if (!g.on) return PMPI_Testsome(n, reqs, out, idx, sts);
     census(n, reqs, &ours, &mpi, &only);
     if (!ours) {
-        if (g.inflight) cxk_msg_progress(g.eng);
+        if (g.inflight) shim_progress();
         return PMPI_Testsome(n, reqs, out, idx, sts);
     }
     return some(n, reqs, out, idx, sts);
@@ -453,6 +490,15 @@ int MPI_Cancel(MPI_Request *r) {
     int i = g.on && r ? slot_of_request(*r) : -1;
     if (i < 0) return PMPI_Cancel(r);
     struct slot *s = &slots[i];
+    if (s->kind == SLOT_RECV && s->active && !s->done && s->queued &&
+        shim_queue_remove(s->sc, i)) {
+        s->cancelled = 1;
+        s->src = MPI_ANY_SOURCE, s->rtag = MPI_ANY_TAG, s->nbytes = 0;
+        settle(s);
+        return MPI_SUCCESS;
+    }
+    if (s->kind == SLOT_RECV && s->active && !s->done && s->via_mpi && s->mreq != MPI_REQUEST_NULL)
+        return PMPI_Cancel(&s->mreq);  /* completes (cancelled or not) through drive_mpi */
     /* a receive not yet matched is withdrawn; a send is never cancelled (MPI allows it:
      * Test_cancelled then says false), it completes as usual */
     if (s->kind == SLOT_RECV && s->active && !s->done && s->req &&

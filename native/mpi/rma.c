@@ -55,7 +55,7 @@ int shim_win_err(int neg, const char *what) {
 /* This rank's vote on routing a window of comm (1 route). */
 static int vote(MPI_Comm comm, MPI_Info info, MPI_Aint size, int disp_unit) {
     struct shim_comm *sc = shim_comm_of(comm);
-    if (!sc || sc->size != g.size || size < 0 || disp_unit <= 0) return 0;
+    if (!sc || sc->size != g.size || g.esize != g.size || size < 0 || disp_unit <= 0) return 0;
     const char *env = getenv("CXLKIT_MPI_RMA");
     if (env && !strcmp(env, "0")) return 0;
     if (info != MPI_INFO_NULL) {

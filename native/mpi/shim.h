@@ -27,13 +27,25 @@ struct shim_comm {
     int size;
     int *to_world;       /* [size]: comm rank -> world rank */
     int *from_world;     /* [world size]: world rank -> comm rank, -1 when not a member */
+    /* routes.c: this rank's route to each member (1 pool, 0 the MPI's own path); npool
+     * members through the pool; mixed: both routes (ANY_SOURCE receives are queued, anysrc.c);
+     * coll: how its blocking collectives run, the same on every member (enum shim_coll) */
+    uint8_t *route;
+    int npool, mixed, coll;
+    int *q, nq, capq;    /* queued receive slots in posted order (anysrc.c) */
+    MPI_Comm held;       /* freed by the program while receives were queued: the MPI's
+                            handle, freed once the queue is empty (else MPI_COMM_NULL) */
     struct shim_comm *next;  /* freed ones, kept for their requests until MPI_Finalize */
 };
+enum shim_coll { COLL_MPI = 0, COLL_POLLED = 1, COLL_POOL = 2 };
 
 /* Counters of this rank (printed at MPI_Finalize when CXLKIT_MPI_STATS is set). */
 struct shim_stats {
     uint64_t pool_sends, pool_send_bytes, pool_recvs, pool_recv_bytes;
-    uint64_t mpi_sends, mpi_recvs;   /* point-to-point calls on communicators not routed */
+    uint64_t mpi_sends, mpi_recvs;   /* point-to-point calls that went to the MPI: to peers
+                                        on this host or off the pool, or on communicators not
+                                        routed */
+    uint64_t coll_pool, coll_mpi;    /* blocking collectives through the pool / the MPI */
     uint64_t packed;                 /* messages packed / unpacked (derived datatypes) */
     uint64_t mem_blocks;             /* MPI_Alloc_mem blocks from the pool (mem.c) */
     uint64_t mem_fallbacks;          /* ... given by the MPI: the partition was full */
@@ -50,13 +62,47 @@ struct shim_state {
     cxk_pool *pool;
     cxk_comm *eng;
     struct shim_comm world;
-    uint64_t inflight;       /* engine operations started and not yet completed */
+    uint64_t inflight;       /* engine operations started and not yet completed, and
+                                queued receives (anysrc.c) */
+    /* routes.c: the job's topology, the same on every rank */
+    uint64_t *host;          /* [size]: host of each world rank (its hostname's hash) */
+    int *w2e, *e2w;          /* world rank -> engine rank (-1: off the pool) and back */
+    int esize;               /* ranks in the engine's job (those that map the pool) */
     struct shim_stats st;
     char pool_path[256];
     char job[CXK_MSG_JOB_MAX + 1];
     char why_off[400];       /* why routing is off (banner) */
 };
 extern struct shim_state g;
+
+/* ---- routes.c: which peer goes which way ---- */
+/* Allgather every rank's host and whether it maps the pool; 0 when no two ranks on different
+ * hosts share the pool (every peer then stays on the MPI's own path: routing off). */
+int shim_topology(uint64_t my_host, int maps_pool);
+/* The engine's ranks once the pool is joined by the ranks that could open it. */
+int shim_engine_ranks(int ok);
+/* Some two ranks of the engine's job are on different hosts. */
+int shim_pool_pairs(void);
+/* Fill sc->route, npool, mixed, coll from the topology (to_world set). 0: out of memory. */
+int shim_routes_fill(struct shim_comm *sc);
+void shim_routes_free(void);
+static inline int shim_eng(const struct shim_comm *sc, int r) { return g.w2e[sc->to_world[r]]; }
+/* comm rank of engine rank e, -1 when none */
+int shim_comm_rank_of_eng(const struct shim_comm *sc, int e);
+/* Drive the engine (its queued cells) and every queued receive. */
+void shim_progress(void);
+
+/* ---- anysrc.c: receives on a communicator with both routes ---- */
+/* The receive in slot i must wait in the communicator's queue (an ANY_SOURCE receive, or one
+ * posted behind such a one): 1. */
+int shim_must_queue(const struct shim_comm *sc, int source);
+int shim_queue_add(struct shim_comm *sc, int i);  /* MPI error code */
+/* Withdraw a queued slot (cancel): 1 when it was queued. */
+int shim_queue_remove(struct shim_comm *sc, int i);
+/* Probe both routes for a message matching (source, tag) of sc: *flag, *st; MPI error code.
+ * msg (may be NULL): take it as a matched message. */
+int shim_mixed_iprobe(struct shim_comm *sc, int source, int tag, int *flag, MPI_Message *msg,
+                      MPI_Status *st);
 
 /* ---- comms.c ---- */
 /* The routed communicator comm is, or NULL (go to PMPI). */
@@ -74,6 +120,10 @@ struct slot {
     uint8_t sync;            /* send: synchronous (Ssend) */
     uint8_t buffered;        /* send: copied out at the start (Bsend, Sendrecv_replace) */
     uint8_t counted;         /* counted in g.inflight */
+    uint8_t queued;          /* receive waiting in sc's queue (anysrc.c) */
+    uint8_t via_mpi;         /* receive handed to the MPI (mreq, or done: mst) */
+    MPI_Request mreq;        /* the MPI's request of a receive handed to it */
+    int mpi_err;             /* its error code */
     struct shim_comm *sc;
     MPI_Comm comm;
     cxk_msg_req *req;        /* the engine's request while in flight */
@@ -91,6 +141,8 @@ struct slot {
 };
 /* New slot (zeroed, used), index >= 0, or -1 when the table is full. */
 int slot_new(void);
+/* The table index of s, -1 for a slot on the stack. */
+int slot_index(const struct slot *s);
 struct slot *slot_at(int i);
 void slot_release(int i);
 MPI_Request slot_request(int i);
@@ -116,6 +168,8 @@ void shim_detach_slot(int i);
 /* ---- p2p.c ---- */
 int shim_send_start(struct slot *s);    /* engine send of s (packs); MPI error code */
 int shim_recv_start(struct slot *s);
+/* The engine's receive of s from engine rank esrc with tag etag (CXK_ANY_*). MPI error code. */
+int shim_recv_post(struct slot *s, int esrc, int etag);
 /* Fill a status from a finished receive slot (unpacking into rbuf): MPI error code. */
 int shim_recv_finish(struct slot *s, MPI_Status *st);
 
@@ -124,9 +178,21 @@ int shim_recv_finish(struct slot *s, MPI_Status *st);
  * turn until it completes. MPI error code. */
 int shim_poll_mpi(int rc, MPI_Request *r);
 
+/* ---- collpool.c: collectives through the pool (me: this rank in sc); -errno or 0 ---- */
+int shim_pool_barrier(const struct shim_comm *sc, int me);
+int shim_pool_bcast(const struct shim_comm *sc, int me, void *buf, uint64_t nbytes, int root);
+int shim_pool_reduce(const struct shim_comm *sc, int me, const void *sbuf, void *rbuf, int count,
+                     MPI_Datatype dt, MPI_Op op, uint64_t nbytes, int root);
+int shim_pool_allgather(const struct shim_comm *sc, int me, uint8_t *wire, uint64_t block);
+
 /* ---- rma.c: one-sided windows (rma.h) ---- */
 /* The RMA counters' line of this rank (CXLKIT_MPI_STATS). */
 void shim_rma_print_stats(void);
+
+/* ---- mpi4.c ---- */
+/* Complete the MPI's sends from the shim's copies (Isendrecv to a peer on the MPI's path);
+ * block: all of them. */
+void shim_mpi_copies_drain(int block);
 
 /* ---- helpers ---- */
 void shim_status_set(MPI_Status *st, int src, int tag, uint64_t nbytes, int cancelled);

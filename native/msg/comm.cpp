@@ -15,6 +15,8 @@
 #include "msg/msg.h"
 #include "ring/liveness.h"
 #include "ring/spin.h"
+#include "ring/waiter.h"
+#include "sys/config.h"
 
 namespace cxk::msg {
 
@@ -54,12 +56,28 @@ int publish_own(cxk_comm *c, const std::string &name, uint64_t off) {
 
 namespace {
 
-uint32_t env_u32(const char *name, uint32_t dflt) {
-    const char *v = std::getenv(name);
-    if (!v || !*v) return dflt;
-    char *end;
-    unsigned long x = std::strtoul(v, &end, 10);
-    return (*end || x > 0xffffffffu) ? dflt : uint32_t(x);
+// The waiter's wake-up counters: every peer's ring to us and ours to it.
+void comm_wake(const void *owner, struct cxk_ring_wake_stats *sum) {
+    for (const Peer &p : static_cast<const cxk_comm *>(owner)->peers)
+        for (const cxk_ring *r : {p.in, p.out}) cxk::ring::wake_stats_add(r, sum);
+}
+
+// The options left 0 from the environment (CXLKIT_MSG_*), and the rendezvous switches.
+// 0, or -EINVAL for a malformed variable (cxk_config_error names it).
+int env_opts(cxk_msg_opts *o, uint32_t *rdv_nt, uint32_t *rdv_chunk) {
+    using cxk::config::Id;
+    namespace cfg = cxk::config;
+    if (int rc = cfg::check({Id::MSG_SPIN_US, Id::MSG_YIELD_US, Id::MSG_SLEEP_US})) return rc;
+    const struct { uint32_t *field; Id id; } reads[] = {
+        {&o->cell_bytes, Id::MSG_CELL_BYTES}, {&o->ncells, Id::MSG_CELLS},
+        {&o->timeout_ms, Id::MSG_TIMEOUT_MS}, {&o->dead_ms, Id::MSG_DEAD_MS}};
+    for (const auto &r : reads)
+        if (!*r.field)
+            if (int rc = cfg::get_u32(r.id, r.field)) return rc;
+    if (!o->eager_bytes)
+        if (int rc = cfg::get_u64(Id::MSG_EAGER, &o->eager_bytes)) return rc;
+    if (int rc = cfg::get_u32(Id::MSG_RDV_NT, rdv_nt)) return rc;
+    return cfg::get_u32(Id::MSG_RDV_CHUNK, rdv_chunk);
 }
 
 bool good_job(const char *job) {
@@ -350,11 +368,8 @@ int cxk_msg_init(cxk_pool *p, const char *job, int rank, int nranks, const cxk_m
         return -EINVAL;
     cxk_msg_opts o{};
     if (opts) o = *opts;
-    if (!o.cell_bytes) o.cell_bytes = env_u32("CXLKIT_MSG_CELL_BYTES", 4096);
-    if (!o.ncells) o.ncells = env_u32("CXLKIT_MSG_CELLS", 64);
-    if (!o.eager_bytes) o.eager_bytes = env_u32("CXLKIT_MSG_EAGER", 0);
-    if (!o.timeout_ms) o.timeout_ms = env_u32("CXLKIT_MSG_TIMEOUT_MS", 0);
-    if (!o.dead_ms) o.dead_ms = env_u32("CXLKIT_MSG_DEAD_MS", 5000);
+    uint32_t rdv_nt = 0, rdv_chunk = 0;
+    if (int rc = env_opts(&o, &rdv_nt, &rdv_chunk)) return rc;
     if (!o.join_ms) o.join_ms = 60000;
     if (cxk_ring_bytes(o.cell_bytes, o.ncells) == 0 || o.cell_bytes < 128 || o.ncells < 4)
         return -EINVAL;
@@ -377,6 +392,7 @@ int cxk_msg_init(cxk_pool *p, const char *job, int rank, int nranks, const cxk_m
     if (int rc = cxk_pool_stat(p, &ps)) return rc;
     cxk_comm *c = new (std::nothrow) cxk_comm;
     if (!c) return -ENOMEM;
+    c->waiter = {&c->wait, &c->spin, c, comm_wake};
     c->pool = p;
     c->base = static_cast<uint8_t *>(cxk_pool_base(p));
     c->nc = ps.coherence != CXK_COHERENCE_HOST;  // "none" or "sim"
@@ -390,9 +406,8 @@ int cxk_msg_init(cxk_pool *p, const char *job, int rank, int nranks, const cxk_m
     c->rdv_limit = ps.partition_bytes / 2;
     // the rendezvous copy's A/B switches (docs/msg.md, fifth round): non-temporal stores
     // into the pool buffer under "host", and the chunk behind each ready count
-    c->rdv_nt = env_u32("CXLKIT_MSG_RDV_NT", 0) != 0;
-    c->rdv_chunk = uint64_t(env_u32("CXLKIT_MSG_RDV_CHUNK", 256 * 1024));
-    if (c->rdv_chunk < 4096) c->rdv_chunk = 4096;
+    c->rdv_nt = rdv_nt != 0;
+    c->rdv_chunk = rdv_chunk;
     cxk_wait_opts_init(&c->wait);
     cxk_spin_init(&c->spin);
     c->peers.resize(size_t(nranks));
@@ -449,32 +464,20 @@ int cxk_msg_set_checksum(cxk_comm *c, int on) {
     return 0;
 }
 
+cxk_waiter *cxk_msg_waiter(cxk_comm *c) { return c ? &c->waiter : nullptr; }
+
+// kept one release: the waiter's calls (ring/waiter.cpp) under the comm's names
 int cxk_msg_set_wait(cxk_comm *c, const cxk_wait_opts *o) {
-    if (!c) return -EINVAL;
-    if (!o) return cxk_wait_opts_init(&c->wait), 0;
-    if (int rc = cxk_wait_opts_check(o)) return rc;
-    c->wait = *o;
-    return 0;
+    return c ? cxk_waiter_set_wait(&c->waiter, o) : -EINVAL;
 }
-
 int cxk_msg_get_wait(const cxk_comm *c, cxk_wait_opts *o) {
-    if (!c || !o) return -EINVAL;
-    *o = c->wait;
-    return 0;
+    return c ? cxk_waiter_get_wait(&c->waiter, o) : -EINVAL;
 }
-
 int cxk_msg_spin_stats(const cxk_comm *c, struct cxk_spin *st) {
-    if (!c || !st) return -EINVAL;
-    *st = c->spin;
-    return 0;
+    return c ? cxk::ring::waiter_spin(&c->waiter, st) : -EINVAL;
 }
-
 int cxk_msg_wake_stats(const cxk_comm *c, struct cxk_ring_wake_stats *st) {
-    if (!c || !st) return -EINVAL;
-    *st = {};
-    for (const Peer &p : c->peers)
-        for (const cxk_ring *r : {p.in, p.out}) cxk::ring::wake_stats_add(r, st);
-    return 0;
+    return c ? cxk::ring::waiter_wake(&c->waiter, st) : -EINVAL;
 }
 
 int cxk_msg_rank(const cxk_comm *c) { return c ? c->rank : -EINVAL; }

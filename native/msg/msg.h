@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cxlkit.h"
+#include "ring/waiter.h"
 #include "ring/wake.h"
 
 namespace cxk::msg {
@@ -256,6 +257,7 @@ struct cxk_comm {
     uint64_t events = 0;                      // cells read from any ring so far (waits spin
                                               // again after progress)
     cxk_wait_opts wait{};                     // the wait policy (cxk_msg_set_wait)
+    cxk_waiter waiter{};                      // wait, spin and the rings' wake-up counters
     cxk_spin spin{};                          // the adaptive spin of its waits (ring/spin.cpp)
     std::vector<cxk_ring *> sleep_on;         // a wait's in rings (Waiter::check), reused
     std::vector<cxk_win *> wins;              // by window id (nullptr once freed)

@@ -61,14 +61,16 @@ int check_owner(const struct stat &st, unsigned flags) {
     if (st.st_uid != geteuid() || ((st.st_mode & S_IWGRP) && !anonymous)) return -EPERM;
     return 0;
 }
-// The whole of a new pool file reserved: -ENOSPC when the filesystem has no room. One that
-// cannot reserve is checked against its free space instead.
+// The whole of a new pool file reserved: -ENOSPC when the filesystem has no room. The free
+// space is checked first: on a tmpfs with more room than free memory, a reservation past
+// the room fills the memory (and the OOM killer ends processes) before it fails; a
+// filesystem that cannot reserve is trusted with what it said.
 int reserve_file(int fd, uint64_t size) {
-    const int r = sys_fallocate(fd, 0, (long long)size);
-    if (r != -EOPNOTSUPP) return r;
     struct statvfs vs;
     if (int e = sys_fstatvfs(fd, &vs)) return e;
-    return size > uint64_t(vs.f_bavail) * vs.f_frsize ? -ENOSPC : 0;
+    if (size > uint64_t(vs.f_bavail) * vs.f_frsize) return -ENOSPC;
+    const int r = sys_fallocate(fd, 0, (long long)size);
+    return r == -EOPNOTSUPP ? 0 : r;
 }
 }  // namespace
 

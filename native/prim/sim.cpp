@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cxlkit.h"
+#include "sys/config.h"
 #include "sys/sys.h"
 
 namespace cxk::sim {
@@ -238,8 +239,9 @@ template <class Fini> void shared_close(const std::string &path, int fd, bool ow
 
 std::string file_name(const uint8_t uuid[16], const char *what) {
     static const char hex[] = "0123456789abcdef";
-    const char *dir = std::getenv("CXLKIT_SIM_DIR");
-    std::string s = std::string(dir && *dir ? dir : "/dev/shm") + "/.cxlkit-sim-";
+    std::string s;
+    cxk::config::get_text(cxk::config::Id::SIM_DIR, &s);  // a path: any text is well-formed
+    s += "/.cxlkit-sim-";
     for (int i = 0; i < 16; ++i) {
         s += hex[uuid[i] >> 4];
         s += hex[uuid[i] & 15];
@@ -247,12 +249,15 @@ std::string file_name(const uint8_t uuid[16], const char *what) {
     return s + "-" + what;
 }
 
-void read_env() {
-    if (const char *e = std::getenv("CXLKIT_SIM_SEED"); e && *e) g_seed = std::strtoull(e, nullptr, 0);
-    if (const char *e = std::getenv("CXLKIT_SIM_EVICT"); e && *e) {
-        const double f = std::strtod(e, nullptr);
-        g_evict = f <= 0 ? 0 : f >= 1 ? 65536 : uint32_t(f * 65536);
-    }
+// CXLKIT_SIM_SEED and CXLKIT_SIM_EVICT: 0, or -EINVAL for a malformed one (nothing changed).
+int read_env() {
+    uint64_t seed = 0;
+    double f = 0;
+    if (int e = cxk::config::get_u64(cxk::config::Id::SIM_SEED, &seed)) return e;
+    if (int e = cxk::config::get_fraction(cxk::config::Id::SIM_EVICT, &f)) return e;
+    g_seed = seed;
+    g_evict = uint32_t(f * 65536);  // f within [0, 1]
+    return 0;
 }
 
 void unmap_all(Map *m) {
@@ -315,7 +320,10 @@ int attach(uint8_t *pool, uint64_t size, uint64_t align, const uint8_t uuid[16],
     m->nlines = size / kLine;
     m->pid = getpid();
     std::unique_lock<std::shared_mutex> lk(g_mu);
-    read_env();  // tests change them between opens
+    if (int e = read_env()) {  // tests change them between opens
+        delete m;
+        return e;
+    }
     // fork while another thread (a pool's heartbeat) is inside a hook would hand the child a
     // g_mu held by a thread it does not have (ctest ring hung about 1 run in 3 in its forked
     // reader). Take g_mu exclusively around fork; the child makes its copy anew rather than

@@ -114,6 +114,9 @@ int cxk_ring_attach(cxk_pool *p, uint64_t off, uint64_t nbytes, int role, cxk_ri
         return -EBADMSG;
     cxk_ring *r = new (std::nothrow) cxk_ring;
     if (!r) return -ENOMEM;
+    r->waiter = {nullptr, nullptr, r, [](const void *o, struct cxk_ring_wake_stats *sum) {
+                     cxk::ring::wake_stats_add(static_cast<const cxk_ring *>(o), sum);
+                 }};
     r->pool = p;
     r->base = b;
     r->off = off;

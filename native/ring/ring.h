@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "cxlkit.h"
+#include "ring/waiter.h"
 
 namespace cxk::ring {
 
@@ -81,4 +82,5 @@ struct cxk_ring {
     // call failed for good on this mapping; the counters are cxk_ring_wake_stats's.
     bool wake = false;
     struct cxk_ring_wake_stats wst {};
+    cxk_waiter waiter{};  // its waits take a policy per call: wake-up counters only
 };

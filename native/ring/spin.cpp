@@ -5,6 +5,7 @@
 #include "ring/spin.h"
 
 #include <cerrno>
+#include <cstdlib>
 
 #include "sys/sys.h"
 
@@ -22,7 +23,24 @@ constexpr uint32_t kShrink = 4;
 // How often the thread's affinity is looked at (one sched_getaffinity, under a us): at most
 // once per 10 ms per party, at a wait's begin.
 constexpr int64_t kProbeNs = 10 * 1000000;
+// The most ranks per host a launcher's count is believed for (a larger or malformed value
+// is ignored: the environment is the user's, not ours to trust).
+constexpr long kMaxLocalRanks = 1 << 16;
 
+// How many ranks of this process's job the launcher started on this host, from the
+// variables MPICH's Hydra (MPI_LOCALNRANKS) and Open MPI (OMPI_COMM_WORLD_LOCAL_SIZE) set
+// in every rank; 0 when neither holds a count. Read at each probe (at most every kProbeNs).
+long local_ranks() {
+    for (const char *name : {"MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
+        const char *v = std::getenv(name);
+        if (!v || *v < '0' || *v > '9') continue;
+        char *end;
+        errno = 0;
+        const long n = std::strtol(v, &end, 10);
+        if (!*end && !errno && n > 0 && n <= kMaxLocalRanks) return n;
+    }
+    return 0;
+}
 
 }  // namespace
 
@@ -86,8 +104,11 @@ int cxk_spin_overcommitted(void) {
     // A machine merely busier than its CPUs does not count: there a yield hands the CPU to
     // another user's job for its whole slice, not to our peer (docs/msg.md, "Adaptive
     // spin": yielding on /proc/loadavg's runnable count, one run at load 5-6 gave a third
-    // of before's QD128 RPC throughput).
-    return CPU_COUNT(&set) <= 1 ? 1 : 0;
+    // of before's QD128 RPC throughput). A job that put more of its own ranks on this host
+    // than the CPUs they may use does: the task queued behind a spin is then likely a
+    // job-mate, the very peer the spin waits for.
+    const int cpus = CPU_COUNT(&set);
+    return cpus <= 1 || local_ranks() > cpus ? 1 : 0;
 }
 
 }  // extern "C"

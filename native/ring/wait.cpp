@@ -13,6 +13,7 @@
 
 #include "cxlkit.h"
 #include "ring/wait.h"
+#include "sys/config.h"
 #include "sys/sys.h"
 
 namespace {
@@ -51,18 +52,9 @@ int64_t mono_ns() {
     return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
-// A microsecond count from the environment: decimal, or "forever"; anything else keeps dflt
-// (the Python layer validates the same variables and says what is wrong).
-uint32_t env_us(const char *name, uint32_t dflt, bool forever_ok) {
-    const char *v = std::getenv(name);
-    if (!v || !*v) return dflt;
-    if (forever_ok && std::strcmp(v, "forever") == 0) return CXK_WAIT_FOREVER;
-    char *end;
-    errno = 0;
-    unsigned long long x = std::strtoull(v, &end, 10);
-    if (*end || errno || x >= CXK_WAIT_FOREVER || v[0] == '-') return dflt;
-    return uint32_t(x);
-}
+// A microsecond count from the CXLKIT_* table (forever: CXK_WAIT_FOREVER); a refused value
+// keeps dflt here, where nothing can fail: cxk_msg_init and cxk_rpc_* refuse it up front.
+uint32_t env_us(cxk::config::Id id, uint32_t dflt) { return cxk::config::u32_or(id, dflt); }
 
 int64_t phase_ns(uint32_t us) { return us == CXK_WAIT_FOREVER ? INT64_MAX : int64_t(us) * 1000; }
 
@@ -99,7 +91,7 @@ void sleep_precise(int64_t ns) {
 int64_t wake_timeout_ns() {
     // read at each sleep (a getenv is ~100 ns beside a syscall), so a test or a benchmark
     // may set it per process; a bad value keeps the default
-    const uint32_t us = env_us("CXLKIT_MSG_WAKE_US", kWakeUs, false);
+    const uint32_t us = env_us(cxk::config::Id::MSG_WAKE_US, kWakeUs);
     return us > kSleepMaxUs ? int64_t(kWakeUs) * 1000 : int64_t(us) * 1000;
 }
 
@@ -145,9 +137,9 @@ extern "C" {
 void cxk_wait_opts_init(cxk_wait_opts *o) {
     if (!o) return;
     std::memset(o, 0, sizeof *o);
-    o->spin_us = env_us("CXLKIT_MSG_SPIN_US", kSpinUs, true);
-    o->yield_us = env_us("CXLKIT_MSG_YIELD_US", kYieldUs, true);
-    o->sleep_us = env_us("CXLKIT_MSG_SLEEP_US", kSleepUs, false);
+    o->spin_us = env_us(cxk::config::Id::MSG_SPIN_US, kSpinUs);
+    o->yield_us = env_us(cxk::config::Id::MSG_YIELD_US, kYieldUs);
+    o->sleep_us = env_us(cxk::config::Id::MSG_SLEEP_US, kSleepUs);
     if (o->sleep_us > kSleepMaxUs) o->sleep_us = kSleepUs;
 }
 

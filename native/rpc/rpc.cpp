@@ -17,7 +17,9 @@
 #include "cxlkit.h"
 #include "ring/liveness.h"
 #include "ring/spin.h"
+#include "ring/waiter.h"
 #include "ring/wake.h"
+#include "sys/config.h"
 
 using namespace cxk::rpc;
 using cxk::ring::boot_hash;
@@ -42,6 +44,7 @@ struct cxk_rpc_server {
     std::vector<cxk_ring *> live_rep;   // and their reply rings, in the same order
     bool live_stale = true;             // a client came or went since live was made
     cxk_spin spin{};                    // the adaptive spin of its waits (ring/spin.cpp)
+    cxk_waiter waiter{};                // spin and the request rings' wake-up counters
 };
 
 struct cxk_rpc_client {
@@ -62,6 +65,7 @@ struct cxk_rpc_client {
     uint32_t unsynced = 0;              // replies released since our reply-ring head was last
                                         // published for certain (the ring publishes in batches)
     cxk_wait_opts wait{};               // how call and submit wait (cxk_rpc_set_wait)
+    cxk_waiter waiter{};                // wait, spin and the reply ring's wake-up counters
     cxk_spin spin{};                    // the adaptive spin of its waits (ring/spin.cpp)
 };
 
@@ -168,6 +172,12 @@ void scan_clients(cxk_rpc_server *s) {
     s->live_stale = true;
 }
 
+// the server's waiter: every request ring's wake-up counters
+void server_wake(const void *owner, struct cxk_ring_wake_stats *sum) {
+    for (const cxk_ring *r : static_cast<const cxk_rpc_server *>(owner)->req)
+        cxk::ring::wake_stats_add(r, sum);
+}
+
 }  // namespace
 
 extern "C" {
@@ -182,6 +192,7 @@ int cxk_rpc_server_create(cxk_pool *p, const char *name, uint32_t max_clients,
     struct cxk_pool_stat ps;
     if (int rc = cxk_pool_stat(p, &ps)) return rc;
     auto *s = new (std::nothrow) cxk_rpc_server;
+    if (s) s->waiter = {nullptr, &s->spin, s, server_wake};
     if (!s) return -ENOMEM;
     s->pool = p, s->name = name, s->max_clients = max_clients, s->host = ps.host_id;
     s->slot_bytes = slot_bytes, s->depth = depth;
@@ -425,15 +436,24 @@ void disconnect(cxk_rpc_client *c) {
     if (c->srv_off) cxk_obj_close(c->pool, c->srv_off), c->srv_off = 0;
 }
 
+// the client's waiter: its reply ring's wake-up counters
+void client_wake(const void *owner, struct cxk_ring_wake_stats *sum) {
+    cxk::ring::wake_stats_add(static_cast<const cxk_rpc_client *>(owner)->rep, sum);
+}
+
 }  // namespace
 
 extern "C" {
 
 int cxk_rpc_connect(cxk_pool *p, const char *name, uint32_t timeout_ms, cxk_rpc_client **out) {
     if (!p || !name || !out || !good_name(name)) return -EINVAL;
+    using cxk::config::Id;
+    if (int rc = cxk::config::check({Id::MSG_SPIN_US, Id::MSG_YIELD_US, Id::MSG_SLEEP_US}))
+        return rc;  // the wait below reads them where nothing can fail
     const int64_t deadline = now_ms() + (timeout_ms ? timeout_ms : 10000);
     auto *c = new (std::nothrow) cxk_rpc_client;
     if (!c) return -ENOMEM;
+    c->waiter = {&c->wait, &c->spin, c, client_wake};
     c->pool = p, c->name = name;
     if (timeout_ms) c->timeout_ms = timeout_ms;
     cxk_wait_opts_init(&c->wait);
@@ -512,11 +532,7 @@ int cxk_rpc_submit(cxk_rpc_client *c, uint32_t method, const void *data, uint32_
 }
 
 int cxk_rpc_set_wait(cxk_rpc_client *c, const cxk_wait_opts *o) {
-    if (!c) return -EINVAL;
-    if (!o) return cxk_wait_opts_init(&c->wait), 0;
-    if (int rc = cxk_wait_opts_check(o)) return rc;
-    c->wait = *o;
-    return 0;
+    return c ? cxk_waiter_set_wait(&c->waiter, o) : -EINVAL;  // kept one release
 }
 
 int cxk_rpc_flush(cxk_rpc_client *c) { return c ? cxk_ring_publish(c->req) : -EINVAL; }
@@ -636,28 +652,21 @@ int64_t cxk_rpc_server_wait_idle(cxk_rpc_server *s, cxk_wait *w) {
     return el;
 }
 
+cxk_waiter *cxk_rpc_waiter(cxk_rpc_client *c) { return c ? &c->waiter : nullptr; }
+cxk_waiter *cxk_rpc_server_waiter(cxk_rpc_server *s) { return s ? &s->waiter : nullptr; }
+
+// kept one release: the waiter's calls (ring/waiter.cpp) under the client's and server's names
 int cxk_rpc_wake_stats(const cxk_rpc_client *c, struct cxk_ring_wake_stats *st) {
-    if (!c || !st || !c->rep) return -EINVAL;
-    return cxk_ring_wake_stats(c->rep, st);
+    return c && c->rep ? cxk::ring::waiter_wake(&c->waiter, st) : -EINVAL;
 }
-
 int cxk_rpc_spin_stats(const cxk_rpc_client *c, struct cxk_spin *st) {
-    if (!c || !st) return -EINVAL;
-    *st = c->spin;
-    return 0;
+    return c ? cxk::ring::waiter_spin(&c->waiter, st) : -EINVAL;
 }
-
 int cxk_rpc_server_spin_stats(const cxk_rpc_server *s, struct cxk_spin *st) {
-    if (!s || !st) return -EINVAL;
-    *st = s->spin;
-    return 0;
+    return s ? cxk::ring::waiter_spin(&s->waiter, st) : -EINVAL;
 }
-
 int cxk_rpc_server_wake_stats(const cxk_rpc_server *s, struct cxk_ring_wake_stats *st) {
-    if (!s || !st) return -EINVAL;
-    *st = {};
-    for (const cxk_ring *r : s->req) cxk::ring::wake_stats_add(r, st);
-    return 0;
+    return s ? cxk::ring::waiter_wake(&s->waiter, st) : -EINVAL;
 }
 
 }  // extern "C"

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "cxlkit.h"
+#include "sys/config.h"
 
 namespace cxk {
 namespace {
@@ -73,32 +74,48 @@ int parse_errno(const std::string &s) {
     return int(v);
 }
 
-// CXLKIT_FAULT=name:nth:errno[,...] — parsed once when the library loads. A malformed
-// entry is ignored (a library must not abort its host process), but only that entry.
-__attribute__((constructor)) void arm_faults_from_env() {
-    const char *env = std::getenv("CXLKIT_FAULT");
-    if (!env || !*env) return;
-    std::string all(env);
+// Each item of a CXLKIT_FAULT spec (name:nth:errno[,...]) in turn: "" when every item is
+// well-formed (and, with arm, armed), else what is wrong with the first bad one.
+std::string fault_items(const std::string &all, bool arm) {
     size_t pos = 0;
     while (pos <= all.size()) {
-        size_t comma = all.find(',', pos);
-        std::string item = all.substr(pos, comma == std::string::npos ? std::string::npos
-                                                                      : comma - pos);
-        size_t c1 = item.find(':'), c2 = item.rfind(':');
-        if (c1 != std::string::npos && c2 != c1) {
-            std::string name = item.substr(0, c1);
-            long nth = std::strtol(item.substr(c1 + 1, c2 - c1 - 1).c_str(), nullptr, 10);
-            int err = parse_errno(item.substr(c2 + 1));
-            if (err > 0 && nth > 0) cxk_fault_inject(name.c_str(), int(nth), err);
-        }
+        const size_t comma = all.find(',', pos);
+        const std::string item = all.substr(pos, comma == std::string::npos ? std::string::npos
+                                                                            : comma - pos);
+        const size_t c1 = item.find(':'), c2 = item.rfind(':');
+        if (c1 == std::string::npos || c2 == c1) return "item '" + item + "' is not name:nth:errno";
+        const std::string name = item.substr(0, c1), nth_s = item.substr(c1 + 1, c2 - c1 - 1);
+        char *end = nullptr;
+        const long nth = std::strtol(nth_s.c_str(), &end, 10);
+        const int err = parse_errno(item.substr(c2 + 1));
+        if (sys_index(name.c_str()) < 0) return "item '" + item + "': no syscall wrapper " + name;
+        if (nth_s.empty() || *end || nth <= 0 || nth > INT32_MAX)
+            return "item '" + item + "': nth is not a positive count";
+        if (err <= 0) return "item '" + item + "': errno is not a number 1..4095 or a name (ENOMEM)";
+        if (arm) cxk_fault_inject(name.c_str(), int(nth), err);
         if (comma == std::string::npos) break;
         pos = comma + 1;
     }
+    return "";
+}
+
+// CXLKIT_FAULT, armed when the library loads, whole or not at all: a malformed spec arms
+// nothing (a library must not abort its host process); the table reports it refused
+// (cxk_config_check, `cxlkit config`).
+__attribute__((constructor)) void arm_faults_from_env() {
+    std::string spec;
+    if (config::get_text(config::Id::FAULT, &spec) != 0) {
+        cxk_config_error();  // no call of this thread's asked for it: not its error to report
+        return;
+    }
+    if (!spec.empty()) fault_items(spec, true);
 }
 
 long ret(long r) { return r < 0 ? -errno : r; }
 
 }  // namespace
+
+std::string fault_spec_check(const char *spec) { return fault_items(spec ? spec : "", false); }
 
 int fault_check(Sys s) noexcept {
     Fault &f = g_faults[size_t(s)];
@@ -185,8 +202,8 @@ int sys_setaffinity_thread(pthread_t t, size_t setsize, const cpu_set_t *set) no
 }
 
 std::string sysfs_root() {
-    const char *env = std::getenv("CXLKIT_SYSFS_ROOT");
-    std::string root = env && *env ? env : "/sys";
+    std::string root;
+    config::get_text(config::Id::SYSFS_ROOT, &root);  // a path: any text is well-formed
     while (root.size() > 1 && root.back() == '/') root.pop_back();
     return root;
 }

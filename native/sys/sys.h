@@ -31,6 +31,9 @@ enum class Sys : int {
 // Thread-safe (atomics). pre: s < Sys::count_.
 int fault_check(Sys s) noexcept;
 
+// "" when spec is a well-formed CXLKIT_FAULT (name:nth:errno[,...]), else what is wrong.
+std::string fault_spec_check(const char *spec);
+
 // RAII file descriptor.
 struct Fd {
     int fd = -1;

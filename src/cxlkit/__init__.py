@@ -11,8 +11,8 @@ from .errors import (CxlkitError, HostReleasedError, InsufficientMemoryError, Ms
                      WeightedInterleaveUnsupportedError, WeightMismatchError, WindowRangeError,
                      deprecated_name)
 from .errors import (BudgetExceededError, CapacityError, PathFullError, PathIOError,
-                     PathVanishedError, PlanError, RegistryError, SubgroupCorruptError,
-                     SubgroupError)
+                     PathVanishedError, PlanError, RegistryError, SpillUsageError,
+                     SubgroupCorruptError, SubgroupError)
 from .placement import (Buffer, PlacementAudit, Policy, Residency, alloc, bind, default,
                         interleave, place, preferred, residency, stripe, weighted)
 from .pool import FsckReport, HostInfo, ObjectInfo, Pool, PoolObject, PoolStat, RemovedPool
@@ -41,7 +41,7 @@ __all__ = [
     "TruncationError", "WindowRangeError",
     "RpcError", "RpcBusyError", "RpcCorruptError", "RpcPoolFullError", "RpcServerLostError",
     "RpcTimeoutError",
-    "BudgetExceededError", "PlanError", "SubgroupError", "PathFullError", "CapacityError",
+    "BudgetExceededError", "PlanError", "SpillUsageError", "SubgroupError", "PathFullError", "CapacityError",
     "PathIOError", "PathVanishedError", "SubgroupCorruptError",
 ]
 

@@ -1,51 +1,78 @@
-"""The one table of CXLKIT_* environment variables, read in one place."""
+"""The one table of CXLKIT_* environment variables: the native table (native/sys/config_table.h,
+read through the binding) merged with the few only Python reads. docs/config.md is generated
+from it (`cxlkit config --markdown`)."""
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-# name -> (default, meaning); docs/config.md lists the same table for users.
-ENV: dict[str, tuple[str, str]] = {
-    "CXLKIT_SYSFS_ROOT": ("/sys", "root of sysfs (tests point it at a fixture tree)"),
-    "CXLKIT_PROCFS_ROOT": ("/proc", "root of procfs (numa_maps for audit)"),
-    "CXLKIT_FAULT": ("", "name:nth:errno[,...]: fail the nth call of a syscall (tests)"),
-    "CXLKIT_HOST_ID": ("", "host id in a shared pool (default: derived from the machine id)"),
-    "CXLKIT_POOL": ("cxlkit-default", "the embedded pool: /dev/shm/<name> or a path"),
-    "CXLKIT_SIMD": ("", "force a SIMD level for kernels: scalar, avx2, avx512 or avx512bf16"),
-    "CXLKIT_COHERENCE": ("host", "how pools are opened: host (one coherence domain) or none "
-                                 "(hosts that do not share caches: flush and invalidate), or "
-                                 "sim (none, on a simulated cache per host id: tests)"),
-    # ---- the non-coherence simulator (read by the native library) ----
-    "CXLKIT_SIM_SEED": ("1", "seed of the simulator's evictions (coherence sim)"),
-    "CXLKIT_SIM_EVICT": ("0.25", "chance per flush/invalidate of one random eviction (sim)"),
-    "CXLKIT_SIM_DIR": ("/dev/shm", "where the simulator keeps each host's view of a pool"),
-    # messaging (cxlkit.msg; the native library reads the CXLKIT_MSG_* ones itself)
-    "CXLKIT_RANK": ("", "this process's rank in a cxlkit.msg job (else the MPI launcher's)"),
-    "CXLKIT_SIZE": ("", "ranks in the job (else the MPI launcher's)"),
-    "CXLKIT_JOB": ("", "job name: ranks with the same name on one pool form one job"),
-    "CXLKIT_MSG_CELL_BYTES": ("4096", "ring cell size of a job's rings"),
-    "CXLKIT_MSG_CELLS": ("64", "cells per ring"),
-    "CXLKIT_MSG_EAGER": ("", "largest eager message (default: what one ring cell carries, 4032; "
-                                 "at most half a ring)"),
-    "CXLKIT_MSG_TIMEOUT_MS": ("", "fail any wait after this long (default: only dead peers)"),
-    "CXLKIT_MSG_DEAD_MS": ("5000", "a rank of another machine silent this long is dead"),
-    "CXLKIT_MSG_SPIN_US": ("", "a wait spins this long before giving the CPU away (default "
-                               "200; forever: never does); rings, messaging and RPC"),
-    "CXLKIT_MSG_YIELD_US": ("", "then yields between polls this long before sleeping "
-                                "(default 0; forever: never sleeps)"),
-    "CXLKIT_MSG_SLEEP_US": ("", "then sleeps between polls, each sleep 1/16 of the time waited, "
-                                "at most this long (default 50; 0: keeps yielding)"),
-    # ---- libcxlkit_preload.so reads these itself (cxlkit.preload names them) ----
-    "CXLKIT_STRIPE": ("", "node:weight[,...]: stripes of a program's large mappings (preload)"),
-    "CXLKIT_STRIPE_CHUNK": ("2097152", "stripe chunk in bytes (preload)"),
-    "CXLKIT_MIN_SIZE": ("2097152", "smallest mapping or malloc block placed (preload)"),
-    "CXLKIT_PRELOAD_LOG": ("", "path or stderr: log each placement decision (preload)"),
-    "CXLKIT_PRELOAD_LIB": ("", "libcxlkit_preload.so to use (default: beside cxlkit._native)"),
-    "CXLKIT_PRELOAD_FAULT": ("", "mbind:N:errno: fail the library's Nth mbind (tests)"),
-    "CXLKIT_PRELOAD_CACHE": ("67108864", "bytes of freed placed malloc blocks kept (0: off)"),
-    "CXLKIT_PRELOAD_CACHE_COUNT": ("16", "freed placed malloc blocks kept, at most 256"),
-}
+from . import _native
+
+
+@dataclass(frozen=True)
+class Var:
+    name: str
+    type: str  # string, path, uint, bool, choice, micros, fraction, size, faults, stripe
+    default: str  # what unset means, as a user writes it
+    range: str  # "0..256", "host|none|sim", "" when any text goes
+    reader: str  # libcxlkit, python, preload or mpi
+    doc: str
+
+
+# Read by the Python package alone (the native table holds every other one).
+_PYTHON: tuple[Var, ...] = (
+    Var("CXLKIT_PROCFS_ROOT", "path", "/proc", "", "python", "root of procfs (numa_maps for audit)"),
+    Var("CXLKIT_HOST_ID", "string", "", "", "python",
+        "host id in a shared pool: a slot number or a host name (default: derived from the "
+        "machine id)"),
+    Var("CXLKIT_POOL", "string", "cxlkit-default", "", "python",
+        "the embedded pool: a name under /dev/shm, or a path"),
+    Var("CXLKIT_COHERENCE", "choice", "host", "host|none|sim", "python",
+        "how pools are opened: host (one coherence domain), none (hosts that do not share "
+        "caches: writers flush, readers invalidate) or sim (none, on a simulated cache per "
+        "host id: tests)"),
+    Var("CXLKIT_RANK", "uint", "", "", "python",
+        "this process's rank in a cxlkit.msg job (default: the MPI launcher's)"),
+    Var("CXLKIT_SIZE", "uint", "", "", "python", "ranks in the job (default: the MPI launcher's)"),
+    Var("CXLKIT_JOB", "string", "", "", "python",
+        "job name: ranks with the same name on one pool form one job"),
+    Var("CXLKIT_PRELOAD_LIB", "path", "", "", "python",
+        "the libcxlkit_preload.so `cxlkit run --stripe` preloads (default: beside cxlkit._native)"),
+)
+
+
+def _native_vars() -> tuple[Var, ...]:
+    return tuple(Var(e.name, e.type, e.default, e.range, e.reader, e.doc)
+                 for e in _native.config_table())
+
+
+TABLE: tuple[Var, ...] = _native_vars() + _PYTHON
+# name -> (default, meaning), the shape the readers of single variables use
+ENV: dict[str, tuple[str, str]] = {v.name: (v.default, v.doc) for v in TABLE}
+
+
+@dataclass(frozen=True)
+class Setting:
+    var: Var
+    value: str | None  # the environment's, None when unset or empty
+    why: str  # "" when well-formed (or not checked here), else the one-line refusal
+
+    @property
+    def effective(self) -> str:
+        return self.value if self.value is not None else self.var.default
+
+
+def settings() -> list[Setting]:
+    """Every variable with the environment's value now; native ones checked by the native
+    table's parser (the one that refuses them where they are read)."""
+    checked = {e.name: e for e in _native.config_table()}
+    out = []
+    for v in TABLE:
+        e = checked.get(v.name)
+        raw = os.environ.get(v.name) or None
+        out.append(Setting(v, raw, e.why if e is not None else ""))
+    return out
 
 
 @dataclass(frozen=True)

@@ -97,10 +97,18 @@ _CREATE_ERRORS = {**_OBJECT_ERRORS,
                   errno.EAGAIN: (PoolError, "too many objects of this host await publishing")}
 
 
+def native_reason(e: OSError) -> str | None:
+    """The reason the native library gave with an errno (a refused CXLKIT_* value names the
+    variable), or None when it gave only the errno: then a table's guess says why."""
+    import os
+
+    return e.strerror if e.strerror and e.strerror != os.strerror(e.errno or 0) else None
+
+
 def _typed(e: OSError, table: dict[int, tuple[type, str]]) -> OSError:
     if e.errno in table:
         cls, why = table[e.errno]
-        return cls(e.errno, why, e.filename)
+        return cls(e.errno, native_reason(e) or why, e.filename)
     return e
 
 
@@ -308,6 +316,7 @@ def _msg_typed(e: OSError, where: str, table: dict[int, tuple[type, str]] | None
     subject = f" ({e.filename})" if e.filename and e.filename not in where else ""
     if table and e.errno in table:
         cls, why = table[e.errno]
+        why = native_reason(e) or why
     else:
         cls, why = _MSG_BUILTIN.get(e.errno, MsgError), e.strerror or _strerror(e.errno or 0)
     if cls is PeerLostError:
@@ -357,6 +366,11 @@ class PathVanishedError(SubgroupError):
 
 class SubgroupCorruptError(SubgroupError):
     """The subgroup's header or checksum does not match what the store wrote."""
+
+
+class SpillUsageError(CxlkitError, RuntimeError):
+    """A SubgroupStore called out of order (a step before bind, a second bind), or a host
+    cache too small for the subgroup a step needs next."""
 
 
 # old name -> its ...Error name; importable for one release with a DeprecationWarning

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import bench_inproc
 from cxlkit import _native
 
 # cuBLAS repeats its bits only with a fixed workspace, read when CUDA first uses it (the GPU
@@ -48,10 +49,10 @@ needs_cuda = pytest.mark.skipif("not _cuda()", reason="needs a CUDA device: make
 
 @pytest.fixture(scope="module")
 def cpu_run(tmp_path_factory):
+    # in this process (torch and transformers loaded once); `make gpu-check` starts it alone
     out = tmp_path_factory.mktemp("gpu-check") / "doc.json"
-    r = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--sizes", "tiny",
-                        "--build", "never", "--out", str(out)],
-                       capture_output=True, text=True, timeout=600, cwd=REPO)
+    r = bench_inproc.run("gpu_check.py", "--device", "cpu", "--sizes", "tiny",
+                         "--build", "never", "--out", str(out))
     return r, json.loads(out.read_text()) if out.exists() else None
 
 
@@ -91,6 +92,21 @@ def test_cpu_mode_names_every_skip_with_its_reason(cpu_run):
         assert "pinning hook" in skipped[("copy", "node 0 pinned")]
     for reason in skipped.values():
         assert reason and reason in r.stdout  # the printed summary says each of them
+
+
+def test_the_gpu_tests_part_runs_every_file_that_marks_a_gpu_test(monkeypatch):
+    # the test files live in subsystem folders under tests/: the part finds them there
+    seen = []
+
+    def fake_run(cmd, **kwargs):
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "1 passed", "")
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", fake_run)
+    ctx = type("Ctx", (), {"device": "cuda", "left": lambda self: 60.0})()
+    part = gpu_check.run_gpu_tests(ctx)
+    assert "tests/bench/test_gpu_check.py" in part["files"]
+    assert seen and seen[0][-len(part["files"]):] == part["files"]
 
 
 def test_a_spent_budget_skips_every_part_with_the_reason(tmp_path, capsys):

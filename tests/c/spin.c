@@ -12,6 +12,8 @@
 #include <errno.h>
 #include <sched.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "check.h"
 #include "cxlkit.h"
@@ -188,6 +190,27 @@ static void wait_adapt_field(void) {
     CHECK_EQ(w.phase, CXK_WAIT_SPUN);
 }
 
+/* A launcher's count of the job's ranks on this host: more ranks than CPUs (MPICH's or
+ * Open MPI's variable) is overcommitted; as many is not; a malformed count is ignored. */
+static void local_ranks(int cpus) {
+    char more[16], same[16];
+    snprintf(more, sizeof more, "%d", cpus + 1);
+    snprintf(same, sizeof same, "%d", cpus);
+    const char *names[] = {"MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"};
+    for (int i = 0; i < 2; ++i) {
+        CHECK_EQ(setenv(names[i], more, 1), 0);
+        CHECK_EQ(cxk_spin_overcommitted(), 1);
+        CHECK_EQ(setenv(names[i], same, 1), 0);
+        CHECK_EQ(cxk_spin_overcommitted(), 0);
+        const char *bad[] = {"", "-9", "9x", "99999999999999999999", "0"};
+        for (int b = 0; b < 5; ++b) {
+            CHECK_EQ(setenv(names[i], bad[b], 1), 0);
+            CHECK_EQ(cxk_spin_overcommitted(), 0);
+        }
+        CHECK_EQ(unsetenv(names[i]), 0);
+    }
+}
+
 static void probe(void) {
     cpu_set_t all, one;
     CHECK_EQ(sched_getaffinity(0, sizeof all, &all), 0);
@@ -200,6 +223,7 @@ static void probe(void) {
     CHECK_EQ(sched_setaffinity(0, sizeof all, &all), 0);
     if (CPU_COUNT(&all) < 2) return;
     CHECK_EQ(cxk_spin_overcommitted(), 0); /* several CPUs: no yield, however busy */
+    local_ranks(CPU_COUNT(&all));
     CHECK_EQ(cxk_fault_inject("sched_getaffinity", 1, EPERM), 0);
     CHECK_EQ(cxk_spin_overcommitted(), -EPERM);
     cxk_fault_clear();

@@ -1,6 +1,6 @@
 /* sys.c — every syscall wrapper of the sys section fails through the fault-injection hook
  * with the chosen errno (and only on the armed call), cpuid features are consistent, and
- * CXLKIT_FAULT in the environment arms faults at load. */
+ * CXLKIT_FAULT in the environment arms faults at load (a malformed spec arms none). */
 #include <errno.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -113,7 +113,7 @@ static void cpu_features(void) {
 }
 
 /* The child runs with CXLKIT_FAULT set: the first get_mempolicy fails with EACCES, the
- * second memfd_create with ENOSPC; malformed entries are ignored. */
+ * second memfd_create with ENOSPC. */
 static int child(void) {
     int mode;
     CHECK_EQ(cxk_get_mempolicy(&mode, NULL, 0, NULL, 0), -EACCES);
@@ -125,16 +125,31 @@ static int child(void) {
     return 0;
 }
 
+/* A spec with a malformed entry arms nothing (refused whole, never in part) and the table
+ * says so, naming the variable. */
+static int child_malformed(void) {
+    int mode;
+    char why[256] = "";
+    CHECK_EQ(cxk_config_check("CXLKIT_FAULT", why, sizeof why), -EINVAL);
+    CHECK(strncmp(why, "CXLKIT_FAULT=", 13) == 0);
+    CHECK_EQ(cxk_get_mempolicy(&mode, NULL, 0, NULL, 0), 0);
+    CHECK_EQ(cxk_config_error()[0], '\0');  /* the load asked nothing of this thread */
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "child") == 0) return child();
+    if (argc > 1 && strcmp(argv[1], "malformed") == 0) return child_malformed();
     each_wrapper_fails_once();
     bad_arguments();
     disarm_and_count();
     cpu_features();
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
-             "CXLKIT_FAULT='bogus,get_mempolicy:1:EACCES,memfd_create:2:28,x:y:z' '%s' child",
-             argv[0]);
+             "CXLKIT_FAULT='get_mempolicy:1:EACCES,memfd_create:2:28' '%s' child", argv[0]);
+    CHECK_EQ(system(cmd), 0);
+    snprintf(cmd, sizeof cmd,
+             "CXLKIT_FAULT='bogus,get_mempolicy:1:EACCES,x:y:z' '%s' malformed", argv[0]);
     CHECK_EQ(system(cmd), 0);
     return 0;
 }

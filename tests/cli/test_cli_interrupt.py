@@ -18,7 +18,8 @@ import multiprocessing as mp, sys
 from cxlkit.cli.interrupt import shielded_children
 
 def child(ev):
-    print("ready", flush=True)
+    sys.stdout.write("ready\\n")  # one write per line: the two processes share the pipe, and
+    sys.stdout.flush()            # print() writes the end of line apart when unbuffered
     ev.wait(60)  # bounded: the parent ends it on Ctrl-C
 
 if __name__ == "__main__":
@@ -28,7 +29,8 @@ if __name__ == "__main__":
             ev = ctx.Event()
             p = ctx.Process(target=child, args=(ev,))
             p.start()
-            print(p.pid, flush=True)
+            sys.stdout.write(f"{p.pid}\\n")
+            sys.stdout.flush()
             p.join(60)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

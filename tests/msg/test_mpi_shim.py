@@ -175,6 +175,9 @@ def run(mpi: str, n: int, prog: Path, shim: Path | None = None, osc: bool = Fals
     e = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **env)
     if shim:
         e["LD_PRELOAD"] = str(shim)
+        # every rank a host of its own: each peer through the pool (on one real host every
+        # peer would stay on the MPI's own path)
+        e.setdefault("CXLKIT_MPI_HOSTS", "rank")
     return subprocess.run(launch + [str(prog)], env=e, capture_output=True, text=True,
                           timeout=120)
 
@@ -201,6 +204,16 @@ def test_thread_multiple_turns_routing_off_and_says_so(built, mpi):
     assert "got 42" in r.stdout
     assert "cxlkit-mpi: off: MPI_THREAD_MULTIPLE" in r.stderr
     assert r.stderr.count(": off: pool 0 sends") == 2
+
+
+@pytest.mark.parametrize("mpi", INSTALLED[:1])
+def test_malformed_shim_variable_turns_routing_off_naming_it(built, mpi):
+    # refused, never read as its default (1024 MiB a rank)
+    r = run(mpi, 3, built[mpi]["check"], built[mpi]["shim"], CXLKIT_MPI_POOL_MB="lots")
+    assert r.returncode == 0, r.stderr
+    assert "p2p_check: all passed" in r.stdout
+    assert ("cxlkit-mpi: off: CXLKIT_MPI_POOL_MB=lots: expected decimal digits within "
+            "1..1073741824") in r.stderr
 
 
 @pytest.mark.parametrize("mpi", INSTALLED)

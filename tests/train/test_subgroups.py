@@ -330,9 +330,11 @@ def test_bad_arguments_raise_clear_errors(dirs):
     with pytest.raises(ValueError, match="paths"):
         SubgroupStore([])
     st = SubgroupStore([dirs[0]], subgroup_params=700, bandwidths=[1])
-    with pytest.raises(RuntimeError, match="bind"):
+    with pytest.raises(cxlkit.SpillUsageError, match="call bind"):  # a RuntimeError too
         st.step(CFGS, [], [], [])
     st.bind(SIZES)
+    with pytest.raises(cxlkit.SpillUsageError, match="already bound"):
+        st.bind(SIZES)
     with pytest.raises(ValueError, match="fill"):
         st.init_params(lambda pid: np.zeros(3, np.float32))
     with pytest.raises(ValueError, match="one per param"):

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "meta"))  # test_docs_snippets
 import docs_blocks as D  # noqa: E402
 from test_docs_snippets import run_block  # noqa: E402
 

@@ -37,6 +37,9 @@ def _launch(prog: str, *args: str) -> subprocess.CompletedProcess:
                CXLKIT_MPI_COHERENCE="none", CXLKIT_MPI_POOL_MB="64", CXLKIT_MPI_STATS="1",
                CXLKIT_MPI_VERBOSE="1", CXLKIT_MSG_DEAD_MS="60000",
                CXLKIT_MSG_TIMEOUT_MS=str(WAIT_S * 1000),
+               # both guests report the kernel's default hostname: name their hosts (one
+               # rank each), or the shim takes them for one host and leaves every peer to MPI
+               CXLKIT_MPI_HOSTS="a,b",
                UCX_TLS="tcp,self", UCX_NET_DEVICES="eth0")
     hosts = ",".join(rig.LINK_ADDR[h] for h in ("a", "b"))
     cmd = ["mpiexec.mpich", "-launcher", "rsh", "-launcher-exec", str(LINK), "-iface", "eth0",

@@ -23,6 +23,7 @@ _COMMAND_MODULES = (
     "cxlkit.cli.demo",
     "cxlkit.cli.doctor",  # doctor
     "cxlkit.cli.train_spill",  # train demo (spilled optimizer subgroups)
+    "cxlkit.cli.config",  # config
 )
 
 

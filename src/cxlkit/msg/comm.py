@@ -23,6 +23,7 @@ from ..errors import (
     PeerLostError,
     TruncationError,
     _msg_typed,
+    native_reason,
 )
 from ..pool import Pool, machine_tag
 from ..units import parse_size
@@ -202,9 +203,10 @@ class Comm:
             return PeerLostError(-1, f"{where}: not every one of {size} ranks joined in time; "
                                      f"start them all, or raise join_timeout")
         if e.errno == errno.EINVAL:
-            return MsgValueError(e.errno, f"{where}: bad ring geometry or eager size "
-                                          f"(cell_bytes a multiple of 64 >= 128, ncells a power "
-                                          f"of two >= 4, eager_bytes <= half a ring)")
+            return MsgValueError(e.errno, f"{where}: " + (
+                native_reason(e) or "bad ring geometry or eager size (cell_bytes a multiple of "
+                                    "64 >= 128, ncells a power of two >= 4, eager_bytes <= half "
+                                    "a ring)"))
         if e.errno == errno.EEXIST:
             return MsgExistsError(e.errno, f"{where}: {self._foreign_objects(job, rank)} of an "
                                            f"earlier run belong to another host and are not this "

@@ -351,21 +351,20 @@ class Pool:
 
     def stat(self) -> PoolStat:
         try:
-            d = self._h.stat()
+            s = self._h.stat()  # the C struct, bound as it is
         except OSError as e:
             raise _typed(e, _OBJECT_ERRORS) from None
         return PoolStat(
-            path=self._h.label, kind=d["kind"], size=d["size"], version=d["version"],
-            uuid=d["uuid"].hex(), max_hosts=d["max_hosts"], host_id=d["host_id"],
-            hosts_active=d["hosts_active"],
-            coherence=_COHERENCE_NAMES[d["coherence"]],
-            partition_bytes=d["partition_bytes"], used_bytes=d["used_bytes"],
-            free_bytes=d["free_bytes"], objects=d["objects"], objects_host=d["objects_host"],
-            max_objects=d["max_objects"], align=d["align"], nbackings=d["nbackings"],
-            lease_timeout_s=d["lease_timeout_ns"] / 1e9, data_offset=d["data_offset"],
-            extent_bytes=d["extent_bytes"], nextents=d["nextents"],
-            extents_held=d["extents_held"], extents_free=d["extents_free"],
-            names_host=d["names_host"])
+            path=self._h.label, kind=s.kind, size=s.size, version=s.version,
+            uuid=s.uuid.hex(), max_hosts=s.max_hosts, host_id=s.host_id,
+            hosts_active=s.hosts_active, coherence=_COHERENCE_NAMES[s.coherence],
+            partition_bytes=s.partition_bytes, used_bytes=s.used_bytes,
+            free_bytes=s.free_bytes, objects=s.objects, objects_host=s.objects_host,
+            max_objects=s.max_objects, align=s.align, nbackings=s.nbackings,
+            lease_timeout_s=s.lease_timeout_ns / 1e9, data_offset=s.data_off,
+            extent_bytes=s.extent_bytes, nextents=s.nextents,
+            extents_held=s.extents_held, extents_free=s.extents_free,
+            names_host=s.names_host)
 
     def hosts(self) -> list[HostInfo]:
         """Every host slot: who holds it, whether it is alive, the extents, bytes and objects
@@ -374,12 +373,12 @@ class Pool:
             rows = self._h.hosts()
         except OSError as e:
             raise _typed(e, _OBJECT_ERRORS) from None
-        return [HostInfo(slot=d["slot"], state=_HOST_STATES.get(d["state"], "?"),
-                         name=d["tag"].decode("utf-8", "replace"), pid=d["pid"],
-                         heartbeat_age_s=(None if d["heartbeat_age_ns"] < 0
-                                          else d["heartbeat_age_ns"] / 1e9),
-                         extents=d["extents"], held_bytes=d["held_bytes"],
-                         used_bytes=d["used_bytes"], objects=d["objects"]) for d in rows]
+        return [HostInfo(slot=h.slot, state=_HOST_STATES.get(h.state, "?"),
+                         name=h.tag.decode("utf-8", "replace"), pid=h.pid,
+                         heartbeat_age_s=(None if h.heartbeat_age_ns < 0
+                                          else h.heartbeat_age_ns / 1e9),
+                         extents=h.extents, held_bytes=h.held_bytes,
+                         used_bytes=h.used_bytes, objects=h.objects) for h in rows]
 
     def release(self, host: int | str, *, drop: bool = False) -> None:
         """Free a dead host's slot (by slot number or name): its published objects become

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import SpillUsageError
 from .. import adam as A
 from . import layout as L
 from .assignment import Assignment
@@ -101,7 +102,8 @@ class SubgroupStore:
         """Cut the params (element counts, per param group) into subgroups, size the host
         cache and the paths' slots, and measure each path (unless bandwidths were given)."""
         if self._bound:
-            raise RuntimeError("SubgroupStore.bind: already bound")
+            raise SpillUsageError("SubgroupStore.bind: already bound; make a new store for "
+                                  "other group sizes")
         c = self.config
         self.group_sizes = [list(s) for s in group_sizes]
         self.subgroups = L.cut(self.group_sizes, c.subgroup_params)
@@ -254,7 +256,8 @@ class SubgroupStore:
                        tw: float) -> None:
         pl, c, st = self.pipeline, self.cache, self.metrics.stats
         if not pl.fetch(k, {k}, wait=True):
-            raise RuntimeError("host cache has no buffer for the next subgroup")
+            raise SpillUsageError(f"SubgroupStore: the host cache has no free buffer for "
+                                  f"subgroup {k}; raise cache_subgroups")
         bi = c.where[k]
         pl.finish(bi)
         if self.config.pipeline_read:
@@ -307,7 +310,7 @@ class SubgroupStore:
 
     def _require_bound(self) -> None:
         if not self._bound:
-            raise RuntimeError("SubgroupStore: call bind(group_sizes) first")
+            raise SpillUsageError("SubgroupStore: call bind(group_sizes) first")
 
     def close(self) -> None:
         """Wait for I/O in flight and release paths, engines and host buffers (uncommitted
