@@ -5,7 +5,9 @@ line before it says otherwise:
   <!-- rig: TOPOLOGY -->         it needs that QEMU rig topology (tests/vm/rig.py TOPOLOGIES):
                                  tests/vm/test_vm_docs.py runs it inside that guest;
   <!-- not run: REASON -->       it cannot run in a test (it builds the rig itself, ...).
-Blocks fenced without a language (layouts, tables) are text. docs/deploy.md has its own runner
+Blocks fenced without a language, or as ```text, are output and layouts; a block in any other
+language (```c, ```json) is a program or a configuration no test runs as such: it needs a
+`not run` line saying where it is exercised instead. docs/deploy.md has its own runner
 (tests/vm/test_vm_deploy.py)."""
 from __future__ import annotations
 
@@ -56,3 +58,14 @@ def blocks(path: Path) -> list[Block]:
 def all_blocks() -> list[Block]:
     skip = OWN_RUNNER | set(PENDING)
     return [b for p in docs() if str(p.relative_to(ROOT)) not in skip for b in blocks(p)]
+
+
+TEXT = ("", "text")
+
+
+def unmarked(path: Path) -> list[str]:
+    """Blocks of a language no test runs (neither sh, python nor text) without a `not run`
+    line: where each is, as doc#n and its language."""
+    rel = str(path.relative_to(ROOT))
+    return [f"{rel}#{n} ({m.group(3)})" for n, m in enumerate(_BLOCK.finditer(path.read_text()))
+            if m.group(3) not in LANGS + TEXT and m.group(1) != "not run"]

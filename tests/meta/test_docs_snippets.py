@@ -29,6 +29,19 @@ def test_every_code_block_says_where_it_runs():
             assert len(b.detail) > 10, f"{b.id}: say why it cannot run"
 
 
+def test_a_block_no_test_runs_says_where_it_is_exercised():
+    assert [u for p in D.docs() for u in D.unmarked(p)] == []
+
+
+def test_the_unmarked_check_names_a_c_block_without_its_line(tmp_path, monkeypatch):
+    doc = tmp_path / "README.md"
+    doc.write_text("```c\nint main(void) { return 0; }\n```\n"
+                   "<!-- not run: tests/c/msg.c runs the same calls -->\n```c\nint x;\n```\n"
+                   "```text\noutput\n```\n")
+    monkeypatch.setattr(D, "ROOT", tmp_path)
+    assert D.unmarked(doc) == ["README.md#0 (c)"]
+
+
 def run_block(block: D.Block, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
     """A block as a user runs it from a checkout: sh with bash -e (the venv's cxlkit first on
     PATH), python with this interpreter; in a scratch directory that sees the checkout's tests/
