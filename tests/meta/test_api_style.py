@@ -132,6 +132,18 @@ def test_pool_lease_timeout_is_in_seconds(pool_path):
         cxlkit.Pool(pool_path, host_id=0, lease_timeout=0.001)
 
 
+def test_kv_store_lease_timeout_is_in_seconds_and_the_ms_spelling_warns(pool_path):
+    with Store(pool_path, LAYOUT, size="16M", lease_timeout=2.5) as s:
+        assert s._pool.stat().lease_timeout_s == 2.5
+    os.unlink(pool_path)
+    with pytest.warns(DeprecationWarning, match="lease_timeout in seconds"):
+        s = Store(pool_path, LAYOUT, size="16M", lease_timeout_ms=2500)
+    with s:
+        assert s._pool.stat().lease_timeout_s == 2.5
+    with pytest.raises(ValueError, match="lease_timeout and lease_timeout_ms both given"):
+        Store(pool_path, LAYOUT, lease_timeout=2.5, lease_timeout_ms=2500)
+
+
 def test_pool_lease_timeout_ms_still_works_with_a_DeprecationWarning(pool_path):
     with pytest.warns(DeprecationWarning, match="lease_timeout in seconds"):
         p = cxlkit.Pool(pool_path, size="8M", host_id=0, lease_timeout_ms=2500)

@@ -12,6 +12,7 @@ import logging
 import os
 import struct
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -60,7 +61,8 @@ class KVStats:
 
 
 def _open_pool(pool: Any, *, create: bool | None, size: int | str, host_id: int | str | None,
-               coherence: str | None, max_hosts: int, lease_timeout_ms: int) -> tuple[Pool, bool]:
+               coherence: str | None, max_hosts: int,
+               lease_timeout: float | None) -> tuple[Pool, bool]:
     """(pool, whether the store owns it): the caller's cxlkit.Pool when it is one (and host_id /
     coherence, if given, agree with it), else one the store opens and closes."""
     if coherence is not None and coherence not in COHERENCE:
@@ -78,8 +80,23 @@ def _open_pool(pool: Any, *, create: bool | None, size: int | str, host_id: int 
         raise ValueError(f"host_id: expected an int >= 0 or a host name, got {host_id!r}")
     own = Pool(paths, size or None, host_id=host_id, coherence=coherence,
                create=create, max_hosts=max_hosts or None,
-               lease_timeout=lease_timeout_ms / 1000 if lease_timeout_ms else None)
+               lease_timeout=lease_timeout)
     return own, True
+
+
+def _lease_seconds(seconds: float | None, ms: int) -> float | None:
+    """Store(lease_timeout=) in seconds as everywhere in Python; lease_timeout_ms, the old
+    spelling, still works for one release with a DeprecationWarning."""
+    if not ms:
+        return seconds
+    if seconds is not None:
+        raise ValueError("lease_timeout and lease_timeout_ms both given: pass lease_timeout "
+                         "(seconds) alone")
+    warnings.warn("kv.Store(lease_timeout_ms=) is deprecated: pass lease_timeout in seconds "
+                  "(e.g. lease_timeout=2.5)", DeprecationWarning, stacklevel=3)
+    if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
+        raise ValueError(f"lease_timeout_ms {ms!r}: expected a positive int")
+    return ms / 1000
 
 
 def _counters(pool: Pool, name: str, nbytes: int) -> PoolObject:
@@ -175,8 +192,9 @@ class Store:
                  checksum: bool = False, capacity_bytes: int | None = None,
                  create: bool | None = None, size: int | str = 0,
                  host_id: int | str | None = None, coherence: str | None = None,
-                 max_hosts: int = 0, lease_timeout_ms: int = 0,
-                 nt_stores: bool | None = None, level2: Level2 | None = None) -> None:
+                 max_hosts: int = 0, lease_timeout: float | None = None,
+                 nt_stores: bool | None = None, level2: Level2 | None = None,
+                 lease_timeout_ms: int = 0) -> None:
         if not isinstance(layout, BlockLayout):
             raise TypeError("layout: expected a BlockLayout")
         if not isinstance(namespace, str) or not namespace:
@@ -197,7 +215,7 @@ class Store:
         self.level2 = level2
         self._pool, self._owns_pool = _open_pool(
             pool, create=create, size=size, host_id=host_id, coherence=coherence,
-            max_hosts=max_hosts, lease_timeout_ms=lease_timeout_ms)
+            max_hosts=max_hosts, lease_timeout=_lease_seconds(lease_timeout, lease_timeout_ms))
         st = self._pool.stat()
         self.host_id = st.host_id
         self._nc = st.coherence != "host"  # "none" or "sim"
@@ -488,7 +506,7 @@ class Store:
 def host_stats(pool: Pool | str | os.PathLike[str]) -> dict[int, dict[str, int]]:
     """Counters of every host that used a KV store in this pool (shared by its processes)."""
     p, owns = _open_pool(pool, create=False, size=0, host_id=None, coherence=None, max_hosts=0,
-                         lease_timeout_ms=0)
+                         lease_timeout=None)
     try:
         nc = p.stat().coherence != "host"
         out = {}
