@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from cxlkit import _native
+from mpi_shim_build import build_shim
 
 REPO = Path(__file__).resolve().parents[2]
 MPIS = {"mpich": ("mpicc.mpich", "mpiexec.mpich", "mpif90.mpich", "NPmpich2"),
@@ -46,16 +47,7 @@ def need(what: str, ok: bool) -> None:
 def shims(tmp_path_factory):
     """The shim of every installed MPI against the installed libcxlkit."""
     out = tmp_path_factory.mktemp("shim")
-    libdir = Path(_native.__file__).parent
-    srcs = sorted(str(p) for p in (REPO / "native" / "mpi").glob("*.c"))
-    built = {}
-    for mpi in INSTALLED:
-        so = out / f"libcxlkit_mpi_{mpi}.so"
-        subprocess.run([MPIS[mpi][0], "-O2", "-shared", "-fPIC", f"-I{REPO / 'include'}",
-                        f"-I{REPO / 'native'}", *srcs, f"-L{libdir}", "-lcxlkit",
-                        f"-Wl,-rpath,{libdir}", "-o", str(so)], check=True)
-        built[mpi] = so
-    return built
+    return {mpi: build_shim(MPIS[mpi][0], out, mpi) for mpi in INSTALLED}
 
 
 def run(mpi: str, n: int, argv: list[str], shim: Path | None = None, **env: str):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cxlkit import _native
+from mpi_shim_build import build_shim
 
 REPO = Path(__file__).resolve().parents[2]
 MPIS = {"mpich": ("mpicc.mpich", "mpiexec.mpich"), "openmpi": ("mpicc.openmpi", "mpiexec.openmpi")}
@@ -32,15 +32,10 @@ COUNTERS = re.compile(r"cxlkit-mpi: rank (\d+): (on|off): pool (\d+) sends \d+ B
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("mpi_routes")
-    libdir = Path(_native.__file__).parent
-    srcs = sorted(str(p) for p in (REPO / "native" / "mpi").glob("*.c"))
     progs = {}
     for mpi in INSTALLED:
         cc = MPIS[mpi][0]
-        shim = out / f"libcxlkit_mpi_{mpi}.so"
-        subprocess.run([cc, "-O2", "-shared", "-fPIC", f"-I{REPO / 'include'}",
-                        f"-I{REPO / 'native'}", *srcs, f"-L{libdir}", "-lcxlkit",
-                        f"-Wl,-rpath,{libdir}", "-o", str(shim)], check=True)
+        shim = build_shim(cc, out, mpi)
         check = out / f"routes_check_{mpi}"
         subprocess.run([cc, "-O1", str(REPO / "tests" / "mpi" / "routes_check.c"), "-o",
                         str(check)], check=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cxlkit import _native
+from mpi_shim_build import build_shim
 
 REPO = Path(__file__).resolve().parents[2]
 MPIS = {"mpich": ("mpicc.mpich", "mpiexec.mpich"), "openmpi": ("mpicc.openmpi", "mpiexec.openmpi")}
@@ -137,15 +137,10 @@ int main(int argc, char **argv) {
 def built(tmp_path_factory):
     """The shim and the check program of every installed MPI, against the installed libcxlkit."""
     out = tmp_path_factory.mktemp("mpi")
-    libdir = Path(_native.__file__).parent
-    srcs = sorted(str(p) for p in (REPO / "native" / "mpi").glob("*.c"))
     progs = {}
     for mpi in INSTALLED:
         cc = MPIS[mpi][0]
-        shim = out / f"libcxlkit_mpi_{mpi}.so"
-        subprocess.run([cc, "-O2", "-shared", "-fPIC", f"-I{REPO / 'include'}",
-                        f"-I{REPO / 'native'}", *srcs, f"-L{libdir}", "-lcxlkit",
-                        f"-Wl,-rpath,{libdir}", "-o", str(shim)], check=True)
+        shim = build_shim(cc, out, mpi)
         check = out / f"p2p_check_{mpi}"
         subprocess.run([cc, "-O1", str(REPO / "tests" / "mpi" / "p2p_check.c"), "-o", str(check)],
                        check=True)
