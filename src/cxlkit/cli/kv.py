@@ -37,7 +37,7 @@ def collect(path: str, *, host_id: int | str | None = None,
     mine = group is None  # else src is open already, as this host and coherence
     pool, _ = _open_pool(src, create=False, size=0, host_id=host_id if mine else None,
                          coherence=coherence if mine else None, max_hosts=0,
-                         lease_timeout_ms=0)
+                         lease_timeout=None)
     with pool:
         groups: dict[tuple[str, int], dict] = {}
         tables = []

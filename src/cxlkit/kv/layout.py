@@ -114,6 +114,37 @@ def _tensor_info(t: Any) -> tuple[int, tuple[int, ...], tuple[int, ...], int, st
     raise TypeError(f"KV tensor: expected a torch.Tensor or numpy.ndarray, got {type(t).__name__}")
 
 
+def _checked_axes(layout: Any, entries: Sequence[tuple[Any, int | None, int | None]],
+                  axes: str) -> dict[str, int]:
+    """The size each axis letter must have; raises when axes cannot describe the layout."""
+    if not isinstance(layout, BlockLayout):
+        raise TypeError("layout: expected a BlockLayout")
+    if len(set(axes)) != len(axes) or set(axes) - set("LKBTHD") or "B" not in axes \
+            or "D" not in axes or "T" not in axes:
+        raise ValueError(f"axes: {axes!r} must use each of L,K,B,T,H,D at most once and "
+                         "include B, T and D")
+    want = {"L": layout.num_layers, "K": layout.kv_parts, "T": layout.block_tokens,
+            "H": layout.num_kv_heads, "D": layout.head_dim}
+    for letter in "LKH":
+        if letter not in axes and want[letter] != 1 and not (
+                letter in "LK" and all(e[1 if letter == "L" else 2] is not None
+                                       for e in entries)):
+            raise ValueError(f"axes: {axes!r} lacks {letter} but the layout has "
+                             f"{want[letter]} of it")
+    return want
+
+
+def _runs(base_of_row: Any, off_of_row: Any, row: int) -> Any:
+    """Rows that follow each other in both the image and the engine merged into one run:
+    (tensor, offset in it, offset in the image, bytes) per run."""
+    nrows = len(base_of_row)
+    brk = np.ones(nrows, dtype=bool)
+    brk[1:] = (base_of_row[1:] != base_of_row[:-1]) | (off_of_row[1:] != off_of_row[:-1] + row)
+    starts = np.flatnonzero(brk)
+    lengths = np.diff(np.append(starts, nrows)) * row
+    return np.stack([base_of_row[starts], off_of_row[starts], starts * row, lengths], axis=1)
+
+
 class EngineTensors:
     """An engine's paged KV cache for one BlockLayout, compiled into a native copy plan.
 
@@ -122,23 +153,10 @@ class EngineTensors:
 
     def __init__(self, layout: BlockLayout, entries: Sequence[tuple[Any, int | None, int | None]],
                  axes: str) -> None:
-        if not isinstance(layout, BlockLayout):
-            raise TypeError("layout: expected a BlockLayout")
-        if len(set(axes)) != len(axes) or set(axes) - set("LKBTHD") or "B" not in axes \
-                or "D" not in axes or "T" not in axes:
-            raise ValueError(f"axes: {axes!r} must use each of L,K,B,T,H,D at most once and "
-                             "include B, T and D")
+        want = _checked_axes(layout, entries, axes)
         self.layout = layout
         self.axes = axes
         self._keep = [e[0] for e in entries]  # the plan holds raw addresses: keep tensors alive
-        want = {"L": layout.num_layers, "K": layout.kv_parts, "T": layout.block_tokens,
-                "H": layout.num_kv_heads, "D": layout.head_dim}
-        for letter in "LKH":
-            if letter not in axes and want[letter] != 1 and not (
-                    letter in "LK" and all(e[1 if letter == "L" else 2] is not None
-                                           for e in entries)):
-                raise ValueError(f"axes: {axes!r} lacks {letter} but the layout has "
-                                 f"{want[letter]} of it")
         L, P = layout.num_layers, layout.kv_parts
         rows_per_sub = layout.block_tokens * layout.num_kv_heads
         nrows = L * P * rows_per_sub
@@ -185,13 +203,7 @@ class EngineTensors:
         if (base_of_row == -1).any():
             missing = int(np.argmax(base_of_row == -1)) // rows_per_sub
             raise ValueError(f"KV tensors: layer {missing // P} part {missing % P} not given")
-        # merge rows that follow each other in both the image and the engine into one run
-        row = layout.row_bytes
-        brk = np.ones(nrows, dtype=bool)
-        brk[1:] = (base_of_row[1:] != base_of_row[:-1]) | (off_of_row[1:] != off_of_row[:-1] + row)
-        starts = np.flatnonzero(brk)
-        lengths = np.diff(np.append(starts, nrows)) * row
-        segs = np.stack([base_of_row[starts], off_of_row[starts], starts * row, lengths], axis=1)
+        segs = _runs(base_of_row, off_of_row, layout.row_bytes)
         self.plan = _native.KVPlan(np.array(bases, dtype=np.uint64),
                                    np.array(strides, dtype=np.int64),
                                    np.array(extents, dtype=np.uint64),

@@ -11,124 +11,28 @@ import hashlib
 import logging
 import os
 import struct
-import time
-import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .. import _native
-from ..errors import _OBJECT_ERRORS, PoolError, PoolFullError, StaleObjectError, _typed
+from ..errors import _OBJECT_ERRORS, PoolFullError, StaleObjectError, _typed
 from ..errors import ObjectNotPublishedError as ObjectNotPublished
 from ..pool import ObjectInfo, Pool, PoolObject
 from .layout import BlockLayout, EngineTensors
 from .level2 import Level2
+from .counters import (_STATS_PREFIX, COUNTERS_WAIT_S, STAT_FIELDS,  # noqa: F401 (re-exported)
+                       KVStats, _counters, _read_counters, host_stats)
+from .opening import COHERENCE, _open_pool, _lease_seconds  # noqa: F401 (re-exported)
 from .recency import RecencyTables, table_slots
 
 log = logging.getLogger("cxlkit")
 
-COHERENCE = {"host": 0, "none": 1, "sim": 2}
 HDR_BYTES = 128  # CXK_KV_HDR_BYTES: the block header before the image
 NT_MIN_BLOCK_BYTES = 64 << 10  # auto streaming stores from this block image size on
-STAT_FIELDS = ("lookups", "hits", "misses", "puts", "put_skipped", "bytes_in", "bytes_out",
-               "evictions", "load_errors", "put_errors", "unverifiable", "demoted",
-               "promoted")
-_STATS_PREFIX = "kv.stats.h"
-COUNTERS_WAIT_S = 1.0  # how long a store waits for another process of its host to publish them
-
-
-@dataclass
-class KVStats:
-    lookups: int = 0      # keys asked about (lookup and get)
-    hits: int = 0         # keys found (lookup) or loaded (get)
-    misses: int = 0       # get: first key not loaded (missing, stale or corrupt)
-    puts: int = 0         # blocks stored
-    put_skipped: int = 0  # blocks already present (immutable, so not rewritten)
-    bytes_in: int = 0     # image bytes written into the pool
-    bytes_out: int = 0    # image bytes read out of the pool
-    evictions: int = 0
-    load_errors: int = 0  # get: a block that was found but failed to load (stale/corrupt)
-    put_errors: int = 0   # put: blocks not stored for lack of room or another error
-    unverifiable: int = 0  # get with checksum=True: a block put without one (not loaded)
-    demoted: int = 0      # evicted blocks handed to the level below the pool (level2)
-    promoted: int = 0     # blocks fetched from that level, checked and stored in the pool
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
-
-
-def _open_pool(pool: Any, *, create: bool | None, size: int | str, host_id: int | str | None,
-               coherence: str | None, max_hosts: int,
-               lease_timeout: float | None) -> tuple[Pool, bool]:
-    """(pool, whether the store owns it): the caller's cxlkit.Pool when it is one (and host_id /
-    coherence, if given, agree with it), else one the store opens and closes."""
-    if coherence is not None and coherence not in COHERENCE:
-        raise ValueError(f"coherence: {coherence!r} is not one of {sorted(COHERENCE)}")
-    if isinstance(pool, Pool):
-        if (host_id is None or host_id == pool.host_id) and coherence in (None, pool.coherence):
-            return pool, False
-        paths: Any = pool.paths  # the same backings, as another host or coherence
-        coherence = coherence or pool.coherence
-    elif isinstance(pool, (str, os.PathLike)):
-        paths = pool  # a bare name is /dev/shm/cxlkit-<name>, as for cxlkit.Pool
-    else:
-        raise TypeError(f"pool {pool!r}: expected a path, a pool name or a cxlkit.Pool")
-    if isinstance(host_id, int) and not isinstance(host_id, bool) and host_id < 0:
-        raise ValueError(f"host_id: expected an int >= 0 or a host name, got {host_id!r}")
-    own = Pool(paths, size or None, host_id=host_id, coherence=coherence,
-               create=create, max_hosts=max_hosts or None,
-               lease_timeout=lease_timeout)
-    return own, True
-
-
-def _lease_seconds(seconds: float | None, ms: int) -> float | None:
-    """Store(lease_timeout=) in seconds as everywhere in Python; lease_timeout_ms, the old
-    spelling, still works for one release with a DeprecationWarning."""
-    if not ms:
-        return seconds
-    if seconds is not None:
-        raise ValueError("lease_timeout and lease_timeout_ms both given: pass lease_timeout "
-                         "(seconds) alone")
-    warnings.warn("kv.Store(lease_timeout_ms=) is deprecated: pass lease_timeout in seconds "
-                  "(e.g. lease_timeout=2.5)", DeprecationWarning, stacklevel=3)
-    if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
-        raise ValueError(f"lease_timeout_ms {ms!r}: expected a positive int")
-    return ms / 1000
-
-
-def _counters(pool: Pool, name: str, nbytes: int) -> PoolObject:
-    """This host's counters object, opened writable (its lease keeps the memory while our adds
-    write into it, even if it is destroyed meanwhile): created zeroed and published once, then
-    shared by the host's processes. One of another size (left by a cxlkit with another field
-    count) is replaced, never written past."""
-    deadline = time.monotonic() + COUNTERS_WAIT_S
-    for _ in range(1000):  # bounded: each pass makes progress unless others keep racing
-        try:
-            obj = pool.open(name, writable=True)
-        except KeyError:
-            try:
-                pool.create(name, nbytes, publish=True).close()
-            except FileExistsError:
-                pass  # another process of this host made it first: open that
-            continue
-        except ObjectNotPublished:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.001)
-            continue
-        if obj.nbytes == nbytes:
-            return obj
-        obj.close()
-        log.warning("kv counters %s: %d bytes, expected %d (another cxlkit's fields): "
-                    "replaced", name, obj.nbytes, nbytes)
-        try:
-            pool.destroy(name)  # our own object: this host may replace it
-        except KeyError:
-            pass  # another process of this host replaced it first
-    raise PoolError(errno.EBUSY, "other processes kept creating and removing it", name)
 
 
 # How a get stopped: every key loaded, or the first key not loaded and why.
@@ -501,35 +405,3 @@ class Store:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def host_stats(pool: Pool | str | os.PathLike[str]) -> dict[int, dict[str, int]]:
-    """Counters of every host that used a KV store in this pool (shared by its processes)."""
-    p, owns = _open_pool(pool, create=False, size=0, host_id=None, coherence=None, max_hosts=0,
-                         lease_timeout=None)
-    try:
-        nc = p.stat().coherence != "host"
-        out = {}
-        for o in p.list():
-            if o.name.startswith(_STATS_PREFIX) and o.live:
-                words = _read_counters(p, o.name, nc)
-                if words is not None:
-                    out[o.host] = dict(zip(STAT_FIELDS, words))
-        return out
-    finally:
-        if owns:
-            p.close()
-
-
-def _read_counters(pool: Pool, name: str, nc: bool) -> list[int] | None:
-    """The counters object's words, read under a lease (its memory cannot be reused meanwhile);
-    None when it was destroyed or replaced since the listing."""
-    try:
-        obj = pool.open(name)
-    except (KeyError, ObjectNotPublished):
-        return None
-    with obj:
-        if nc:
-            obj.invalidate()  # pairs with the writer host's flush after each add
-        n = obj.nbytes // 8
-        return [int(x) for x in obj.load_u64(np.arange(n, dtype=np.uint64) * np.uint64(8))]
