@@ -73,7 +73,8 @@ def test_mpi_job_one_rank_per_guest_through_the_shared_pool():
     for r in (lat, bw):
         out = r.stdout + r.stderr
         assert r.returncode == 0, out
-        assert "cxlkit-mpi: on: MPICH, 2 ranks, pool /dev/dax0.0 (coherence none)" in out, out
+        assert ("cxlkit-mpi: on: MPICH, 2 ranks (2 on the pool), pool /dev/dax0.0 "
+                "(coherence none)") in out, out
         # both ranks' counters: every rank sent through the pool
         sends = re.findall(r"cxlkit-mpi: rank (\d): on: pool (\d+) sends", out)
         assert sorted(k for k, _ in sends) == ["0", "1"] and all(int(n) > 0 for _, n in sends), out
