@@ -3,12 +3,19 @@ the pool paths' lock files removed after the session), and a minimal writable sy
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
 import pytest
 
 from cxlkit import _native, topology
+
+# A suite started in the background of a non-interactive shell (`cmd &`, nohup) inherits SIGINT
+# ignored, and every program it starts would too (an ignored signal stays ignored across exec):
+# the Ctrl-C tests need it delivered. A handler here is reset to the default in each child.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
