@@ -1,4 +1,4 @@
-"""bench/sim_branch.py — what the non-coherence simulator (coherence="sim", issue 16) costs a
+"""bench/sim_branch.py — what the non-coherence simulator (coherence="sim") costs a
 production process that never uses it: cxk_flush and cxk_sfence (the simulator's flag checked,
 then the instruction) against the same instructions without the check, timed alternately in
 the same run by libcxlkit (cxk_bench_sim_branch). One JSON line per repetition, then a summary

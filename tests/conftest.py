@@ -124,13 +124,13 @@ def _load_hypothesis_profile(config) -> None:
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-# ---- issue 16: run the suite under the non-coherence simulator ---------------------------
+# ---- run the suite under the non-coherence simulator ---------------------------
 # `pytest --coherence-sim [--sim-seed N]` (or CXLKIT_TEST_COHERENCE=sim) opens every pool whose
 # test does not name a coherence with coherence="sim": each host id on a simulated cache of its
 # own (docs/pool-format.md). Subprocesses inherit it through the environment.
 def pytest_addoption(parser):
     parser.addoption("--coherence-sim", action="store_true",
-                     help="open pools with coherence='sim' unless a test names one (issue 16)")
+                     help="open pools with coherence='sim' unless a test names one")
     parser.addoption("--sim-seed", default=None, help="CXLKIT_SIM_SEED for --coherence-sim")
 
 

@@ -1,4 +1,4 @@
-"""The code blocks of README.md and docs/*.md and where each says it runs (issue 11, defect 7).
+"""The code blocks of README.md and docs/*.md and where each says it runs.
 
 A ```sh / ```python block runs as written on a one-node machine (the test machine) unless the
 line before it says otherwise:
@@ -17,8 +17,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OWN_RUNNER = {"docs/deploy.md"}
-# Docs another branch owns this sprint, whose fragment blocks (TieredAdamW, ActivationOffload)
-# still need whole programs or a `not run` line: the integrator drops them from here at merge.
+# Docs whose fragment blocks still need whole programs or a `not run` line (empty: every
+# block of every doc runs or says why not).
 PENDING: dict[str, str] = {}  # doc -> the branch making its blocks runnable
 LANGS = ("sh", "python")
 _BLOCK = re.compile(r"(?:<!--\s*(rig|not run):\s*(.*?)\s*-->\s*\n)?```(\w*)[^\n]*\n(.*?)```",

@@ -1,6 +1,5 @@
 #!/bin/sh
-# bw_ab.sh bw|r5|rdv|latpool|none|onecpu|pair OUTDIR — the A/B runs behind docs/msg.md "Bandwidth" (issue 14,
-# 4th and 5th rounds; r5: see its case below).
+# bw_ab.sh bw|r5|rdv|latpool|none|onecpu|pair OUTDIR — the A/B runs behind docs/msg.md "Bandwidth" (r5: see its case below).
 # bw: memcpy (both columns) at the start and the end, ROUNDS interleaved rounds of osu bw 64 KiB..4 MiB
 # over cxlkit before (BEFORE=dir of an osu_cxk on the previous library) and now (OSU_BIN) and
 # both MPIs' shared memory, then 8 B latency before/now. onecpu: the crossover anomaly, osu bw
@@ -30,7 +29,7 @@ bw)
     uptime >> $OUT/load.txt
     ;;
 r5)
-    # fifth round: ROUNDS interleaved rounds of memcpy's four columns (one thread out of / in
+    # ROUNDS interleaved rounds of memcpy's four columns (one thread out of / in
     # cache, two cores held / written; CXLKIT_SIZE=1: nothing else copies meanwhile) and osu
     # bw 64 KiB..4 MiB: cxlkit before (main's library), now from the
     # heap, now from pool memory (-b pool: one copy), now with non-temporal stores into the

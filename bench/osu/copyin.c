@@ -1,4 +1,4 @@
-/* copyin.c — where a two-copy transport's time goes (docs/msg.md, fifth round): a sender
+/* copyin.c — where a two-copy transport's time goes (docs/msg.md): a sender
  * thread on one CPU copies its cached n-byte buffer into one of `slots` shared buffers (as
  * cxlkit's rendezvous sender copies into its pool buffers), a receiver thread on another CPU
  * copies each out (as the receiver does), `window` messages per window as osu bw sends them;

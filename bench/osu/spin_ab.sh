@@ -1,5 +1,5 @@
 #!/bin/sh
-# spin_ab.sh — the A/B runs behind docs/msg.md "Adaptive spin" (issue 14, fifth round), ROUNDS
+# spin_ab.sh — the A/B runs behind docs/msg.md "Adaptive spin": ROUNDS
 # interleaved rounds: rpc_bench 64 B (QD 1, QD 128, and 200 calls each after 2 ms of silence)
 # for this library (new), BEFORE_RPC (rpc_bench on the previous library), this library with
 # CXLKIT_MSG_SPIN_US=0, and TCP loopback; osu latency 8 B for new, BEFORE_OSU (osu_cxk on the

@@ -1,5 +1,5 @@
 """Summarise a bench/osu/run.sh output directory: per transport, benchmark and size the
-median over the rounds and the spread (min..max), then the ratios issue 14 sets as goals:
+median over the rounds and the spread (min..max), then the ratios set as goals:
   8 B latency: cxlkit / each MPI's shared memory (goal <= 1.5), each MPI over TCP / cxlkit
   (goal >= 10); bandwidth at >= 64 KiB: cxlkit / memcpy of the same run (goal >= 0.7) against
   the in-cache column (osu memcpy's third: osu bw reuses one send and one receive buffer, so

@@ -225,7 +225,7 @@ static void copy_sum(void) {
     free(dst);
 }
 
-/* cxk_aio_guard_range (issue 15): stores from another thread into a guarded mapping whose
+/* cxk_aio_guard_range: stores from another thread into a guarded mapping whose
  * file was truncated land on zero pages and are counted; the range's pages inside the file
  * stay the file's; after unguarding, the slot is free again; bad ids and ranges refused. */
 struct fill_arg {

@@ -1,4 +1,4 @@
-/* msg_ctx.c — message contexts (cxk_msg_*_ctx, issue 17: the PMPI shim gives each
+/* msg_ctx.c — message contexts (cxk_msg_*_ctx: the PMPI shim gives each
  * communicator one): a message matches only receives and probes of its own context, also
  * through ANY_SOURCE / ANY_TAG; order per (source, tag) is kept within a context while a
  * receive on another context takes a later message first; the library's own contexts

@@ -227,7 +227,7 @@ static int pscw_rounds(cxk_comm *c, cxk_win *w, int rank) {
     return cxk_msg_barrier(c) == 0 ? 0 : 1;
 }
 
-/* issue 17: cxk_win_test. The origins complete only after a barrier that the target enters
+/* cxk_win_test. The origins complete only after a barrier that the target enters
  * after its first test, so that test must say 0; then the target tests until 1 and sees every
  * contribution; a test outside an exposure epoch is -EPROTO. */
 static int pscw_test(cxk_comm *c, cxk_win *w, int rank) {

@@ -1,6 +1,6 @@
 /* ring.c — rings through the C ABI: geometry checks, push/pop in order with wrap-around,
  * full and empty, close -> EPIPE, a producer and a consumer process on two hosts streaming
- * 200000 messages under both coherence modes and the non-coherence simulator (issue 16: each
+ * 200000 messages under both coherence modes and the non-coherence simulator (each
  * host on a simulated cache, with random evictions), forged stamps, lengths and heads ->
  * EBADMSG. */
 #include <errno.h>

@@ -2,7 +2,7 @@
  * echo / sum / error methods, blocking calls, 128 batched requests answered in order with
  * batched replies, oversize and bad arguments, two clients, a client closing, and a server
  * killed under a waiting client (-EPIPE, no hang); under coherence host, none and sim (the
- * non-coherence simulator with its random evictions, issue 16). */
+ * non-coherence simulator with its random evictions). */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>

@@ -1,5 +1,5 @@
-/* sim.c — the non-coherence simulator through the C ABI alone (coherence CXK_COHERENCE_SIM,
- * issue 16): a store stays in its host's view until flushed, another host sees it only after
+/* sim.c — the non-coherence simulator through the C ABI alone (coherence CXK_COHERENCE_SIM):
+ * a store stays in its host's view until flushed, another host sees it only after
  * it invalidates, streaming stores reach the pool at the fence; mutation switches and the
  * benchmark of the simulator's cost. */
 #include <errno.h>

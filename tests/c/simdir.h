@@ -1,5 +1,5 @@
 /* simdir.h — a private directory for the simulator's view files (CXLKIT_SIM_DIR) of a C test
- * that runs under CXK_COHERENCE_SIM (issue 16): a process killed on purpose leaves its host's
+ * that runs under CXK_COHERENCE_SIM: a process killed on purpose leaves its host's
  * view behind (its host's cache outlives it), and the test's exit removes what is left. */
 #ifndef CXK_TEST_SIMDIR_H
 #define CXK_TEST_SIMDIR_H

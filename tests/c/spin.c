@@ -1,4 +1,4 @@
-/* spin.c — the adaptive spin (issue 14, native/ring/spin.cpp), driven through its state
+/* spin.c — the adaptive spin (native/ring/spin.cpp), driven through its state
  * functions with explicit times (no timed assertion): each rule's state change (a hit keeps
  * the spin, a sleep longer than 4 x cap quarters it down to 0, an answer within 4 x cap
  * restores it, the woke rule skips the spin of a sporadic exchange only, the overcommit rule counts its

@@ -1,4 +1,4 @@
-/* wake.c — the rings' same-host wake-up (issue 14, native/ring/wake.cpp): a consumer asleep
+/* wake.c — the rings' same-host wake-up (native/ring/wake.cpp): a consumer asleep
  * in its wait is woken by the producer's publish (told by the counters: the futex wait ended
  * woken, not on its timeout, which is set to 1 s so that no correct run reaches it); no lost
  * wake-up over many ping-pongs with every wait forced to sleep; a wait on several rings;

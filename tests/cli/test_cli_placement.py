@@ -94,7 +94,7 @@ def _auto_sysfs(tmp_path, auto: str | None):
 
 
 def test_apply_shows_before_and_after_and_the_way_back_to_auto_mode(tmp_path):
-    """Issue 11, defect 9: --apply printed only 'applied', turned off the kernel's auto mode and
+    """--apply printed only 'applied', turned off the kernel's auto mode and
     offered no way back."""
     env, d = _auto_sysfs(tmp_path, "true")
     out = cli("policy", "weights", "0:3,1:1", "--apply", env=env).stdout

@@ -1,4 +1,4 @@
-"""One parser of sizes and counts (issue 11, defect 8): bytes and tokens in powers of two,
+"""One parser of sizes and counts: bytes and tokens in powers of two,
 other counts decimal; `--context 32k` and `--tokens 32k` agree; alloc("1G") works like
 Pool(size="16M")."""
 import json

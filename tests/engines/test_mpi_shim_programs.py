@@ -1,4 +1,4 @@
-"""Unmodified MPI programs of three kinds under the PMPI shim (issue 17), each MPI installed:
+"""Unmodified MPI programs of three kinds under the PMPI shim, each MPI installed:
 - Fortran (tests/mpi/p2p_check.f90, built with the MPI's mpif90): MPICH's Fortran library
   calls the C MPI_* the shim defines; Open MPI's calls PMPI_* and is taken over by
   native/mpi/fortran.c. Same transcript natively, under the shim and with the world on MPI

@@ -271,7 +271,7 @@ def run(trials: int, seed: int, timeout: float = 20.0, workdir: str = "/dev/shm"
                 os.unlink(p)
 
 
-# ---- version 1 pools (issue 18): the read-only view and `cxlkit pool upgrade` -------------
+# ---- version 1 pools: the read-only view and `cxlkit pool upgrade` -------------
 V1_SB_FIELDS = [f for f in SB_FIELDS if f[0] < 200] + [(200, "<Q")]
 V1_SLOT_FIELDS = [(32, "<Q"), (40, "<q"), (56, "<Q")]
 

@@ -502,7 +502,7 @@ def test_counters_are_added_by_word_offset_within_their_object_only(pool_path):
 
 def test_a_counters_object_of_another_size_is_replaced_and_no_neighbour_is_overwritten(
         pool_path):
-    """Defect 1: a 16-byte kv.stats.h0 (another build's field count) was written past its end
+    """A 16-byte kv.stats.h0 (another build's field count) was written past its end
     by the counter adds, so the next object in the partition lost its header."""
     from cxlkit import Pool
 

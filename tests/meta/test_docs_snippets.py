@@ -1,5 +1,4 @@
-"""Every README and docs snippet runs as written on the machine it claims (issue 11, defect 7:
-the README's Python snippet striped over nodes 0 and 1 on a one-node machine, and its tour read
+"""Every README and docs snippet runs as written on the machine it claims (the README's Python snippet striped over nodes 0 and 1 on a one-node machine, and its tour read
 an r.json no earlier line wrote). Blocks for one node run here; the others name a rig topology
 and run in its QEMU guest (tests/vm/test_vm_docs.py). Conventions: tests/docs_blocks.py."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""mpi4py point-to-point under the PMPI shim (issue 17), run by tests/engines/test_mpi_shim_programs.py:
+"""mpi4py point-to-point under the PMPI shim, run by tests/engines/test_mpi_shim_programs.py:
 numpy buffers (Send/Recv, Isend/Irecv, Sendrecv) and pickled objects (send/recv, which
 mpi4py receives with a matched probe, isend/irecv), over eager and rendezvous sizes, with
 MPI_ANY_SOURCE / MPI_ANY_TAG and per-(source, tag) order checked. Run with >= 2 ranks; rank

@@ -1,4 +1,4 @@
-! p2p_check.f90 — the shim's Fortran path (issue 17): a plain `use mpi` program whose
+! p2p_check.f90 — the shim's Fortran path: a plain `use mpi` program whose
 ! point-to-point calls go through each MPI's Fortran bindings (MPICH's libmpichfort calls the
 ! C MPI_Send...; Open MPI's libmpi_mpifh calls PMPI_Send..., so native/mpi/fortran.c takes
 ! its symbols over). Run with >= 2 ranks; world rank 0 prints one transcript, the same with

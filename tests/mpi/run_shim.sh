@@ -138,7 +138,7 @@ for mpi in mpich openmpi; do
         *) routed "$f" 2 || fail "$mpi: $b did not use the pool" ;;
         esac
     done
-    # MPI_Alloc_mem under the shim (issue 14, fifth round): osu bw and latency with their
+    # MPI_Alloc_mem under the shim: osu bw and latency with their
     # buffers from MPI_Alloc_mem (-b pool), unmodified: the blocks come from the pool and the
     # sends above the eager limit from them travel in one copy (the data is checked)
     for b in bw latency; do

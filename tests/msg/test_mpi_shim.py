@@ -98,7 +98,7 @@ int main(int argc, char **argv) {
 """
 
 
-# MPI_Alloc_mem buffers (issue 14, one copy): rank 0 sends 1 MiB from one to rank 1, which
+# MPI_Alloc_mem buffers (one copy): rank 0 sends 1 MiB from one to rank 1, which
 # receives into one and into malloc'd memory; the same transcript natively and under the shim.
 ALLOC_MEM_C = r"""
 #include <mpi.h>

@@ -1,4 +1,4 @@
-"""The adaptive spin of cxlkit.msg's blocking calls (issue 14, native/ring/spin.cpp) and their
+"""The adaptive spin of cxlkit.msg's blocking calls (native/ring/spin.cpp) and their
 same-host wake-up: a rank blocked in a receive on coherence "host" sleeps in a futex wait on
 its peers' rings and is woken by the send. The sender sends only once it sees the receiver's
 thread asleep (/proc/<pid>/task/<pid>/wchan: in the futex, or on the timer for coherence

@@ -1,4 +1,4 @@
-"""The adaptive spin of cxlkit.rpc (issue 14, native/ring/spin.cpp): a call after silence is
+"""The adaptive spin of cxlkit.rpc (native/ring/spin.cpp): a call after silence is
 answered, and the counters show that the client, having woken the sleeping server, slept
 rather than spun for its reply (the woke rule), and that the server, having woken the
 sleeping client, slept through the silence with its spin quartered to 0. Each call after

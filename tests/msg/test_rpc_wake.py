@@ -1,4 +1,4 @@
-"""cxlkit.rpc over the rings' same-host wake-up (issue 14, native/ring/wake.cpp): a client
+"""cxlkit.rpc over the rings' same-host wake-up (native/ring/wake.cpp): a client
 asleep in its wait for a reply is woken by the server's publish and a server asleep between
 requests by the client's (told by the wake-up counters). Each side acts only once it sees
 the other's thread asleep (tests/sleepers.py), so the sleeps are certain and each must end

@@ -1,4 +1,4 @@
-"""cxlkit.alloc refuses what cannot fit (issue 11, defect 5): a populated allocation larger than
+"""cxlkit.alloc refuses what cannot fit: a populated allocation larger than
 what its policy's nodes can give raises InsufficientMemoryError naming the nodes and what they
 have (it ran into the OOM killer before); overcommit=True allocates anyway."""
 import pytest

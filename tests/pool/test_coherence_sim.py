@@ -1,4 +1,4 @@
-"""The non-coherence simulator (coherence="sim", issue 16): each host id sees the pool through
+"""The non-coherence simulator (coherence="sim"): each host id sees the pool through
 a cache of its own, so a missing flush or invalidate shows. The mutation tests remove one
 protocol step on purpose (cxlkit.testing.mutate) and show that the simulator catches it while
 coherent memory (coherence="none" on this machine) does not."""

@@ -1,4 +1,4 @@
-"""Nothing prints at interpreter exit (issue 11, defect 4): module-level cxlkit objects, closed
+"""Nothing prints at interpreter exit: module-level cxlkit objects, closed
 or not, made nanobind print 'leaked N instances' on stderr."""
 import os
 import subprocess

@@ -1,4 +1,4 @@
-"""Host slots claimed by name (issue 18): two claimers at one instant get one slot each, the
+"""Host slots claimed by name: two claimers at one instant get one slot each, the
 first choice goes to one of them, and a claimer killed mid-claim leaves the pool usable."""
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def _run_until_stopped_or_exited(pid: int) -> bool:
 
 
 def test_two_claimers_in_lockstep_still_get_one_slot_each(path):
-    # Issue 18, the claim livelock: two names with one first choice, each stopped right after
+    # The claim livelock: two names with one first choice, each stopped right after
     # writing its nonce to a slot's x line and resumed in turn — A writes x, B writes x, A
     # goes on, B goes on — the interleaving of the both-EBUSY runs under --coherence-sim
     # (there the flushes of non-coherent hosts kept the two claimers in this lockstep). With

@@ -82,7 +82,7 @@ def _close_under_load(path: str, rounds: int) -> None:
             pool.create("big", 4 * MiB, publish=True, checksum=True).close()
         ts = [torch.zeros(2, 4, 16, 2, 64) for _ in range(LAYOUT.num_layers)]
         plan = EngineTensors.per_layer(LAYOUT, ts, "KBTHD").plan
-        kv = pool  # the KV calls take the cxlkit.Pool itself (issue 11: one pool face)
+        kv = pool  # the KV calls take the cxlkit.Pool itself (one pool face)
         kinds = ["create", "read", "list", "kv"]
         started = threading.Barrier(len(kinds) + 1)
         threads = [threading.Thread(target=_hammer, args=(pool, kv, plan, k, r, started, errors))

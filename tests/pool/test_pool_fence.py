@@ -1,4 +1,4 @@
-"""The release fence (issue 18): a host stalled past the lease timeout (SIGSTOP), released by
+"""The release fence: a host stalled past the lease timeout (SIGSTOP), released by
 another host (`pool release`, adopting its objects), then resumed (SIGCONT) writes nothing
 into what was released: its creates, publishes and destroys raise HostReleasedError, its
 heartbeat stops, and the pool stays clean with the adopted objects intact."""

@@ -1,4 +1,4 @@
-"""Issue 10's defects, each reproduced: foreign pool files, object headers and slot metadata
+"""Pool defects, each reproduced: foreign pool files, object headers and slot metadata
 that another user or host can write, reclamation under concurrent lookups, list() under churn,
 name entries with a flipped hash, lease and mode parameters, create(data=) cleanup, space
 reservation and the protected payload checksum. Anything that could crash runs in a forked

@@ -1,4 +1,4 @@
-"""`cxlkit pool upgrade` (issue 18): a version 1 pool becomes version 2 in place with every
+"""`cxlkit pool upgrade`: a version 1 pool becomes version 2 in place with every
 published object readable by name with identical bytes; refused while a v1 host is alive or
 when the metadata has no room (file unchanged); a crash at each step leaves a valid v1 pool
 (upgrade retries) or a valid v2 pool; corrupt v1 pools give typed refusals."""

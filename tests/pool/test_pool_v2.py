@@ -1,4 +1,4 @@
-"""Pool format v2 (issue 18): one host fills the whole data region (extents claimed on
+"""Pool format v2: one host fills the whole data region (extents claimed on
 demand, emptied ones given back), hosts claiming extents at once never share one, slots
 claimed by name at the same instant are never shared, `hosts` / `release` of a dead host
 (adopt or drop), a version 1 pool refused and left unchanged, errors naming the limit hit."""

@@ -1,4 +1,4 @@
-"""Every pool and KV call maps its errno through cxlkit/errors.py (issue 11: list, stat, fsck,
+"""Every pool and KV call maps its errno through cxlkit/errors.py (list, stat, fsck,
 info, destroy, write and the KV batch calls raised bare OSError, so ENOSPC never became
 PoolFullError). The native failure is simulated by a handle whose one call fails as the
 binding would (an OSError with the errno)."""

@@ -1,5 +1,5 @@
 """Zero-copy views of cxlkit memory hold it: a close() while a numpy or torch view lives raises
-BufferError and leaves the memory mapped (issue 11, defect 2: torch.frombuffer views did not
+BufferError and leaves the memory mapped (torch.frombuffer views did not
 hold the buffer, close() unmapped it and the next use of the tensor was a SIGSEGV)."""
 import gc
 

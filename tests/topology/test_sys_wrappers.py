@@ -1,4 +1,4 @@
-"""The syscalls moved behind native/sys/ (issue 11) keep their error paths reachable through
+"""The syscalls moved behind native/sys/ keep their error paths reachable through
 the fault-injection hook, and the one sysfs reader honours CXLKIT_SYSFS_ROOT (adam teams read
 /sys directly before)."""
 import os

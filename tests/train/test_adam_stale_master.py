@@ -1,4 +1,4 @@
-"""TieredAdamW never overwrites weights the user changed between steps (issue 12's defect: a
+"""TieredAdamW never overwrites weights the user changed between steps (the defect: a
 master captured at construction was written back over load_state_dict / copy_ / init / to()).
 Every way a user changes weights is checked against torch: torch.optim.AdamW on an fp32 model,
 and for bf16/fp16 models torch AdamW on an fp32 master that takes the param's value wherever

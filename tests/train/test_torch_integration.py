@@ -616,7 +616,7 @@ def test_traffic_step_changes_no_param_state_or_step_count(dtype):
     assert int(o.state[next(m.parameters())]["step"]) == 3
 
 
-# ---- step() outside torch's step wrapper (issue 12, round 10) ----
+# ---- step() outside torch's step wrapper ----
 
 def _one_param_opt():
     p = torch.nn.Parameter(torch.randn(64))
@@ -755,7 +755,7 @@ def test_step_and_traffic_step_restore_grad_mode_even_when_they_raise():
         assert not torch.is_grad_enabled()
 
 
-# ---- huge_pages moves large fp32 params into a THP buffer (issue 12, round 10) ----
+# ---- huge_pages moves large fp32 params into a THP buffer ----
 
 def _in(buf, t):
     base = torch.frombuffer(buf, dtype=torch.uint8).data_ptr()

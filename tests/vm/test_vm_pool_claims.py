@@ -1,4 +1,4 @@
-"""Pool format v2 claims across two real guests (issue 18): both QEMU guests of the two-hosts
+"""Pool format v2 claims across two real guests: both QEMU guests of the two-hosts
 topology map one devdax pool (one backing file, share=on), attach to it by name at the same
 instant (a barrier through the shared device), claim slots and extents while creating objects
 at once, and each then reads every object of the other: slots distinct, no extent held by two
