@@ -77,9 +77,9 @@ class Pipeline:
             for extra in pend.extra if fetch else ():
                 if not extra.done:
                     try:
-                        extra.wait()
+                        extra.wait()  # its lock and buffer views are given back either way
                     except OSError:
-                        pass
+                        pass  # the first error, raised above, is the one the caller sees
 
     def drain(self) -> None:
         """Wait for every buffer's I/O; the first error is raised once all are done."""
