@@ -21,7 +21,8 @@ constexpr uint64_t kLine = 64;
 constexpr uint64_t kRankMagic = 0x314b4e41524b5843ull;  // "CXKRANK1"
 constexpr uint64_t kRdvMagic = 0x31564452584b5843ull;   // "CXKRDV1"
 constexpr uint64_t kMemMagic = 0x314d454d584b5843ull;   // "CXKMEM1"
-constexpr uint32_t kVersion = 1;
+// 2: kShort cells. A rank object of another version is not joined (its rank never joins).
+constexpr uint32_t kVersion = 2;
 
 // ---- the rank object "msg.<job>.<rank>.rank", written by that rank only ----
 struct RankHdr {           // line 0: written before publish, immutable afterwards
@@ -90,6 +91,7 @@ enum Kind : uint32_t {
     kRma = 6,    // RmaHdr + operands: a one-sided operation for the receiver's window
     kRmaReply = 7,  // CtlMsg: the answer to RMA request `cookie` (value: fetched bytes)
     kDrop = 8,   // CtlMsg: the sender removed its rendezvous buffer `cookie`: drop the view
+    kShort = 9,  // ShortHdr + at most kShortMax bytes: a whole message in the stamp's line
 };
 constexpr uint32_t kSync = 1;  // MsgHdr.flags: answer kAck when matched
 // MsgHdr.flags of a kRts: the data lies in the sender's own memory object rdv_index
@@ -114,6 +116,20 @@ struct MsgHdr {
     uint32_t rdv_index;    // kRts: k of "msg.<job>.<sender>.rdv.<k>" (kInPool: of ".mem.<k>")
     uint32_t reserved;
 };
+// The first cell of a message of at most kShortMax bytes: header and bytes share the line of
+// the cell's stamp, so on coherence "none" one flush sends it and one invalidate reads it
+// (a MsgHdr leaves no byte of the message in that line).
+struct ShortHdr {
+    uint32_t ctx;
+    int32_t tag;
+    uint32_t len;          // message bytes, <= kShortMax
+    uint32_t flags;        // kSync, kCrc (as MsgHdr.flags)
+    uint64_t cookie;
+    uint32_t crc;          // kCrc: as MsgHdr.reserved
+    uint32_t reserved;
+};
+constexpr uint32_t kShortMax = uint32_t(kLine) - CXK_RING_CELL_HDR - sizeof(ShortHdr);
+static_assert(kShortMax >= 8, "a double fits the stamp's line");
 struct CtlMsg {
     uint64_t cookie;
     uint64_t value;

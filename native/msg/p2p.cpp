@@ -7,9 +7,12 @@
 
 #include "msg/msg.h"
 #include "pool/checksum.h"
+#include "ring/peek.h"
 
 namespace cxk::msg {
 namespace {
+
+constexpr uint64_t kScanEvery = 16;  // progress calls per look for a new incoming ring
 
 uint64_t first_cap(uint64_t pmax) { return pmax - sizeof(MsgHdr); }
 uint64_t cells_for(uint64_t len, uint64_t pmax) {
@@ -141,15 +144,32 @@ int on_control(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) 
     return -EBADMSG;  // no send of ours waits for it
 }
 
+// The header of a message's first cell (a kShort's as a MsgHdr of one cell): its bytes in
+// the cell, or -EBADMSG.
+int read_hdr(uint32_t kind, const void *pl, uint32_t n, MsgHdr *h) {
+    if (kind != kShort) {
+        if (n < sizeof *h) return -EBADMSG;
+        std::memcpy(h, pl, sizeof *h);
+        return int(sizeof *h);
+    }
+    ShortHdr s;
+    if (n < sizeof s) return -EBADMSG;
+    std::memcpy(&s, pl, sizeof s);
+    if (s.len > kShortMax || n != sizeof s + s.len) return -EBADMSG;
+    *h = MsgHdr{s.ctx, s.tag, s.len, s.cookie, s.flags, 1, 0, 0, s.crc};
+    return int(sizeof s);
+}
+
 // The first cell of a message from src is at the head of its ring: match or queue it.
 int on_message(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) {
     Peer &p = c->peers[size_t(src)];
     const uint64_t pmax = cxk_ring_payload_max(p.in);
     MsgHdr h;
-    if (n < sizeof h) return -EBADMSG;
-    std::memcpy(&h, pl, sizeof h);
+    const int hbytes = read_hdr(kind, pl, n, &h);
+    if (hbytes < 0) return hbytes;
     // 0 user, 1 collectives, 2 windows, CXK_MSG_CTX_FIRST.. a layer above's communicators
     if ((h.ctx > 2 && h.ctx < CXK_MSG_CTX_FIRST) || h.tag < 0) return -EBADMSG;
+    const bool eager = kind != kRts;
     if (kind == kEager) {
         // at most half the ring (cxk_msg_init's cap), checked before cells_for can overflow
         const uint64_t most = first_cap(pmax) + pmax * (cxk_ring_ncells(p.in) / 2 - 1);
@@ -157,7 +177,7 @@ int on_message(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) 
         if (h.len > most || h.ncells != cells_for(h.len, pmax) ||
             h.ncells > cxk_ring_ncells(p.in) / 2 || n != sizeof h + first)
             return -EBADMSG;
-    } else if (n != sizeof h || h.len == 0) {
+    } else if (kind == kRts && (n != sizeof h || h.len == 0)) {
         return -EBADMSG;
     }
     if (h.flags & ~(kSync | kInPool | kCrc) || ((h.flags & kInPool) && kind != kRts) ||
@@ -181,20 +201,20 @@ int on_message(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) 
         dst = r->rbuf, cap = r->count;
     } else {
         u = Unexpected{src,         h.tag,       h.ctx,     h.len,      h.flags,
-                       h.cookie,    kind == kRts, h.rdv_index, h.rdv_off, h.reserved, {}};
-        if (kind == kEager) {
+                       h.cookie,    !eager,      h.rdv_index, h.rdv_off, h.reserved, {}};
+        if (eager) {
             try {
                 u.data.resize(h.len);
             } catch (const std::bad_alloc &) {
                 return -ENOMEM;
             }
         }
-        dst = u.data.data(), cap = kind == kEager ? h.len : 0;
+        dst = u.data.data(), cap = eager ? h.len : 0;
     }
     int rc = 0;
-    if (kind == kEager) {
+    if (eager) {
         uint32_t got = want.seed;
-        copy_part(dst, cap, 0, static_cast<const uint8_t *>(pl) + sizeof h, n - sizeof h,
+        copy_part(dst, cap, 0, static_cast<const uint8_t *>(pl) + hbytes, n - uint32_t(hbytes),
                   crc ? &got : nullptr);
         cxk_ring_release(p.in);
         rc = eager_rest(c, src, h, pmax, dst, cap, crc ? &got : nullptr);
@@ -226,8 +246,10 @@ int drain(cxk_comm *c, int src) {
     for (;;) {
         const void *pl;
         uint32_t n, kind;
-        int rc = cxk_ring_peek(p.in, &pl, &n, &kind);
-        if (rc == -EAGAIN || rc == -EPIPE) return 0;
+        // a peer's end shows in its heartbeat and lease (check_peer): its closed flag is
+        // not read, so an idle look costs one invalidate of the next stamp's line
+        int rc = cxk::ring::peek(p.in, &pl, &n, &kind, false);
+        if (rc == -EAGAIN) return 0;
         ++c->events;
         if (!rc) {
             if (kind == kRma) {
@@ -239,7 +261,7 @@ int drain(cxk_comm *c, int src) {
             } else if (kind == kFin || kind == kAck || kind == kRmaReply) {
                 rc = on_control(c, src, kind, pl, n);
                 if (!rc) cxk_ring_release(p.in);
-            } else if (kind == kEager || kind == kRts) {
+            } else if (kind == kEager || kind == kShort || kind == kRts) {
                 rc = on_message(c, src, kind, pl, n);
             } else {
                 rc = -EBADMSG;
@@ -258,7 +280,8 @@ bool find_in(cxk_comm *c, int src) {
     Peer &p = c->peers[size_t(src)];
     if (p.in) return true;
     auto *dir = reinterpret_cast<uint64_t *>(c->base + p.obj_off + kDirOff) + c->rank;
-    if (c->nc) cxk_invalidate(dir, 8);
+    // my own directory is written by this process only: what it holds is already here
+    if (c->nc && src != c->rank) cxk_invalidate(dir, 8);
     if (__atomic_load_n(dir, __ATOMIC_ACQUIRE) == 0) return false;
     std::string name = obj_name(c, src, "ring", c->rank);
     if (cxk_ring_open(c->pool, name.c_str(), CXK_RING_CONSUMER, &p.in)) p.in = nullptr;
@@ -274,6 +297,22 @@ int push_ctl(cxk_comm *, Peer &p) {
         p.ctlq.pop_front();
     }
     return 0;
+}
+
+// A chunk into my rendezvous buffer; on coherence "none" in memory before ready counts it
+// (the caller's fence): streaming stores put the line-aligned body there, the partial first
+// and last lines (ordinary stores) are flushed; or a copy, then every line flushed.
+void rdv_copy(const cxk_comm *c, uint8_t *dst, const uint8_t *src, uint64_t n) {
+    if (!c->rdv_nt) {
+        if (c->nc) cxk_copy_flush(dst, src, n);
+        else std::memcpy(dst, src, n);
+        return;
+    }
+    cxk_nt_copy(dst, src, n);  // its fence drains the streamed lines
+    if (c->nc && n) {
+        cxk_flush(dst, 1), cxk_flush(dst + n - 1, 1);
+        cxk_sfence();
+    }
 }
 
 int start_rdv(cxk_comm *c, Peer &p, cxk_msg_req *r) {
@@ -293,7 +332,7 @@ int start_rdv(cxk_comm *c, Peer &p, cxk_msg_req *r) {
     MsgHdr m{r->ctx, r->tag, r->count, r->cookie, r->flags, 1, b.off, uint32_t(k), 0};
     if (c->crc) m.flags |= kCrc;  // its checksum goes into the buffer's header, below
     std::memcpy(cell, &m, sizeof m);
-    // commit's fence orders the header above before the RTS that sends the receiver here
+    // commit's fence orders the header's write-back before the RTS that sends the receiver here
     if (int rc = cxk_ring_commit(p.out, sizeof m, kRts)) return rc;
     b.busy = true;
     r->rdv = k;
@@ -302,9 +341,7 @@ int start_rdv(cxk_comm *c, Peer &p, cxk_msg_req *r) {
     uint32_t crc = hdr_crc(m.ctx, m.tag, m.len);
     for (uint64_t pos = 0; pos < r->count; pos += chunk) {
         uint64_t n = r->count - pos < chunk ? r->count - pos : chunk;
-        if (c->nc) cxk_copy_flush(data + pos, src + pos, n);
-        else if (c->rdv_nt) cxk_nt_copy(data + pos, src + pos, n);
-        else std::memcpy(data + pos, src + pos, n);
+        rdv_copy(c, data + pos, src + pos, n);
         if (c->crc) {  // over the chunk just read (in cache), while the receiver copies out
             crc = pool::crc32c(src + pos, n, crc);
             if (pos + n == r->count) h->crc = crc;  // flushed with ready's line below
@@ -316,7 +353,20 @@ int start_rdv(cxk_comm *c, Peer &p, cxk_msg_req *r) {
     return 0;
 }
 
+// A message of at most kShortMax bytes: one cell, one line (kShort).
+int start_short(cxk_comm *c, Peer &p, cxk_msg_req *r) {
+    void *cell;
+    if (int rc = cxk_ring_reserve(p.out, &cell)) return rc;
+    MsgHdr m{r->ctx, r->tag, r->count, r->cookie, r->flags, 1, 0, 0, 0};
+    seal(c, m, r);
+    const ShortHdr s{m.ctx, m.tag, uint32_t(m.len), m.flags, m.cookie, m.reserved, 0};
+    std::memcpy(cell, &s, sizeof s);
+    if (r->count) std::memcpy(static_cast<uint8_t *>(cell) + sizeof s, r->sbuf, r->count);
+    return cxk_ring_commit(p.out, uint32_t(sizeof s + r->count), kShort);
+}
+
 int start_eager(cxk_comm *c, Peer &p, cxk_msg_req *r) {
+    if (r->count <= kShortMax) return start_short(c, p, r);
     const uint64_t pmax = cxk_ring_payload_max(p.out);
     const uint64_t ncells = cells_for(r->count, pmax);
     if (ncells > 1) {
@@ -447,8 +497,15 @@ int progress(cxk_comm *c) {
         int rc = drain(c, r);
         if (rc && !err) err = rc;
     }
-    // look for one new incoming ring per call (a directory line of one peer)
-    for (int i = 0; i < c->nranks; ++i) {
+    // look for one new incoming ring per call (a directory line of one peer); on coherence
+    // "none" that line is invalidated first, so only every kScanEvery-th call looks, but my
+    // own directory (written here) costs nothing and is looked at on every call
+    if (!c->peers[size_t(c->rank)].in && find_in(c, c->rank)) {
+        int rc = drain(c, c->rank);
+        if (rc && !err) err = rc;
+    }
+    const bool scan = !c->nc || c->polls % kScanEvery == 0;
+    for (int i = 0; scan && i < c->nranks; ++i) {
         int r = int(c->scan_next++ % uint32_t(c->nranks));
         if (c->peers[size_t(r)].in) continue;
         if (find_in(c, r)) {

@@ -4,6 +4,7 @@
 #include "ring/ring.h"
 
 #include "prim/mutate.h"
+#include "ring/peek.h"
 #include "ring/wake.h"
 
 #include <cerrno>
@@ -234,8 +235,10 @@ int cxk_ring_commit_ex(cxk_ring *r, uint32_t nbytes, uint32_t kind, unsigned fla
     ++r->pos;
     r->reserved = false;
     if (flags & CXK_RING_DEFER) return 0;
-    // the payload past the stamp's line reaches memory before the stamp does
-    if (r->nc && kCellHdr + nbytes > kLine) cxk_sfence();
+    // what was flushed before the stamp reaches memory before it: the payload past the
+    // stamp's line, and a caller's own lines (a rendezvous header, the bytes an RTS names),
+    // whose write-backs would otherwise race the stamp's (flushes are unordered until a fence)
+    if (r->nc) cxk_sfence();
     // release pairs with the consumer's acquire of the stamp: payload, length, kind first
     __atomic_store_n(&h->stamp, r->pos, __ATOMIC_RELEASE);
     if (r->nc) {
@@ -275,36 +278,7 @@ int cxk_ring_push(cxk_ring *r, const void *data, uint32_t nbytes, uint32_t kind)
 }
 
 int cxk_ring_peek(cxk_ring *r, const void **payload, uint32_t *nbytes, uint32_t *kind) {
-    if (!r || !payload) return -EINVAL;
-    if (r->role != CXK_RING_CONSUMER) return -EPROTO;
-    uint8_t *c = cell(r, r->pos);
-    CellHdr *h = reinterpret_cast<CellHdr *>(c);
-    if (r->nc) cxk_invalidate(c, kLine);
-    // acquire pairs with the producer's release of the stamp in cxk_ring_commit
-    uint64_t stamp = __atomic_load_n(&h->stamp, __ATOMIC_ACQUIRE);
-    if (stamp != r->pos + 1) {
-        // not written yet: the cell still holds the stamp of one lap ago (or 0 on lap one)
-        uint64_t old = r->pos + 1 > r->ncells ? r->pos + 1 - r->ncells : 0;
-        if (stamp != old) return -EBADMSG;
-        if (r->head_pub != r->pos) publish_head(r);  // idle: give the producer its credit
-        ProdLine *pl = prod_line(r);
-        if (r->nc) cxk_invalidate(pl, sizeof *pl);
-        if (__atomic_load_n(&pl->closed, __ATOMIC_ACQUIRE)) {
-            // closed is stored after the last stamp: look once more before reporting EOF
-            if (r->nc) cxk_invalidate(c, kLine);
-            if (__atomic_load_n(&h->stamp, __ATOMIC_ACQUIRE) != r->pos + 1) return -EPIPE;
-        } else {
-            return -EAGAIN;
-        }
-    }
-    uint32_t len = h->nbytes;
-    if (len > r->cell_bytes - kCellHdr) return -EBADMSG;
-    if (r->nc && kCellHdr + len > kLine) cxk_invalidate(c + kLine, kCellHdr + len - kLine);
-    *payload = c + kCellHdr;
-    if (nbytes) *nbytes = len;
-    if (kind) *kind = h->kind;
-    r->peeked = true;
-    return 0;
+    return cxk::ring::peek(r, payload, nbytes, kind, true);
 }
 
 int cxk_ring_release(cxk_ring *r) {
@@ -368,3 +342,41 @@ int cxk_ring_sync(cxk_ring *r) {
 }
 
 }  // extern "C"
+
+namespace cxk::ring {
+
+int peek(cxk_ring *r, const void **payload, uint32_t *nbytes, uint32_t *kind, bool eof) {
+    if (!r || !payload) return -EINVAL;
+    if (r->role != CXK_RING_CONSUMER) return -EPROTO;
+    uint8_t *c = cell(r, r->pos);
+    CellHdr *h = reinterpret_cast<CellHdr *>(c);
+    if (r->nc) cxk_invalidate(c, kLine);
+    // acquire pairs with the producer's release of the stamp in cxk_ring_commit
+    uint64_t stamp = __atomic_load_n(&h->stamp, __ATOMIC_ACQUIRE);
+    if (stamp != r->pos + 1) {
+        // not written yet: the cell still holds the stamp of one lap ago (or 0 on lap one)
+        uint64_t old = r->pos + 1 > r->ncells ? r->pos + 1 - r->ncells : 0;
+        if (stamp != old) return -EBADMSG;
+        if (r->head_pub != r->pos) publish_head(r);  // idle: give the producer its credit
+        if (!eof) return -EAGAIN;
+        ProdLine *pl = prod_line(r);
+        if (r->nc) cxk_invalidate(pl, sizeof *pl);
+        if (__atomic_load_n(&pl->closed, __ATOMIC_ACQUIRE)) {
+            // closed is stored after the last stamp: look once more before reporting EOF
+            if (r->nc) cxk_invalidate(c, kLine);
+            if (__atomic_load_n(&h->stamp, __ATOMIC_ACQUIRE) != r->pos + 1) return -EPIPE;
+        } else {
+            return -EAGAIN;
+        }
+    }
+    uint32_t len = h->nbytes;
+    if (len > r->cell_bytes - kCellHdr) return -EBADMSG;
+    if (r->nc && kCellHdr + len > kLine) cxk_invalidate(c + kLine, kCellHdr + len - kLine);
+    *payload = c + kCellHdr;
+    if (nbytes) *nbytes = len;
+    if (kind) *kind = h->kind;
+    r->peeked = true;
+    return 0;
+}
+
+}  // namespace cxk::ring
