@@ -147,9 +147,9 @@ static int pool_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     if (o < 0 || !pool_bytes(dt, count, &n, &dense) || !dense) return 0;
     struct shim_comm *sc = pool_comm(comm, &me);
     if (sbuf == MPI_IN_PLACE) sbuf = rbuf;
-    const int to = root < 0 ? 0 : root;
-    int e = shim_pool_reduce(sc, me, sbuf, me == to ? rbuf : scratch, count, dt, op, n, to);
-    if (!e && root < 0) e = shim_pool_bcast(sc, me, rbuf, n, 0);
+    const int e = root < 0 ? shim_pool_allreduce(sc, me, sbuf, rbuf, count, dt, op, n)
+                           : shim_pool_reduce(sc, me, sbuf, me == root ? rbuf : scratch, count,
+                                              dt, op, n, root);
     *rc = pool_rc(comm, e, root < 0 ? "MPI_Allreduce" : "MPI_Reduce");
     return 1;
 }

@@ -14,7 +14,10 @@
 #include "mpi/shim.h"
 
 #define COLL_CTX 0x80000000u
-enum { TAG_BARRIER = 1, TAG_BCAST = 2, TAG_REDUCE = 3, TAG_GATHER = 4 };
+enum { TAG_BARRIER = 1, TAG_BCAST = 2, TAG_REDUCE = 3, TAG_GATHER = 4, TAG_ALLREDUCE = 5 };
+/* Up to this many ranks an Allreduce is one exchange (each rank sends n - 1 messages and
+ * receives n - 1 at once: one message latency); past it a reduce, then a bcast. */
+#define EXCHANGE_RANKS 4
 
 static uint32_t cctx(const struct shim_comm *sc) { return sc->ctx | COLL_CTX; }
 
@@ -76,6 +79,13 @@ int shim_pool_bcast(const struct shim_comm *sc, int me, void *buf, uint64_t nbyt
     return 0;
 }
 
+/* rbuf = the fold of all[0..n) in rank order, as the root of shim_pool_reduce folds. */
+static void fold(const uint8_t *all, int n, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
+                 uint64_t nbytes) {
+    memcpy(rbuf, all, nbytes);
+    for (int k = 1; k < n; ++k) PMPI_Reduce_local(all + nbytes * (uint64_t)k, rbuf, count, dt, op);
+}
+
 /* Every rank's nbytes of sbuf to root, which folds them in rank order into rbuf. */
 int shim_pool_reduce(const struct shim_comm *sc, int me, const void *sbuf, void *rbuf, int count,
                      MPI_Datatype dt, MPI_Op op, uint64_t nbytes, int root) {
@@ -93,8 +103,40 @@ int shim_pool_reduce(const struct shim_comm *sc, int me, const void *sbuf, void 
     if (!rc) rc = w;
     if (!rc && nbytes) {
         memcpy(all + nbytes * (uint64_t)me, sbuf, nbytes);
-        memcpy(rbuf, all, nbytes);  /* rank 0's, then 1, 2, ... folded in */
-        for (int k = 1; k < n; ++k) PMPI_Reduce_local(all + nbytes * (uint64_t)k, rbuf, count, dt, op);
+        fold(all, n, rbuf, count, dt, op, nbytes);  /* rank 0's, then 1, 2, ... folded in */
+    }
+    free(r);
+    free(all);
+    return rc;
+}
+
+/* Every rank's nbytes of sbuf to every other rank, each folding all of them in rank order:
+ * every rank gets the bits a reduce to one rank then its bcast would give, in one message
+ * latency instead of two (and log2(n) more for the bcast's tree). Past EXCHANGE_RANKS: that
+ * reduce and bcast. sbuf may be rbuf (MPI_IN_PLACE): it is read before rbuf is written. */
+int shim_pool_allreduce(const struct shim_comm *sc, int me, const void *sbuf, void *rbuf,
+                        int count, MPI_Datatype dt, MPI_Op op, uint64_t nbytes) {
+    const int n = sc->size;
+    if (n > EXCHANGE_RANKS) {
+        int rc = shim_pool_reduce(sc, me, sbuf, rbuf, count, dt, op, nbytes, 0);
+        return rc ? rc : shim_pool_bcast(sc, me, rbuf, nbytes, 0);
+    }
+    uint8_t *all = malloc(nbytes * (uint64_t)n + 1);
+    cxk_msg_req **r = calloc(2 * (size_t)n, sizeof *r);
+    int rc = all && r ? 0 : -ENOMEM;
+    for (int k = 0; !rc && k < n; ++k)
+        if (k != me)
+            rc = cxk_msg_irecv_ctx(g.eng, nbytes ? all + nbytes * (uint64_t)k : NULL, (int64_t)nbytes,
+                                   shim_eng(sc, k), TAG_ALLREDUCE, cctx(sc), &r[k]);
+    for (int k = 0; !rc && k < n; ++k)
+        if (k != me)
+            rc = cxk_msg_isend_ctx(g.eng, nbytes ? sbuf : NULL, (int64_t)nbytes, shim_eng(sc, k),
+                                   TAG_ALLREDUCE, cctx(sc), 0, &r[n + k]);
+    const int w = r ? wait_all(r, 2 * n) : 0;
+    if (!rc) rc = w;
+    if (!rc && nbytes) {
+        memcpy(all + nbytes * (uint64_t)me, sbuf, nbytes);
+        fold(all, n, rbuf, count, dt, op, nbytes);
     }
     free(r);
     free(all);

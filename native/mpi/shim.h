@@ -183,6 +183,8 @@ int shim_pool_barrier(const struct shim_comm *sc, int me);
 int shim_pool_bcast(const struct shim_comm *sc, int me, void *buf, uint64_t nbytes, int root);
 int shim_pool_reduce(const struct shim_comm *sc, int me, const void *sbuf, void *rbuf, int count,
                      MPI_Datatype dt, MPI_Op op, uint64_t nbytes, int root);
+int shim_pool_allreduce(const struct shim_comm *sc, int me, const void *sbuf, void *rbuf,
+                        int count, MPI_Datatype dt, MPI_Op op, uint64_t nbytes);
 int shim_pool_allgather(const struct shim_comm *sc, int me, uint8_t *wire, uint64_t block);
 
 /* ---- rma.c: one-sided windows (rma.h) ---- */
