@@ -272,6 +272,8 @@ struct cxk_comm {
     uint64_t polls = 0;
     uint64_t events = 0;                      // cells read from any ring so far (waits spin
                                               // again after progress)
+    uint64_t completed = 0;                   // requests a cell completed so far (a drain
+                                              // hands them back before it reads on)
     cxk_wait_opts wait{};                     // the wait policy (cxk_msg_set_wait)
     cxk_waiter waiter{};                      // wait, spin and the rings' wake-up counters
     cxk_spin spin{};                          // the adaptive spin of its waits (ring/spin.cpp)

@@ -138,6 +138,7 @@ int on_control(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) 
             r->rdv = -1, r->mem = -1;
         }
         r->state = cxk_msg_req::kDone;
+        ++c->completed;
         c->waiting.erase(c->waiting.begin() + long(i));
         return 0;
     }
@@ -234,21 +235,22 @@ int on_message(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) 
         if (r) r->status.error = rc, r->status.source = src, r->state = cxk_msg_req::kDone;
         return rc;
     }
-    if (r) complete_recv(r, src, h.tag, h.len);
+    if (r) complete_recv(r, src, h.tag, h.len), ++c->completed;
     else c->unexpected.push_back(std::move(u));
     return 0;
 }
 
-// Read every cell the ring from src holds now.
+// Read the cells the ring from src holds now, up to the first that completes a request of
+// ours: its waiter goes on without another look at the ring (the next progress reads on).
 int drain(cxk_comm *c, int src) {
     Peer &p = c->peers[size_t(src)];
     if (p.broken) return p.broken;
-    for (;;) {
+    for (const uint64_t completed = c->completed; c->completed == completed;) {
         const void *pl;
         uint32_t n, kind;
-        // a peer's end shows in its heartbeat and lease (check_peer): its closed flag is
-        // not read, so an idle look costs one invalidate of the next stamp's line
-        int rc = cxk::ring::peek(p.in, &pl, &n, &kind, false);
+        // a peer's end shows in its heartbeat and lease (check_peer), and every cell is read
+        // as it comes: an idle look invalidates the next stamp's line, nothing else
+        int rc = cxk::ring::peek(p.in, &pl, &n, &kind, true);
         if (rc == -EAGAIN) return 0;
         ++c->events;
         if (!rc) {
@@ -273,6 +275,7 @@ int drain(cxk_comm *c, int src) {
         }
         if (rc) return rc;
     }
+    return 0;
 }
 
 // My ring from src, if src has made one (its directory entry for me is set).

@@ -278,7 +278,7 @@ int cxk_ring_push(cxk_ring *r, const void *data, uint32_t nbytes, uint32_t kind)
 }
 
 int cxk_ring_peek(cxk_ring *r, const void **payload, uint32_t *nbytes, uint32_t *kind) {
-    return cxk::ring::peek(r, payload, nbytes, kind, true);
+    return cxk::ring::peek(r, payload, nbytes, kind, false);
 }
 
 int cxk_ring_release(cxk_ring *r) {
@@ -345,7 +345,7 @@ int cxk_ring_sync(cxk_ring *r) {
 
 namespace cxk::ring {
 
-int peek(cxk_ring *r, const void **payload, uint32_t *nbytes, uint32_t *kind, bool eof) {
+int peek(cxk_ring *r, const void **payload, uint32_t *nbytes, uint32_t *kind, bool drain) {
     if (!r || !payload) return -EINVAL;
     if (r->role != CXK_RING_CONSUMER) return -EPROTO;
     uint8_t *c = cell(r, r->pos);
@@ -357,8 +357,8 @@ int peek(cxk_ring *r, const void **payload, uint32_t *nbytes, uint32_t *kind, bo
         // not written yet: the cell still holds the stamp of one lap ago (or 0 on lap one)
         uint64_t old = r->pos + 1 > r->ncells ? r->pos + 1 - r->ncells : 0;
         if (stamp != old) return -EBADMSG;
+        if (drain) return -EAGAIN;
         if (r->head_pub != r->pos) publish_head(r);  // idle: give the producer its credit
-        if (!eof) return -EAGAIN;
         ProdLine *pl = prod_line(r);
         if (r->nc) cxk_invalidate(pl, sizeof *pl);
         if (__atomic_load_n(&pl->closed, __ATOMIC_ACQUIRE)) {
