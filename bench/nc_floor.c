@@ -3,7 +3,7 @@
  * beat, whatever the layers above do (docs/mpi-shim.md, "What the pool costs across hosts").
  * Build: cc -O2 -o build/c/nc_floor bench/nc_floor.c   Run: build/c/nc_floor [iters] [rounds]
  * One JSON line per variant and round: one-way ns (round trip / 2), the cost of one empty
- * poll and of one publish, each alone.
+ * poll and of one publish, each alone; and the 1 MiB copies of a rendezvous, each side alone.
  *
  * Variants (publish / poll):
  *   coherent    plain store          / plain load (what coherence "host" pays)
@@ -134,6 +134,46 @@ static void alone_ns(volatile uint64_t *w, const struct variant *v, long n, doub
     __asm__ __volatile__("" ::"r"(sink));
 }
 
+/* 1 MiB copies, each way of the rendezvous alone (one process), in GB/s: into the pool by
+ * memcpy then clwb of every line then sfence, or by streaming stores then sfence; out of
+ * it by clflushopt of every line, mfence, memcpy (a reader must evict what it may hold). */
+enum { kCopyBytes = 1 << 20 };
+__attribute__((target("clwb"))) static void copy_clwb(uint8_t *d, const uint8_t *s) {
+    memcpy(d, s, kCopyBytes);
+    for (size_t i = 0; i < kCopyBytes; i += 64) _mm_clwb(d + i);
+    _mm_sfence();
+}
+__attribute__((target("avx2"))) static void copy_nt(uint8_t *d, const uint8_t *s) {
+    for (size_t i = 0; i < kCopyBytes; i += 32)
+        _mm256_stream_si256((__m256i *)(d + i), _mm256_loadu_si256((const __m256i *)(s + i)));
+    _mm_sfence();
+}
+__attribute__((target("clflushopt"))) static void copy_out(uint8_t *d, const uint8_t *s) {
+    for (size_t i = 0; i < kCopyBytes; i += 64) _mm_clflushopt((void *)(s + i));
+    _mm_mfence();
+    memcpy(d, s, kCopyBytes);
+}
+static void copies(int round, const char *load, int reps) {
+    static const char *names[] = {"in_memcpy_clwb", "in_nt", "out_clflushopt_memcpy"};
+    uint8_t *pool = aligned_alloc(64, kCopyBytes), *user = aligned_alloc(64, kCopyBytes);
+    if (!pool || !user) return;
+    memset(pool, 1, kCopyBytes);
+    memset(user, 2, kCopyBytes);
+    for (int k = 0; k < 3; ++k) {
+        const int64_t t0 = now_ns();
+        for (int i = 0; i < reps; ++i) {
+            if (k == 0) copy_clwb(pool, user);
+            else if (k == 1) copy_nt(pool, user);
+            else copy_out(user, pool);
+        }
+        const double gbs = (double)kCopyBytes * reps / (double)(now_ns() - t0);
+        printf("{\"what\": \"copy1m\", \"variant\": \"%s\", \"round\": %d, \"load\": %s, "
+               "\"GB_per_s\": %.2f}\n", names[k], round, load, gbs);
+    }
+    free(pool);
+    free(user);
+}
+
 int main(int argc, char **argv) {
     const long iters = argc > 1 ? atol(argv[1]) : 100000;
     const int rounds = argc > 2 ? atoi(argv[2]) : 3;
@@ -154,7 +194,8 @@ int main(int argc, char **argv) {
         if (fscanf(f, "%63s", load) != 1) strcpy(load, "?");
         fclose(f);
     }
-    for (int r = 0; r < rounds; ++r)  /* rounds interleave the variants */
+    for (int r = 0; r < rounds; ++r) {  /* rounds interleave the variants */
+        copies(r, load, 200);
         for (size_t k = 0; k < sizeof variants / sizeof *variants; ++k) {
             const struct variant *v = &variants[k];
             double poll, pub, ow = oneway_ns(a, b, v, iters);
@@ -168,5 +209,6 @@ int main(int argc, char **argv) {
                    v->name, r, load, ow, poll, pub);
             fflush(stdout);
         }
+    }
     return 0;
 }

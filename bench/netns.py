@@ -9,7 +9,11 @@
   that is 2): OSU multi_lat 8 B, plain MPICH shared memory against the shim, and the shim
   as its wait policy was before jobs counted their ranks per host (MPI_LOCALNRANKS unset);
   with --policies also a shorter spin, yields, an immediate futex sleep, no sleep;
-- the CPU an idle waiting rank costs: rank 0 in MPI_Recv while rank 1 sleeps --idle-s.
+- the CPU an idle waiting rank costs: rank 0 in MPI_Recv while rank 1 sleeps --idle-s;
+- the floor of any flush-based protocol here (bench/nc_floor.c, built into build/c): the
+  one-line handshake between two processes one way, an empty poll, a publish, each 1 MiB
+  copy of a rendezvous; shim_coherent is the same pool opened coherent (CXLKIT_MPI_COHERENCE
+  =host: what memory that hosts keep coherent, CXL 3 back-invalidation, would give).
 One JSON line per run in OUT/runs.jsonl (what, variant, round, load, value, unit); the
 medians, ratios and loads in OUT/summary.json and on stdout."""
 from __future__ import annotations
@@ -78,7 +82,8 @@ def osu_value(out: str | None, size: int) -> float | None:
 
 def cross_host(a, rnd: int, emit) -> None:
     pool = f"/dev/shm/cxk-bench-netns-{os.getpid()}.pool"
-    variants = {"tcp": dict(TCP), "shim": {**TCP, **shim_env(pool)}}
+    variants = {"tcp": dict(TCP), "shim": {**TCP, **shim_env(pool)},
+                "shim_coherent": {**TCP, **shim_env(pool), "CXLKIT_MPI_COHERENCE": "host"}}
     try:
         for name, env in variants.items():
             out = run(across(1, [str(OSU), "latency", "-n", "8", "-m", "8", "-i",
@@ -125,6 +130,21 @@ def idle_cost(a, rnd: int, emit) -> None:
              "CPU s per s")
 
 
+def floor(a, rnd: int, emit) -> None:
+    src, exe = ROOT / "bench" / "nc_floor.c", CB / "nc_floor"
+    if not exe.exists() or exe.stat().st_mtime < src.stat().st_mtime:
+        subprocess.run(["cc", "-O2", "-o", str(exe), str(src)], check=True)
+    out = run([str(exe), str(a.floor_iters), "1"], {}, a.timeout) or ""
+    for line in out.splitlines():
+        r = json.loads(line)
+        if r["what"] == "copy1m":
+            emit("copy1m_alone", r["variant"], rnd, r["GB_per_s"], "GB/s")
+            continue
+        emit("floor_oneway", r["variant"], rnd, r["oneway_ns"] / 1000, "us")
+        emit("floor_poll", r["variant"], rnd, r["poll_ns"], "ns")
+        emit("floor_publish", r["variant"], rnd, r["publish_ns"], "ns")
+
+
 def summarize(rows: list[dict]) -> dict:
     out: dict = {}
     for r in rows:  # a run left out (None) counts in "left_out", not in the figures
@@ -159,14 +179,15 @@ def main() -> int:
     ap.add_argument("--coll-iters", type=int, default=500)
     ap.add_argument("--idle-s", type=float, default=2.0)
     ap.add_argument("--timeout", type=float, default=120.0)
-    ap.add_argument("--only", choices=["hosts", "oversub", "idle"], action="append")
+    ap.add_argument("--floor-iters", type=int, default=20000)
+    ap.add_argument("--only", choices=["hosts", "oversub", "idle", "floor"], action="append")
     ap.add_argument("--policies", action="store_true",
                     help="oversub: also the wait policies the CXLKIT_MSG_* variables give")
     a = ap.parse_args()
     for f in (OSU, COLL, SHIM):
         if not f.exists():
             sys.exit(f"bench/netns.py: {f} missing: run make bench-netns (it builds them)")
-    parts = {"hosts": cross_host, "oversub": oversubscribed, "idle": idle_cost}
+    parts = {"hosts": cross_host, "oversub": oversubscribed, "idle": idle_cost, "floor": floor}
     todo = a.only or list(parts)
     if "hosts" in todo and len(subprocess.run([str(RIG), "status"], capture_output=True,
                                                text=True).stdout.splitlines()) != 2:
