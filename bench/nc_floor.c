@@ -2,7 +2,10 @@
  * each way, ping-pong. What a message between hosts over non-coherent shared memory cannot
  * beat, whatever the layers above do (docs/mpi-shim.md, "What the pool costs across hosts").
  * Build: cc -O2 -o build/c/nc_floor bench/nc_floor.c   Run: build/c/nc_floor [iters] [rounds]
- * One JSON line per variant and round: one-way ns (round trip / 2), the cost of one empty
+ * Both processes run SCHED_FIFO when allowed (root): on a machine whose CPUs other work
+ * shares, the two spinning sides would otherwise rarely run at once and the figure would be
+ * the scheduler's (each variant is over in well under a second; "fifo" in the output says
+ * which it was). One JSON line per variant and round: one-way ns (round trip / 2), the cost of one empty
  * poll and of one publish, each alone; and the 1 MiB copies of a rendezvous, each side alone.
  *
  * Variants (publish / poll):
@@ -76,16 +79,21 @@ static int await(volatile uint64_t *w, uint64_t v, int how, int64_t deadline) {
     return 0;
 }
 
-static void pin(int k) {
-    cpu_set_t all, one;
-    if (sched_getaffinity(0, sizeof all, &all) || CPU_COUNT(&all) < 2) return;
-    for (int c = 0, seen = 0; c < CPU_SETSIZE; ++c)
-        if (CPU_ISSET(c, &all) && seen++ == k) {
+static cpu_set_t g_cpus;  /* the CPUs this program may use, read before anything pins */
+
+/* Run process pid (0: this one) on the k-th CPU of g_cpus, k < 0: on all of them. The
+ * parent sets its child's CPU itself: a SCHED_FIFO parent spinning on the child's only CPU
+ * would never let the child run to move itself. */
+static void pin(pid_t pid, int k) {
+    cpu_set_t one = g_cpus;
+    if (CPU_COUNT(&g_cpus) < 2) return;
+    for (int c = 0, seen = 0; k >= 0 && c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &g_cpus) && seen++ == k) {
             CPU_ZERO(&one);
             CPU_SET(c, &one);
-            sched_setaffinity(0, sizeof one, &one);
-            return;
+            break;
         }
+    sched_setaffinity(pid, sizeof one, &one);
 }
 
 /* Round trips of one variant: the parent pings on line a, the child answers on line b (a
@@ -94,10 +102,10 @@ static double oneway_ns(volatile uint64_t *a, volatile uint64_t *b, const struct
                         long iters) {
     publish(a, 0, v->pub);
     publish(b, 0, v->pub);
+    pin(0, -1);  /* the child may start on any CPU */
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
-        pin(1);
         const int64_t deadline = now_ns() + kDeadlineNs;
         for (long i = 1; i <= iters; ++i) {
             if (await(a, (uint64_t)i, v->poll, deadline)) _exit(1);
@@ -105,7 +113,8 @@ static double oneway_ns(volatile uint64_t *a, volatile uint64_t *b, const struct
         }
         _exit(0);
     }
-    pin(0);
+    pin(pid, 1);
+    pin(0, 0);
     const int64_t t0 = now_ns(), deadline = t0 + kDeadlineNs;
     int bad = 0;
     for (long i = 1; i <= iters && !bad; ++i) {
@@ -194,6 +203,9 @@ int main(int argc, char **argv) {
         if (fscanf(f, "%63s", load) != 1) strcpy(load, "?");
         fclose(f);
     }
+    if (sched_getaffinity(0, sizeof g_cpus, &g_cpus)) CPU_ZERO(&g_cpus);
+    struct sched_param sp = {.sched_priority = 1};
+    const int fifo = sched_setscheduler(0, SCHED_FIFO, &sp) == 0;  /* children inherit it */
     for (int r = 0; r < rounds; ++r) {  /* rounds interleave the variants */
         copies(r, load, 200);
         for (size_t k = 0; k < sizeof variants / sizeof *variants; ++k) {
@@ -205,8 +217,9 @@ int main(int argc, char **argv) {
                 return 1;
             }
             printf("{\"what\": \"floor\", \"variant\": \"%s\", \"round\": %d, \"load\": %s, "
-                   "\"oneway_ns\": %.1f, \"poll_ns\": %.1f, \"publish_ns\": %.1f}\n",
-                   v->name, r, load, ow, poll, pub);
+                   "\"oneway_ns\": %.1f, \"poll_ns\": %.1f, \"publish_ns\": %.1f, "
+                   "\"fifo\": %d}\n",
+                   v->name, r, load, ow, poll, pub, fifo);
             fflush(stdout);
         }
     }

@@ -10,6 +10,7 @@
   as its wait policy was before jobs counted their ranks per host (MPI_LOCALNRANKS unset);
   with --policies also a shorter spin, yields, an immediate futex sleep, no sleep;
 - the CPU an idle waiting rank costs: rank 0 in MPI_Recv while rank 1 sleeps --idle-s;
+- with --shim-before SO: another build of the shim in the same rounds (before/after);
 - the floor of any flush-based protocol here (bench/nc_floor.c, built into build/c): the
   one-line handshake between two processes one way, an empty poll, a publish, each 1 MiB
   copy of a rendezvous; shim_coherent is the same pool opened coherent (CXLKIT_MPI_COHERENCE
@@ -84,6 +85,8 @@ def cross_host(a, rnd: int, emit) -> None:
     pool = f"/dev/shm/cxk-bench-netns-{os.getpid()}.pool"
     variants = {"tcp": dict(TCP), "shim": {**TCP, **shim_env(pool)},
                 "shim_coherent": {**TCP, **shim_env(pool), "CXLKIT_MPI_COHERENCE": "host"}}
+    if a.shim_before:  # another build of the shim (and the libcxlkit beside it), same rounds
+        variants["shim_before"] = {**TCP, **shim_env(pool), "LD_PRELOAD": a.shim_before}
     try:
         for name, env in variants.items():
             out = run(across(1, [str(OSU), "latency", "-n", "8", "-m", "8", "-i",
@@ -180,6 +183,9 @@ def main() -> int:
     ap.add_argument("--idle-s", type=float, default=2.0)
     ap.add_argument("--timeout", type=float, default=120.0)
     ap.add_argument("--floor-iters", type=int, default=20000)
+    ap.add_argument("--shim-before", metavar="SO",
+                    help="hosts: also this build of libcxlkit_mpi_mpich.so (its libcxlkit.so "
+                         "beside it), interleaved with the current one")
     ap.add_argument("--only", choices=["hosts", "oversub", "idle", "floor"], action="append")
     ap.add_argument("--policies", action="store_true",
                     help="oversub: also the wait policies the CXLKIT_MSG_* variables give")
