@@ -13,7 +13,9 @@
 - with --shim-before SO: another build of the shim in the same rounds (before/after);
 - the floor of any flush-based protocol here (bench/nc_floor.c, built into build/c): the
   one-line handshake between two processes one way, an empty poll, a publish, each 1 MiB
-  copy of a rendezvous; shim_coherent is the same pool opened coherent (CXLKIT_MPI_COHERENCE
+  copy of a rendezvous; above it the messaging layer alone (bench/msg_pingpong.c: 8 B one
+  way, 1 MiB sends), both SCHED_FIFO when allowed (the protocol's figure, not the
+  scheduler's); shim_coherent is the same pool opened coherent (CXLKIT_MPI_COHERENCE
   =host: what memory that hosts keep coherent, CXL 3 back-invalidation, would give).
 One JSON line per run in OUT/runs.jsonl (what, variant, round, load, value, unit); the
 medians, ratios and loads in OUT/summary.json and on stdout."""
@@ -133,10 +135,26 @@ def idle_cost(a, rnd: int, emit) -> None:
              "CPU s per s")
 
 
-def floor(a, rnd: int, emit) -> None:
-    src, exe = ROOT / "bench" / "nc_floor.c", CB / "nc_floor"
+def built(name: str, *flags: str) -> Path:
+    """build/c/NAME from bench/NAME.c, compiled again when the source is newer."""
+    src, exe = ROOT / "bench" / f"{name}.c", CB / name
     if not exe.exists() or exe.stat().st_mtime < src.stat().st_mtime:
-        subprocess.run(["cc", "-O2", "-o", str(exe), str(src)], check=True)
+        subprocess.run(["cc", "-O2", "-o", str(exe), str(src), *flags], check=True)
+    return exe
+
+
+def floor(a, rnd: int, emit) -> None:
+    exe = built("nc_floor")
+    pingpong = built("msg_pingpong", f"-I{ROOT / 'include'}", f"-L{CB}", "-lcxlkit",
+                     f"-Wl,-rpath,{CB}")
+    libs = {"msg": {}}
+    if a.shim_before:  # the libcxlkit.so beside that shim
+        libs["msg_before"] = {"LD_LIBRARY_PATH": str(Path(a.shim_before).resolve().parent)}
+    for name, env in libs.items():
+        m = re.search(r'"lat8_us": ([0-9.]+), "bw1m_MBps": ([0-9.]+)',
+                      run([str(pingpong), str(a.floor_iters), "1"], env, a.timeout) or "")
+        emit("msg_lat8_fifo", name, rnd, float(m[1]) if m else None, "us")
+        emit("msg_bw1m_fifo", name, rnd, float(m[2]) if m else None, "MB/s")
     out = run([str(exe), str(a.floor_iters), "1"], {}, a.timeout) or ""
     for line in out.splitlines():
         r = json.loads(line)
