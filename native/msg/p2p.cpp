@@ -602,6 +602,22 @@ bool bad_ctx(uint32_t ctx) { return ctx != 0 && ctx < CXK_MSG_CTX_FIRST; }
 
 int need_of(const cxk_msg_req *r) { return r->peer; }  // ANY_SOURCE (-1): every rank
 
+// Progress until r is done, by the comm's wait policy; -ETIMEDOUT (r still pending) when the
+// wait's bound or a peer it needs is gone, or progress's error.
+int wait_done(cxk_comm *c, cxk_msg_req *r) {
+    Waiter w(c, need_of(r));
+    for (;;) {
+        int rc = w.check(true);
+        if (rc) {
+            progress(c);  // what a peer wrote before it went is still delivered
+            return r->state == cxk_msg_req::kDone ? 0 : rc;
+        }
+        rc = progress(c);
+        if (r->state == cxk_msg_req::kDone) return 0;
+        if (rc) return rc;
+    }
+}
+
 }  // namespace
 
 extern "C" {
@@ -645,16 +661,11 @@ int cxk_msg_test(cxk_comm *c, cxk_msg_req *r, int *done, cxk_msg_status *st) {
 
 int cxk_msg_wait(cxk_comm *c, cxk_msg_req *r, cxk_msg_status *st) {
     if (!c || !r) return -EINVAL;
-    Waiter w(c, need_of(r));
-    while (r->state != cxk_msg_req::kDone) {
+    if (r->state != cxk_msg_req::kDone) {
+        // one look before the wait begins: an answer already there costs no clock reading
+        // (the wait's start, its policy's) and teaches the adaptive spin nothing
         int rc = progress(c);
-        if (r->state == cxk_msg_req::kDone) break;
-        if (rc) return rc;
-        if ((rc = w.check(true))) {
-            progress(c);  // what a peer wrote before it went is still delivered
-            if (r->state == cxk_msg_req::kDone) break;
-            return rc;
-        }
+        if (r->state != cxk_msg_req::kDone && (rc || (rc = wait_done(c, r)))) return rc;
     }
     return finish(r, st);
 }
