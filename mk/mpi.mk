@@ -24,6 +24,13 @@ mpi-deps:
 	  ! command -v NPopenmpi >/dev/null 2>&1; then \
 	  apt-get update && apt-get install -y gfortran netpipe-mpich2 netpipe-openmpi; fi
 
+# Debian's LAMMPS (lmp, built with Open MPI) and its examples (in.melt) for bench-lammps
+# (bench/lammps_netns.py) and tests/netns's LAMMPS check
+.PHONY: lammps-deps
+lammps-deps: mpi-deps
+	@if ! command -v lmp >/dev/null 2>&1 || [ ! -d /usr/share/lammps/examples ]; then \
+	  apt-get update && apt-get install -y --no-install-recommends lammps lammps-examples; fi
+
 osu-build: mpi-deps
 	@mkdir -p build $(OSU_BIN)
 	flock build/.lock sh -c 'cmake -S . -B $(CBUILD) -G Ninja -DCXLKIT_PYTHON=OFF \
