@@ -42,11 +42,14 @@ def built(tmp_path_factory):
         check = out / f"routes_check_{mpi}"
         subprocess.run([cc, "-O1", str(REPO / "tests" / "mpi" / "routes_check.c"), "-o",
                         str(check)], check=True)
-        progs[mpi] = {"shim": shim, "check": check}
+        pods = out / f"pods_check_{mpi}"
+        subprocess.run([cc, "-O1", str(REPO / "tests" / "mpi" / "pods_check.c"), "-o",
+                        str(pods)], check=True)
+        progs[mpi] = {"shim": shim, "check": check, "pods": pods}
     return progs
 
 
-def run(mpi: str, n: int, prog: Path, shim: Path | None = None, **env: str):
+def run(mpi: str, n: int, prog: Path, shim: Path | None = None, args: tuple = (), **env: str):
     launch = [MPIS[mpi][1], "-n", str(n)]
     if mpi == "openmpi":
         launch[1:1] = ["--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl", "self,vader"]
@@ -57,7 +60,7 @@ def run(mpi: str, n: int, prog: Path, shim: Path | None = None, **env: str):
     if shim:
         e["LD_PRELOAD"] = str(shim)
         e["CXLKIT_MPI_STATS"] = "1"
-    return subprocess.run(launch + [str(prog)], env=e, capture_output=True, text=True,
+    return subprocess.run(launch + [str(prog), *args], env=e, capture_output=True, text=True,
                           timeout=120)
 
 
@@ -78,7 +81,8 @@ def counters(r, n: int) -> dict[int, dict[str, int]]:
     return got
 
 
-def run_pods(mpi: str, prog: Path, shim: Path, pods: list[tuple[int, Path]], **env: str):
+def run_pods(mpi: str, prog: Path, shim: Path, pods: list[tuple[int, Path]], *args: str,
+             **env: str):
     """One job whose ranks open a different pool per pod: an MPMD launch, each part's ranks
     with CXLKIT_MPI_POOL of their own (as one path names a different pool on each pod's
     hosts); rank 0's value is the launcher's too, so the shim's settings name a pool."""
@@ -86,7 +90,8 @@ def run_pods(mpi: str, prog: Path, shim: Path, pods: list[tuple[int, Path]], **e
     if mpi == "openmpi":
         launch += ["--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl", "self,vader"]
     for k, (n, pool) in enumerate(pods):
-        launch += ([":"] if k else []) + ["-n", str(n), "env", f"CXLKIT_MPI_POOL={pool}", str(prog)]
+        launch += ([":"] if k else []) + ["-n", str(n), "env", f"CXLKIT_MPI_POOL={pool}", str(prog),
+                                          *args]
     e = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
              LD_PRELOAD=str(shim), CXLKIT_MPI_STATS="1", CXLKIT_MPI_POOL=str(pods[0][1]),
              CXLKIT_MPI_POOL_MB="64", **env)
@@ -164,6 +169,22 @@ def test_two_pods_of_different_sizes_each_through_its_own_pool(built, native, mp
     assert c[0]["net_s"] > 0 and c[0]["pool_s"] == 0  # rank 0's sends go to 4 and 1 only
     # no communicator of this job lies in one pod: collectives the MPI's own (polled)
     assert all(x["coll_pool"] == 0 and x["coll_polled"] > 0 for x in c.values())
+
+
+@pytest.mark.parametrize("mpi", INSTALLED)
+def test_a_communicator_of_one_pod_takes_its_pool_for_collectives(built, mpi, tmp_path):
+    # pods {a, a, b} and {c, d}: each pod's split runs Barrier, Bcast, Allreduce, Allgather
+    # through its own pool; the world's four and the final Allreduce span both pools: the MPI's
+    native = run(mpi, 5, built[mpi]["pods"], args=("3",))
+    assert native.returncode == 0, native.stdout + native.stderr
+    assert native.stdout.strip().endswith("pods_check: all passed")
+    r = run_pods(mpi, built[mpi]["pods"], built[mpi]["shim"],
+                 [(3, tmp_path / "a.pool"), (2, tmp_path / "b.pool")], "3",
+                 CXLKIT_MPI_HOSTS="a,a,b,c,d")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == native.stdout
+    c = counters(r, 5)
+    assert all(x["coll_pool"] == 4 and x["coll_polled"] == 5 for x in c.values()), c
 
 
 @pytest.mark.parametrize("mpi", INSTALLED)
