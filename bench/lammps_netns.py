@@ -58,7 +58,8 @@ def across(n: int, argv: list[str], env: dict) -> list[str]:
 
 
 def one_host(n: int, argv: list[str], env: dict) -> list[str]:
-    cmd = ["mpiexec.openmpi", "--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl", "self,vader"]
+    cmd = ["mpiexec.openmpi", "--oversubscribe", "--mca", "pml", "ob1",
+           "--mca", "btl", "self,vader"]
     for k, v in env.items():
         cmd += ["-x", f"{k}={v}"]
     return cmd + ["-n", str(n), *argv]

@@ -155,6 +155,8 @@ int shim_routes_fill(struct shim_comm *sc) {
     return 1;
 }
 
+/* The MPI's sends by the peer's route, so CXLKIT_MPI_STATS shows which way each pair went:
+ * the MPI's own path on this host, or its network to another host (off this rank's pod). */
 void shim_count_mpi_send(MPI_Comm comm, int dest, int count, MPI_Datatype dt) {
     const struct shim_comm *sc = shim_comm_of(comm);
     int tsize = 0;
@@ -166,8 +168,13 @@ void shim_count_mpi_send(MPI_Comm comm, int dest, int count, MPI_Datatype dt) {
     }
     if (count > 0 && PMPI_Type_size(dt, &tsize) != MPI_SUCCESS) tsize = 0;
     const uint64_t bytes = count > 0 && tsize > 0 ? (uint64_t)count * (uint64_t)tsize : 0;
-    if (g.host[sc->to_world[dest]] == g.host[g.rank]) ++g.st.host_sends, g.st.host_send_bytes += bytes;
-    else ++g.st.net_sends, g.st.net_send_bytes += bytes;
+    if (g.host[sc->to_world[dest]] == g.host[g.rank]) {
+        ++g.st.host_sends;
+        g.st.host_send_bytes += bytes;
+    } else {
+        ++g.st.net_sends;
+        g.st.net_send_bytes += bytes;
+    }
 }
 
 int shim_comm_rank_of_eng(const struct shim_comm *sc, int e) {
