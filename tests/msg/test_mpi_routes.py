@@ -172,6 +172,22 @@ def test_two_pods_of_different_sizes_each_through_its_own_pool(built, native, mp
 
 
 @pytest.mark.parametrize("mpi", INSTALLED)
+def test_a_pool_only_one_host_maps_carries_nothing(built, native, mpi, tmp_path):
+    # pod {a, b} shares pool A; host c's two ranks map pool B alone: they talk to each other
+    # on the MPI's own path and to a, b over the network, and join no engine
+    r = run_pods(mpi, built[mpi]["check"], built[mpi]["shim"],
+                 [(2, tmp_path / "a.pool"), (2, tmp_path / "b.pool")],
+                 CXLKIT_MPI_HOSTS="a,b,c,c", CXLKIT_MPI_VERBOSE="1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == native[mpi]
+    assert "4 ranks (2 on the pool)" in r.stderr
+    c = counters(r, 4)
+    assert c[0]["pool_s"] > 0 and c[1]["pool_s"] > 0
+    assert c[2]["pool_s"] == 0 and c[3]["pool_s"] == 0
+    assert c[2]["host_s"] > 0 and c[3]["net_s"] > 0  # 2 -> 3 on its host, 3 -> 0 (ring)
+
+
+@pytest.mark.parametrize("mpi", INSTALLED)
 def test_a_communicator_of_one_pod_takes_its_pool_for_collectives(built, mpi, tmp_path):
     # pods {a, a, b} and {c, d}: each pod's split runs Barrier, Bcast, Allreduce, Allgather
     # through its own pool; the world's four and the final Allreduce span both pools: the MPI's
