@@ -7,9 +7,9 @@
 #   make test-netns-pods            the same under a 4-host rig: a job spanning two pods
 #   make bench-netns                shim against the MPI's TCP across the two hosts (and the
 #                                   oversubscribed one-host latency): build/netns/*.jsonl
-#   make bench-lammps               LAMMPS's LJ melt (Debian's lmp, Open MPI) across the two
-#                                   hosts, shim against TCP and against one host's shared
-#                                   memory, and one host shim against plain:
+#   make bench-lammps               LAMMPS's LJ melt (Debian's lmp, Open MPI; mpi-deps installs
+#                                   it) across the two hosts, shim against TCP and against one
+#                                   host's shared memory, and one host shim against plain:
 #                                   build/netns/lammps/*.json (bench/lammps_netns.py)
 # The test and bench targets take the rig down after them, also on Ctrl-C, unless it was up
 # before (tests/netns/with_rig.sh).
@@ -27,10 +27,10 @@ netns-up:
 netns-down:
 	tests/netns/rig.sh down
 
-test-netns: mpi-shim osu-build lammps-deps build
+test-netns: mpi-shim osu-build build
 	tests/netns/with_rig.sh 2 env CXLKIT_REQUIRE_NETNS=2 $(VPY) -m pytest -q -rs -rP tests/netns
 
-test-netns-pods: mpi-shim osu-build lammps-deps build
+test-netns-pods: mpi-shim osu-build build
 	tests/netns/with_rig.sh 4 env CXLKIT_REQUIRE_NETNS=4 $(VPY) -m pytest -q -rs -rP tests/netns
 
 # the collective and idle-wait program of bench-netns (tests/mpi/netns_coll.c)
@@ -41,7 +41,7 @@ bench-netns: mpi-shim osu-build netns-progs
 	@mkdir -p $(NETNS_OUT)
 	tests/netns/with_rig.sh 2 $(VPY) bench/netns.py --out $(NETNS_OUT) --rounds $(NETNS_ROUNDS)
 
-bench-lammps: mpi-shim lammps-deps
+bench-lammps: mpi-shim
 	@mkdir -p $(NETNS_OUT)/lammps
 	tests/netns/with_rig.sh 2 $(VPY) bench/lammps_netns.py --out $(NETNS_OUT)/lammps \
 	  --rounds $(LAMMPS_ROUNDS) --steps $(LAMMPS_STEPS)

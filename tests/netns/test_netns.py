@@ -225,7 +225,7 @@ def test_lammps_melt_across_two_hosts_gives_the_same_energies_through_the_pool()
     # the shim as over Open MPI's TCP, and the shim's sends across the hosts on the pool
     hosts = need_rig(2)
     if not shutil.which("lmp") or not (CBUILD / "libcxlkit_mpi_openmpi.so").exists():
-        pytest.skip("needs Debian's lmp and the Open MPI shim: make lammps-deps mpi-shim")
+        pytest.skip("needs Debian's lmp and the Open MPI shim: make mpi-shim (mpi-deps installs lmp)")
     argv = ["lmp", "-in", str(ROOT / "bench" / "lammps_melt.in"), "-var", "box", "4",
             "-var", "steps", "60", "-var", "every", "10", "-log", "none"]
     native = mpiexec(hosts, 2, *argv, mpi="openmpi")
