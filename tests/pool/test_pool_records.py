@@ -11,7 +11,6 @@ import pytest
 
 import cxlkit
 from cxlkit import _native
-from cxlkit.cli.pool_hosts import HostRow
 
 STAT_FIELDS = ("path", "kind", "size", "version", "uuid", "max_hosts", "host_id",
                "hosts_active", "coherence", "partition_bytes", "used_bytes", "free_bytes",
@@ -106,6 +105,8 @@ def test_records_the_library_gives_have_no_constructor():
 def test_cli_host_rows_match_host_info(pool):
     """The CLI's own rows (read without attaching, or marked exited) have HostInfo's fields
     in its order, so `cxlkit pool hosts --json` gives one shape for both."""
+    from cxlkit.cli.pool_hosts import HostRow
+
     me = pool.hosts()[0]
     row = HostRow(**{**me.as_dict(), "state": "exited"})
     assert tuple(row.as_dict()) == me._fields
