@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <string>
+#include <tuple>
 
 #include "bind/bind_pool.h"
 #include "bind/bind_pool_object.h"
@@ -115,6 +116,71 @@ void bind_handle(nb::module_ &m) {
         .def("wait_host", &PoolHandle::wait_host);
 }
 
+#ifdef CXLKIT_TESTING  // crash points: testing builds only
+void crash_at(const std::string &point, int nth) {
+    cxk::py::check(cxk_pool_crash_at(point.c_str(), nth), "crash point " + point);
+}
+
+void stop_at(const std::string &point, int count) {
+    cxk::py::check(cxk_pool_stop_at(point.c_str(), count), "stop point " + point);
+}
+#endif
+
+// Upgrading a version 1 pool in place: what the upgrade found, and its errno (the caller
+// names the error: it knows the host).
+nb::dict upgrade(const std::string &path, bool shared) {
+    cxk_pool_upgrade_info x{};
+    int r;
+    {
+        nb::gil_scoped_release unlock;  // walks every partition's chain
+        r = cxk_pool_upgrade(path.c_str(), shared ? CXK_POOL_SHARED : 0, &x);
+    }
+    nb::dict d;
+    d["from_version"] = x.from_version;
+    d["busy_host"] = x.busy_host;
+    d["busy_tag"] = std::string(x.busy_tag, strnlen(x.busy_tag, sizeof x.busy_tag));
+    d["extent_bytes"] = x.extent_bytes;
+    d["nextents"] = x.nextents;
+    d["objects"] = x.objects;
+    d["meta_off"] = x.meta_off;
+    d["cut_bytes"] = x.cut_bytes;
+    d["errno"] = r < 0 ? -r : 0;
+    return d;
+}
+
+nb::dict probe(const std::string &path) {
+    cxk_pool_probe_info x{};
+    cxk::py::check(cxk_pool_probe(path.c_str(), &x), path);
+    nb::dict d;
+    d["file_type"] = x.file_type;
+    d["superblock"] = -x.superblock;  // an errno (0: a whole superblock)
+    d["version"] = x.version;
+    d["max_hosts"] = x.max_hosts;
+    d["hosts_live"] = x.hosts_live;
+    d["hosts_dead"] = x.hosts_dead;
+    d["size"] = x.size;
+    d["dev"] = x.dev;
+    d["ino"] = x.ino;
+    d["why"] = std::string(x.why, strnlen(x.why, sizeof x.why));
+    return d;
+}
+
+std::tuple<uint64_t, uint64_t> dax_geometry(const std::string &root, const std::string &name) {
+    uint64_t size = 0, align = 0;
+    cxk::py::check(cxk_pool_dax_geometry(root.c_str(), name.c_str(), &size, &align), name);
+    return std::make_tuple(size, align);
+}
+
+void bind_functions(nb::module_ &m) {
+#ifdef CXLKIT_TESTING
+    m.def("pool_crash_at", &crash_at);
+    m.def("pool_stop_at", &stop_at);
+#endif
+    m.def("pool_upgrade", &upgrade, nb::arg("path"), nb::arg("shared") = false);
+    m.def("pool_probe", &probe, nb::arg("path"));
+    m.def("pool_dax_geometry", &dax_geometry);
+}
+
 }  // namespace
 
 CXK_BIND(pool) {
@@ -122,54 +188,5 @@ CXK_BIND(pool) {
     bind_constants(m);
     bind_object(m);
     bind_handle(m);
-
-#ifdef CXLKIT_TESTING  // crash points: testing builds only
-    m.def("pool_crash_at", [](const std::string &point, int nth) {
-        check(cxk_pool_crash_at(point.c_str(), nth), "crash point " + point);
-    });
-    m.def("pool_stop_at", [](const std::string &point, int count) {
-        check(cxk_pool_stop_at(point.c_str(), count), "stop point " + point);
-    });
-#endif
-    // ---- upgrading a version 1 pool in place ----
-    m.def("pool_upgrade", [](const std::string &path, bool shared) {
-        cxk_pool_upgrade_info x{};
-        int r;
-        {
-            nb::gil_scoped_release unlock;  // walks every partition's chain
-            r = cxk_pool_upgrade(path.c_str(), shared ? CXK_POOL_SHARED : 0, &x);
-        }
-        nb::dict d;
-        d["from_version"] = x.from_version;
-        d["busy_host"] = x.busy_host;
-        d["busy_tag"] = std::string(x.busy_tag, strnlen(x.busy_tag, sizeof x.busy_tag));
-        d["extent_bytes"] = x.extent_bytes;
-        d["nextents"] = x.nextents;
-        d["objects"] = x.objects;
-        d["meta_off"] = x.meta_off;
-        d["cut_bytes"] = x.cut_bytes;
-        d["errno"] = r < 0 ? -r : 0;  // the caller names the error (it knows the host)
-        return d;
-    }, nb::arg("path"), nb::arg("shared") = false);
-    m.def("pool_probe", [](const std::string &path) {
-        cxk_pool_probe_info x{};
-        check(cxk_pool_probe(path.c_str(), &x), path);
-        nb::dict d;
-        d["file_type"] = x.file_type;
-        d["superblock"] = -x.superblock;  // an errno (0: a whole superblock)
-        d["version"] = x.version;
-        d["max_hosts"] = x.max_hosts;
-        d["hosts_live"] = x.hosts_live;
-        d["hosts_dead"] = x.hosts_dead;
-        d["size"] = x.size;
-        d["dev"] = x.dev;
-        d["ino"] = x.ino;
-        d["why"] = std::string(x.why, strnlen(x.why, sizeof x.why));
-        return d;
-    }, nb::arg("path"));
-    m.def("pool_dax_geometry", [](const std::string &root, const std::string &name) {
-        uint64_t size = 0, align = 0;
-        check(cxk_pool_dax_geometry(root.c_str(), name.c_str(), &size, &align), name);
-        return std::make_tuple(size, align);
-    });
+    bind_functions(m);
 }
