@@ -23,6 +23,10 @@ mpi-deps:
 	@if ! command -v gfortran >/dev/null 2>&1 || ! command -v NPmpich2 >/dev/null 2>&1 || \
 	  ! command -v NPopenmpi >/dev/null 2>&1; then \
 	  apt-get update && apt-get install -y gfortran netpipe-mpich2 netpipe-openmpi; fi
+	@# a real application: Debian's LAMMPS (lmp, built with Open MPI) and its examples, for
+	@# bench-lammps (bench/lammps_netns.py) and tests/netns's LAMMPS check
+	@if ! command -v lmp >/dev/null 2>&1 || [ ! -d /usr/share/lammps/examples ]; then \
+	  apt-get update && apt-get install -y --no-install-recommends lammps lammps-examples; fi
 
 osu-build: mpi-deps
 	@mkdir -p build $(OSU_BIN)

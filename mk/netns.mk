@@ -7,13 +7,20 @@
 #   make test-netns-pods            the same under a 4-host rig: a job spanning two pods
 #   make bench-netns                shim against the MPI's TCP across the two hosts (and the
 #                                   oversubscribed one-host latency): build/netns/*.jsonl
+#   make bench-lammps               LAMMPS's LJ melt (Debian's lmp, Open MPI; mpi-deps installs
+#                                   it) across the two hosts, shim against TCP and against one
+#                                   host's shared memory, and one host shim against plain:
+#                                   build/netns/lammps/*.json (bench/lammps_netns.py)
 # The test and bench targets take the rig down after them, also on Ctrl-C, unless it was up
 # before (tests/netns/with_rig.sh).
 NETNS_HOSTS ?= 2
 NETNS_OUT ?= build/netns
 NETNS_ROUNDS ?= 5
 
-.PHONY: netns-up netns-down netns-progs test-netns test-netns-pods bench-netns
+LAMMPS_ROUNDS ?= 5
+LAMMPS_STEPS ?= 500
+
+.PHONY: netns-up netns-down netns-progs test-netns test-netns-pods bench-netns bench-lammps
 netns-up:
 	tests/netns/rig.sh up $(NETNS_HOSTS)
 
@@ -33,3 +40,8 @@ netns-progs: mpi-shim
 bench-netns: mpi-shim osu-build netns-progs
 	@mkdir -p $(NETNS_OUT)
 	tests/netns/with_rig.sh 2 $(VPY) bench/netns.py --out $(NETNS_OUT) --rounds $(NETNS_ROUNDS)
+
+bench-lammps: mpi-shim
+	@mkdir -p $(NETNS_OUT)/lammps
+	tests/netns/with_rig.sh 2 $(VPY) bench/lammps_netns.py --out $(NETNS_OUT)/lammps \
+	  --rounds $(LAMMPS_ROUNDS) --steps $(LAMMPS_STEPS)

@@ -1,13 +1,16 @@
-// bind_pool.h — private to the binding floor: what other binding files use of bind_pool.cpp —
-// the cxk_pool behind a Python pool object held for one native call (with the pool's geometry,
-// to check offsets Python passes in), and the one cxk_obj_stat -> dict conversion.
+// bind_pool.h — private to the binding floor: the pool's handle (PoolHandle, one cxk_pool,
+// bind_pool_handle.cpp) and what other binding files use of it — the cxk_pool behind a
+// Python pool object held for one native call, with the pool's geometry to check offsets
+// Python passes in.
 #pragma once
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "bind/bind.h"
+#include "bind/bind_pool_records.h"
 #include "cxlkit.h"
 
 namespace cxk::py {
@@ -61,13 +64,67 @@ class PoolHold {
     const PoolGeometry *geo_;
 };
 
+class PoolObject;
+
+// _native.PoolHandle: one open cxk_pool. Each method is one bound call: it holds the pool
+// for its length (the closed error once close() has begun) and raises OSError naming the
+// pool or object on a failed C call (cxlkit/pool/pool.py types it). Results are the C
+// structs themselves (bind_pool_records.h).
+class PoolHandle {
+  public:
+    PoolHandle(const std::vector<std::string> &paths, unsigned flags, int host_id,
+               const std::string &tag, int coherence, int numa_node, uint64_t size,
+               uint32_t max_hosts, uint32_t mode, uint64_t max_objects, uint32_t lease_slots,
+               uint32_t lease_timeout_ms);
+    ~PoolHandle();
+    PoolHandle(const PoolHandle &) = delete;
+    PoolHandle &operator=(const PoolHandle &) = delete;
+
+    // A shared hold on the mapping for one call; the closed error once close() has begun.
+    PoolHold hold() { return PoolHold(gate_, p_, label_, geo_); }
+    bool closed() const { return !p_ || gate_.closing.load(); }
+    // Waits for calls in flight, then unmaps; BufferError while views or attached users exist.
+    void close();
+    const std::string &label() const { return label_; }
+    uint32_t host_id() const { return geo_.host_id; }
+    uint32_t version() const { return version_; }
+    uintptr_t address();
+    nb::object fd();  // None for a pool without one
+    PoolStatRecord pool_stat();
+    std::vector<struct cxk_pool_host> hosts();  // every slot, in order
+    struct cxk_obj_stat create(const std::string &name, uint64_t nbytes, unsigned flags);
+    struct cxk_obj_stat open_object(const std::string &name);
+    void close_object(uint64_t off);
+    void destroy(const std::string &name);
+    struct cxk_obj_stat object_stat(const std::string &name);
+    std::vector<struct cxk_obj_stat> list();
+    struct cxk_fsck_report fsck(bool repair);
+    void release(uint32_t slot, bool drop);
+    int wait_host();  // the slot this thread's last ETIMEDOUT waited for, or -1
+
+    // PoolObject's part: its objects register here, and are closed with the pool
+    void attach(PoolObject *o) { objects_.push_back(o); }
+    void detach(PoolObject *o);
+    cxk_pool *raw() const { return p_; }  // nullptr once closed; read with the GIL
+
+  private:
+    std::string what(const std::string &name) const;  // "object NAME in pool LABEL"
+    void refuse_close_while_used() const;
+
+    cxk_pool *p_ = nullptr;  // written with the GIL held; nullptr once closed
+    std::string label_;      // how errors name the pool
+    nb::str path_;           // label_ as the str every PoolStat carries
+    uint32_t version_ = 0;   // on-media format: 1 = a read-only view of a version 1 pool
+    std::vector<PoolObject *> objects_;  // open objects, closed with the pool
+    PoolGate gate_;
+    PoolGeometry geo_;
+};
+
 // A hold on a PoolHandle from pool_handle() (one type check, then as PoolHold's constructor).
 PoolHold hold_pool(nb::handle handle);
 
 // The _native.PoolHandle of `obj`: obj itself, or a cxlkit.Pool's handle (its `_h`).
 // TypeError for anything else. Keep the result to keep the handle alive.
 nb::object pool_handle(nb::handle obj);
-// name, offset, nbytes, generation, checksum, created_ns, host, state
-nb::dict obj_stat_dict(const struct cxk_obj_stat &s);
 
 }  // namespace cxk::py

@@ -188,37 +188,68 @@ static int open_pool(const struct shim_config *c, const char *path, int coherenc
     return cxk_pool_open(path, &o, &g.pool);
 }
 
-/* The pool: the lowest rank that maps it creates it (or opens the one named), the others
- * that map it open it then; the ranks that could open it join the engine's job. NULL or a
- * reason (off). */
-static const char *join(const struct shim_config *c, int coherence, int maps_pool, char *why,
-                        size_t n) {
-    int rc = 0, leader = maps_pool ? g.rank : g.size, lead = g.size;
-    PMPI_Allreduce(&leader, &lead, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    char path[sizeof c->pool];
-    snprintf(path, sizeof path, "%s", c->pool);
-    if (g.rank == lead) {  /* creates it: the others wait */
-        rc = open_pool(c, path, coherence, 1);
-        if (!rc && !c->explicit_pool)
-            snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)getpid(), cxk_pool_fd(g.pool));
+/* The path this rank opens: its own CXLKIT_MPI_POOL when rank 0 named one and this rank's
+ * environment has one too (hosts may see one device under different names), else rank 0's;
+ * without a name, the memfd of the rank that created it (bpath). */
+static void pool_path(const struct shim_config *c, const char *bpath, char *out, size_t n) {
+    const char *mine = getenv("CXLKIT_MPI_POOL");
+    if (c->explicit_pool && mine && *mine && strlen(mine) < n) snprintf(out, n, "%s", mine);
+    else snprintf(out, n, "%s", bpath);
+}
+
+/* Open the pool this rank's host maps. One path may name a different pool in each pod, so
+ * ranks open in rounds: the lowest rank still to open creates its host's (or opens it), then
+ * every rank still to open tries its path without creating: the ranks of the leader's pod find
+ * that pool, those of other pods whose pool is not there yet (-ENOENT) wait for a round led by
+ * one of theirs. Each round takes at least its leader out, so there are at most as many rounds
+ * as ranks. A rank whose pool cannot be opened goes to the MPI's network for every other
+ * host (one line with CXLKIT_MPI_VERBOSE). 0, or -errno of this rank's failure. */
+static int open_rounds(const struct shim_config *c, int coherence, int maps_pool) {
+    int todo = maps_pool, rc = -ENOENT;
+    char bpath[sizeof c->pool], path[sizeof c->pool];
+    pool_path(c, c->pool, path, sizeof path);
+    for (int round = 0; round < g.size; ++round) {
+        int want = todo ? g.rank : g.size, lead = g.size;
+        PMPI_Allreduce(&want, &lead, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        if (lead == g.size) break;
+        snprintf(bpath, sizeof bpath, "%s", c->pool);
+        if (g.rank == lead) {
+            pool_path(c, c->pool, path, sizeof path);
+            rc = open_pool(c, path, coherence, 1), todo = 0;
+            if (!rc && !c->explicit_pool)
+                snprintf(bpath, sizeof bpath, "/proc/%d/fd/%d", (int)getpid(), cxk_pool_fd(g.pool));
+        }
+        PMPI_Bcast(bpath, (int)sizeof bpath, MPI_CHAR, lead, MPI_COMM_WORLD);
+        if (todo) {
+            pool_path(c, bpath, path, sizeof path);
+            rc = open_pool(c, path, coherence, 0);
+            todo = rc == -ENOENT && c->explicit_pool;
+        }
     }
-    PMPI_Bcast(&rc, 1, MPI_INT, lead, MPI_COMM_WORLD);
-    if (rc) {
-        snprintf(why, n, "pool %s: %s", c->pool, strerror(-rc));
-        return why;
-    }
-    PMPI_Bcast(path, (int)sizeof path, MPI_CHAR, lead, MPI_COMM_WORLD);
-    if (g.rank != lead && maps_pool) rc = open_pool(c, path, coherence, 0);
-    if (rc && g.verbose)
+    if (rc && maps_pool && g.verbose)
         fprintf(stderr, "cxlkit-mpi: rank %d: pool %s: %s: MPI's network to every other host\n",
                 g.rank, path, strerror(-rc));
-    const int erank = shim_engine_ranks(maps_pool && rc == 0);
+    return maps_pool ? rc : -ENOENT;
+}
+
+/* The pools: every rank that maps one opens its host's (open_rounds); ranks learn which pool
+ * each opened from its uuid (routes.c: pods), and the ranks of each pod join one engine job
+ * on their pool, all pods at once (each join waits only for its own pod's ranks, within
+ * join_ms). NULL or a reason (off). */
+static const char *join(const struct shim_config *c, int coherence, int maps_pool, char *why,
+                        size_t n) {
+    const int rc0 = open_rounds(c, coherence, maps_pool);
+    struct cxk_pool_stat ps;
+    memset(&ps, 0, sizeof ps);
+    const int opened = rc0 == 0 && cxk_pool_stat(g.pool, &ps) == 0;
+    const int erank = shim_engine_ranks(ps.uuid, opened);
+    if (erank < 0 && g.pool) cxk_pool_close(g.pool), g.pool = NULL;  /* no peer through it */
     if (!all_ok(g.w2e != NULL) || !shim_pool_pairs()) {
-        if (g.pool) cxk_pool_close(g.pool), g.pool = NULL;
-        snprintf(why, n, "pool %s: no two hosts could open it", path);
+        if (maps_pool && rc0) snprintf(why, n, "pool %s: %s", c->pool, strerror(-rc0));
+        else snprintf(why, n, "pool %s: no two hosts could open one pool", c->pool);
         return why;
     }
-    rc = 0;
+    int rc = 0;
     if (erank >= 0) {
         struct cxk_msg_opts mo;
         cxk_msg_opts_init(&mo);
@@ -316,11 +347,16 @@ static void boot(int provided) {
         return;
     }
     g.on = 1;
+    int on_pools = 0;
+    const int pods = shim_pods(&on_pools);
+    char where[48];
+    if (pods == 1) snprintf(where, sizeof where, "%d on the pool", on_pools);
+    else snprintf(where, sizeof where, "%d on the pools of %d pods", on_pools, pods);
     if (g.rank == 0 && g.verbose)
         fprintf(stderr,
-                "cxlkit-mpi: on: %s, %d ranks (%d on the pool), pool %s (coherence %s), job %s, "
+                "cxlkit-mpi: on: %s, %d ranks (%s), pool %s (coherence %s), job %s, "
                 "eager %llu B, communicators %s\n",
-                SHIM_MPI, g.size, g.esize, c.pool,
+                SHIM_MPI, g.size, where, c.pool,
                 coherence == CXK_COHERENCE_NONE ? "none" : "host", c.job,
                 (unsigned long long)(g.eng ? cxk_msg_eager_bytes(g.eng) : 0),
                 g.route_world && g.route_derived ? "world and derived"
@@ -390,6 +426,13 @@ static void print_stats(void) {
             (unsigned long long)s->pool_recv_bytes, (unsigned long long)s->mpi_sends,
             (unsigned long long)s->mpi_recvs, (unsigned long long)s->packed,
             (unsigned long long)s->coll_pool, (unsigned long long)s->coll_mpi);
+    fprintf(stderr,
+            "cxlkit-mpi: rank %d: sends by route: self-MPI %llu messages %llu B, pool %llu "
+            "messages %llu B, network %llu messages %llu B, not routed %llu\n",
+            g.rank, (unsigned long long)s->host_sends, (unsigned long long)s->host_send_bytes,
+            (unsigned long long)s->pool_sends, (unsigned long long)s->pool_send_bytes,
+            (unsigned long long)s->net_sends, (unsigned long long)s->net_send_bytes,
+            (unsigned long long)s->unrouted_sends);
     fprintf(stderr,
             "cxlkit-mpi: rank %d: pool memory: %llu MPI_Alloc_mem blocks (%llu from the MPI: "
             "partition full), %llu one-copy sends\n",

@@ -148,7 +148,7 @@ static int mpi_copy_send(const void *sbuf, int scount, MPI_Datatype sdt, int des
         return rc;
     }
     copies[ncopies++].buf = buf;
-    ++g.st.mpi_sends;
+    shim_count_mpi_send(comm, dest, scount, sdt);
     return MPI_SUCCESS;
 }
 

@@ -191,7 +191,7 @@ int MPI_Send(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI
     struct shim_comm *sc = pool_peer(comm, dest);
     if (sc) return send_blocking(buf, count, dt, dest, tag, comm, sc, 0);
     if (!g.on) return PMPI_Send(buf, count, dt, dest, tag, comm);
-    ++g.st.mpi_sends;
+    shim_count_mpi_send(comm, dest, count, dt);
     MPI_Request r;
     if (g.inflight && dest != MPI_PROC_NULL)
         return mpi_poll(PMPI_Isend(buf, count, dt, dest, tag, comm, &r), &r, MPI_STATUS_IGNORE);
@@ -201,14 +201,14 @@ int MPI_Send(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI
 int MPI_Ssend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
     struct shim_comm *sc = pool_peer(comm, dest);
     if (sc) return send_blocking(buf, count, dt, dest, tag, comm, sc, 1);
-    if (g.on) ++g.st.mpi_sends;
+    if (g.on) shim_count_mpi_send(comm, dest, count, dt);
     return PMPI_Ssend(buf, count, dt, dest, tag, comm);
 }
 
 int MPI_Rsend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
     struct shim_comm *sc = pool_peer(comm, dest);
     if (sc) return send_blocking(buf, count, dt, dest, tag, comm, sc, 0);
-    if (g.on) ++g.st.mpi_sends;
+    if (g.on) shim_count_mpi_send(comm, dest, count, dt);
     return PMPI_Rsend(buf, count, dt, dest, tag, comm);
 }
 
@@ -264,7 +264,7 @@ static int new_request(struct shim_comm *sc, MPI_Comm comm, int kind, int mode, 
                    MPI_Comm comm, MPI_Request *req) {                                           \
         struct shim_comm *sc = pool_peer(comm, dest);                                           \
         if (!sc) {                                                                              \
-            if (g.on) ++g.st.mpi_sends;                                                         \
+            if (g.on) shim_count_mpi_send(comm, dest, count, dt);                               \
             return PMPI_##NAME(buf, count, dt, dest, tag, comm, req);                           \
         }                                                                                       \
         return new_request(sc, comm, SLOT_SEND, MODE, PERSISTENT, buf, NULL, count, dt, dest,   \
@@ -284,7 +284,7 @@ SEND_CALL(Bsend_init, MODE_BUFFERED, 1)
 int MPI_Bsend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
     struct shim_comm *sc = pool_peer(comm, dest);
     if (!sc) {
-        if (g.on) ++g.st.mpi_sends;
+        if (g.on) shim_count_mpi_send(comm, dest, count, dt);
         return PMPI_Bsend(buf, count, dt, dest, tag, comm);
     }
     return new_request(sc, comm, SLOT_SEND, MODE_BUFFERED, 0, buf, NULL, count, dt, dest, tag,
@@ -368,7 +368,7 @@ int MPI_Sendrecv(const void *sbuf, int scount, MPI_Datatype sdt, int dest, int s
         return sendrecv_mixed(sbuf, scount, sdt, dest, stag, rbuf, rcount, rdt, source, rtag,
                               comm, st);
     if (!sc || !sc->npool) {
-        if (g.on) ++g.st.mpi_sends, ++g.st.mpi_recvs;
+        if (g.on) shim_count_mpi_send(comm, dest, scount, sdt), ++g.st.mpi_recvs;
         return PMPI_Sendrecv(sbuf, scount, sdt, dest, stag, rbuf, rcount, rdt, source, rtag,
                              comm, st);
     }
@@ -399,7 +399,7 @@ int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype dt, int dest, int st
     if (sc && sc->mixed)
         return sendrecv_replace_mixed(buf, count, dt, dest, stag, source, rtag, comm, st);
     if (!sc || !sc->npool) {
-        if (g.on) ++g.st.mpi_sends, ++g.st.mpi_recvs;
+        if (g.on) shim_count_mpi_send(comm, dest, count, dt), ++g.st.mpi_recvs;
         return PMPI_Sendrecv_replace(buf, count, dt, dest, stag, source, rtag, comm, st);
     }
     return sendrecv(sc, comm, buf, count, dt, dest, stag, buf, count, dt, source, rtag, st, 1);

@@ -45,6 +45,9 @@ struct shim_stats {
     uint64_t mpi_sends, mpi_recvs;   /* point-to-point calls that went to the MPI: to peers
                                         on this host or off the pool, or on communicators not
                                         routed */
+    /* the MPI's sends by route (shim_count_mpi_send): to a peer on this host (the MPI's own
+     * shared memory), to one on another host (its network), on a communicator not routed */
+    uint64_t host_sends, host_send_bytes, net_sends, net_send_bytes, unrouted_sends;
     uint64_t coll_pool, coll_mpi;    /* blocking collectives through the pool / the MPI */
     uint64_t packed;                 /* messages packed / unpacked (derived datatypes) */
     uint64_t mem_blocks;             /* MPI_Alloc_mem blocks from the pool (mem.c) */
@@ -66,8 +69,9 @@ struct shim_state {
                                 queued receives (anysrc.c) */
     /* routes.c: the job's topology, the same on every rank */
     uint64_t *host;          /* [size]: host of each world rank (its hostname's hash) */
-    int *w2e, *e2w;          /* world rank -> engine rank (-1: off the pool) and back */
-    int esize;               /* ranks in the engine's job (those that map the pool) */
+    int *w2e, *e2w;          /* world rank -> rank in this rank's engine (-1: not of its
+                                pod) and back */
+    int esize;               /* ranks in this rank's engine: its pod's (0: on no pool) */
     struct shim_stats st;
     char pool_path[256];
     char job[CXK_MSG_JOB_MAX + 1];
@@ -79,10 +83,17 @@ extern struct shim_state g;
 /* Allgather every rank's host and whether it maps the pool; 0 when no two ranks on different
  * hosts share the pool (every peer then stays on the MPI's own path: routing off). */
 int shim_topology(uint64_t my_host, int maps_pool);
-/* The engine's ranks once the pool is joined by the ranks that could open it. */
-int shim_engine_ranks(int ok);
-/* Some two ranks of the engine's job are on different hosts. */
+/* Allgather the uuid of the pool each rank opened (ok: it did) and make the pods: this rank's
+ * engine ranks (g.w2e, g.e2w, g.esize) are the ranks with its pool's uuid when some of them are
+ * on another host. This rank's engine rank, -1 when it talks through no pool (or out of
+ * memory: then g.w2e is NULL on every rank). */
+int shim_engine_ranks(const uint8_t uuid[16], int ok);
+/* Some two ranks on different hosts share a pool. */
 int shim_pool_pairs(void);
+/* Pods of the job and, in *ranks, the ranks on them. */
+int shim_pods(int *ranks);
+/* Count a point-to-point send that goes to the MPI by its route (g.on). */
+void shim_count_mpi_send(MPI_Comm comm, int dest, int count, MPI_Datatype dt);
 /* Fill sc->route, npool, mixed, coll from the topology (to_world set). 0: out of memory. */
 int shim_routes_fill(struct shim_comm *sc);
 void shim_routes_free(void);

@@ -1,5 +1,6 @@
-/* config.c — the preload library's configuration from the environment and its decision log.
- * Runs inside malloc and before libc is fully set up: no allocation, no stdio streams. */
+/* config.c — the preload library's configuration from the environment, read through the
+ * CXLKIT_* table's one parser (sys/config_parse.c, compiled in here too), and its decision
+ * log. Runs inside malloc and before libc is fully set up: no allocation, no stdio streams. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -7,6 +8,7 @@
 #include <unistd.h>
 
 #include "preload.h"
+#include "sys/config_parse.h"
 
 int cxp_log_fd = -1;
 
@@ -31,28 +33,6 @@ static int parse_uint(const char **s, unsigned long long limit, unsigned long lo
     }
     *s = p;
     *v = x;
-    return 0;
-}
-
-/* A size as docs/units.md has it: digits, then K/M/G (1024^n) optionally followed by "iB" or
- * "B", either case. 0 and the value, or -1. */
-static int parse_size(const char *s, unsigned long long *out) {
-    unsigned long long v;
-    if (parse_uint(&s, 1ull << 50, &v) < 0) return -1;
-    int shift = 0;
-    switch (*s) {
-    case 'k': case 'K': shift = 10; s++; break;
-    case 'm': case 'M': shift = 20; s++; break;
-    case 'g': case 'G': shift = 30; s++; break;
-    default: break;
-    }
-    if (shift && (*s == 'i' || *s == 'I')) {
-        s++;
-        if (*s != 'b' && *s != 'B') return -1;
-    }
-    if (*s == 'b' || *s == 'B') s++;
-    if (*s) return -1;
-    *out = v << shift;
     return 0;
 }
 
@@ -96,49 +76,48 @@ static int parse_stripe(const char *spec, struct cxp_config *c, char *err, size_
     }
 }
 
-int cxp_config_parse(const char *stripe, const char *chunk, const char *min_size,
-                     size_t page, struct cxp_config *out, char *err, size_t errcap) {
+/* Row id of the table as a number: the environment's value (refused as libcxlkit and
+ * `cxlkit config` refuse it, config_parse.c), else the row's default. 0, or -1 with the
+ * one-line refusal in err. */
+static int table_number(int id, unsigned long long *v, char *err, size_t cap) {
+    const char *s = cxk_cfg_env(id);
+    if (!s) return cxk_cfg_number(id, cxk_cfg_rows[id].dflt, v) ? 0 : -1;
+    if (cxk_cfg_check(id, s, err, cap) < 0) return -1;
+    return cxk_cfg_number(id, s, v) ? 0 : -1;
+}
+
+/* A value the table accepts that the preload still cannot use (a page-size rule): refused
+ * in the table's words. */
+static int refuse_page(int id, const char *rule, size_t page, char *err, size_t cap) {
+    char why[96];
+    snprintf(why, sizeof why, "expected %s (%zu), e.g. 2M", rule, page);
+    cxk_cfg_refusal(id, cxk_cfg_env(id), why, err, cap);
+    return -1;
+}
+
+int cxp_config_read(size_t page, struct cxp_config *out, char *err, size_t errcap) {
     struct cxp_config c;
     memset(&c, 0, sizeof c);
-    if (!stripe || !*stripe) {
+    const char *stripe = cxk_cfg_env(CXK_CFG_STRIPE);
+    if (!stripe) {
         errf(err, errcap, "CXLKIT_STRIPE is not set (expected node:weight[,...], e.g. 0:3,1:1)");
         return -1;
     }
     if (parse_stripe(stripe, &c, err, errcap) < 0) return -1;
-    unsigned long long v = 2ull << 20;
-    if (chunk && *chunk && (parse_size(chunk, &v) < 0 || v == 0 || v % page)) {
-        errf(err, errcap, "CXLKIT_STRIPE_CHUNK=%s: expected a positive multiple of the page "
-             "size (%zu), e.g. 2M", chunk, page);
+    unsigned long long chunk, min, bytes, count;
+    if (table_number(CXK_CFG_STRIPE_CHUNK, &chunk, err, errcap) < 0) return -1;
+    if (chunk % page) return refuse_page(CXK_CFG_STRIPE_CHUNK, "a multiple of the page size",
+                                         page, err, errcap);
+    if (table_number(CXK_CFG_MIN_SIZE, &min, err, errcap) < 0) return -1;
+    if (min < page) return refuse_page(CXK_CFG_MIN_SIZE, "at least one page", page, err, errcap);
+    if (table_number(CXK_CFG_PRELOAD_CACHE, &bytes, err, errcap) < 0 ||
+        table_number(CXK_CFG_PRELOAD_CACHE_COUNT, &count, err, errcap) < 0)
         return -1;
-    }
-    c.chunk_bytes = (size_t)v;
-    v = 2ull << 20;
-    if (min_size && *min_size && (parse_size(min_size, &v) < 0 || v < page)) {
-        errf(err, errcap, "CXLKIT_MIN_SIZE=%s: expected a size of at least one page (%zu), "
-             "e.g. 2M", min_size, page);
-        return -1;
-    }
-    c.min_bytes = (size_t)v;
+    c.chunk_bytes = (size_t)chunk;
+    c.min_bytes = (size_t)min;
+    c.cache_bytes = (size_t)bytes;
+    c.cache_count = (int)count;  /* the table's range, 0..CXP_CACHE_MAX_COUNT */
     *out = c;
-    return 0;
-}
-
-int cxp_cache_config_parse(const char *bytes, const char *count, struct cxp_config *out,
-                           char *err, size_t errcap) {
-    unsigned long long b = CXP_CACHE_DEFAULT_BYTES, n = CXP_CACHE_DEFAULT_COUNT;
-    if (bytes && *bytes && parse_size(bytes, &b) < 0) {
-        errf(err, errcap, "CXLKIT_PRELOAD_CACHE=%s: expected a size, e.g. 64M (0: no cache)",
-             bytes);
-        return -1;
-    }
-    const char *s = count;
-    if (count && *count && (parse_uint(&s, CXP_CACHE_MAX_COUNT, &n) < 0 || *s)) {
-        errf(err, errcap, "CXLKIT_PRELOAD_CACHE_COUNT=%s: expected a count 0..%d (0: no cache)",
-             count, CXP_CACHE_MAX_COUNT);
-        return -1;
-    }
-    out->cache_bytes = (size_t)b;
-    out->cache_count = (int)n;
     return 0;
 }
 

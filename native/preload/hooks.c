@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "preload.h"
+#include "sys/config_parse.h"
 
 #define API __attribute__((visibility("default")))
 #define IS_MMAPPED 0x2ul  /* glibc malloc chunk header: the block is its own mapping */
@@ -120,8 +121,8 @@ static void resolve(void) {
 }
 
 static void open_log(void) {
-    const char *log = getenv("CXLKIT_PRELOAD_LOG");
-    if (!log || !*log) return;
+    const char *log = cxk_cfg_env(CXK_CFG_PRELOAD_LOG);
+    if (!log) return;
     if (strcmp(log, "stderr") == 0) {
         cxp_log_fd = 2;
         return;
@@ -203,15 +204,10 @@ static void setup(void) {
     if (ps > 0) page_size = (size_t)ps;
     open_log();
     char err[256];
-    if (cxp_fault_parse(getenv("CXLKIT_PRELOAD_FAULT")) < 0) {
+    if (cxp_fault_parse(cxk_cfg_env(CXK_CFG_PRELOAD_FAULT)) < 0) {
         cxp_warn("CXLKIT_PRELOAD_FAULT=%s: expected mbind:N:errno; placement off",
-                 getenv("CXLKIT_PRELOAD_FAULT"));
-    } else if (cxp_config_parse(getenv("CXLKIT_STRIPE"), getenv("CXLKIT_STRIPE_CHUNK"),
-                                getenv("CXLKIT_MIN_SIZE"), page_size, &cfg, err,
-                                sizeof err) < 0 ||
-               cxp_cache_config_parse(getenv("CXLKIT_PRELOAD_CACHE"),
-                                      getenv("CXLKIT_PRELOAD_CACHE_COUNT"), &cfg, err,
-                                      sizeof err) < 0) {
+                 cxk_cfg_env(CXK_CFG_PRELOAD_FAULT));
+    } else if (cxp_config_read(page_size, &cfg, err, sizeof err) < 0) {
         cxp_warn("%s; placement off", err);
     } else {
         int ok = 1;
@@ -219,7 +215,7 @@ static void setup(void) {
             int a = cxp_node_allowed(cfg.nodes[i]);
             if (a == 0) {
                 cxp_warn("CXLKIT_STRIPE=%s: node %d has no memory this process may use; "
-                         "placement off", getenv("CXLKIT_STRIPE"), cfg.nodes[i]);
+                         "placement off", cxk_cfg_env(CXK_CFG_STRIPE), cfg.nodes[i]);
                 ok = 0;
             } else if (a < 0) {
                 cxp_warn("get_mempolicy: %s (kernel without NUMA?); placement off",

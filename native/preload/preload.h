@@ -23,15 +23,12 @@ struct cxp_config {
     int cache_count;      /* CXLKIT_PRELOAD_CACHE_COUNT: ... and mappings */
 };
 
-/* Parse the configuration from the values of CXLKIT_STRIPE, CXLKIT_STRIPE_CHUNK and
- * CXLKIT_MIN_SIZE (NULL chunk / min: the 2 MiB defaults). Returns 0, or -1 with a one-line
- * reason naming the variable in err (errcap bytes). No allocation: it runs inside malloc. */
-int cxp_config_parse(const char *stripe, const char *chunk, const char *min_size,
-                     size_t page, struct cxp_config *out, char *err, size_t errcap);
-/* The cache bounds from CXLKIT_PRELOAD_CACHE (a size) and CXLKIT_PRELOAD_CACHE_COUNT (NULL:
- * the defaults) into out. 0, or -1 with the reason in err. */
-int cxp_cache_config_parse(const char *bytes, const char *count, struct cxp_config *out,
-                           char *err, size_t errcap);
+/* The configuration from CXLKIT_STRIPE, CXLKIT_STRIPE_CHUNK, CXLKIT_MIN_SIZE,
+ * CXLKIT_PRELOAD_CACHE and CXLKIT_PRELOAD_CACHE_COUNT, read through the CXLKIT_* table
+ * (unset: the table's defaults; a malformed value: the table's one-line refusal naming the
+ * variable, as `cxlkit config` gives it). Returns 0, or -1 with a one-line reason naming the
+ * variable in err (errcap bytes). No allocation: it runs inside malloc. */
+int cxp_config_read(size_t page, struct cxp_config *out, char *err, size_t errcap);
 
 /* "0:3,1:1" back from a configuration, NUL-terminated (cap >= 16). */
 void cxp_config_format(const struct cxp_config *c, char *buf, size_t cap);
@@ -67,11 +64,10 @@ int cxp_node_allowed(int node);
 int cxp_fault_parse(const char *spec);
 
 /* ---- the cache of freed placed malloc mappings (cache.c) ------------------------------ */
-/* Defaults, measured with bench/preload_overhead.py (docs/preload.md): glibc's own bound on
- * free heap memory it keeps is its trim threshold, at most 64 MiB (2 x the 32 MiB cap of
- * its dynamic mmap threshold); the cache keeps as much. */
-#define CXP_CACHE_DEFAULT_BYTES (64ul << 20)
-#define CXP_CACHE_DEFAULT_COUNT 16
+/* Its defaults (CXLKIT_PRELOAD_CACHE and _COUNT, native/sys/config_table.h) were measured
+ * with bench/preload_overhead.py (docs/preload.md): glibc's own bound on free heap memory it
+ * keeps is its trim threshold, at most 64 MiB (2 x the 32 MiB cap of its dynamic mmap
+ * threshold); the cache keeps as much. The table's range of the count ends here. */
 #define CXP_CACHE_MAX_COUNT 256
 
 struct cxp_cache_stats {

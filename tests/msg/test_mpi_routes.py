@@ -28,6 +28,9 @@ COUNTERS = re.compile(r"cxlkit-mpi: rank (\d+): (on|off): pool (\d+) sends \d+ B
                       r" \d+ B; [^;]*'s path (\d+) sends, (\d+) receives .*; collectives (\d+)"
                       r" through the pool, (\d+) polled")
 
+BY_ROUTE = re.compile(r"cxlkit-mpi: rank (\d+): sends by route: self-MPI (\d+) messages (\d+) B,"
+                      r" pool (\d+) messages (\d+) B, network (\d+) messages (\d+) B")
+
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
@@ -39,11 +42,14 @@ def built(tmp_path_factory):
         check = out / f"routes_check_{mpi}"
         subprocess.run([cc, "-O1", str(REPO / "tests" / "mpi" / "routes_check.c"), "-o",
                         str(check)], check=True)
-        progs[mpi] = {"shim": shim, "check": check}
+        pods = out / f"pods_check_{mpi}"
+        subprocess.run([cc, "-O1", str(REPO / "tests" / "mpi" / "pods_check.c"), "-o",
+                        str(pods)], check=True)
+        progs[mpi] = {"shim": shim, "check": check, "pods": pods}
     return progs
 
 
-def run(mpi: str, n: int, prog: Path, shim: Path | None = None, **env: str):
+def run(mpi: str, n: int, prog: Path, shim: Path | None = None, args: tuple = (), **env: str):
     launch = [MPIS[mpi][1], "-n", str(n)]
     if mpi == "openmpi":
         launch[1:1] = ["--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl", "self,vader"]
@@ -54,19 +60,43 @@ def run(mpi: str, n: int, prog: Path, shim: Path | None = None, **env: str):
     if shim:
         e["LD_PRELOAD"] = str(shim)
         e["CXLKIT_MPI_STATS"] = "1"
-    return subprocess.run(launch + [str(prog)], env=e, capture_output=True, text=True,
+    return subprocess.run(launch + [str(prog), *args], env=e, capture_output=True, text=True,
                           timeout=120)
 
 
 def counters(r, n: int) -> dict[int, dict[str, int]]:
-    """rank -> its counters (pool sends/receives, MPI-path sends/receives, collectives)."""
+    """rank -> its counters (pool sends/receives, MPI-path sends/receives, collectives; sends
+    and their bytes by route: host_s to peers on its host, net_s over the MPI's network)."""
     got = {}
     for m in COUNTERS.finditer(r.stderr):
         got[int(m[1])] = {"on": m[2] == "on", "pool_s": int(m[3]), "pool_r": int(m[4]),
                           "mpi_s": int(m[5]), "mpi_r": int(m[6]), "coll_pool": int(m[7]),
                           "coll_polled": int(m[8])}
     assert sorted(got) == list(range(n)), r.stderr
+    for m in BY_ROUTE.finditer(r.stderr):
+        got[int(m[1])].update(host_s=int(m[2]), host_b=int(m[3]), net_s=int(m[6]),
+                              net_b=int(m[7]))
+        assert int(m[4]) == got[int(m[1])]["pool_s"]
+    assert all("net_s" in c for c in got.values()), r.stderr
     return got
+
+
+def run_pods(mpi: str, prog: Path, shim: Path, pods: list[tuple[int, Path]], *args: str,
+             **env: str):
+    """One job whose ranks open a different pool per pod: an MPMD launch, each part's ranks
+    with CXLKIT_MPI_POOL of their own (as one path names a different pool on each pod's
+    hosts); rank 0's value is the launcher's too, so the shim's settings name a pool."""
+    launch = [MPIS[mpi][1]]
+    if mpi == "openmpi":
+        launch += ["--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl", "self,vader"]
+    for k, (n, pool) in enumerate(pods):
+        launch += ([":"] if k else []) + ["-n", str(n), "env", f"CXLKIT_MPI_POOL={pool}", str(prog),
+                                          *args]
+    e = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+             LD_PRELOAD=str(shim), CXLKIT_MPI_STATS="1", CXLKIT_MPI_POOL=str(pods[0][1]),
+             CXLKIT_MPI_POOL_MB="64", **env)
+    e.pop("CXLKIT_MPI_NOPOOL", None)
+    return subprocess.run(launch, env=e, capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +147,78 @@ def test_two_hosts_sharing_the_pool_collectives_through_it(built, native, mpi):
     c = counters(r, 4)
     assert all(x["pool_s"] > 0 and x["coll_pool"] > 0 for x in c.values())
     assert c[0]["mpi_r"] > 0  # rank 2's messages to rank 0, its host peer
+
+
+@pytest.mark.parametrize("mpi", INSTALLED)
+def test_two_pods_of_different_sizes_each_through_its_own_pool(built, native, mpi, tmp_path):
+    # hosts a (ranks 0, 1) and b (2) map pool A; hosts c (3) and d (4) map pool B at their
+    # own path: 1-2 and 3-4 through their pools, every pair across the pods on the network
+    r = run_pods(mpi, built[mpi]["check"], built[mpi]["shim"],
+                 [(3, tmp_path / "a.pool"), (2, tmp_path / "b.pool")],
+                 CXLKIT_MPI_HOSTS="a,a,b,c,d", CXLKIT_MPI_VERBOSE="1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    native5 = run(mpi, 5, built[mpi]["check"])
+    assert native5.returncode == 0, native5.stderr
+    assert r.stdout == native5.stdout
+    assert "ranks (5 on the pools of 2 pods)" in r.stderr
+    c = counters(r, 5)
+    assert all(x["on"] for x in c.values())
+    assert c[1]["host_s"] > 0 and c[1]["pool_s"] > 0   # to 0 on its host, to 2 (ring)
+    for k in (2, 3, 4):  # to its pod peer through the pool, to the other pod on the network
+        assert c[k]["pool_s"] > 0 and c[k]["net_s"] > 0 and c[k]["net_b"] > 0, (k, c[k])
+    assert c[0]["net_s"] > 0 and c[0]["pool_s"] == 0  # rank 0's sends go to 4 and 1 only
+    # no communicator of this job lies in one pod: collectives the MPI's own (polled)
+    assert all(x["coll_pool"] == 0 and x["coll_polled"] > 0 for x in c.values())
+
+
+@pytest.mark.parametrize("mpi", INSTALLED)
+def test_a_pool_only_one_host_maps_carries_nothing(built, native, mpi, tmp_path):
+    # pod {a, b} shares pool A; host c's two ranks map pool B alone: they talk to each other
+    # on the MPI's own path and to a, b over the network, and join no engine
+    r = run_pods(mpi, built[mpi]["check"], built[mpi]["shim"],
+                 [(2, tmp_path / "a.pool"), (2, tmp_path / "b.pool")],
+                 CXLKIT_MPI_HOSTS="a,b,c,c", CXLKIT_MPI_VERBOSE="1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == native[mpi]
+    assert "4 ranks (2 on the pool)" in r.stderr
+    c = counters(r, 4)
+    assert c[0]["pool_s"] > 0 and c[1]["pool_s"] > 0
+    assert c[2]["pool_s"] == 0 and c[3]["pool_s"] == 0
+    assert c[2]["host_s"] > 0 and c[3]["net_s"] > 0  # 2 -> 3 on its host, 3 -> 0 (ring)
+
+
+@pytest.mark.parametrize("mpi", INSTALLED)
+def test_a_communicator_of_one_pod_takes_its_pool_for_collectives(built, mpi, tmp_path):
+    # pods {a, a, b} and {c, d}: each pod's split runs Barrier, Bcast, Allreduce, Allgather
+    # through its own pool; the world's four and the final Allreduce span both pools: the MPI's
+    native = run(mpi, 5, built[mpi]["pods"], args=("3",))
+    assert native.returncode == 0, native.stdout + native.stderr
+    assert native.stdout.strip().endswith("pods_check: all passed")
+    r = run_pods(mpi, built[mpi]["pods"], built[mpi]["shim"],
+                 [(3, tmp_path / "a.pool"), (2, tmp_path / "b.pool")], "3",
+                 CXLKIT_MPI_HOSTS="a,a,b,c,d")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == native.stdout
+    c = counters(r, 5)
+    assert all(x["coll_pool"] == 4 and x["coll_polled"] == 5 for x in c.values()), c
+
+
+@pytest.mark.parametrize("mpi", INSTALLED)
+def test_pod_whose_pool_cannot_be_opened_talks_over_the_network(built, native, mpi, tmp_path):
+    # pod {c, d}'s pool path lies in a folder that is not there: its ranks use the network
+    # for every other host (one line each), pod {a, b} still through its pool
+    r = run_pods(mpi, built[mpi]["check"], built[mpi]["shim"],
+                 [(2, tmp_path / "a.pool"), (2, tmp_path / "missing" / "b.pool")],
+                 CXLKIT_MPI_HOSTS="a,b,c,d", CXLKIT_MPI_VERBOSE="1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == native[mpi]
+    for k in (2, 3):
+        assert f"cxlkit-mpi: rank {k}: pool {tmp_path / 'missing' / 'b.pool'}: No such file or " \
+            "directory: " \
+            "MPI's network to every other host" in r.stderr
+    c = counters(r, 4)
+    assert c[0]["pool_s"] > 0 and c[1]["pool_s"] > 0
+    assert c[2]["pool_s"] == 0 and c[3]["pool_s"] == 0 and c[2]["net_s"] > 0
 
 
 def test_hosts_list_shorter_than_the_job_turns_routing_off_loudly(built, native):

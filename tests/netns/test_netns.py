@@ -20,6 +20,7 @@ RIG = HERE / "rig.sh"
 WITH_RIG = HERE / "with_rig.sh"
 CBUILD = ROOT / "build" / "c"
 TMO = 120
+IFACE = os.environ.get("NETNS_PREFIX", "cxk") + "0"  # each host's link (rig.sh)
 
 root_only = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"),
                                reason="needs root and iproute2 (network namespaces)")
@@ -62,7 +63,7 @@ def mpiexec(hosts: list[list[str]], ppn: int, *argv: str, env: dict | None = Non
         cmd = ["mpiexec.openmpi", "--mca", "plm_rsh_agent", launch, "--host",
                ",".join(f"{h[2]}:{ppn}" for h in hosts), "--map-by", "ppr:%d:node" % ppn,
                "--mca", "pml", "ob1", "--mca", "btl", "self,vader,tcp",
-               "--mca", "btl_tcp_if_include", "cxk0", "--mca", "oob_tcp_if_include", "br0,cxk0"]
+               "--mca", "btl_tcp_if_include", IFACE, "--mca", "oob_tcp_if_include", f"br0,{IFACE}"]
         for k, v in env.items():
             cmd += ["-x", f"{k}={v}"]
     cmd = [str(RIG), "ctl", *cmd, "-n", str(ppn * len(hosts)), *argv]
@@ -179,22 +180,71 @@ def run_p2p(hosts: list[list[str]], tag: str, mpi: str):
             rig("exec", str(i), "rm", "-f", pool, check=False)
     assert shim.returncode == 0, shim.stderr
     assert shim.stdout == native.stdout  # p2p_check's transcript: every call's results
-    counters = re.findall(r"cxlkit-mpi: rank (\d+): (on|off): pool (\d+) sends .*", shim.stderr)
-    print("\n".join(ln for ln in shim.stderr.splitlines() if ": pool " in ln))
-    assert sorted(int(c[0]) for c in counters) == list(range(2 * len(hosts))), shim.stderr
-    return counters
+    print("\n".join(ln for ln in shim.stderr.splitlines() if "by route" in ln or ": on: " in ln))
+    return routes(shim.stderr, 2 * len(hosts))
+
+
+BY_ROUTE = re.compile(r"cxlkit-mpi: rank (\d+): sends by route: self-MPI (\d+) messages \d+ B,"
+                      r" pool (\d+) messages \d+ B, network (\d+) messages \d+ B")
+
+
+def routes(stderr: str, n: int) -> dict[int, dict[str, int]]:
+    """rank -> its sends by route (CXLKIT_MPI_STATS): host (the MPI's own path to a peer on
+    its host), pool, net (the MPI's network)."""
+    got = {int(m[1]): {"host": int(m[2]), "pool": int(m[3]), "net": int(m[4])}
+           for m in BY_ROUTE.finditer(stderr)}
+    assert sorted(got) == list(range(n)), stderr
+    return got
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mpi", ["mpich", "openmpi"])
 def test_p2p_check_across_two_hosts_goes_through_the_pool_with_the_same_transcript(mpi):
-    counters = run_p2p(need_rig(2), "p2p", mpi)
-    assert all(on == "on" and int(sends) > 0 for _, on, sends in counters), counters
+    sends = run_p2p(need_rig(2), "p2p", mpi)
+    # two ranks a host: the other host's through the pool, nothing on the network
+    assert all(c["pool"] > 0 and c["net"] == 0 for c in sends.values()), sends
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mpi", ["mpich", "openmpi"])
-def test_p2p_check_across_two_pods_gives_the_native_transcript(mpi):
-    # which peers go through a pool is the shim's routing (printed above per rank); what
-    # must hold whatever it chose is MPI's answer
-    run_p2p(need_rig(4), "pods", mpi)
+def test_p2p_check_across_two_pods_goes_through_each_pods_pool_and_the_network(mpi):
+    # ranks 0-3 on h0, h1 (pod 0), 4-7 on h2, h3 (pod 1), one pool path naming a pool per
+    # pod; p2p_check's rings pair 1-2 and 5-6 (across hosts inside a pod) and 3-4, 7-0
+    # (across the pods)
+    sends = run_p2p(need_rig(4), "pods", mpi)
+    for r in (1, 2, 5, 6):
+        assert sends[r]["pool"] > 0, (r, sends)
+    for r in (0, 3, 4, 7):
+        assert sends[r]["net"] > 0, (r, sends)
+    assert sends[0]["host"] > 0  # to rank 1 on its host
+
+
+@pytest.mark.slow
+def test_lammps_melt_across_two_hosts_gives_the_same_energies_through_the_pool():
+    # Debian's lmp (Open MPI), 2 ranks a host: every thermo row (all digits) the same with
+    # the shim as over Open MPI's TCP, and the shim's sends across the hosts on the pool
+    hosts = need_rig(2)
+    if not shutil.which("lmp") or not (CBUILD / "libcxlkit_mpi_openmpi.so").exists():
+        pytest.skip("needs Debian's lmp and the Open MPI shim: make mpi-shim (mpi-deps installs lmp)")
+    argv = ["lmp", "-in", str(ROOT / "bench" / "lammps_melt.in"), "-var", "box", "4",
+            "-var", "steps", "60", "-var", "every", "10", "-log", "none"]
+    native = mpiexec(hosts, 2, *argv, mpi="openmpi")
+    assert native.returncode == 0, native.stdout + native.stderr
+    pool = pool_path("lammps")
+    try:
+        shim = mpiexec(hosts, 2, *argv, env=shim_env(pool, "openmpi"), mpi="openmpi")
+    finally:
+        rig("exec", "0", "rm", "-f", pool, check=False)
+    assert shim.returncode == 0, shim.stdout + shim.stderr
+    rows = [thermo(r.stdout) for r in (native, shim)]
+    assert len(rows[0]) == 7 and rows[0] == rows[1], rows
+    sends = routes(shim.stderr, 4)
+    assert all(c["pool"] > 0 and c["net"] == 0 for c in sends.values()), sends
+
+
+def thermo(out: str) -> list[list[str]]:
+    """LAMMPS's thermo rows (step, temperature, energies, pressure) as printed."""
+    lines = out.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.split()[:1] == ["Step"])
+    end = next(i for i, ln in enumerate(lines) if ln.startswith("Loop time"))
+    return [ln.split() for ln in lines[start + 1:end] if ln.strip()]

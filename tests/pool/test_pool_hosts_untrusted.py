@@ -129,6 +129,6 @@ def test_fsck_repair_rebuilds_this_hosts_counters(pool_path):
 
 @pytest.mark.parametrize("field", ["registers_bad", "counters_wrong"])
 def test_fsck_report_is_unclean_with_each_finding(field):
-    zero = {k: 0 for k in cxlkit.pool.FsckReport.__dataclass_fields__}
+    zero = {k: 0 for k in cxlkit.pool.FsckReport._fields}
     assert cxlkit.pool.FsckReport(**zero).clean
     assert not cxlkit.pool.FsckReport(**{**zero, field: 1}).clean

@@ -136,7 +136,7 @@ def _stat_table(st: P.PoolStat) -> Table:
 
 def _print_stat(st: P.PoolStat, as_json: bool) -> None:
     if as_json:
-        print(json.dumps(dataclasses.asdict(st)))
+        print(json.dumps(st.as_dict()))
     else:
         Console().print(_stat_table(st))
 
@@ -193,7 +193,7 @@ def ls_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
     with _open(pool, host_id, coherence, group) as p:
         objs = p.list()
     if as_json:
-        print(json.dumps([dataclasses.asdict(o) for o in objs]))
+        print(json.dumps([o.as_dict() for o in objs]))
         return
     t = T.table(f"{len(objs)} object(s)")
     T.text(t, "name")
@@ -281,11 +281,11 @@ def fsck_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
         except OSError as e:
             _fail(pool_error(p.path, e))
     if as_json:
-        print(json.dumps({**dataclasses.asdict(rep), "clean": rep.clean}))
+        print(json.dumps({**rep.as_dict(), "clean": rep.clean}))
     else:
         t = Table(title="fsck: " + ("clean" if rep.clean else "PROBLEMS FOUND"),
                   show_header=False)
-        for k, v in dataclasses.asdict(rep).items():
+        for k, v in rep.as_dict().items():
             t.add_row(k.replace("_", " "), str(v))
         Console().print(t)
     if not rep.clean:
@@ -321,7 +321,7 @@ def hosts_cmd(pool: Optional[str] = POOL_ARG, host_id: Optional[str] = HOST_OPT,
     except (OSError, ValueError, TypeError) as e:
         _fail(pool_error(path, e))
     if as_json:
-        print(json.dumps([dataclasses.asdict(h) for h in rows]))
+        print(json.dumps([h.as_dict() for h in rows]))
         return
     t = T.table()
     T.num(t, "slot")

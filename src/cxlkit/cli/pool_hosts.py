@@ -5,15 +5,42 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from dataclasses import dataclass
+from typing import Any, Union
 
 from .. import pool as P
+
+
+@dataclass(frozen=True)
+class HostRow:
+    """A host slot the CLI shows that the library did not give: one read from the pool file
+    without attaching (no slot is free, so there is no handle whose cxk_pool_host could be
+    bound), or one marked "exited" (the CLI's own test of the pid: no state of the library).
+    A HostInfo is the library's C struct and carries only the library's states, so these
+    rows are a record of their own here, with HostInfo's fields in its order and as_dict():
+    the table and --json treat both kinds alike."""
+    slot: int
+    state: str
+    name: str
+    pid: int
+    heartbeat_age_s: float | None
+    extents: int
+    held_bytes: int
+    used_bytes: int
+    objects: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+Row = Union[P.HostInfo, HostRow]
 
 
 def _age(s: float | None) -> str:
     return "-" if s is None else f"{s:.1f}"
 
 
-def _hosts_from_file(path: str) -> list[P.HostInfo]:
+def _hosts_from_file(path: str) -> list[HostRow]:
     """Host slots read from a version 2 pool file without attaching to it (when no slot is
     free, attaching is what fails). Display only: every field is bounds-checked, nothing is
     written, and values are as each host last wrote them."""
@@ -55,9 +82,9 @@ def _hosts_from_file(path: str) -> list[P.HostInfo]:
             else:
                 age = (now - beat) / 1e9
                 state = "live" if now - beat < timeout_ns else "dead"
-            rows.append(P.HostInfo(slot=h, state=state, name=tag, pid=pid, heartbeat_age_s=age,
-                                   extents=held, held_bytes=held * extent,
-                                   used_bytes=min(used, held * extent), objects=nlive))
+            rows.append(HostRow(slot=h, state=state, name=tag, pid=pid, heartbeat_age_s=age,
+                                 extents=held, held_bytes=held * extent,
+                                 used_bytes=min(used, held * extent), objects=nlive))
     return rows
 
 
@@ -71,7 +98,7 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _exited(path: str, rows: list[P.HostInfo], me: int) -> list[P.HostInfo]:
+def _exited(path: str, rows: list[Row], me: int) -> list[Row]:
     """Rows whose heartbeat is still young but whose process is gone are 'exited': the test
     the pool itself makes (a slot of this boot, as this host's slot says, and kill(pid, 0)
     failing with ESRCH). Only pool files are read; other rows are returned unchanged."""
@@ -83,6 +110,6 @@ def _exited(path: str, rows: list[P.HostInfo], me: int) -> list[P.HostInfo]:
             return f.read(8)
 
         mine = boot(me)
-        return [dataclasses.replace(h, state="exited")
+        return [HostRow(**{**h.as_dict(), "state": "exited"})
                 if h.state == "live" and h.slot != me and h.pid and boot(h.slot) == mine
                 and not _pid_alive(h.pid) else h for h in rows]

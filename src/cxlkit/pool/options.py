@@ -15,7 +15,6 @@ from .._config import config
 MiB = 1 << 20
 _SHM = Path("/dev/shm")
 _COHERENCE = {"host": 0, "none": 1, "sim": 2}  # sim: the non-coherence simulator
-_COHERENCE_NAMES = {v: k for k, v in _COHERENCE.items()}
 
 
 def parse_size(text: str | int) -> int:

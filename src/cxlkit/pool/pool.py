@@ -15,8 +15,8 @@ from ..errors import (_CREATE_ERRORS, _OBJECT_ERRORS, _OPEN_ERRORS, PoolCorruptE
                       PoolError, PoolFullError, PoolGeometryError, PoolHostStuckError,
                       PoolReadOnlyWarning, StaleObjectError, _typed)
 from .diagnose import _check_group, _fs_full, _open_error
-from .options import _COHERENCE, _COHERENCE_NAMES, MiB, OpenOptions, _check_name, open_options
-from .records import _HOST_STATES, FsckReport, HostInfo, ObjectInfo, PoolStat
+from .options import _COHERENCE, MiB, OpenOptions, _check_name, open_options
+from .records import FsckReport, HostInfo, ObjectInfo, PoolStat
 
 # fsck: the object errors of its walk and repair, and a truncated pool file (ENXIO)
 _FSCK_ERRORS = {**_OBJECT_ERRORS, errno.ENXIO: _OPEN_ERRORS[errno.ENXIO]}
@@ -236,7 +236,7 @@ class Pool:
         if nbytes <= 0:
             raise ValueError(f"nbytes {nbytes}: must be > 0")
         try:
-            d = self._h.create(name, nbytes, 0 if zero else _native.OBJ_NOZERO)
+            d = self._h.create(name, nbytes, 0 if zero else _native.OBJ_NOZERO)  # ObjectInfo
         except OSError as e:
             if e.errno == errno.ENOSPC:
                 raise self._full_error(e, nbytes) from None
@@ -245,8 +245,7 @@ class Pool:
             if e.errno == errno.ETIMEDOUT:
                 raise self._stuck_error(e, f"create of object {name!r}") from None
             raise _typed(e, _CREATE_ERRORS) from None
-        obj = PoolObject(self._h, name, d["offset"], d["nbytes"], d["generation"], d["host"],
-                         True)
+        obj = PoolObject(self._h, name, d.offset, d.nbytes, d.generation, d.host, True)
         try:
             if data is not None:
                 # copies under a hold of the pool (no address a close could unmap meanwhile)
@@ -309,10 +308,10 @@ class Pool:
         except OSError as e:
             raise _typed(e, _OBJECT_ERRORS) from None
         try:
-            return PoolObject(self._h, name, d["offset"], d["nbytes"], d["generation"],
-                              d["host"], writable)
+            return PoolObject(self._h, name, d.offset, d.nbytes, d.generation, d.host,
+                              writable)
         except BaseException:
-            self._h.close_object(d["offset"])
+            self._h.close_object(d.offset)
             raise
 
     def destroy(self, name: str) -> None:
@@ -336,7 +335,7 @@ class Pool:
     def info(self, name: str) -> ObjectInfo:
         _check_name(name)
         try:
-            return ObjectInfo._from(self._h.object_stat(name))
+            return self._h.object_stat(name)
         except FileNotFoundError:
             raise KeyError(f"object {name!r} not in pool {self._h.label}") from None
         except OSError as e:
@@ -345,40 +344,24 @@ class Pool:
     def list(self) -> list[ObjectInfo]:
         """Objects of every host, published or being created, in partition order."""
         try:
-            return [ObjectInfo._from(d) for d in self._h.list()]
+            return self._h.list()
         except OSError as e:
             raise _typed(e, _OBJECT_ERRORS) from None
 
     def stat(self) -> PoolStat:
+        """Geometry and usage (records.PoolStat: the C struct itself, read-only)."""
         try:
-            s = self._h.stat()  # the C struct, bound as it is
+            return self._h.stat()
         except OSError as e:
             raise _typed(e, _OBJECT_ERRORS) from None
-        return PoolStat(
-            path=self._h.label, kind=s.kind, size=s.size, version=s.version,
-            uuid=s.uuid.hex(), max_hosts=s.max_hosts, host_id=s.host_id,
-            hosts_active=s.hosts_active, coherence=_COHERENCE_NAMES[s.coherence],
-            partition_bytes=s.partition_bytes, used_bytes=s.used_bytes,
-            free_bytes=s.free_bytes, objects=s.objects, objects_host=s.objects_host,
-            max_objects=s.max_objects, align=s.align, nbackings=s.nbackings,
-            lease_timeout_s=s.lease_timeout_ns / 1e9, data_offset=s.data_off,
-            extent_bytes=s.extent_bytes, nextents=s.nextents,
-            extents_held=s.extents_held, extents_free=s.extents_free,
-            names_host=s.names_host)
 
     def hosts(self) -> list[HostInfo]:
         """Every host slot: who holds it, whether it is alive, the extents, bytes and objects
         it holds."""
         try:
-            rows = self._h.hosts()
+            return self._h.hosts()
         except OSError as e:
             raise _typed(e, _OBJECT_ERRORS) from None
-        return [HostInfo(slot=h.slot, state=_HOST_STATES.get(h.state, "?"),
-                         name=h.tag.decode("utf-8", "replace"), pid=h.pid,
-                         heartbeat_age_s=(None if h.heartbeat_age_ns < 0
-                                          else h.heartbeat_age_ns / 1e9),
-                         extents=h.extents, held_bytes=h.held_bytes,
-                         used_bytes=h.used_bytes, objects=h.objects) for h in rows]
 
     def release(self, host: int | str, *, drop: bool = False) -> None:
         """Free a dead host's slot (by slot number or name): its published objects become
@@ -421,6 +404,6 @@ class Pool:
         """Check every host's part; with repair, rebuild this host's part first (reclaim
         objects of dead creators and unleased dead objects, expire dead processes' leases)."""
         try:
-            return FsckReport(**self._h.fsck(repair))
+            return self._h.fsck(repair)
         except OSError as e:
             raise _typed(e, _FSCK_ERRORS) from None

@@ -1,110 +1,40 @@
 """The pool's records as a caller sees them: an object's info, the pool's stat, a host slot,
-and what fsck found."""
+and what fsck found.
+
+Each is the native library's C struct itself (cxk_obj_stat, cxk_pool_stat, cxk_pool_host,
+cxk_fsck_report), bound with read-only attributes converted when read: nothing is copied
+between the library's answer and what the caller holds. They are frozen (setting an
+attribute raises AttributeError), compare equal and hash by their fields, print as
+`PoolStat(path=..., ...)`, list their fields in `_fields`, and `as_dict()` gives the fields
+as a JSON-ready dict.
+
+ObjectInfo: name, nbytes, offset (of the payload from the pool base, the same in every
+process), host (the owner's slot), generation, state ("creating", "live" or "dead"),
+checksum (crc32c of the payload when recorded, else None), created (seconds since the epoch),
+created_ns (the same, exact: KV recency compares them); `.live`: published.
+
+PoolStat: path, kind ("file", "devdax", "memfd", "striped"), size, version, uuid (hex),
+max_hosts, host_id, hosts_active, coherence ("host", "none", "sim"), partition_bytes (the
+data region [data_offset, data_offset + partition_bytes), which one host may fill),
+used_bytes / free_bytes (this host: used + free == extents_held * extent_bytes), objects
+(published, every host), objects_host, max_objects (names per host), align, nbackings,
+lease_timeout_s, data_offset, extent_bytes, nextents, extents_held (this host),
+extents_free (held by no host), names_host (this host's names in use).
+
+HostInfo: slot, state ("free", "live", "dead", "claimed"), name, pid (0: none),
+heartbeat_age_s (None: neither a heartbeat nor a claim), extents, held_bytes, used_bytes,
+objects (published), as the host last wrote them.
+
+FsckReport: the counts of cxk_fsck_report and `.clean` (no broken chains, dangling entries
+or duplicates, no host counters that contradict their chain, no bakery registers no host
+writes). `FsckReport(**counts)` builds one, the counts not given being 0."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from .. import _native
 
-_STATES = {1: "creating", 2: "live", 3: "dead"}
+ObjectInfo = _native.ObjectInfo
+PoolStat = _native.PoolStat
+HostInfo = _native.HostInfo
+FsckReport = _native.FsckReport
 
-
-@dataclass(frozen=True)
-class ObjectInfo:
-    name: str
-    nbytes: int
-    offset: int        # payload offset from the pool base: the same in every process
-    host: int          # owner host slot
-    generation: int
-    state: str         # "creating", "live" or "dead"
-    checksum: int | None  # crc32c of the payload when recorded
-    created: float     # seconds since the epoch
-    created_ns: int = 0  # the same, exact (CLOCK_REALTIME ns: KV recency compares them)
-
-    @property
-    def live(self) -> bool:
-        """Published: open() of any host finds it."""
-        return self.state == "live"
-
-    @classmethod
-    def _from(cls, d: dict[str, Any]) -> ObjectInfo:
-        ck = d["checksum"]
-        return cls(d["name"], d["nbytes"], d["offset"], d["host"], d["generation"],
-                   _STATES.get(d["state"], str(d["state"])), ck & 0xFFFFFFFF if ck else None,
-                   d["created_ns"] / 1e9, d["created_ns"])
-
-
-@dataclass(frozen=True)
-class PoolStat:
-    path: str
-    kind: str              # "file", "devdax", "memfd", "striped"
-    size: int
-    version: int
-    uuid: str
-    max_hosts: int
-    host_id: int
-    hosts_active: int
-    coherence: str
-    partition_bytes: int   # the data region: one host may fill all of it (format v2)
-    used_bytes: int        # this host
-    free_bytes: int        # this host: used + free == extents_held * extent_bytes
-    objects: int           # published, every host
-    objects_host: int      # published, this host
-    max_objects: int       # names per host
-    align: int
-    nbackings: int
-    lease_timeout_s: float
-    data_offset: int       # the data region: [data_offset, data_offset + partition_bytes)
-    extent_bytes: int = 0  # hosts claim the data region in extents of this size, on demand
-    nextents: int = 0
-    extents_held: int = 0  # this host
-    extents_free: int = 0  # held by no host
-    names_host: int = 0    # this host's names in use (published and being created)
-
-
-_HOST_STATES = {0: "free", 1: "live", 2: "dead", 3: "claimed"}
-
-
-@dataclass(frozen=True)
-class HostInfo:
-    """One host slot of a pool (`cxlkit pool hosts`). state: "free" (never claimed, or
-    released), "live" (heartbeat younger than the lease timeout), "dead" (attached once,
-    heartbeat stale: `release` frees it), "claimed" (claimed but never attached: a claim in
-    progress, or one whose claimer died). name and counts are read from the pool as its host
-    last wrote them."""
-    slot: int
-    state: str
-    name: str
-    pid: int                        # the process that last attached (0: none)
-    heartbeat_age_s: float | None   # since its last heartbeat (or claim); None: neither
-    extents: int
-    held_bytes: int
-    used_bytes: int
-    objects: int                    # published
-
-
-@dataclass(frozen=True)
-class FsckReport:
-    objects_live: int
-    objects_creating: int
-    objects_dead: int
-    blocks_free: int
-    bytes_used: int
-    bytes_free: int
-    largest_free: int      # largest free block (header included) of any host
-    reclaimed_objects: int
-    reclaimed_bytes: int
-    repaired_entries: int
-    leases_live: int
-    leases_expired: int
-    duplicate_names: int
-    errors: int
-    counters_wrong: int    # hosts whose object/byte counters disagree with their block chain
-    counters_rebuilt: int  # this host's counters, rebuilt from its chain by the repair
-    registers_bad: int     # hosts whose bakery registers hold what no host writes
-
-    @property
-    def clean(self) -> bool:
-        """Nothing lost or untrustworthy: no broken chains, dangling entries or duplicates,
-        no host counters that contradict their chain, no bakery registers no host writes."""
-        return (self.errors == 0 and self.duplicate_names == 0 and self.counters_wrong == 0
-                and self.registers_bad == 0)
+__all__ = ["ObjectInfo", "PoolStat", "HostInfo", "FsckReport"]
