@@ -110,10 +110,11 @@ def _dead_rank(path: str, rank: int) -> None:
     mem.view[:8] = b"memtest!"
     c.window(4096)
     c.barrier()
-    # left in the ring: eager cells, an RTS and its buffer (the requests are held: a dropped
-    # one would wait for its receiver)
+    # left in the ring: eager cells, an RTS and its buffer, a short cell (the requests are
+    # held: a dropped one would wait for its receiver)
     held = [c.isend(payload("m-left", 200), peer, tag=3),
-            c.isend(payload("m-left-rdv", 90_000), peer, tag=4)]
+            c.isend(payload("m-left-rdv", 90_000), peer, tag=4),
+            c.isend(payload("m-short", 8), peer, tag=5)]
     c.barrier()
     assert held
     os._exit(0)  # before the comm's finaliser could remove its objects
@@ -280,8 +281,7 @@ def _locate_msg(path: str, at: dict, n: str, pl: int) -> None:
         used = [c for c in cells if u(path, c) != 0] or cells[:1]
         for c in used:
             at[f"ring_cell@{owner}"].append((c, f"{n}.cell{(c - cells[0]) // cb}"))
-            at["msg_hdr" if owner == "msg" else "rpc_slot"].append(
-                (c, f"{n}.cell{(c - cells[0]) // cb}"))
+            at[_cell_structure(path, owner, c)].append((c, f"{n}.cell{(c - cells[0]) // cb}"))
     else:
         kind = {"rank": "msg_rank", "rdv": "msg_rdv", "mem": "msg_mem", "win": "msg_win",
                 "srv": "rpc_srv"}.get(what)
@@ -289,9 +289,17 @@ def _locate_msg(path: str, at: dict, n: str, pl: int) -> None:
             at[kind].append((pl, n))
 
 
+def _cell_structure(path: str, owner: str, cell: int) -> str:
+    """What follows a cell's header: an RPC slot, a short message (header and bytes in the
+    stamp's line) or a message header."""
+    if owner != "msg":
+        return "rpc_slot"
+    return "msg_short" if u(path, cell + 12, "<I") == L.MSG_KIND_SHORT else "msg_hdr"
+
+
 # ---- mutations ------------------------------------------------------------------------------
 GROUP = {"kv_block_header": "kv", "kv_counters": "kv", "kv_recency": "kv"}
-for _s in ("msg_rank", "msg_rdv", "msg_mem", "msg_win", "msg_hdr"):
+for _s in ("msg_rank", "msg_rdv", "msg_mem", "msg_win", "msg_hdr", "msg_short"):
     GROUP[_s] = "msg"
 for _s in ("rpc_srv", "rpc_slot"):
     GROUP[_s] = "rpc"
@@ -510,7 +518,8 @@ def _msg_rank_body(rec: Recorder, p, rank: int, msg) -> None:
     if not ok:
         return
     peer = 1 - rank
-    for tag, n in ((1, 100), (2, 100_000)):  # rank 0 sends first: rendezvous sends block
+    # rank 0 sends first (rendezvous sends block); eager, rendezvous and a short message
+    for tag, n in ((1, 100), (2, 100_000), (5, 8)):
         for turn in ((rank, peer) if rank == 0 else (peer, rank)):
             if turn == rank and not rec.op("msg.send", c.send,
                                            payload(f"restart-{rank}-{tag}", n), peer, tag)[0]:

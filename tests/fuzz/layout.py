@@ -56,6 +56,7 @@ STRUCTS: dict[str, dict[str, Field]] = {
     "ring_cell": _fields("stamp@0:Q nbytes@8:I kind@12:I"),
     "msg_hdr": _fields("ctx@16:I tag@20:i len@24:Q cookie@32:Q flags@40:I ncells@44:I "
                        "rdv_off@48:Q rdv_index@56:I"),    # after the 16-byte cell header
+    "msg_short": _fields("ctx@16:I tag@20:i len@24:I flags@28:I cookie@32:Q crc@40:I"),
     "msg_rank": _fields("magic@0:Q version@8:I nranks@12:I rank@16:I host@20:I pid@24:Q "
                         "boot@32:Q session@40:Q beat@64:Q barrier@128:Q bwake@136:I "
                         "bsleep@140:I dir0@192:Q dir1@200:Q"),
@@ -97,6 +98,7 @@ CSIDE: dict[str, dict[str, tuple[str, str, int]] | None] = {
     "ring_prod": {f: (_R + "ProdLine", f, 128) for f in STRUCTS["ring_prod"]},
     "ring_cell": {f: (_R + "CellHdr", f, 0) for f in STRUCTS["ring_cell"]},
     "msg_hdr": {f: (_M + "MsgHdr", f, 16) for f in STRUCTS["msg_hdr"]},
+    "msg_short": {f: (_M + "ShortHdr", f, 16) for f in STRUCTS["msg_short"]},
     "msg_rank": {**{f: (_M + "RankHdr", f, 0) for f in ("magic", "version", "nranks", "rank",
                                                          "host", "pid", "boot", "session")},
                  "beat": (_M + "RankLive", "beat", 64),
@@ -121,6 +123,7 @@ CONSTANTS = {  # name -> (value here, C expression)
     "RANK_MAGIC": (0x314B4E41524B5843, "cxk::msg::kRankMagic"),
     "RDV_MAGIC": (0x31564452584B5843, "cxk::msg::kRdvMagic"),
     "SRV_MAGIC": (0x3156525343505243, "cxk::rpc::kSrvMagic"),
+    "MSG_KIND_SHORT": (9, "(unsigned long long)cxk::msg::kShort"),
 }
 WORDS_OF = {("slot_mutex", "mutex0")}  # a word of a larger C member: its size is not checked
 SB_CHECKSUM = CONSTANTS["SB_CHECKSUM"][0]
@@ -128,6 +131,7 @@ HOST_SLOT = CONSTANTS["HOST_SLOT"][0]
 OBJ_HDR = CONSTANTS["OBJ_HDR"][0]
 RING_HDR = CONSTANTS["RING_HDR"][0]
 CELL_HDR = CONSTANTS["CELL_HDR"][0]
+MSG_KIND_SHORT = CONSTANTS["MSG_KIND_SHORT"][0]
 ARRAYS = {"slot_free_heads": 64, "slot_pending": 128, "slot_creating": 288}
 
 

@@ -91,7 +91,7 @@ def test_template_holds_every_structure(template):
             "slot_free_heads", "slot_pending", "slot_creating", "claim", "name_entry", "lease",
             "extmap", "object_header", "free_block", "payload", "kv_block_header",
             "kv_counters", "kv_recency", "msg_rank", "msg_rdv", "msg_mem", "msg_win",
-            "msg_hdr", "rpc_srv", "rpc_slot"} | {f"{s}@{o}" for s in (
+            "msg_hdr", "msg_short", "rpc_srv", "rpc_slot"} | {f"{s}@{o}" for s in (
                 "ring_header", "ring_head", "ring_prod", "ring_cell") for o in ("msg", "rpc")}
     assert want <= set(t["at"]), want - set(t["at"])
     assert all(t["at"][s] for s in want)
