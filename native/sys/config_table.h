@@ -40,7 +40,7 @@
     X(MSG_DEAD_MS, "CXLKIT_MSG_DEAD_MS", CXK_CONFIG_UINT, "5000", 0, CXK_U32_MAX, "",          \
       "libcxlkit", "a rank of another machine silent this long is dead")                       \
     X(MSG_RDV_NT, "CXLKIT_MSG_RDV_NT", CXK_CONFIG_BOOL, "0", 0, 1, "", "libcxlkit",            \
-      "1: rendezvous copies use non-temporal stores")                                          \
+      "1: non-temporal rendezvous copies on coherence host (none always streams)")             \
     X(MSG_RDV_CHUNK, "CXLKIT_MSG_RDV_CHUNK", CXK_CONFIG_UINT, "262144", 4096, CXK_U32_MAX, "",    \
       "libcxlkit", "bytes a rendezvous copies between progress checks")                        \
     X(MSG_SPIN_US, "CXLKIT_MSG_SPIN_US", CXK_CONFIG_MICROS, "200", 0, CXK_U32_MAX - 1, "",     \
@@ -71,7 +71,7 @@
     X(MPI, "CXLKIT_MPI", CXK_CONFIG_BOOL, "1", 0, 1, "", "mpi",                                \
       "0: the PMPI shim steps aside (every call goes to the MPI)")                             \
     X(MPI_POOL, "CXLKIT_MPI_POOL", CXK_CONFIG_PATH, "", 0, 0, "", "mpi",                       \
-      "the shim's pool (default: anonymous memory of rank 0)")                                 \
+      "the pool this host maps (per rank: a pod's ranks share one; default: rank 0's memfd)")  \
     X(MPI_POOL_MB, "CXLKIT_MPI_POOL_MB", CXK_CONFIG_UINT, "1024", 1, 1ull << 30, "", "mpi",    \
       "MiB of a created pool per rank")                                                        \
     X(MPI_COHERENCE, "CXLKIT_MPI_COHERENCE", CXK_CONFIG_CHOICE, "auto", 0, 0,                  \
