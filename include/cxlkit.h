@@ -1245,7 +1245,9 @@ struct cxk_msg_status {
  * cxk_msg_finalize). Waits (join_ms) until every rank has joined. Objects left by a crashed
  * earlier run of the same job and rank on this host are removed first; -EBUSY when that rank
  * is held by a live process, -EEXIST when an object of that rank belongs to another host (an
- * earlier run placed the rank there: not this host's to remove). opts NULL = defaults. */
+ * earlier run placed the rank there: not this host's to remove). When join_ms passes:
+ * -EPROTONOSUPPORT if the rank waited for has an object of another format version (it runs
+ * another cxlkit), else -ETIMEDOUT. opts NULL = defaults. */
 CXK_API int cxk_msg_init(cxk_pool *p, const char *job, int rank, int nranks,
                          const struct cxk_msg_opts *opts, cxk_comm **out);
 /* Barrier with every rank (failing like any wait when a peer is gone), then remove this

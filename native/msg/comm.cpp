@@ -171,6 +171,9 @@ int try_join_peer(cxk_comm *c, int r, uint64_t session) {
         std::memcpy(&h, c->base + st.off, sizeof h);
         ok = h.magic == kRankMagic && h.version == kVersion && h.rank == uint32_t(r) &&
              h.nranks == uint32_t(c->nranks) && h.host == st.host;
+        // the rank runs a library of another format: said when the join gives up (a stale
+        // object of an older run may still be replaced, so this is no reason to stop now)
+        if (h.magic == kRankMagic && h.version != kVersion) c->foreign_version = true;
     }
     // a stale object of a crashed run on this machine: wait for the rank to replace it
     if (ok && h.boot == c->boot && pid_gone(h.pid)) ok = false;
@@ -190,6 +193,12 @@ int try_join_peer(cxk_comm *c, int r, uint64_t session) {
     return 0;
 }
 
+// The join's deadline passed: -EPROTONOSUPPORT when the rank waited for showed an object of
+// another format version (a library of another version), -ETIMEDOUT otherwise.
+int join_gave_up(const cxk_comm *c) {
+    return c->foreign_version ? -EPROTONOSUPPORT : -ETIMEDOUT;
+}
+
 int join(cxk_comm *c) {
     const int64_t deadline = now_ns() + int64_t(c->opts.join_ms) * 1000000;
     int rc;
@@ -199,7 +208,7 @@ int join(cxk_comm *c) {
     } else {
         // adopt rank 0's session: its object must be live (a crashed run's is skipped)
         while ((rc = try_join_peer(c, 0, 0)) == -EAGAIN) {
-            if (now_ns() > deadline) return c->failed_rank = 0, -ETIMEDOUT;
+            if (now_ns() > deadline) return c->failed_rank = 0, join_gave_up(c);
             usleep(1000);
         }
         if (rc) return rc;
@@ -216,7 +225,7 @@ int join(cxk_comm *c) {
             continue;
         }
         while ((rc = try_join_peer(c, r, c->session)) == -EAGAIN) {
-            if (now_ns() > deadline) return c->failed_rank = r, -ETIMEDOUT;
+            if (now_ns() > deadline) return c->failed_rank = r, join_gave_up(c);
             usleep(1000);
         }
         if (rc) return rc;

@@ -281,6 +281,8 @@ struct cxk_comm {
     std::vector<cxk_win *> wins;              // by window id (nullptr once freed)
     std::vector<cxk::msg::RmaWait *> rma_waits;  // my RMA requests awaiting a reply
     int failed_rank = -1;
+    // a rank object of another format version was seen while joining (another cxlkit's)
+    bool foreign_version = false;
     bool crc = false;                         // checksum mode (cxk_msg_set_checksum)
     pthread_t heart{};
     bool heart_started = false;

@@ -151,6 +151,11 @@ class PeerLostError(MsgError, TimeoutError):
         self.rank = rank
 
 
+class MsgVersionError(MsgError):
+    """A rank of the job runs a library whose messaging format differs from this one's (a
+    job mixing cxlkit versions): every rank must run the same version."""
+
+
 class TruncationError(MsgError):
     """The message was longer than the receive buffer; `count` is its length and the buffer
     holds its first bytes."""

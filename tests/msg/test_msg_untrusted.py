@@ -6,6 +6,7 @@ a memfd pool) and that pool refuses to close under it."""
 from __future__ import annotations
 
 import gc
+import os
 import struct
 import subprocess
 import sys
@@ -22,12 +23,14 @@ from cxlkit.errors import (
     MsgError,
     MsgExistsError,
     MsgNotFoundError,
+    MsgVersionError,
     PeerLostError,
 )
 
 CELL_HDR = 16     # ring cell header: stamp, nbytes, kind (native/ring/ring.h)
 LEN_AT = 8        # MsgHdr.len: after ctx and tag (native/msg/msg.h)
 CELLS_OFF_AT = 24  # ring Header.cells_off
+RANK_MAGIC = 0x314B4E41524B5843  # a rank object's RankHdr.magic (native/msg/msg.h)
 
 
 def _run(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -228,6 +231,20 @@ def test_restart_over_another_hosts_leftovers_raises_MsgExistsError_naming_them(
                 comm.send(b"x", 0)
         assert isinstance(ei.value, FileExistsError)
         assert "job re rank 0" in str(ei.value) and pool_path in str(ei.value)
+
+
+def test_a_rank_of_another_format_version_is_named_when_the_join_gives_up(pool_path):
+    # rank 0's object as a library of another messaging format writes it: magic, version 1,
+    # rank 0 of 2 (RankHdr: magic, version, nranks, rank), live pid; rank 1 gives up its join
+    # with that reason, not a bare timeout
+    hdr = struct.pack("<QIIIIQ", RANK_MAGIC, 1, 2, 0, 1, os.getpid())
+    with cxlkit.Pool(pool_path, size="16M", host_id=0, max_hosts=2) as pool:
+        with cxlkit.Pool(pool_path, host_id=1) as other:
+            other.create("msg.vj.0.rank", 65536, data=hdr.ljust(65536, b"\0")).close()
+            with pytest.raises(MsgVersionError, match="same cxlkit version") as ei:
+                msg.Comm(pool, rank=1, size=2, job="vj", join_timeout=0.5)
+        assert "job vj rank 1" in str(ei.value) and pool_path in str(ei.value)
+        assert isinstance(ei.value, MsgError)
 
 
 def test_bare_ring_errors_are_MsgErrors_naming_ring_and_pool(pool_path):

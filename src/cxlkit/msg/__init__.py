@@ -3,7 +3,8 @@ collectives), window (requests, pool memory, one-sided windows), ring (bare ring
 request/answer channel on rings), wait (how blocking calls poll). docs/msg.md has the protocol."""
 from ..errors import (MsgClosedError, MsgCorruptError, MsgError, MsgExistsError,
                       MsgMemoryError, MsgNotFoundError, MsgPermissionError, MsgPoolFullError,
-                      MsgValueError, PeerLostError, TruncationError, WindowRangeError)
+                      MsgValueError, MsgVersionError, PeerLostError, TruncationError,
+                      WindowRangeError)
 from .comm import ANY_SOURCE, ANY_TAG, TAG_MAX, Comm
 from .ring import Ring
 from .wait import WaitPolicy

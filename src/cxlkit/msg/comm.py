@@ -20,6 +20,7 @@ from ..errors import (
     MsgCorruptError,
     MsgExistsError,
     MsgValueError,
+    MsgVersionError,
     PeerLostError,
     TruncationError,
     _msg_typed,
@@ -202,6 +203,10 @@ class Comm:
         if e.errno == errno.ETIMEDOUT:
             return PeerLostError(-1, f"{where}: not every one of {size} ranks joined in time; "
                                      f"start them all, or raise join_timeout")
+        if e.errno == errno.EPROTONOSUPPORT:
+            return MsgVersionError(e.errno, f"{where}: a rank of the job runs a cxlkit whose "
+                                            f"messaging format differs from this one's; run "
+                                            f"every rank with the same cxlkit version")
         if e.errno == errno.EINVAL:
             return MsgValueError(e.errno, f"{where}: " + (
                 native_reason(e) or "bad ring geometry or eager size (cell_bytes a multiple of "
