@@ -1334,6 +1334,8 @@ CXK_API int cxk_msg_progress(cxk_comm *comm);
 /* Collectives: barrier by per-rank sequence numbers in the rank objects; bcast and
  * allreduce of small buffers (messages on a context of their own: they never match user
  * messages). */
+/* A barrier that failed (a peer lost or late past the timeout) fails every later one with
+ * the same error: this rank never enters a barrier its peers are not in. */
 CXK_API int cxk_msg_barrier(cxk_comm *comm);
 CXK_API int cxk_msg_bcast(cxk_comm *comm, void *buf, int64_t count, int root);
 enum cxk_msg_type {

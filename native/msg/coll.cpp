@@ -77,18 +77,8 @@ void reduce_any(void *acc, const void *x, int64_t n, int type, int op) {
 
 using namespace cxk::msg;
 
-extern "C" {
-
-size_t cxk_msg_type_size(int type) {
-    switch (type) {
-        case CXK_MSG_INT32: case CXK_MSG_UINT32: case CXK_MSG_FLOAT: return 4;
-        case CXK_MSG_INT64: case CXK_MSG_UINT64: case CXK_MSG_DOUBLE: return 8;
-        default: return 0;
-    }
-}
-
-int cxk_msg_barrier(cxk_comm *c) {
-    if (!c) return -EINVAL;
+// One barrier: enter it, then wait for every peer's entry.
+static int barrier_once(cxk_comm *c) {
     const uint64_t mine = ++c->barrier_seq;
     RankSeq *me = seq_line(c, c->obj_off);
     // release: everything this rank did before the barrier precedes its entry
@@ -119,6 +109,24 @@ int cxk_msg_barrier(cxk_comm *c) {
         }
     }
     return 0;
+}
+
+extern "C" {
+
+size_t cxk_msg_type_size(int type) {
+    switch (type) {
+        case CXK_MSG_INT32: case CXK_MSG_UINT32: case CXK_MSG_FLOAT: return 4;
+        case CXK_MSG_INT64: case CXK_MSG_UINT64: case CXK_MSG_DOUBLE: return 8;
+        default: return 0;
+    }
+}
+
+int cxk_msg_barrier(cxk_comm *c) {
+    if (!c) return -EINVAL;
+    if (c->barrier_failed) return c->barrier_failed;
+    const int rc = barrier_once(c);
+    if (rc) c->barrier_failed = rc;
+    return rc;
 }
 
 int cxk_msg_bcast(cxk_comm *c, void *buf, int64_t count, int root) {

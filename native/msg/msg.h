@@ -268,6 +268,10 @@ struct cxk_comm {
     uint64_t rdv_chunk = 256 * 1024;          // bytes behind each ready count
     uint64_t next_cookie = 1;
     uint64_t barrier_seq = 0;
+    // the error a barrier of this rank failed with (0: none): every later barrier returns it
+    // at once, so this rank's entry never runs ahead of peers still in the failed one (they
+    // would read that as corruption, not as the loss it is)
+    int barrier_failed = 0;
     uint32_t scan_next = 0;                   // next peer whose directory to look at
     uint64_t polls = 0;
     uint64_t events = 0;                      // cells read from any ring so far (waits spin

@@ -98,6 +98,39 @@ def test_a_dropped_rank_is_gone_for_its_peer_which_is_not_blocked(pool_path):
     assert "lost 1" in r.stdout and "close lost 1" in r.stdout
 
 
+def test_a_rank_whose_barrier_failed_does_not_run_ahead_of_a_late_peer(pool_path):
+    # rank 0 gives up on a late rank 1 three times; its later barriers return that failure
+    # without entering again, so the late rank finds rank 0 in the barrier it gave up on
+    # (rank 0 arrived: rank 1 passes) and never two ahead (which reads as corruption)
+    r = _run(f"""
+        import gc, threading
+        import cxlkit
+        from cxlkit import msg
+        from cxlkit.errors import PeerLostError
+        pool = cxlkit.Pool({pool_path!r}, size="32M", host_id=0)
+        comms = [None, None]
+        def join(rank, timeout):
+            comms[rank] = msg.Comm(pool, rank=rank, size=2, job="late", join_timeout=20,
+                                   timeout=timeout)
+        t = threading.Thread(target=join, args=(1, 20))
+        t.start()
+        join(0, 0.2)
+        t.join()
+        for _ in range(3):
+            try:
+                comms[0].barrier()
+            except PeerLostError as e:
+                print("rank 0 gave up on", e.rank)
+        comms[1].barrier()
+        print("late rank passed")
+        del comms[:]  # dropped: each leaves without the closing barrier rank 0 cannot pass
+        gc.collect()
+        pool.close()
+    """)
+    assert r.stdout.count("rank 0 gave up on 1") == 3, r.stdout + r.stderr
+    assert "late rank passed" in r.stdout, r.stdout + r.stderr
+
+
 def test_dropping_an_unclosed_comm_warns_ResourceWarning(pool_path):
     pool = cxlkit.Pool(pool_path, size="16M", host_id=0)
     comm = msg.Comm(pool, rank=0, size=1, job="warned")
