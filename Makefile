@@ -6,6 +6,10 @@ VPY := $(VENV)/bin/python
 DEPS_STAMP := $(VENV)/.deps-stamp
 BUILD_STAMP := $(VENV)/.build-stamp
 CBUILD := build/c
+# scikit-build-core's tree (pyproject's build-dir, build/{wheel_tag}): `make build` builds the
+# Python module, the library and the C tests in it, and `make ctest` runs them there.
+PYBUILD := build/$(shell $(PY) -c 'import sys, sysconfig; v = "%d%d" % sys.version_info[:2]; \
+  print(f"cp{v}-cp{v}-" + sysconfig.get_platform().replace("-", "_").replace(".", "_"))')
 PYTEST_ARGS ?=
 # torch==2.13.0: the CPU build this machine keeps on disk (any other version downloads GBs).
 BUILD_DEPS := 'scikit-build-core>=0.10' 'nanobind>=2.4' ninja 'cmake>=3.18'
@@ -17,9 +21,12 @@ all: build
 $(VPY):
 	$(PY) -m venv $(VENV)
 
+# pip runs one at a time in the venv (flock): `make test` runs its stages two at a time.
+PIP := flock $(VENV)/.pip-lock $(VPY) -m pip
+
 $(DEPS_STAMP): pyproject.toml Makefile | $(VPY)
-	$(VPY) -m pip install --upgrade pip
-	$(VPY) -m pip install $(BUILD_DEPS) $(RUN_DEPS)
+	$(PIP) install --upgrade pip
+	$(PIP) install $(BUILD_DEPS) $(RUN_DEPS)
 	touch $@
 
 deps: sysdeps $(DEPS_STAMP)
@@ -40,28 +47,29 @@ sysdeps:
 	  else echo "warning: liburing-dev missing (apt-get install liburing-dev as root): native/aio uses its thread pool"; fi; \
 	fi
 
-# One build at a time (flock): several shells may rebuild the same tree. The development
-# build is a testing build (CXLKIT_TESTING: protocol mutations and crash points, which the
-# suite uses); what users install from the package is a release build without them.
+# One build of a tree at a time (flock on the tree's lock): several shells may rebuild the
+# same tree. The development build is a testing build (CXLKIT_TESTING: protocol mutations
+# and crash points, which the suite uses) with the C tests; what users install from the
+# package is a release build without either.
 build: deps
 	@mkdir -p build
 	@echo "building cxlkit's C++ core and Python module: about 2 minutes the first time"
 	@echo "on 2 cores (pip says 'still running...'); later builds redo only what changed"
 	flock build/.lock $(VPY) -m pip install --no-build-isolation --no-deps \
-	  --config-settings=cmake.define.CXLKIT_TESTING=ON -e '.[all]'
+	  --config-settings=cmake.define.CXLKIT_TESTING=ON \
+	  --config-settings=cmake.define.CXLKIT_TESTS=ON -e '.[all]'
 	touch $(BUILD_STAMP)
 
-# libcxlkit alone, without Python, and its C tests (exit 77 = skip).
-ctest:
-	@mkdir -p build
-	flock build/.lock sh -c 'cmake -S . -B $(CBUILD) -G Ninja -DCXLKIT_PYTHON=OFF \
-	  -DCXLKIT_TESTING=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null && cmake --build $(CBUILD)'
-	ctest --test-dir $(CBUILD) --output-on-failure
+# The C tests (exit 77 = skip), built by `make build` against the library the Python module
+# uses: one compile of the sources for both.
+ctest: build
+	ctest --test-dir $(PYBUILD) --output-on-failure
 
-# The C tests again under AddressSanitizer + UBSan (the debug job of STYLE.md).
+# The C tests again under AddressSanitizer + UBSan (the debug job of STYLE.md), in a tree of
+# their own: the library without Python, which the release check builds too.
 ctest-asan:
 	@mkdir -p build
-	flock build/.lock sh -c 'cmake -S . -B build/asan -G Ninja -DCXLKIT_PYTHON=OFF \
+	flock build/.asan-lock sh -c 'cmake -S . -B build/asan -G Ninja -DCXLKIT_PYTHON=OFF \
 	  -DCXLKIT_TESTING=ON -DCMAKE_BUILD_TYPE=Debug -DCXLKIT_SANITIZE=address,undefined >/dev/null && cmake --build build/asan'
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 ctest --test-dir build/asan --output-on-failure
 
@@ -69,7 +77,7 @@ ctest-asan:
 .PHONY: release-check
 release-check: build
 	@mkdir -p build
-	flock build/.lock sh -c 'cmake -S . -B build/release -G Ninja -DCXLKIT_PYTHON=OFF \
+	flock build/.release-lock sh -c 'cmake -S . -B build/release -G Ninja -DCXLKIT_PYTHON=OFF \
 	  -DCXLKIT_TESTS=OFF -DCXLKIT_TESTING=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null && \
 	  cmake --build build/release --target cxlkit'
 	$(VPY) tests/release_check.py build/release/libcxlkit.so
@@ -78,7 +86,14 @@ release-check: build
 pytest: build
 	$(VPY) -m pytest -q $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
-test: build ctest ctest-asan release-check pytest
+# `make test` runs two stages at a time: pytest, the longest, starts as soon as the build is
+# done, and the other stages (mostly compiles, which wait on the compiler, and C tests) run
+# beside it. Each stage's output is printed whole when it ends (--output-sync).
+TEST_JOBS ?= 2
+ifneq ($(filter test,$(MAKECMDGOALS)),)
+MAKEFLAGS += -j$(TEST_JOBS) --output-sync=target
+endif
+test: pytest ctest-asan release-check ctest
 
 # The benchmark scripts' full runs and every performance claim (ratios, rates, times): the
 # bench-marked tests, out of `make test` (whose suite runs each script on tiny inputs). Their
