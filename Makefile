@@ -66,11 +66,13 @@ ctest: build
 	ctest --test-dir $(PYBUILD) --output-on-failure
 
 # The C tests again under AddressSanitizer + UBSan (the debug job of STYLE.md), in a tree of
-# their own: the library without Python, which the release check builds too.
-ctest-asan:
+# their own: the library without Python, which the release check builds too. After sysdeps:
+# the library finds liburing when it configures.
+ctest-asan: sysdeps
 	@mkdir -p build
 	flock build/.asan-lock sh -c 'cmake -S . -B build/asan -G Ninja -DCXLKIT_PYTHON=OFF \
-	  -DCXLKIT_TESTING=ON -DCMAKE_BUILD_TYPE=Debug -DCXLKIT_SANITIZE=address,undefined >/dev/null && cmake --build build/asan'
+	  -DCXLKIT_TESTING=ON -DCMAKE_BUILD_TYPE=Debug -DCXLKIT_SANITIZE=address,undefined >/dev/null && \
+	  $(SIDE) cmake --build build/asan'
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 ctest --test-dir build/asan --output-on-failure
 
 # The release library as users get it: no test machinery in its code, symbols or strings.
@@ -79,21 +81,25 @@ release-check: build
 	@mkdir -p build
 	flock build/.release-lock sh -c 'cmake -S . -B build/release -G Ninja -DCXLKIT_PYTHON=OFF \
 	  -DCXLKIT_TESTS=OFF -DCXLKIT_TESTING=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null && \
-	  cmake --build build/release --target cxlkit'
+	  $(SIDE) cmake --build build/release --target cxlkit'
 	$(VPY) tests/release_check.py build/release/libcxlkit.so
 
 # pytest exit code 5 means "no tests collected": not a failure of the suite.
 pytest: build
 	$(VPY) -m pytest -q $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
-# `make test` runs two stages at a time: pytest, the longest, starts as soon as the build is
-# done, and the other stages (mostly compiles, which wait on the compiler, and C tests) run
-# beside it. Each stage's output is printed whole when it ends (--output-sync).
+# `make test` runs two stages at a time: the build and then pytest, the longest stage, in
+# one; the ASan and release compiles (from the start, beside the venv's install) and the C
+# tests in the other. Those compiles run at a lower priority (SIDE: nice), so that on a
+# machine of two cores they take the time the build and pytest leave, not theirs; the tests
+# themselves run at normal priority (their waits have bounds). Each stage's output is
+# printed whole when it ends (--output-sync).
 TEST_JOBS ?= 2
+SIDE := nice -n 10
 ifneq ($(filter test,$(MAKECMDGOALS)),)
 MAKEFLAGS += -j$(TEST_JOBS) --output-sync=target
 endif
-test: pytest ctest-asan release-check ctest
+test: ctest-asan pytest release-check ctest
 
 # The benchmark scripts' full runs and every performance claim (ratios, rates, times): the
 # bench-marked tests, out of `make test` (whose suite runs each script on tiny inputs). Their
