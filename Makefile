@@ -72,7 +72,7 @@ ctest-asan: sysdeps
 	@mkdir -p build
 	flock build/.asan-lock sh -c 'cmake -S . -B build/asan -G Ninja -DCXLKIT_PYTHON=OFF \
 	  -DCXLKIT_TESTING=ON -DCMAKE_BUILD_TYPE=Debug -DCXLKIT_SANITIZE=address,undefined >/dev/null && \
-	  $(SIDE) cmake --build build/asan'
+	  cmake --build build/asan $(SIDE_JOBS)'
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 ctest --test-dir build/asan --output-on-failure
 
 # The release library as users get it: no test machinery in its code, symbols or strings.
@@ -81,7 +81,7 @@ release-check: build
 	@mkdir -p build
 	flock build/.release-lock sh -c 'cmake -S . -B build/release -G Ninja -DCXLKIT_PYTHON=OFF \
 	  -DCXLKIT_TESTS=OFF -DCXLKIT_TESTING=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null && \
-	  $(SIDE) cmake --build build/release --target cxlkit'
+	  cmake --build build/release --target cxlkit $(SIDE_JOBS)'
 	$(VPY) tests/release_check.py build/release/libcxlkit.so
 
 # pytest exit code 5 means "no tests collected": not a failure of the suite.
@@ -90,14 +90,15 @@ pytest: build
 
 # `make test` runs two stages at a time: the build and then pytest, the longest stage, in
 # one; the ASan and release compiles (from the start, beside the venv's install) and the C
-# tests in the other. Those compiles run at a lower priority (SIDE: nice), so that on a
-# machine of two cores they take the time the build and pytest leave, not theirs; the tests
-# themselves run at normal priority (their waits have bounds). Each stage's output is
-# printed whole when it ends (--output-sync).
+# tests in the other. Those two compiles run one compiler at a time there (SIDE_JOBS): on
+# two cores the build and pytest, one process most of the time, keep a core, and on a loaded
+# machine the compiles still get their share (a lower priority would starve them). Each
+# stage's output is printed whole when it ends (--output-sync).
 TEST_JOBS ?= 2
-SIDE := nice -n 10
+SIDE_JOBS :=
 ifneq ($(filter test,$(MAKECMDGOALS)),)
 MAKEFLAGS += -j$(TEST_JOBS) --output-sync=target
+SIDE_JOBS := --parallel 1
 endif
 test: ctest-asan pytest release-check ctest
 
