@@ -99,6 +99,9 @@ SIDE_JOBS :=
 ifneq ($(filter test,$(MAKECMDGOALS)),)
 MAKEFLAGS += -j$(TEST_JOBS) --output-sync=target
 SIDE_JOBS := --parallel 1
+# the docs build, ready once its packages are, waits for the package build: a job slot taken
+# by it while the venv's install ends would hold the build back
+docs: | build
 endif
 test: ctest-asan pytest release-check ctest
 
