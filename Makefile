@@ -6,6 +6,10 @@ VPY := $(VENV)/bin/python
 DEPS_STAMP := $(VENV)/.deps-stamp
 BUILD_STAMP := $(VENV)/.build-stamp
 CBUILD := build/c
+# scikit-build-core's tree (pyproject's build-dir, build/{wheel_tag}): `make build` builds the
+# Python module, the library and the C tests in it, and `make ctest` runs them there.
+PYBUILD := build/$(shell $(PY) -c 'import sys, sysconfig; v = "%d%d" % sys.version_info[:2]; \
+  print(f"cp{v}-cp{v}-" + sysconfig.get_platform().replace("-", "_").replace(".", "_"))')
 PYTEST_ARGS ?=
 # torch==2.13.0: the CPU build this machine keeps on disk (any other version downloads GBs).
 BUILD_DEPS := 'scikit-build-core>=0.10' 'nanobind>=2.4' ninja 'cmake>=3.18'
@@ -17,9 +21,12 @@ all: build
 $(VPY):
 	$(PY) -m venv $(VENV)
 
+# pip runs one at a time in the venv (flock): `make test` runs its stages two at a time.
+PIP := flock $(VENV)/.pip-lock $(VPY) -m pip
+
 $(DEPS_STAMP): pyproject.toml Makefile | $(VPY)
-	$(VPY) -m pip install --upgrade pip
-	$(VPY) -m pip install $(BUILD_DEPS) $(RUN_DEPS)
+	$(PIP) install --upgrade pip
+	$(PIP) install $(BUILD_DEPS) $(RUN_DEPS)
 	touch $@
 
 deps: sysdeps $(DEPS_STAMP)
@@ -40,45 +47,63 @@ sysdeps:
 	  else echo "warning: liburing-dev missing (apt-get install liburing-dev as root): native/aio uses its thread pool"; fi; \
 	fi
 
-# One build at a time (flock): several shells may rebuild the same tree. The development
-# build is a testing build (CXLKIT_TESTING: protocol mutations and crash points, which the
-# suite uses); what users install from the package is a release build without them.
+# One build of a tree at a time (flock on the tree's lock): several shells may rebuild the
+# same tree. The development build is a testing build (CXLKIT_TESTING: protocol mutations
+# and crash points, which the suite uses) with the C tests; what users install from the
+# package is a release build without either.
 build: deps
 	@mkdir -p build
 	@echo "building cxlkit's C++ core and Python module: about 2 minutes the first time"
 	@echo "on 2 cores (pip says 'still running...'); later builds redo only what changed"
 	flock build/.lock $(VPY) -m pip install --no-build-isolation --no-deps \
-	  --config-settings=cmake.define.CXLKIT_TESTING=ON -e '.[all]'
+	  --config-settings=cmake.define.CXLKIT_TESTING=ON \
+	  --config-settings=cmake.define.CXLKIT_TESTS=ON -e '.[all]'
 	touch $(BUILD_STAMP)
 
-# libcxlkit alone, without Python, and its C tests (exit 77 = skip).
-ctest:
-	@mkdir -p build
-	flock build/.lock sh -c 'cmake -S . -B $(CBUILD) -G Ninja -DCXLKIT_PYTHON=OFF \
-	  -DCXLKIT_TESTING=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null && cmake --build $(CBUILD)'
-	ctest --test-dir $(CBUILD) --output-on-failure
+# The C tests (exit 77 = skip), built by `make build` against the library the Python module
+# uses: one compile of the sources for both.
+ctest: build
+	ctest --test-dir $(PYBUILD) --output-on-failure
 
-# The C tests again under AddressSanitizer + UBSan (the debug job of STYLE.md).
-ctest-asan:
+# The C tests again under AddressSanitizer + UBSan (the debug job of STYLE.md), in a tree of
+# their own: the library without Python, which the release check builds too. After sysdeps:
+# the library finds liburing when it configures.
+ctest-asan: sysdeps
 	@mkdir -p build
-	flock build/.lock sh -c 'cmake -S . -B build/asan -G Ninja -DCXLKIT_PYTHON=OFF \
-	  -DCXLKIT_TESTING=ON -DCMAKE_BUILD_TYPE=Debug -DCXLKIT_SANITIZE=address,undefined >/dev/null && cmake --build build/asan'
+	flock build/.asan-lock sh -c 'cmake -S . -B build/asan -G Ninja -DCXLKIT_PYTHON=OFF \
+	  -DCXLKIT_TESTING=ON -DCMAKE_BUILD_TYPE=Debug -DCXLKIT_SANITIZE=address,undefined >/dev/null && \
+	  cmake --build build/asan $(SIDE_JOBS)'
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 ctest --test-dir build/asan --output-on-failure
 
 # The release library as users get it: no test machinery in its code, symbols or strings.
 .PHONY: release-check
 release-check: build
 	@mkdir -p build
-	flock build/.lock sh -c 'cmake -S . -B build/release -G Ninja -DCXLKIT_PYTHON=OFF \
+	flock build/.release-lock sh -c 'cmake -S . -B build/release -G Ninja -DCXLKIT_PYTHON=OFF \
 	  -DCXLKIT_TESTS=OFF -DCXLKIT_TESTING=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null && \
-	  cmake --build build/release --target cxlkit'
+	  cmake --build build/release --target cxlkit $(SIDE_JOBS)'
 	$(VPY) tests/release_check.py build/release/libcxlkit.so
 
 # pytest exit code 5 means "no tests collected": not a failure of the suite.
 pytest: build
 	$(VPY) -m pytest -q $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
-test: build ctest ctest-asan release-check pytest
+# `make test` runs two stages at a time: the build and then pytest, the longest stage, in
+# one; the ASan and release compiles (from the start, beside the venv's install) and the C
+# tests in the other. Those two compiles run one compiler at a time there (SIDE_JOBS): on
+# two cores the build and pytest, one process most of the time, keep a core, and on a loaded
+# machine the compiles still get their share (a lower priority would starve them). Each
+# stage's output is printed whole when it ends (--output-sync).
+TEST_JOBS ?= 2
+SIDE_JOBS :=
+ifneq ($(filter test,$(MAKECMDGOALS)),)
+MAKEFLAGS += -j$(TEST_JOBS) --output-sync=target
+SIDE_JOBS := --parallel 1
+# the docs build, ready once its packages are, waits for the package build: a job slot taken
+# by it while the venv's install ends would hold the build back
+docs: | build
+endif
+test: ctest-asan pytest release-check ctest
 
 # The benchmark scripts' full runs and every performance claim (ratios, rates, times): the
 # bench-marked tests, out of `make test` (whose suite runs each script on tiny inputs). Their
@@ -111,8 +136,13 @@ SIM_TESTS ?= tests/pool/test_pool.py tests/kv/test_kv_store.py tests/msg/test_ms
   tests/msg/test_msg.py tests/msg/test_msg_rma.py tests/pool/test_pool_claims.py
 # under the simulator this one failed once in ~35 runs (all four ranks' 30 s join timed out at
 # load ~20); not reproduced in 50 more runs at load 16-34 (sim seeds 1-40 and 100-103,
-# CXLKIT_SIM_EVICT 0, 0.25 and 1), cause not found: it runs in plain pytest, and here only by
-# hand (make test-sim SIM_DESELECT=) until the cause is known.
+# CXLKIT_SIM_EVICT 0, 0.25 and 1), nor in 423 runs of its body (sim seeds 1001-1423) and 24
+# of the test under pytest (seeds 5001-5024) at load 7-44, CXLKIT_SIM_EVICT 0, 0.25, 0.5 and 1
+# in turn, each rank's stacks dumped on a deadline: no join or rank hand-out timed out. 7 runs
+# overran their 150 s / 200 s bound, all at load 31-44: in 3 every rank got its rank and
+# joined, starting ~60 s late (one then timed out in the allreduce); in one all four were
+# still opening the pool at 40 s; the 3 pytest runs had not reached the test. Cause not found: it runs in plain pytest, and here
+# only by hand (make test-sim SIM_DESELECT=) until the cause is known.
 SIM_DESELECT ?= --deselect tests/msg/test_msg.py::test_ranks_by_arrival_through_the_bootstrap_rpc_service
 test-sim: build
 	for s in $(SIM_SEEDS); do $(VPY) -m pytest -q --coherence-sim --sim-seed $$s $(SIM_TESTS) $(SIM_DESELECT) \

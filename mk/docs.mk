@@ -8,13 +8,13 @@ DOCS_DEPS := 'mkdocs>=1.6' 'mkdocs-material>=9.5' 'mkdocstrings[python]>=0.26'
 DOCS_STAMP := $(VENV)/.docs-stamp
 
 $(DOCS_STAMP): pyproject.toml mk/docs.mk | $(VPY)
-	$(VPY) -m pip install $(DOCS_DEPS)
+	$(PIP) install $(DOCS_DEPS)
 	touch $@
 
 .PHONY: docs docs-deps docs-sysdeps
 docs-deps: $(DOCS_STAMP)
 
-docs-sysdeps:
+docs-sysdeps: sysdeps  # one apt-get at a time
 	@if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && \
 	  [ "$$(id -u)" = 0 ]; then (apt-get update && apt-get install -y --no-install-recommends chromium) || \
 	  echo "warning: chromium not installed: tests/meta/test_docs_site.py skips"; fi

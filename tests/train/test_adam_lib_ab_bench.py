@@ -11,8 +11,10 @@ import sys
 
 import pytest
 
+from cxlkit import _native as native
+
 ROOT = pathlib.Path(__file__).parents[2]
-LIB = ROOT / "build" / "c" / "libcxlkit.so"
+LIB = pathlib.Path(native.__file__).with_name("libcxlkit.so")  # the library the package loads
 sys.path.insert(0, str(ROOT / "bench"))
 
 import adam_lib_ab_summary as S  # noqa: E402
@@ -21,7 +23,7 @@ import adam_lib_ab_summary as S  # noqa: E402
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory) -> pathlib.Path:
     if not LIB.exists():
-        pytest.skip("needs build/c/libcxlkit.so: run `make ctest` first")
+        pytest.skip(f"needs {LIB}: run `make build` first")
     cc = shutil.which("cc")
     if cc is None:
         pytest.skip("needs a C compiler (cc)")
