@@ -31,7 +31,9 @@ NAMESPACE = "bench-pods"  # the connector's namespace; its host-0 store adds "|r
 
 def _ktc(pool: str, host: int, create: bool, size: int, level2: dict) -> dict:
     cfg = ktc("cxlkit", pool, host, create, size)
-    cfg["kv_connector_extra_config"].update(namespace=NAMESPACE, level2=level2)
+    # segment_bytes 0: the store node holds the blocks, not an engine that exits
+    cfg["kv_connector_extra_config"].update(namespace=NAMESPACE,
+                                            level2=dict(level2, segment_bytes=0))
     return cfg
 
 
@@ -113,8 +115,9 @@ def main() -> int:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
     for s in sizes:  # the closing note's ratios: each hit over its own engine's recompute
         got = {r["scenario"]: r for r in rows if r.get("tokens") == s and "ratio" in r}
-        print(json.dumps({"tokens": s, **{k.split()[0]: round(v["ratio"], 3)
-                                            for k, v in got.items()}}), flush=True)
+        print(json.dumps({"tokens": s, "load": os.getloadavg()[0],
+                          **{k.split()[0]: round(v["ratio"], 3) for k, v in got.items()}}),
+              flush=True)
     return 0
 
 
