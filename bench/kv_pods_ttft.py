@@ -29,6 +29,12 @@ from kv_vllm import BLOCK, MODELS, _drop, ktc, make_model, run_engine, summarize
 NAMESPACE = "bench-pods"  # the connector's namespace; its host-0 store adds "|r0"
 
 
+def seed(size_index: int, run: int) -> int:
+    """A prompt seed of its own for each (size, run): kv_vllm.prompt's first token is
+    seed * 7919 % 4000, so seeds that differ there share no block, not even a first one."""
+    return 100 * size_index + run + 1
+
+
 def _ktc(pool: str, host: int, create: bool, size: int, level2: dict) -> dict:
     cfg = ktc("cxlkit", pool, host, create, size)
     # segment_bytes 0: the store node holds the blocks, not an engine that exits
@@ -80,8 +86,8 @@ def main() -> int:
             fields = MODELS[args.model]
             base = {"model": make_model(Path(d) / args.model, fields),
                     "max_len": max(sizes) + 256, "kv_bytes": int(args.kv_gib * (1 << 30))}
-            steps = [{"kind": "store", "size": s, "seed": 1000 * s + r} for s in sizes
-                     for r in range(args.runs)]
+            steps = [{"kind": "store", "size": s, "seed": seed(i, r)}
+                     for i, s in enumerate(sizes) for r in range(args.runs)]
             hits = [dict(st, kind="hit") for st in steps]
             a = run_engine({**base, "ktc": _ktc(pools[0], 0, True, pool_bytes, level2),
                             "steps": steps})
