@@ -6,7 +6,7 @@ Connectors: none, cxlkit (saves on the connector's background thread, its defaul
 cxlkit-sync (extra_config async_save false: saves within the engine step).
 
     .venv-vllm/bin/python bench/kv_serve.py [--prefix-len 2048] [--request-rate 0.5]
-        [--connectors none,cxlkit-sync,cxlkit]
+        [--connectors none,cxlkit-sync,cxlkit] [--servers AB]
 
 The model is a random-weight Llama with a real (word-level, 1024 tokens) tokenizer made here.
 One JSON line per (connector, server): TTFT p50/p99 (ms), request throughput (req/s).
@@ -108,7 +108,7 @@ def run(label: str, model: Path, work: Path, args) -> None:
     pool = f"/dev/shm/cxlkit-bench-serve-{os.getpid()}" if label != "none" else None
     procs = []
     try:
-        ports = [free_port(), free_port()]
+        ports = [free_port() for _ in args.servers]  # host 0 is A, host 1 is B
         for host, port in enumerate(ports):
             procs.append(serve(model, port, host, pool, args, work / f"{label}-{host}.log",
                                async_save=label != "cxlkit-sync"))
@@ -143,6 +143,8 @@ def main() -> None:
     ap.add_argument("--kv-bytes", type=int, default=256 << 20)
     ap.add_argument("--pool-bytes", type=int, default=1 << 30)
     ap.add_argument("--connectors", default="none,cxlkit-sync,cxlkit")
+    ap.add_argument("--servers", default="AB", choices=("A", "AB"),
+                    help="A: only the first server (what storing costs), AB: both")
     ap.add_argument("--start-timeout", type=float, default=600)
     ap.add_argument("--bench-timeout", type=float, default=1200)
     args = ap.parse_args()

@@ -32,7 +32,6 @@ misses come up from it.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import logging
 import threading
 import time
@@ -45,13 +44,13 @@ from ..kv.layout import BlockLayout
 from ..kv.level2 import Level2
 from ..kv.store import Store
 from .vllm_pages import AttentionGroup, PageEngine, attention_groups, layer_index, page_format
-from .vllm_saves import SaveJob, SaveQueue
+from .vllm_saves import SaveJob, SaveQueue, load_hook
+from .vllm_stats import CxlkitConnectorStats
 
 log = logging.getLogger("cxlkit")
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore
     KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole, SupportsHMA)
-from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats  # type: ignore
 
 try:
     from vllm.v1.metrics.cache_hit_source import CacheHitSource  # type: ignore
@@ -78,34 +77,6 @@ class CxlkitConnectorMetadata(KVConnectorMetadata):
     written: list[int] = field(default_factory=list)  # blocks this step may write (new ones)
 
 
-_STAT_KEYS = ("loaded_blocks", "load_failed_blocks", "saved_blocks", "load_s", "save_s",
-              "save_failed_blocks", "save_sync_blocks", "save_cancelled_blocks")
-
-
-@dataclass
-class CxlkitConnectorStats(KVConnectorStats):
-    """Worker-side transfer counters of one logging interval (vLLM sums them over workers and
-    logs them; `vllm serve` shows them in its periodic stats line)."""
-
-    def __post_init__(self) -> None:
-        for k in _STAT_KEYS:
-            self.data.setdefault(k, 0)
-
-    def reset(self) -> None:
-        self.data = {k: 0 for k in _STAT_KEYS}
-
-    def aggregate(self, other: Any) -> CxlkitConnectorStats:
-        for k in _STAT_KEYS:
-            self.data[k] = self.data.get(k, 0) + other.data.get(k, 0)
-        return self
-
-    def reduce(self) -> dict[str, int | float]:
-        return {k: self.data.get(k, 0) for k in _STAT_KEYS}
-
-    def is_empty(self) -> bool:
-        return not any(self.data.get(k) for k in _STAT_KEYS if not k.endswith("_s"))
-
-
 @dataclass
 class _Req:
     request: Any
@@ -129,19 +100,6 @@ def _level2(extra: dict) -> Level2 | None:
     from .mooncake import open_level2
 
     return open_level2(cfg)
-
-
-def _save_hook(extra: dict) -> Any:
-    """extra_config "save_hook": "module:function", called as function(stage, SaveJob) (the
-    engine tests' fault hook: a slow or failing save); None when not set."""
-    spec = extra.get("save_hook")
-    if not spec:
-        return None
-    mod, _, fn = str(spec).partition(":")
-    if not mod or not fn:
-        raise ValueError(f"kv_connector_extra_config save_hook: {spec!r}; expected "
-                         "'module:function'")
-    return getattr(importlib.import_module(mod), fn)
 
 
 class CxlkitConnector(KVConnectorBase_V1, SupportsHMA):
@@ -405,7 +363,7 @@ class CxlkitConnector(KVConnectorBase_V1, SupportsHMA):
         if self._async and self._saves is None:
             self._saves = SaveQueue(self._save_job,
                                     max_blocks=int(self._extra.get("save_queue_blocks", 1024)),
-                                    hook=_save_hook(self._extra))
+                                    hook=load_hook(self._extra.get("save_hook")))
 
     @property
     def _engine(self) -> PageEngine | None:

@@ -5,6 +5,7 @@ saves pending, so the connector can tell vLLM when a finished request's blocks m
 """
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 import time
@@ -30,6 +31,18 @@ class SaveCounts:
     failed: int = 0     # blocks of saves that raised (one log line each)
     sync: int = 0       # blocks saved on the caller's thread: the queue was full
     cancelled: int = 0  # blocks whose save never ran: vLLM needed the block back first
+
+
+def load_hook(spec: str | None) -> Callable[[str, SaveJob], Any] | None:
+    """extra_config "save_hook": "module:function", called as function(stage, SaveJob) (the
+    engine tests' fault hook: a slow or failing save); None when not set."""
+    if not spec:
+        return None
+    mod, _, fn = str(spec).partition(":")
+    if not mod or not fn:
+        raise ValueError(f"kv_connector_extra_config save_hook: {spec!r}; expected "
+                         "'module:function'")
+    return getattr(importlib.import_module(mod), fn)
 
 
 class SaveQueue:
