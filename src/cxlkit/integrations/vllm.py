@@ -59,6 +59,7 @@ except ImportError:  # an older vLLM: no per-tier hit sources
 
 SHUTDOWN_FLUSH_S = 5.0  # at most this long for queued saves, then demotions, at shutdown
 REUSE_WAIT_S = 30.0  # at most this long for the queue to reach a block vLLM reuses
+FINISH_WAIT_S = 0.25  # a step waits at most this long for a finished request's saves
 NULL_BLOCK = 0  # vLLM's null block (its block pool's first): stands for freed window blocks
 
 
@@ -454,6 +455,9 @@ class CxlkitConnector(KVConnectorBase_V1, SupportsHMA):
         if self._saves is None:
             return None, None
         self._finishing |= self._saving & set(finished_req_ids)
+        # their tokens are out; waiting here (bounded) for the rest of their saves beats an
+        # engine that steps empty, holding the GIL, until the save thread gets through
+        self._saves.wait_requests(self._finishing, FINISH_WAIT_S)
         done = {r for r in self._finishing if not self._saves.pending(r)}
         self._finishing -= done
         self._saving -= done

@@ -94,6 +94,17 @@ class SaveQueue:
         with self._cv:
             return self._per_req[req_id]
 
+    def wait_requests(self, req_ids: Iterable[str], timeout_s: float) -> None:
+        """Wait at most timeout_s until none of req_ids has a save pending."""
+        ids = list(req_ids)
+        deadline = time.monotonic() + timeout_s
+        with self._cv:
+            while any(self._per_req[r] for r in ids):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._cv.wait(left)
+
     def wait_blocks(self, block_ids: Iterable[int], timeout_s: float) -> bool:
         """Return once no pending save reads any of block_ids (vLLM is about to write them).
         Waits at most timeout_s for the queue to reach them; past that their queued saves are
