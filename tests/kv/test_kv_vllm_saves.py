@@ -97,6 +97,19 @@ def test_shutdown_abandons_saves_the_bound_does_not_reach(caplog):
     assert q.drain(BOUND_S) and ran == ["a"]
 
 
+def test_waiting_for_a_requests_saves_is_bounded_and_ends_when_they_are_done():
+    gate = Gate()
+    q, ran = _queue(gate)
+    q.submit(SaveJob("a", [b"a"] * 2, [1, 2]))
+    assert gate.holding.wait(BOUND_S)
+    q.wait_requests(["a"], 0.0)  # the bound passed: back with the save still pending
+    assert q.pending("a") == 1 and ran == []
+    gate.open.set()
+    q.wait_requests(["a", "never-queued"], BOUND_S)
+    assert q.pending("a") == 0 and ran == ["a"]
+    q.close(BOUND_S)
+
+
 def test_queue_refuses_a_bound_of_zero():
     with pytest.raises(ValueError, match="save_queue_blocks"):
         SaveQueue(lambda job: 0, max_blocks=0)
