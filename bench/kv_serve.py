@@ -2,8 +2,11 @@
 rate) against two `vllm serve` servers on one pool (hosts 0 and 1) with the cxlkit connector,
 and against the same two servers without it. Server A gets the workload first, then server B
 the same prompts (same seed): with the connector B loads the prefixes A stored.
+Connectors: none, cxlkit (saves on the connector's background thread, its default) and
+cxlkit-sync (extra_config async_save false: saves within the engine step).
 
     .venv-vllm/bin/python bench/kv_serve.py [--prefix-len 2048] [--request-rate 0.5]
+        [--connectors none,cxlkit-sync,cxlkit] [--servers AB]
 
 The model is a random-weight Llama with a real (word-level, 1024 tokens) tokenizer made here.
 One JSON line per (connector, server): TTFT p50/p99 (ms), request throughput (req/s).
@@ -48,7 +51,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve(model: Path, port: int, host_id: int, pool: str | None, args, log: Path):
+def serve(model: Path, port: int, host_id: int, pool: str | None, args, log: Path,
+          async_save: bool = True):
     cmd = [str(VENV_BIN / "vllm"), "serve", str(model), "--host", "127.0.0.1", "--port",
            str(port), "--load-format", "dummy", "--enforce-eager", "--max-model-len",
            str(args.prefix_len + args.suffix_len + args.output_len + 256),
@@ -60,7 +64,7 @@ def serve(model: Path, port: int, host_id: int, pool: str | None, args, log: Pat
             "kv_load_failure_policy": "recompute",
             "kv_connector_extra_config": {"pool": pool, "create": host_id == 0,
                                           "size": args.pool_bytes, "max_hosts": 2,
-                                          "host_id": host_id}})]
+                                          "host_id": host_id, "async_save": async_save}})]
     proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT,
                             start_new_session=True)
     deadline = time.monotonic() + args.start_timeout
@@ -101,12 +105,13 @@ def bench(model: Path, port: int, out: Path, args) -> dict:
 
 
 def run(label: str, model: Path, work: Path, args) -> None:
-    pool = f"/dev/shm/cxlkit-bench-serve-{os.getpid()}" if label == "cxlkit" else None
+    pool = f"/dev/shm/cxlkit-bench-serve-{os.getpid()}" if label != "none" else None
     procs = []
     try:
-        ports = [free_port(), free_port()]
+        ports = [free_port() for _ in args.servers]  # host 0 is A, host 1 is B
         for host, port in enumerate(ports):
-            procs.append(serve(model, port, host, pool, args, work / f"{label}-{host}.log"))
+            procs.append(serve(model, port, host, pool, args, work / f"{label}-{host}.log",
+                               async_save=label != "cxlkit-sync"))
         for host, port in enumerate(ports):
             r = bench(model, port, work / f"{label}-{host}.json", args)
             print(json.dumps({
@@ -137,7 +142,9 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--kv-bytes", type=int, default=256 << 20)
     ap.add_argument("--pool-bytes", type=int, default=1 << 30)
-    ap.add_argument("--connectors", default="none,cxlkit")
+    ap.add_argument("--connectors", default="none,cxlkit-sync,cxlkit")
+    ap.add_argument("--servers", default="AB", choices=("A", "AB"),
+                    help="A: only the first server (what storing costs), AB: both")
     ap.add_argument("--start-timeout", type=float, default=600)
     ap.add_argument("--bench-timeout", type=float, default=1200)
     args = ap.parse_args()

@@ -6,14 +6,17 @@ two host ids on one pool file. The model is a tiny Llama made here from a LlamaC
 weights, prompts are token ids (nothing is downloaded). Checked: vLLM's CPU_ATTN kernel writes K
 and V where split_kv reads them; a second engine loads the prefix a first one stored (vLLM's own
 counters: num_cached_tokens, vllm:external_prefix_cache_hits) and produces the same greedy tokens
-and logprobs as a recompute; a corrupted pool block is reported through vLLM's load-error path
+and logprobs as a recompute; a finished request's blocks are not reused while its (slowed)
+save still reads them, so a second engine loads what the first computed; a corrupted pool block is reported through vLLM's load-error path
 and recomputed; `vllm serve` with the connector, driven over HTTP on 127.0.0.1 (the example,
 and docs/kv.md's recipe with curl).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -60,8 +63,9 @@ def run_engine(spec: dict) -> dict:
                                           "staging": spec.get("staging", False),
                                           **spec.get("extra", {})}}
     llm = LLM(model=spec["model"], load_format="dummy", skip_tokenizer_init=True,
-              dtype="float32", max_model_len=4096, enforce_eager=True,
-              kv_cache_memory_bytes=256 << 20, disable_log_stats=False, seed=0, **kw)
+              dtype="float32", max_model_len=spec.get("max_len", 4096), enforce_eager=True,
+              kv_cache_memory_bytes=spec.get("kv_bytes", 256 << 20), disable_log_stats=False,
+              seed=0, **kw)
     out = []
     for run in spec["runs"]:
         sp = SamplingParams(max_tokens=run.get("max_tokens", 8), temperature=0, logprobs=5,
@@ -100,6 +104,23 @@ def same_outputs(a: dict, b: dict) -> bool:
 
 def prompt(seed: int, n: int) -> list[int]:
     return [(seed * 7919 + 31 * i + i * i) % 1000 + 1 for i in range(n)]
+
+
+# ---- the save hook (extra_config "save_hook"), run in the engine's Worker process ----------------
+HOLD_S = 10.0  # the first request's save waits this long for another request's save at most
+_GATE = {"first": None, "other": threading.Event()}
+
+
+def hold_first_save(stage: str, job) -> None:
+    """The first request's save waits until another request queues one (at most HOLD_S): a
+    connector that let vLLM reuse its blocks meanwhile would save the other request's KV."""
+    if _GATE["first"] is None:
+        _GATE["first"] = job.req_id
+    if job.req_id != _GATE["first"]:
+        if stage == "queued":
+            _GATE["other"].set()
+    elif stage == "saving":
+        _GATE["other"].wait(HOLD_S)
 
 
 # ---- tests -------------------------------------------------------------------------------------
@@ -186,6 +207,41 @@ def test_two_engines_share_a_prefix_and_a_corrupt_block_is_recomputed(tmp_path, 
     assert stats[0]["puts"] == 14
     # the prompts matter: a different prefix gives other logprobs (the check has teeth)
     assert not same_outputs(hit, broken)
+
+
+@pytest.mark.slow
+def test_a_finished_requests_blocks_stay_unused_until_its_slow_save_is_done(tmp_path, pool_path):
+    """Engine A's KV cache has 9 usable blocks and each prompt needs 8, so the second prompt
+    can only run in the first one's blocks; the first one's save is held (hold_first_save)
+    until the second queues a save. vLLM must keep those blocks until the save is done: then
+    every pool block holds its own prompt's KV, and engine B's outputs equal a recompute."""
+    model = str(make_tiny_model(tmp_path / "tiny"))
+    first, second = prompt(21, 1000), prompt(22, 1000)  # 7 full blocks + 1 partial each
+    block_bytes = 2 * 2 * BLOCK * 2 * 64 * 4  # one vLLM block over both layers
+    a = engine({"model": model, "pool": pool_path, "create": True, "host_id": 0,
+                "max_len": 8 * BLOCK, "kv_bytes": 10 * block_bytes,
+                "extra": {"save_hook": "test_kv_vllm_engine:hold_first_save"},
+                "runs": [{"prompt": first}, {"prompt": second}]})
+    assert [r["cached"] for r in a["runs"]] == [0, 0]  # the second reused no cached block
+    # a save that read a reused block stores the second prompt's KV under the first's keys:
+    # two pool blocks with one image (the outputs of this random-weight model barely move)
+    from cxlkit import Pool
+    from cxlkit.kv.store import HDR_BYTES
+
+    pool = Pool(pool_path, host_id=0)
+    images = []
+    for o in pool.list():
+        if o.name.startswith("kv.") and len(o.name) == 76:
+            with pool.open(o.name) as obj:
+                images.append(hashlib.sha256(obj.read()[HDR_BYTES:]).digest())
+    pool.close()
+    assert len(images) == 14 and len(set(images)) == 14  # 7 full blocks of each, all distinct
+    b = engine({"model": model, "pool": pool_path, "create": False, "host_id": 1,
+                "runs": [{"prompt": first}, {"prompt": first, "skip_cache": True},
+                         {"prompt": second}, {"prompt": second, "skip_cache": True}]})
+    hit, recompute, hit2, recompute2 = b["runs"]
+    assert hit["cached"] == 7 * BLOCK and hit2["cached"] == 7 * BLOCK
+    assert same_outputs(hit, recompute) and same_outputs(hit2, recompute2)
 
 
 @pytest.mark.slow

@@ -275,6 +275,7 @@ def _hybrid_step(sched, worker, req, ids, ext):
     worker.start_load_kv(None)
     worker.wait_for_save()
     worker.clear_connector_metadata()
+    assert worker.wait_saves(30)  # the saves land before the test reads the pool
     return meta
 
 

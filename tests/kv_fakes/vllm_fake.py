@@ -253,6 +253,7 @@ class FakeEngine:
         self.computed_positions: dict[str, list[int]] = {}
         self.invalid_block_ids: set[int] = set()
         self.before_worker = None  # test hook: runs between scheduling and the worker step
+        self.settle = True  # step() waits for the saves it queued
 
     def step(self, req: Request) -> SchedulerOutput:
         """Schedule req's whole prompt in one step (local prefix cache off), run the worker."""
@@ -268,6 +269,8 @@ class FakeEngine:
         if self.before_worker:
             self.before_worker()
         self._execute(so, {req.request_id: (req, ids)})
+        if self.settle:  # the step's saves land before the test looks at the pool
+            assert self.worker._inner.wait_saves(30)
         return so
 
     def _execute(self, so: SchedulerOutput, reqs: dict) -> None:

@@ -42,7 +42,7 @@ class MooncakeBackend:
             raise MooncakeError(f"{self._where}: setup returned {r}; check that mooncake_master "
                                 f"runs there with its metadata server at {metadata}")
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes | memoryview) -> None:
         r = self._st.put(key, data)
         if r != 0:
             raise MooncakeError(f"{self._where}: put of {key} returned {r}")

@@ -14,8 +14,12 @@ Worker side (vLLM's Worker process): the layout comes from the engine itself —
 KV cache spec in kv_cache_config (block size, KV heads, head size, dtype), the per-layer page
 views vLLM hands to register_kv_caches (their strides carry the physical layout) and the
 attention backend's page encoding (vllm_pages.py). Loads are synchronous in start_load_kv (one
-native call per request), saves happen in wait_for_save (a pool block holds every layer);
-blocks that fail to load go to vLLM through get_block_ids_with_load_errors, and with
+native call per request). Saves (a pool block holds every layer) are queued in wait_for_save
+and copied by a background thread (vllm_saves.py) under vLLM's asynchronous-transfer contract:
+request_finished asks vLLM to keep a finished request's blocks until get_finished reports its
+saves done, and a step that reuses a block a queued save still reads waits for that save first
+(extra_config "async_save": false saves within the step instead; "save_queue_blocks" bounds
+the queue, past which a save runs on the engine's thread). Blocks that fail to load go to vLLM through get_block_ids_with_load_errors, and with
 kv_load_failure_policy "recompute" vLLM recomputes them (its default "fail" fails the request).
 Device (GPU) caches go through a host staging copy (torch copies between device blocks and
 staging buffers; extra_config "staging": true runs the same path on CPU tensors).
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,19 +44,22 @@ from ..kv.layout import BlockLayout
 from ..kv.level2 import Level2
 from ..kv.store import Store
 from .vllm_pages import AttentionGroup, PageEngine, attention_groups, layer_index, page_format
+from .vllm_saves import SaveJob, SaveQueue, load_hook
+from .vllm_stats import CxlkitConnectorStats
 
 log = logging.getLogger("cxlkit")
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore
     KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole, SupportsHMA)
-from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats  # type: ignore
 
 try:
     from vllm.v1.metrics.cache_hit_source import CacheHitSource  # type: ignore
 except ImportError:  # an older vLLM: no per-tier hit sources
     CacheHitSource = None
 
-SHUTDOWN_FLUSH_S = 5.0  # at most this long for queued demotions at shutdown
+SHUTDOWN_FLUSH_S = 5.0  # at most this long for queued saves, then demotions, at shutdown
+REUSE_WAIT_S = 30.0  # at most this long for the queue to reach a block vLLM reuses
+FINISH_WAIT_S = 0.25  # a step waits at most this long for a finished request's saves
 NULL_BLOCK = 0  # vLLM's null block (its block pool's first): stands for freed window blocks
 
 
@@ -67,33 +75,7 @@ class BlockTransfer:
 class CxlkitConnectorMetadata(KVConnectorMetadata):
     loads: list[BlockTransfer] = field(default_factory=list)
     saves: list[BlockTransfer] = field(default_factory=list)
-
-
-_STAT_KEYS = ("loaded_blocks", "load_failed_blocks", "saved_blocks", "load_s", "save_s")
-
-
-@dataclass
-class CxlkitConnectorStats(KVConnectorStats):
-    """Worker-side transfer counters of one logging interval (vLLM sums them over workers and
-    logs them; `vllm serve` shows them in its periodic stats line)."""
-
-    def __post_init__(self) -> None:
-        for k in _STAT_KEYS:
-            self.data.setdefault(k, 0)
-
-    def reset(self) -> None:
-        self.data = {k: 0 for k in _STAT_KEYS}
-
-    def aggregate(self, other: Any) -> CxlkitConnectorStats:
-        for k in _STAT_KEYS:
-            self.data[k] = self.data.get(k, 0) + other.data.get(k, 0)
-        return self
-
-    def reduce(self) -> dict[str, int | float]:
-        return {k: self.data.get(k, 0) for k in _STAT_KEYS}
-
-    def is_empty(self) -> bool:
-        return not any(self.data.get(k) for k in _STAT_KEYS[:3])
+    written: list[int] = field(default_factory=list)  # blocks this step may write (new ones)
 
 
 @dataclass
@@ -102,6 +84,8 @@ class _Req:
     block_ids: list[list[int]] = field(default_factory=list)  # per KV cache group
     saved_blocks: int = 0
     load: tuple[int, int] | None = None  # block range to load at the next step
+    local_blocks: int = 0  # blocks vLLM's own prefix cache had: read, never written
+    saving: bool = False  # saves were sent to the worker: its blocks wait for them
 
 
 def _tp(vllm_config: Any) -> int:
@@ -142,6 +126,14 @@ class CxlkitConnector(KVConnectorBase_V1, SupportsHMA):
         all_names = [n for g in self._groups for n in g.layer_names]
         self._format = page_format(vllm_config, all_names, self._layout, self._extra)
         self._level2 = _level2(self._extra)
+        self._stats_lock = threading.Lock()
+        self._async = bool(self._extra.get("async_save", True))
+        self._io = threading.Lock()  # the stores and staging buffers: one copy at a time
+        self._saves: SaveQueue | None = None
+        self._counted = (0, 0, 0, 0)  # the save queue's counts already in _stats
+        self._saving: set[str] = set()  # worker: requests with saves sent, not yet reported
+        self._finishing: set[str] = set()  # of those, finished in vLLM
+        self._held: set[str] = set()  # scheduler: requests whose blocks vLLM keeps for us
         self._stores: list[Store] = []
         try:
             for i in range(len(self._groups)):
@@ -257,6 +249,7 @@ class CxlkitConnector(KVConnectorBase_V1, SupportsHMA):
         st.request = request
         st.block_ids = [list(ids) for ids in blocks.get_block_ids()]
         local = self._local.pop(request.request_id, 0) // self._block_size
+        st.local_blocks = local
         st.load = None
         if num_external_tokens > 0:
             # the allocation starts with the locally cached blocks, then ours
@@ -276,7 +269,8 @@ class CxlkitConnector(KVConnectorBase_V1, SupportsHMA):
                 out.append(BlockTransfer(rid, [k for k, _ in pairs], [i for _, i in pairs], gi))
         return out
 
-    def _new_blocks(self, st: _Req, new_ids: Any, resumed: bool) -> None:
+    def _new_blocks(self, st: _Req, new_ids: Any, resumed: bool) -> list[int]:
+        """Adds a step's new blocks to st; returns them (the blocks the step may write)."""
         if resumed:  # after a preemption: the block lists are new
             st.block_ids = [list(ids) for ids in new_ids] if new_ids else []
         elif new_ids:
@@ -284,6 +278,7 @@ class CxlkitConnector(KVConnectorBase_V1, SupportsHMA):
                 st.block_ids.append([])
             for have, new in zip(st.block_ids, new_ids):
                 have.extend(new)
+        return [b for ids in (new_ids or ()) for b in ids]
 
     def build_connector_meta(self, scheduler_output: Any) -> CxlkitConnectorMetadata:
         meta = CxlkitConnectorMetadata()
@@ -293,6 +288,8 @@ class CxlkitConnector(KVConnectorBase_V1, SupportsHMA):
             if st is None:
                 continue
             st.block_ids = [list(ids) for ids in nr.block_ids]
+            # blocks past vLLM's own prefix-cache hit are new to this request: it writes them
+            meta.written += [b for ids in st.block_ids for b in ids[st.local_blocks:]]
             steps.append((nr.req_id, nr.num_computed_tokens
                           + scheduler_output.num_scheduled_tokens.get(nr.req_id, 0)))
         cached = scheduler_output.scheduled_cached_reqs
@@ -301,7 +298,7 @@ class CxlkitConnector(KVConnectorBase_V1, SupportsHMA):
             st = self._reqs.get(rid)
             if st is None:
                 continue
-            self._new_blocks(st, cached.new_block_ids[i], rid in resumed)
+            meta.written += self._new_blocks(st, cached.new_block_ids[i], rid in resumed)
             steps.append((rid, cached.num_computed_tokens[i]
                           + scheduler_output.num_scheduled_tokens.get(rid, 0)))
         for rid, computed_after in steps:
@@ -317,14 +314,29 @@ class CxlkitConnector(KVConnectorBase_V1, SupportsHMA):
             nblocks = min((len(ids) for ids in st.block_ids), default=0)
             full = min(computed_after // self._block_size, len(keys), nblocks)
             if full > st.saved_blocks:
-                meta.saves += self._transfers(rid, st, keys, st.saved_blocks, full, load=False)
+                saves = self._transfers(rid, st, keys, st.saved_blocks, full, load=False)
+                meta.saves += saves
+                st.saving |= bool(saves)
                 st.saved_blocks = full
         return meta
 
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, dict | None]:
-        self._reqs.pop(request.request_id, None)
+        st = self._reqs.pop(request.request_id, None)
         self._local.pop(request.request_id, None)
-        return False, None  # saves are synchronous: vLLM may free the blocks now
+        if self._async and st is not None and st.saving:
+            # the worker reports the request in get_finished once its saves are done, and
+            # reports exactly the requests it got saves for: the ones marked here
+            self._held.add(request.request_id)
+            return True, None
+        return False, None
+
+    def update_connector_output(self, connector_output: Any) -> None:
+        self._held.difference_update(connector_output.finished_sending or ())
+
+    def has_pending_block_frees(self) -> bool:
+        """Blocks of finished requests come back once their saves end: vLLM waits for them
+        before it preempts a running request."""
+        return bool(self._held)
 
     def request_finished_all_groups(self, request: Any, block_ids: tuple[list[int], ...]
                                     ) -> tuple[bool, dict | None]:
@@ -349,6 +361,10 @@ class CxlkitConnector(KVConnectorBase_V1, SupportsHMA):
                 g.layout, [kv_caches[n] for n in names], self._format,
                 staging=self._extra.get("staging"),
                 staging_blocks=int(self._extra.get("staging_blocks", 64))))
+        if self._async and self._saves is None:
+            self._saves = SaveQueue(self._save_job,
+                                    max_blocks=int(self._extra.get("save_queue_blocks", 1024)),
+                                    hook=load_hook(self._extra.get("save_hook")))
 
     @property
     def _engine(self) -> PageEngine | None:
@@ -363,18 +379,38 @@ class CxlkitConnector(KVConnectorBase_V1, SupportsHMA):
         meta = self._get_connector_metadata()
         if not meta.loads:
             return
+        self._wait_written(meta)  # loads write their blocks too
         t0 = time.perf_counter()
         for t in meta.loads:
             try:
-                n = self._engine_or_raise(t.group).load(self._stores[t.group], t.keys,
-                                                        t.block_ids)
+                with self._io:
+                    n = self._engine_or_raise(t.group).load(self._stores[t.group], t.keys,
+                                                            t.block_ids)
             except (OSError, ValueError, IndexError) as e:
                 log.warning("kv load of request %s failed: %s (reported to vLLM)", t.req_id, e)
                 n = 0
             self._failed.update(t.block_ids[n:])
-            self._stats.data["loaded_blocks"] += n
-            self._stats.data["load_failed_blocks"] += len(t.block_ids) - n
-        self._stats.data["load_s"] += time.perf_counter() - t0
+            self._count(loaded_blocks=n, load_failed_blocks=len(t.block_ids) - n)
+        self._count(load_s=time.perf_counter() - t0)
+
+    def _count(self, **deltas: float) -> None:
+        with self._stats_lock:
+            for k, v in deltas.items():
+                self._stats.data[k] += v
+
+    def _wait_written(self, meta: Any) -> None:
+        """Before vLLM writes this step's new blocks: no queued save may still read them
+        (a block of a preempted request, or one a sliding window let go, comes back)."""
+        written = getattr(meta, "written", None)
+        if self._saves is not None and written:
+            self._saves.wait_blocks(written, REUSE_WAIT_S)
+
+    def handle_preemptions(self, kv_connector_metadata: Any) -> None:
+        self._wait_written(kv_connector_metadata)  # called before the step touches a block
+
+    def bind_connector_metadata(self, connector_metadata: Any) -> None:
+        super().bind_connector_metadata(connector_metadata)
+        self._wait_written(connector_metadata)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         return  # start_load_kv loaded every layer already
@@ -383,30 +419,66 @@ class CxlkitConnector(KVConnectorBase_V1, SupportsHMA):
                       **kwargs: Any) -> None:
         return  # a pool block holds all layers of its tokens: stored in wait_for_save
 
+    def _save_job(self, job: SaveJob) -> int:
+        with self._io:
+            return self._engine_or_raise(job.group).save(self._stores[job.group], job.keys,
+                                                         job.block_ids)
+
     def wait_for_save(self) -> None:
+        """Queues the step's saves (the blocks stay vLLM's until get_finished says they are
+        done); with async_save false, or the queue full, saves them here."""
         meta = self._get_connector_metadata()
         if not meta.saves:
             return
         t0 = time.perf_counter()
         for t in meta.saves:
-            try:
-                self._stats.data["saved_blocks"] += self._engine_or_raise(t.group).save(
-                    self._stores[t.group], t.keys, t.block_ids)
-            except (OSError, ValueError, IndexError) as e:
-                log.warning("kv save of request %s failed: %s", t.req_id, e)
-        self._stats.data["save_s"] += time.perf_counter() - t0
+            job = SaveJob(t.req_id, t.keys, t.block_ids, t.group)
+            if self._saves is None:
+                try:
+                    self._count(saved_blocks=self._save_job(job))
+                except (OSError, ValueError, IndexError) as e:
+                    log.warning("kv save of request %s failed: %s", t.req_id, e)
+                continue
+            self._saving.add(t.req_id)
+            if not self._saves.submit(job):
+                self._saves.save_now(job)
+        self._count(save_s=time.perf_counter() - t0)
+
+    def wait_saves(self, timeout_s: float) -> bool:
+        """Wait at most timeout_s until every queued save is done; whether it is (benchmarks
+        and tests: a second engine reads what this one stored)."""
+        return self._saves is None or self._saves.drain(timeout_s)
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
-        return None, None  # loads and saves complete within the step
+        """Finished requests whose saves are all done: vLLM frees their blocks now. Only
+        requests this worker got saves for (those request_finished kept)."""
+        if self._saves is None:
+            return None, None
+        self._finishing |= self._saving & set(finished_req_ids)
+        # their tokens are out; waiting here (bounded) for the rest of their saves beats an
+        # engine that steps empty, holding the GIL, until the save thread gets through
+        self._saves.wait_requests(self._finishing, FINISH_WAIT_S)
+        done = {r for r in self._finishing if not self._saves.pending(r)}
+        self._finishing -= done
+        self._saving -= done
+        return done or None, None
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         failed, self._failed = self._failed, set()
         return failed
 
     def get_kv_connector_stats(self) -> CxlkitConnectorStats | None:
-        if self._stats.is_empty():
-            return None
-        out, self._stats = self._stats, CxlkitConnectorStats()
+        if self._saves is not None:
+            c = self._saves.counts
+            now = (c.saved, c.failed, c.sync, c.cancelled)
+            d = [x - y for x, y in zip(now, self._counted)]
+            self._counted = now
+            self._count(saved_blocks=d[0], save_failed_blocks=d[1], save_sync_blocks=d[2],
+                        save_cancelled_blocks=d[3])
+        with self._stats_lock:
+            if self._stats.is_empty():
+                return None
+            out, self._stats = self._stats, CxlkitConnectorStats()
         return out
 
     @classmethod
@@ -415,6 +487,9 @@ class CxlkitConnector(KVConnectorBase_V1, SupportsHMA):
         return CxlkitConnectorStats(data=dict(data or {}))
 
     def shutdown(self) -> None:
+        saves, self._saves = self._saves, None
+        if saves is not None:
+            saves.close(SHUTDOWN_FLUSH_S)  # queued saves finish, or are abandoned (misses)
         for st in reversed(self._stores):
             st.close()
         if self._level2 is not None:

@@ -24,7 +24,7 @@ class Backend(Protocol):
     """What the level needs of a distributed store. Calls may raise or block; Level2 bounds
     them and turns every failure into a miss."""
 
-    def put(self, key: str, data: bytes) -> None: ...
+    def put(self, key: str, data: bytes | memoryview) -> None: ...
     def get(self, key: str) -> bytes | None: ...
     def exists(self, keys: Sequence[str]) -> list[bool]: ...
     def close(self) -> None: ...
@@ -120,7 +120,7 @@ class Level2:
             finally:
                 self._demotions.task_done()
 
-    def _demote_one(self, key: str, data: bytes) -> None:
+    def _demote_one(self, key: str, data: bytes | memoryview) -> None:
         backend = self._backend
         if backend is None:
             self.stats.demote_dropped += 1
@@ -164,7 +164,7 @@ class Level2:
             return False
         return True
 
-    def demote(self, key: str, data: bytes) -> bool:
+    def demote(self, key: str, data: bytes | memoryview) -> bool:
         """Queue one block for the level; False (dropped) when the queue is full. Never
         waits."""
         try:

@@ -313,10 +313,16 @@ class Store:
             return
         try:
             with self._pool.open(name) as obj:
-                payload = obj.read()  # a validated copy: the block as published
+                # one validated copy (the block as published) into memory nobody zeroes;
+                # the level's backend reads it as a buffer
+                payload = np.empty(obj.nbytes, np.uint8)
+                try:
+                    obj.read_into(payload, 0)
+                except OSError as e:
+                    raise _typed(e, _OBJECT_ERRORS) from None
         except (KeyError, ObjectNotPublished, StaleObjectError):
             return
-        if self.level2.demote(name, payload):
+        if self.level2.demote(name, memoryview(payload)):
             self._count(demoted=1)
 
     @contextmanager
