@@ -55,7 +55,7 @@ build: deps
 	@mkdir -p build
 	@echo "building cxlkit's C++ core and Python module: about 2 minutes the first time"
 	@echo "on 2 cores (pip says 'still running...'); later builds redo only what changed"
-	+flock build/.lock $(VPY) -m pip install --no-build-isolation --no-deps \
+	flock build/.lock $(VPY) -m pip install --no-build-isolation --no-deps \
 	  --config-settings=cmake.define.CXLKIT_TESTING=ON \
 	  --config-settings=cmake.define.CXLKIT_TESTS=ON -e '.[all]'
 	touch $(BUILD_STAMP)
@@ -86,15 +86,14 @@ release-check: build
 
 # pytest exit code 5 means "no tests collected": not a failure of the suite.
 pytest: build
-	+$(VPY) -m pytest -q $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(VPY) -m pytest -q $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # `make test` runs two stages at a time: the build and then pytest, the longest stage, in
 # one; the ASan and release compiles (from the start, beside the venv's install) and the C
 # tests in the other. Those two compiles run one compiler at a time there (SIDE_JOBS): on
 # two cores the build and pytest, one process most of the time, keep a core, and on a loaded
-# machine the compiles still get their share (a lower priority would starve them). The
-# build's and pytest's lines print as they come (their recipes start with `+`, which
-# --output-sync leaves alone); every other stage's output is printed whole when it ends.
+# machine the compiles still get their share (a lower priority would starve them). Each
+# stage's output is printed whole when it ends (--output-sync).
 TEST_JOBS ?= 2
 SIDE_JOBS :=
 ifneq ($(filter test,$(MAKECMDGOALS)),)
