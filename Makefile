@@ -105,6 +105,15 @@ docs: | build
 endif
 test: ctest-asan pytest release-check ctest
 
+# said first: under -j2 each stage's lines are held until the stage ends
+.PHONY: test-banner
+test-banner:
+	@echo "make test: two stages at a time; each prints its output when it ends (the build"
+	@echo "and pytest take most of the time: about 1 and 5 minutes on 2 quiet cores)"
+ifneq ($(filter test,$(MAKECMDGOALS)),)
+deps: | test-banner
+endif
+
 # The benchmark scripts' full runs and every performance claim (ratios, rates, times): the
 # bench-marked tests, out of `make test` (whose suite runs each script on tiny inputs). Their
 # figures depend on the machine and its load: run it on a quiet machine.
