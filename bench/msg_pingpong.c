@@ -65,7 +65,8 @@ static int rank_run(cxk_comm *c, int rank, long iters, int fd) {
         for (long i = 0; i < m && !rc; ++i)
             rc = rank == 0 ? cxk_msg_send(c, big, kBig, 1, 2, 0)
                            : cxk_msg_recv(c, big, kBig, 0, 2, NULL);
-        if (!rc) rc = rank == 0 ? cxk_msg_recv(c, &v, 8, 1, 3, NULL) : cxk_msg_send(c, &v, 8, 0, 3, 0);
+        if (!rc)
+            rc = rank == 0 ? cxk_msg_recv(c, &v, 8, 1, 3, NULL) : cxk_msg_send(c, &v, 8, 0, 3, 0);
         const double bw = (double)kBig * (double)m / ((double)(now_ns() - t1) / 1e3);
         if (warm && rank == 0 && !rc) dprintf(fd, "%.3f %.1f\n", lat, bw);
     }
@@ -96,7 +97,8 @@ static int rank_main(const char *path, int rank, long iters, int fd) {
 int main(int argc, char **argv) {
     const long iters = argc > 1 ? atol(argv[1]) : 20000;
     const int rounds = argc > 2 ? atoi(argv[2]) : 3;
-    if (iters < 1 || rounds < 1) return fprintf(stderr, "usage: msg_pingpong [iters] [rounds]\n"), 2;
+    if (iters < 1 || rounds < 1)
+        return fprintf(stderr, "usage: msg_pingpong [iters] [rounds]\n"), 2;
     char path[96];
     snprintf(path, sizeof path, "/dev/shm/cxk-msg-pingpong-%d.pool", (int)getpid());
     struct cxk_pool_opts o;

@@ -5,8 +5,9 @@
  * Both processes run SCHED_FIFO when allowed (root): on a machine whose CPUs other work
  * shares, the two spinning sides would otherwise rarely run at once and the figure would be
  * the scheduler's (each variant is over in well under a second; "fifo" in the output says
- * which it was). One JSON line per variant and round: one-way ns (round trip / 2), the cost of one empty
- * poll and of one publish, each alone; and the 1 MiB copies of a rendezvous, each side alone.
+ * which it was). One JSON line per variant and round: one-way ns (round trip / 2), the cost
+ * of one empty poll and of one publish, each alone; and the 1 MiB copies of a rendezvous,
+ * each side alone.
  *
  * Variants (publish / poll):
  *   coherent    plain store          / plain load (what coherence "host" pays)

@@ -215,7 +215,8 @@ def main() -> int:
     todo = a.only or list(parts)
     if "hosts" in todo and len(subprocess.run([str(RIG), "status"], capture_output=True,
                                                text=True).stdout.splitlines()) != 2:
-        sys.exit("bench/netns.py: the 2-host namespace rig is not up: make netns-up (or make bench-netns)")
+        sys.exit("bench/netns.py: the 2-host namespace rig is not up: make netns-up "
+                 "(or make bench-netns)")
     outdir = ROOT / a.out
     outdir.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []

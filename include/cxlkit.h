@@ -1182,7 +1182,7 @@ CXK_API cxk_waiter *cxk_rpc_waiter(struct cxk_rpc_client *c);
 CXK_API cxk_waiter *cxk_rpc_server_waiter(struct cxk_rpc_server *s);
 CXK_API cxk_waiter *cxk_ring_waiter(cxk_ring *r);
 struct cxk_waiter_stats {
-    uint32_t struct_size;              /* in: sizeof(struct cxk_waiter_stats) as the caller knows it */
+    uint32_t struct_size;  /* in: sizeof(struct cxk_waiter_stats) as the caller knows it */
     uint32_t reserved;
     struct cxk_spin spin;              /* all zero when the owner's waits do not adapt (a ring) */
     struct cxk_ring_wake_stats wake;

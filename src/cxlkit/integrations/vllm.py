@@ -19,8 +19,9 @@ and copied by a background thread (vllm_saves.py) under vLLM's asynchronous-tran
 request_finished asks vLLM to keep a finished request's blocks until get_finished reports its
 saves done, and a step that reuses a block a queued save still reads waits for that save first
 (extra_config "async_save": false saves within the step instead; "save_queue_blocks" bounds
-the queue, past which a save runs on the engine's thread). Blocks that fail to load go to vLLM through get_block_ids_with_load_errors, and with
-kv_load_failure_policy "recompute" vLLM recomputes them (its default "fail" fails the request).
+the queue, past which a save runs on the engine's thread). Blocks that fail to load go to
+vLLM through get_block_ids_with_load_errors, and with kv_load_failure_policy "recompute" vLLM
+recomputes them (its default "fail" fails the request).
 Device (GPU) caches go through a host staging copy (torch copies between device blocks and
 staging buffers; extra_config "staging": true runs the same path on CPU tensors).
 With vLLM's hybrid KV cache manager (SupportsHMA: e.g. full-attention and sliding-window
