@@ -1164,6 +1164,10 @@ CXK_API void cxk_spin_end(struct cxk_spin *s, int64_t end_ns);
  * the MPI launcher started more of the job's ranks on this host (MPI_LOCALNRANKS,
  * OMPI_COMM_WORLD_LOCAL_SIZE) than the CPUs it allows. 1, 0, or -errno (sched_getaffinity's). */
 CXK_API int cxk_spin_overcommitted(void);
+/* The job's own count of its ranks sharing this kernel's CPUs (the MPI shim counts ranks by
+ * boot id: namespaces or containers of one machine are one host to the CPUs, not to the
+ * launcher). The rule above takes the larger of it and the launcher's; 0 clears it. */
+CXK_API void cxk_spin_set_local_ranks(long n);
 
 /* ---- Waiters: one waiting party's policy and counters, whatever owns it ----
  * A comm, an RPC client, an RPC server and a ring handle each own a waiter (valid as long as

@@ -4,6 +4,7 @@
 // argument and the measurements.
 #include "ring/spin.h"
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 
@@ -27,10 +28,16 @@ constexpr int64_t kProbeNs = 10 * 1000000;
 // is ignored: the environment is the user's, not ours to trust).
 constexpr long kMaxLocalRanks = 1 << 16;
 
+// Ranks of the job that share this kernel's CPUs, as the job counted them itself
+// (cxk_spin_set_local_ranks: hosts that are containers or namespaces of one machine share
+// its CPUs though the launcher counts them apart); 0: not counted.
+std::atomic<long> counted_ranks{0};
+
 // How many ranks of this process's job the launcher started on this host, from the
 // variables MPICH's Hydra (MPI_LOCALNRANKS) and Open MPI (OMPI_COMM_WORLD_LOCAL_SIZE) set
-// in every rank; 0 when neither holds a count. Read at each probe (at most every kProbeNs).
-long local_ranks() {
+// in every rank, or the job's own count when larger; 0 when none holds a count. Read at each
+// probe (at most every kProbeNs).
+long launcher_ranks() {
     for (const char *name : {"MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
         const char *v = std::getenv(name);
         if (!v || *v < '0' || *v > '9') continue;
@@ -40,6 +47,12 @@ long local_ranks() {
         if (!*end && !errno && n > 0 && n <= kMaxLocalRanks) return n;
     }
     return 0;
+}
+
+long local_ranks() {
+    const long counted = counted_ranks.load(std::memory_order_relaxed);
+    const long launched = launcher_ranks();
+    return counted > launched ? counted : launched;
 }
 
 }  // namespace
@@ -95,6 +108,10 @@ void cxk_spin_end(cxk_spin *s, int64_t end_ns) {
         s->budget_us = now / kShrink;
         ++s->shrinks;
     }
+}
+
+void cxk_spin_set_local_ranks(long n) {
+    counted_ranks.store(n > 0 && n <= kMaxLocalRanks ? n : 0, std::memory_order_relaxed);
 }
 
 int cxk_spin_overcommitted(void) {

@@ -209,6 +209,18 @@ static void local_ranks(int cpus) {
         }
         CHECK_EQ(unsetenv(names[i]), 0);
     }
+    /* the job's own count of ranks on this kernel (namespaces of one machine): the larger
+     * of it and the launcher's decides */
+    cxk_spin_set_local_ranks(cpus + 1);
+    CHECK_EQ(cxk_spin_overcommitted(), 1);
+    CHECK_EQ(setenv(names[0], same, 1), 0);
+    CHECK_EQ(cxk_spin_overcommitted(), 1);
+    cxk_spin_set_local_ranks(cpus);
+    CHECK_EQ(cxk_spin_overcommitted(), 0);
+    cxk_spin_set_local_ranks(-5); /* out of range: cleared */
+    CHECK_EQ(cxk_spin_overcommitted(), 0);
+    CHECK_EQ(unsetenv(names[0]), 0);
+    cxk_spin_set_local_ranks(0);
 }
 
 static void probe(void) {
