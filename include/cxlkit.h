@@ -1168,6 +1168,9 @@ CXK_API int cxk_spin_overcommitted(void);
  * boot id: namespaces or containers of one machine are one host to the CPUs, not to the
  * launcher). The rule above takes the larger of it and the launcher's; 0 clears it. */
 CXK_API void cxk_spin_set_local_ranks(long n);
+/* This kernel's boot id as a number (FNV-1a of /proc/sys/kernel/random/boot_id), 0 when it
+ * cannot be read: processes with the same one run on one machine and share its CPUs. */
+CXK_API uint64_t cxk_boot_hash(void);
 
 /* ---- Waiters: one waiting party's policy and counters, whatever owns it ----
  * A comm, an RPC client, an RPC server and a ring handle each own a waiter (valid as long as

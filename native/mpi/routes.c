@@ -9,7 +9,6 @@
  * pool). A pair of ranks always uses one route, so non-overtaking per pair is each transport's own;
  * matching across routes (ANY_SOURCE, probes) is anysrc.c's. Every rank computes the same
  * tables from three PMPI_Allgathers, so decisions that must agree (how a collective runs) do. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,25 +25,12 @@ struct pool_id {
     uint8_t pad[7];
 };
 
-/* This kernel's boot id as a number (0 when it cannot be read): ranks with the same one share
- * this machine's CPUs, whatever hostnames their namespaces or containers give them. */
-static uint64_t boot_id(void) {
-    char buf[64] = {0};
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (!f) return 0;
-    const size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    uint64_t h = 1469598103934665603ull;  /* FNV-1a over the text */
-    for (size_t i = 0; i < n; ++i) h = (h ^ (uint8_t)buf[i]) * 1099511628211ull;
-    return n ? h : 0;
-}
-
 /* Tell the wait policy how many of the job's ranks share this kernel's CPUs: a launcher
  * counts ranks per hostname, so hosts that are namespaces of one machine would each look
  * uncrowded while their ranks together outnumber the CPUs (spins then hold the CPU a
  * job-mate needs). One more Allgather at start-up. */
 static void count_kernel_ranks(uint64_t *all) {
-    uint64_t mine = boot_id();
+    uint64_t mine = cxk_boot_hash();
     PMPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
     long same = 0;
     for (int i = 0; i < g.size; ++i) same += mine != 0 && all[i] == mine;

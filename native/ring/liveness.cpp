@@ -1,6 +1,7 @@
 // liveness.cpp — boot id hash and process-ended checks for peers of this machine.
 #include "ring/liveness.h"
 
+#include "cxlkit.h"
 #include "sys/sys.h"
 
 #include <signal.h>
@@ -18,6 +19,16 @@ uint64_t boot_hash() {
     for (const char *p = buf; *p && *p != '\n'; ++p) h = (h ^ uint8_t(*p)) * 1099511628211ull;
     return h;
 }
+
+}  // namespace cxk::ring
+
+extern "C" uint64_t cxk_boot_hash(void) {
+    char buf[64] = {};
+    if (cxk::sys_read_small("/proc/sys/kernel/random/boot_id", buf, sizeof buf) <= 0) return 0;
+    return cxk::ring::boot_hash();
+}
+
+namespace cxk::ring {
 
 bool pid_gone(uint64_t pid) {
     if (pid == 0 || pid > 0x7fffffff) return true;

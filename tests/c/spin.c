@@ -221,6 +221,9 @@ static void local_ranks(int cpus) {
     CHECK_EQ(cxk_spin_overcommitted(), 0);
     CHECK_EQ(unsetenv(names[0]), 0);
     cxk_spin_set_local_ranks(0);
+    /* the machine's boot id: read, and the same each time */
+    CHECK(cxk_boot_hash() != 0);
+    CHECK_EQ(cxk_boot_hash(), cxk_boot_hash());
 }
 
 static void probe(void) {

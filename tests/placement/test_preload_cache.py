@@ -120,9 +120,9 @@ def test_zero_turns_the_cache_off(prog, tmp_path, var):
 
 
 @pytest.mark.parametrize("var,value,says", [
-    ("CXLKIT_PRELOAD_CACHE", "lots", "CXLKIT_PRELOAD_CACHE=lots: expected a size"),
-    ("CXLKIT_PRELOAD_CACHE_COUNT", "999", "CXLKIT_PRELOAD_CACHE_COUNT=999: expected a count"),
-    ("CXLKIT_PRELOAD_CACHE_COUNT", "-1", "CXLKIT_PRELOAD_CACHE_COUNT=-1: expected a count"),
+    ("CXLKIT_PRELOAD_CACHE", "lots", "CXLKIT_PRELOAD_CACHE=lots: expected bytes"),
+    ("CXLKIT_PRELOAD_CACHE_COUNT", "999", "CXLKIT_PRELOAD_CACHE_COUNT=999: expected decimal digits"),
+    ("CXLKIT_PRELOAD_CACHE_COUNT", "-1", "CXLKIT_PRELOAD_CACHE_COUNT=-1: expected decimal digits"),
 ])
 def test_a_bad_bound_is_named_and_placement_is_off(prog, tmp_path, var, value, says):
     log = tmp_path / "log"
