@@ -97,7 +97,8 @@ def thermo(out: str) -> list[str]:
     return rows
 
 
-def variants(ranks_across: list[int], ranks_one: list[int], pool: str) -> list[tuple]:
+def variants(ranks_across: list[int], ranks_one: list[int], pool: str,
+             coherent: bool = False) -> list[tuple]:
     """(name, ranks, command maker, environment, name of the plain variant it is checked
     against). Every shim run across the hosts makes a pool of its own (pool is removed after
     each: a pool is made for the ranks of the job that creates it)."""
@@ -107,6 +108,8 @@ def variants(ranks_across: list[int], ranks_one: list[int], pool: str) -> list[t
     for n in ranks_across:
         out += [(f"tcp{n}", n, across, {}, f"tcp{n}"),
                 (f"pool{n}", n, across, shim, f"tcp{n}"),
+                *([(f"poolcoh{n}", n, across, {**shim, "CXLKIT_MPI_COHERENCE": "host"},
+                    f"tcp{n}")] if coherent else []),
                 (f"shm{n}", n, one_host, {}, f"tcp{n}")]
     for n in ranks_one:
         if n not in ranks_across:
@@ -159,12 +162,15 @@ def main() -> None:
     ap.add_argument("--across", default="2,4", help="ranks over the two hosts")
     ap.add_argument("--one", default="3,4", help="ranks on this host, shim against plain")
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--coherent", action="store_true",
+                    help="also the pool opened coherent (poolcohN: what coherent CXL memory "
+                         "would give, no flushes)")
     a = ap.parse_args()
     out = ROOT / a.out
     out.mkdir(parents=True, exist_ok=True)
     pool = f"/dev/shm/cxk-bench-lammps-{os.getpid()}.pool"
     vs = variants([int(x) for x in a.across.split(",") if x],
-                  [int(x) for x in a.one.split(",") if x], pool)
+                  [int(x) for x in a.one.split(",") if x], pool, a.coherent)
     argv = lmp_args(a.box, a.steps, a.every)
     rows = []
     try:
