@@ -3,7 +3,8 @@
 (bench/lammps_melt.in: a small box, many steps, so the halo exchanges bound a run) under
 Debian's `lmp` (Open MPI), in interleaved rounds, every variant once per round:
 - across the two namespace hosts of tests/netns/rig.sh, 2 and 4 ranks (1 and 2 a host): the
-  PMPI shim's pool (CXLKIT_MPI_POOL in /dev/shm) against Open MPI's TCP between the hosts;
+  PMPI shim's pool (CXLKIT_MPI_POOL in /dev/shm) against Open MPI's TCP between the hosts,
+  ranks placed on the machine's CPUs as the one-host job places them (placement());
 - the same ranks on this host, plain Open MPI (its shared memory: the limit a pool can reach);
 - this host at 3 and 4 ranks, the shim preloaded (it routes nothing on one host) against plain.
 Per variant the median loop time ("Loop time of ...") and the load; every run's thermo rows
@@ -13,6 +14,7 @@ OUT/runs.jsonl; medians, ratios and loads in OUT/summary.json and on stdout."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -39,16 +41,36 @@ def lmp_args(box: int, steps: int, every: int) -> list[str]:
             "-var", "every", str(every), "-log", "none"]
 
 
-def across(n: int, argv: list[str], env: dict) -> list[str]:
+def placement(n: int, out: Path, place: str = "machine") -> list[str]:
+    """Where the ranks across the hosts run (--placement machine, the default; launcher: as
+    each host's launcher binds them). The two hosts share this machine's CPUs, and each
+    host's launcher binds its own ranks from core 0 on: left alone, a 2-rank job puts both
+    ranks on core 0 (one CPU for the job) while the same job on one host gets a core per rank.
+    So they are placed as the one-host job is, over the machine: rank i on the i-th CPU while
+    the ranks fit the CPUs (a rankfile, ranks 0..n/2-1 on the first host), else unbound (the
+    one-host job, oversubscribed, binds none)."""
+    ppn, cpus = n // 2, sorted(os.sched_getaffinity(0))
+    if place == "launcher":
+        return ["--map-by", f"ppr:{ppn}:node"]
+    if n > len(cpus):
+        return ["--map-by", f"ppr:{ppn}:node", "--bind-to", "none"]
+    path = out / f"rankfile{n}"
+    path.write_text("".join(f"rank {i}=10.17.0.{1 + i // ppn} slot={cpus[i]}\n"
+                            for i in range(n)))
+    return ["--rankfile", str(path)]
+
+
+def across(n: int, argv: list[str], env: dict, out: Path, place: str = "machine") -> list[str]:
     """Open MPI's launcher on the bridge's side, n ranks over the two hosts (TCP between them,
-    its shared memory within one), the environment passed with -x. Its ranks yield while they
-    poll, as on one host (where --oversubscribe makes it so): the hosts share this machine's
-    CPUs, and a rank spinning through its time slice holds up the peer it waits for."""
+    its shared memory within one), placed as placement() says, the environment passed with
+    -x. Its ranks yield while they poll, as on one host (where --oversubscribe makes it so):
+    the hosts share this machine's CPUs, and a rank spinning through its time slice holds up
+    the peer it waits for."""
     iface = os.environ.get("NETNS_PREFIX", "cxk") + "0"
     ppn = n // 2
     cmd = [str(RIG), "ctl", "mpiexec.openmpi", "--mca", "plm_rsh_agent",
            str(ROOT / "tests" / "netns" / "launch.sh"), "--host",
-           f"10.17.0.1:{ppn},10.17.0.2:{ppn}", "--map-by", f"ppr:{ppn}:node",
+           f"10.17.0.1:{ppn},10.17.0.2:{ppn}", *placement(n, out, place),
            "--mca", "pml", "ob1", "--mca", "btl", "self,vader,tcp",
            "--mca", "btl_tcp_if_include", iface, "--mca", "oob_tcp_if_include", f"br0,{iface}",
            "--mca", "mpi_yield_when_idle", "1"]
@@ -57,7 +79,7 @@ def across(n: int, argv: list[str], env: dict) -> list[str]:
     return cmd + ["-n", str(n), *argv]
 
 
-def one_host(n: int, argv: list[str], env: dict) -> list[str]:
+def one_host(n: int, argv: list[str], env: dict, out: Path) -> list[str]:
     cmd = ["mpiexec.openmpi", "--oversubscribe", "--mca", "pml", "ob1",
            "--mca", "btl", "self,vader"]
     for k, v in env.items():
@@ -98,17 +120,17 @@ def thermo(out: str) -> list[str]:
 
 
 def variants(ranks_across: list[int], ranks_one: list[int], pool: str,
-             coherent: bool = False) -> list[tuple]:
+             coherent: bool = False, place: str = "machine") -> list[tuple]:
     """(name, ranks, command maker, environment, name of the plain variant it is checked
     against). Every shim run across the hosts makes a pool of its own (pool is removed after
     each: a pool is made for the ranks of the job that creates it)."""
     shim = {"LD_PRELOAD": str(SHIM), "CXLKIT_MPI_POOL": pool, "CXLKIT_MPI_POOL_MB": "256",
             "CXLKIT_MPI_STATS": "1"}
-    out = []
+    out, across_p = [], functools.partial(across, place=place)
     for n in ranks_across:
-        out += [(f"tcp{n}", n, across, {}, f"tcp{n}"),
-                (f"pool{n}", n, across, shim, f"tcp{n}"),
-                *([(f"poolcoh{n}", n, across, {**shim, "CXLKIT_MPI_COHERENCE": "host"},
+        out += [(f"tcp{n}", n, across_p, {}, f"tcp{n}"),
+                (f"pool{n}", n, across_p, shim, f"tcp{n}"),
+                *([(f"poolcoh{n}", n, across_p, {**shim, "CXLKIT_MPI_COHERENCE": "host"},
                     f"tcp{n}")] if coherent else []),
                 (f"shm{n}", n, one_host, {}, f"tcp{n}")]
     for n in ranks_one:
@@ -165,12 +187,15 @@ def main() -> None:
     ap.add_argument("--coherent", action="store_true",
                     help="also the pool opened coherent (poolcohN: what coherent CXL memory "
                          "would give, no flushes)")
+    ap.add_argument("--placement", choices=["machine", "launcher"], default="machine",
+                    help="ranks across the hosts placed as one host's job over the machine's "
+                         "CPUs, or as each host's launcher binds them (both hosts from core 0)")
     a = ap.parse_args()
     out = ROOT / a.out
     out.mkdir(parents=True, exist_ok=True)
     pool = f"/dev/shm/cxk-bench-lammps-{os.getpid()}.pool"
     vs = variants([int(x) for x in a.across.split(",") if x],
-                  [int(x) for x in a.one.split(",") if x], pool, a.coherent)
+                  [int(x) for x in a.one.split(",") if x], pool, a.coherent, a.placement)
     argv = lmp_args(a.box, a.steps, a.every)
     rows = []
     try:
@@ -180,7 +205,7 @@ def main() -> None:
                 order = vs[rnd % len(vs):] + vs[:rnd % len(vs)]  # a different first each round
                 for name, n, make, env, base in order:
                     before = load()
-                    text = run(make(n, argv, env), a.timeout)
+                    text = run(make(n, argv, env, out), a.timeout)
                     remove(pool)
                     m = LOOP.search(text or "")
                     seen[name] = thermo(text or "")
@@ -198,7 +223,9 @@ def main() -> None:
     finally:
         remove(pool)
     s = summarize(rows, vs)
-    s.update(box=a.box, steps=a.steps, rounds=a.rounds, atoms=4 * a.box ** 3)
+    s.update(box=a.box, steps=a.steps, rounds=a.rounds, atoms=4 * a.box ** 3,
+             placement={f"across{n}": placement(n, out, a.placement)
+                        for n in sorted({v[1] for v in vs if v[0].startswith("tcp")})})
     (out / "summary.json").write_text(json.dumps(s, indent=1) + "\n")
     print(json.dumps(s, indent=1))
 
