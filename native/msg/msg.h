@@ -360,9 +360,10 @@ int rdv_pick(cxk_comm *c, uint64_t len);
 int peer_view(cxk_comm *c, int src, const char *what, std::vector<RdvView> &views,
               uint64_t min_bytes, uint32_t index, RdvView **out);
 int rdv_view(cxk_comm *c, int src, uint32_t index, RdvView **out);  // peer_view of "rdv"
-// 0 when a message of len bytes fits src's rendezvous buffer `index` (opened as rdv_view);
-// -EBADMSG when it does not (an untrusted RTS), -ETIMEDOUT when src is gone with its buffer.
-int rdv_fits(cxk_comm *c, int src, uint32_t index, uint64_t len);
+// 0 when a message of len bytes fits src's rendezvous buffer `index` (opened as rdv_view),
+// and *out (may be NULL) its view, valid until a view of src is opened again; -EBADMSG when
+// it does not (an untrusted RTS), -ETIMEDOUT when src is gone with its buffer.
+int rdv_fits(cxk_comm *c, int src, uint32_t index, uint64_t len, RdvView **out = nullptr);
 // A kDrop cell from src: close my view of the buffer it names.
 int rdv_drop_view(cxk_comm *c, int src, const void *pl, uint32_t n);
 

@@ -77,11 +77,12 @@ int eager_rest(cxk_comm *c, int src, const MsgHdr &h, uint64_t pmax, void *dst, 
 }
 
 // Receive side of a rendezvous: copy the message out of the sender's buffer as its ready
-// count grows (the sender may still be copying in), then queue FIN.
+// count grows (the sender may still be copying in), then queue FIN. v: the buffer's view as
+// rdv_fits checked it just now (an RTS matched on arrival), nullptr: checked here.
 int rdv_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index, void *dst,
-             uint64_t cap, const CrcWant *crc) {
-    RdvView *v;
-    if (int rc = rdv_view(c, src, index, &v)) return rc;
+             uint64_t cap, const CrcWant *crc, RdvView *v = nullptr) {
+    if (!v)
+        if (int rc = rdv_view(c, src, index, &v)) return rc;
     if (len > v->nbytes - sizeof(RdvHdr)) return -EBADMSG;
     auto *h = reinterpret_cast<RdvHdr *>(c->base + v->off);
     const uint8_t *data = c->base + v->off + sizeof(RdvHdr);
@@ -185,13 +186,16 @@ int on_message(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) 
         (c->crc && !(h.flags & kCrc)))
         return -EBADMSG;
     const bool inpool = h.flags & kInPool;
-    const CrcWant want{hdr_crc(h.ctx, h.tag, h.len), h.reserved};
-    const CrcWant *crc = h.flags & kCrc ? &want : nullptr;
+    const bool sealed = h.flags & kCrc;
+    const CrcWant want{sealed ? hdr_crc(h.ctx, h.tag, h.len) : 0, h.reserved};
+    const CrcWant *crc = sealed ? &want : nullptr;
     // an RTS's length is checked against the sender's buffer before a probe reports it (a
-    // receiver sizes its buffer from that) or a receive copies by it
+    // receiver sizes its buffer from that) or a receive copies by it; the view checked here
+    // serves a receive matched now (nothing runs in between that could recycle the buffer)
+    RdvView *view = nullptr;
     if (kind == kRts) {
         int rc = inpool ? mem_span(c, src, h.rdv_index, h.rdv_off, h.len, nullptr)
-                        : rdv_fits(c, src, h.rdv_index, h.len);
+                        : rdv_fits(c, src, h.rdv_index, h.len, &view);
         if (rc) return rc;
     }
     cxk_msg_req *r = take_posted(c, src, h.tag, h.ctx);
@@ -229,7 +233,7 @@ int on_message(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) 
         if (r && inpool)
             rc = mem_recv(c, src, h.len, h.cookie, h.rdv_index, h.rdv_off, dst, cap, crc);
         else if (r)
-            rc = rdv_recv(c, src, h.len, h.cookie, h.rdv_index, dst, cap, crc);
+            rc = rdv_recv(c, src, h.len, h.cookie, h.rdv_index, dst, cap, crc, view);
     }
     if (rc) {
         if (r) r->status.error = rc, r->status.source = src, r->state = cxk_msg_req::kDone;
@@ -343,7 +347,7 @@ int start_rdv(cxk_comm *c, Peer &p, cxk_msg_req *r) {
     r->rdv = k;
     const auto *src = static_cast<const uint8_t *>(r->sbuf);
     const uint64_t chunk = c->rdv_chunk;
-    uint32_t crc = hdr_crc(m.ctx, m.tag, m.len);
+    uint32_t crc = c->crc ? hdr_crc(m.ctx, m.tag, m.len) : 0;
     for (uint64_t pos = 0; pos < r->count; pos += chunk) {
         uint64_t n = r->count - pos < chunk ? r->count - pos : chunk;
         rdv_copy(c, data + pos, src + pos, n);
@@ -555,8 +559,9 @@ int irecv_ctx(cxk_comm *c, void *buf, uint64_t count, int source, int tag, uint3
         Unexpected u = std::move(*it);
         c->unexpected.erase(it);
         int rc = 0;
-        const CrcWant want{hdr_crc(u.ctx, u.tag, u.len), u.crc};
-        const CrcWant *crc = u.flags & kCrc ? &want : nullptr;  // eager: checked at arrival
+        const bool sealed = u.flags & kCrc;
+        const CrcWant want{sealed ? hdr_crc(u.ctx, u.tag, u.len) : 0, u.crc};
+        const CrcWant *crc = sealed ? &want : nullptr;  // eager: checked at arrival
         if (u.rts && (u.flags & kInPool)) {
             rc = mem_recv(c, u.src, u.len, u.cookie, u.rdv_index, u.rdv_off, buf, count, crc);
         } else if (u.rts) {

@@ -115,14 +115,16 @@ int rdv_view(cxk_comm *c, int src, uint32_t index, RdvView **out) {
     return peer_view(c, src, "rdv", c->peers[size_t(src)].rdv, sizeof(RdvHdr), index, out);
 }
 
-int rdv_fits(cxk_comm *c, int src, uint32_t index, uint64_t len) {
+int rdv_fits(cxk_comm *c, int src, uint32_t index, uint64_t len, RdvView **out) {
     RdvView *v;
     if (int rc = rdv_view(c, src, index, &v)) {
         // a sender that died took its buffer with it: that is a lost peer, not garbage
         if (rc == -EBADMSG && check_peer(c, src)) return -ETIMEDOUT;
         return rc;
     }
-    return len > v->nbytes - sizeof(RdvHdr) ? -EBADMSG : 0;
+    if (len > v->nbytes - sizeof(RdvHdr)) return -EBADMSG;
+    if (out) *out = v;
+    return 0;
 }
 
 int rdv_drop_view(cxk_comm *c, int src, const void *pl, uint32_t n) {
