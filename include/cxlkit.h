@@ -1305,7 +1305,9 @@ CXK_API int cxk_msg_wake_stats(const cxk_comm *comm, struct cxk_ring_wake_stats 
 
 #define CXK_MSG_SYNC 1u  /* synchronous send: completes once the receive has matched it */
 /* Start sending count bytes of buf to dest. buf may be reused when the request completes
- * (eager sends complete at once). *req is freed by the wait/test that completes it. */
+ * (eager sends complete at once, rendezvous sends once their bytes are in the sender's
+ * rendezvous buffer; synchronous ones once matched). *req is freed by the wait/test that
+ * completes it. */
 CXK_API int cxk_msg_isend(cxk_comm *comm, const void *buf, int64_t count, int dest, int tag,
                           unsigned flags, cxk_msg_req **req);
 CXK_API int cxk_msg_irecv(cxk_comm *comm, void *buf, int64_t count, int source, int tag,

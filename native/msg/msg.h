@@ -214,7 +214,10 @@ struct RmaWait {                  // an RMA request of mine awaiting its reply
 struct RdvBuf {                   // one of my rendezvous buffers
     uint64_t off = 0;             // payload offset in the pool
     uint64_t cap = 0;             // data bytes it holds (payload - header)
-    bool busy = false;
+    bool busy = false;            // a receiver may still copy out: until its FIN
+    int peer = -1;                // busy: that receiver
+    uint64_t cookie = 0;          // ... and the send's cookie its FIN names (the send itself
+                                  // completed once its data was in: start_sends)
 };
 struct RdvView {                  // a peer's rendezvous buffer I opened (lease held)
     uint64_t off = 0, nbytes = 0, gen = 0;
@@ -366,6 +369,9 @@ int rdv_view(cxk_comm *c, int src, uint32_t index, RdvView **out);  // peer_view
 int rdv_fits(cxk_comm *c, int src, uint32_t index, uint64_t len, RdvView **out = nullptr);
 // A kDrop cell from src: close my view of the buffer it names.
 int rdv_drop_view(cxk_comm *c, int src, const void *pl, uint32_t n);
+// A FIN from src for a send that completed when its data was in my buffer: the buffer is idle
+// again. -EBADMSG when no buffer of mine waits for that FIN.
+int rdv_fin(cxk_comm *c, int src, uint64_t cookie);
 
 // mem.cpp
 // The memory object of mine holding [buf, buf + len) entirely: its index, and buf's offset

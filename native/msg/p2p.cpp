@@ -143,7 +143,8 @@ int on_control(cxk_comm *c, int src, uint32_t kind, const void *pl, uint32_t n) 
         c->waiting.erase(c->waiting.begin() + long(i));
         return 0;
     }
-    return -EBADMSG;  // no send of ours waits for it
+    // no send of ours waits for it: a FIN frees the buffer of a send already complete
+    return kind == kFin ? rdv_fin(c, src, m.cookie) : -EBADMSG;
 }
 
 // The header of a message's first cell (a kShort's as a MsgHdr of one cell): its bytes in
@@ -343,7 +344,7 @@ int start_rdv(cxk_comm *c, Peer &p, cxk_msg_req *r) {
     std::memcpy(cell, &m, sizeof m);
     // commit's fence orders the header's write-back before the RTS that sends the receiver here
     if (int rc = cxk_ring_commit(p.out, sizeof m, kRts)) return rc;
-    b.busy = true;
+    b.busy = true, b.peer = r->peer, b.cookie = r->cookie;
     r->rdv = k;
     const auto *src = static_cast<const uint8_t *>(r->sbuf);
     const uint64_t chunk = c->rdv_chunk;
@@ -419,10 +420,15 @@ int start_sends(cxk_comm *c, int dest) {
             r->state = cxk_msg_req::kDone;
             return rc;
         }
-        if ((r->flags & kSync) || r->rdv >= 0 || r->mem >= 0) {
+        // a synchronous send completes at its ACK or FIN (matched), a send from pool memory
+        // at its FIN (the receiver reads the caller's bytes until then); any other once its
+        // bytes are in a ring or in my rendezvous buffer (start_rdv copied them all), which
+        // stays busy until the receiver's FIN (rdv_fin)
+        if ((r->flags & kSync) || r->mem >= 0) {
             r->state = cxk_msg_req::kActive;
             c->waiting.push_back(r);
         } else {
+            r->rdv = -1;
             r->state = cxk_msg_req::kDone;
         }
     }

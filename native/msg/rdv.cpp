@@ -127,6 +127,15 @@ int rdv_fits(cxk_comm *c, int src, uint32_t index, uint64_t len, RdvView **out) 
     return 0;
 }
 
+int rdv_fin(cxk_comm *c, int src, uint64_t cookie) {
+    for (auto &b : c->rdv)
+        if (b.off && b.busy && b.peer == src && b.cookie == cookie) {
+            b.busy = false;
+            return 0;
+        }
+    return -EBADMSG;
+}
+
 int rdv_drop_view(cxk_comm *c, int src, const void *pl, uint32_t n) {
     if (n != sizeof(CtlMsg)) return -EBADMSG;
     CtlMsg m;
