@@ -35,6 +35,7 @@ static void count_kernel_ranks(uint64_t *all) {
     long same = 0;
     for (int i = 0; i < g.size; ++i) same += mine != 0 && all[i] == mine;
     cxk_spin_set_local_ranks(same);
+    shim_cpus_check(all);
 }
 
 int shim_topology(uint64_t my_host, int maps_pool) {

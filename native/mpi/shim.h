@@ -103,6 +103,12 @@ int shim_comm_rank_of_eng(const struct shim_comm *sc, int e);
 /* Drive the engine (its queued cells) and every queued receive. */
 void shim_progress(void);
 
+/* ---- cpus.c ---- */
+/* Rank 0 names, in one line, two ranks of different hosts on one machine (boots: every
+ * rank's cxk_boot_hash) bound to the same CPUs while the machine has others to spare.
+ * Collective over the world (g.host set). */
+void shim_cpus_check(const uint64_t *boots);
+
 /* ---- anysrc.c: receives on a communicator with both routes ---- */
 /* The receive in slot i must wait in the communicator's queue (an ANY_SOURCE receive, or one
  * posted behind such a one): 1. */

@@ -4,7 +4,8 @@ MPI); with CXLKIT_MPI_HOSTS / CXLKIT_MPI_NOPOOL one machine stands for several h
 sharing the pool and some not, and tests/mpi/routes_check.c (ANY_SOURCE order across routes,
 a receive behind a wildcard, probes, sendrecv, collectives) gives the native transcript while
 the counters show each route carrying what it should. A shim preloaded into the other MPI's
-program says so in one line and exits."""
+program says so in one line and exits. Ranks of two hosts bound to one CPU of one machine are
+named in one line."""
 from __future__ import annotations
 
 import os
@@ -239,3 +240,40 @@ def test_shim_of_the_other_mpi_says_so_in_one_line_and_exits(built, mpi):
     assert len(lines) == 1, r.stderr
     assert f"libcxlkit_mpi_{mpi}.so instead" in lines[0]
     assert "Segmentation fault" not in r.stderr and "Invalid communicator" not in r.stderr
+
+
+CPUS = sorted(os.sched_getaffinity(0))
+CLASH = re.compile(r"^cxlkit-mpi: ranks 0 and 1: on different hosts but bound to the same CPUs "
+                   r"of one machine .*: the job's 2 ranks there run on 1 of its \d+ CPUs; bind "
+                   r"them apart", re.M)
+
+
+def run_bound(mpi: str, prog: Path, shim: Path, cpus: tuple[int, int], **env: str):
+    """Two ranks, each pinned by taskset to its CPU (an MPMD launch, as two hosts' launchers
+    would each place their own)."""
+    launch = [MPIS[mpi][1]]
+    if mpi == "openmpi":
+        launch += ["--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl", "self,vader"]
+    for k, cpu in enumerate(cpus):
+        launch += ([":"] if k else []) + ["-n", "1", "taskset", "-c", str(cpu), str(prog)]
+    e = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+             LD_PRELOAD=str(shim), **env)
+    for k in ("CXLKIT_MPI_HOSTS", "CXLKIT_MPI_NOPOOL"):
+        if k not in env:
+            e.pop(k, None)
+    return subprocess.run(launch, env=e, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(len(CPUS) < 2 or not shutil.which("taskset"),
+                    reason="needs two CPUs and taskset")
+@pytest.mark.parametrize("mpi", INSTALLED)
+def test_ranks_of_two_hosts_bound_to_one_cpu_of_one_machine_are_named_in_one_line(built, mpi):
+    b = built[mpi]
+    r = run_bound(mpi, b["check"], b["shim"], (CPUS[0], CPUS[0]), CXLKIT_MPI_HOSTS="a,b")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert len(CLASH.findall(r.stderr)) == 1, r.stderr
+    # apart, or one host's own placement: nothing to say
+    for cpus, env in (((CPUS[0], CPUS[1]), {"CXLKIT_MPI_HOSTS": "a,b"}), ((CPUS[0], CPUS[0]), {})):
+        r = run_bound(mpi, b["check"], b["shim"], cpus, **env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "bound to the same CPUs" not in r.stderr, r.stderr
