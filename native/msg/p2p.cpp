@@ -363,6 +363,14 @@ int start_rdv(cxk_comm *c, Peer &p, cxk_msg_req *r) {
     return 0;
 }
 
+// Bytes of an eager message into a ring cell. On coherence "none" the commit writes back
+// every line of the cell past the stamp's: streamed there (the line-aligned body never
+// enters the cache), that write-back finds nothing dirty to carry.
+void cell_copy(const cxk_comm *c, void *dst, const void *src, uint64_t n) {
+    if (c->nc) cxk_nt_copy(dst, src, n);
+    else std::memcpy(dst, src, n);
+}
+
 // A message of at most kShortMax bytes: one cell, one line (kShort).
 int start_short(cxk_comm *c, Peer &p, cxk_msg_req *r) {
     void *cell;
@@ -391,12 +399,12 @@ int start_eager(cxk_comm *c, Peer &p, cxk_msg_req *r) {
     seal(c, m, r);
     std::memcpy(cell, &m, sizeof m);
     uint64_t first = r->count < first_cap(pmax) ? r->count : first_cap(pmax);
-    if (first) std::memcpy(static_cast<uint8_t *>(cell) + sizeof m, src, first);
+    if (first) cell_copy(c, static_cast<uint8_t *>(cell) + sizeof m, src, first);
     if (int rc = cxk_ring_commit(p.out, uint32_t(sizeof m + first), kEager)) return rc;
     for (uint64_t pos = first; pos < r->count; pos += pmax) {
         uint64_t n = r->count - pos < pmax ? r->count - pos : pmax;
         if (int rc = cxk_ring_reserve(p.out, &cell)) return rc == -EAGAIN ? -EBADMSG : rc;
-        std::memcpy(cell, src + pos, n);
+        cell_copy(c, cell, src + pos, n);
         if (int rc = cxk_ring_commit(p.out, uint32_t(n), kCont)) return rc;
     }
     return 0;
