@@ -28,7 +28,13 @@ static cxk_pool *open_host(int host, unsigned flags) {
     return test_pool_open(path, host, flags, 64u << 20, 4, coherence);
 }
 
-#define T(cond) do { if (!(cond)) { fprintf(stderr, "rank %d line %d: %s\n", rank, __LINE__, #cond); return 1; } } while (0)
+#define T(cond)                                                                     \
+    do {                                                                            \
+        if (!(cond)) {                                                              \
+            fprintf(stderr, "rank %d line %d: %s\n", rank, __LINE__, #cond);        \
+            return 1;                                                               \
+        }                                                                           \
+    } while (0)
 
 static void fill(unsigned char *b, size_t n, unsigned seed) {
     for (size_t i = 0; i < n; ++i) b[i] = (unsigned char)(seed * 131 + i * 7);
