@@ -41,7 +41,6 @@ from .. import _native
 from ..errors import (PeerLostError, RpcBusyError, RpcCorruptError, RpcError, RpcPoolFullError,
                      RpcServerLostError, RpcTimeoutError)
 from ..pool import Pool, machine_tag
-from .comm import WaiterStats
 from .wait import WaitPolicy, policy_arg
 
 __all__ = ["Client", "Server", "method_id"]
@@ -169,7 +168,7 @@ class Server:
         """Clients connected now."""
         return self._s.clients
 
-    def wake_stats(self) -> WaiterStats:
+    def wake_stats(self) -> _native.WaiterStats:
         """This server's waiter counters (msg.WaiterStats, read-only attributes; the same
         record as spin_stats()), for the same-host wake-up over the connected clients'
         request rings (docs/msg.md, "Same-host wake-up"): enabled (the pool is coherent and
@@ -177,7 +176,7 @@ class Server:
         wakes_sent. Reading it as a dict (`stats["woken"]`) is deprecated."""
         return self._s.waiter_stats()
 
-    def spin_stats(self) -> WaiterStats:
+    def spin_stats(self) -> _native.WaiterStats:
         """This server's waiter counters (as wake_stats()), for the adaptive spin of its
         waits for requests (docs/msg.md, "Adaptive spin"): budget_us (the next wait's spin
         before the woke rule), cap_us, overcommitted, waits, hits (answered while spinning),
@@ -340,12 +339,12 @@ class Client:
         except OSError as e:
             raise _rpc_error(e, self._what, "no reply in time") from None
 
-    def wake_stats(self) -> WaiterStats:
+    def wake_stats(self) -> _native.WaiterStats:
         """This client's waiter counters (as Server.wake_stats), of its reply ring: how its
         waits for replies slept and were woken."""
         return self._c.waiter_stats()
 
-    def spin_stats(self) -> WaiterStats:
+    def spin_stats(self) -> _native.WaiterStats:
         """This client's waiter counters (as Server.spin_stats), for the adaptive spin of
         its waits for replies."""
         return self._c.waiter_stats()
