@@ -19,7 +19,8 @@ cxk_wait_opts wait_opts(uint32_t spin_us, uint32_t yield_us, uint32_t sleep_us,
                         const std::string &what);
 
 // The waiter's counters now (bind_waiter.cpp binds them: _native.WaiterStats); raises the
-// OSError of a failed call naming `what`. Call with the owner's lock held, as its calls.
+// OSError of a failed call naming `what`. Call as the owner's own calls are made (holding
+// a comm's or an RPC end's mutex; a ring has none: one thread uses it).
 struct cxk_waiter_stats waiter_stats(const cxk_waiter *w, const std::string &what);
 
 }  // namespace cxk::py
