@@ -224,7 +224,7 @@ def test_a_rank_slow_to_start_leaves_the_others_join_bound_to_the_protocol(pool_
     pipes, procs = _start_arrivals(pool_path, "late", join_s, held)
     # host 3 starts only after the others' join bound has passed: a join that counted the
     # start-up would have failed by then, and its rank answered
-    wait(pipes[:3], timeout=2 * join_s)
+    wait(pipes[:3], timeout=join_s + 1)
     release.send(True)
     res = _answers(pipes, procs)
     assert sorted(r for r, _ in res) == [0, 1, 2, 3], res

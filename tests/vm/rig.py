@@ -39,6 +39,9 @@ NVDIMM_BYTES = 512 * MIB   # the NVDIMM of devdax, devdax-kmem and two-hosts
 CXL_BYTES = 256 * MIB      # the volatile CXL Type-3 device of cxl: the smallest region
 TOPOLOGIES = ("numa", "devdax", "devdax-kmem", "cxl", "two-hosts")
 DEFAULT_TIMEOUT_S = 600.0
+# `make test-vm`'s pytest in a guest loads no plugin of other packages (hypothesis, anyio,
+# ...): each one's import costs seconds under TCG over 9p, in every guest
+GUEST_PYTEST_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
 class VMError(RuntimeError):
@@ -449,13 +452,12 @@ def run_tests(topologies: Sequence[str], pytest_args: Sequence[str], timeout: fl
     """`make test-vm`: per topology, one guest running the vm-marked tests for it."""
     results = []
     for topo in topologies:
-        # -p no:hypothesispytest: the plugin's import alone costs ~6 s under TCG over 9p, and
-        # no vm test uses hypothesis
+        # no vm test uses a plugin of another package (GUEST_PYTEST_ENV)
         cmd = [str(PROJECT / ".venv/bin/python"), "-m", "pytest", "-m", "vm", "-q",
-               "-p", "no:cacheprovider", "-p", "no:hypothesispytest", str(HERE), *pytest_args]
+               "-p", "no:cacheprovider", str(HERE), *pytest_args]
         t0 = time.monotonic()
         try:
-            rc, out = run(cmd, topo, timeout=timeout)
+            rc, out = run(cmd, topo, timeout=timeout, env=GUEST_PYTEST_ENV)
         except VMError as e:
             rc, out = RC_NO_REPORT, f"[rig] {type(e).__name__}: {e}"
         wall = time.monotonic() - t0
