@@ -219,7 +219,7 @@ def test_a_rank_slow_to_start_leaves_the_others_join_bound_to_the_protocol(pool_
     from multiprocessing.connection import wait
 
     make_pool(pool_path, 4)
-    join_s = 2.0
+    join_s = 3.0  # the protocol's bound, from four ranks with their pools open
     held, release = mp.get_context("fork").Pipe(duplex=False)
     pipes, procs = _start_arrivals(pool_path, "late", join_s, held)
     # host 3 starts only after the others' join bound has passed: a join that counted the
