@@ -12,10 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import time
 
@@ -199,12 +196,6 @@ def ttft(args):
             os.unlink(path)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def mooncake(args, llama):
     try:
         from mooncake.store import MooncakeDistributedStore
@@ -212,29 +203,13 @@ def mooncake(args, llama):
         emit(bench="kv", op="mooncake", skipped="mooncake not importable (pip install "
              "mooncake-transfer-engine-non-cuda, or PYTHONPATH to it)")
         return
-    import mooncake
+    from cxlkit.integrations.mooncake_local import local_mooncake
 
-    master = shutil.which("mooncake_master") or os.path.join(os.path.dirname(mooncake.__file__),
-                                                             "mooncake_master")
-    http, rpc, metrics = free_port(), free_port(), free_port()
-    proc = subprocess.Popen([master, "-enable_http_metadata_server=true",
-                             "-http_metadata_server_host=127.0.0.1",
-                             f"-http_metadata_server_port={http}", "-rpc_address=127.0.0.1",
-                             f"-rpc_port={rpc}", f"-metrics_port={metrics}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    helper = None
-    try:
-        lay, nb = llama["layout"], args.blocks
-        meta, master_addr = f"http://127.0.0.1:{http}/metadata", f"127.0.0.1:{rpc}"
-        # the memory holding the objects belongs to another process (a second "node"), so
-        # puts and gets cross TCP on loopback; this process mounts no segment of its own
-        helper = subprocess.Popen(
-            [sys.executable, "-c", _MOONCAKE_HELPER, meta, master_addr,
-             str(nb * lay.nbytes * 2 + (64 << 20))],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            env=dict(os.environ))
-        if helper.stdout.readline().strip() != "ready":
-            raise RuntimeError("mooncake helper failed to start")
+    lay, nb = llama["layout"], args.blocks
+    # the memory holding the objects belongs to another process (a second "node"), so puts
+    # and gets cross TCP on loopback; this process mounts no segment of its own
+    with local_mooncake(nb * lay.nbytes * 2 + (64 << 20)) as mc:
+        meta, master_addr = mc.config["metadata"], mc.config["master"]
         st = MooncakeDistributedStore()
         if st.setup("127.0.0.1", meta, 0, nb * lay.nbytes + (64 << 20), "tcp", "",
                     master_addr) != 0:
@@ -269,30 +244,6 @@ def mooncake(args, llama):
                  block_bytes=lay.nbytes, blocks=nb, GBps=round(bw, 2),
                  fraction_of_memcpy=round(fr, 3))
         st.close()
-    finally:
-        if helper is not None:
-            helper.stdin.close()
-            helper.wait(30)
-        proc.terminate()
-        proc.wait(10)
-
-
-# A Mooncake client that mounts a segment (the memory objects go to) and waits for stdin EOF.
-_MOONCAKE_HELPER = """
-import sys, time
-from mooncake.store import MooncakeDistributedStore
-meta, master, seg = sys.argv[1], sys.argv[2], int(sys.argv[3])
-st = MooncakeDistributedStore()
-for _ in range(100):
-    if st.setup("127.0.0.1", meta, seg, 16 << 20, "tcp", "", master) == 0:
-        break
-    time.sleep(0.1)
-else:
-    sys.exit(1)
-print("ready", flush=True)
-sys.stdin.read()
-st.close()
-"""
 
 
 def main():

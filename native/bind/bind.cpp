@@ -68,6 +68,7 @@ CXK_BIND(sys) {
     });
     m.def("pin_available", [] { return cxk_pin_available() == 1; });
     m.def("thp_disable", [](bool disable) { check(cxk_thp_disable(disable), "prctl THP"); });
+    // a dict, not a record: a constant name -> bit table built once at import, no C struct
     nb::dict f;
     f["clflushopt"] = int(CXK_CPU_CLFLUSHOPT);
     f["clwb"] = int(CXK_CPU_CLWB);

@@ -30,6 +30,7 @@ struct View : Buffer {
 
 CXK_BIND(bench) {
     using namespace cxk::py;
+    // dicts, not records: bench-only constant name -> code tables built once at import
     nb::dict kinds;
     kinds["read"] = int(CXK_BENCH_READ);
     kinds["write"] = int(CXK_BENCH_WRITE);

@@ -118,8 +118,7 @@ void bind_comm(nb::module_ &m) {
         .def("is_pool_mem", &MsgComm::is_pool_mem)
         .def_prop_ro("failed_rank", &MsgComm::failed_rank)
         .def("set_wait", &MsgComm::set_wait)
-        .def("spin_stats", &MsgComm::spin_stats)
-        .def("wake_stats", &MsgComm::wake_stats)
+        .def("waiter_stats", &MsgComm::waiter_stats)
         .def("set_checksum", &MsgComm::set_checksum)
         .def("get_wait", &MsgComm::get_wait)
         .def("send", &MsgComm::send)
@@ -188,7 +187,8 @@ void bind_ring(nb::module_ &m) {
         .def("push", &Ring::push)
         .def("pop", &Ring::pop)
         .def("wait", &Ring::wait)
-        .def("space", &Ring::space);
+        .def("space", &Ring::space)
+        .def("waiter_stats", &Ring::waiter_stats);
 }
 
 }  // namespace

@@ -18,8 +18,9 @@ cxk_pool *open_private(const std::vector<std::string> &paths, int host_id,
 cxk_wait_opts wait_opts(uint32_t spin_us, uint32_t yield_us, uint32_t sleep_us,
                         const std::string &what);
 
-// the same-host wake-up's counters and the adaptive spin's state as dicts.
-nb::dict wake_dict(const struct cxk_ring_wake_stats &w);
-nb::dict spin_dict(const struct cxk_spin &s);
+// The waiter's counters now (bind_waiter.cpp binds them: _native.WaiterStats); raises the
+// OSError of a failed call naming `what`. Call as the owner's own calls are made (holding
+// a comm's or an RPC end's mutex; a ring has none: one thread uses it).
+struct cxk_waiter_stats waiter_stats(const cxk_waiter *w, const std::string &what);
 
 }  // namespace cxk::py

@@ -87,18 +87,15 @@ nb::tuple MsgComm::get_wait() {
     return nb::make_tuple(o.spin_us, o.yield_us, o.sleep_us);
 }
 
-nb::dict MsgComm::spin_stats() {
-    struct cxk_spin sp {};
+struct cxk_waiter_stats MsgComm::waiter_stats() {
+    struct cxk_waiter_stats st {};
     cxk_comm *c = get();
-    check(locked([&] { return cxk_msg_spin_stats(c, &sp); }), label_);
-    return spin_dict(sp);
-}
-
-nb::dict MsgComm::wake_stats() {
-    struct cxk_ring_wake_stats w {};
-    cxk_comm *c = get();
-    check(locked([&] { return cxk_msg_wake_stats(c, &w); }), label_);
-    return wake_dict(w);
+    int r = locked([&] {
+        st.struct_size = sizeof st;
+        return cxk_waiter_stats(cxk_msg_waiter(c), &st);
+    });
+    check(r, label_);
+    return st;
 }
 
 void MsgComm::set_checksum(bool on) {

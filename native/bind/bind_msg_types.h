@@ -104,8 +104,7 @@ class MsgComm {
     bool is_pool_mem(nb::handle buf) const;
     void set_wait(uint32_t spin_us, uint32_t yield_us, uint32_t sleep_us);
     nb::tuple get_wait();
-    nb::dict spin_stats();
-    nb::dict wake_stats();
+    struct cxk_waiter_stats waiter_stats();
     void set_checksum(bool on);
     void send(nb::handle buf, int dest, int tag, bool sync);
     nb::tuple recv_into(nb::handle buf, int source, int tag);
@@ -225,6 +224,7 @@ class Ring {
     nb::object pop();
     bool wait(uint32_t spin_us, uint32_t yield_us, uint32_t sleep_us, uint32_t timeout_ms);
     uint32_t space() const;
+    struct cxk_waiter_stats waiter_stats();
 
   private:
     cxk_ring *get() const;

@@ -189,4 +189,8 @@ uint32_t Ring::space() const {
     return n;
 }
 
+struct cxk_waiter_stats Ring::waiter_stats() {
+    return cxk::py::waiter_stats(cxk_ring_waiter(get()), name_);
+}
+
 }  // namespace cxk::py

@@ -7,7 +7,6 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
-#include <cstring>
 #include <string>
 #include <tuple>
 
@@ -128,41 +127,21 @@ void stop_at(const std::string &point, int count) {
 
 // Upgrading a version 1 pool in place: what the upgrade found, and its errno (the caller
 // names the error: it knows the host).
-nb::dict upgrade(const std::string &path, bool shared) {
-    cxk_pool_upgrade_info x{};
+cxk::py::PoolUpgradeRecord upgrade(const std::string &path, bool shared) {
+    cxk::py::PoolUpgradeRecord x{};
     int r;
     {
         nb::gil_scoped_release unlock;  // walks every partition's chain
         r = cxk_pool_upgrade(path.c_str(), shared ? CXK_POOL_SHARED : 0, &x);
     }
-    nb::dict d;
-    d["from_version"] = x.from_version;
-    d["busy_host"] = x.busy_host;
-    d["busy_tag"] = std::string(x.busy_tag, strnlen(x.busy_tag, sizeof x.busy_tag));
-    d["extent_bytes"] = x.extent_bytes;
-    d["nextents"] = x.nextents;
-    d["objects"] = x.objects;
-    d["meta_off"] = x.meta_off;
-    d["cut_bytes"] = x.cut_bytes;
-    d["errno"] = r < 0 ? -r : 0;
-    return d;
+    x.error = r < 0 ? -r : 0;
+    return x;
 }
 
-nb::dict probe(const std::string &path) {
+struct cxk_pool_probe_info probe(const std::string &path) {
     cxk_pool_probe_info x{};
     cxk::py::check(cxk_pool_probe(path.c_str(), &x), path);
-    nb::dict d;
-    d["file_type"] = x.file_type;
-    d["superblock"] = -x.superblock;  // an errno (0: a whole superblock)
-    d["version"] = x.version;
-    d["max_hosts"] = x.max_hosts;
-    d["hosts_live"] = x.hosts_live;
-    d["hosts_dead"] = x.hosts_dead;
-    d["size"] = x.size;
-    d["dev"] = x.dev;
-    d["ino"] = x.ino;
-    d["why"] = std::string(x.why, strnlen(x.why, sizeof x.why));
-    return d;
+    return x;
 }
 
 std::tuple<uint64_t, uint64_t> dax_geometry(const std::string &root, const std::string &name) {

@@ -1,125 +1,16 @@
-// bind_pool_records.cpp — cxlkit.PoolStat, HostInfo, FsckReport and ObjectInfo: the pool's C
-// result structs bound as they are (bind_pool_records.h). Every attribute is read-only and
-// converted when read (uuid a hex str, states and coherence as words, nanoseconds as float
-// seconds); a record compares, hashes and prints by its fields, and as_dict() gives them as
-// a dict (the CLI's --json).
-#include <nanobind/stl/string.h>
-
+// bind_pool_records.cpp — cxlkit.PoolStat, HostInfo, FsckReport and ObjectInfo, and the
+// upgrade's and probe's results: the pool's C result structs bound as they are
+// (bind_pool_records.h) as read-only records (bind_record.h). Each attribute is converted
+// when read (uuid a hex str, states and coherence as words, nanoseconds as float seconds).
 #include <cstdio>
 #include <cstring>
 #include <string>
-#include <type_traits>
-#include <vector>
 
 #include "bind/bind_pool_records.h"
+#include "bind/bind_record.h"
 
 namespace cxk::py {
 namespace {
-
-template <class R> struct Field {
-    const char *name;
-    nb::object (*get)(const R &);
-    void (*set)(R &, nb::handle);  // nullptr: the keyword constructor refuses the field
-};
-
-// One bound record type: its fields in order (what __repr__, __eq__, __hash__ and as_dict
-// walk), each a read-only property.
-template <class R> class Record {
-  public:
-    Record(nb::module_ &m, const char *name, const char *doc) : cls_(m, name, doc) {
-        name_() = name;
-    }
-    Record &field(const char *name, nb::object (*get)(const R &)) {
-        return add({name, get, nullptr});
-    }
-    // a struct member, as the Python int it holds
-    template <auto M> Record &member(const char *name) {
-        return add({name, &get_member<M>, &set_member<M>});
-    }
-    nb::class_<R> &cls() { return cls_; }
-    Record &finish();
-    // R(**fields): every field a member; the ones not given are 0
-    Record &keyword_init();
-
-  private:
-    static std::vector<Field<R>> &fields() {
-        static std::vector<Field<R>> f;
-        return f;
-    }
-    static const char *&name_() {
-        static const char *n = "";
-        return n;
-    }
-    template <auto M> static nb::object get_member(const R &r) { return nb::cast(r.*M); }
-    template <auto M> static void set_member(R &r, nb::handle v) {
-        using T = std::remove_reference_t<decltype(r.*M)>;
-        if (!nb::try_cast<T>(v, r.*M))
-            throw nb::type_error((std::string(name_()) + " field: " +
-                                  nb::cast<std::string>(nb::repr(v)) +
-                                  " is not an int of its range").c_str());
-    }
-    Record &add(Field<R> f) {
-        fields().push_back(f);
-        cls_.def_prop_ro(f.name, f.get);
-        return *this;
-    }
-    static nb::dict as_dict(const R &r) {
-        nb::dict d;
-        for (const Field<R> &f : fields()) d[f.name] = f.get(r);
-        return d;
-    }
-    static nb::object eq(const R &a, nb::handle b) {
-        if (!nb::isinstance<R>(b)) return nb::borrow(Py_NotImplemented);
-        const R &o = nb::cast<const R &>(b);
-        for (const Field<R> &f : fields())
-            if (!f.get(a).equal(f.get(o))) return nb::bool_(false);
-        return nb::bool_(true);
-    }
-    static Py_ssize_t hash(const R &r) {
-        nb::list values;
-        for (const Field<R> &f : fields()) values.append(f.get(r));
-        return nb::hash(nb::tuple(values));
-    }
-    static std::string repr(const R &r) {
-        std::string s = std::string(name_()) + "(";
-        for (const Field<R> &f : fields()) {
-            if (&f != &fields().front()) s += ", ";
-            s += std::string(f.name) + "=" + nb::cast<std::string>(nb::repr(f.get(r)));
-        }
-        return s + ")";
-    }
-    static void init(R *self, const nb::kwargs &kw) {
-        R r{};
-        for (auto [k, v] : kw) {
-            const std::string key = nb::cast<std::string>(k);
-            const Field<R> *f = nullptr;
-            for (const Field<R> &x : fields())
-                if (key == x.name) f = &x;
-            if (!f || !f->set)
-                throw nb::type_error((std::string(name_()) + "(): no field " + key).c_str());
-            f->set(r, v);
-        }
-        new (self) R(r);
-    }
-
-    nb::class_<R> cls_;
-};
-
-template <class R> Record<R> &Record<R>::finish() {
-    nb::list names;
-    for (const Field<R> &f : fields()) names.append(f.name);
-    cls_.attr("_fields") = nb::tuple(names);
-    cls_.def("as_dict", &as_dict, "the fields as a dict, in order (JSON-ready)")
-        .def("__eq__", &eq)
-        .def("__hash__", &hash)
-        .def("__repr__", &repr);
-    return *this;
-}
-
-template <class R> Record<R> &Record<R>::keyword_init() {
-    cls_.def("__init__", &init);
-    return *this;
-}
 
 template <size_t N> nb::str text(const char (&s)[N], const char *errors) {
     return nb::steal<nb::str>(PyUnicode_DecodeUTF8(s, Py_ssize_t(strnlen(s, N)), errors));
@@ -264,6 +155,42 @@ void bind_object(nb::module_ &m) {
                         "Published: open() of any host finds it.");
 }
 
+void bind_upgrade(nb::module_ &m) {
+    using U = PoolUpgradeRecord;
+    Record<U>(m, "PoolUpgradeInfo",
+              "What upgrading a version 1 pool in place found (cxlkit.pool.upgrade reads it): "
+              "read-only, as cxk_pool_upgrade_info; errno 0 when it succeeded.")
+        .member<&U::from_version>("from_version")
+        .member<&U::busy_host>("busy_host")
+        .field("busy_tag", [](const U &u) -> nb::object { return text(u.busy_tag, "replace"); })
+        .member<&U::extent_bytes>("extent_bytes")
+        .member<&U::nextents>("nextents")
+        .member<&U::objects>("objects")
+        .member<&U::meta_off>("meta_off")
+        .member<&U::cut_bytes>("cut_bytes")
+        .member<&U::error>("errno")
+        .finish();
+}
+
+void bind_probe(nb::module_ &m) {
+    using P = struct cxk_pool_probe_info;
+    Record<P>(m, "PoolProbeInfo",
+              "What a pool file holds, read without opening it as a pool (cxlkit.pool.remove "
+              "and the open errors read it): read-only, as cxk_pool_probe_info; superblock is "
+              "0 for a whole one, else the errno of what is wrong with it.")
+        .member<&P::file_type>("file_type")
+        .field("superblock", [](const P &p) -> nb::object { return nb::int_(-p.superblock); })
+        .member<&P::version>("version")
+        .member<&P::max_hosts>("max_hosts")
+        .member<&P::hosts_live>("hosts_live")
+        .member<&P::hosts_dead>("hosts_dead")
+        .member<&P::size>("size")
+        .member<&P::dev>("dev")
+        .member<&P::ino>("ino")
+        .field("why", [](const P &p) -> nb::object { return text(p.why, "replace"); })
+        .finish();
+}
+
 }  // namespace
 }  // namespace cxk::py
 
@@ -273,4 +200,6 @@ CXK_BIND(pool_records) {
     bind_host(m);
     bind_fsck(m);
     bind_object(m);
+    bind_upgrade(m);
+    bind_probe(m);
 }

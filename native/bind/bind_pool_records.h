@@ -12,7 +12,12 @@ struct PoolStatRecord : cxk_pool_stat {
     nb::str path;
 };
 
-// cxlkit.HostInfo, cxlkit.FsckReport and cxlkit.ObjectInfo are cxk_pool_host,
-// cxk_fsck_report and cxk_obj_stat bound as they are.
+// _native.PoolUpgradeInfo: what cxk_pool_upgrade found, and what it returned.
+struct PoolUpgradeRecord : cxk_pool_upgrade_info {
+    int error;  // 0, or the errno of its -errno (the caller names the error: it knows the host)
+};
+
+// cxlkit.HostInfo, cxlkit.FsckReport, cxlkit.ObjectInfo and _native.PoolProbeInfo are
+// cxk_pool_host, cxk_fsck_report, cxk_obj_stat and cxk_pool_probe_info bound as they are.
 
 }  // namespace cxk::py

@@ -237,25 +237,6 @@ nb::tuple client_call(RpcClient &r, uint32_t method, nb::handle data) {
 
 }  // namespace
 
-nb::dict wake_dict(const struct cxk_ring_wake_stats &w) {
-    nb::dict d;
-    d["enabled"] = bool(w.enabled);
-    d["futex_waits"] = w.futex_waits, d["woken"] = w.woken, d["timeouts"] = w.timeouts;
-    d["interrupted"] = w.interrupted, d["fallbacks"] = w.fallbacks;
-    d["rechecks"] = w.rechecks, d["wakes_sent"] = w.wakes_sent;
-    return d;
-}
-
-nb::dict spin_dict(const struct cxk_spin &s) {
-    nb::dict d;
-    d["budget_us"] = s.budget_us == CXK_SPIN_FULL ? s.cap_us : s.budget_us;
-    d["cap_us"] = s.cap_us, d["overcommitted"] = bool(s.overcommitted);
-    d["waits"] = s.waits, d["hits"] = s.hits, d["slept"] = s.slept;
-    d["restores"] = s.restores, d["shrinks"] = s.shrinks;
-    d["woke_skips"] = s.woke_skips, d["yield_waits"] = s.yield_waits;
-    return d;
-}
-
 }  // namespace cxk::py
 
 CXK_BIND(rpc) {
@@ -275,17 +256,9 @@ CXK_BIND(rpc) {
             std::lock_guard<std::mutex> g(r.mu);
             r.wait = o;
         })
-        .def("wake_stats", [](RpcServer &r) {
-            struct cxk_ring_wake_stats w {};
+        .def("waiter_stats", [](RpcServer &r) {
             std::lock_guard<std::mutex> g(r.mu);
-            check(cxk_rpc_server_wake_stats(r.get(), &w), r.name);
-            return wake_dict(w);
-        })
-        .def("spin_stats", [](RpcServer &r) {
-            struct cxk_spin s {};
-            std::lock_guard<std::mutex> g(r.mu);
-            check(cxk_rpc_server_spin_stats(r.get(), &s), r.name);
-            return spin_dict(s);
+            return waiter_stats(cxk_rpc_server_waiter(r.get()), r.name);
         })
         .def("next", &server_next)
         .def("reply", &server_reply)
@@ -307,17 +280,9 @@ CXK_BIND(rpc) {
             check(cxk_rpc_set_wait(r.get(), &o), r.name);
             r.wait = o;
         })
-        .def("wake_stats", [](RpcClient &r) {
-            struct cxk_ring_wake_stats w {};
+        .def("waiter_stats", [](RpcClient &r) {
             std::lock_guard<std::mutex> g(r.mu);
-            check(cxk_rpc_wake_stats(r.get(), &w), r.name);
-            return wake_dict(w);
-        })
-        .def("spin_stats", [](RpcClient &r) {
-            struct cxk_spin s {};
-            std::lock_guard<std::mutex> g(r.mu);
-            check(cxk_rpc_spin_stats(r.get(), &s), r.name);
-            return spin_dict(s);
+            return waiter_stats(cxk_rpc_waiter(r.get()), r.name);
         })
         .def("call", &client_call)
         .def("call_many", &client_call_many);

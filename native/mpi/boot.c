@@ -181,7 +181,10 @@ static int open_pool(const struct shim_config *c, const char *path, int coherenc
     o.host_id = g.rank;
     o.coherence = coherence;
     if (create) {
-        o.flags = CXK_POOL_CREATE;
+        /* Pods are known only once every pool is open, so the size covers every rank of the
+         * job; overcommitted, the file stays sparse and each extent is reserved when the
+         * engine claims it: a pod's pool takes the memory its own ranks' rings use. */
+        o.flags = CXK_POOL_CREATE | CXK_POOL_OVERCOMMIT;
         o.max_hosts = (uint32_t)(g.size < 2 ? 2 : g.size);
         o.size = c->mib_per_rank * o.max_hosts << 20;
     }

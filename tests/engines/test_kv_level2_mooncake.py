@@ -2,9 +2,6 @@
 loopback; `make test-mooncake`): a block evicted from one pod's pool is promoted into another
 pod's, and killing the master mid-run turns level-2 lookups into misses, never errors."""
 import logging
-import os
-import socket
-import subprocess
 
 import pytest
 import torch
@@ -17,28 +14,13 @@ LAYOUT = BlockLayout(num_layers=2, num_kv_heads=2, head_dim=16, dtype="float32",
 KEYS = block_hashes(list(range(16 * 4)))
 
 
-def _port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def master():
-    import mooncake as mc
+    from cxlkit.integrations.mooncake_local import local_mooncake
 
-    http, rpc, metrics = _port(), _port(), _port()
-    exe = os.path.join(os.path.dirname(mc.__file__), "mooncake_master")
-    proc = subprocess.Popen([exe, "-enable_http_metadata_server=true",
-                             "-http_metadata_server_host=127.0.0.1",
-                             f"-http_metadata_server_port={http}", "-rpc_address=127.0.0.1",
-                             f"-rpc_port={rpc}", f"-metrics_port={metrics}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    yield proc, {"master": f"127.0.0.1:{rpc}",
-                 "metadata": f"http://127.0.0.1:{http}/metadata",
-                 "segment_bytes": 32 << 20, "buffer_bytes": 16 << 20, "timeout_s": 5.0}
-    proc.kill()
-    proc.wait(10)
+    with local_mooncake() as mc:
+        yield mc.master, dict(mc.config, segment_bytes=32 << 20, buffer_bytes=16 << 20,
+                              timeout_s=5.0)
 
 
 def _engine(seed=None):
@@ -136,3 +118,23 @@ def test_two_pods_a_prefix_served_in_pod_a_is_a_level_2_hit_in_pod_b_then_a_pool
             e.worker.shutdown()
         if "holder" in locals():
             holder.close()
+
+
+@pytest.mark.slow  # a Mooncake client's setup and close take seconds each
+def test_a_local_store_node_holds_what_a_segmentless_client_puts_and_both_stop_after():
+    """local_mooncake's node lends the memory: a client that mounts none can put and get
+    through it, and when the block ends the master and the node are gone."""
+    from cxlkit.integrations.mooncake import MooncakeBackend
+    from cxlkit.integrations.mooncake_local import local_mooncake
+
+    with local_mooncake(32 << 20) as mc:
+        be = MooncakeBackend(mc.config["master"], mc.config["metadata"], segment_bytes=0,
+                             buffer_bytes=16 << 20)
+        try:
+            be.put("local-node-block", b"x" * 4096)
+            assert be.exists(["local-node-block", "absent"]) == [True, False]
+            assert be.get("local-node-block") == b"x" * 4096
+        finally:
+            be.close()
+        master, node = mc.master, mc.node
+    assert master.poll() is not None and node.poll() is not None

@@ -4,9 +4,6 @@ served in pod A is a level-2 hit in pod B and then a pool hit for B's other host
 sliding-window layers keeps the hybrid manager on and shares its prefix through the pool."""
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,50 +16,13 @@ from test_kv_vllm_engine import BLOCK, engine, make_tiny_model, prompt, same_out
 
 from cxlkit.kv.store import host_stats  # noqa: E402
 
-# a Mooncake store node: lends the level its memory until stdin closes
-_NODE = """
-import sys
-from cxlkit.integrations.mooncake import open_level2
-lv = open_level2({"master": sys.argv[1], "metadata": sys.argv[2],
-                  "segment_bytes": 256 << 20, "timeout_s": 30})
-print("ready" if lv.wait_connected(120) else "down", flush=True)
-sys.stdin.read()
-lv.close()
-"""
-
-
-def _port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def mooncake_level():
-    mc = pytest.importorskip("mooncake", reason="needs Mooncake in .venv-vllm: make vllm-mooncake")
-    http, rpc, metrics = _port(), _port(), _port()
-    master = subprocess.Popen([os.path.join(os.path.dirname(mc.__file__), "mooncake_master"),
-                               "-enable_http_metadata_server=true",
-                               "-http_metadata_server_host=127.0.0.1",
-                               f"-http_metadata_server_port={http}", "-rpc_address=127.0.0.1",
-                               f"-rpc_port={rpc}", f"-metrics_port={metrics}"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    cfg = {"master": f"127.0.0.1:{rpc}", "metadata": f"http://127.0.0.1:{http}/metadata",
-           "segment_bytes": 0, "timeout_s": 30}
-    node = subprocess.Popen([sys.executable, "-c", _NODE, cfg["master"], cfg["metadata"]],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert node.stdout.readline().strip() == "ready", "the Mooncake store node did not start"
-        yield cfg
-    finally:
-        node.stdin.close()
-        try:
-            node.wait(60)
-        except subprocess.TimeoutExpired:
-            node.kill()
-        master.kill()
-        master.wait(10)
+    pytest.importorskip("mooncake", reason="needs Mooncake in .venv-vllm: make vllm-mooncake")
+    from cxlkit.integrations.mooncake_local import local_mooncake
+
+    with local_mooncake(256 << 20) as mc:  # the store node holds the blocks
+        yield dict(mc.config, segment_bytes=0, timeout_s=30)
 
 
 @pytest.mark.slow

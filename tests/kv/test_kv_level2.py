@@ -2,6 +2,8 @@
 demotion on eviction, promotion on a miss (into another pod's pool), integrity of what comes
 back, and failures that stay misses (one log line, bounded waits, puts never blocked)."""
 import logging
+import os
+import subprocess
 import threading
 
 import pytest
@@ -149,3 +151,44 @@ def test_mooncake_config_errors_name_the_key():
         open_level2({"master": "a:1", "metadata": "m", "segement_bytes": 1})
     with pytest.raises(ValueError, match="segment_bytes"):
         open_level2({"master": "a:1", "metadata": "m", "segment_bytes": 1 << 20})
+
+
+def test_local_mooncake_without_the_wheel_names_the_package(monkeypatch):
+    import sys
+
+    from cxlkit.integrations.mooncake import MooncakeError
+    from cxlkit.integrations.mooncake_local import master_binary
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setitem(sys.modules, "mooncake", None)  # import mooncake raises ImportError
+    with pytest.raises(MooncakeError, match="mooncake-transfer-engine-non-cuda"):
+        master_binary()
+
+
+def test_a_local_store_node_that_cannot_connect_is_an_error_and_nothing_is_left(
+        tmp_path, monkeypatch):
+    """A master that never answers (a stand-in on PATH) and a node without the client: the
+    node says it could not connect within start_s, local_mooncake raises MooncakeError, and both processes are gone."""
+    from cxlkit.integrations.mooncake import MooncakeError
+    from cxlkit.integrations.mooncake_local import local_mooncake
+
+    fake = tmp_path / "mooncake_master"
+    fake.write_text("#!/bin/sh\nexec sleep 600\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    hide = tmp_path / "py" / "mooncake"  # the node fails fast, wheel installed or not
+    hide.mkdir(parents=True)
+    (hide / "__init__.py").write_text("raise ImportError('no Mooncake in this test')\n")
+    monkeypatch.setenv("PYTHONPATH", f"{hide.parent}:{os.environ.get('PYTHONPATH', '')}")
+    started = []
+    real_popen = subprocess.Popen
+
+    def popen(*a, **kw):
+        started.append(real_popen(*a, **kw))
+        return started[-1]
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    with pytest.raises(MooncakeError, match="could not connect within 1"):
+        with local_mooncake(32 << 20, start_s=1):
+            pass
+    assert len(started) == 2 and all(p.poll() is not None for p in started)

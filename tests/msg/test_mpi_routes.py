@@ -170,6 +170,11 @@ def test_two_pods_of_different_sizes_each_through_its_own_pool(built, native, mp
     assert c[0]["net_s"] > 0 and c[0]["pool_s"] == 0  # rank 0's sends go to 4 and 1 only
     # no communicator of this job lies in one pod: collectives the MPI's own (polled)
     assert all(x["coll_pool"] == 0 and x["coll_polled"] > 0 for x in c.values())
+    # each pool is sized for the job's 5 ranks but sparse: what is backed is its own pod's
+    # (a few MiB of rings), below its pod's share of the size (the whole size before)
+    for name, ranks in (("a.pool", 3), ("b.pool", 2)):
+        st = (tmp_path / name).stat()
+        assert st.st_blocks * 512 < st.st_size * ranks // 5, (name, st.st_blocks, st.st_size)
 
 
 @pytest.mark.parametrize("mpi", INSTALLED)

@@ -149,44 +149,86 @@ def test_comm_arguments_checked_before_joining(pool2):
             msg.Comm(pool, size=2, job="lonely", join_timeout=0.3)
 
 
-def _arrive(path: str, job: str, host: int, conn) -> None:
+# Ranks by arrival, each a forked process on its own pool host. A rank's start-up (fork, and
+# opening the pool: under the simulator a copy of it per host) is not the protocol: the ranks
+# meet on `opened` once their pools are open, so each join's bound covers the bootstrap and
+# the join alone, whatever the machine's load did to their start.
+ARRIVE_START_S = 120  # the start-up's bound: every rank's pool open, at load 40 too
+ARRIVE_JOIN_S = 30
+
+
+def _arrive(path: str, job: str, host: int, conn, opened, join_s: float, hold=None) -> None:
     try:
+        if hold is not None and not hold.poll(ARRIVE_START_S):  # released by the test
+            raise TimeoutError(f"host {host}: not released in {ARRIVE_START_S} s")
         with cxlkit.Pool(path, host_id=host) as pool:
+            opened.wait(ARRIVE_START_S)  # pairs with the other ranks' opened.wait
             os.environ["CXLKIT_SIZE"] = "4"
             os.environ.pop("CXLKIT_RANK", None)
-            with msg.Comm(pool, job=job, join_timeout=30) as comm:
+            with msg.Comm(pool, job=job, join_timeout=join_s) as comm:
                 total = int(comm.allreduce(np.array([comm.rank], dtype=np.int64))[0])
                 conn.send((comm.rank, total))
     except BaseException as e:
         conn.send(("error", repr(e)))
 
 
-def test_ranks_by_arrival_through_the_bootstrap_rpc_service(pool_path):
+def _start_arrivals(path: str, job: str, join_s: float, hold=None) -> tuple[list, list]:
+    """Four ranks of `job` by arrival; host 3 waits for a message on `hold` before it opens
+    its pool. The parent's ends of the ranks' answer pipes, and the processes."""
     import multiprocessing as mp
 
+    ctx = mp.get_context("fork")
+    opened = ctx.Barrier(4)
+    pipes, procs = [], []
+    for host in range(4):
+        a, b = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_arrive, args=(path, job, host, b, opened, join_s,
+                                              hold if host == 3 else None))
+        p.start()
+        pipes.append(a)
+        procs.append(p)
+    return pipes, procs
+
+
+def _answers(pipes: list, procs: list) -> list:
+    bound = ARRIVE_START_S + 2 * ARRIVE_JOIN_S
+    res = [a.recv() if a.poll(bound) else ("error", f"no answer in {bound} s") for a in pipes]
+    for p in procs:
+        p.join(10)
+        if p.is_alive():
+            p.kill()
+    return res
+
+
+def test_ranks_by_arrival_through_the_bootstrap_rpc_service(pool_path):
     from cxlkit.msg import rpc
 
     make_pool(pool_path, 4)
-    ctx = mp.get_context("fork")
-    got = []
     for attempt in range(2):  # a second job of the same name after the first ended
-        pipes, procs = [], []
-        for host in range(4):
-            a, b = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_arrive, args=(pool_path, "arrive", host, b))
-            p.start()
-            pipes.append(a)
-            procs.append(p)
-        res = [a.recv() if a.poll(60) else ("error", "no answer") for a in pipes]
-        for p in procs:
-            p.join(10)
+        res = _answers(*_start_arrivals(pool_path, "arrive", ARRIVE_JOIN_S))
         assert sorted(r for r, _ in res) == [0, 1, 2, 3], res
         assert all(t == 6 for _, t in res), res
-        got.append(res)
     with cxlkit.Pool(pool_path, host_id=0) as pool:  # the service is gone with the job
         assert not any(o.name.startswith("rpc.msgboot-") for o in pool.list())
     assert rpc.service_name("j" * 64).startswith("msgboot-")
     assert len(rpc.service_name("j" * 64)) <= 64
+
+
+def test_a_rank_slow_to_start_leaves_the_others_join_bound_to_the_protocol(pool_path):
+    import multiprocessing as mp
+    from multiprocessing.connection import wait
+
+    make_pool(pool_path, 4)
+    join_s = 3.0  # the protocol's bound, from four ranks with their pools open
+    held, release = mp.get_context("fork").Pipe(duplex=False)
+    pipes, procs = _start_arrivals(pool_path, "late", join_s, held)
+    # host 3 starts only after the others' join bound has passed: a join that counted the
+    # start-up would have failed by then, and its rank answered
+    wait(pipes[:3], timeout=join_s + 1)
+    release.send(True)
+    res = _answers(pipes, procs)
+    assert sorted(r for r, _ in res) == [0, 1, 2, 3], res
+    assert all(t == 6 for _, t in res), res
 
 
 def test_rank_and_size_come_from_the_environment(pool2, monkeypatch):

@@ -15,6 +15,7 @@ from functools import partial
 
 import pytest
 
+from cxlkit import msg
 from msg_ranks import make_pool, run_ranks
 from sleepers import FUTEX, TIMED, wait_asleep
 
@@ -58,9 +59,10 @@ def _after_silence(comm, where: tuple[str, ...]):
     return [delta(a, b) for a, b in zip((comm.spin_stats(), comm.wake_stats()), before)]
 
 
-def delta(after: dict, before: dict) -> dict:
+def delta(after: msg.WaiterStats, before: msg.WaiterStats) -> dict:
     """The counters' growth over the rounds (flags as they are)."""
-    return {k: v if isinstance(v, bool) else v - before[k] for k, v in after.items()}
+    b = before.as_dict()
+    return {k: v if isinstance(v, bool) else v - b[k] for k, v in after.as_dict().items()}
 
 
 def test_a_receive_after_silence_sleeps_in_the_futex_and_is_woken_by_the_send(
@@ -117,8 +119,8 @@ def test_two_ranks_on_one_cpu_ping_pong_yield_their_spins(pool_path):
     # is bench/osu/spin_ab.sh's to show: a test timed at 8 s failed under make test-vm's load)
     stats = run_ranks(pool_path, 2, _one_cpu_ping_pong, coherence="host", timeout=120)
     for s in stats:
-        assert s["overcommitted"], s  # one CPU allowed: the spins yield
-        assert s["yield_waits"] > 0, s
+        assert s.overcommitted, s  # one CPU allowed: the spins yield
+        assert s.yield_waits > 0, s
 
 
 def _barrier_after_silence(comm):
@@ -129,7 +131,8 @@ def _barrier_after_silence(comm):
             wait_asleep(peer_pid, FUTEX)  # rank 0 waits in the barrier past its spin, asleep
         comm.barrier()
     after = comm.wake_stats()
-    return {k: after[k] - before[k] for k in ("futex_waits", "woken", "timeouts")}
+    return {k: getattr(after, k) - getattr(before, k)
+            for k in ("futex_waits", "woken", "timeouts")}
 
 
 def test_a_barrier_wait_sleeps_in_the_futex_and_is_woken_by_the_last_entry(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import cxlkit
-from cxlkit import msg
+from cxlkit import _native, msg
 from cxlkit.msg import rpc
 from cxlkit.msg import WaitPolicy
 
@@ -38,6 +38,18 @@ def test_bad_wait_environment_raises_ValueError_naming_it(monkeypatch, var, valu
     monkeypatch.setenv(var, value)
     with pytest.raises(ValueError, match="CXLKIT_MSG_"):
         WaitPolicy.default()
+
+
+@pytest.mark.parametrize("value", [" 7", "\u0663", "FOREVER"])  # \u0663: an Arabic-Indic 3
+def test_the_wait_environment_is_refused_as_the_native_table_refuses_it(monkeypatch, value):
+    # one parser: what the C library's waits refuse, WaitPolicy.default() refuses with the
+    # same one line (never a value the library would not run with)
+    monkeypatch.setenv("CXLKIT_MSG_YIELD_US", value)
+    native = next(e for e in _native.config_table() if e.name == "CXLKIT_MSG_YIELD_US")
+    assert not native.valid and native.why.startswith(f"CXLKIT_MSG_YIELD_US={value}: ")
+    with pytest.raises(ValueError) as ei:
+        WaitPolicy.default()
+    assert str(ei.value) == native.why and "\n" not in native.why
 
 
 @pytest.mark.parametrize("kw,field", [({"spin_us": -1}, "spin_us"), ({"yield_us": 1.5}, "yield_us"),

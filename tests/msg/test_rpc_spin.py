@@ -81,7 +81,8 @@ def silence_then_back_to_back(pool_path: str) -> tuple[dict, dict, dict, dict, d
         p.join(30)
         if p.is_alive():
             p.kill()
-    d = {k: after[k] - before[k] for k in ("waits", "hits", "slept", "woke_skips")}
+    d = {k: getattr(after, k) - getattr(before, k)
+         for k in ("waits", "hits", "slept", "woke_skips")}
     return d, srv_sporadic, srv_wake, srv_b2b, before
 
 
@@ -95,8 +96,8 @@ def test_a_call_after_silence_is_answered_by_sleepers(pool_path, safety_net_1s, 
     assert d["slept"] == d["waits"], (before, d)
     # the server slept through every silence in a futex wait the call ended, and its waits
     # of 3 ms or more quartered its spin (200, 50, 12, 3, 0 us)
-    assert srv_wake["futex_waits"] >= 20 and srv_wake["woken"] >= 20, srv_wake
-    assert srv_sporadic["shrinks"] >= 4, srv_sporadic
+    assert srv_wake.futex_waits >= 20 and srv_wake.woken >= 20, srv_wake
+    assert srv_sporadic.shrinks >= 4, srv_sporadic
 
 
 @pytest.mark.bench
@@ -104,4 +105,4 @@ def test_back_to_back_calls_restore_the_servers_spin(pool_path, safety_net_1s, w
     # the server's spin, quartered to 0 by the silence, comes back: a wait answered within
     # 4 x cap restores it (on a loaded machine no wait of the 200 may be that quick)
     _, srv_sporadic, _, srv_b2b, _ = silence_then_back_to_back(pool_path)
-    assert srv_b2b["restores"] >= 1, (srv_sporadic, srv_b2b)
+    assert srv_b2b.restores >= 1, (srv_sporadic, srv_b2b)

@@ -88,15 +88,15 @@ def test_sleepers_on_both_sides_are_woken_by_the_publish(pool_path, safety_net_1
     assert srv.exitcode == 0
     sst = out.get(timeout=10)
     for s in (st, sst):
-        assert s["enabled"] is True and s["fallbacks"] == 0
+        assert s.enabled is True and s.fallbacks == 0
     # each slow reply ended a futex sleep of the client's seen before it was published
-    assert st["woken"] >= 5, st
+    assert st.woken >= 5, st
     # the requests ended the server's sleeps seen before them: the first echo's, and the
     # second client's but its first (the server, asleep on the first client's ring alone,
     # notices a new client on that sleep's safety-net timeout, when it looks at every slot;
     # then it sleeps on both request rings at once, futex_waitv)
-    assert sst["woken"] >= 1 + 19, sst
-    assert sst["wakes_sent"] == 0  # (counted on producer rings: the server's are replies)
+    assert sst.woken >= 1 + 19, sst
+    assert sst.wakes_sent == 0  # (counted on producer rings: the server's are replies)
 
 
 def test_coherence_none_keeps_timed_sleeps(pool_path, wchan):
@@ -106,7 +106,7 @@ def test_coherence_none_keeps_timed_sleeps(pool_path, wchan):
             rpc.Client(pool, "wk", wait=SLEEPY) as c:
         assert c.call("slow", b"x") == b"x"
         st = c.wake_stats()
-        assert st["enabled"] is False and st["futex_waits"] == 0
+        assert st.enabled is False and st.futex_waits == 0
         c.call("stop")
     srv.join(30)
     assert srv.exitcode == 0
@@ -126,12 +126,12 @@ def test_futex_failing_never_fails_a_call(pool_path, safety_net_1s, err, wchan):
         assert syscall_count("futex") > before
         st = c.wake_stats()
         if err == "ENOSYS":  # no futex here: this handle sleeps on the timer from now on
-            assert st["fallbacks"] == 1 and st["enabled"] is False
+            assert st.fallbacks == 1 and st.enabled is False
         else:                # a signal: that sleep ended early, the wake-up stays
-            assert st["interrupted"] == 1 and st["enabled"] is True
-        waits = st["futex_waits"]
+            assert st.interrupted == 1 and st.enabled is True
+        waits = st.futex_waits
         assert c.call("slow", b"g") == b"g"
-        assert (c.wake_stats()["futex_waits"] > waits) == (err == "EINTR")
+        assert (c.wake_stats().futex_waits > waits) == (err == "EINTR")
         c.call("stop")
     srv.join(30)
     assert srv.exitcode == 0

@@ -77,7 +77,7 @@ def test_a_symlink_to_a_pool_file_still_opens(pool_path, tmp_path):
 def test_the_probe_names_the_broken_field_without_opening_the_pool(pool_path):
     cxlkit.Pool(pool_path, size=8 * MiB, host_id=0).close()
     d = P._native.pool_probe(pool_path)
-    assert (d["superblock"], d["version"], d["size"]) == (0, 2, 8 * MiB)
+    assert (d.superblock, d.version, d.size, d.why) == (0, 2, 8 * MiB, "")
 
 
 def test_a_symlink_loop_named_as_a_pool_is_a_typed_error(tmp_path):

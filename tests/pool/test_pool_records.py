@@ -3,7 +3,10 @@ structs bound as they are: the attributes and Python types callers had, read-onl
 equality, a repr and as_dict()."""
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
 import uuid
 from pathlib import Path
 
@@ -111,3 +114,33 @@ def test_cli_host_rows_match_host_info(pool):
     row = HostRow(**{**me.as_dict(), "state": "exited"})
     assert tuple(row.as_dict()) == me._fields
     assert {**row.as_dict(), "state": me.state} == me.as_dict()
+
+
+PROBE_FIELDS = ("file_type", "superblock", "version", "max_hosts", "hosts_live", "hosts_dead",
+                "size", "dev", "ino", "why")
+UPGRADE_FIELDS = ("from_version", "busy_host", "busy_tag", "extent_bytes", "nextents",
+                  "objects", "meta_off", "cut_bytes", "errno")
+
+
+def test_the_probe_is_a_read_only_record_of_the_file_it_read(pool, tmp_path):
+    d = _native.pool_probe(pool.path)
+    st = os.lstat(pool.path)
+    assert type(d) is _native.PoolProbeInfo and d._fields == PROBE_FIELDS
+    assert (d.superblock, d.version, d.max_hosts, d.hosts_live, d.why) == (0, 2, 2, 1, "")
+    assert (d.size, d.dev, d.ino, d.file_type) == (8 << 20, st.st_dev, st.st_ino,
+                                                  stat.S_IFREG)
+    with pytest.raises(AttributeError):
+        d.hosts_live = 0
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"\0" * 8192)
+    assert _native.pool_probe(str(junk)).superblock == errno.EMEDIUMTYPE  # an errno, positive
+
+
+def test_the_upgrade_result_is_a_read_only_record_with_its_errno(pool, tmp_path):
+    u = _native.pool_upgrade(pool.path)
+    assert type(u) is _native.PoolUpgradeInfo and u._fields == UPGRADE_FIELDS
+    assert (u.errno, u.from_version, u.busy_tag) == (0, 2, "")  # already version 2
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"\0" * 8192)
+    assert _native.pool_upgrade(str(junk)).errno == errno.EMEDIUMTYPE
+    assert tuple(u.as_dict()) == UPGRADE_FIELDS and u == _native.pool_upgrade(pool.path)

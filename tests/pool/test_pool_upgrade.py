@@ -350,3 +350,15 @@ def test_sigkill_at_random_moments_of_an_upgrade_leaves_v1_or_v2(path):
         assert r.version == 2
         assert_all_objects(path)
     assert seen  # both outcomes are valid; which ones a run hits depends on the machine
+
+
+def test_a_live_v1_host_whose_tag_is_not_utf8_is_named_with_a_replacement(path):
+    # any host writes its slot's tag: bytes that are not UTF-8 still give the typed refusal
+    v1pool.write_pool(path, 8 * MiB, OBJECTS, alive={1})
+    raw = Path(path).read_bytes()
+    at = raw.index(b"v1-host-1")
+    with open(path, "r+b") as f:
+        f.seek(at + len(b"v1-host-"))
+        f.write(b"\xff")
+    with pytest.raises(PoolInUseError, match="host slot 1 \\('v1-host-\ufffd'\\) is alive"):
+        upgrade(path)

@@ -237,3 +237,32 @@ def test_cli_run_without_a_command_is_a_usage_error(fake_rig):
 def test_cli_run_returns_the_guests_exit_code(fake_rig, capsys):
     assert rig.main(["run", "--no-chroot", "--", "sh", "-c", "echo hi; exit 5"]) == 5
     assert capsys.readouterr().out == "hi\n"
+
+
+def test_run_tests_runs_guests_side_by_side_and_two_hosts_alone(monkeypatch, capsys):
+    # stand-in guests: numa and devdax meet on a barrier, which only guests running at the
+    # same time can pass; two-hosts must find no other guest running
+    import threading
+
+    met = threading.Barrier(2, timeout=30)
+    running, lock, seen = set(), threading.Lock(), []
+
+    def guest(cmd, topo, timeout, env):
+        with lock:
+            running.add(topo)
+            seen.append(sorted(running))
+        if topo in ("numa", "devdax"):
+            met.wait()
+        with lock:
+            running.discard(topo)
+        return 0, f"1 passed in 0.01s ({topo}, {env['PYTEST_DISABLE_PLUGIN_AUTOLOAD']})"
+
+    monkeypatch.setattr(rig, "run", guest)
+    res = rig.run_tests(["two-hosts", "numa", "devdax"], [], timeout=60, jobs=2)
+    assert [r["topology"] for r in res] == ["two-hosts", "numa", "devdax"]
+    assert all(r["rc"] == 0 and r["summary"].startswith("1 passed") for r in res), res
+    assert ["two-hosts"] in seen and not any("two-hosts" in s and len(s) > 1 for s in seen)
+    out = capsys.readouterr().out
+    assert out.count("##### topology") == 3 and "(devdax, 1)" in out
+    with pytest.raises(ValueError, match="jobs 0"):
+        rig.run_tests(["numa"], [], timeout=60, jobs=0)

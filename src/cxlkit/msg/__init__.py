@@ -5,10 +5,10 @@ from ..errors import (MsgClosedError, MsgCorruptError, MsgError, MsgExistsError,
                       MsgMemoryError, MsgNotFoundError, MsgPermissionError, MsgPoolFullError,
                       MsgValueError, MsgVersionError, PeerLostError, TruncationError,
                       WindowRangeError)
-from .comm import ANY_SOURCE, ANY_TAG, TAG_MAX, Comm
+from .comm import ANY_SOURCE, ANY_TAG, TAG_MAX, Comm, WaiterStats
 from .ring import Ring
 from .wait import WaitPolicy
 from .window import PoolMemory, Request, Status, Window
 
 __all__ = ["ANY_SOURCE", "ANY_TAG", "Comm", "PoolMemory", "Request", "Ring", "Status", "WaitPolicy",
-           "Window"]
+           "WaiterStats", "Window"]

@@ -34,6 +34,8 @@ from .window import PoolMemory, Request, Status, Window, _buf, _op, _type
 ANY_SOURCE = _native.ANY_SOURCE
 ANY_TAG = _native.ANY_TAG
 TAG_MAX = 0x7FFFFFFF
+# a waiting party's spin and wake-up counters: spin_stats(), wake_stats(), rpc's the same
+WaiterStats = _native.WaiterStats
 
 _COHERENCE = {"host": 0, "none": 1, "sim": 2}  # as cxlkit.pool's
 
@@ -264,17 +266,21 @@ class Comm:
     def wait(self, policy: WaitPolicy | None) -> None:
         self._c.set_wait(*policy_arg(policy))
 
-    def spin_stats(self) -> dict[str, int | bool]:
-        """The adaptive spin of this comm's blocking calls (docs/msg.md, "Adaptive spin"):
-        budget_us (the next wait's spin before the woke rule), cap_us, overcommitted, waits,
-        hits (answered while spinning), slept, restores, shrinks, woke_skips, yield_waits."""
-        return self._c.spin_stats()
+    def spin_stats(self) -> WaiterStats:
+        """This comm's waiter counters (WaiterStats, read-only attributes), for its adaptive
+        spin (docs/msg.md, "Adaptive spin"): budget_us (the next wait's spin before the woke
+        rule), cap_us, overcommitted, waits, hits (answered while spinning), slept, restores,
+        shrinks, woke_skips, yield_waits. The same record as wake_stats(): one waiter
+        counts both. Reading it as a dict (`stats["hits"]`) is deprecated: read the
+        attribute, or as_dict()."""
+        return self._c.waiter_stats()
 
-    def wake_stats(self) -> dict[str, int | bool]:
-        """The same-host wake-up's counters over this comm's rings (docs/msg.md, "Same-host
-        wake-up"): enabled, futex_waits, woken, timeouts, interrupted, fallbacks, rechecks
-        (of the rings peers write to us), wakes_sent (of ours)."""
-        return self._c.wake_stats()
+    def wake_stats(self) -> WaiterStats:
+        """This comm's waiter counters (the same record as spin_stats()), for the same-host
+        wake-up over its rings (docs/msg.md, "Same-host wake-up"): enabled, futex_waits,
+        woken, timeouts, interrupted, fallbacks, rechecks (of the rings peers write to us),
+        wakes_sent (of ours)."""
+        return self._c.waiter_stats()
 
     @property
     def eager_bytes(self) -> int:

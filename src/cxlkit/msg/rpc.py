@@ -168,17 +168,20 @@ class Server:
         """Clients connected now."""
         return self._s.clients
 
-    def wake_stats(self) -> dict[str, int | bool]:
-        """The same-host wake-up's counters over the connected clients' request rings
-        (docs/msg.md, "Same-host wake-up"): enabled (the pool is coherent and futexes work),
-        futex_waits, woken, timeouts, interrupted, fallbacks, rechecks, wakes_sent."""
-        return self._s.wake_stats()
+    def wake_stats(self) -> _native.WaiterStats:
+        """This server's waiter counters (msg.WaiterStats, read-only attributes; the same
+        record as spin_stats()), for the same-host wake-up over the connected clients'
+        request rings (docs/msg.md, "Same-host wake-up"): enabled (the pool is coherent and
+        futexes work), futex_waits, woken, timeouts, interrupted, fallbacks, rechecks,
+        wakes_sent. Reading it as a dict (`stats["woken"]`) is deprecated."""
+        return self._s.waiter_stats()
 
-    def spin_stats(self) -> dict[str, int | bool]:
-        """The adaptive spin of this server's waits for requests (docs/msg.md, "Adaptive
-        spin"): budget_us (the next wait's spin before the woke rule), cap_us, overcommitted, waits,
-        hits (answered while spinning), slept, restores, shrinks, woke_skips, yield_waits."""
-        return self._s.spin_stats()
+    def spin_stats(self) -> _native.WaiterStats:
+        """This server's waiter counters (as wake_stats()), for the adaptive spin of its
+        waits for requests (docs/msg.md, "Adaptive spin"): budget_us (the next wait's spin
+        before the woke rule), cap_us, overcommitted, waits, hits (answered while spinning),
+        slept, restores, shrinks, woke_skips, yield_waits."""
+        return self._s.waiter_stats()
 
     def handler(self, method: str | int | None = None) -> Callable[[Handler], Handler]:
         """Decorator: register fn for `method` (default: the function's name)."""
@@ -336,14 +339,15 @@ class Client:
         except OSError as e:
             raise _rpc_error(e, self._what, "no reply in time") from None
 
-    def wake_stats(self) -> dict[str, int | bool]:
-        """The same-host wake-up's counters of this client's reply ring (as
-        Server.wake_stats): how its waits for replies slept and were woken."""
-        return self._c.wake_stats()
+    def wake_stats(self) -> _native.WaiterStats:
+        """This client's waiter counters (as Server.wake_stats), of its reply ring: how its
+        waits for replies slept and were woken."""
+        return self._c.waiter_stats()
 
-    def spin_stats(self) -> dict[str, int | bool]:
-        """The adaptive spin of this client's waits for replies (as Server.spin_stats)."""
-        return self._c.spin_stats()
+    def spin_stats(self) -> _native.WaiterStats:
+        """This client's waiter counters (as Server.spin_stats), for the adaptive spin of
+        its waits for replies."""
+        return self._c.waiter_stats()
 
     def call(self, method: str | int, data: Any = b"") -> bytes:
         """One request, its reply's bytes."""

@@ -3,14 +3,13 @@ pool — the Python face of the C library's cxk_wait_opts. docs/msg.md, "Waiting
 measurements behind the defaults."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from .. import _native
-from .._config import ENV
 
 _FOREVER = _native.WAIT_FOREVER  # the C ABI's "never leave this phase"
 _SLEEP_MAX_US = 1_000_000
+_WAIT_VARS = ("CXLKIT_MSG_SPIN_US", "CXLKIT_MSG_YIELD_US", "CXLKIT_MSG_SLEEP_US")
 
 
 def _us(label: str, v: int | None, *, none_ok: bool, limit: int) -> None:
@@ -42,25 +41,13 @@ class WaitPolicy:
 
     @classmethod
     def default(cls) -> WaitPolicy:
-        """The process default: CXLKIT_MSG_SPIN_US / _YIELD_US / _SLEEP_US, else the class
-        defaults. ValueError names a variable that holds something else."""
-        vals: list[int | None] = []
-        for name, none_ok in (("CXLKIT_MSG_SPIN_US", True), ("CXLKIT_MSG_YIELD_US", True),
-                              ("CXLKIT_MSG_SLEEP_US", False)):
-            raw = os.environ.get(name, ENV[name][0]).strip()
-            if raw == "":
-                vals.append(getattr(cls, name[len("CXLKIT_MSG_"):].lower()))
-            elif raw == "forever" and none_ok:
-                vals.append(None)
-            elif raw.isdigit():
-                vals.append(int(raw))
-            else:
-                raise ValueError(f"{name}={raw!r}: expected decimal microseconds"
-                                 f"{' or forever' if none_ok else ''}")
-        try:
-            return cls(*vals)
-        except ValueError as e:
-            raise ValueError(f"CXLKIT_MSG_SPIN_US/_YIELD_US/_SLEEP_US: {e}") from None
+        """The process default: CXLKIT_MSG_SPIN_US / _YIELD_US / _SLEEP_US as the library's
+        CXLKIT_* table parses them, the class defaults for those unset. ValueError, the
+        table's one-line refusal naming the variable, for one that holds something else."""
+        for e in _native.config_table():
+            if e.name in _WAIT_VARS and not e.valid:
+                raise ValueError(e.why)
+        return cls._from_native(_native.wait_defaults())
 
     def _to_native(self) -> tuple[int, int, int]:
         return (_FOREVER if self.spin_us is None else self.spin_us,

@@ -74,7 +74,7 @@ def _not_a_pool(path: str) -> str | None:
 def _superblock_why(path: str) -> str:
     """The broken field of a pool file's superblock, as the probe names it ("" if unknown)."""
     try:
-        return _native.pool_probe(path)["why"]
+        return _native.pool_probe(path).why
     except OSError:
         return ""
 

@@ -6,7 +6,6 @@ import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from .. import _native
 from ..errors import PoolCorruptError, PoolError, PoolFormatError, PoolVersionError
@@ -41,20 +40,20 @@ def remove(path_or_name: str | os.PathLike[str], *, force: bool = False) -> Remo
         raise ValueError(f"pool {path}: only pool files can be removed")
     d = _probe(path)
     damaged = _unprovable(path, d, force)
-    if d["hosts_live"] and not force:
-        raise PoolError(errno.EBUSY, f"in use by {d['hosts_live']} live host(s) (see them with "
+    if d.hosts_live and not force:
+        raise PoolError(errno.EBUSY, f"in use by {d.hosts_live} live host(s) (see them with "
                         f"`cxlkit pool hosts {path}`): nothing removed; stop them first, or "
                         "force it (`cxlkit pool rm --force`, or force=True): their mappings "
                         "keep the memory, new opens find no pool", path)
     st = os.lstat(path)
-    if (st.st_dev, st.st_ino) != (d["dev"], d["ino"]):
+    if (st.st_dev, st.st_ino) != (d.dev, d.ino):
         raise PoolError(errno.ESTALE, "replaced while it was being checked: nothing removed; "
                         "run it again", path)
     os.unlink(path)
-    return RemovedPool(path, d["size"], d["hosts_live"], d["hosts_dead"], damaged)
+    return RemovedPool(path, d.size, d.hosts_live, d.hosts_dead, damaged)
 
 
-def _probe(path: str) -> dict[str, Any]:
+def _probe(path: str) -> _native.PoolProbeInfo:
     """The native probe of path; what is not a regular file is a typed refusal."""
     try:
         return _native.pool_probe(path)
@@ -73,18 +72,18 @@ def _probe(path: str) -> dict[str, Any]:
         raise
 
 
-def _unprovable(path: str, d: dict[str, Any], force: bool) -> str | None:
+def _unprovable(path: str, d: _native.PoolProbeInfo, force: bool) -> str | None:
     """None for a whole superblock; else why it cannot be proven a pool, which only force
     accepts (and only with the pool magic in place)."""
-    err = d["superblock"]
+    err = d.superblock
     if err == 0:
         return None
     if err == errno.EMEDIUMTYPE:
         raise PoolFormatError(err, "not a cxlkit pool (no pool superblock): nothing removed",
                               path)
-    why = {errno.EBADMSG: f"corrupt superblock ({d['why']})",
+    why = {errno.EBADMSG: f"corrupt superblock ({d.why})",
            errno.ENXIO: "shorter than the pool its superblock describes (truncated)",
-           errno.EPROTONOSUPPORT: f"format version {d['version']}, which this cxlkit cannot "
+           errno.EPROTONOSUPPORT: f"format version {d.version}, which this cxlkit cannot "
                                   "check"}.get(err, os.strerror(err))
     if force:
         return why

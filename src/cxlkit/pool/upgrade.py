@@ -37,27 +37,26 @@ def upgrade(path_or_name: str | os.PathLike[str], *, group: bool = False) -> Upg
     if path.startswith("memfd:"):
         raise ValueError(f"pool {path}: a memfd pool lives only as long as its processes; "
                          "only pool files and devices are upgraded")
-    d = _native.pool_upgrade(path, group)
-    err = d["errno"]
-    if err:
-        raise _upgrade_error(err, d, path)
-    return UpgradeReport(path=path, from_version=d["from_version"],
-                         version=_native.POOL_FORMAT_VERSION, extent_bytes=d["extent_bytes"],
-                         nextents=d["nextents"], objects=d["objects"],
-                         metadata_offset=d["meta_off"], cut_bytes=d["cut_bytes"])
+    u = _native.pool_upgrade(path, group)
+    if u.errno:
+        raise _upgrade_error(u.errno, u, path)
+    return UpgradeReport(path=path, from_version=u.from_version,
+                         version=_native.POOL_FORMAT_VERSION, extent_bytes=u.extent_bytes,
+                         nextents=u.nextents, objects=u.objects, metadata_offset=u.meta_off,
+                         cut_bytes=u.cut_bytes)
 
 
-def _upgrade_error(err: int, d: dict, path: str) -> OSError:
-    host = f"host slot {d['busy_host']}" + (f" ({d['busy_tag']!r})" if d["busy_tag"] else "")
+def _upgrade_error(err: int, u: _native.PoolUpgradeInfo, path: str) -> OSError:
+    host = f"host slot {u.busy_host}" + (f" ({u.busy_tag!r})" if u.busy_tag else "")
     if err == errno.EBUSY:
         e = PoolInUseError(err, f"cannot upgrade: {host} is alive (its heartbeat is younger "
                            "than the lease timeout); stop its processes and run "
                            f"`cxlkit pool upgrade {path}` again", path)
-        e.host = d["busy_host"]
+        e.host = u.busy_host
         return e
     if err == errno.ENOSPC:
         return PoolFullError(err, f"cannot upgrade: the version 2 metadata needs the end of "
-                             f"{host}'s partition, and only its last {d['cut_bytes']} bytes "
+                             f"{host}'s partition, and only its last {u.cut_bytes} bytes "
                              "are free; destroy objects of that host (the ones created last) "
                              "and run it again", path)
     if err == errno.EFBIG:
