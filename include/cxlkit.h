@@ -1171,6 +1171,10 @@ CXK_API void cxk_spin_set_local_ranks(long n);
 /* This kernel's boot id as a number (FNV-1a of /proc/sys/kernel/random/boot_id), 0 when it
  * cannot be read: processes with the same one run on one machine and share its CPUs. */
 CXK_API uint64_t cxk_boot_hash(void);
+/* The CPUs the calling thread may run on, as a bitmask: bit c % 64 of mask[c / 64] for CPU c
+ * (CPUs past words * 64 are left out). The number of CPUs set, or -EINVAL (mask NULL, words
+ * 0) or -errno (sched_getaffinity's). */
+CXK_API int cxk_cpu_affinity(uint64_t *mask, uint32_t words);
 
 /* ---- Waiters: one waiting party's policy and counters, whatever owns it ----
  * A comm, an RPC client, an RPC server and a ring handle each own a waiter (valid as long as

@@ -23,7 +23,11 @@ struct rank_cpus {
 
 static void mine(struct rank_cpus *rc) {
     memset(rc, 0, sizeof *rc);
-    if (sched_getaffinity(0, sizeof rc->set, &rc->set)) CPU_ZERO(&rc->set);
+    uint64_t mask[CPU_SETSIZE / 64];
+    CPU_ZERO(&rc->set);  /* empty when unknown */
+    if (cxk_cpu_affinity(mask, CPU_SETSIZE / 64) > 0)
+        for (int c = 0; c < CPU_SETSIZE; ++c)
+            if (mask[c / 64] >> (c % 64) & 1) CPU_SET(c, &rc->set);
     const long n = sysconf(_SC_NPROCESSORS_ONLN);
     rc->online = n > 0 && n < INT32_MAX ? (int32_t)n : 0;
 }

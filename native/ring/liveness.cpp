@@ -4,6 +4,7 @@
 #include "cxlkit.h"
 #include "sys/sys.h"
 
+#include <sched.h>
 #include <signal.h>
 
 #include <cerrno>
@@ -26,6 +27,18 @@ extern "C" uint64_t cxk_boot_hash(void) {
     // boot_hash of an unreadable boot id is the hash of nothing (FNV-1a's offset basis)
     const uint64_t h = cxk::ring::boot_hash();
     return h == 1469598103934665603ull ? 0 : h;
+}
+
+extern "C" int cxk_cpu_affinity(uint64_t *mask, uint32_t words) {
+    if (!mask || words == 0) return -EINVAL;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (int e = cxk::sys_getaffinity_self(sizeof set, &set)) return e;
+    std::memset(mask, 0, size_t(words) * sizeof *mask);
+    int n = 0;
+    for (int c = 0; c < CPU_SETSIZE && uint32_t(c / 64) < words; ++c)
+        if (CPU_ISSET(c, &set)) mask[c / 64] |= uint64_t(1) << (c % 64), ++n;
+    return n;
 }
 
 namespace cxk::ring {

@@ -244,6 +244,26 @@ static void probe(void) {
     cxk_fault_clear();
 }
 
+/* cxk_cpu_affinity: the calling thread's CPUs as a bitmask, cut at the words given. */
+static void affinity_mask(void) {
+    cpu_set_t all;
+    CHECK_EQ(sched_getaffinity(0, sizeof all, &all), 0);
+    uint64_t m[CPU_SETSIZE / 64 + 1];
+    memset(m, 0xff, sizeof m);
+    CHECK_EQ(cxk_cpu_affinity(m, CPU_SETSIZE / 64), CPU_COUNT(&all));
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+        CHECK_EQ(m[c / 64] >> (c % 64) & 1, CPU_ISSET(c, &all) ? 1 : 0);
+    CHECK_EQ(m[CPU_SETSIZE / 64], ~0ull); /* nothing written past the words given */
+    int first64 = 0;
+    for (int c = 0; c < 64; ++c) first64 += CPU_ISSET(c, &all) ? 1 : 0;
+    CHECK_EQ(cxk_cpu_affinity(m, 1), first64);
+    CHECK_EQ(cxk_cpu_affinity(NULL, 1), -EINVAL);
+    CHECK_EQ(cxk_cpu_affinity(m, 0), -EINVAL);
+    CHECK_EQ(cxk_fault_inject("sched_getaffinity", 1, EPERM), 0);
+    CHECK_EQ(cxk_cpu_affinity(m, 1), -EPERM);
+    cxk_fault_clear();
+}
+
 static void bad_input(void) {
     struct cxk_spin s;
     struct cxk_ring_wake_stats w;
@@ -265,5 +285,6 @@ int main(void) {
     two_parties();
     wait_adapt_field();
     probe();
+    affinity_mask();
     return 0;
 }
