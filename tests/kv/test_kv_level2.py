@@ -192,3 +192,16 @@ def test_a_local_store_node_that_cannot_connect_is_an_error_and_nothing_is_left(
         with local_mooncake(32 << 20, start_s=1):
             pass
     assert len(started) == 2 and all(p.poll() is not None for p in started)
+
+
+def test_a_master_binary_that_cannot_run_is_a_mooncake_error(tmp_path, monkeypatch):
+    from cxlkit.integrations.mooncake import MooncakeError
+    from cxlkit.integrations.mooncake_local import local_mooncake
+
+    fake = tmp_path / "mooncake_master"
+    fake.write_text("not a program\n")
+    fake.chmod(0o644)  # not executable: starting it raises PermissionError
+    monkeypatch.setattr("cxlkit.integrations.mooncake_local.master_binary", lambda: str(fake))
+    with pytest.raises(MooncakeError, match="mooncake_master: cannot start it"):
+        with local_mooncake():
+            pass

@@ -96,11 +96,17 @@ def local_mooncake(node_bytes: int = 0, *, start_s: float = 120) -> Iterator[Loc
     that much memory; both stop when the block ends (the node first, given 60 s to close).
     MooncakeError when either does not come up within start_s seconds."""
     http, rpc, metrics = _free_port(), _free_port(), _free_port()
-    master = subprocess.Popen([master_binary(), "-enable_http_metadata_server=true",
-                               "-http_metadata_server_host=127.0.0.1",
-                               f"-http_metadata_server_port={http}", "-rpc_address=127.0.0.1",
-                               f"-rpc_port={rpc}", f"-metrics_port={metrics}"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    exe = master_binary()
+    try:
+        master = subprocess.Popen([exe, "-enable_http_metadata_server=true",
+                                   "-http_metadata_server_host=127.0.0.1",
+                                   f"-http_metadata_server_port={http}",
+                                   "-rpc_address=127.0.0.1", f"-rpc_port={rpc}",
+                                   f"-metrics_port={metrics}"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError as e:
+        raise MooncakeError(f"{exe}: cannot start it: {e.strerror}; reinstall "
+                            "mooncake-transfer-engine-non-cuda") from e
     cfg = {"master": f"127.0.0.1:{rpc}", "metadata": f"http://127.0.0.1:{http}/metadata"}
     node = None
     try:
