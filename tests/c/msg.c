@@ -14,6 +14,7 @@
 #include "child.h"
 #include "pool_open.h"
 #include "cxlkit.h"
+#include "msg_pair.h"
 
 static char path[256];
 static int coherence;
@@ -76,14 +77,6 @@ static void run(const char *job, int n, rank_fn fn) {
 
 #define T(cond) do { if (!(cond)) { fprintf(stderr, "rank %d line %d: %s\n", rank, __LINE__, #cond); return 1; } } while (0)
 
-static void fill(unsigned char *b, size_t n, unsigned seed) {
-    for (size_t i = 0; i < n; ++i) b[i] = (unsigned char)(seed * 131 + i * 7);
-}
-static int same(const unsigned char *b, size_t n, unsigned seed) {
-    for (size_t i = 0; i < n; ++i)
-        if (b[i] != (unsigned char)(seed * 131 + i * 7)) return 0;
-    return 1;
-}
 
 static int pingpong(cxk_comm *c, int rank, int n) {
     (void)n;

@@ -11,6 +11,7 @@
 #include "check.h"
 #include "child.h"
 #include "cxlkit.h"
+#include "msg_pair.h"
 #include "pool_open.h"
 
 static char path[256];
@@ -86,18 +87,7 @@ int main(void) {
         pids[r] = fork();
         CHECK(pids[r] >= 0);
         if (pids[r] == 0) {
-            cxk_pool *p = open_host(r, 0);
-            if (!p) _exit(99);
-            struct cxk_msg_opts o;
-            cxk_msg_opts_init(&o);
-            o.join_ms = 20000;
-            o.timeout_ms = 60000;
-            cxk_comm *c = NULL;
-            if (cxk_msg_init(p, "ctx", r, 2, &o, &c)) _exit(98);
-            int res = r == 0 ? sender(c) : receiver(c);
-            if (cxk_msg_finalize(c)) res = 97;
-            cxk_pool_close(p);
-            _exit(res);
+            _exit(msg_pair_rank(open_host(r, 0), "ctx", r, sender, receiver));
         }
     }
     for (int r = 0; r < 2; ++r) {

@@ -16,6 +16,7 @@
 #include "child.h"
 #include "pool_open.h"
 #include "cxlkit.h"
+#include "msg_pair.h"
 
 #define BIG (300u * 1024) /* above the eager limit: rendezvous */
 #define ROUNDS 8
@@ -36,14 +37,6 @@ static cxk_pool *open_host(int host, unsigned flags) {
         }                                                                           \
     } while (0)
 
-static void fill(unsigned char *b, size_t n, unsigned seed) {
-    for (size_t i = 0; i < n; ++i) b[i] = (unsigned char)(seed * 131 + i * 7);
-}
-static int same(const unsigned char *b, size_t n, unsigned seed) {
-    for (size_t i = 0; i < n; ++i)
-        if (b[i] != (unsigned char)(seed * 131 + i * 7)) return 0;
-    return 1;
-}
 
 /* Rank 0: a standard rendezvous send is done at its first test, its buffer then rewritten;
  * a synchronous one is not done before rank 1 receives. */
@@ -106,18 +99,7 @@ static void run(void) {
         CHECK(pids[r] >= 0);
         if (pids[r] == 0) {
             close(said[r == 0 ? 0 : 1]);
-            cxk_pool *p = open_host(r, 0);
-            if (!p) _exit(99);
-            struct cxk_msg_opts o;
-            cxk_msg_opts_init(&o);
-            o.join_ms = 20000;
-            o.timeout_ms = 60000;
-            cxk_comm *c = NULL;
-            if (cxk_msg_init(p, "rdvdone", r, 2, &o, &c)) _exit(98);
-            int res = r == 0 ? sender(c) : receiver(c);
-            if (cxk_msg_finalize(c)) res = 97;
-            cxk_pool_close(p);
-            _exit(res);
+            _exit(msg_pair_rank(open_host(r, 0), "rdvdone", r, sender, receiver));
         }
     }
     close(said[0]), close(said[1]);
