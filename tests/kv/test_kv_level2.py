@@ -205,3 +205,26 @@ def test_a_master_binary_that_cannot_run_is_a_mooncake_error(tmp_path, monkeypat
     with pytest.raises(MooncakeError, match="mooncake_master: cannot start it"):
         with local_mooncake():
             pass
+
+
+def test_a_local_store_node_that_dies_at_start_is_named_with_its_exit_status(
+        tmp_path, monkeypatch):
+    from cxlkit.integrations.mooncake import MooncakeError
+    from cxlkit.integrations.mooncake_local import local_mooncake
+
+    fake = tmp_path / "mooncake_master"
+    fake.write_text("#!/bin/sh\nexec sleep 600\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr("sys.executable", "/bin/false")  # the node exits at once, silent
+    with pytest.raises(MooncakeError, match="ended with exit status 1 before it was ready"):
+        with local_mooncake(32 << 20, start_s=5):
+            pass
+
+
+def test_local_mooncake_refuses_a_node_too_small_for_mooncake():
+    from cxlkit.integrations.mooncake_local import local_mooncake
+
+    with pytest.raises(ValueError, match="node_bytes"):
+        with local_mooncake(1 << 20):
+            pass

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from .mooncake import MooncakeError
+from .mooncake import _MIN_BYTES, MooncakeError
 
 # A store node: mounts node_bytes of its memory into the store, says "ready" once connected,
 # and lends it until its stdin closes.
@@ -69,15 +69,19 @@ def _free_port() -> int:
 
 def _wait_line(proc: subprocess.Popen, what: str, until: float) -> str:
     """The process's first line of output, read before the monotonic deadline `until`."""
-    while True:
-        left = until - time.monotonic()
-        if left <= 0 or proc.poll() is not None:
-            break
+    while (left := until - time.monotonic()) > 0:
         ready, _, _ = select.select([proc.stdout], [], [], min(left, 1.0))
-        if ready:
-            return proc.stdout.readline().strip()
-    raise MooncakeError(f"{what}: no answer within the start bound "
-                        f"(exit status {proc.poll()}); is this machine very loaded?")
+        if ready:  # a line, or end of file from a process that ended saying nothing
+            line = proc.stdout.readline()
+            if line:
+                return line.strip()
+        if proc.poll() is not None:
+            break
+    if proc.poll() is not None:
+        raise MooncakeError(f"{what}: ended with exit status {proc.returncode} before it "
+                            "was ready")
+    raise MooncakeError(f"{what}: no answer within the start bound; is this machine very "
+                        "loaded?")
 
 
 def _stop(proc: subprocess.Popen | None, grace_s: float) -> None:
@@ -95,6 +99,9 @@ def local_mooncake(node_bytes: int = 0, *, start_s: float = 120) -> Iterator[Loc
     """Start a master on free loopback ports and, with node_bytes > 0, a store node lending
     that much memory; both stop when the block ends (the node first, given 60 s to close).
     MooncakeError when either does not come up within start_s seconds."""
+    if node_bytes and node_bytes < _MIN_BYTES:
+        raise ValueError(f"local_mooncake node_bytes: {node_bytes}; Mooncake needs at least "
+                         f"{_MIN_BYTES} (or 0: no store node)")
     http, rpc, metrics = _free_port(), _free_port(), _free_port()
     exe = master_binary()
     try:
