@@ -119,11 +119,22 @@ def thermo(out: str) -> list[str]:
     return rows
 
 
+def pool_env(spec: str) -> tuple[str, dict]:
+    """--pool-env NAME:K=V[,K=V...] -> (NAME, {K: V}): one more pool variant."""
+    name, sep, pairs = spec.partition(":")
+    kv = [p.partition("=") for p in pairs.split(",") if p]
+    if not sep or not name.isalnum() or not kv or any(not k or not e for k, e, _ in kv):
+        raise SystemExit(f"bench/lammps_netns.py: --pool-env {spec!r}: want NAME:K=V[,K=V]")
+    return name, {k: v for k, _, v in kv}
+
+
 def variants(ranks_across: list[int], ranks_one: list[int], pool: str,
-             coherent: bool = False, place: str = "machine") -> list[tuple]:
+             coherent: bool = False, place: str = "machine",
+             extra: list[tuple[str, dict]] = ()) -> list[tuple]:
     """(name, ranks, command maker, environment, name of the plain variant it is checked
     against). Every shim run across the hosts makes a pool of its own (pool is removed after
-    each: a pool is made for the ranks of the job that creates it)."""
+    each: a pool is made for the ranks of the job that creates it). extra: more pool variants
+    across the hosts, (label, environment added to the shim's), named pool<label><ranks>."""
     shim = {"LD_PRELOAD": str(SHIM), "CXLKIT_MPI_POOL": pool, "CXLKIT_MPI_POOL_MB": "256",
             "CXLKIT_MPI_STATS": "1"}
     out, across_p = [], functools.partial(across, place=place)
@@ -132,6 +143,8 @@ def variants(ranks_across: list[int], ranks_one: list[int], pool: str,
                 (f"pool{n}", n, across_p, shim, f"tcp{n}"),
                 *([(f"poolcoh{n}", n, across_p, {**shim, "CXLKIT_MPI_COHERENCE": "host"},
                     f"tcp{n}")] if coherent else []),
+                *[(f"pool{label}{n}", n, across_p, {**shim, **e}, f"tcp{n}")
+                  for label, e in extra],
                 (f"shm{n}", n, one_host, {}, f"tcp{n}")]
     for n in ranks_one:
         if n not in ranks_across:
@@ -190,12 +203,16 @@ def main() -> None:
     ap.add_argument("--placement", choices=["machine", "launcher"], default="machine",
                     help="ranks across the hosts placed as one host's job over the machine's "
                          "CPUs, or as each host's launcher binds them (both hosts from core 0)")
+    ap.add_argument("--pool-env", action="append", default=[], metavar="NAME:K=V[,K=V]",
+                    help="one more pool variant across the hosts (poolNAME<ranks>): the "
+                         "shim's environment plus these, e.g. yield:CXLKIT_MSG_SLEEP_US=0")
     a = ap.parse_args()
     out = ROOT / a.out
     out.mkdir(parents=True, exist_ok=True)
     pool = f"/dev/shm/cxk-bench-lammps-{os.getpid()}.pool"
     vs = variants([int(x) for x in a.across.split(",") if x],
-                  [int(x) for x in a.one.split(",") if x], pool, a.coherent, a.placement)
+                  [int(x) for x in a.one.split(",") if x], pool, a.coherent, a.placement,
+                  [pool_env(x) for x in a.pool_env])
     argv = lmp_args(a.box, a.steps, a.every)
     rows = []
     try:
