@@ -15,6 +15,12 @@
 
 #include "mpi/shim.h"
 
+/* How long a rank other than 0 of an Open MPI program running the MPICH build waits for
+ * Open MPI's launcher to end the job once rank 0 has said so (check_mpi). */
+#define WRONG_MPI_WAIT_S 20
+/* The head start rank 0 gets under other launchers. */
+#define WRONG_MPI_LEAD_S 2
+
 #if defined(OPEN_MPI)
 #define SHIM_MPI "Open MPI"
 #define SHIM_LIB "libcxlkit_mpi_openmpi.so"
@@ -391,12 +397,26 @@ static void check_mpi(void) {
 #endif
     const char *r = getenv("PMI_RANK");
     if (!r) r = getenv("OMPI_COMM_WORLD_RANK");
-    if (!r || !strcmp(r, "0"))
+    if (!r || !strcmp(r, "0")) {
         fprintf(stderr,
                 "cxlkit-mpi: wrong MPI: this is the shim built for " SHIM_MPI " (" SHIM_LIB
                 ") but the program runs " OTHER_MPI " (%s); preload " OTHER_LIB
                 " instead (exiting)\n",
                 di.dli_fname);
+        exit(1);
+    }
+    /* Another rank leaves the saying to rank 0, and waits (bounded) before it exits, so that
+     * its exit does not end the job before rank 0 has said why (seen on a loaded machine:
+     * the job failed without a word). Open MPI's launcher ends the whole job when any rank
+     * exits non-zero: there the others wait for it to end them once rank 0 has exited with
+     * its line. MPICH's Hydra forwards rank 0's line and waits for every rank, but it can
+     * die of SIGPIPE when the ranks' exits race its forwarding: there they give rank 0 a
+     * head start. */
+    const int tenths = getenv("OMPI_COMM_WORLD_RANK") ? WRONG_MPI_WAIT_S * 10 : WRONG_MPI_LEAD_S * 10;
+    for (int i = 0; i < tenths; ++i) {
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     exit(1);
 #endif
 }

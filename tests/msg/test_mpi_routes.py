@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -242,9 +243,77 @@ def test_shim_of_the_other_mpi_says_so_in_one_line_and_exits(built, mpi):
     r = run(mpi, 2, built[mpi]["check"], built[other]["shim"])
     assert r.returncode != 0
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("cxlkit-mpi: wrong MPI")]
-    assert len(lines) == 1, r.stderr
+    assert len(lines) == 1, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
     assert f"libcxlkit_mpi_{mpi}.so instead" in lines[0]
     assert "Segmentation fault" not in r.stderr and "Invalid communicator" not in r.stderr
+
+
+def _sleeping_or_gone(marker: str, done: Path, launcher: subprocess.Popen,
+                      bound_s: float = 60) -> str:
+    """Wait (bounded) until the process whose environment holds marker sits in a sleep
+    system call (nanosleep, clock_nanosleep), its wrapper wrote done (it exited), or the
+    launcher ended: which one."""
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline:
+        if launcher.poll() is not None:
+            return "launcher ended"
+        if done.exists():
+            return "gone"
+        for d in Path("/proc").iterdir():
+            try:
+                if (d.name.isdigit() and marker.encode() in (d / "environ").read_bytes()
+                        and (d / "syscall").read_text().split()[0] in ("35", "230")):
+                    return "sleeping"
+            except (OSError, IndexError):
+                continue
+        time.sleep(0.01)
+    return "bound"
+
+
+@pytest.mark.skipif(len(INSTALLED) < 2, reason="needs both MPICH and Open MPI")
+@pytest.mark.parametrize("mpi", INSTALLED)
+def test_the_wrong_mpi_line_is_said_when_rank_0_reaches_it_after_the_others(built, mpi,
+                                                                             tmp_path):
+    # rank 0 is held before it starts until rank 1 has met the mismatch and done what it
+    # does (exited, or waits for the launcher to end it); under Open MPI's launcher, a rank 1
+    # that exits at once has the launcher end the job before rank 0 speaks
+    other = next(m for m in INSTALLED if m != mpi)
+    gate, done = tmp_path / "gate", tmp_path / "rank1-exited"
+    os.mkfifo(gate)
+    token = f"{os.getpid()}-{mpi}"
+    prog, shim = str(built[mpi]["check"]), str(built[other]["shim"])
+    hold = ["sh", "-c", 'read x < "$0"; LD_PRELOAD="$2" exec "$1"', str(gate), prog, shim]
+    mark = ["sh", "-c", 'CXK_WRONG_MPI_RANK1="$3" LD_PRELOAD="$2" "$1"; rc=$?; '
+            'echo $rc > "$4"; exit $rc', "sh", prog, shim, token, str(done)]
+    launch = [MPIS[mpi][1], *(["--oversubscribe"] if mpi == "openmpi" else [])]
+    cmd = [*launch, "-n", "1", *hold, ":", "-n", "1", *mark]
+    e = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    e.pop("LD_PRELOAD", None)
+    p = subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        state = _sleeping_or_gone(f"CXK_WRONG_MPI_RANK1={token}", done, p)
+        if state == "gone":  # give its launcher the time to end the job, if it does
+            try:
+                p.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            fd = os.open(gate, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO: rank 0 already ended
+            os.write(fd, b"go\n")
+            os.close(fd)
+        except OSError:
+            pass
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, 9)
+            p.communicate()
+    assert state in ("sleeping", "gone"), (state, out[-2000:], err[-2000:])
+    assert p.returncode != 0
+    lines = [ln for ln in err.splitlines() if ln.startswith("cxlkit-mpi: wrong MPI")]
+    assert len(lines) == 1, (p.returncode, out[-2000:], err[-2000:])
+    assert f"libcxlkit_mpi_{mpi}.so instead" in lines[0]
 
 
 CPUS = sorted(os.sched_getaffinity(0))
