@@ -288,12 +288,39 @@ static int world_maps(void) {
     return shim_routes_fill(&g.world);
 }
 
+/* Every rank of the job started on this node, by the launcher's own count (Open MPI's
+ * OMPI_COMM_WORLD_LOCAL_SIZE, Hydra's MPI_LOCALNRANKS equal to the job's size), and no host
+ * labels (CXLKIT_MPI_HOSTS) to say otherwise: the same answer on every rank, known without
+ * a message. */
+static int one_node_by_launcher(void) {
+    const char *labels = getenv("CXLKIT_MPI_HOSTS");
+    if (g.size < 2 || (labels && *labels)) return 0;
+    static const char *const names[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
+        const char *v = getenv(names[i]);
+        if (!v || *v < '0' || *v > '9') continue;
+        char *end;
+        errno = 0;
+        const long n = strtol(v, &end, 10);
+        return !*end && !errno && n == g.size;
+    }
+    return 0;
+}
+
 static void boot(int provided) {
     struct shim_config c;
     PMPI_Comm_rank(MPI_COMM_WORLD, &g.rank);
     PMPI_Comm_size(MPI_COMM_WORLD, &g.size);
-    if (g.rank == 0) read_config(&c);
-    PMPI_Bcast(&c, (int)sizeof c, MPI_BYTE, 0, MPI_COMM_WORLD);
+    /* One node: the shim routes nothing, so it sends nothing either. Every rank reads its own
+     * environment (a launcher gives every rank the same) instead of rank 0's broadcast: one
+     * message at start shifts the MPI's own shared-memory queues, and Open MPI's 2-rank
+     * barrier then ran 0.02-0.07 us (12-18 %) slower for the whole job. */
+    const int one_node = one_node_by_launcher();
+    if (one_node) read_config(&c);
+    else {
+        if (g.rank == 0) read_config(&c);
+        PMPI_Bcast(&c, (int)sizeof c, MPI_BYTE, 0, MPI_COMM_WORLD);
+    }
     g.verbose = c.verbose, g.stats = c.stats;
     g.route_world = (c.comms & 1) != 0, g.route_derived = (c.comms & 2) != 0;
     snprintf(g.job, sizeof g.job, "%s", c.job);
@@ -317,6 +344,11 @@ static void boot(int provided) {
     }
     if (!hosts_cover(c.hosts)) {
         off("CXLKIT_MPI_HOSTS names fewer hosts than there are ranks", 1);
+        return;
+    }
+    if (one_node) {
+        off("no two ranks on different hosts share the pool: every peer stays on " SHIM_MPI
+            "'s own path", 0);
         return;
     }
     char label[64];
