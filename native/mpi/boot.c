@@ -288,14 +288,21 @@ static int world_maps(void) {
     return shim_routes_fill(&g.world);
 }
 
-/* Every rank of the job started on this node, by the launcher's own count (Open MPI's
- * OMPI_COMM_WORLD_LOCAL_SIZE, Hydra's MPI_LOCALNRANKS equal to the job's size), and no host
- * labels (CXLKIT_MPI_HOSTS) to say otherwise: the same answer on every rank, known without
- * a message. */
+/* Every rank of the job started on this node, by the count of this MPI's own launcher (Open
+ * MPI's OMPI_COMM_WORLD_LOCAL_SIZE, Hydra's MPI_LOCALNRANKS equal to the job's size; the
+ * launcher sets it in every rank it starts, over what the rank inherited), and no host labels
+ * (CXLKIT_MPI_HOSTS) to say otherwise: the same answer on every rank, known without a
+ * message. */
 static int one_node_by_launcher(void) {
     const char *labels = getenv("CXLKIT_MPI_HOSTS");
     if (g.size < 2 || (labels && *labels)) return 0;
+#if defined(OPEN_MPI)
+    static const char *const names[] = {"OMPI_COMM_WORLD_LOCAL_SIZE"};
+#elif defined(MPICH) && !defined(MPI_ABI_VERSION)
+    static const char *const names[] = {"MPI_LOCALNRANKS"};
+#else
     static const char *const names[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"};
+#endif
     for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
         const char *v = getenv(names[i]);
         if (!v || *v < '0' || *v > '9') continue;
@@ -444,7 +451,7 @@ static void check_mpi(void) {
      * its line. MPICH's Hydra forwards rank 0's line and waits for every rank, but it can
      * die of SIGPIPE when the ranks' exits race its forwarding: there they give rank 0 a
      * head start. */
-    const int tenths = getenv("OMPI_COMM_WORLD_RANK") ? WRONG_MPI_WAIT_S * 10 : WRONG_MPI_LEAD_S * 10;
+    const int tenths = 10 * (getenv("OMPI_COMM_WORLD_RANK") ? WRONG_MPI_WAIT_S : WRONG_MPI_LEAD_S);
     for (int i = 0; i < tenths; ++i) {
         struct timespec ts = {0, 100 * 1000 * 1000};
         nanosleep(&ts, NULL);
