@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from mpi_shim_build import build_shim
+from sleepers import TIMED, sleeping_in
 
 REPO = Path(__file__).resolve().parents[2]
 MPIS = {"mpich": ("mpicc.mpich", "mpiexec.mpich"), "openmpi": ("mpicc.openmpi", "mpiexec.openmpi")}
@@ -278,9 +279,9 @@ def test_shim_of_the_other_mpi_says_so_in_one_line_and_exits(built, mpi):
 
 def _sleeping_or_gone(marker: str, done: Path, launcher: subprocess.Popen,
                       bound_s: float = 60) -> str:
-    """Wait (bounded) until the process whose environment holds marker sits in a sleep
-    system call (nanosleep, clock_nanosleep), its wrapper wrote done (it exited), or the
-    launcher ended: which one."""
+    """Wait (bounded) until the process whose environment holds marker sleeps in a timed
+    sleep (sleepers.TIMED), its wrapper wrote done (it exited), or the launcher ended: which
+    one."""
     deadline = time.monotonic() + bound_s
     while time.monotonic() < deadline:
         if launcher.poll() is not None:
@@ -290,11 +291,11 @@ def _sleeping_or_gone(marker: str, done: Path, launcher: subprocess.Popen,
         for d in Path("/proc").iterdir():
             try:
                 if (d.name.isdigit() and marker.encode() in (d / "environ").read_bytes()
-                        and (d / "syscall").read_text().split()[0] in ("35", "230")):
+                        and any(w in sleeping_in(int(d.name)) for w in TIMED)):
                     return "sleeping"
-            except (OSError, IndexError):
+            except OSError:
                 continue
-        time.sleep(0.01)
+        time.sleep(0.01)  # a poll interval: the sleep we look for lasts until we act
     return "bound"
 
 
