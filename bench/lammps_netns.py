@@ -134,7 +134,7 @@ def variants(ranks_across: list[int], ranks_one: list[int], pool: str,
     """(name, ranks, command maker, environment, name of the plain variant it is checked
     against). Every shim run across the hosts makes a pool of its own (pool is removed after
     each: a pool is made for the ranks of the job that creates it). extra: more pool variants
-    across the hosts, (label, environment added to the shim's), named pool<label><ranks>."""
+    across the hosts, (label, environment added to the shim's), named pool<ranks>+<label>."""
     shim = {"LD_PRELOAD": str(SHIM), "CXLKIT_MPI_POOL": pool, "CXLKIT_MPI_POOL_MB": "256",
             "CXLKIT_MPI_STATS": "1"}
     out, across_p = [], functools.partial(across, place=place)
@@ -143,7 +143,7 @@ def variants(ranks_across: list[int], ranks_one: list[int], pool: str,
                 (f"pool{n}", n, across_p, shim, f"tcp{n}"),
                 *([(f"poolcoh{n}", n, across_p, {**shim, "CXLKIT_MPI_COHERENCE": "host"},
                     f"tcp{n}")] if coherent else []),
-                *[(f"pool{label}{n}", n, across_p, {**shim, **e}, f"tcp{n}")
+                *[(f"pool{n}+{label}", n, across_p, {**shim, **e}, f"tcp{n}")
                   for label, e in extra],
                 (f"shm{n}", n, one_host, {}, f"tcp{n}")]
     for n in ranks_one:
@@ -204,7 +204,7 @@ def main() -> None:
                     help="ranks across the hosts placed as one host's job over the machine's "
                          "CPUs, or as each host's launcher binds them (both hosts from core 0)")
     ap.add_argument("--pool-env", action="append", default=[], metavar="NAME:K=V[,K=V]",
-                    help="one more pool variant across the hosts (poolNAME<ranks>): the "
+                    help="one more pool variant across the hosts (pool<ranks>+NAME): the "
                          "shim's environment plus these, e.g. yield:CXLKIT_MSG_SLEEP_US=0")
     a = ap.parse_args()
     out = ROOT / a.out
@@ -213,6 +213,8 @@ def main() -> None:
     vs = variants([int(x) for x in a.across.split(",") if x],
                   [int(x) for x in a.one.split(",") if x], pool, a.coherent, a.placement,
                   [pool_env(x) for x in a.pool_env])
+    if len({v[0] for v in vs}) != len(vs):
+        raise SystemExit("bench/lammps_netns.py: --pool-env: a NAME given twice")
     argv = lmp_args(a.box, a.steps, a.every)
     rows = []
     try:

@@ -172,17 +172,21 @@ def test_the_vllm_bench_runner_kills_what_an_engine_leaves_behind():
     assert (r.returncode, r.stdout) == (3, "out\n")
 
 
-def test_lammps_bench_adds_pool_variants_with_their_environment_and_refuses_a_bad_spec():
+def test_lammps_bench_adds_pool_variants_with_their_environment_and_refuses_a_bad_spec(
+        tmp_path):
     lam = bench_inproc.load("lammps_netns.py")
     assert lam.pool_env("yield:CXLKIT_MSG_SLEEP_US=0,CXLKIT_MSG_SPIN_US=50") == (
         "yield", {"CXLKIT_MSG_SLEEP_US": "0", "CXLKIT_MSG_SPIN_US": "50"})
     vs = lam.variants([4], [], "/dev/shm/p", extra=[("yield", {"CXLKIT_MSG_SLEEP_US": "0"})])
     by = {v[0]: v for v in vs}
-    assert set(by) == {"tcp4", "pool4", "poolyield4", "shm4"}
-    assert by["poolyield4"][3]["CXLKIT_MSG_SLEEP_US"] == "0"
-    assert by["poolyield4"][3]["CXLKIT_MPI_POOL"] == "/dev/shm/p"  # the shim's own kept
+    assert set(by) == {"tcp4", "pool4", "pool4+yield", "shm4"}
+    assert by["pool4+yield"][3]["CXLKIT_MSG_SLEEP_US"] == "0"
+    assert by["pool4+yield"][3]["CXLKIT_MPI_POOL"] == "/dev/shm/p"  # the shim's own kept
     assert "CXLKIT_MSG_SLEEP_US" not in by["pool4"][3]
-    assert by["poolyield4"][4] == "tcp4"  # its energies checked against TCP's
+    assert by["pool4+yield"][4] == "tcp4"  # its energies checked against TCP's
     for bad in ("yield", "yield:", "yield:K", "no-alnum:K=V", ":K=V", "y:=V"):
         with pytest.raises(SystemExit, match="--pool-env"):
             lam.pool_env(bad)
+    r = bench_inproc.run("lammps_netns.py", "--across", "2", "--one", "", "--rounds", "0",
+                         "--pool-env", "a:K=V", "--pool-env", "a:K=W", "--out", str(tmp_path))
+    assert r.returncode == 1 and "a NAME given twice" in r.stderr
