@@ -1241,6 +1241,10 @@ struct cxk_msg_opts {
     uint32_t dead_ms;       /* a peer of another machine whose heartbeat is this old is dead;
                                0 = CXLKIT_MSG_DEAD_MS or 5000 */
     uint32_t join_ms;       /* how long cxk_msg_init waits for every rank; 0 = 60000 */
+    uint32_t domain;        /* this rank's cache-coherence domain (one machine), 0 = unknown.
+                               On a pool of coherence NONE, messages between two ranks that
+                               give the same non-zero domain skip the flushes and invalidates
+                               (their caches agree); every other pair, and SIM, keep them */
 };
 CXK_API void cxk_msg_opts_init(struct cxk_msg_opts *opts);
 
@@ -1284,6 +1288,10 @@ CXK_API int cxk_msg_rank(const cxk_comm *comm);
 CXK_API int cxk_msg_size(const cxk_comm *comm);
 /* The rank whose silence made the last call fail with -ETIMEDOUT, or -1. */
 CXK_API int cxk_msg_failed_rank(const cxk_comm *comm);
+/* 1 when messages between this rank and peer skip the flushes and invalidates (the pool is
+ * coherent, peer is this rank, or on coherence NONE both gave one non-zero
+ * cxk_msg_opts.domain), 0 when they pay them, -EINVAL for a bad comm or peer. */
+CXK_API int cxk_msg_peer_coherent(const cxk_comm *comm, int peer);
 /* A hook the calling thread's messaging waits call about every 20 ms while they wait (set
  * per thread; NULL, the default: none). A nonzero return ends the wait as its timeout would
  * (-ETIMEDOUT, cxk_msg_failed_rank -1; a request stays pending as after a timeout, a blocking

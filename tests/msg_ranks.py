@@ -36,13 +36,17 @@ def make_pool(path: str, nranks: int, coherence: str | None = None, size: str = 
 
 
 def run_ranks(path: str, size: int, fn: Callable[[msg.Comm], Any], *, job: str = "t",
-              coherence: str | None = None, timeout: float = 60.0, **kwargs: Any) -> list[Any]:
-    """fn(comm) on every rank; returns the values in rank order, raising if a rank failed."""
+              coherence: str | None = None, timeout: float = 60.0,
+              per_rank: Callable[[int], dict[str, Any]] | None = None,
+              **kwargs: Any) -> list[Any]:
+    """fn(comm) on every rank; returns the values in rank order, raising if a rank failed.
+    kwargs go to every rank's Comm, per_rank(rank)'s to that rank's."""
     ctx = mp.get_context("fork")
     procs, conns = [], []
     for r in range(size):
         a, b = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_rank_main, args=(fn, path, coherence, job, r, size, b, kwargs))
+        mine = {**kwargs, **(per_rank(r) if per_rank else {})}
+        p = ctx.Process(target=_rank_main, args=(fn, path, coherence, job, r, size, b, mine))
         p.start()
         procs.append(p)
         conns.append(a)

@@ -109,13 +109,14 @@ PyType_Slot memory_slots[] = {
 void bind_comm(nb::module_ &m) {
     nb::class_<MsgComm>(m, "MsgComm")
         .def(nb::init<nb::handle, const std::string &, int, int, uint32_t, uint32_t, uint64_t,
-                      uint32_t, uint32_t, uint32_t>())
+                      uint32_t, uint32_t, uint32_t, uint32_t>())
         .def("close", &MsgComm::close)
         .def_prop_ro("closed", &MsgComm::closed)
         .def_prop_ro("rank", &MsgComm::rank)
         .def_prop_ro("size", &MsgComm::size)
         .def_prop_ro("eager_bytes", &MsgComm::eager_bytes)
         .def("is_pool_mem", &MsgComm::is_pool_mem)
+        .def("peer_coherent", &MsgComm::peer_coherent)
         .def_prop_ro("failed_rank", &MsgComm::failed_rank)
         .def("set_wait", &MsgComm::set_wait)
         .def("waiter_stats", &MsgComm::waiter_stats)

@@ -20,12 +20,13 @@ nb::tuple received(const cxk_msg_status &st, bool truncated) {
 
 MsgComm::MsgComm(nb::handle pool_obj, const std::string &job, int rank, int size,
                  uint32_t cell_bytes, uint32_t ncells, uint64_t eager_bytes,
-                 uint32_t timeout_ms, uint32_t dead_ms, uint32_t join_ms)
+                 uint32_t timeout_ms, uint32_t dead_ms, uint32_t join_ms, uint32_t domain)
     : pool_(pool_obj), label_("job " + job + " rank " + std::to_string(rank)) {
     cxk_msg_opts o;
     cxk_msg_opts_init(&o);
     o.cell_bytes = cell_bytes, o.ncells = ncells, o.eager_bytes = eager_bytes;
     o.timeout_ms = timeout_ms, o.dead_ms = dead_ms, o.join_ms = join_ms;
+    o.domain = domain;
     cxk_pool *p = pool_.get();
     int r;
     {
@@ -67,6 +68,12 @@ void MsgComm::close() {
                                "views first");
     const int r = locked([&] { return shut(); });
     if (r < 0) check(r, label_);
+}
+
+bool MsgComm::peer_coherent(int peer) const {
+    const int r = cxk_msg_peer_coherent(get(), peer);
+    if (r < 0) check(r, label_ + ": peer " + std::to_string(peer));
+    return r == 1;
 }
 
 bool MsgComm::is_pool_mem(nb::handle buf) const {

@@ -63,7 +63,7 @@ class MsgComm {
   public:
     MsgComm(nb::handle pool_obj, const std::string &job, int rank, int size,
             uint32_t cell_bytes, uint32_t ncells, uint64_t eager_bytes, uint32_t timeout_ms,
-            uint32_t dead_ms, uint32_t join_ms);
+            uint32_t dead_ms, uint32_t join_ms, uint32_t domain);
     ~MsgComm();
     MsgComm(const MsgComm &) = delete;
     MsgComm &operator=(const MsgComm &) = delete;
@@ -101,6 +101,7 @@ class MsgComm {
     int size() const { return cxk_msg_size(get()); }
     uint64_t eager_bytes() const { return cxk_msg_eager_bytes(get()); }
     int failed_rank() const { return c_ ? cxk_msg_failed_rank(c_) : failed_; }
+    bool peer_coherent(int peer) const;
     bool is_pool_mem(nb::handle buf) const;
     void set_wait(uint32_t spin_us, uint32_t yield_us, uint32_t sleep_us);
     nb::tuple get_wait();

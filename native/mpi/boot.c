@@ -47,6 +47,7 @@ struct shim_config {
     int verbose;             /* CXLKIT_MPI_VERBOSE: banner on rank 0 */
     int stats;               /* CXLKIT_MPI_STATS: counters of every rank at MPI_Finalize */
     int coherence;           /* CXLKIT_MPI_COHERENCE host|none; -1 auto */
+    int same_host_mpi;       /* CXLKIT_MPI_SAME_HOST=mpi: peers on this host stay on the MPI */
     int explicit_pool;       /* CXLKIT_MPI_POOL given */
     uint64_t eager;          /* CXLKIT_MPI_EAGER bytes; 0 the engine's default */
     uint64_t mib_per_rank;   /* CXLKIT_MPI_POOL_MB: pool bytes per rank (created pools) */
@@ -127,7 +128,8 @@ static void check_config(struct shim_config *c) {
     static const char *const names[] = {"CXLKIT_MPI", "CXLKIT_MPI_COMMS", "CXLKIT_MPI_VERBOSE",
                                         "CXLKIT_MPI_STATS", "CXLKIT_MPI_COHERENCE",
                                         "CXLKIT_MPI_EAGER", "CXLKIT_MPI_POOL_MB",
-                                        "CXLKIT_MPI_POOL", "CXLKIT_MPI_RMA"};
+                                        "CXLKIT_MPI_POOL", "CXLKIT_MPI_RMA",
+                                        "CXLKIT_MPI_SAME_HOST"};
     for (size_t i = 0; i < sizeof names / sizeof names[0] && !c->refused[0]; i++)
         if (cxk_config_check(names[i], c->refused, sizeof c->refused) != -EINVAL)
             c->refused[0] = 0;
@@ -146,6 +148,8 @@ static void read_config(struct shim_config *c) {
     c->coherence = !coh || !*coh || !strcmp(coh, "auto") ? -1
                    : !strcmp(coh, "none")                 ? CXK_COHERENCE_NONE
                                                           : CXK_COHERENCE_HOST;
+    const char *same = getenv("CXLKIT_MPI_SAME_HOST");
+    c->same_host_mpi = same && !strcmp(same, "mpi");
     c->eager = env_u64("CXLKIT_MPI_EAGER", 0);
     /* rendezvous buffers come out of a rank's part: OSU bw at 4 MiB (64 in flight) ran at
      * ~410 MB/s with 256 MiB a rank (buffers exhausted, sends waiting), 1400-2700 with 1024 */
@@ -264,6 +268,7 @@ static const char *join(const struct shim_config *c, int coherence, int maps_poo
         cxk_msg_opts_init(&mo);
         mo.eager_bytes = c->eager;
         mo.join_ms = 30000;
+        mo.domain = shim_domain();
         rc = cxk_msg_init(g.pool, c->job, erank, g.esize, &mo, &g.eng);
     }
     if (!all_ok(rc == 0)) {
@@ -361,7 +366,7 @@ static void boot(int provided) {
     char label[64];
     const uint64_t host = my_host(&c, label, sizeof label);
     const int maps_pool = !list_has(c.nopool, label);
-    if (!shim_topology(host, maps_pool)) {
+    if (!shim_topology(host, maps_pool, !c.same_host_mpi)) {
         shim_routes_free();
         off("no two ranks on different hosts share the pool: every peer stays on " SHIM_MPI
             "'s own path", 0);

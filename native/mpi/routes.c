@@ -1,7 +1,9 @@
 /* routes.c — the route to each peer, decided once at MPI_Init from the job's topology:
- *  - a peer on this host (same hostname, as the MPI's launcher tells nodes apart) stays on the
- *    MPI's own path (its single-copy shared memory);
  *  - a peer on another host that maps the same pool goes through the pool;
+ *  - a peer on this host (same hostname, as the MPI's launcher tells nodes apart) goes through
+ *    the pool too when this rank's pool spans hosts (its rings skip the flushes: one machine's
+ *    caches agree), else, or with CXLKIT_MPI_SAME_HOST=mpi, it stays on the MPI's own path
+ *    (its single-copy shared memory);
  *  - any other peer uses the MPI's network.
  * A job may span several pods, each with a pool of its own at one path (the same
  * CXLKIT_MPI_POOL names a different pool on each pod's hosts): ranks tell pools apart by the
@@ -17,6 +19,7 @@
 static uint8_t *maps;  /* [size]: the rank means to map a pool (its host is not NOPOOL) */
 static int *pod;       /* [size]: the lowest world rank of the rank's pod (the ranks on other
                           hosts that opened a pool of the same uuid), -1: on no pool */
+static int same_host;  /* peers of one host and pod talk through the pool (rank 0's setting) */
 
 /* The identity of the pool a rank opened, as every rank gathers it. */
 struct pool_id {
@@ -38,13 +41,14 @@ static void count_kernel_ranks(uint64_t *all) {
     shim_cpus_check(all);
 }
 
-int shim_topology(uint64_t my_host, int maps_pool) {
+int shim_topology(uint64_t my_host, int maps_pool, int same_host_pool) {
     g.host = malloc(sizeof *g.host * (size_t)g.size);
     maps = malloc((size_t)g.size);
     uint64_t *boots = malloc(sizeof *boots * (size_t)g.size);
     int ok = g.host && maps && boots, all = 0;
     PMPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (!all) return free(boots), 0;
+    same_host = same_host_pool != 0;
     uint8_t mine = (uint8_t)(maps_pool != 0);
     PMPI_Allgather(&my_host, 1, MPI_UINT64_T, g.host, 1, MPI_UINT64_T, MPI_COMM_WORLD);
     PMPI_Allgather(&mine, 1, MPI_UINT8_T, maps, 1, MPI_UINT8_T, MPI_COMM_WORLD);
@@ -133,9 +137,18 @@ void shim_routes_free(void) {
     g.esize = 0;
 }
 
-/* World ranks a and b talk through the pool: one pool's, on different hosts. */
+/* World ranks a and b talk through the pool: one pool's, on different hosts, or on one host
+ * when same_host (a pod's ranks then all talk through it: no rank waits on two transports,
+ * and the engine's rings between ranks of one host skip the flushes, cxk_msg_opts.domain). */
 static int pool_pair(int a, int b) {
-    return a != b && pod[a] >= 0 && pod[a] == pod[b] && g.host[a] != g.host[b];
+    return a != b && pod[a] >= 0 && pod[a] == pod[b] && (same_host || g.host[a] != g.host[b]);
+}
+
+uint32_t shim_domain(void) {
+    int first = g.rank;
+    for (int i = 0; i < g.size && first == g.rank; ++i)
+        if (g.host[i] == g.host[g.rank]) first = i;
+    return (uint32_t)first + 1;
 }
 
 /* How comm's collectives run, the same on every member (pod[] and host[] are the same on

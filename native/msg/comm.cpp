@@ -151,6 +151,7 @@ int create_rank_obj(cxk_comm *c) {
     h->pid = uint64_t(getpid());
     h->boot = c->boot;
     h->session = c->session;
+    h->domain = c->domain;
     if ((rc = publish_own(c, name, off))) return rc;
     c->obj_off = off;
     return 0;
@@ -188,6 +189,8 @@ int try_join_peer(cxk_comm *c, int r, uint64_t session) {
     p.pid = h.pid;
     p.boot = h.boot;
     p.host = h.host;
+    p.domain = h.domain;
+    p.nc = pair_nc(c, r, h.domain);
     p.beat_seen_ns = now_ns();
     if (session == 0) c->session = h.session;
     return 0;
@@ -222,6 +225,7 @@ int join(cxk_comm *c) {
             auto &p = c->peers[size_t(r)];
             p.obj_off = c->obj_off, p.obj_gen = st.generation, p.pid = uint64_t(getpid());
             p.boot = c->boot, p.host = c->host;
+            p.domain = c->domain, p.nc = pair_nc(c, r, c->domain);
             continue;
         }
         while ((rc = try_join_peer(c, r, c->session)) == -EAGAIN) {
@@ -405,6 +409,8 @@ int cxk_msg_init(cxk_pool *p, const char *job, int rank, int nranks, const cxk_m
     c->pool = p;
     c->base = static_cast<uint8_t *>(cxk_pool_base(p));
     c->nc = ps.coherence != CXK_COHERENCE_HOST;  // "none" or "sim"
+    c->sim = ps.coherence == CXK_COHERENCE_SIM;
+    c->domain = o.domain;
     c->job = job;
     c->rank = rank;
     c->nranks = nranks;
@@ -436,6 +442,11 @@ int cxk_msg_init(cxk_pool *p, const char *job, int rank, int nranks, const cxk_m
 }
 
 int cxk_msg_finalize(cxk_comm *c) { return cxk_msg_finalize_ex(c, nullptr); }
+
+int cxk_msg_peer_coherent(const cxk_comm *c, int peer) {
+    if (!c || peer < 0 || peer >= c->nranks) return -EINVAL;
+    return cxk::msg::nc_with(c, peer) ? 0 : 1;
+}
 
 namespace {
 

@@ -39,8 +39,8 @@ int mem_send_start(cxk_comm *c, Peer &p, cxk_msg_req *r, int k, uint64_t off) {
     void *cell;
     if (int rc = cxk_ring_reserve(p.out, &cell)) return rc;
     // the user's stores into the block reach the pool before the RTS that sends the receiver
-    // there (coherence "none"; commit's fence orders them)
-    if (c->nc) cxk_flush(r->sbuf, r->count);
+    // there (coherence "none", another domain's receiver; commit's fence orders them)
+    if (p.nc) cxk_flush(r->sbuf, r->count);
     MsgHdr m{r->ctx, r->tag, r->count, r->cookie, r->flags | kInPool, 1, off, uint32_t(k), 0};
     seal(c, m, r);
     std::memcpy(cell, &m, sizeof m);
@@ -59,7 +59,7 @@ int mem_span(cxk_comm *c, int src, uint32_t index, uint64_t off, uint64_t len,
         return rc;
     }
     auto *h = reinterpret_cast<const MemHdr *>(c->base + v->off);
-    if (c->nc) cxk_invalidate(h, kLine);
+    if (nc_with(c, src)) cxk_invalidate(h, kLine);
     // the RTS's offset and length are untrusted: the bytes must lie in the object as the pool
     // sized it (the header's own nbytes is the sender's word, checked against that too). Each
     // header word is read once: a peer rewriting nbytes between two reads must not widen the
@@ -80,7 +80,7 @@ int mem_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index
     uint64_t want = len < cap ? len : cap;
     // the sender flushed these bytes and fenced before its RTS (coherence "none")
     const uint64_t read = crc ? len : want;  // a checksum reads the bytes past cap too
-    if (read && c->nc) cxk_invalidate(data, read);
+    if (read && nc_with(c, src)) cxk_invalidate(data, read);
     uint32_t got = crc ? crc->seed : 0;
     copy_part(dst, cap, 0, data, len, crc ? &got : nullptr);
     c->peers[size_t(src)].ctlq.push_back(Ctl{kFin, cookie, 0});

@@ -34,7 +34,9 @@ struct RankHdr {           // line 0: written before publish, immutable afterwar
     uint64_t pid;
     uint64_t boot;         // hash of the machine's boot id: pid means something only there
     uint64_t session;      // rank 0's nonce: every rank of one run carries the same
-    uint8_t pad[16];
+    uint32_t domain;       // the rank's coherence domain (cxk_msg_opts.domain; 0: unknown,
+                           // and in a rank object of an older library)
+    uint8_t pad[12];
 };
 struct RankLive {          // line 1: the rank's heartbeat thread
     uint64_t beat;         // +1 every 100 ms while the rank is in the job
@@ -232,6 +234,10 @@ struct Peer {
     uint64_t obj_off = 0, obj_gen = 0;  // their rank object (lease held)
     uint64_t pid = 0, boot = 0;
     uint32_t host = 0;
+    uint32_t domain = 0;                // their RankHdr.domain
+    // messages to and from them flush and invalidate (pair_nc): false only on coherence
+    // "none" for myself and for a rank of my coherence domain
+    bool nc = true;
     cxk_ring *out = nullptr;            // ring I write to them
     cxk_ring *in = nullptr;             // ring they write to me
     std::deque<cxk_msg_req *> sendq;    // sends not yet started, in order
@@ -249,7 +255,9 @@ struct Peer {
 struct cxk_comm {
     cxk_pool *pool = nullptr;
     uint8_t *base = nullptr;
-    bool nc = false;
+    bool nc = false;                          // the pool: "none" or "sim" (Peer::nc per pair)
+    bool sim = false;                         // the pool: "sim" (one view per host slot)
+    uint32_t domain = 0;                      // cxk_msg_opts.domain
     std::string job;
     int rank = 0, nranks = 0;
     cxk_msg_opts opts{};
@@ -331,11 +339,23 @@ struct Waiter {
     int check(bool on_rings = false, const cxk::ring::Extra *barrier = nullptr);
 };
 
+// Whether messages between me and a rank of that domain and pool host slot need the flushes
+// of a non-coherent pool: on "none" not with myself nor with a rank of my non-zero domain (one
+// machine's caches keep the bytes coherent); on "sim" always (each host slot sees a view of
+// its own, and each rank of the MPI shim has a slot).
+inline bool pair_nc(const cxk_comm *c, int rank, uint32_t domain) {
+    if (!c->nc) return false;
+    if (c->sim) return true;
+    if (rank == c->rank) return false;
+    return !c->domain || domain != c->domain;
+}
+inline bool nc_with(const cxk_comm *c, int rank) { return c->peers[size_t(rank)].nc; }
+
 // p2p.cpp
 // The header's part of a message checksum (kCrc): crc32c of ctx, tag and len.
 uint32_t hdr_crc(uint32_t ctx, int32_t tag, uint64_t len);
-// crc32c continued over n bytes at p (invalidated first under coherence "none").
-uint32_t crc_more(const cxk_comm *c, uint32_t crc, const void *p, uint64_t n);
+// crc32c continued over n bytes at p (invalidated first when nc).
+uint32_t crc_more(bool nc, uint32_t crc, const void *p, uint64_t n);
 // Bytes [pos, pos + n) of a message at src: the part that fits copied into dst (capacity
 // cap); *crc (NULL: none) continued over the bytes as delivered, then the rest at src.
 void copy_part(void *dst, uint64_t cap, uint64_t pos, const void *src, uint64_t n,

@@ -8,6 +8,7 @@
 #include "msg/msg.h"
 #include "pool/checksum.h"
 #include "ring/peek.h"
+#include "ring/ring.h"
 
 namespace cxk::msg {
 namespace {
@@ -86,7 +87,8 @@ int rdv_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index
     if (len > v->nbytes - sizeof(RdvHdr)) return -EBADMSG;
     auto *h = reinterpret_cast<RdvHdr *>(c->base + v->off);
     const uint8_t *data = c->base + v->off + sizeof(RdvHdr);
-    if (c->nc) cxk_invalidate(h, kLine);
+    const bool nc = nc_with(c, src);
+    if (nc) cxk_invalidate(h, kLine);
     // the sender wrote magic and cookie (flushed) before the RTS we are answering
     if (h->magic != kRdvMagic || __atomic_load_n(&h->cookie, __ATOMIC_ACQUIRE) != cookie)
         return -EBADMSG;
@@ -94,7 +96,7 @@ int rdv_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index
     uint64_t done = 0;
     uint32_t got = crc ? crc->seed : 0;
     while (done < len) {
-        if (c->nc) cxk_invalidate(h, kLine);
+        if (nc) cxk_invalidate(h, kLine);
         // acquire pairs with the sender's release of ready: the bytes it counts are there
         uint64_t ready = __atomic_load_n(&h->ready, __ATOMIC_ACQUIRE);
         if (ready > len) return -EBADMSG;
@@ -105,19 +107,19 @@ int rdv_recv(cxk_comm *c, int src, uint64_t len, uint64_t cookie, uint32_t index
         ++c->events;  // a chunk arrived: the wait for the next one spins afresh
         uint64_t want = ready < cap ? ready : cap;
         if (want > done) {
-            if (c->nc) cxk_invalidate(data + done, want - done);
+            if (nc) cxk_invalidate(data + done, want - done);
             std::memcpy(static_cast<uint8_t *>(dst) + done, data + done, want - done);
         }
         if (crc) {  // the bytes as delivered, then those past the buffer where they lie
             const uint64_t lo = done > want ? done : want;
             auto *d = static_cast<uint8_t *>(dst);
             if (want > done) got = pool::crc32c(d + done, want - done, got);
-            if (ready > lo) got = crc_more(c, got, data + lo, ready - lo);
+            if (ready > lo) got = crc_more(nc, got, data + lo, ready - lo);
         }
         done = ready;
     }
     // the acquire of the last ready count orders this read after the sender's store of crc
-    if (crc && c->nc) cxk_invalidate(h, kLine);
+    if (crc && nc) cxk_invalidate(h, kLine);
     const CrcWant sent{0, crc ? __atomic_load_n(&h->crc, __ATOMIC_RELAXED) : 0};
     c->peers[size_t(src)].ctlq.push_back(Ctl{kFin, cookie, 0});
     if (int rc = send_ctl(c, src)) return rc;
@@ -289,10 +291,11 @@ bool find_in(cxk_comm *c, int src) {
     if (p.in) return true;
     auto *dir = reinterpret_cast<uint64_t *>(c->base + p.obj_off + kDirOff) + c->rank;
     // my own directory is written by this process only: what it holds is already here
-    if (c->nc && src != c->rank) cxk_invalidate(dir, 8);
+    if (p.nc && src != c->rank) cxk_invalidate(dir, 8);
     if (__atomic_load_n(dir, __ATOMIC_ACQUIRE) == 0) return false;
     std::string name = obj_name(c, src, "ring", c->rank);
     if (cxk_ring_open(c->pool, name.c_str(), CXK_RING_CONSUMER, &p.in)) p.in = nullptr;
+    if (p.in && c->nc && !p.nc) cxk::ring::set_coherent(p.in);  // as src's end (ensure_out)
     return p.in != nullptr;
 }
 
@@ -313,13 +316,13 @@ int push_ctl(cxk_comm *, Peer &p) {
 // GB/s against 16.5 for a copy then clwb of every line), the partial first and last lines
 // (ordinary stores) are flushed. On "host" the reader finds a copy in cache, unless
 // CXLKIT_MSG_RDV_NT asks to stream.
-void rdv_copy(const cxk_comm *c, uint8_t *dst, const uint8_t *src, uint64_t n) {
-    if (!c->rdv_nt && !c->nc) {
+void rdv_copy(const cxk_comm *c, bool nc, uint8_t *dst, const uint8_t *src, uint64_t n) {
+    if (!c->rdv_nt && !nc) {
         std::memcpy(dst, src, n);
         return;
     }
     cxk_nt_copy(dst, src, n);  // its fence drains the streamed lines
-    if (c->nc && n) {
+    if (nc && n) {
         cxk_flush(dst, 1), cxk_flush(dst + n - 1, 1);
         cxk_sfence();
     }
@@ -338,7 +341,7 @@ int start_rdv(cxk_comm *c, Peer &p, cxk_msg_req *r) {
     uint8_t *data = c->base + b.off + sizeof(RdvHdr);
     h->cookie = r->cookie;
     h->ready = 0;
-    if (c->nc) cxk_flush(h, kLine);
+    if (p.nc) cxk_flush(h, kLine);
     MsgHdr m{r->ctx, r->tag, r->count, r->cookie, r->flags, 1, b.off, uint32_t(k), 0};
     if (c->crc) m.flags |= kCrc;  // its checksum goes into the buffer's header, below
     std::memcpy(cell, &m, sizeof m);
@@ -351,14 +354,14 @@ int start_rdv(cxk_comm *c, Peer &p, cxk_msg_req *r) {
     uint32_t crc = c->crc ? hdr_crc(m.ctx, m.tag, m.len) : 0;
     for (uint64_t pos = 0; pos < r->count; pos += chunk) {
         uint64_t n = r->count - pos < chunk ? r->count - pos : chunk;
-        rdv_copy(c, data + pos, src + pos, n);
+        rdv_copy(c, p.nc, data + pos, src + pos, n);
         if (c->crc) {  // over the chunk just read (in cache), while the receiver copies out
             crc = pool::crc32c(src + pos, n, crc);
             if (pos + n == r->count) h->crc = crc;  // flushed with ready's line below
         }
         // release pairs with the receiver's acquire of ready in rdv_recv
         __atomic_store_n(&h->ready, pos + n, __ATOMIC_RELEASE);
-        if (c->nc) cxk_flush(&h->ready, 8), cxk_sfence();
+        if (p.nc) cxk_flush(&h->ready, 8), cxk_sfence();
     }
     return 0;
 }
@@ -366,8 +369,8 @@ int start_rdv(cxk_comm *c, Peer &p, cxk_msg_req *r) {
 // Bytes of an eager message into a ring cell. On coherence "none" the commit writes back
 // every line of the cell past the stamp's: streamed there (the line-aligned body never
 // enters the cache), that write-back finds nothing dirty to carry.
-void cell_copy(const cxk_comm *c, void *dst, const void *src, uint64_t n) {
-    if (c->nc) cxk_nt_copy(dst, src, n);
+void cell_copy(const Peer &p, void *dst, const void *src, uint64_t n) {
+    if (p.nc) cxk_nt_copy(dst, src, n);
     else std::memcpy(dst, src, n);
 }
 
@@ -399,12 +402,12 @@ int start_eager(cxk_comm *c, Peer &p, cxk_msg_req *r) {
     seal(c, m, r);
     std::memcpy(cell, &m, sizeof m);
     uint64_t first = r->count < first_cap(pmax) ? r->count : first_cap(pmax);
-    if (first) cell_copy(c, static_cast<uint8_t *>(cell) + sizeof m, src, first);
+    if (first) cell_copy(p, static_cast<uint8_t *>(cell) + sizeof m, src, first);
     if (int rc = cxk_ring_commit(p.out, uint32_t(sizeof m + first), kEager)) return rc;
     for (uint64_t pos = first; pos < r->count; pos += pmax) {
         uint64_t n = r->count - pos < pmax ? r->count - pos : pmax;
         if (int rc = cxk_ring_reserve(p.out, &cell)) return rc == -EAGAIN ? -EBADMSG : rc;
-        cell_copy(c, cell, src + pos, n);
+        cell_copy(p, cell, src + pos, n);
         if (int rc = cxk_ring_commit(p.out, uint32_t(n), kCont)) return rc;
     }
     return 0;
@@ -454,8 +457,8 @@ uint32_t hdr_crc(uint32_t ctx, int32_t tag, uint64_t len) {
     return pool::crc32c(&k, sizeof k);
 }
 
-uint32_t crc_more(const cxk_comm *c, uint32_t crc, const void *p, uint64_t n) {
-    if (c->nc) cxk_invalidate(p, n);
+uint32_t crc_more(bool nc, uint32_t crc, const void *p, uint64_t n) {
+    if (nc) cxk_invalidate(p, n);
     return pool::crc32c(p, n, crc);
 }
 
@@ -482,10 +485,11 @@ int ensure_out(cxk_comm *c, int peer) {
     int rc = cxk_ring_create(c->pool, name.c_str(), c->opts.cell_bytes, c->opts.ncells,
                              CXK_RING_PRODUCER, &p.out);
     if (rc) return rc;
+    if (c->nc && !p.nc) cxk::ring::set_coherent(p.out);  // peer's end does so too (find_in)
     auto *dir = reinterpret_cast<uint64_t *>(c->base + c->obj_off + kDirOff) + peer;
     // the ring is published (flushed, fenced) before its directory entry names it
     __atomic_store_n(dir, cxk_ring_offset(p.out), __ATOMIC_RELEASE);
-    if (c->nc) cxk_flush(dir, 8), cxk_sfence();
+    if (p.nc) cxk_flush(dir, 8), cxk_sfence();
     return 0;
 }
 

@@ -379,4 +379,8 @@ int peek(cxk_ring *r, const void **payload, uint32_t *nbytes, uint32_t *kind, bo
     return 0;
 }
 
+void set_coherent(cxk_ring *r) {
+    if (r) r->nc = false;
+}
+
 }  // namespace cxk::ring

@@ -84,3 +84,10 @@ struct cxk_ring {
     struct cxk_ring_wake_stats wst {};
     cxk_waiter waiter{};  // its waits take a policy per call: wake-up counters only
 };
+
+namespace cxk::ring {
+// Both sides of r are of one coherence domain (messaging knows it from its peers' rank
+// objects; the pool's coherence says "none" for all): no flush or invalidate from here on.
+// Both sides must say so, before either uses the ring.
+void set_coherent(cxk_ring *r);
+}  // namespace cxk::ring

@@ -161,29 +161,68 @@ def test_mixed_routes_same_host_pool_and_network_only(built, native, mpi):
     assert r.stdout == native[mpi]
     c = counters(r, 4)
     assert all(x["on"] for x in c.values())
-    # 0 and 1 talk to 2 through the pool; to each other and to 3 on the MPI's path
+    # 0 and 1 talk to 2 and to each other (one host, one pod) through the pool; to 3 on the
+    # MPI's network
     assert c[2]["pool_s"] > 0 and c[0]["pool_r"] > 0 and c[1]["pool_s"] > 0 and c[1]["pool_r"] > 0
     assert c[0]["mpi_s"] > 0 and c[0]["mpi_r"] > 0
+    assert c[0]["host_s"] == 0 and c[1]["host_s"] == 0 and c[0]["net_s"] > 0
     assert c[3]["pool_s"] == 0 and c[3]["pool_r"] == 0 and c[3]["mpi_s"] > 0
     # a job not all on the pool: its collectives stay the MPI's (polled)
     assert all(x["coll_pool"] == 0 and x["coll_polled"] > 0 for x in c.values())
 
 
+@pytest.mark.parametrize("same_host", ["pool", "mpi"])
 @pytest.mark.parametrize("mpi", INSTALLED)
-def test_two_hosts_sharing_the_pool_collectives_through_it(built, native, mpi):
-    # hosts a (ranks 0, 2) and b (1, 3): same-host pairs on the MPI's path, the others pool
-    r = run(mpi, 4, built[mpi]["check"], built[mpi]["shim"], CXLKIT_MPI_HOSTS="a,b,a,b")
+def test_two_hosts_sharing_the_pool_collectives_through_it(built, native, mpi, same_host):
+    # hosts a (ranks 0, 2) and b (1, 3): every pair through the pool, or with
+    # CXLKIT_MPI_SAME_HOST=mpi the pairs of one host on the MPI's path
+    env = {} if same_host == "pool" else {"CXLKIT_MPI_SAME_HOST": "mpi"}
+    r = run(mpi, 4, built[mpi]["check"], built[mpi]["shim"], CXLKIT_MPI_HOSTS="a,b,a,b", **env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout == native[mpi]
     c = counters(r, 4)
     assert all(x["pool_s"] > 0 and x["coll_pool"] > 0 for x in c.values())
-    assert c[0]["mpi_r"] > 0  # rank 2's messages to rank 0, its host peer
+    if same_host == "pool":  # nothing of the program's on the MPI
+        assert all(x["mpi_s"] == 0 and x["mpi_r"] == 0 and x["host_s"] == 0
+                   for x in c.values()), c
+    else:
+        assert c[0]["mpi_r"] > 0, c  # rank 2's messages to rank 0, its host peer
+        assert all(x["net_s"] == 0 for x in c.values()), c  # the other host: the pool's
+
+
+@pytest.mark.parametrize("mpi", INSTALLED)
+@pytest.mark.parametrize("who", [0, 2])
+def test_same_host_setting_is_rank_0s_for_every_rank(built, native, mpi, tmp_path, who):
+    # the ranks must agree on each pair's route: rank 0's setting decides, as for every
+    # CXLKIT_MPI* variable (an MPMD launch: rank `who` alone has CXLKIT_MPI_SAME_HOST=mpi)
+    prog = str(built[mpi]["check"])
+    launch = [MPIS[mpi][1]]
+    if mpi == "openmpi":
+        launch += ["--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl", "self,vader"]
+    parts = [[prog]] * 4
+    parts[who] = ["env", "CXLKIT_MPI_SAME_HOST=mpi", prog]
+    for k, part in enumerate(parts):
+        launch += ([":"] if k else []) + ["-n", "1", *part]
+    e = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+             LD_PRELOAD=str(built[mpi]["shim"]), CXLKIT_MPI_STATS="1",
+             CXLKIT_MPI_HOSTS="a,b,a,b", CXLKIT_MPI_POOL=str(tmp_path / "p.pool"),
+             CXLKIT_MPI_POOL_MB="64")
+    for k in ("CXLKIT_MPI_NOPOOL", "CXLKIT_MPI_SAME_HOST"):
+        e.pop(k, None)
+    r = subprocess.run(launch, env=e, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == native[mpi]
+    c = counters(r, 4)
+    on_mpi = who == 0
+    assert (c[0]["mpi_r"] > 0 and c[3]["mpi_r"] > 0) == on_mpi, c  # from 2 and 1, host peers
+    assert all(x["pool_s"] > 0 for x in c.values()), c
 
 
 @pytest.mark.parametrize("mpi", INSTALLED)
 def test_two_pods_of_different_sizes_each_through_its_own_pool(built, native, mpi, tmp_path):
     # hosts a (ranks 0, 1) and b (2) map pool A; hosts c (3) and d (4) map pool B at their
-    # own path: 1-2 and 3-4 through their pools, every pair across the pods on the network
+    # own path: 0-1 (one host), 1-2 and 3-4 through their pools, every pair across the pods
+    # on the network
     r = run_pods(mpi, built[mpi]["check"], built[mpi]["shim"],
                  [(3, tmp_path / "a.pool"), (2, tmp_path / "b.pool")],
                  CXLKIT_MPI_HOSTS="a,a,b,c,d", CXLKIT_MPI_VERBOSE="1")
@@ -194,10 +233,10 @@ def test_two_pods_of_different_sizes_each_through_its_own_pool(built, native, mp
     assert "ranks (5 on the pools of 2 pods)" in r.stderr
     c = counters(r, 5)
     assert all(x["on"] for x in c.values())
-    assert c[1]["host_s"] > 0 and c[1]["pool_s"] > 0   # to 0 on its host, to 2 (ring)
+    assert c[1]["host_s"] == 0 and c[1]["pool_s"] > 0  # to 0 on its host and to 2: the pool
     for k in (2, 3, 4):  # to its pod peer through the pool, to the other pod on the network
         assert c[k]["pool_s"] > 0 and c[k]["net_s"] > 0 and c[k]["net_b"] > 0, (k, c[k])
-    assert c[0]["net_s"] > 0 and c[0]["pool_s"] == 0  # rank 0's sends go to 4 and 1 only
+    assert c[0]["net_s"] > 0 and c[0]["pool_s"] > 0  # rank 0 sends to 4 (network) and 1 (pool)
     # no communicator of this job lies in one pod: collectives the MPI's own (polled)
     assert all(x["coll_pool"] == 0 and x["coll_polled"] > 0 for x in c.values())
     # each pool is sized for the job's 5 ranks but sparse: what is backed is its own pod's

@@ -100,21 +100,28 @@ class Comm:
     naming it; every error is a cxlkit.errors.MsgError naming job, rank and pool. With
     checksum=True (on every rank of the job, or none) each message carries a crc32c of its
     header and bytes and a receive whose bytes fail it raises MsgCorruptError naming the
-    sender (docs/msg.md, "What a rank trusts")."""
+    sender (docs/msg.md, "What a rank trusts"). domain (1..2**32-1) says which machine this
+    rank runs on: on a pool of coherence "none", ranks that pass the same domain promise one
+    machine's caches and skip the flushes between them (peer_coherent)."""
 
     def __init__(self, pool: Pool, *, rank: int | None = None, size: int | None = None,
                  job: str | None = None, cell_bytes: int | None = None,
                  ncells: int | None = None, eager_bytes: int | None = None,
                  timeout: float | None = None, dead_timeout: float | None = None,
                  join_timeout: float | None = None, wait: WaitPolicy | None = None,
-                 checksum: bool = False, timeout_ms: int | None = None,
-                 dead_ms: int | None = None, join_ms: int | None = None) -> None:
+                 checksum: bool = False, domain: int | None = None,
+                 timeout_ms: int | None = None, dead_ms: int | None = None,
+                 join_ms: int | None = None) -> None:
         wait_args = policy_arg(wait)  # bad CXLKIT_MSG_SPIN_US & co fail before the join
         timeout_ms = _millis("timeout", timeout, "timeout_ms", timeout_ms)
         dead_ms = _millis("dead_timeout", dead_timeout, "dead_ms", dead_ms)
         join_ms = _millis("join_timeout", join_timeout, "join_ms", join_ms)
         if not isinstance(checksum, bool):
             raise ValueError(f"checksum {checksum!r}: expected True or False")
+        if domain is not None and (isinstance(domain, bool) or not isinstance(domain, int)
+                                   or not 1 <= domain < 2**32):
+            raise ValueError(f"domain {domain!r}: expected an int in 1..{2**32 - 1} (one per "
+                             f"machine)")
         lr, ls = _launcher_rank_size()
         rank = lr if rank is None else rank
         size = ls if size is None else size
@@ -146,7 +153,7 @@ class Comm:
             self._my_rank = rank
         try:
             self._join(pool, job, rank, size, cell_bytes, ncells, eager_bytes, timeout_ms,
-                       dead_ms, join_ms)
+                       dead_ms, join_ms, domain or 0)
         finally:
             if boot is not None:
                 boot.close()  # every rank has joined (or the join failed): no more arrivals
@@ -191,12 +198,12 @@ class Comm:
 
     def _join(self, pool: Pool, job: str, rank: int, size: int, cell_bytes: int | None,
               ncells: int | None, eager_bytes: int | None, timeout_ms: int,
-              dead_ms: int, join_ms: int) -> None:
+              dead_ms: int, join_ms: int, domain: int) -> None:
         try:
             self._c = _native.MsgComm(
                 pool, job, rank, size, _positive("cell_bytes", cell_bytes),
                 _positive("ncells", ncells), _positive("eager_bytes", eager_bytes),
-                timeout_ms, dead_ms, join_ms)
+                timeout_ms, dead_ms, join_ms, domain)
         except OSError as e:
             raise self._join_error(e, job, rank, size) from None
 
@@ -404,6 +411,13 @@ class Comm:
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
             raise ValueError(f"nbytes {nbytes!r}: expected an int > 0 or a size such as '64K'")
         return PoolMemory(self, self._call(_native.MsgMemory, self._c, nbytes))
+
+    def peer_coherent(self, peer: int) -> bool:
+        """Whether messages between this rank and peer skip the flushes and invalidates: the
+        pool is coherent, peer is this rank, or on coherence "none" both passed one domain."""
+        if isinstance(peer, bool) or not isinstance(peer, int) or not 0 <= peer < self.size:
+            raise ValueError(f"peer {peer!r}: expected a rank 0..{self.size - 1}")
+        return bool(self._call(self._c.peer_coherent, peer))
 
     def is_pool_mem(self, buf: Any) -> bool:
         """Whether the bytes of buf lie in one block of alloc_mem (a send travels in one copy)."""
