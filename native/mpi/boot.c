@@ -47,7 +47,7 @@ struct shim_config {
     int verbose;             /* CXLKIT_MPI_VERBOSE: banner on rank 0 */
     int stats;               /* CXLKIT_MPI_STATS: counters of every rank at MPI_Finalize */
     int coherence;           /* CXLKIT_MPI_COHERENCE host|none; -1 auto */
-    int same_host_mpi;       /* CXLKIT_MPI_SAME_HOST=mpi: peers on this host stay on the MPI */
+    int same_host;           /* CXLKIT_MPI_SAME_HOST pool 1, mpi 0; -1 auto (pool if coherent) */
     int explicit_pool;       /* CXLKIT_MPI_POOL given */
     uint64_t eager;          /* CXLKIT_MPI_EAGER bytes; 0 the engine's default */
     uint64_t mib_per_rank;   /* CXLKIT_MPI_POOL_MB: pool bytes per rank (created pools) */
@@ -149,7 +149,7 @@ static void read_config(struct shim_config *c) {
                    : !strcmp(coh, "none")                 ? CXK_COHERENCE_NONE
                                                           : CXK_COHERENCE_HOST;
     const char *same = getenv("CXLKIT_MPI_SAME_HOST");
-    c->same_host_mpi = same && !strcmp(same, "mpi");
+    c->same_host = !same || !*same || !strcmp(same, "auto") ? -1 : !strcmp(same, "pool");
     c->eager = env_u64("CXLKIT_MPI_EAGER", 0);
     /* rendezvous buffers come out of a rank's part: OSU bw at 4 MiB (64 in flight) ran at
      * ~410 MB/s with 256 MiB a rank (buffers exhausted, sends waiting), 1400-2700 with 1024 */
@@ -366,7 +366,7 @@ static void boot(int provided) {
     char label[64];
     const uint64_t host = my_host(&c, label, sizeof label);
     const int maps_pool = !list_has(c.nopool, label);
-    if (!shim_topology(host, maps_pool, !c.same_host_mpi)) {
+    if (!shim_topology(host, maps_pool)) {
         shim_routes_free();
         off("no two ranks on different hosts share the pool: every peer stays on " SHIM_MPI
             "'s own path", 0);
@@ -389,6 +389,10 @@ static void boot(int provided) {
     const int coherence = c.coherence >= 0 ? c.coherence
                           : one_host        ? CXK_COHERENCE_HOST
                                             : CXK_COHERENCE_NONE;
+    /* peers of one host through the pool where it is coherent: there it beat the MPI's own
+     * shared memory (no rank waits on two transports); on coherence none the MPI's path
+     * did (docs/mpi-shim.md, "Peers on one host") */
+    shim_routes_same_host(c.same_host >= 0 ? c.same_host : coherence == CXK_COHERENCE_HOST);
     char why[sizeof g.why_off];
     const char *fail = join(&c, coherence, maps_pool, why, sizeof why);
     if (!fail && !all_ok(world_maps())) fail = "out of memory";

@@ -1,9 +1,9 @@
 /* routes.c — the route to each peer, decided once at MPI_Init from the job's topology:
  *  - a peer on another host that maps the same pool goes through the pool;
  *  - a peer on this host (same hostname, as the MPI's launcher tells nodes apart) goes through
- *    the pool too when this rank's pool spans hosts (its rings skip the flushes: one machine's
- *    caches agree), else, or with CXLKIT_MPI_SAME_HOST=mpi, it stays on the MPI's own path
- *    (its single-copy shared memory);
+ *    the pool too when this rank's pool spans hosts and is coherent, or with
+ *    CXLKIT_MPI_SAME_HOST=pool (its rings skip the flushes: one machine's caches agree), else
+ *    it stays on the MPI's own path (its single-copy shared memory);
  *  - any other peer uses the MPI's network.
  * A job may span several pods, each with a pool of its own at one path (the same
  * CXLKIT_MPI_POOL names a different pool on each pod's hosts): ranks tell pools apart by the
@@ -19,7 +19,7 @@
 static uint8_t *maps;  /* [size]: the rank means to map a pool (its host is not NOPOOL) */
 static int *pod;       /* [size]: the lowest world rank of the rank's pod (the ranks on other
                           hosts that opened a pool of the same uuid), -1: on no pool */
-static int same_host;  /* peers of one host and pod talk through the pool (rank 0's setting) */
+static int same_host;  /* peers of one host and pod talk through the pool (shim_routes_same_host) */
 
 /* The identity of the pool a rank opened, as every rank gathers it. */
 struct pool_id {
@@ -41,14 +41,15 @@ static void count_kernel_ranks(uint64_t *all) {
     shim_cpus_check(all);
 }
 
-int shim_topology(uint64_t my_host, int maps_pool, int same_host_pool) {
+void shim_routes_same_host(int on) { same_host = on != 0; }
+
+int shim_topology(uint64_t my_host, int maps_pool) {
     g.host = malloc(sizeof *g.host * (size_t)g.size);
     maps = malloc((size_t)g.size);
     uint64_t *boots = malloc(sizeof *boots * (size_t)g.size);
     int ok = g.host && maps && boots, all = 0;
     PMPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (!all) return free(boots), 0;
-    same_host = same_host_pool != 0;
     uint8_t mine = (uint8_t)(maps_pool != 0);
     PMPI_Allgather(&my_host, 1, MPI_UINT64_T, g.host, 1, MPI_UINT64_T, MPI_COMM_WORLD);
     PMPI_Allgather(&mine, 1, MPI_UINT8_T, maps, 1, MPI_UINT8_T, MPI_COMM_WORLD);

@@ -81,10 +81,12 @@ extern struct shim_state g;
 
 /* ---- routes.c: which peer goes which way ---- */
 /* Allgather every rank's host and whether it maps the pool; 0 when no two ranks on different
- * hosts share the pool (every peer then stays on the MPI's own path: routing off).
- * same_host_pool: peers of one host talk through the pool too when their pool spans hosts
- * (CXLKIT_MPI_SAME_HOST, rank 0's as every setting: the same on every rank). */
-int shim_topology(uint64_t my_host, int maps_pool, int same_host_pool);
+ * hosts share the pool (every peer then stays on the MPI's own path: routing off). */
+int shim_topology(uint64_t my_host, int maps_pool);
+/* Peers of one host talk through the pool too when their pool spans hosts (on: decided from
+ * rank 0's CXLKIT_MPI_SAME_HOST and the pool's coherence, the same on every rank). Before the
+ * engine's join. */
+void shim_routes_same_host(int on);
 /* This rank's coherence domain for the engine (cxk_msg_opts.domain): 1 + the lowest world
  * rank on its host, the same on every rank of one host. */
 uint32_t shim_domain(void);

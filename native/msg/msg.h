@@ -285,6 +285,7 @@ struct cxk_comm {
     int barrier_failed = 0;
     uint32_t scan_next = 0;                   // next peer whose directory to look at
     uint64_t polls = 0;
+    uint64_t focus_polls = 0;                 // looks of waits on one peer (p2p.cpp)
     uint64_t events = 0;                      // cells read from any ring so far (waits spin
                                               // again after progress)
     uint64_t completed = 0;                   // requests a cell completed so far (a drain

@@ -625,6 +625,20 @@ bool bad_ctx(uint32_t ctx) { return ctx != 0 && ctx < CXK_MSG_CTX_FIRST; }
 
 int need_of(const cxk_msg_req *r) { return r->peer; }  // ANY_SOURCE (-1): every rank
 
+// One look of a wait on peer `need`'s ring (need >= 0). On a pool that is not coherent every
+// look at a ring of another domain evicts its next stamp's line and reads it from memory, so
+// the rings of the other peers (what they may need of this rank: FINs, credit, their
+// messages) are looked at on every kOthersEvery-th call only; need's ring and the sends to
+// need on every call.
+constexpr uint64_t kOthersEvery = 8;
+int progress_on(cxk_comm *c, int need) {
+    if (need < 0 || !c->nc || ++c->focus_polls % kOthersEvery == 0) return progress(c);
+    Peer &p = c->peers[size_t(need)];
+    int rc = p.in || find_in(c, need) ? drain(c, need) : 0;
+    const int sent = start_sends(c, need);
+    return rc ? rc : sent;
+}
+
 // Progress until r is done, by the comm's wait policy; -ETIMEDOUT (r still pending) when the
 // wait's bound or a peer it needs is gone, or progress's error.
 int wait_done(cxk_comm *c, cxk_msg_req *r) {
@@ -635,7 +649,7 @@ int wait_done(cxk_comm *c, cxk_msg_req *r) {
             progress(c);  // what a peer wrote before it went is still delivered
             return r->state == cxk_msg_req::kDone ? 0 : rc;
         }
-        rc = progress(c);
+        rc = progress_on(c, need_of(r));
         if (r->state == cxk_msg_req::kDone) return 0;
         if (rc) return rc;
     }

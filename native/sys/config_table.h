@@ -86,7 +86,8 @@
       "1: counters of every rank at MPI_Finalize")                                             \
     X(MPI_RMA, "CXLKIT_MPI_RMA", CXK_CONFIG_BOOL, "1", 0, 1, "", "mpi",                        \
       "0: windows stay on the MPI")                                                            \
-    X(MPI_SAME_HOST, "CXLKIT_MPI_SAME_HOST", CXK_CONFIG_CHOICE, "pool", 0, 0, "pool|mpi",     \
-      "mpi", "a peer on this host, in a job whose pool spans hosts: the pool or the MPI's own")
+    X(MPI_SAME_HOST, "CXLKIT_MPI_SAME_HOST", CXK_CONFIG_CHOICE, "auto", 0, 0,                  \
+      "auto|pool|mpi", "mpi", "a peer on this host, where the job's pool spans hosts: the pool " \
+      "or the MPI's own (auto: the pool when it is opened coherent)")
 
 #endif

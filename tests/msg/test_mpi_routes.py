@@ -171,18 +171,26 @@ def test_mixed_routes_same_host_pool_and_network_only(built, native, mpi):
     assert all(x["coll_pool"] == 0 and x["coll_polled"] > 0 for x in c.values())
 
 
-@pytest.mark.parametrize("same_host", ["pool", "mpi"])
+# (CXLKIT_MPI_COHERENCE, CXLKIT_MPI_SAME_HOST) -> the route of a pair of one host: the pool
+# where it is coherent (one machine: "auto" opens it so), else the MPI's own; or as set
+SAME_HOST = [("", "", "pool"), ("none", "", "mpi"), ("none", "pool", "pool"),
+             ("host", "mpi", "mpi"), ("", "auto", "pool")]
+
+
+@pytest.mark.parametrize("coherence,same_host,route", SAME_HOST)
 @pytest.mark.parametrize("mpi", INSTALLED)
-def test_two_hosts_sharing_the_pool_collectives_through_it(built, native, mpi, same_host):
-    # hosts a (ranks 0, 2) and b (1, 3): every pair through the pool, or with
-    # CXLKIT_MPI_SAME_HOST=mpi the pairs of one host on the MPI's path
-    env = {} if same_host == "pool" else {"CXLKIT_MPI_SAME_HOST": "mpi"}
+def test_two_hosts_sharing_the_pool_collectives_through_it(built, native, mpi, coherence,
+                                                            same_host, route):
+    # hosts a (ranks 0, 2) and b (1, 3): the pairs across the hosts through the pool, those of
+    # one host by `route`
+    env = {k: v for k, v in (("CXLKIT_MPI_COHERENCE", coherence),
+                             ("CXLKIT_MPI_SAME_HOST", same_host)) if v}
     r = run(mpi, 4, built[mpi]["check"], built[mpi]["shim"], CXLKIT_MPI_HOSTS="a,b,a,b", **env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout == native[mpi]
     c = counters(r, 4)
     assert all(x["pool_s"] > 0 and x["coll_pool"] > 0 for x in c.values())
-    if same_host == "pool":  # nothing of the program's on the MPI
+    if route == "pool":  # nothing of the program's on the MPI
         assert all(x["mpi_s"] == 0 and x["mpi_r"] == 0 and x["host_s"] == 0
                    for x in c.values()), c
     else:

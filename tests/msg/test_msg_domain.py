@@ -93,3 +93,33 @@ def test_peer_coherent_of_no_such_rank_is_refused(pool_path, bad):
         with msg.Comm(pool, rank=0, size=1, job="dom", domain=3) as comm:
             with pytest.raises(ValueError, match="peer"):
                 comm.peer_coherent(bad)
+
+
+def _served_while_waiting_on_another(comm: msg.Comm) -> bool:
+    """Rank 0 waits on rank 1, which sends only once rank 2's synchronous send to rank 0 was
+    matched, and rank 2 sends only once rank 0 is about to wait: rank 0's wait must keep
+    reading rank 2's ring (a wait on one peer of a non-coherent pool looks at the other rings
+    less often, never not at all)."""
+    big = bytes(range(256)) * 2400  # past the eager limit: a rendezvous
+    if comm.rank == 0:
+        data, got = bytearray(len(big)), bytearray(5)
+        from_2 = comm.irecv(data, source=2, tag=1)
+        comm.send(b"post", dest=2, tag=0)
+        comm.recv_into(got, source=1, tag=2)  # one wait on rank 1 (no probe first)
+        from_2.wait()
+        return got == b"go on" and data == big
+    if comm.rank == 2:
+        comm.recv_into(bytearray(4), source=0, tag=0)
+        comm.isend(big, dest=0, tag=1, sync=True).wait()  # done once rank 0 matched it
+        comm.send(b"matched", dest=1, tag=3)
+        return True
+    comm.recv_into(bytearray(7), source=2, tag=3)
+    comm.send(b"go on", dest=0, tag=2)
+    return True
+
+
+@pytest.mark.parametrize("coherence", coherences())
+def test_a_wait_on_one_peer_still_serves_the_others(pool_path, coherence):
+    make_pool(pool_path, 3, coherence)
+    assert run_ranks(pool_path, 3, _served_while_waiting_on_another, coherence=coherence,
+                     timeout=30, per_rank=lambda r: {"domain": 1 + r}) == [True, True, True]
