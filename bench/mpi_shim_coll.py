@@ -1,9 +1,11 @@
 """Small collectives on one host, the shim preloaded against the plain MPI: bench/osu/coll_lat.c
 (Barrier, Bcast, Reduce, Allreduce, Allgather of 8 B) or, with --prog sizes,
 tests/mpi/netns_coll.c (Allreduce and Bcast at 8 B and 64 KiB, every result checked), built
-here with each MPI's mpicc, run in interleaved rounds (plain, shim, plain, shim...) at each
-of --ranks; per collective the median of the plain runs, of the shim runs, and of the
-per-round ratios shim / plain, with the load average before and after. After `make mpi-shim`:
+here with each MPI's mpicc, run in interleaved rounds at each of --ranks: plain, shim and a
+second plain run (the noise floor: what the same program gives against itself), in an order
+that turns each round; per collective the median of the plain runs, of the shim runs, of the
+per-round ratios shim / plain and plain again / plain, each ratio with its 95 % bootstrap
+interval (the rounds resampled), and the load average before and after. After `make mpi-shim`:
 
     python bench/mpi_shim_coll.py --mpis mpich,openmpi --ranks 4 --rounds 9 --iters 2000
     python bench/mpi_shim_coll.py --prog sizes --ranks 2,4 --rounds 7 --iters 200
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import subprocess
 from pathlib import Path
@@ -39,6 +42,13 @@ def once(mpi: str, n: int, prog: list[str], iters: int, shim: Path | None, timeo
             for ln in r.stdout.splitlines() if ln.strip()}
 
 
+def interval(ratios: list[float], draws: int = 2000, seed: int = 1) -> tuple[float, float]:
+    """95 % bootstrap interval of the median of ratios (the rounds drawn with replacement)."""
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(draws))
+    return meds[int(0.025 * draws)], meds[int(0.975 * draws) - 1]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mpis", default="mpich,openmpi")
@@ -57,18 +67,26 @@ def main() -> None:
         shim = REPO / "build" / "c" / f"libcxlkit_mpi_{mpi}.so"
         for n in (int(x) for x in a.ranks.split(",")):
             load0 = os.getloadavg()[0]
-            plain, shimmed = [], []
-            for _ in range(a.rounds):
-                plain.append(once(mpi, n, [str(prog)] + args, a.iters, None, a.timeout))
-                shimmed.append(once(mpi, n, [str(prog)] + args, a.iters, shim, a.timeout))
+            runs = {"plain": [], "shim": [], "again": []}
+            for k in range(a.rounds):
+                order = ["plain", "shim", "again"]
+                for name in order[k % 3:] + order[:k % 3]:
+                    runs[name].append(once(mpi, n, [str(prog)] + args, a.iters,
+                                           shim if name == "shim" else None, a.timeout))
+            plain, shimmed, again = runs["plain"], runs["shim"], runs["again"]
             load1 = os.getloadavg()[0]
             print(f"{mpi}, {n} ranks, {a.rounds} rounds of {a.iters}, load {load0:.1f}-{load1:.1f}")
-            print("collective     plain_us  shim_us  shim/plain (median of per-round ratios)")
+            print("collective     plain_us  shim_us  shim/plain [95 % interval]"
+                  "    plain again/plain [95 %]")
             for name in plain[0]:
                 p = statistics.median(x[name] for x in plain)
                 s = statistics.median(x[name] for x in shimmed)
-                ratio = statistics.median(y[name] / x[name] for x, y in zip(plain, shimmed))
-                print(f"{name:<14} {p:9.3f} {s:8.3f} {ratio:8.3f}")
+                cols = []
+                for other in (shimmed, again):
+                    ratios = [y[name] / x[name] for x, y in zip(plain, other)]
+                    lo, hi = interval(ratios)
+                    cols.append(f"{statistics.median(ratios):.3f} [{lo:.3f}, {hi:.3f}]")
+                print(f"{name:<14} {p:9.3f} {s:8.3f}  {cols[0]}    {cols[1]}")
 
 
 if __name__ == "__main__":
