@@ -58,7 +58,7 @@ STRUCTS: dict[str, dict[str, Field]] = {
                        "rdv_off@48:Q rdv_index@56:I"),    # after the 16-byte cell header
     "msg_short": _fields("ctx@16:I tag@20:i len@24:I flags@28:I cookie@32:Q crc@40:I"),
     "msg_rank": _fields("magic@0:Q version@8:I nranks@12:I rank@16:I host@20:I pid@24:Q "
-                        "boot@32:Q session@40:Q beat@64:Q barrier@128:Q bwake@136:I "
+                        "boot@32:Q session@40:Q domain@48:I beat@64:Q barrier@128:Q bwake@136:I "
                         "bsleep@140:I dir0@192:Q dir1@200:Q"),
     "msg_rdv": _fields("magic@0:Q cookie@8:Q ready@16:Q"),
     "msg_mem": _fields("magic@0:Q nbytes@8:Q"),
@@ -100,7 +100,8 @@ CSIDE: dict[str, dict[str, tuple[str, str, int]] | None] = {
     "msg_hdr": {f: (_M + "MsgHdr", f, 16) for f in STRUCTS["msg_hdr"]},
     "msg_short": {f: (_M + "ShortHdr", f, 16) for f in STRUCTS["msg_short"]},
     "msg_rank": {**{f: (_M + "RankHdr", f, 0) for f in ("magic", "version", "nranks", "rank",
-                                                         "host", "pid", "boot", "session")},
+                                                         "host", "pid", "boot", "session",
+                                                         "domain")},
                  "beat": (_M + "RankLive", "beat", 64),
                  **{f: (_M + "RankSeq", f, 128) for f in ("barrier", "bwake", "bsleep")}},
     "msg_rdv": {f: (_M + "RdvHdr", f, 0) for f in STRUCTS["msg_rdv"]},
