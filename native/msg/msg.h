@@ -340,10 +340,10 @@ struct Waiter {
     int check(bool on_rings = false, const cxk::ring::Extra *barrier = nullptr);
 };
 
-// Whether messages between me and a rank of that domain and pool host slot need the flushes
-// of a non-coherent pool: on "none" not with myself nor with a rank of my non-zero domain (one
-// machine's caches keep the bytes coherent); on "sim" always (each host slot sees a view of
-// its own, and each rank of the MPI shim has a slot).
+// Whether messages between me and `rank` (of that domain) need the flushes of a non-coherent
+// pool: on "none" not with myself nor with a rank of my non-zero domain (one machine's caches
+// keep the bytes coherent); on "sim" always (each host slot sees a view of its own, and each
+// rank of the MPI shim has a slot of its own).
 inline bool pair_nc(const cxk_comm *c, int rank, uint32_t domain) {
     if (!c->nc) return false;
     if (c->sim) return true;
