@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import statistics
 import subprocess
 from pathlib import Path
+
+from mpi_shim import interval  # bench/: the 95 % bootstrap interval of a median ratio
 
 REPO = Path(__file__).resolve().parent.parent
 CC = {"mpich": "mpicc.mpich", "openmpi": "mpicc.openmpi"}
@@ -40,13 +41,6 @@ def once(mpi: str, n: int, prog: list[str], iters: int, shim: Path | None, timeo
                        text=True, timeout=timeout, check=True)
     return {" ".join(ln.split()[:-1]): float(ln.split()[-1])
             for ln in r.stdout.splitlines() if ln.strip()}
-
-
-def interval(ratios: list[float], draws: int = 2000, seed: int = 1) -> tuple[float, float]:
-    """95 % bootstrap interval of the median of ratios (the rounds drawn with replacement)."""
-    rng = random.Random(seed)
-    meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(draws))
-    return meds[int(0.025 * draws)], meds[int(0.975 * draws) - 1]
 
 
 def main() -> None:

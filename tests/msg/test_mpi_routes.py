@@ -84,22 +84,29 @@ def counters(r, n: int) -> dict[int, dict[str, int]]:
     return got
 
 
-def run_pods(mpi: str, prog: Path, shim: Path, pods: list[tuple[int, Path]], *args: str,
-             **env: str):
-    """One job whose ranks open a different pool per pod: an MPMD launch, each part's ranks
-    with CXLKIT_MPI_POOL of their own (as one path names a different pool on each pod's
-    hosts); rank 0's value is the launcher's too, so the shim's settings name a pool."""
+def run_parts(mpi: str, prog: Path, shim: Path, parts: list[tuple[int, dict[str, str]]],
+              *args: str, **env: str):
+    """One job launched in parts (MPMD): each part's ranks with variables of their own (`env
+    K=V prog`) over env, the launcher's own, which the shim's rank 0 reads its settings from."""
     launch = [MPIS[mpi][1]]
     if mpi == "openmpi":
         launch += ["--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl", "self,vader"]
-    for k, (n, pool) in enumerate(pods):
-        launch += ([":"] if k else []) + ["-n", str(n), "env", f"CXLKIT_MPI_POOL={pool}", str(prog),
-                                          *args]
+    for k, (n, own) in enumerate(parts):
+        launch += ([":"] if k else []) + ["-n", str(n), "env",
+                                          *[f"{a}={b}" for a, b in own.items()], str(prog), *args]
     e = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-             LD_PRELOAD=str(shim), CXLKIT_MPI_STATS="1", CXLKIT_MPI_POOL=str(pods[0][1]),
-             CXLKIT_MPI_POOL_MB="64", **env)
+             LD_PRELOAD=str(shim), CXLKIT_MPI_STATS="1", CXLKIT_MPI_POOL_MB="64", **env)
     e.pop("CXLKIT_MPI_NOPOOL", None)
     return subprocess.run(launch, env=e, capture_output=True, text=True, timeout=120)
+
+
+def run_pods(mpi: str, prog: Path, shim: Path, pods: list[tuple[int, Path]], *args: str,
+             **env: str):
+    """One job whose ranks open a different pool per pod: each part's ranks with
+    CXLKIT_MPI_POOL of their own (as one path names a different pool on each pod's hosts);
+    rank 0's value is the launcher's too, so the shim's settings name a pool."""
+    return run_parts(mpi, prog, shim, [(n, {"CXLKIT_MPI_POOL": str(p)}) for n, p in pods],
+                     *args, CXLKIT_MPI_POOL=str(pods[0][1]), **env)
 
 
 @pytest.fixture(scope="module")
@@ -203,21 +210,9 @@ def test_two_hosts_sharing_the_pool_collectives_through_it(built, native, mpi, c
 def test_same_host_setting_is_rank_0s_for_every_rank(built, native, mpi, tmp_path, who):
     # the ranks must agree on each pair's route: rank 0's setting decides, as for every
     # CXLKIT_MPI* variable (an MPMD launch: rank `who` alone has CXLKIT_MPI_SAME_HOST=mpi)
-    prog = str(built[mpi]["check"])
-    launch = [MPIS[mpi][1]]
-    if mpi == "openmpi":
-        launch += ["--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl", "self,vader"]
-    parts = [[prog]] * 4
-    parts[who] = ["env", "CXLKIT_MPI_SAME_HOST=mpi", prog]
-    for k, part in enumerate(parts):
-        launch += ([":"] if k else []) + ["-n", "1", *part]
-    e = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-             LD_PRELOAD=str(built[mpi]["shim"]), CXLKIT_MPI_STATS="1",
-             CXLKIT_MPI_HOSTS="a,b,a,b", CXLKIT_MPI_POOL=str(tmp_path / "p.pool"),
-             CXLKIT_MPI_POOL_MB="64")
-    for k in ("CXLKIT_MPI_NOPOOL", "CXLKIT_MPI_SAME_HOST"):
-        e.pop(k, None)
-    r = subprocess.run(launch, env=e, capture_output=True, text=True, timeout=120)
+    parts = [(1, {"CXLKIT_MPI_SAME_HOST": "mpi"} if k == who else {}) for k in range(4)]
+    r = run_parts(mpi, built[mpi]["check"], built[mpi]["shim"], parts,
+                  CXLKIT_MPI_HOSTS="a,b,a,b", CXLKIT_MPI_POOL=str(tmp_path / "p.pool"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout == native[mpi]
     c = counters(r, 4)
